@@ -1,0 +1,69 @@
+"""Hostlist expressions (Slurm/ClusterShell syntax), expanded and folded by ClusterShell's NodeSet.
+
+Range expansion is never written by hand here: ``node[001-007,009]`` means exactly what it means to Slurm
+and to clush. Group syntax (``@rack1``) is switched off so that an inventory cannot make us read files or run
+group resolvers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
+# A node name is a host name: letters, digits, dots, dashes and underscores. Anything else in an inventory
+# (a ';', a '$(', a space, a leading '-' that ssh would read as an option) is a typo or an attack.
+_NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
+
+
+class HostlistError(ValueError):
+    """A hostlist expression that does not parse."""
+
+
+def expand(expression: str) -> list[str]:
+    """Expand ``node[001-003]`` into ``["node001", "node002", "node003"]`` (sorted as NodeSet sorts)."""
+    text = expression.strip()
+    if not text:
+        raise HostlistError("empty hostlist expression")
+    if any(ch.isspace() for ch in text):
+        raise HostlistError(f"whitespace inside hostlist expression {expression!r}")
+    try:
+        names = list(NodeSet(text, resolver=RESOLVER_NOGROUP))
+    except (NodeSetException, ValueError, TypeError) as exc:
+        raise HostlistError(f"bad hostlist expression {expression!r}: {exc}") from exc
+    if not names:
+        raise HostlistError(f"hostlist expression {expression!r} names no node")
+    for name in names:
+        if not _NODE_NAME.match(name):
+            raise HostlistError(
+                f"{name!r} (from {expression!r}) is not a valid node name: use letters, digits, '.', '-', '_'"
+            )
+    return names
+
+
+def fold(names: Iterable[str]) -> str:
+    """Fold node names back into one expression: ``node[001-007,009]``."""
+    names = list(names)
+    if not names:
+        return ""
+    return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+
+
+def fold_values(values: dict[str, str]) -> list[tuple[str, str, int]]:
+    """Group nodes by an observed value: ``[(value, "node[001-007]", 7), ...]``, largest group first.
+
+    This is how every cross-cluster difference is shown ("driver 580.159.04 on node[001-007];
+    570.86.15 on node010").
+    """
+    groups: dict[str, list[str]] = {}
+    for node, value in values.items():
+        groups.setdefault(value, []).append(node)
+    folded = [(value, fold(nodes), len(nodes)) for value, nodes in groups.items()]
+    folded.sort(key=lambda item: (-item[2], item[0]))
+    return folded
+
+
+def describe_folded(values: dict[str, str]) -> str:
+    """One line: ``580.159.04 on node[001-007]; 570.86.15 on node010``."""
+    return "; ".join(f"{value} on {nodes}" for value, nodes, _ in fold_values(values))

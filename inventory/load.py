@@ -1,0 +1,224 @@
+"""Load an inventory file into resolved :class:`~inventory.model.Node` objects, or fail with a clear error.
+
+Every problem is reported as ``FILE: key.path: what was expected``, all of them at once, so an operator
+fixes a broken inventory in one pass. Profiles are taken inline (``profiles:``) or by name from a
+``profiles/NAME.yaml`` beside the inventory file, then from the profiles shipped in ``inventory/profiles/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from inventory.hostlist import HostlistError, expand
+from inventory.model import (
+    DEFAULT_SSH,
+    LOCAL_ADDRESS,
+    Inventory,
+    InventoryFile,
+    Node,
+    Profile,
+)
+
+SHIPPED_PROFILES = Path(__file__).parent / "profiles"
+
+
+class InventoryError(Exception):
+    """An inventory that cannot be used; ``problems`` holds one line per problem, each naming its key."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that rejects a key given twice in one mapping (YAML would keep the last silently)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            # pydantic names the union branch it tried (e.g. 'str', 'MinVersion'); that is not a key.
+            if part in {"str", "MinVersion", "function-after", "constrained-float", "constrained-int"}:
+                continue
+            text += f".{part}" if text else part
+    return text or "(top level)"
+
+
+def _describe(errors: list[Any], prefix: str = "") -> list[str]:
+    problems: list[str] = []
+    seen: set[str] = set()
+    for err in errors:
+        path = _key_path(tuple(err["loc"]))
+        if prefix:
+            path = f"{prefix}.{path}" if path != "(top level)" else prefix
+        if err["type"] == "extra_forbidden":
+            line = f"{path}: unknown key (typo? see inventory/examples/contract.yaml for the keys)"
+        elif err["type"] == "missing":
+            line = f"{path}: required key is missing"
+        else:
+            line = f"{path}: {err['msg']} (got {err.get('input')!r})"
+        if line not in seen:
+            seen.add(line)
+            problems.append(line)
+    return problems
+
+
+def _read_yaml(path: Path, source: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(source, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise InventoryError(source, [f"not valid YAML: {exc}"]) from exc
+
+
+def _load_profile_file(path: Path) -> Profile:
+    data = _read_yaml(path, str(path))
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise InventoryError(str(path), _describe(exc.errors())) from exc
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read, validate and resolve an inventory file. Raises :class:`InventoryError`."""
+    path = Path(path)
+    source = str(path)
+    data = _read_yaml(path, source)
+    if not isinstance(data, dict):
+        raise InventoryError(source, ["(top level): expected a mapping with keys cluster, nodes, profiles, ..."])
+    try:
+        parsed = InventoryFile.model_validate(data)
+    except ValidationError as exc:
+        raise InventoryError(source, _describe(exc.errors())) from exc
+
+    problems: list[str] = []
+    digest = hashlib.sha256(path.read_bytes())
+    profiles: dict[str, Profile] = dict(parsed.profiles)
+
+    def resolve_profile(name: str, key: str) -> Profile | None:
+        if name in profiles:
+            return profiles[name]
+        for folder in (path.parent / "profiles", SHIPPED_PROFILES):
+            candidate = folder / f"{name}.yaml"
+            if candidate.is_file():
+                try:
+                    profile = _load_profile_file(candidate)
+                except InventoryError as exc:
+                    problems.extend(f"{key} -> {line}" for line in str(exc).splitlines())
+                    return None
+                digest.update(candidate.read_bytes())
+                profiles[name] = profile
+                return profile
+        problems.append(f"{key}: profile {name!r} is not defined under 'profiles' nor in profiles/{name}.yaml")
+        return None
+
+    if not parsed.nodes:
+        problems.append("nodes: empty list; at least one node entry is required")
+
+    base_ssh = parsed.defaults.ssh.merged_over(DEFAULT_SSH)
+    nodes: list[Node] = []
+    first_entry: dict[str, int] = {}
+    for i, entry in enumerate(parsed.nodes):
+        key = f"nodes[{i}]"
+        try:
+            names = expand(entry.hosts)
+        except HostlistError as exc:
+            problems.append(f"{key}.hosts: {exc}")
+            continue
+        if entry.address is not None and len(names) > 1:
+            problems.append(
+                f"{key}.address: one address given for {len(names)} nodes ({entry.hosts}); give each node its own entry"
+            )
+        if entry.address is not None and not entry.address.strip():
+            problems.append(f"{key}.address: empty address")
+        profile_name = entry.profile or parsed.defaults.profile
+        if profile_name is None:
+            problems.append(f"{key}.profile: no profile for this entry and no defaults.profile")
+            continue
+        profile_key = f"{key}.profile" if entry.profile else "defaults.profile"
+        profile = resolve_profile(profile_name, profile_key)
+        if profile is None:
+            continue
+        ssh = entry.ssh.merged_over(base_ssh)
+        labels = {**parsed.defaults.labels, **entry.labels}
+        for name in names:
+            if name in first_entry:
+                problems.append(f"{key}.hosts: node {name} is listed twice (also in nodes[{first_entry[name]}].hosts)")
+                continue
+            first_entry[name] = i
+            nodes.append(
+                Node(
+                    name=name,
+                    ssh=ssh,
+                    profile_name=profile_name,
+                    profile=profile,
+                    address=entry.address,
+                    labels=labels,
+                )
+            )
+
+    excluded: set[str] = set()
+    for j, expression in enumerate(parsed.exclude):
+        try:
+            names = expand(expression)
+        except HostlistError as exc:
+            problems.append(f"exclude[{j}]: {exc}")
+            continue
+        for name in names:
+            if name not in first_entry:
+                problems.append(f"exclude[{j}]: node {name} is not listed under nodes")
+            excluded.add(name)
+
+    if problems:
+        raise InventoryError(source, problems)
+
+    nodes = [
+        Node(
+            name=n.name,
+            ssh=n.ssh,
+            profile_name=n.profile_name,
+            profile=n.profile,
+            address=n.address,
+            labels=n.labels,
+            excluded=n.name in excluded,
+        )
+        for n in nodes
+    ]
+    return Inventory(
+        cluster=parsed.cluster,
+        nodes=nodes,
+        profiles=profiles,
+        source=source,
+        digest=digest.hexdigest(),
+    )
+
+
+def local_inventory(profile: Profile, cluster: str = "local", name: str = "localhost") -> Inventory:
+    """An inventory of just this machine, reached with the local transport."""
+    node = Node(name=name, ssh=DEFAULT_SSH, profile_name="local", profile=profile, address=LOCAL_ADDRESS)
+    return Inventory(cluster=cluster, nodes=[node], profiles={"local": profile}, source="(local)", digest="")

@@ -1,0 +1,177 @@
+"""Typed inventory: the file as an operator writes it (``*File`` models) and the resolved nodes.
+
+Every model forbids unknown keys, so a typo (``comand_timeout_s``) is an error naming the key instead of a
+setting silently ignored. Units are in the key names. Values that YAML would turn into numbers and lose
+digits (``driver_version: 570.860``) must be strings; the error says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+PositiveSeconds = Annotated[float, Field(gt=0, le=86400)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+HostKeyPolicy = Literal["strict", "accept-new"]
+
+
+class SshSettings(_Strict):
+    """How to reach a node. Unset keys fall back to the defaults, then to ~/.ssh/config, then to ssh's own."""
+
+    user: StrictStr | None = None
+    port: Port | None = None
+    identity_file: StrictStr | None = None
+    jump: StrictStr | None = Field(default=None, description="ProxyJump host: host, user@host or user@host:port")
+    known_hosts: StrictStr | None = None
+    host_key_policy: HostKeyPolicy | None = None
+    connect_timeout_s: PositiveSeconds | None = None
+    command_timeout_s: PositiveSeconds | None = None
+
+    def merged_over(self, base: SshSettings) -> SshSettings:
+        """These settings, with unset keys taken from ``base``."""
+        values = base.model_dump()
+        values.update({k: v for k, v in self.model_dump().items() if v is not None})
+        return SshSettings(**values)
+
+
+class MinVersion(_Strict):
+    min: StrictStr
+
+
+class GpuSpec(_Strict):
+    model: StrictStr
+    count: Annotated[int, Field(ge=1, le=64)]
+
+
+class NvlinkSpec(_Strict):
+    links_per_gpu: Annotated[int, Field(ge=0, le=64)]
+    link_speed_gbps: Annotated[float, Field(gt=0)]
+
+
+class PcieSpec(_Strict):
+    gen: Annotated[int, Field(ge=1, le=7)]
+    width: Literal[1, 2, 4, 8, 16, 32]
+
+
+class ExpectedTransport(_Strict):
+    intra_node: StrictStr | None = None
+    inter_node: StrictStr | None = None
+
+
+class ProbeSettings(_Strict):
+    python: StrictStr = "python3"
+    device: Literal["cuda", "cpu"] = "cuda"
+    expected_transport: ExpectedTransport = ExpectedTransport()
+    command_prefix: StrictStr | None = Field(
+        default=None, description="runs probes inside a container, e.g. 'docker exec trainer'"
+    )
+
+
+class Thresholds(_Strict):
+    gemm_bf16_tflops_min: Annotated[float, Field(ge=0)] | None = None
+    hbm_copy_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    allreduce_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    allreduce_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    straggler_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
+    scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = None
+
+
+class Profile(_Strict):
+    """What a node must be. A key left out is not checked."""
+
+    gpu: GpuSpec | None = None
+    driver_version: StrictStr | MinVersion | None = None
+    cuda_version: StrictStr | None = None
+    persistence_mode: Literal["enabled", "disabled"] | None = None
+    nvlink: NvlinkSpec | None = None
+    pcie: PcieSpec | None = None
+    nccl_env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    probes: ProbeSettings = ProbeSettings()
+    thresholds: Thresholds = Thresholds()
+
+
+class DefaultsFile(_Strict):
+    profile: StrictStr | None = None
+    ssh: SshSettings = SshSettings()
+    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class NodeEntryFile(_Strict):
+    hosts: StrictStr
+    address: StrictStr | None = Field(
+        default=None, description="where to connect when the name does not resolve; 'local' = this machine"
+    )
+    profile: StrictStr | None = None
+    ssh: SshSettings = SshSettings()
+    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class InventoryFile(_Strict):
+    cluster: StrictStr
+    defaults: DefaultsFile = DefaultsFile()
+    nodes: list[NodeEntryFile]
+    exclude: list[StrictStr] = Field(default_factory=list)
+    profiles: dict[StrictStr, Profile] = Field(default_factory=dict)
+
+
+# Resolved ---------------------------------------------------------------------------------------------
+
+LOCAL_ADDRESS = "local"
+
+DEFAULT_SSH = SshSettings(
+    host_key_policy="strict",
+    connect_timeout_s=10.0,
+    command_timeout_s=120.0,
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node to test, with everything needed to reach and judge it."""
+
+    name: str
+    ssh: SshSettings
+    profile_name: str
+    profile: Profile
+    address: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    excluded: bool = False
+
+    @property
+    def is_local(self) -> bool:
+        return self.address == LOCAL_ADDRESS
+
+    @property
+    def connect_host(self) -> str:
+        """The host to connect to: the address when given, else the name (resolved by DNS or ssh_config)."""
+        return self.address if self.address and not self.is_local else self.name
+
+
+@dataclass(frozen=True)
+class Inventory:
+    cluster: str
+    nodes: list[Node]
+    profiles: dict[str, Profile]
+    source: str
+    digest: str
+
+    @property
+    def tested(self) -> list[Node]:
+        return [n for n in self.nodes if not n.excluded]
+
+    @property
+    def excluded(self) -> list[Node]:
+        return [n for n in self.nodes if n.excluded]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)

@@ -1,0 +1,1 @@
+"""cluster-accept: probes."""

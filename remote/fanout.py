@@ -1,0 +1,115 @@
+"""Run a batch of commands on many nodes at once, with bounded concurrency, one result per node.
+
+One connection per node, reused for all of that node's commands (they travel as one batch script); a
+failed, slow or unreachable node never aborts the others, and every node comes back with a
+:class:`~remote.result.NodeResult` (an unexpected exception too, as status ``error``).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Protocol
+
+from inventory.model import Node
+from remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
+from remote.local import run_local
+from remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
+from remote.ssh import Unreachable, open_session
+
+DEFAULT_CONCURRENCY = 64
+
+
+class NodeSession(Protocol):
+    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalSession:
+    """The controller itself, without SSH."""
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
+        return run_local(["sh", "-c", script], timeout_s)
+
+    def close(self) -> None:
+        return None
+
+
+def connect(node: Node) -> NodeSession | Unreachable:
+    if node.is_local:
+        return LocalSession(node)
+    return open_session(node)
+
+
+def run_batch(
+    session: NodeSession, node: Node, commands: Sequence[RemoteCommand]
+) -> tuple[NodeStatus, str, list[CommandResult]]:
+    """Run ``commands`` as one script in an open session."""
+    default_timeout = node.ssh.command_timeout_s or 120.0
+    nonce = new_nonce()
+    script = build_batch(commands, default_timeout, nonce)
+    exit_code, stdout, stderr, timed_out = session.run_script(script, batch_timeout(commands, default_timeout))
+    results = parse_batch(commands, stdout, nonce, stderr_tail="")
+    if timed_out:
+        for result in results:
+            if result.exit_code is None:
+                result.timed_out = True
+        return NodeStatus.OK, "the batch hit the client-side timeout", results
+    if exit_code != 0 or any(r.exit_code is None for r in results):
+        detail = f"batch exited {exit_code}: {stderr.strip()[-500:]}"
+        return NodeStatus.ERROR, detail, results
+    return NodeStatus.OK, "", results
+
+
+def run_node(node: Node, commands: Sequence[RemoteCommand]) -> NodeResult:
+    """Connect to one node, run its batch, close. Never raises."""
+    started = time.monotonic()
+    try:
+        session = connect(node)
+        if isinstance(session, Unreachable):
+            return NodeResult(
+                node.name,
+                NodeStatus.UNREACHABLE,
+                cause=session.cause,
+                detail=session.detail,
+                duration_s=time.monotonic() - started,
+            )
+        try:
+            status, detail, results = run_batch(session, node, commands)
+        finally:
+            session.close()
+        return NodeResult(node.name, status, None, detail, results, time.monotonic() - started)
+    except Exception as exc:  # noqa: BLE001 - one node's bug must not lose the others
+        detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        return NodeResult(node.name, NodeStatus.ERROR, None, detail, [], time.monotonic() - started)
+
+
+def fan_out(
+    nodes: Iterable[Node],
+    commands: Sequence[RemoteCommand] | Callable[[Node], Sequence[RemoteCommand]],
+    concurrency: int = DEFAULT_CONCURRENCY,
+    on_result: Callable[[NodeResult], None] | None = None,
+) -> dict[str, NodeResult]:
+    """Run each node's batch, at most ``concurrency`` nodes at a time; results keyed by node, in input order."""
+    node_list = list(nodes)
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+
+    def commands_for(node: Node) -> Sequence[RemoteCommand]:
+        return commands(node) if callable(commands) else commands
+
+    results: dict[str, NodeResult] = {}
+    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(node_list)))) as pool:
+        futures = {pool.submit(run_node, node, commands_for(node)): node for node in node_list}
+        for future in as_completed(futures):
+            result = future.result()
+            results[result.node] = result
+            if on_result is not None:
+                on_result(result)
+    return {node.name: results[node.name] for node in node_list}

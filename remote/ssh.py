@@ -1,0 +1,261 @@
+"""SSH sessions to nodes through Fabric/paramiko — the only module of the project that imports them.
+
+What this module guarantees, whatever the inventory says:
+- never interactive: no password, passphrase or host-key prompt, ever (paramiko never prompts; a key that
+  needs a passphrase is an ``auth`` failure);
+- host keys: ``strict`` loads the inventory's known_hosts and refuses unknown or changed keys (Fabric
+  alone would trust any key: fabric #2071); ``accept-new`` trusts a key seen for the first time and
+  appends it to known_hosts under a process-wide lock (concurrent rewrites would lose entries);
+- one fresh :class:`fabric.Config` per connection (a shared one breaks across threads) built over one
+  ssh_config parsed once (re-reading ~/.ssh/config per host is slow at 1,000 nodes);
+- failures to connect come back as an :class:`~remote.result.UnreachableCause`, not an exception;
+- new connections through one jump host are throttled: a bastion's sshd drops bursts (MaxStartups).
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut, UnexpectedExit
+
+from inventory.model import Node, SshSettings
+from remote.result import UnreachableCause
+
+JUMP_CONNECTS_IN_FLIGHT = 8
+RETRIES_ON_PROTOCOL_ERROR = 3
+KEEPALIVE_S = 30
+
+_known_hosts_lock = threading.Lock()
+_jump_slots_lock = threading.Lock()
+_jump_slots: dict[str, threading.BoundedSemaphore] = {}
+_ssh_config_lock = threading.Lock()
+_ssh_config: paramiko.SSHConfig | None = None
+
+
+class Unreachable(Exception):
+    """Raised inside this module only; callers get it as data from :func:`open_session`."""
+
+    def __init__(self, cause: UnreachableCause, detail: str):
+        super().__init__(f"{cause.value}: {detail}")
+        self.cause = cause
+        self.detail = detail
+
+
+def _user_ssh_config() -> paramiko.SSHConfig:
+    """~/.ssh/config (and /etc/ssh/ssh_config), parsed once per process."""
+    global _ssh_config
+    with _ssh_config_lock:
+        if _ssh_config is None:
+            config = paramiko.SSHConfig()
+            for path in (Path("/etc/ssh/ssh_config"), Path("~/.ssh/config").expanduser()):
+                if path.is_file():
+                    try:
+                        with path.open() as handle:
+                            config.parse(handle)
+                    except (OSError, paramiko.SSHException):
+                        continue
+            _ssh_config = config
+        return _ssh_config
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Trust on first use: remember an unknown key in known_hosts. A *changed* key still fails."""
+
+    def __init__(self, known_hosts: Path | None):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        if self.known_hosts is None:
+            return
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _known_hosts_lock:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            with self.known_hosts.open("a") as handle:
+                handle.write(line)
+
+
+def _parse_jump(jump: str) -> tuple[str | None, str, int | None]:
+    """``user@host:port`` → (user, host, port)."""
+    user = None
+    if "@" in jump:
+        user, jump = jump.rsplit("@", 1)
+    port = None
+    if jump.count(":") == 1:
+        jump, port_text = jump.split(":")
+        port = int(port_text)
+    return user, jump, port
+
+
+def _connect_kwargs(ssh: SshSettings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "banner_timeout": ssh.connect_timeout_s,
+        "auth_timeout": ssh.connect_timeout_s,
+        "password": None,
+        "passphrase": None,
+    }
+    if ssh.identity_file:
+        kwargs["key_filename"] = [str(Path(ssh.identity_file).expanduser())]
+    return kwargs
+
+
+def _harden(connection: Connection, ssh: SshSettings) -> None:
+    """Replace Fabric's trust-everything host key handling with the inventory's policy."""
+    known_hosts = Path(ssh.known_hosts).expanduser() if ssh.known_hosts else None
+    client: paramiko.SSHClient = connection.client
+    if known_hosts is not None and known_hosts.is_file():
+        client.load_host_keys(str(known_hosts))
+    elif known_hosts is None:
+        client.load_system_host_keys()
+    if ssh.host_key_policy == "accept-new":
+        client.set_missing_host_key_policy(_AcceptNewPolicy(known_hosts))
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
+def _connection(host: str, ssh: SshSettings, gateway: Connection | None = None) -> Connection:
+    config = Config(ssh_config=_user_ssh_config())  # one Config per Connection: shared ones break
+    connection = Connection(
+        host,
+        user=ssh.user,
+        port=ssh.port,
+        config=config,
+        gateway=gateway,
+        connect_timeout=max(1, int(round(ssh.connect_timeout_s or 10))),
+        connect_kwargs=_connect_kwargs(ssh),
+    )
+    _harden(connection, ssh)
+    return connection
+
+
+def classify(exc: BaseException) -> Unreachable:
+    """Map whatever paramiko/socket raised into a cause an operator can act on."""
+    if isinstance(exc, Unreachable):
+        return exc
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, socket.gaierror):
+        return Unreachable(UnreachableCause.DNS, text)
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return Unreachable(
+            UnreachableCause.HOST_KEY,
+            f"host key changed (got {exc.key.get_fingerprint().hex()}): possible impersonation or re-install",
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        codes = {getattr(e, "errno", None) for e in exc.errors.values()}
+        if codes & {errno.ECONNREFUSED}:
+            return Unreachable(UnreachableCause.REFUSED, text)
+        if codes & {errno.EHOSTUNREACH, errno.ENETUNREACH}:
+            return Unreachable(UnreachableCause.NO_ROUTE, text)
+        if codes & {errno.ETIMEDOUT}:
+            return Unreachable(UnreachableCause.TIMEOUT, text)
+        return Unreachable(UnreachableCause.ERROR, text)
+    if isinstance(exc, ConnectionRefusedError):
+        return Unreachable(UnreachableCause.REFUSED, text)
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return Unreachable(UnreachableCause.TIMEOUT, f"no answer within the connect timeout ({text})")
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return Unreachable(UnreachableCause.NO_ROUTE, text)
+    if isinstance(exc, (paramiko.AuthenticationException, paramiko.PasswordRequiredException)):
+        return Unreachable(UnreachableCause.AUTH, text)
+    if isinstance(exc, paramiko.SSHException):
+        if "not found in known_hosts" in text:
+            return Unreachable(UnreachableCause.HOST_KEY, f"unknown host key under 'strict' policy: {text}")
+        if "banner" in text.lower() or "reset" in text.lower() or "closed" in text.lower():
+            return Unreachable(UnreachableCause.PROTOCOL, text)
+        if "authentication" in text.lower() or "no authentication methods" in text.lower():
+            return Unreachable(UnreachableCause.AUTH, text)
+        return Unreachable(UnreachableCause.PROTOCOL, text)
+    if isinstance(exc, (ConnectionResetError, EOFError)):
+        return Unreachable(UnreachableCause.PROTOCOL, text)
+    if isinstance(exc, ValueError) and "key" in text.lower():
+        return Unreachable(UnreachableCause.AUTH, text)
+    if isinstance(exc, FileNotFoundError):
+        return Unreachable(UnreachableCause.AUTH, f"identity file missing: {text}")
+    return Unreachable(UnreachableCause.ERROR, f"{type(exc).__name__}: {text}")
+
+
+def _jump_slot(jump: str) -> threading.BoundedSemaphore:
+    with _jump_slots_lock:
+        if jump not in _jump_slots:
+            _jump_slots[jump] = threading.BoundedSemaphore(JUMP_CONNECTS_IN_FLIGHT)
+        return _jump_slots[jump]
+
+
+@dataclass
+class SshSession:
+    """An open session to one node, reused for all of that node's commands."""
+
+    node: Node
+    connection: Connection
+
+    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
+        """Run a POSIX sh script (as ``sh -c '<script>'``, whatever the login shell is).
+
+        Returns (exit code or None, stdout, stderr, timed out on the client).
+        """
+        command_line = "sh -c " + shlex.quote(script)
+        try:
+            result = self.connection.run(
+                command_line, hide=True, warn=True, in_stream=False, pty=False, timeout=timeout_s
+            )
+        except CommandTimedOut as exc:
+            partial = exc.result
+            return None, partial.stdout or "", partial.stderr or "", True
+        except UnexpectedExit as exc:  # only with warn=False; kept for safety
+            return exc.result.exited, exc.result.stdout, exc.result.stderr, False
+        return result.exited, result.stdout, result.stderr, False
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        self.connection.put(local_path, remote=remote_path)
+
+    def close(self) -> None:
+        try:
+            self.connection.close()
+        except Exception:  # noqa: BLE001 - closing a dead session must not hide the real result
+            pass
+
+
+def open_session(node: Node) -> SshSession | Unreachable:
+    """Connect and authenticate to ``node``; an unreachable node comes back as data."""
+    ssh = node.ssh
+    gateway = None
+    jump = ssh.jump
+    if jump:
+        user, host, port = _parse_jump(jump)
+        jump_ssh = ssh.model_copy(update={"user": user or ssh.user, "port": port or 22})
+        gateway = _connection(host, jump_ssh)
+    connection = _connection(node.connect_host, ssh, gateway=gateway)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            if jump:
+                with _jump_slot(jump):
+                    connection.open()
+            else:
+                connection.open()
+            if connection.transport is not None:
+                connection.transport.set_keepalive(KEEPALIVE_S)
+            return SshSession(node, connection)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes data
+            failure = classify(exc)
+            if gateway is not None and not gateway.is_connected:
+                failure = Unreachable(UnreachableCause.JUMP, f"jump host {jump}: {failure}")
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001
+                pass
+            if failure.cause is UnreachableCause.PROTOCOL and attempt <= RETRIES_ON_PROTOCOL_ERROR:
+                time.sleep(random.uniform(0.2, 0.6) * attempt)  # noqa: S311 - jitter, not crypto
+                continue
+            return failure
