@@ -1,0 +1,57 @@
+"""The Parquet schemas of a run directory, explicit and versioned; every file is written with its schema.
+
+These files, not Prefect's database, are the record of a run: Prefect's ephemeral API loses task records.
+Bump ``SCHEMA_VERSION`` when a column changes meaning; adding a column is compatible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = "1"
+
+CHECKS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("stage", pa.string()),
+        ("node", pa.string()),
+        ("gpu", pa.int32()),
+        ("check", pa.string()),
+        ("item", pa.string()),
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("observed", pa.string()),
+        ("expected", pa.string()),
+        ("detail", pa.string()),
+        ("raw_output", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "checks", "version": SCHEMA_VERSION},
+)
+
+VERDICTS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("node", pa.string()),
+        ("profile", pa.string()),
+        ("verdict", pa.string()),
+        ("reasons", pa.list_(pa.string())),
+    ],
+    metadata={"cluster_accept_schema": "verdicts", "version": SCHEMA_VERSION},
+)
+
+
+def write_table(path: Path, rows: Sequence[dict[str, Any]], schema: pa.Schema) -> Path:
+    """Write rows with exactly ``schema`` (missing keys become nulls), atomically (tmp file + rename)."""
+    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+    table = pa.Table.from_pydict(columns, schema=schema)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,129 @@
+"""What every check shares: the closed status enum, the row a check produces, and check discovery.
+
+A check is one module in ``checks/`` that defines:
+
+- ``NAME``: the check's name as it appears in rows and verdict reasons (``driver``, ``gpu_count``…);
+- ``COMMAND``: the shell snippet it runs on the node (one per check; all of a node's checks travel in one
+  batch over one SSH session);
+- ``parse(stdout: str, exit_code: int | None) -> model``: pure, never raises; malformed output becomes a
+  model whose ``error`` says so, with the raw text kept;
+- ``evaluate(model, profile, cluster) -> list[CheckRow]``: pure; judges the node against its profile and
+  against the cluster's majority (:class:`ClusterView`);
+- optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift.
+
+Adding a check is adding a module: :func:`discover` finds it by walking the package, there is no list to
+edit (ClusterShell finds its workers the same way).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import pkgutil
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from inventory.model import Profile
+
+
+class Status(str, enum.Enum):
+    """One closed set of outcomes; the reason code says why."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    UNREACHABLE = "unreachable"
+
+
+BAD_STATUSES = frozenset({Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.UNREACHABLE})
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One judged item: the measured value next to the expected one, and why it passed or not."""
+
+    check: str
+    item: str
+    status: Status
+    reason: str  # a stable code: 'ok', 'version_mismatch', 'count_low', 'nvidia_smi_failed', ...
+    observed: str | None = None
+    expected: str | None = None
+    detail: str = ""
+    gpu: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the rest of the cluster looks like: the majority value of every compared key."""
+
+    majority: Mapping[str, str]
+    nodes_compared: int
+
+    def majority_of(self, key: str) -> str | None:
+        return self.majority.get(key)
+
+
+def majority_values(per_node: Mapping[str, Mapping[str, str]]) -> ClusterView:
+    """Majority of each key over the nodes that report it; a tie has no majority (no drift verdict)."""
+    counts: dict[str, Counter[str]] = {}
+    for values in per_node.values():
+        for key, value in values.items():
+            counts.setdefault(key, Counter())[value] += 1
+    majority: dict[str, str] = {}
+    for key, counter in counts.items():
+        ranked = counter.most_common(2)
+        if len(ranked) == 1 or ranked[0][1] > ranked[1][1]:
+            majority[key] = ranked[0][0]
+    return ClusterView(majority=majority, nodes_compared=len(per_node))
+
+
+@dataclass(frozen=True)
+class Check:
+    """A discovered check module, typed."""
+
+    name: str
+    command: str
+    timeout_s: float | None
+    parse: Callable[[str, int | None], Any]
+    evaluate: Callable[[Any, Profile, ClusterView], list[CheckRow]]
+    cluster_values: Callable[[Any], dict[str, str]] | None
+    module: ModuleType
+
+
+def _as_check(module: ModuleType) -> Check | None:
+    name = getattr(module, "NAME", None)
+    if not isinstance(name, str) or not all(hasattr(module, a) for a in ("COMMAND", "parse", "evaluate")):
+        return None
+    return Check(
+        name=name,
+        command=module.COMMAND,
+        timeout_s=getattr(module, "TIMEOUT_S", None),
+        parse=module.parse,
+        evaluate=module.evaluate,
+        cluster_values=getattr(module, "cluster_values", None),
+        module=module,
+    )
+
+
+def discover(package: str = "checks") -> list[Check]:
+    """Every check module in ``package``, sorted by name."""
+    root = importlib.import_module(package)
+    found: list[Check] = []
+    for info in pkgutil.iter_modules(root.__path__):
+        if info.name.startswith("_") or info.name in {"base", "sections"}:
+            continue
+        check = _as_check(importlib.import_module(f"{package}.{info.name}"))
+        if check is not None:
+            found.append(check)
+    return sorted(found, key=lambda c: c.name)
+
+
+def error_row(check: str, reason: str, detail: str, raw: str = "") -> CheckRow:
+    """A row for output we could not understand: status ``error``, the raw text kept as evidence."""
+    return CheckRow(check=check, item="output", status=Status.ERROR, reason=reason, detail=(detail + "\n" + raw)[:4000])

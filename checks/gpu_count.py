@@ -1,0 +1,85 @@
+"""GPU count and model, from ``nvidia-smi --query-gpu``: a node showing 7 of 8 GPUs fails.
+
+A GPU that fell off the bus simply disappears from nvidia-smi, so the count is the first thing to judge;
+a dead driver makes nvidia-smi print a fixed message and exit 9, which is a failure with that reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from checks.base import CheckRow, ClusterView, Status, error_row
+from checks.sections import csv_rows, driver_failure
+from inventory.model import Profile
+
+NAME = "gpu_count"
+COMMAND = "nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader,nounits"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str
+
+
+@dataclass(frozen=True)
+class GpuList:
+    gpus: list[Gpu] = field(default_factory=list)
+    failure: str | None = None  # nvidia-smi could not talk to the driver
+    error: str | None = None  # output we could not read
+    raw: str = ""
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> GpuList:
+    failure = driver_failure(stdout, exit_code)
+    if failure:
+        return GpuList(failure=failure, raw=stdout)
+    rows = csv_rows(stdout, 3)
+    if rows is None or (exit_code not in (0, None)):
+        return GpuList(error=f"unexpected nvidia-smi output (exit {exit_code})", raw=stdout)
+    gpus = []
+    for index, name, uuid in rows:
+        if not index.isdigit():
+            return GpuList(error=f"bad GPU index {index!r}", raw=stdout)
+        gpus.append(Gpu(int(index), name, uuid))
+    return GpuList(gpus=gpus, raw=stdout)
+
+
+def cluster_values(model: GpuList) -> dict[str, str]:
+    if model.failure or model.error:
+        return {}
+    values = {"gpu_count": str(len(model.gpus))}
+    names = sorted({g.name for g in model.gpus})
+    if len(names) == 1:
+        values["gpu_model"] = names[0]
+    return values
+
+
+def evaluate(model: GpuList, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.failure:
+        return [CheckRow(NAME, "nvidia-smi", Status.FAIL, "nvidia_smi_failed", model.failure, "GPUs listed")]
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    count = len(model.gpus)
+    rows: list[CheckRow] = []
+    expected = profile.gpu.count if profile.gpu else None
+    if expected is None:
+        majority = cluster.majority_of("gpu_count")
+        if majority is not None and majority != str(count):
+            rows.append(CheckRow(NAME, "count", Status.FAIL, "count_drift", str(count), f"{majority} (majority)"))
+        else:
+            rows.append(CheckRow(NAME, "count", Status.PASS, "ok", str(count), majority))
+    elif count < expected:
+        rows.append(CheckRow(NAME, "count", Status.FAIL, "count_low", str(count), str(expected)))
+    elif count > expected:
+        rows.append(CheckRow(NAME, "count", Status.WARN, "count_high", str(count), str(expected)))
+    else:
+        rows.append(CheckRow(NAME, "count", Status.PASS, "ok", str(count), str(expected)))
+    if profile.gpu:
+        for gpu in model.gpus:
+            if gpu.name != profile.gpu.model:
+                rows.append(
+                    CheckRow(NAME, "model", Status.FAIL, "model_mismatch", gpu.name, profile.gpu.model, gpu=gpu.index)
+                )
+    return rows

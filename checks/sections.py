@@ -1,0 +1,39 @@
+"""Shared parsing helpers for nvidia-smi outputs.
+
+``nvidia-smi`` reports a dead driver with a fixed message and exit code 9 whatever subcommand ran; every
+check recognises it the same way, so it lives here once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+DRIVER_FAILURE_MARKERS = (
+    "couldn't communicate with the NVIDIA driver",
+    "NVIDIA-SMI has failed",
+    "No devices were found",
+)
+
+
+def driver_failure(stdout: str, exit_code: int | None) -> str | None:
+    """The failure line when nvidia-smi could not talk to the driver, else None."""
+    for line in stdout.splitlines():
+        if any(marker in line for marker in DRIVER_FAILURE_MARKERS):
+            return line.strip()
+    if exit_code == 127 or "command not found" in stdout:
+        return "nvidia-smi not found on the node"
+    return None
+
+
+def csv_rows(stdout: str, columns: int) -> list[list[str]] | None:
+    """Rows of a ``--format=csv,noheader,nounits`` output, each with exactly ``columns`` cells; None if any
+    non-empty line has another shape (truncated or garbage output)."""
+    rows: list[list[str]] = []
+    for record in csv.reader(io.StringIO(stdout), skipinitialspace=True):
+        if not record or all(not cell.strip() for cell in record):
+            continue
+        if len(record) != columns:
+            return None
+        rows.append([cell.strip() for cell in record])
+    return rows

@@ -1,0 +1,172 @@
+"""The ``cluster-accept`` command line.
+
+Exit codes: 0 every tested node accepted; 1 any node rejected or unreachable; 2 a usage or inventory error
+(printed without a traceback, naming the file and the key).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from inventory.hostlist import HostlistError, fold
+from inventory.load import InventoryError, load_inventory
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
+)
+inventory_app = typer.Typer(no_args_is_help=True, help="Inventory files.")
+testbed_app = typer.Typer(no_args_is_help=True, help="A simulated cluster of real sshd nodes on this machine (root).")
+app.add_typer(inventory_app, name="inventory")
+app.add_typer(testbed_app, name="testbed")
+
+out = Console()
+err = Console(stderr=True)
+
+USAGE_ERROR = 2
+
+
+def _quiet_prefect() -> None:
+    """Defaults for an operator's terminal and air-gapped hosts; explicit settings win."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+
+
+def _fail_usage(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(USAGE_ERROR)
+
+
+@inventory_app.command("check")
+def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML file")]) -> None:
+    """Validate an inventory and print the nodes that would be tested, folded, per profile."""
+    try:
+        inventory = load_inventory(path)
+    except InventoryError as exc:
+        for problem in exc.problems:
+            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(USAGE_ERROR) from None
+    table = Table(title=f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test")
+    table.add_column("profile")
+    table.add_column("nodes")
+    table.add_column("count", justify="right")
+    by_profile: dict[str, list[str]] = {}
+    for node in inventory.tested:
+        by_profile.setdefault(node.profile_name, []).append(node.name)
+    for profile, names in sorted(by_profile.items()):
+        table.add_row(profile, fold(names), str(len(names)))
+    out.print(table)
+    if inventory.excluded:
+        out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False)
+
+
+def _run(inventory_path: Path, out_dir: Path, nodes: str | None, stages: list[str] | None, concurrency: int) -> int:
+    from analysis.verdicts import Verdict
+    from flows.acceptance import StageNotAvailable, resolve_stages, run_acceptance, select_nodes
+
+    try:
+        select_nodes(load_inventory(inventory_path), nodes)
+        resolve_stages(stages)
+    except InventoryError as exc:
+        for problem in exc.problems:
+            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
+        return USAGE_ERROR
+    except (ValueError, StageNotAvailable, HostlistError) as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False)
+        return USAGE_ERROR
+    outcome = run_acceptance(inventory_path, out_dir, stages, nodes, concurrency=concurrency)
+    table = Table(title=f"run {outcome.run_id}")
+    for column in ("node", "verdict", "reasons"):
+        table.add_column(column)
+    for verdict in outcome.verdicts:
+        if verdict["verdict"] != Verdict.ACCEPTED:
+            table.add_row(verdict["node"], verdict["verdict"], ", ".join(verdict["reasons"]))
+    if table.row_count:
+        out.print(table)
+    out.print(
+        f"accepted {outcome.count(Verdict.ACCEPTED)} / rejected {outcome.count(Verdict.REJECTED)} / "
+        f"unreachable {outcome.count(Verdict.UNREACHABLE)} / skipped {outcome.count(Verdict.SKIPPED)}",
+        highlight=False,
+    )
+    out.print(f"report: {outcome.run_dir / 'report.html'}", highlight=False, soft_wrap=True)
+    return outcome.exit_code
+
+
+@app.command("run")
+def run(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    nodes: Annotated[str | None, typer.Option("--nodes", help="test only these nodes (hostlist)")] = None,
+    stages: Annotated[
+        str | None, typer.Option("--stages", help="comma-separated: preflight,single-node,multi-node")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
+) -> None:
+    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report)."""
+    stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
+    raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency))
+
+
+@testbed_app.command("up")
+def testbed_up(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=1000, help="number of simulated nodes")] = 8,
+    faults: Annotated[Path | None, typer.Option("--faults", help="fault plan YAML")] = None,
+) -> None:
+    """Start N simulated GPU nodes (network namespaces with real sshd) and write their inventory."""
+    from testbed.bed import up
+    from testbed.faults import load_fault_plan
+
+    try:
+        plan = load_fault_plan(faults) if faults else None
+    except ValueError as exc:
+        raise _fail_usage(str(exc)) from None
+    bed = up(nodes, plan)
+    out.print(f"{len(bed.nodes)} nodes up; inventory: {bed.inventory_path}", highlight=False, soft_wrap=True)
+
+
+@testbed_app.command("down")
+def testbed_down() -> None:
+    """Stop every simulated node and remove the namespaces, bridge and state."""
+    from testbed.bed import down
+
+    down()
+    out.print("test-bed down")
+
+
+DEMO_FAULTS = Path(__file__).resolve().parent.parent / "testbed" / "demo-faults.yaml"
+
+
+@app.command("demo")
+def demo(out_dir: Annotated[Path, typer.Option("--out", help="where the run directory goes")] = Path("runs")) -> None:
+    """Bring up an 8-node test-bed with planted faults, accept it, print the report path, take it down."""
+    from testbed.bed import down, up
+    from testbed.faults import load_fault_plan
+
+    plan = load_fault_plan(DEMO_FAULTS)
+    out.print("starting an 8-node test-bed (real sshd in network namespaces) with planted faults...")
+    try:
+        bed = up(8, plan)
+        code = _run(bed.inventory_path, out_dir, None, None, 64)
+    finally:
+        down()
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    _quiet_prefect()
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The preflight stage for one node (one Prefect task per node), and its evaluation over the cluster.
+
+All of a node's checks travel as one batch over one session; parsing happens on the controller as soon as
+the node answers; evaluation waits for every node because drift is judged against the cluster's majority.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from checks.base import Check, CheckRow, Status, error_row, majority_values
+from inventory.model import Inventory, Node
+from remote.fanout import run_node
+from remote.result import NodeResult, NodeStatus, RemoteCommand
+
+STAGE = "preflight"
+RAW_OUTPUT_LIMIT = 64 * 1024
+
+
+@dataclass
+class NodePreflight:
+    node: str
+    result: NodeResult
+    models: dict[str, Any] = field(default_factory=dict)
+    parse_errors: dict[str, str] = field(default_factory=dict)
+
+
+def commands_for(checks: list[Check]) -> list[RemoteCommand]:
+    return [RemoteCommand(c.name, c.command, timeout_s=c.timeout_s) for c in checks]
+
+
+def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
+    """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
+    result = run_node(node, commands_for(checks))
+    outcome = NodePreflight(node.name, result)
+    for check in checks:
+        command = result.command(check.name)
+        if command is None or command.exit_code is None:
+            continue
+        try:
+            outcome.models[check.name] = check.parse(command.stdout, command.exit_code)
+        except Exception as exc:  # noqa: BLE001 - a parser bug is an 'error' row, not a lost node
+            outcome.parse_errors[check.name] = f"parser raised {type(exc).__name__}: {exc}"
+    return outcome
+
+
+@task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)
+def preflight_node(node: Node, checks: list[Check]) -> NodePreflight:
+    return run_preflight_on_node(node, checks)
+
+
+def _row(run_id: str, cluster: str, node: str, row: CheckRow, raw: str) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "cluster": cluster,
+        "stage": STAGE,
+        "node": node,
+        "gpu": row.gpu,
+        "check": row.check,
+        "item": row.item,
+        "status": row.status.value,
+        "reason": row.reason,
+        "observed": row.observed,
+        "expected": row.expected,
+        "detail": row.detail,
+        "raw_output": raw[:RAW_OUTPUT_LIMIT],
+    }
+
+
+def evaluate_preflight(
+    run_id: str, inventory: Inventory, outcomes: list[NodePreflight], checks: list[Check]
+) -> list[dict[str, Any]]:
+    """Judge every node against its profile and the cluster majority; one dict per check row."""
+    views = {}
+    for check in checks:
+        per_node: dict[str, dict[str, str]] = {}
+        if check.cluster_values is not None:
+            for outcome in outcomes:
+                if check.name in outcome.models:
+                    per_node[outcome.node] = check.cluster_values(outcome.models[check.name])
+        views[check.name] = majority_values(per_node)
+
+    rows: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        node = inventory.node(outcome.node)
+        result = outcome.result
+        if result.status is NodeStatus.UNREACHABLE:
+            cause = result.cause.value if result.cause else "unknown"
+            row = CheckRow("ssh", "connect", Status.UNREACHABLE, cause, cause, "reachable", result.detail)
+            rows.append(_row(run_id, inventory.cluster, node.name, row, ""))
+            continue
+        if result.status is NodeStatus.ERROR and not result.commands:
+            row = CheckRow("ssh", "session", Status.ERROR, "session_failed", None, None, result.detail)
+            rows.append(_row(run_id, inventory.cluster, node.name, row, ""))
+            continue
+        for check in checks:
+            command = result.command(check.name)
+            raw = (command.stdout + ("\n[stderr]\n" + command.stderr if command.stderr else "")) if command else ""
+            if command is None or (command.exit_code is None and not command.timed_out):
+                check_rows = [error_row(check.name, "no_output", result.detail or "the command did not report")]
+            elif command.timed_out:
+                check_rows = [
+                    CheckRow(
+                        check.name,
+                        "command",
+                        Status.TIMEOUT,
+                        "command_timeout",
+                        None,
+                        None,
+                        "killed on the node after its timeout",
+                    )
+                ]
+            elif check.name in outcome.parse_errors:
+                check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
+            else:
+                check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
+            rows.extend(_row(run_id, inventory.cluster, node.name, r, raw) for r in check_rows)
+    return rows
