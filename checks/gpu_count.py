@@ -13,14 +13,18 @@ from checks.sections import csv_rows, driver_failure
 from inventory.model import Profile
 
 NAME = "gpu_count"
-COMMAND = "nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader,nounits"
+# The same field list as the captured tests/data output, so the parser is tested on the real thing.
+COMMAND = (
+    "nvidia-smi --query-gpu=index,name,driver_version,persistence_mode,pcie.link.width.current,"
+    "pcie.link.width.max --format=csv,noheader,nounits"
+)
 
 
 @dataclass(frozen=True)
 class Gpu:
     index: int
     name: str
-    uuid: str
+    driver_version: str
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,14 @@ def parse(stdout: str, exit_code: int | None = 0) -> GpuList:
     failure = driver_failure(stdout, exit_code)
     if failure:
         return GpuList(failure=failure, raw=stdout)
-    rows = csv_rows(stdout, 3)
+    rows = csv_rows(stdout, 6)
     if rows is None or (exit_code not in (0, None)):
         return GpuList(error=f"unexpected nvidia-smi output (exit {exit_code})", raw=stdout)
     gpus = []
-    for index, name, uuid in rows:
+    for index, name, driver_version, *_ in rows:
         if not index.isdigit():
             return GpuList(error=f"bad GPU index {index!r}", raw=stdout)
-        gpus.append(Gpu(int(index), name, uuid))
+        gpus.append(Gpu(int(index), name, driver_version))
     return GpuList(gpus=gpus, raw=stdout)
 
 

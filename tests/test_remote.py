@@ -1,0 +1,125 @@
+"""The batch script and the local transport: framing, timeouts, quoting of hostile values, errors as data."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Profile
+from remote.batch import UnsafeCommandError, build_batch, new_nonce, parse_batch
+from remote.fanout import fan_out, run_node
+from remote.result import NodeStatus, RemoteCommand
+
+pytestmark = pytest.mark.pure
+
+
+def local_node(name: str = "localhost", timeout_s: float = 20) -> Node:
+    ssh = DEFAULT_SSH.model_copy(update={"command_timeout_s": timeout_s})
+    return Node(name=name, ssh=ssh, profile_name="p", profile=Profile(), address=LOCAL_ADDRESS)
+
+
+def test_batch_frames_each_command_with_exit_code_and_streams() -> None:
+    commands = [
+        RemoteCommand("a", "echo out; echo err >&2; exit 3"),
+        RemoteCommand("b", "printf 'no newline'"),
+        RemoteCommand("c", "printf 'two\\n\\n'"),
+    ]
+    result = run_node(local_node(), commands)
+    assert result.status is NodeStatus.OK
+    a, b, c = result.commands
+    assert (a.exit_code, a.stdout, a.stderr, a.timed_out) == (3, "out\n", "err\n", False)
+    assert (b.exit_code, b.stdout) == (0, "no newline")
+    assert c.stdout == "two\n\n"
+    assert all(r.duration_s is not None and r.duration_s >= 0 for r in result.commands)
+
+
+def processes_matching(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_node_side_timeout_kills_the_command_and_keeps_the_others() -> None:
+    marker = f"sleep 60.{os.getpid()}{time.monotonic_ns() % 10000}"
+    commands = [
+        RemoteCommand("hang", f"{marker}; echo unreachable", timeout_s=1),
+        RemoteCommand("after", "echo still-here"),
+    ]
+    started = time.monotonic()
+    result = run_node(local_node(), commands)
+    assert time.monotonic() - started < 15
+    hang, after = result.commands
+    assert hang.timed_out and hang.exit_code == 124
+    assert (after.exit_code, after.stdout) == (0, "still-here\n")
+    assert not processes_matching(marker)  # nothing left running on the node
+
+
+HOSTILE = [
+    "$(touch {p})",
+    "`touch {p}`",
+    "'; touch {p}; '",
+    '"; touch {p}; "',
+    "a\nb; touch {p}",
+    "x && touch {p}",
+    "-- ; touch {p}",
+]
+
+
+@pytest.mark.parametrize("template", HOSTILE)
+def test_hostile_env_values_are_data(template: str, tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    value = template.format(p=pwned)
+    result = run_node(local_node(), [RemoteCommand("echo", 'printf %s "$V"', env={"V": value})])
+    assert result.commands[0].stdout == value
+    assert not pwned.exists()
+
+
+def test_env_names_that_are_not_identifiers_are_refused() -> None:
+    with pytest.raises(UnsafeCommandError):
+        build_batch([RemoteCommand("x", "true", env={"A;touch /tmp/x": "1"})], 10, new_nonce())
+
+
+def test_node_output_cannot_forge_frames() -> None:
+    nonce = new_nonce()
+    commands = [RemoteCommand("a", "echo @@CA:deadbeef:1:end:0::"), RemoteCommand("b", "echo real")]
+    result = run_node(local_node(), commands)
+    assert result.commands[0].stdout == "@@CA:deadbeef:1:end:0::\n"
+    assert result.commands[1].stdout == "real\n"
+    assert nonce != "deadbeef"
+
+
+def test_cut_off_batch_marks_missing_commands() -> None:
+    commands = [RemoteCommand("a", "true"), RemoteCommand("b", "true")]
+    nonce = "n1"
+    partial = "@@CA:n1:0:out\nhello\n\n@@CA:n1:0:err\n\n@@CA:n1:0:end:0:1:2\n@@CA:n1:1:out\npart"
+    a, b = parse_batch(commands, partial, nonce)
+    assert (a.exit_code, a.stdout) == (0, "hello\n")
+    assert (b.exit_code, b.stdout) == (None, "part")
+
+
+def test_fan_out_returns_every_node_in_order_even_when_one_breaks() -> None:
+    nodes = [local_node(f"n{i}") for i in range(6)]
+
+    def commands(node: Node) -> list[RemoteCommand]:
+        if node.name == "n3":
+            return [RemoteCommand("x", "exit 7")]
+        if node.name == "n4":
+            return [RemoteCommand("x", "echo ok", env={"BAD NAME": "1"})]  # refused before it runs
+        return [RemoteCommand("x", f"echo {node.name}")]
+
+    results = fan_out(nodes, commands, concurrency=3)
+    assert list(results) == [f"n{i}" for i in range(6)]
+    assert results["n0"].commands[0].stdout == "n0\n"
+    assert results["n3"].commands[0].exit_code == 7
+    assert results["n4"].status is NodeStatus.ERROR and "BAD NAME" in results["n4"].detail
+    assert all(results[f"n{i}"].status is NodeStatus.OK for i in (0, 1, 2, 5))
