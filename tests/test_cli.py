@@ -1,0 +1,34 @@
+"""CLI usage errors: exit 2 with a message, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.pure
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
+
+
+def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
+    inventory = ROOT / "inventory" / "examples" / "contract.yaml"
+    for args, message in [
+        (["--stages", "nonsense"], "unknown stage 'nonsense'"),
+        (["--stages", "multi-node"], "not available in this version"),
+        (["--nodes", "node999"], "not in the inventory: node999"),
+    ]:
+        proc = cli("run", "--inventory", str(inventory), "--out", str(tmp_path), *args, timeout=60)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert message in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
