@@ -37,7 +37,7 @@ def baseline(addresses: list[str], identity: Path, known_hosts: Path, concurrenc
     )
     started = time.perf_counter()
     proc = subprocess.run(  # noqa: S602 - fixed command line, addresses from our own test-bed
-        f"xargs -P {concurrency} -I{{}} sh -c \"{ssh} >/dev/null\"",
+        f'xargs -P {concurrency} -I{{}} sh -c "{ssh} >/dev/null"',
         input="\n".join(addresses) + "\n",
         shell=True,
         text=True,

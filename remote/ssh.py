@@ -228,6 +228,12 @@ class SshSession:
 def open_session(node: Node) -> SshSession | Unreachable:
     """Connect and authenticate to ``node``; an unreachable node comes back as data."""
     ssh = node.ssh
+    if ssh.known_hosts and ssh.host_key_policy != "accept-new":
+        known_hosts = Path(ssh.known_hosts).expanduser()
+        if not known_hosts.is_file():
+            return Unreachable(
+                UnreachableCause.HOST_KEY, f"known_hosts file {known_hosts} does not exist (policy 'strict')"
+            )
     gateway = None
     jump = ssh.jump
     if jump:

@@ -19,7 +19,7 @@ EXPECTED = {
     "node01": ("accepted", []),
     "node02": ("unreachable", ["ssh:refused"]),
     "node03": ("unreachable", ["ssh:host-key"]),
-    "node04": ("rejected", ["driver:version_mismatch"]),
+    "node04": ("rejected", ["driver:version_mismatch", "driver:differs_from_majority"]),
     "node05": ("rejected", ["gpu_count:count_low"]),
     "node06": ("rejected", ["driver:nvidia_smi_failed", "gpu_count:nvidia_smi_failed"]),
     "node07": ("accepted", []),
@@ -43,8 +43,19 @@ def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path
     got = {row.node: (row.verdict, list(row.reasons)) for row in verdicts.itertuples()}
     assert got == EXPECTED
     checks = pd.read_parquet(run_dir / "checks.parquet")
-    assert set(checks.columns) >= {"run_id", "stage", "node", "gpu", "check", "status", "reason", "observed",
-                                   "expected", "detail", "raw_output"}
+    assert set(checks.columns) >= {
+        "run_id",
+        "stage",
+        "node",
+        "gpu",
+        "check",
+        "status",
+        "reason",
+        "observed",
+        "expected",
+        "detail",
+        "raw_output",
+    }
     mismatch = checks[(checks.node == "node04") & (checks.reason == "version_mismatch")].iloc[0]
     assert (mismatch.observed, mismatch.expected) == ("570.86.15", "580.159.04")
     assert "570.86.15" in mismatch.raw_output

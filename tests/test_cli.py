@@ -30,5 +30,3 @@ def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
         assert message in proc.stderr
         assert "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())
-
-

@@ -95,7 +95,9 @@ def test_jump_host_and_hostile_values_over_ssh(testbed_factory, tmp_path: Path) 
     via_jump = run_node(with_ssh(inventory.node("node02"), jump=jump), COMMANDS)
     assert via_jump.status is NodeStatus.OK, via_jump.detail
     assert via_jump.commands[0].stdout.count("NVIDIA H200") == 4
-    dead_jump = run_node(with_ssh(inventory.node("node03"), jump="root@10.254.12.250:22", connect_timeout_s=2), COMMANDS)
+    dead_jump = run_node(
+        with_ssh(inventory.node("node03"), jump="root@10.254.12.250:22", connect_timeout_s=2), COMMANDS
+    )
     assert (dead_jump.status, dead_jump.cause) == (NodeStatus.UNREACHABLE, UnreachableCause.JUMP)
 
     pwned = tmp_path / "pwned"

@@ -1,0 +1,339 @@
+"""The test-bed: N simulated GPU nodes, each a network namespace with a real sshd, on this machine.
+
+``up`` builds every node's data (captures + faults) first, so a bad fault plan fails before anything is
+created; then the bridge, namespaces and veths (batched), keys (in-process), and the sshds (in parallel).
+Everything is recorded in ``state.json`` as soon as it exists, and every resource is named from the
+prefix, so ``down`` can clean up after a crash, an interrupted ``up`` or a deleted state dir alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed import net, sshd
+from testbed.faults import FaultPlan, Slow, _Fault, parse_fault
+from testbed.nodedata import NodeData, build_node, write_node_data
+from testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
+from testbed.standins import write_standins
+
+DEFAULT_STATE_DIR = Path("/tmp/cluster-accept-testbed")
+STATE_VERSION = 1
+# Files a state dir holds; a dir with anything else and no state.json is not removed by down().
+_OWN_NAMES = {"state.json", "inventory.yaml", "known_hosts", "id_ed25519", "id_ed25519.pub", "nodes"}
+
+
+class TestbedError(RuntimeError):
+    """The test-bed cannot be brought up, reopened or changed as asked."""
+
+
+@dataclass
+class Testbed:
+    """A running test-bed, as ``up`` made it or ``load`` reopened it."""
+
+    __test__ = False  # not a pytest test class
+
+    state_dir: Path
+    prefix: str
+    inventory_path: Path
+    known_hosts_path: Path
+    identity_file: Path
+    nodes: dict[str, str]
+    base: str = "h200x4"
+    subnet: str = "10.251.0.0/22"
+    host_ip: str = ""
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    index: dict[str, int] = field(default_factory=dict)
+    up_seconds: float = 0.0
+
+    @property
+    def bridge(self) -> str:
+        return net.bridge_name(self.prefix)
+
+    def netns(self, node: str) -> str:
+        return net.netns_name(self.prefix, node)
+
+    def node_dir(self, node: str) -> Path:
+        return self.state_dir / "nodes" / node
+
+    def data_dir(self, node: str) -> Path:
+        return self.node_dir(node) / "data"
+
+    def bin_dir(self, node: str) -> Path:
+        return self.node_dir(node) / "bin"
+
+    def ssh_argv(self, node: str, command: str, connect_timeout_s: float = 5) -> list[str]:
+        """An OpenSSH client command line that reaches ``node`` the way the inventory says."""
+        return [
+            "ssh", "-i", str(self.identity_file), "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", f"ConnectTimeout={connect_timeout_s:g}",
+            f"root@{self.nodes[node]}", command,
+        ]  # fmt: skip
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "prefix": self.prefix,
+            "state_dir": str(self.state_dir),
+            "base": self.base,
+            "subnet": self.subnet,
+            "bridge": self.bridge,
+            "host_ip": self.host_ip,
+            "python": sys.executable,
+            "inventory": str(self.inventory_path),
+            "known_hosts": str(self.known_hosts_path),
+            "identity_file": str(self.identity_file),
+            "faults": self.faults.as_yaml(),
+            "up_seconds": round(self.up_seconds, 3),
+            "nodes": {
+                node: {"ip": ip, "index": self.index[node], "netns": self.netns(node),
+                       "veth": net.veth_name(self.prefix, self.index[node]), "dir": str(self.node_dir(node)),
+                       "sshd_pid": sshd.read_pid(self.node_dir(node))}
+                for node, ip in self.nodes.items()
+            },
+        }  # fmt: skip
+
+    def save(self) -> None:
+        tmp = self.state_dir / "state.json.tmp"
+        tmp.write_text(json.dumps(self.state(), indent=1), encoding="utf-8")
+        tmp.replace(self.state_dir / "state.json")
+
+
+def node_names(count: int) -> list[str]:
+    width = max(2, len(str(count)))
+    return [f"node{i:0{width}d}" for i in range(1, count + 1)]
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError("the test-bed needs root (network namespaces, bridges, mounts)")
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        raise TestbedError("the test-bed needs iproute2 (ip) and util-linux (unshare)")
+
+
+def _node_data(tb: Testbed, node: str, faults: Sequence[_Fault]) -> NodeData:
+    return build_node(tb.base, faults, TESTBED_NCCL_ENV, node=node)
+
+
+def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> None:
+    """Write the node's dir: data, stand-ins, keys, authorized_keys, sshd config and start script."""
+    faults = tb.faults.faults(node)
+    kinds = {f.kind for f in faults}
+    ndir = tb.node_dir(node)
+    shutil.rmtree(ndir, ignore_errors=True)
+    ndir.mkdir(parents=True)
+    write_node_data(data, tb.data_dir(node), seed=node)
+    write_standins(tb.bin_dir(node), tb.data_dir(node))
+    known = sshd.write_keypair(ndir / "ssh_host_ed25519_key", f"root@{node}")
+    served = ndir / "ssh_host_ed25519_key"
+    if "host_key_changed" in kinds:
+        served = ndir / "ssh_host_ed25519_key.changed"
+        sshd.write_keypair(served, f"root@{node}-reinstalled")
+    (ndir / "known_host_line").write_text(f"{tb.nodes[node]} {' '.join(known.split()[:2])}\n")
+    authorized = client_pub
+    if "auth_refused" in kinds:
+        authorized = sshd.write_keypair(ndir / "someone_else_ed25519", "someone-else@elsewhere")
+    (ndir / "authorized_keys").write_text(authorized + "\n")
+    env = {
+        "PATH": f"{tb.bin_dir(node)}:{sshd.BASE_PATH}",
+        **data.env,
+        "CLUSTER_ACCEPT_TESTBED_NODE": node,
+    }
+    config = sshd.sshd_config(ndir, tb.nodes[node], served, ndir / "authorized_keys", env)
+    (ndir / "sshd_config").write_text(config)
+    (ndir / "start.sh").write_text(sshd.start_script(ndir, tb.data_dir(node)))
+
+
+def _write_known_hosts(tb: Testbed) -> None:
+    lines = [(tb.node_dir(n) / "known_host_line").read_text() for n in tb.nodes]
+    tb.known_hosts_path.write_text("".join(lines))
+
+
+def _start_node(tb: Testbed, node: str) -> None:
+    """Start sshd (unless ``down``), wait for it, then apply the link faults (``off``, ``slow``)."""
+    faults = tb.faults.faults(node)
+    kinds = {f.kind for f in faults}
+    if "down" not in kinds:
+        sshd.start(tb.netns(node), tb.node_dir(node))
+        sshd.wait_listening(tb.nodes[node])
+    for fault in faults:
+        if isinstance(fault, Slow):
+            net.set_rate(tb.prefix, node, tb.index[node], fault.rate_mbit)
+    if "off" in kinds:
+        net.set_link(tb.prefix, node, tb.nodes[node], up=False)
+
+
+def up(
+    nodes: int,
+    faults: FaultPlan | None = None,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    prefix: str = "ca",
+    subnet: str = "10.251.0.0/22",
+    base: str = "h200x4",
+) -> Testbed:
+    """Start ``nodes`` simulated nodes (``node01``..) with ``faults`` planted; returns the running test-bed.
+
+    A test-bed already running with this state dir/prefix is taken down first. On any failure, everything
+    created so far is taken down again before the error propagates.
+    """
+    started = time.monotonic()
+    _require_root()
+    net.check_prefix(prefix)
+    plan = faults or FaultPlan()
+    state_dir = Path(state_dir).resolve()
+    names = node_names(nodes) if nodes >= 1 else []
+    if not names:
+        raise TestbedError("a test-bed needs at least one node")
+    unknown = sorted(set(plan.nodes) - set(names))
+    if unknown:
+        raise TestbedError(f"the fault plan names {', '.join(unknown)}, not among node01..{names[-1]}")
+    network = ipaddress.ip_network(subnet)
+    hosts = [str(h) for _, h in zip(range(nodes + 1), network.hosts(), strict=False)]
+    if len(hosts) < nodes + 1:
+        raise TestbedError(f"subnet {subnet} has room for {len(hosts) - 1} nodes, not {nodes}")
+    net.veth_name(prefix, nodes)  # interface names must fit in 15 characters
+    _refuse_foreign_state(state_dir, prefix)
+    down(state_dir, prefix)
+    clash = net.addresses_overlapping(network)
+    if clash:
+        raise TestbedError(f"subnet {network} is already in use here ({', '.join(clash)}); pick another subnet")
+    tb = Testbed(
+        state_dir=state_dir, prefix=prefix, inventory_path=state_dir / "inventory.yaml",
+        known_hosts_path=state_dir / "known_hosts", identity_file=state_dir / "id_ed25519",
+        nodes=dict(zip(names, hosts[1:], strict=True)), base=base, subnet=str(network), host_ip=hosts[0],
+        faults=plan, index={n: i for i, n in enumerate(names, start=1)},
+    )  # fmt: skip
+    healthy = _node_data(tb, names[0], [])
+    data = {n: _node_data(tb, n, plan.faults(n)) if plan.faults(n) else healthy for n in names}
+    try:
+        sshd.ensure_sshd()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tb.save()
+        net.create_bridge(prefix, f"{hosts[0]}/{network.prefixlen}")
+        net.create_nodes(prefix, [(n, tb.index[n], f"{tb.nodes[n]}/{network.prefixlen}") for n in names])
+        client_pub = sshd.write_keypair(tb.identity_file, f"cluster-accept-testbed-{prefix}")
+        net.pmap(lambda n: _prepare_node(tb, n, data[n], client_pub), names, workers=4)
+        _write_known_hosts(tb)
+        sshd.ensure_nccl_mountpoint()
+        net.pmap(lambda n: _start_node(tb, n), names, workers=16)
+        write_inventory(tb.inventory_path, inventory(base, tb.nodes, tb.identity_file, tb.known_hosts_path))
+        tb.up_seconds = time.monotonic() - started
+        tb.save()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down(state_dir, prefix)
+        raise
+    return tb
+
+
+def _read_state(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((state_dir / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _refuse_foreign_state(state_dir: Path, prefix: str) -> None:
+    state = _read_state(state_dir)
+    if state is not None and state.get("prefix") not in (None, prefix):
+        raise TestbedError(
+            f"{state_dir} holds the test-bed of prefix {state.get('prefix')!r}; take it down first "
+            f"(testbed.bed.down({str(state_dir)!r}, {state.get('prefix')!r})) or use another state dir"
+        )
+
+
+def load(state_dir: Path = DEFAULT_STATE_DIR, prefix: str = "ca") -> Testbed:
+    """Reopen a running test-bed from its ``state.json``."""
+    state_dir = Path(state_dir).resolve()
+    state = _read_state(state_dir)
+    if state is None:
+        raise TestbedError(f"no test-bed state in {state_dir} (state.json missing or unreadable)")
+    if state.get("prefix") != prefix:
+        raise TestbedError(f"{state_dir} holds the test-bed of prefix {state.get('prefix')!r}, not {prefix!r}")
+    nodes = state["nodes"]
+    return Testbed(
+        state_dir=state_dir, prefix=prefix, inventory_path=Path(state["inventory"]),
+        known_hosts_path=Path(state["known_hosts"]), identity_file=Path(state["identity_file"]),
+        nodes={n: v["ip"] for n, v in nodes.items()}, base=state["base"], subnet=state["subnet"],
+        host_ip=state["host_ip"], faults=FaultPlan(nodes=state["faults"].get("nodes", {})),
+        index={n: int(v["index"]) for n, v in nodes.items()}, up_seconds=float(state.get("up_seconds", 0)),
+    )  # fmt: skip
+
+
+def _own_processes(state_dir: Path) -> list[int]:
+    """Processes started from this state dir: sshd by pid file, anything whose command line names it."""
+    marker = f"{state_dir}/nodes/"
+    pids: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(entry.name))
+    return pids
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, prefix: str = "ca") -> None:
+    """Take the test-bed down: processes, namespaces, veths, bridge, mount point, state dir. Idempotent.
+
+    Works from ``state.json`` when there is one and from the prefix's resource names when there is not;
+    never touches another prefix's resources nor a state dir that is not a test-bed's.
+    """
+    net.check_prefix(prefix)
+    state_dir = Path(state_dir).resolve()
+    state = _read_state(state_dir)
+    owned = state.get("prefix") == prefix if state is not None else _looks_like_state_dir(state_dir)
+    if owned:
+        net.kill_pids(_own_processes(state_dir))
+    net.teardown(prefix)
+    sshd.release_nccl_mountpoint()
+    if owned:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _looks_like_state_dir(state_dir: Path) -> bool:
+    try:
+        return all(p.name in _OWN_NAMES or p.name.startswith("state.json") for p in state_dir.iterdir())
+    except OSError:
+        return False
+
+
+def kill_sshd(tb: Testbed, node: str) -> None:
+    """The node dies: its sshd and every process in its namespace are killed (connections refused)."""
+    net.kill_pids(net.netns_pids(tb.netns(node)))
+
+
+def start_sshd(tb: Testbed, node: str) -> None:
+    """Start the node's sshd again (after :func:`kill_sshd`)."""
+    kill_sshd(tb, node)
+    sshd.start(tb.netns(node), tb.node_dir(node))
+    sshd.wait_listening(tb.nodes[node])
+
+
+def set_rate(tb: Testbed, node: str, rate_mbit: float | None) -> None:
+    """Limit the node's link to ``rate_mbit`` both ways (tc tbf); ``None`` removes the limit."""
+    net.set_rate(tb.prefix, node, tb.index[node], rate_mbit)
+
+
+def set_fault(tb: Testbed, node: str, faults: Sequence[_Fault | str | dict[str, Any]]) -> None:
+    """Replace the node's faults while the test-bed runs: rebuild its data, keys and sshd."""
+    parsed = [parse_fault(f, f"{node}[{i}]") for i, f in enumerate(faults)]
+    data = _node_data(tb, node, parsed)
+    tb.faults = FaultPlan(nodes={**tb.faults.nodes, node: parsed})
+    kill_sshd(tb, node)
+    net.set_link(tb.prefix, node, tb.nodes[node], up=True)
+    net.set_rate(tb.prefix, node, tb.index[node], None)
+    _prepare_node(tb, node, data, tb.identity_file.with_name("id_ed25519.pub").read_text().strip())
+    _write_known_hosts(tb)
+    _start_node(tb, node)
+    tb.save()

@@ -1,0 +1,33 @@
+"""Node-side stand-ins for GPU tools, installed into each simulated node's bin dir.
+
+Each installed tool is a three-line wrapper with this interpreter's absolute path in its shebang: it puts
+the project on ``sys.path`` and calls the stand-in's ``main`` with the node's data dir baked in, so no
+environment variable or working directory is needed on the node side.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+TOOLS = {"nvidia-smi": "testbed.standins.nvidia_smi", "dmesg": "testbed.standins.dmesg"}
+
+
+def write_standins(bin_dir: Path, data_dir: Path, python: str = sys.executable) -> dict[str, Path]:
+    """Install every stand-in into ``bin_dir`` answering from ``data_dir``; returns tool -> path."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for tool, module in TOOLS.items():
+        path = bin_dir / tool
+        path.write_text(
+            f"#!{python} -I\n"
+            "import sys\n"
+            f"sys.path.insert(0, {str(PROJECT_ROOT)!r})\n"
+            f"from {module} import main\n"
+            f"sys.exit(main(data_dir={str(data_dir.resolve())!r}))\n",
+            encoding="utf-8",
+        )
+        path.chmod(0o755)
+        written[tool] = path
+    return written
