@@ -51,23 +51,23 @@ def env_prefix(env: dict[str, str]) -> str:
 
 
 def build_batch(commands: Sequence[RemoteCommand], default_timeout_s: float, nonce: str) -> str:
-    """The POSIX sh script that runs ``commands`` in order and frames each one's output."""
-    lines = [
-        'ca_t=$(mktemp -d "${TMPDIR:-/tmp}/cluster-accept.XXXXXXXX") || exit 97',
-        "trap 'rm -rf \"$ca_t\"' EXIT HUP INT TERM",
-    ]
+    """The POSIX sh script that runs ``commands`` in order and frames each one's stdout and stderr.
+
+    Frames are written with the shell's builtin ``printf`` on both streams, so framing costs no process on
+    the node: with hundreds of sessions on a busy node (or a test-bed on one machine) forks add up.
+    """
+    lines = []
     for index, command in enumerate(commands):
         timeout_s = command_timeout(command, default_timeout_s)
         env = env_prefix(command.env)
+        start = shlex.quote(_marker(nonce, index, "out"))
+        err_start = shlex.quote(_marker(nonce, index, "err"))
         lines += [
-            f"printf '%s\\n' {shlex.quote(_marker(nonce, index, 'out'))}",
-            "ca_a=$(date +%s%N 2>/dev/null)",
-            f"env {env} timeout -k {KILL_GRACE_S} {timeout_s} sh -c {shlex.quote(command.script)} "
-            '</dev/null 2>"$ca_t/err"; ca_rc=$?',
-            "ca_b=$(date +%s%N 2>/dev/null)",
-            f"printf '\\n%s\\n' {shlex.quote(_marker(nonce, index, 'err'))}",
-            'cat "$ca_t/err"',
-            f'printf \'\\n%s:%s:%s:%s\\n\' {shlex.quote(_marker(nonce, index, "end"))} "$ca_rc" "$ca_a" "$ca_b"',
+            f"printf '%s\\n' {start}; printf '%s\\n' {err_start} >&2",
+            (f"env {env} " if env else "")
+            + f"timeout -k {KILL_GRACE_S} {timeout_s} sh -c {shlex.quote(command.script)} </dev/null; ca_rc=$?",
+            f"printf '\\n%s:%s\\n' {shlex.quote(_marker(nonce, index, 'end'))} \"$ca_rc\"; "
+            f"printf '\\n%s\\n' {shlex.quote(_marker(nonce, index, 'errend'))} >&2",
         ]
     return "\n".join(lines) + "\n"
 
@@ -76,56 +76,42 @@ def new_nonce() -> str:
     return secrets.token_hex(8)
 
 
-def _strip_added_newline(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text
+def _framed(text: str, begin: str, end_prefix: str, pos: int) -> tuple[str | None, str | None, int]:
+    """Find ``begin\\n<body>\\n<end_prefix><tail>\\n`` from ``pos``: (body, tail, next pos).
+
+    body is None when ``begin`` is absent; tail is None when the end frame is missing (body = the rest)."""
+    start = text.find(begin + "\n", pos)
+    if start < 0:
+        return None, None, pos
+    body_start = start + len(begin) + 1
+    end = text.find("\n" + end_prefix, body_start)
+    if end < 0:
+        return text[body_start:], None, len(text)
+    tail_start = end + 1 + len(end_prefix)
+    tail_end = text.find("\n", tail_start)
+    tail_end = len(text) if tail_end < 0 else tail_end
+    return text[body_start:end], text[tail_start:tail_end], tail_end + 1
 
 
-def parse_batch(
-    commands: Sequence[RemoteCommand], output: str, nonce: str, stderr_tail: str = ""
-) -> list[CommandResult]:
-    """Split the batch's stdout back into one :class:`CommandResult` per command.
+def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, nonce: str) -> list[CommandResult]:
+    """Split the batch's two streams back into one :class:`CommandResult` per command.
 
     A command whose end frame is missing (the session died or the client timed out) gets ``exit_code`` None
     and whatever output arrived; commands that never started get empty results, also with ``None``.
     """
     results: list[CommandResult] = []
-    pos = 0
+    out_pos = err_pos = 0
     for index, command in enumerate(commands):
-        out_marker = _marker(nonce, index, "out") + "\n"
-        start = output.find(out_marker, pos)
-        if start < 0:
-            results.append(CommandResult(command.name, None, "", stderr_tail, timed_out=False))
-            stderr_tail = ""
-            continue
-        body_start = start + len(out_marker)
-        err_marker = "\n" + _marker(nonce, index, "err") + "\n"
-        err_at = output.find(err_marker, body_start)
-        if err_at < 0:
-            results.append(CommandResult(command.name, None, output[body_start:], stderr_tail))
-            stderr_tail = ""
-            pos = len(output)
-            continue
-        stdout = output[body_start:err_at]
-        end_re = re.compile("\n" + re.escape(_marker(nonce, index, "end")) + r":(-?\d+):(\d*):(\d*)\n")
-        end = end_re.search(output, err_at + len(err_marker))
-        if end is None:
-            results.append(CommandResult(command.name, None, stdout, output[err_at + len(err_marker) :]))
-            pos = len(output)
-            continue
-        stderr = output[err_at + len(err_marker) : end.start() + 1]
-        exit_code = int(end.group(1))
-        duration = None
-        if end.group(2) and end.group(3):
-            duration = max(0.0, (int(end.group(3)) - int(end.group(2))) / 1e9)
+        out, tail, out_pos = _framed(stdout, _marker(nonce, index, "out"), _marker(nonce, index, "end") + ":", out_pos)
+        err, _, err_pos = _framed(stderr, _marker(nonce, index, "err"), _marker(nonce, index, "errend"), err_pos)
+        exit_code = int(tail) if tail is not None and re.fullmatch(r"-?\d+", tail) else None
         results.append(
             CommandResult(
                 command.name,
                 exit_code,
-                stdout,
-                _strip_added_newline(stderr),
-                duration_s=duration,
+                out or "",
+                err or "",
                 timed_out=exit_code in (124, 137),
             )
         )
-        pos = end.end()
     return results

@@ -55,7 +55,7 @@ def run_batch(
     nonce = new_nonce()
     script = build_batch(commands, default_timeout, nonce)
     exit_code, stdout, stderr, timed_out = session.run_script(script, batch_timeout(commands, default_timeout))
-    results = parse_batch(commands, stdout, nonce, stderr_tail="")
+    results = parse_batch(commands, stdout, stderr, nonce)
     if timed_out:
         for result in results:
             if result.exit_code is None:

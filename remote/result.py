@@ -45,7 +45,6 @@ class CommandResult:
     exit_code: int | None  # None when the command never reported (batch cut off)
     stdout: str
     stderr: str
-    duration_s: float | None = None
     timed_out: bool = False
 
     @property

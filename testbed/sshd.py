@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 SSHD = Path("/usr/sbin/sshd")
 PRIVSEP_DIR = Path("/run/sshd")
 ETC_NCCL_CONF = Path("/etc/nccl.conf")
+LOGIN_RC = "/root/.bashrc"
 # Set when a test-bed created the empty /etc/nccl.conf mount point; the last test-bed down removes both.
 NCCL_CONF_MARKER = Path("/run/cluster-accept-testbed.etc-nccl-conf")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -108,6 +109,8 @@ def start_script(node_dir: Path, data_dir: Path) -> str:
             f"cp {q(str(data_dir / 'proc-driver-params.txt'))} /proc/driver/nvidia/params",
             "mount -o remount,ro /proc/driver",
             f"mount --bind {q(str(data_dir / 'nccl.conf'))} {ETC_NCCL_CONF}",
+            # The node's own ~/.bashrc: the controller's (pyenv, cargo, ...) is not a GPU node's login shell.
+            f"if [ -f {LOGIN_RC} ]; then mount --bind {q(str(node_dir / 'bashrc'))} {LOGIN_RC}; fi",
             f"exec {SSHD} -f {q(str(node_dir / 'sshd_config'))} -E {q(str(node_dir / 'sshd.log'))}",
             "",
         ]
@@ -117,6 +120,7 @@ def start_script(node_dir: Path, data_dir: Path) -> str:
 def start(netns: str, node_dir: Path) -> None:
     """Start the node's sshd (it daemonizes once listening); raise :class:`SshdError` with its log."""
     (node_dir / "sshd.pid").unlink(missing_ok=True)
+    (node_dir / "bashrc").write_text("# ~/.bashrc of a simulated GPU node (cluster-accept test-bed)\n")
     cmd = ["ip", "netns", "exec", netns, "unshare", "--mount", "--propagation", "private"]
     cmd += ["/bin/sh", str(node_dir / "start.sh")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
