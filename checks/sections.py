@@ -37,3 +37,21 @@ def csv_rows(stdout: str, columns: int) -> list[list[str]] | None:
             return None
         rows.append([cell.strip() for cell in record])
     return rows
+
+
+def query_gpu(stdout: str, fields: list[str]) -> list[dict[str, str]] | None:
+    """Rows of ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`` as dicts keyed by field;
+    None when the output does not have that shape (truncated, garbage)."""
+    rows = csv_rows(stdout, len(fields))
+    if rows is None:
+        return None
+    return [dict(zip(fields, row, strict=True)) for row in rows]
+
+
+def query_gpu_command(fields: list[str]) -> str:
+    return f"nvidia-smi --query-gpu={','.join(fields)} --format=csv,noheader,nounits"
+
+
+def not_available(value: str) -> bool:
+    """nvidia-smi's ways of saying a field has no value on this GPU."""
+    return value.strip() in {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
