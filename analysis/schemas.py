@@ -34,6 +34,18 @@ CHECKS = pa.schema(
     metadata={"cluster_accept_schema": "checks", "version": SCHEMA_VERSION},
 )
 
+NODE_VALUES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("node", pa.string()),
+        ("check", pa.string()),
+        ("key", pa.string()),
+        ("value", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "node_values", "version": SCHEMA_VERSION},
+)
+
 VERDICTS = pa.schema(
     [
         ("run_id", pa.string()),

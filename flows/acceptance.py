@@ -14,7 +14,7 @@ from typing import Any
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.schemas import CHECKS, VERDICTS, write_table
+from analysis.schemas import CHECKS, NODE_VALUES, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
 from checks.base import discover
 from inventory.hostlist import expand, fold
@@ -22,7 +22,7 @@ from inventory.load import load_inventory
 from inventory.model import Inventory
 from reports.render import build_context, render
 from tasks.outputs import RunDir, now_iso, tool_versions
-from tasks.preflight import evaluate_preflight, preflight_node
+from tasks.preflight import evaluate_preflight, node_values, preflight_node
 
 STAGES = ("preflight", "single-node", "multi-node")
 AVAILABLE_STAGES = ("preflight",)
@@ -77,12 +77,15 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
     run_dir.write_json("run.json", run_info)
 
     rows: list[dict[str, Any]] = []
+    values: list[dict[str, Any]] = []
     if "preflight" in stages:
         checks = discover()
         futures = [preflight_node.submit(node, checks) for node in inventory.tested]
         outcomes = [future.result() for future in futures]
         rows = evaluate_preflight(run_dir.run_id, inventory, outcomes, checks)
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
+        values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
+        write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
 
     verdicts = []
     for node in inventory.nodes:
@@ -100,7 +103,7 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
     write_table(run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
     run_info["ended"] = now_iso()
     run_dir.write_json("run.json", run_info)
-    render(build_context(run_info, verdicts, rows), run_dir.path)
+    render(build_context(run_info, verdicts, rows, values), run_dir.path)
     return RunOutcome(run_dir.run_id, run_dir.path, verdicts)
 
 

@@ -17,7 +17,10 @@ EXCERPT_CHARS = 1200
 
 
 def build_context(
-    run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+    run: Mapping[str, Any],
+    verdicts: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    values: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     counts = {v: 0 for v in (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)}
     for verdict in verdicts:
@@ -29,9 +32,8 @@ def build_context(
                 {**row, "excerpt": (row.get("raw_output") or "")[:EXCERPT_CHARS]}
             )
     per_item: dict[str, dict[str, str]] = {}
-    for row in rows:
-        if row.get("gpu") is None and row.get("observed") is not None and row["check"] != "ssh":
-            per_item.setdefault(row["node"], {})[f"{row['check']}.{row['item']}"] = str(row["observed"])
+    for value in values:
+        per_item.setdefault(value["node"], {})[f"{value['check']}.{value['key']}"] = str(value["value"])
     unreachable = {r["node"]: r["reason"] for r in rows if r["status"] == "unreachable"}
     tested = [v for v in verdicts if v["verdict"] != Verdict.SKIPPED]
     return {

@@ -71,6 +71,28 @@ def _row(run_id: str, cluster: str, node: str, row: CheckRow, raw: str) -> dict[
     }
 
 
+def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:
+    """The values each check compares across nodes (driver version, NCCL env, ...), one row per node and key:
+    what the report folds into node sets and what history queries for drift."""
+    rows: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        for check in checks:
+            if check.cluster_values is None or check.name not in outcome.models:
+                continue
+            for key, value in sorted(check.cluster_values(outcome.models[check.name]).items()):
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "cluster": cluster,
+                        "node": outcome.node,
+                        "check": check.name,
+                        "key": key,
+                        "value": value,
+                    }
+                )
+    return rows
+
+
 def evaluate_preflight(
     run_id: str, inventory: Inventory, outcomes: list[NodePreflight], checks: list[Check]
 ) -> list[dict[str, Any]]:

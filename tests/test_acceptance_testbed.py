@@ -66,7 +66,9 @@ def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path
     md = (run_dir / "report.md").read_text()
     for node in ("node02", "node03", "node04", "node05", "node06"):
         assert node in html and node in md
-    assert "570.86.15 on node04" in md
+    assert "580.159.04 on node[01,05,07-08]; 570.86.15 on node04" in md
+    values = pd.read_parquet(run_dir / "node_values.parquet")
+    assert set(values[values.key == "driver_version"].node) == {"node01", "node04", "node05", "node07", "node08"}
     assert "Not accepted:** node[02-06]" in md
 
 

@@ -84,10 +84,17 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
         "inventory": "inv.yaml",
         "inventory_digest": "abc",
     }
-    context = build_context(run, verdicts, rows)
+    values = [
+        {"node": "n1", "check": "driver", "key": "driver_version", "value": "580.159.04"},
+        {"node": "n2", "check": "driver", "key": "driver_version", "value": "570.86.15"},
+        {"node": "n3", "check": "driver", "key": "driver_version", "value": "580.159.04"},
+        {"node": "n1", "check": "gpu_count", "key": "gpu_count", "value": "4"},
+        {"node": "n3", "check": "gpu_count", "key": "gpu_count", "value": "4"},
+    ]
+    context = build_context(run, verdicts, rows, values)
     assert context["counts"] == {"accepted": 1, "rejected": 2, "unreachable": 1, "skipped": 1}
     assert context["rejected_nodes"] == "n[2-4]"
-    assert context["differences"] == [("driver.version", "570.86.15 on n2; 580.159.04 on n1")]
+    assert context["differences"] == [("driver.driver_version", "580.159.04 on n[1,3]; 570.86.15 on n2")]
     assert context["unreachable_sets"] == [("refused", "n4")]
     html_path, md_path = render(context, tmp_path)
     html = html_path.read_text()
