@@ -172,6 +172,15 @@ class Replace(_Fault):
     new: StrictStr
 
 
+class GpuField(_Fault):
+    """One ``--query-gpu`` field of one GPU (or all) answers ``value``: clock event reasons, ECC counters..."""
+
+    kind: Literal["gpu_field"] = "gpu_field"
+    field: StrictStr
+    value: StrictStr
+    gpu: GpuIndex | None = None
+
+
 Fault = (
     Down
     | Off
@@ -191,6 +200,7 @@ Fault = (
     | NcclEnv
     | Xid
     | Replace
+    | GpuField
 )
 
 # How a fault may be written: a model, a bare kind, or a one-key mapping kind -> parameters.
@@ -201,7 +211,7 @@ KINDS: dict[str, type[_Fault]] = {
     for cls in (
         Down, Off, HostKeyChanged, AuthRefused, Slow, NvidiaSmiFail, NvidiaSmiHang, Garbage, Truncated,
         DriverVersion, GpuMissing, PersistenceDisabled, NvlinkInactive, NvlinkErrors, PcieWidth, NcclEnv,
-        Xid, Replace,
+        Xid, Replace, GpuField,
     )
 }  # fmt: skip
 

@@ -17,6 +17,7 @@ from testbed import textops
 from testbed.captures import FieldTable, build_table, load_base
 from testbed.faults import (
     DriverVersion,
+    GpuField,
     NcclEnv,
     NvlinkErrors,
     NvlinkInactive,
@@ -260,6 +261,10 @@ def build_node(
                 apply_nvlink_inactive(data, fault)
             elif isinstance(fault, NvlinkErrors):
                 apply_nvlink_errors(data, fault)
+            elif isinstance(fault, GpuField):
+                if data.table.canonical(fault.field) is None:
+                    raise FaultApplyError(f"gpu_field: {fault.field!r} is not a --query-gpu field of this base")
+                data.table.set(fault.field, fault.gpu, fault.value)
             elif isinstance(fault, NcclEnv):
                 for key, value in fault.env.items():
                     for env in (data.env, data.nccl_conf):
