@@ -30,12 +30,15 @@ def csv_rows(stdout: str, columns: int) -> list[list[str]] | None:
     """Rows of a ``--format=csv,noheader,nounits`` output, each with exactly ``columns`` cells; None if any
     non-empty line has another shape (truncated or garbage output)."""
     rows: list[list[str]] = []
-    for record in csv.reader(io.StringIO(stdout), skipinitialspace=True):
-        if not record or all(not cell.strip() for cell in record):
-            continue
-        if len(record) != columns:
-            return None
-        rows.append([cell.strip() for cell in record])
+    try:
+        for record in csv.reader(io.StringIO(stdout), skipinitialspace=True):
+            if not record or all(not cell.strip() for cell in record):
+                continue
+            if len(record) != columns:
+                return None
+            rows.append([cell.strip() for cell in record])
+    except csv.Error:  # a field over the csv limit, a stray NUL or carriage return: not nvidia-smi's shape
+        return None
     return rows
 
 

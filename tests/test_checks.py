@@ -129,3 +129,10 @@ def test_driver_variants() -> None:
     assert statuses(driver.evaluate(failed, H200, NO_CLUSTER)) == [("nvidia-smi", "fail", "nvidia_smi_failed")]
     truncated = driver.parse("580.159.04\n580.1", 0)
     assert statuses(driver.evaluate(truncated, H200, NO_CLUSTER)) == [("output", "error", "unparsable_output")]
+
+
+def test_csv_shape_errors_are_none_not_exceptions() -> None:
+    from checks.sections import csv_rows
+
+    assert csv_rows('0, "' + "x" * 200_000 + '"\n', 2) is None
+    assert csv_rows("0, a\n1, b\n", 2) == [["0", "a"], ["1", "b"]]

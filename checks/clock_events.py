@@ -1,0 +1,129 @@
+"""Clock event (throttle) reasons per GPU: a GPU slowed by heat or by its power supply fails.
+
+``clocks_event_reasons.active`` (alias ``clocks_throttle_reasons.active``) is the NVML bitmask
+``nvmlClocksEventReason*`` printed as ``0x0000000000000001``. Hardware slowdowns (HW slowdown, HW thermal,
+HW power brake) and SW thermal slowdown fail: the GPU runs at a fraction of its clocks. SW power cap only
+warns (an idle GPU should not hit it, a loaded one may). Idle, applications clocks, sync boost and display
+clock settings are normal states and pass; the observed value lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks.base import CheckRow, ClusterView, Status, error_row
+from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from inventory.model import Profile
+
+NAME = "clock_events"
+FIELDS = ["index", "clocks_event_reasons.active"]
+COMMAND = query_gpu_command(FIELDS)
+
+# nvml.h nvmlClocksEventReason* bits
+REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clock_setting",
+}
+FAILING = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+WARNING = ("sw_power_cap",)
+_EXPECTED = "none of " + ", ".join(FAILING)
+_KNOWN_BITS = sum(REASONS)
+
+
+@dataclass(frozen=True)
+class GpuClockEvents:
+    index: int
+    mask: int | None  # None: nvidia-smi said [N/A] / [Not Supported]
+    text: str  # as printed
+
+    @property
+    def names(self) -> list[str]:
+        """Active reasons, by bit order; a bit NVML does not define shows as its hex value."""
+        if self.mask is None:
+            return []
+        names = [name for bit, name in REASONS.items() if self.mask & bit]
+        unknown = self.mask & ~_KNOWN_BITS
+        return names + ([hex(unknown)] if unknown else [])
+
+
+@dataclass(frozen=True)
+class ClockEvents:
+    gpus: list[GpuClockEvents] = field(default_factory=list)
+    failure: str | None = None  # nvidia-smi could not talk to the driver
+    error: str | None = None  # output we could not read
+    raw: str = ""
+
+
+def _read(stdout: str, exit_code: int | None) -> ClockEvents:
+    failure = driver_failure(stdout, exit_code)
+    if failure:
+        return ClockEvents(failure=failure, raw=stdout)
+    if exit_code not in (0, None):
+        return ClockEvents(error=f"nvidia-smi exited {exit_code}", raw=stdout)
+    if stdout and not stdout.endswith("\n"):
+        return ClockEvents(error="output ends mid-line (truncated)", raw=stdout)
+    rows = query_gpu(stdout, FIELDS)
+    if rows is None:
+        return ClockEvents(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
+    if not rows:
+        return ClockEvents(error="no GPU lines in the output", raw=stdout)
+    gpus = []
+    for row in rows:
+        index, text = row["index"], row["clocks_event_reasons.active"]
+        if not re.fullmatch(r"\d+", index):
+            return ClockEvents(error=f"bad GPU index {index!r}", raw=stdout)
+        if not_available(text):
+            gpus.append(GpuClockEvents(int(index), None, text))
+        elif re.fullmatch(r"0x[0-9A-Fa-f]{1,16}", text):
+            gpus.append(GpuClockEvents(int(index), int(text, 16), text))
+        else:
+            return ClockEvents(error=f"GPU {index}: unexpected clocks_event_reasons.active {text!r}", raw=stdout)
+    return ClockEvents(gpus=gpus, raw=stdout)
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> ClockEvents:
+    try:
+        return _read(stdout, exit_code)
+    except Exception as exc:  # noqa: BLE001 - csv can raise on garbage (huge fields, stray CR); never propagate
+        return ClockEvents(error=f"unreadable output ({type(exc).__name__}: {exc})", raw=stdout)
+
+
+def _gpu_rows(gpu: GpuClockEvents) -> list[CheckRow]:
+    item = "event_reasons"
+    if gpu.mask is None:
+        return [CheckRow(NAME, item, Status.SKIP, "not_available", gpu.text, _EXPECTED, gpu=gpu.index)]
+    names = gpu.names
+    observed = ", ".join(names) or "none"
+    detail = f"clocks_event_reasons.active={gpu.text}"
+    rows = [
+        CheckRow(NAME, item, Status.FAIL, f"throttle_{name}", observed, _EXPECTED, detail, gpu.index)
+        for name in FAILING
+        if name in names
+    ]
+    rows += [
+        CheckRow(NAME, item, Status.WARN, f"throttle_{name}", observed, f"no {name}", detail, gpu.index)
+        for name in WARNING
+        if name in names
+    ]
+    if gpu.mask & ~_KNOWN_BITS:
+        rows.append(
+            CheckRow(NAME, item, Status.WARN, "unknown_event_reason", observed, "known NVML reasons", detail, gpu.index)
+        )
+    return rows or [CheckRow(NAME, item, Status.PASS, "ok", observed, _EXPECTED, detail, gpu.index)]
+
+
+def evaluate(model: ClockEvents, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.failure:
+        detail = "nvidia-smi failed; gpu_count and driver judge the node"
+        return [CheckRow(NAME, "nvidia-smi", Status.SKIP, "nvidia_smi_failed", model.failure, None, detail)]
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    return [row for gpu in model.gpus for row in _gpu_rows(gpu)]

@@ -1,0 +1,205 @@
+"""InfiniBand / RoCE ports under ``/sys/class/infiniband`` and whether ``nvidia_peermem`` is loaded.
+
+Where the profile expects NCCL's inter-node transport to be ``NET/IB``, every port must be ``4: ACTIVE``, its
+rate must match the cluster's majority for that port (a cable trained at half speed is a slow node), and
+``nvidia_peermem`` must be loaded: without it GPUDirect RDMA is off and NCCL stages every inter-node
+transfer through host memory. Nodes not expected to use InfiniBand only record the ports they have.
+
+One line per port, as ``<port dir> <state> <rate> <link_layer>``, e.g.
+``/sys/class/infiniband/mlx5_0/ports/1 4: ACTIVE 400 Gb/sec (4X NDR) InfiniBand``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks.base import CheckRow, ClusterView, Status, error_row
+from inventory.model import Profile
+
+NAME = "infiniband"
+_PORTS_MARK = "### ports"
+_PEERMEM_MARK = "### peermem "
+_END = "### end"
+COMMAND = (
+    f"echo '{_PORTS_MARK}'; "
+    "for d in /sys/class/infiniband/*/ports/*; do "
+    '[ -d "$d" ] || continue; '
+    'echo "$d $(cat "$d/state" 2>/dev/null) $(cat "$d/rate" 2>/dev/null) $(cat "$d/link_layer" 2>/dev/null)"; '
+    "done; "
+    "if [ -d /sys/module/nvidia_peermem ] || grep -q '^nvidia_peermem ' /proc/modules 2>/dev/null; "
+    f"then echo '{_PEERMEM_MARK}loaded'; else echo '{_PEERMEM_MARK}absent'; fi; "
+    f"echo '{_END}'"
+)
+ACTIVE = "4: ACTIVE"
+_PORT_LINE = re.compile(
+    r"^(?P<path>/\S*/(?P<device>[^/\s]+)/ports/(?P<port>\d+))"
+    r"(?:\s+(?P<state>\d+:\s*[A-Za-z_]+))?"
+    r"(?:\s+(?P<rate>\d+(?:\.\d+)?\s+Gb/sec(?:\s+\([^)]*\))?))?"
+    r"(?:\s+(?P<link_layer>[A-Za-z]\w*))?\s*$"
+)
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    state: str  # '4: ACTIVE', '1: DOWN', ... ('' when unreadable)
+    rate: str  # '400 Gb/sec (4X NDR)' ('' when unreadable)
+    link_layer: str  # 'InfiniBand', 'Ethernet' ('' when unreadable)
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+    @property
+    def active(self) -> bool:
+        return self.state == ACTIVE
+
+
+@dataclass(frozen=True)
+class IbPorts:
+    ports: list[IbPort] = field(default_factory=list)
+    peermem: bool = False
+    error: str | None = None
+    raw: str = ""
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
+    lines = stdout.splitlines()
+    if _PORTS_MARK not in lines:
+        return IbPorts(error="no ports section in the output", raw=stdout)
+    if _END not in lines:
+        return IbPorts(error="output truncated before the end marker", raw=stdout)
+    body = lines[lines.index(_PORTS_MARK) + 1 : lines.index(_END)]
+    ports: list[IbPort] = []
+    peermem: bool | None = None
+    for line in body:
+        if line.startswith(_PEERMEM_MARK):
+            state = line[len(_PEERMEM_MARK) :].strip()
+            if state not in ("loaded", "absent"):
+                return IbPorts(error=f"unexpected peermem state {state!r}", raw=stdout)
+            peermem = state == "loaded"
+            continue
+        if not line.strip():
+            continue
+        match = _PORT_LINE.match(line)
+        if match is None:
+            return IbPorts(error=f"unexpected port line {line[:200]!r}", raw=stdout)
+        ports.append(
+            IbPort(
+                match.group("device"),
+                int(match.group("port")),
+                re.sub(r":\s*", ": ", match.group("state") or ""),
+                re.sub(r"\s+", " ", match.group("rate") or ""),
+                match.group("link_layer") or "",
+            )
+        )
+    if peermem is None:
+        return IbPorts(error="no nvidia_peermem line in the output", raw=stdout)
+    return IbPorts(ports=sorted(ports, key=lambda p: (p.device, p.port)), peermem=peermem, raw=stdout)
+
+
+def _rate_key(port: IbPort) -> str:
+    return f"rate:{port.name}"
+
+
+def cluster_values(model: IbPorts) -> dict[str, str]:
+    """The rate of every active port (a down port fails on its own) and the port count."""
+    if model.error:
+        return {}
+    values = {_rate_key(p): p.rate for p in model.ports if p.active and p.rate}
+    values["ports"] = str(len(model.ports))
+    return values
+
+
+def _ib_expected(profile: Profile) -> bool:
+    return (profile.probes.expected_transport.inter_node or "").startswith("NET/IB")
+
+
+def _describe(port: IbPort) -> str:
+    return f"state {port.state or 'unreadable'}, rate {port.rate or 'unreadable'}, link layer {port.link_layer or '?'}"
+
+
+def evaluate(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    peermem = "loaded" if model.peermem else "not loaded"
+    if not _ib_expected(profile):
+        transport = profile.probes.expected_transport.inter_node or "not set"
+        if not model.ports:
+            return [
+                CheckRow(
+                    NAME,
+                    "ports",
+                    Status.SKIP,
+                    "no_ib_expected",
+                    "0 ports",
+                    None,
+                    f"expected inter-node transport: {transport}",
+                )
+            ]
+        recorded = [CheckRow(NAME, p.name, Status.PASS, "recorded", p.state, None, _describe(p)) for p in model.ports]
+        recorded.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "recorded", peermem, None))
+        return recorded
+    rows: list[CheckRow] = []
+    if not model.ports:
+        rows.append(
+            CheckRow(
+                NAME,
+                "ports",
+                Status.FAIL,
+                "no_ib_ports",
+                "0 ports",
+                "ports under /sys/class/infiniband",
+                "the profile expects NET/IB between nodes",
+            )
+        )
+    majority_count = cluster.majority_of("ports")
+    if model.ports and majority_count is not None and majority_count != str(len(model.ports)):
+        rows.append(
+            CheckRow(
+                NAME,
+                "ports",
+                Status.FAIL,
+                "port_count_drift",
+                str(len(model.ports)),
+                f"{majority_count} (majority)",
+                ", ".join(p.name for p in model.ports),
+            )
+        )
+    for port in model.ports:
+        if not port.active:
+            rows.append(
+                CheckRow(NAME, port.name, Status.FAIL, "port_down", port.state or None, ACTIVE, _describe(port))
+            )
+            continue
+        rows.append(CheckRow(NAME, port.name, Status.PASS, "ok", port.state, ACTIVE, _describe(port)))
+        majority = cluster.majority_of(_rate_key(port))
+        if majority is not None and majority != port.rate:
+            rows.append(
+                CheckRow(
+                    NAME,
+                    port.name,
+                    Status.FAIL,
+                    "rate_drift",
+                    port.rate or None,
+                    f"{majority} (majority)",
+                    _describe(port),
+                )
+            )
+    if model.peermem:
+        rows.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "ok", peermem, "loaded"))
+    else:
+        rows.append(
+            CheckRow(
+                NAME,
+                "nvidia_peermem",
+                Status.FAIL,
+                "peermem_missing",
+                peermem,
+                "loaded",
+                "GPUDirect RDMA is off: NCCL stages inter-node transfers through host memory",
+            )
+        )
+    return rows

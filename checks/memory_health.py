@@ -1,0 +1,114 @@
+"""GPU memory health per GPU: ECC on, no uncorrected errors, no pending or failed row remapping/page retirement.
+
+Field names as ``nvidia-smi --help-query-gpu`` (driver 580) lists them:
+
+- ``ecc.mode.current``: ``Enabled``/``Disabled`` (a change needs a reboot; ``ecc.mode.pending`` is not read);
+- ``ecc.errors.uncorrected.volatile.total``: uncorrected ECC errors since the driver was loaded;
+- ``remapped_rows.pending``: a row remap waits for a GPU reset (Ampere and later);
+- ``remapped_rows.failure``: a remap failed at some point in the GPU's life: the GPU should be replaced;
+- ``retired_pages.pending``: pages waiting for retirement at the next reboot (pre-Ampere page retirement).
+
+``[N/A]`` is not a failure: an H200/H100 reports ``retired_pages.pending`` as ``[N/A]`` because it uses row
+remapping instead of page retirement, and counters read ``[N/A]`` with ECC off (which fails on its own).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks.base import CheckRow, ClusterView, Status, error_row
+from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from inventory.model import Profile
+
+NAME = "memory"
+FIELDS = [
+    "index",
+    "ecc.mode.current",
+    "ecc.errors.uncorrected.volatile.total",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "retired_pages.pending",
+]
+COMMAND = query_gpu_command(FIELDS)
+
+# field -> (item, pattern of a readable value, the healthy value, fail reason when it differs)
+_JUDGED: dict[str, tuple[str, str, str, str]] = {
+    "ecc.mode.current": ("ecc_mode", r"Enabled|Disabled", "Enabled", "ecc_disabled"),
+    "ecc.errors.uncorrected.volatile.total": ("uncorrected_ecc", r"\d+", "0", "uncorrected_ecc"),
+    "remapped_rows.pending": ("remapped_rows_pending", r"Yes|No", "No", "remap_pending"),
+    "remapped_rows.failure": ("remapped_rows_failure", r"Yes|No", "No", "remap_failed"),
+    "retired_pages.pending": ("retired_pages_pending", r"Yes|No", "No", "retired_pages_pending"),
+}
+_DETAILS = {
+    "uncorrected_ecc": "uncorrected ECC errors since the driver was loaded",
+    "remap_pending": "a row remapping waits for a GPU reset (nvidia-smi -r or reboot)",
+    "remap_failed": "row remapping failed: the GPU has run out of spare rows and should be replaced",
+    "retired_pages_pending": "pages are pending retirement: reboot to retire them",
+    "ecc_disabled": "enable with nvidia-smi -e 1, then reboot",
+}
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    values: dict[str, str]  # field -> nvidia-smi's value ('Enabled', '0', 'No', '[N/A]', ...)
+
+
+@dataclass(frozen=True)
+class MemoryHealth:
+    gpus: list[GpuMemory] = field(default_factory=list)
+    failure: str | None = None  # nvidia-smi could not talk to the driver
+    error: str | None = None  # output we could not read
+    raw: str = ""
+
+
+def _read(stdout: str, exit_code: int | None) -> MemoryHealth:
+    failure = driver_failure(stdout, exit_code)
+    if failure:
+        return MemoryHealth(failure=failure, raw=stdout)
+    if exit_code not in (0, None):
+        return MemoryHealth(error=f"nvidia-smi exited {exit_code}", raw=stdout)
+    if stdout and not stdout.endswith("\n"):
+        return MemoryHealth(error="output ends mid-line (truncated)", raw=stdout)
+    rows = query_gpu(stdout, FIELDS)
+    if rows is None:
+        return MemoryHealth(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
+    if not rows:
+        return MemoryHealth(error="no GPU lines in the output", raw=stdout)
+    gpus = []
+    for row in rows:
+        if not re.fullmatch(r"\d+", row["index"]):
+            return MemoryHealth(error=f"bad GPU index {row['index']!r}", raw=stdout)
+        for name, (_, pattern, _, _) in _JUDGED.items():
+            if not re.fullmatch(pattern, row[name]) and not not_available(row[name]):
+                return MemoryHealth(error=f"GPU {row['index']}: unexpected {name} {row[name]!r}", raw=stdout)
+        gpus.append(GpuMemory(int(row["index"]), {name: row[name] for name in _JUDGED}))
+    return MemoryHealth(gpus=gpus, raw=stdout)
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> MemoryHealth:
+    try:
+        return _read(stdout, exit_code)
+    except Exception as exc:  # noqa: BLE001 - csv can raise on garbage (huge fields, stray CR); never propagate
+        return MemoryHealth(error=f"unreadable output ({type(exc).__name__}: {exc})", raw=stdout)
+
+
+def evaluate(model: MemoryHealth, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.failure:
+        detail = "nvidia-smi failed; gpu_count and driver judge the node"
+        return [CheckRow(NAME, "nvidia-smi", Status.SKIP, "nvidia_smi_failed", model.failure, None, detail)]
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    rows: list[CheckRow] = []
+    for gpu in model.gpus:
+        for name, (item, _, expected, bad_reason) in _JUDGED.items():
+            value = gpu.values[name]
+            if not_available(value):
+                status, reason, detail = Status.SKIP, "not_available", f"{name} not reported"
+            elif value == expected:
+                status, reason, detail = Status.PASS, "ok", ""
+            else:
+                status, reason, detail = Status.FAIL, bad_reason, _DETAILS[bad_reason]
+            rows.append(CheckRow(NAME, item, status, reason, value, expected, detail, gpu.index))
+    return rows

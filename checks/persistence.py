@@ -1,0 +1,94 @@
+"""Persistence mode per GPU: with it off, the driver unloads between jobs and every job start pays for it.
+
+``nvidia-smi`` reports ``Enabled`` or ``Disabled`` per GPU (Linux only; ``[N/A]`` elsewhere). A GPU whose mode
+differs from the profile's ``persistence_mode`` fails; without the key, the mode is only recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks.base import CheckRow, ClusterView, Status, error_row
+from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from inventory.model import Profile
+
+NAME = "persistence"
+FIELDS = ["index", "persistence_mode"]
+COMMAND = query_gpu_command(FIELDS)
+_MODES = ("Enabled", "Disabled")
+
+
+@dataclass(frozen=True)
+class GpuPersistence:
+    index: int
+    mode: str  # 'Enabled', 'Disabled', or nvidia-smi's not-available text ('[N/A]')
+
+
+@dataclass(frozen=True)
+class PersistenceModes:
+    gpus: list[GpuPersistence] = field(default_factory=list)
+    failure: str | None = None  # nvidia-smi could not talk to the driver
+    error: str | None = None  # output we could not read
+    raw: str = ""
+
+
+def _read(stdout: str, exit_code: int | None) -> PersistenceModes:
+    failure = driver_failure(stdout, exit_code)
+    if failure:
+        return PersistenceModes(failure=failure, raw=stdout)
+    if exit_code not in (0, None):
+        return PersistenceModes(error=f"nvidia-smi exited {exit_code}", raw=stdout)
+    if stdout and not stdout.endswith("\n"):
+        return PersistenceModes(error="output ends mid-line (truncated)", raw=stdout)
+    rows = query_gpu(stdout, FIELDS)
+    if rows is None:
+        return PersistenceModes(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
+    if not rows:
+        return PersistenceModes(error="no GPU lines in the output", raw=stdout)
+    gpus = []
+    for row in rows:
+        index, mode = row["index"], row["persistence_mode"]
+        if not re.fullmatch(r"\d+", index):
+            return PersistenceModes(error=f"bad GPU index {index!r}", raw=stdout)
+        if mode not in _MODES and not not_available(mode):
+            return PersistenceModes(error=f"GPU {index}: unexpected persistence_mode {mode!r}", raw=stdout)
+        gpus.append(GpuPersistence(int(index), mode))
+    return PersistenceModes(gpus=gpus, raw=stdout)
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> PersistenceModes:
+    try:
+        return _read(stdout, exit_code)
+    except Exception as exc:  # noqa: BLE001 - csv can raise on garbage (huge fields, stray CR); never propagate
+        return PersistenceModes(error=f"unreadable output ({type(exc).__name__}: {exc})", raw=stdout)
+
+
+def cluster_values(model: PersistenceModes) -> dict[str, str]:
+    modes = {g.mode for g in model.gpus}
+    if model.failure or model.error or len(modes) != 1:
+        return {}
+    return {"persistence_mode": modes.pop()}
+
+
+def evaluate(model: PersistenceModes, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.failure:
+        detail = "nvidia-smi failed; gpu_count and driver judge the node"
+        return [CheckRow(NAME, "nvidia-smi", Status.SKIP, "nvidia_smi_failed", model.failure, None, detail)]
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    wanted = profile.persistence_mode.capitalize() if profile.persistence_mode else None
+    rows: list[CheckRow] = []
+    for gpu in model.gpus:
+        if wanted is None:
+            status, reason = Status.PASS, "recorded"
+        elif not_available(gpu.mode):
+            status, reason = Status.SKIP, "not_available"
+        elif gpu.mode == wanted:
+            status, reason = Status.PASS, "ok"
+        elif gpu.mode == "Disabled":
+            status, reason = Status.FAIL, "persistence_disabled"
+        else:
+            status, reason = Status.FAIL, "persistence_enabled"
+        rows.append(CheckRow(NAME, "mode", status, reason, gpu.mode, wanted, gpu=gpu.index))
+    return rows

@@ -1,0 +1,169 @@
+"""checks/clock_events.py on the real captures of both machines and on faulty variants derived from them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import checks.clock_events as clock_events
+from checks.base import CheckRow, ClusterView
+from inventory.model import Profile
+from tests.capture import captured, every_field_block
+
+pytestmark = pytest.mark.pure
+
+NO_PROFILE = Profile()
+NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
+EXPECTED = "none of hw_slowdown, sw_thermal, hw_thermal, hw_power_brake"
+DRIVER_FAILURE = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+
+
+def noheader(machine: str, fields: list[str]) -> str:
+    """What ``--query-gpu=<fields> --format=csv,noheader,nounits`` prints, from the machine's query-gpu.txt."""
+    stdout, code = captured(machine, "query-gpu.txt")
+    assert code == 0
+    header, *lines = stdout.splitlines()
+    heads = [re.fullmatch(r"(.*?)(?: \[(.+)\])?", cell) for cell in header.split(", ")]
+    names = [m.group(1) for m in heads if m]
+    units = [m.group(2) for m in heads if m]
+    out = []
+    for line in lines:
+        cells = line.split(", ")
+        assert len(cells) == len(names) == len(units)
+        picked = []
+        for f in fields:
+            value, unit = cells[names.index(f)], units[names.index(f)]
+            picked.append(value.removesuffix(f" {unit}") if unit else value)
+        out.append(", ".join(picked) + "\n")
+    return "".join(out)
+
+
+def cut_mid_line(text: str) -> str:
+    """The output cut in its middle, not on a line end (as when the tool dies while writing)."""
+    cut = len(text) // 2
+    return text[: cut - 1 if text[cut - 1] == "\n" else cut]
+
+
+def table(rows: list[CheckRow]) -> list[tuple[object, ...]]:
+    return [(r.item, r.gpu, r.status.value, r.reason, r.observed, r.expected) for r in rows]
+
+
+def one_gpu(mask: str) -> list[tuple[object, ...]]:
+    return table(clock_events.evaluate(clock_events.parse(f"0, {mask}\n", 0), NO_PROFILE, NO_CLUSTER))
+
+
+def test_command_and_field_names() -> None:
+    assert clock_events.COMMAND == (
+        "nvidia-smi --query-gpu=index,clocks_event_reasons.active --format=csv,noheader,nounits"
+    )
+    help_text, _ = captured("h200x4", "help-query-gpu.txt")
+    assert '"clocks_event_reasons.active" or "clocks_throttle_reasons.active"' in help_text
+
+
+def test_h200x4_capture_idle_gpus_pass() -> None:
+    stdout = noheader("h200x4", clock_events.FIELDS)
+    assert stdout == "".join(f"{i}, 0x0000000000000001\n" for i in range(4))
+    model = clock_events.parse(stdout, 0)
+    assert [(g.index, g.mask, g.names) for g in model.gpus] == [(i, 1, ["gpu_idle"]) for i in range(4)]
+    assert table(clock_events.evaluate(model, NO_PROFILE, NO_CLUSTER)) == [
+        ("event_reasons", i, "pass", "ok", "gpu_idle", EXPECTED) for i in range(4)
+    ]
+
+
+def test_h200x4_every_field_capture_reads_the_same() -> None:
+    columns = [every_field_block(f)[1:] for f in clock_events.FIELDS]
+    stdout = "".join(", ".join(cells) + "\n" for cells in zip(*columns, strict=True))
+    assert stdout == noheader("h200x4", clock_events.FIELDS)
+    # every reason the check decodes is one this GPU supports
+    assert every_field_block("clocks_event_reasons.supported")[1:] == ["0x00000000000001FF"] * 4
+    assert sum(clock_events.REASONS) == 0x1FF
+
+
+def test_h100x1_capture() -> None:
+    stdout = noheader("h100x1", clock_events.FIELDS)
+    assert stdout == "0, 0x0000000000000001\n"
+    rows = clock_events.evaluate(clock_events.parse(stdout, 0), NO_PROFILE, NO_CLUSTER)
+    assert table(rows) == [("event_reasons", 0, "pass", "ok", "gpu_idle", EXPECTED)]
+    assert rows[0].detail == "clocks_event_reasons.active=0x0000000000000001"
+
+
+def test_hw_slowdown_fails() -> None:
+    assert one_gpu("0x0000000000000008") == [
+        ("event_reasons", 0, "fail", "throttle_hw_slowdown", "hw_slowdown", EXPECTED)
+    ]
+
+
+def test_idle_and_hw_thermal_fails_and_lists_both() -> None:
+    stdout = noheader("h200x4", clock_events.FIELDS).replace("2, 0x0000000000000001", "2, 0x0000000000000041")
+    rows = clock_events.evaluate(clock_events.parse(stdout, 0), NO_PROFILE, NO_CLUSTER)
+    assert table(rows) == [
+        ("event_reasons", 0, "pass", "ok", "gpu_idle", EXPECTED),
+        ("event_reasons", 1, "pass", "ok", "gpu_idle", EXPECTED),
+        ("event_reasons", 2, "fail", "throttle_hw_thermal", "gpu_idle, hw_thermal", EXPECTED),
+        ("event_reasons", 3, "pass", "ok", "gpu_idle", EXPECTED),
+    ]
+
+
+def test_every_failing_reason_has_its_row() -> None:
+    observed = "hw_slowdown, sw_thermal, hw_power_brake"
+    assert one_gpu("0x00000000000000A8") == [
+        ("event_reasons", 0, "fail", "throttle_hw_slowdown", observed, EXPECTED),
+        ("event_reasons", 0, "fail", "throttle_sw_thermal", observed, EXPECTED),
+        ("event_reasons", 0, "fail", "throttle_hw_power_brake", observed, EXPECTED),
+    ]
+
+
+def test_sw_power_cap_warns() -> None:
+    assert one_gpu("0x0000000000000004") == [
+        ("event_reasons", 0, "warn", "throttle_sw_power_cap", "sw_power_cap", "no sw_power_cap")
+    ]
+    assert one_gpu("0x0000000000000044") == [
+        ("event_reasons", 0, "fail", "throttle_hw_thermal", "sw_power_cap, hw_thermal", EXPECTED),
+        ("event_reasons", 0, "warn", "throttle_sw_power_cap", "sw_power_cap, hw_thermal", "no sw_power_cap"),
+    ]
+
+
+def test_benign_reasons_pass_and_are_listed() -> None:
+    assert one_gpu("0x0000000000000112") == [
+        ("event_reasons", 0, "pass", "ok", "applications_clocks_setting, sync_boost, display_clock_setting", EXPECTED)
+    ]
+    assert one_gpu("0x0000000000000000") == [("event_reasons", 0, "pass", "ok", "none", EXPECTED)]
+
+
+def test_unknown_bit_warns_with_its_value() -> None:
+    assert one_gpu("0x0000000000000201") == [
+        ("event_reasons", 0, "warn", "unknown_event_reason", "gpu_idle, 0x200", "known NVML reasons")
+    ]
+
+
+def test_not_available_is_skipped() -> None:
+    assert one_gpu("[Not Supported]") == [("event_reasons", 0, "skip", "not_available", "[Not Supported]", EXPECTED)]
+
+
+def test_driver_failure_is_one_skip_row() -> None:
+    rows = clock_events.evaluate(clock_events.parse(DRIVER_FAILURE, 9), NO_PROFILE, NO_CLUSTER)
+    assert table(rows) == [("nvidia-smi", None, "skip", "nvidia_smi_failed", DRIVER_FAILURE.strip(), None)]
+
+
+@pytest.mark.parametrize(
+    "stdout, code",
+    [
+        (cut_mid_line(noheader("h200x4", clock_events.FIELDS)), 0),  # '...\n2, 0x00000'
+        ("0, 0x0000000000000001\n1, 0x0000000000000001", 0),  # no line end: the mask may be cut
+        ("\x00\x7f#!garbage ~~~ 42\n", 0),
+        ("0, 0x00000000000000zz\n", 0),
+        ("0, 0x00000000000000001\n", 0),  # 17 hex digits: not a 64-bit mask
+        ("0, 8\n", 0),
+        ("", 0),
+        ("x" * 200_000 + "\n", 0),
+        ('Field "clocks_event_reasons.active" is not a valid field to query.\n\n', 2),
+    ],
+)
+def test_truncated_and_garbage_output_is_an_error_row_with_the_raw_text(stdout: str, code: int) -> None:
+    rows = clock_events.evaluate(clock_events.parse(stdout, code), NO_PROFILE, NO_CLUSTER)
+    assert [(r.item, r.status.value, r.reason) for r in rows] == [("output", "error", "unparsable_output")]
+    assert stdout[:40] in rows[0].detail
