@@ -1,0 +1,238 @@
+"""The xid check: its COMMAND run by ``sh`` against the test-bed's dmesg stand-in and against stand-in tools
+that refuse (permission denied) or answer in journalctl's form, and its parser on hand-made outputs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import checks.xid as xid
+from checks.base import ClusterView, Status
+from inventory.model import Profile
+from testbed.faults import Xid
+from testbed.nodedata import build_node, write_node_data, xid_line
+from testbed.standins import write_standins
+
+pytestmark = pytest.mark.pure
+
+NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
+PROFILE = Profile()
+DENIED = "dmesg: read kernel buffer failed: Operation not permitted\n"
+JOURNAL_XID_48 = (
+    "Nov 21 16:47:01 gpu-a17 kernel: NVRM: Xid (PCI:0000:18:00): 48, pid=2231, name=python3, "
+    "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 1.\n"
+)
+JOURNAL = (
+    "Nov 21 16:40:12 gpu-a17 kernel: Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103)\n"
+    "Nov 21 16:40:12 gpu-a17 kernel: Command line: BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic ro\n"
+    "Nov 21 16:40:19 gpu-a17 kernel: NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n"
+)
+JOURNAL_NO_ACCESS = (
+    "Hint: You are currently not seeing messages from other users and the system.\n"
+    "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+    "      Pass -q to turn off this notice.\n"
+    "-- No entries --\n"
+)
+
+
+def rows_of(model: xid.KernelLog) -> list[tuple[str, str, str, str | None, str | None]]:
+    return [
+        (r.item, r.status.value, r.reason, r.observed, r.expected) for r in xid.evaluate(model, PROFILE, NO_CLUSTER)
+    ]
+
+
+def fake_tool(bin_dir: Path, name: str, stdout: str = "", stderr: str = "", rc: int = 0) -> None:
+    """A stand-in ``name`` printing ``stdout``/``stderr`` and exiting ``rc``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / f"{name}.out").write_text(stdout)
+    (bin_dir / f"{name}.err").write_text(stderr)
+    script = bin_dir / name
+    script.write_text(f"#!/bin/sh\ncat '{bin_dir / name}.out'\ncat '{bin_dir / name}.err' >&2\nexit {rc}\n")
+    script.chmod(0o755)
+
+
+def run_command(*bin_dirs: Path) -> tuple[str, int]:
+    """The check's COMMAND as the batch runs it (``sh -c``), the given bin dirs first on PATH."""
+    path = ":".join([*(str(b) for b in bin_dirs), "/usr/bin", "/bin"])
+    proc = subprocess.run(
+        ["sh", "-c", xid.COMMAND], capture_output=True, text=True, env={"PATH": path}, timeout=60, check=False
+    )
+    return proc.stdout, proc.returncode
+
+
+def _testbed_node_bin(tmp_path: Path, faults: list[Xid]) -> Path:
+    """A test-bed node's bin dir (its dmesg stand-in) with ``faults`` planted, as ``up`` builds it."""
+    write_node_data(build_node("h200x4", faults, {"NCCL_SOCKET_IFNAME": "eth0"}), tmp_path / "data", seed="n")
+    write_standins(tmp_path / "bin", tmp_path / "data")
+    return tmp_path / "bin"
+
+
+def framed(source: str, log: str, rc: int) -> str:
+    """One source section as the COMMAND's awk prints it, for logs of at most 8 plain lines plus Xid lines."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    xids = sum("NVRM: Xid" in line for line in lines)
+    body = "".join(line + "\n" for line in lines)
+    return f"### source={source}\n{body}### rc={rc}\n### lines={len(lines)} xid={xids}\n"
+
+
+def test_testbed_xid_79_through_the_dmesg_standin(tmp_path: Path) -> None:
+    node_bin = _testbed_node_bin(tmp_path, [Xid(code=79, gpu=1)])
+    fake_tool(tmp_path / "fake", "journalctl", "Nov 21 00:00:00 x kernel: must not be asked\n")
+    stdout, code = run_command(node_bin, tmp_path / "fake")
+    assert code == 0
+    model = xid.parse(stdout, code)
+    line = "[ 1234.567890] NVRM: Xid (PCI:0000:00:07): 79, pid=0, name=swapper/0, GPU has fallen off the bus."
+    assert [r.name for r in model.reads] == ["dmesg"]
+    assert (model.reads[0].rc, model.reads[0].lines, model.reads[0].xid_lines) == (0, 9, 1)
+    assert model.source == "dmesg"
+    assert model.events == [xid.XidEvent(79, "0000:00:07", "pid=0, name=swapper/0, GPU has fallen off the bus.", line)]
+    rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
+    assert rows_of(model) == [("xid_79", "fail", "xid_79", "1 event on PCI 0000:00:07", "0 XID events")]
+    assert rows[0].gpu is None
+    assert rows[0].detail == f"XID 79: GPU has fallen off the bus; from dmesg\n{line}"
+
+
+def test_healthy_testbed_node_passes_with_zero_events(tmp_path: Path) -> None:
+    node_bin = _testbed_node_bin(tmp_path, [])
+    fake_tool(tmp_path / "fake", "journalctl", "Nov 21 00:00:00 x kernel: must not be asked\n")
+    model = xid.parse(*run_command(node_bin, tmp_path / "fake"))
+    assert [(r.name, r.rc, r.lines, r.xid_lines) for r in model.reads] == [("dmesg", 0, 8, 0)]
+    assert model.reads[0].shown[0].startswith("[    0.000000] Linux version ")
+    assert rows_of(model) == [("kernel_log", "pass", "ok", "0 XID events", "0 XID events")]
+    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with dmesg"
+
+
+def test_several_codes_one_row_each_benign_ones_warn() -> None:
+    data = build_node("h200x4", [], {})
+    faults = [Xid(code=79, gpu=1), Xid(code=43, gpu=2), Xid(code=79, gpu=0), Xid(code=48, gpu=3), Xid(code=45)]
+    log = data.dmesg + "".join(xid_line(data, f, i) for i, f in enumerate(faults))
+    model = xid.parse(framed("dmesg", log, 0) + "### done\n", 0)
+    assert [e.code for e in model.events] == [79, 43, 79, 48, 45]
+    assert rows_of(model) == [
+        ("xid_43", "warn", "xid_43", "1 event on PCI 0000:00:08", "0 XID events"),
+        ("xid_45", "warn", "xid_45", "1 event on PCI 0000:00:06", "0 XID events"),
+        ("xid_48", "fail", "xid_48", "1 event on PCI 0000:00:09", "0 XID events"),
+        ("xid_79", "fail", "xid_79", "2 events on PCI 0000:00:06, 0000:00:07", "0 XID events"),
+    ]
+    details = [r.detail.splitlines()[0] for r in xid.evaluate(model, PROFILE, NO_CLUSTER)]
+    assert details == [
+        "XID 43: GPU stopped processing (commonly follows a killed job); from dmesg",
+        "XID 45: preemptive cleanup (commonly follows a killed job); from dmesg",
+        "XID 48: double-bit ECC error; from dmesg",
+        "XID 79: GPU has fallen off the bus; from dmesg",
+    ]
+
+
+def test_permission_denied_dmesg_falls_back_to_journalctl(tmp_path: Path) -> None:
+    fake_tool(tmp_path, "dmesg", stderr=DENIED, rc=1)
+    fake_tool(tmp_path, "journalctl", JOURNAL + JOURNAL_XID_48)
+    stdout, code = run_command(tmp_path)
+    assert stdout.startswith(f"### source=dmesg\n{DENIED}### rc=1\n### lines=1 xid=0\n### source=journalctl\n")
+    model = xid.parse(stdout, code)
+    assert [(r.name, r.rc, r.lines, r.xid_lines) for r in model.reads] == [("dmesg", 1, 1, 0), ("journalctl", 0, 4, 1)]
+    assert model.source == "journalctl"
+    assert [(e.code, e.pci) for e in model.events] == [(48, "0000:18:00")]
+    assert model.events[0].text.startswith("pid=2231, name=python3, An uncorrectable double bit error")
+    assert rows_of(model) == [("xid_48", "fail", "xid_48", "1 event on PCI 0000:18:00", "0 XID events")]
+    assert JOURNAL_XID_48.strip() in xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail
+
+
+def test_empty_dmesg_falls_back_and_a_clean_journal_passes(tmp_path: Path) -> None:
+    fake_tool(tmp_path, "dmesg", "", rc=0)
+    fake_tool(tmp_path, "journalctl", JOURNAL)
+    model = xid.parse(*run_command(tmp_path))
+    assert [(r.name, r.rc, r.lines) for r in model.reads] == [("dmesg", 0, 0), ("journalctl", 0, 3)]
+    assert rows_of(model) == [("kernel_log", "pass", "ok", "0 XID events", "0 XID events")]
+    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with journalctl"
+
+
+@pytest.mark.parametrize(
+    "journal, journal_rc, said",
+    [
+        (JOURNAL_NO_ACCESS, 0, "journalctl rc=0, 4 lines: Hint: You are currently not seeing messages"),
+        ("No journal files were found.\n-- No entries --\n", 0, "journalctl rc=0, 2 lines: No journal files were"),
+        ("", 0, "journalctl rc=0, 0 lines"),
+        ("Failed to get journal: Permission denied\n", 1, "journalctl rc=1, 1 line: Failed to get journal"),
+    ],
+)
+def test_unreadable_kernel_log_is_a_skip_never_a_pass(tmp_path: Path, journal: str, journal_rc: int, said: str) -> None:
+    fake_tool(tmp_path, "dmesg", stderr=DENIED, rc=1)
+    fake_tool(tmp_path, "journalctl", journal, rc=journal_rc)
+    model = xid.parse(*run_command(tmp_path))
+    assert model.source is None and model.events == []
+    assert rows_of(model) == [("kernel_log", "skip", "kernel_log_unreadable", None, "readable kernel log")]
+    detail = xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail
+    assert detail.startswith(
+        "neither dmesg nor journalctl could be read: "
+        "dmesg rc=1, 1 line: dmesg: read kernel buffer failed: Operation not permitted / "
+    )
+    assert said in detail
+
+
+def test_missing_journalctl_is_unreadable() -> None:
+    stdout = framed("dmesg", DENIED, 1) + framed("journalctl", "sh: 1: journalctl: not found\n", 127) + "### done\n"
+    assert rows_of(xid.parse(stdout, 0)) == [
+        ("kernel_log", "skip", "kernel_log_unreadable", None, "readable kernel log")
+    ]
+
+
+def test_xid_lines_beyond_the_cap_are_counted(tmp_path: Path) -> None:
+    data = build_node("h200x4", [], {})
+    log = data.dmesg + "".join(xid_line(data, Xid(code=13, gpu=i % 4), i) for i in range(1500))
+    fake_tool(tmp_path, "dmesg", log)
+    fake_tool(tmp_path, "journalctl", JOURNAL)
+    model = xid.parse(*run_command(tmp_path))
+    assert (len(model.events), model.xid_lines, model.reads[0].lines) == (1000, 1500, 1508)
+    rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
+    assert [(r.item, r.status, r.observed) for r in rows] == [
+        ("xid_13", Status.FAIL, "1000 events on PCI 0000:00:06, 0000:00:07, 0000:00:08, 0000:00:09")
+    ]
+    assert rows[0].detail.startswith(
+        "XID 13: graphics engine exception; from dmesg (1500 Xid lines in the log, the first 1000 read)\n"
+    )
+
+
+def test_xid_line_without_a_code_is_not_ignored() -> None:
+    log = "[    0.000000] Linux version 6.8.0\n[ 99.000001] NVRM: Xid (PCI:0000:00:07): garbled\n"
+    model = xid.parse(framed("dmesg", log, 0) + "### done\n", 0)
+    assert model.events == [] and model.unparsed == ["[ 99.000001] NVRM: Xid (PCI:0000:00:07): garbled"]
+    assert rows_of(model) == [("xid_unparsed", "fail", "xid_unparsed", "1 line", "0 XID events")]
+
+
+def test_unknown_code_and_old_format_without_pci_prefix() -> None:
+    log = "[    0.000000] Linux version 5.4.0\n[ 12.5] NVRM: Xid (0000:3b:00): 154, GPU recovery action changed\n"
+    model = xid.parse(framed("dmesg", log, 0) + "### done\n", 0)
+    assert [(e.code, e.pci, e.text) for e in model.events] == [(154, "0000:3b:00", "GPU recovery action changed")]
+    rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
+    assert rows_of(model) == [("xid_154", "fail", "xid_154", "1 event on PCI 0000:3b:00", "0 XID events")]
+    assert rows[0].detail.startswith("XID 154: see NVIDIA's XID catalog; from dmesg\n")
+
+
+GOOD = framed("dmesg", "[    0.000000] Linux version 6.8.0\n", 0) + "### done\n"
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "",
+        "\x00\x7f#!garbage ~~~ 42\n",
+        GOOD[: GOOD.index("### rc=")],  # cut inside the dmesg section
+        GOOD[: GOOD.index("### done")],  # cut before the end marker
+        "[ 1234.567890] NVRM: Xid (PCI:0000:00:07): 79, pid=0, name=swapper/0, GPU has fallen off the bus.\n",
+        "### source=dmesg\n### source=journalctl\n### done\n",
+        "### done\n",
+    ],
+)
+def test_garbage_and_truncated_output_are_error_rows(stdout: str) -> None:
+    model = xid.parse(stdout, 0)
+    assert model.error is not None and model.raw == stdout
+    rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
+    assert [(r.item, r.status, r.reason) for r in rows] == [("output", Status.ERROR, "unparsable_output")]
+    assert stdout[:20] in rows[0].detail
+
+
+def test_good_output_parses_without_error() -> None:
+    model = xid.parse(GOOD, 0)
+    assert model.error is None and model.source == "dmesg"
