@@ -81,7 +81,7 @@ def test_every_planted_fault_is_found_with_its_reason(testbed_factory, tmp_path:
     crc = checks[(checks.node == "node06") & (checks.reason == "link_errors")]
     assert list(crc.status) == ["warn"] and list(crc.gpu) == [0]
     width = checks[(checks.node == "node02") & (checks.reason == "width_degraded")]
-    assert list(width.gpu) == [2] and list(width.observed) == ["8"]
+    assert list(width.gpu) == [2] and list(width.observed) == ["x8"]
     healthy = checks[checks.node.isin(["node01", "node08"])]
     assert set(healthy.status) <= {"pass", "skip", "warn"}
     assert {
