@@ -142,7 +142,7 @@ def classify(exc: BaseException) -> Unreachable:
     """Map whatever paramiko/socket raised into a cause an operator can act on."""
     if isinstance(exc, Unreachable):
         return exc
-    text = str(exc) or type(exc).__name__
+    text = (str(exc) or type(exc).__name__).replace("[Errno None] ", "")
     if isinstance(exc, socket.gaierror):
         return Unreachable(UnreachableCause.DNS, text)
     if isinstance(exc, paramiko.BadHostKeyException):

@@ -26,8 +26,11 @@ def build_context(
     for verdict in verdicts:
         counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
     findings: dict[str, list[Mapping[str, Any]]] = {}
+    skipped: dict[str, list[str]] = {}
     for row in rows:
-        if row["status"] != "pass":
+        if row["status"] == "skip":
+            skipped.setdefault(f"{row['check']}: {row['reason']}", []).append(row["node"])
+        elif row["status"] != "pass":
             findings.setdefault(row["node"], []).append(
                 {**row, "excerpt": (row.get("raw_output") or "")[:EXCERPT_CHARS]}
             )
@@ -44,6 +47,7 @@ def build_context(
         "verdicts": sorted(verdicts, key=lambda v: (v["verdict"] == Verdict.ACCEPTED, v["node"])),
         "verdict_sets": fold_by({v["node"]: v["verdict"] for v in verdicts}),
         "findings": dict(sorted(findings.items())),
+        "skipped": sorted((what, fold(sorted(set(nodes)))) for what, nodes in skipped.items()),
         "differences": differences(per_item),
         "unreachable_sets": fold_by(unreachable),
         "rejected_nodes": fold(
