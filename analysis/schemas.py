@@ -46,6 +46,34 @@ NODE_VALUES = pa.schema(
     metadata={"cluster_accept_schema": "node_values", "version": SCHEMA_VERSION},
 )
 
+MEASUREMENTS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("stage", pa.string()),
+        ("probe", pa.string()),
+        ("node", pa.string()),
+        ("profile", pa.string()),
+        ("gpu", pa.int32()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("unit", pa.string()),
+        ("dtype", pa.string()),
+        ("size", pa.int64()),  # GEMM: n of an n x n x n product; copies and all-reduce: bytes
+        ("iterations", pa.int64()),
+        ("label", pa.string()),  # all-reduce: intra_node / inter_node
+        ("world_size", pa.int32()),
+        ("algbw_gbps", pa.float64()),
+        ("sm_clock_mhz", pa.float64()),
+        ("mem_clock_mhz", pa.float64()),
+        ("power_w", pa.float64()),
+        ("temp_c", pa.float64()),
+        ("clock_event_reasons", pa.string()),
+        ("transport", pa.string()),  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
+    ],
+    metadata={"cluster_accept_schema": "measurements", "version": SCHEMA_VERSION},
+)
+
 VERDICTS = pa.schema(
     [
         ("run_id", pa.string()),

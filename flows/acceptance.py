@@ -14,7 +14,7 @@ from typing import Any
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.schemas import CHECKS, NODE_VALUES, VERDICTS, write_table
+from analysis.schemas import CHECKS, MEASUREMENTS, NODE_VALUES, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
 from checks.base import discover
 from inventory.hostlist import expand, fold
@@ -23,9 +23,10 @@ from inventory.model import Inventory
 from reports.render import build_context, render
 from tasks.outputs import RunDir, now_iso, tool_versions
 from tasks.preflight import evaluate_preflight, node_values, preflight_node
+from tasks.single_node import evaluate_single_node, single_node_probes
 
 STAGES = ("preflight", "single-node", "multi-node")
-AVAILABLE_STAGES = ("preflight",)
+AVAILABLE_STAGES = ("preflight", "single-node")
 
 
 class StageNotAvailable(ValueError):
@@ -60,6 +61,10 @@ class RunOutcome:
         return sum(1 for v in self.verdicts if v["verdict"] == verdict)
 
 
+def _rows_of(rows: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["node"] == node]
+
+
 def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None) -> RunOutcome:
     run_dir = RunDir.create(out_dir, run_id)
     run_info: dict[str, Any] = {
@@ -87,9 +92,21 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
         values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
         write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
 
+    if "single-node" in stages:
+        # Only nodes that passed preflight are measured (when preflight ran in this run).
+        eligible = [
+            n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
+        ]
+        probe_futures = [single_node_probes.submit(node) for node in eligible]
+        probe_outcomes = [future.result() for future in probe_futures]
+        stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes)
+        rows += stage_rows
+        write_table(run_dir.path / "checks.parquet", rows, CHECKS)
+        write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
+
     verdicts = []
     for node in inventory.nodes:
-        verdict = node_verdict(node.name, [r for r in rows if r["node"] == node.name], excluded=node.excluded)
+        verdict = node_verdict(node.name, _rows_of(rows, node.name), excluded=node.excluded)
         verdicts.append(
             {
                 "run_id": run_dir.run_id,

@@ -72,6 +72,8 @@ class ProbeSettings(_Strict):
     command_prefix: StrictStr | None = Field(
         default=None, description="runs probes inside a container, e.g. 'docker exec trainer'"
     )
+    timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
+    allreduce_max_bytes: Annotated[int, Field(ge=1 << 20)] | None = None
 
 
 class Thresholds(_Strict):

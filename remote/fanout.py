@@ -7,6 +7,7 @@ failed, slow or unreachable node never aborts the others, and every node comes b
 
 from __future__ import annotations
 
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,8 @@ DEFAULT_CONCURRENCY = 64
 class NodeSession(Protocol):
     def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]: ...
 
+    def put(self, local_path: str, remote_path: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -36,6 +39,9 @@ class LocalSession:
 
     def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
         return run_local(["sh", "-c", script], timeout_s)
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        shutil.copyfile(local_path, remote_path)
 
     def close(self) -> None:
         return None

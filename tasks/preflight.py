@@ -16,9 +16,9 @@ from checks.base import Check, CheckRow, Status, error_row, majority_values
 from inventory.model import Inventory, Node
 from remote.fanout import run_node
 from remote.result import NodeResult, NodeStatus, RemoteCommand
+from tasks.rows import row_dict
 
 STAGE = "preflight"
-RAW_OUTPUT_LIMIT = 64 * 1024
 
 
 @dataclass
@@ -51,24 +51,6 @@ def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
 @task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)
 def preflight_node(node: Node, checks: list[Check]) -> NodePreflight:
     return run_preflight_on_node(node, checks)
-
-
-def _row(run_id: str, cluster: str, node: str, row: CheckRow, raw: str) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "cluster": cluster,
-        "stage": STAGE,
-        "node": node,
-        "gpu": row.gpu,
-        "check": row.check,
-        "item": row.item,
-        "status": row.status.value,
-        "reason": row.reason,
-        "observed": row.observed,
-        "expected": row.expected,
-        "detail": row.detail,
-        "raw_output": raw[:RAW_OUTPUT_LIMIT],
-    }
 
 
 def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:
@@ -113,11 +95,11 @@ def evaluate_preflight(
         if result.status is NodeStatus.UNREACHABLE:
             cause = result.cause.value if result.cause else "unknown"
             row = CheckRow("ssh", "connect", Status.UNREACHABLE, cause, cause, "reachable", result.detail)
-            rows.append(_row(run_id, inventory.cluster, node.name, row, ""))
+            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
             continue
         if result.status is NodeStatus.ERROR and not result.commands:
             row = CheckRow("ssh", "session", Status.ERROR, "session_failed", None, None, result.detail)
-            rows.append(_row(run_id, inventory.cluster, node.name, row, ""))
+            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
             continue
         for check in checks:
             command = result.command(check.name)
@@ -140,5 +122,5 @@ def evaluate_preflight(
                 check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
             else:
                 check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
-            rows.extend(_row(run_id, inventory.cluster, node.name, r, raw) for r in check_rows)
+            rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw) for r in check_rows)
     return rows

@@ -1,0 +1,180 @@
+"""Verdicts on probe measurements: absolute thresholds and stragglers relative to the cluster. Pure.
+
+A GPU can pass its profile's threshold and still run at half the speed of its peers (the seed reports
+found such nodes only by comparing per-node TFLOPS), so each figure is judged twice: against the profile's
+``*_min`` and against the cluster's median — per GPU for per-GPU figures, per node for node figures. The
+spread is the median absolute deviation (robust to the very outliers we look for), reported with the median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from checks.base import CheckRow, Status
+from inventory.model import Thresholds
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    check: str  # the verdict reason's prefix: gemm, hbm, host_bw, allreduce
+    threshold: str | None  # attribute of Thresholds holding the minimum, if any
+    per_gpu: bool
+
+
+# Figures judged; anything else a probe prints is recorded, not judged.
+RULES: dict[str, MetricRule] = {
+    "gemm_bf16_tflops": MetricRule("gemm", "gemm_bf16_tflops_min", True),
+    "gemm_fp16_tflops": MetricRule("gemm", None, True),
+    "gemm_tf32_tflops": MetricRule("gemm", None, True),
+    "gemm_fp8_tflops": MetricRule("gemm", None, True),
+    "gemm_fp32_gflops": MetricRule("gemm", None, True),
+    "gemm_bf16_gflops": MetricRule("gemm", None, True),
+    "hbm_copy_gbps": MetricRule("hbm", "hbm_copy_gbps_min", True),
+    "mem_copy_gbps": MetricRule("hbm", None, True),
+    "h2d_gbps": MetricRule("host_bw", None, True),
+    "d2h_gbps": MetricRule("host_bw", None, True),
+    "allreduce_busbw_gbps": MetricRule("allreduce", "allreduce_intra_busbw_gbps_min", False),
+}
+
+
+def mad(values: list[float]) -> float:
+    med = statistics.median(values)
+    return statistics.median(abs(v - med) for v in values)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def judged_figures(measurements: pd.DataFrame) -> pd.DataFrame:
+    """One figure per (node, gpu, metric): all-reduce only at its largest size (where bandwidth saturates)."""
+    if measurements.empty:
+        return measurements
+    df = measurements[measurements["metric"].isin(list(RULES))].copy()
+    allreduce = df["metric"] == "allreduce_busbw_gbps"
+    if allreduce.any():
+        largest = df[allreduce].groupby("node")["size"].transform("max")
+        keep = df[allreduce]["size"] == largest
+        df = pd.concat([df[~allreduce], df[allreduce][keep]])
+    return df
+
+
+def judge(measurements: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> list[tuple[str, CheckRow]]:
+    """(node, row) for every judged figure: threshold rows and straggler rows, pass or fail."""
+    df = judged_figures(measurements)
+    out: list[tuple[str, CheckRow]] = []
+    if "profile" not in df.columns:
+        df = df.assign(profile="")
+    # Peers are GPUs of the same profile: an H100 is no straggler among H200s.
+    for (_, metric), group in df.groupby(["profile", "metric"], sort=True):
+        rule = RULES[str(metric)]
+        values = [float(v) for v in group["value"]]
+        median = statistics.median(values)
+        spread = mad(values)
+        unit = str(group["unit"].iloc[0])
+        for record in group.to_dict("records"):
+            node = str(record["node"])
+            gpu = None if pd.isna(record["gpu"]) else int(record["gpu"])
+            value = float(record["value"])
+            limits = thresholds.get(node, Thresholds())
+            item = str(metric)
+            minimum = getattr(limits, rule.threshold) if rule.threshold else None
+            if minimum is not None:
+                ok = value >= minimum
+                out.append(
+                    (
+                        node,
+                        CheckRow(
+                            rule.check,
+                            item,
+                            Status.PASS if ok else Status.FAIL,
+                            "ok" if ok else "below_threshold",
+                            _fmt(value),
+                            f">= {_fmt(minimum)} {unit}",
+                            "" if ok else f"{_fmt(value)} {unit}",
+                            gpu=gpu,
+                        ),
+                    )
+                )
+            if len(values) < 2 or median <= 0:
+                continue
+            floor = median * (1 - limits.straggler_pct / 100)
+            below_pct = 100 * (median - value) / median
+            detail = (
+                f"{_fmt(value)} {unit}, {below_pct:.1f}% below the cluster median {_fmt(median)} "
+                f"(MAD {_fmt(spread)}, {len(values)} {'GPUs' if rule.per_gpu else 'nodes'})"
+            )
+            if value < floor:
+                out.append(
+                    (
+                        node,
+                        CheckRow(
+                            rule.check,
+                            f"{item}_vs_cluster",
+                            Status.FAIL,
+                            "straggler",
+                            _fmt(value),
+                            f">= {_fmt(floor)} {unit} (median - {limits.straggler_pct:g}%)",
+                            detail,
+                            gpu=gpu,
+                        ),
+                    )
+                )
+            else:
+                out.append(
+                    (
+                        node,
+                        CheckRow(
+                            rule.check,
+                            f"{item}_vs_cluster",
+                            Status.PASS,
+                            "ok",
+                            _fmt(value),
+                            f">= {_fmt(floor)} {unit} (median - {limits.straggler_pct:g}%)",
+                            detail,
+                            gpu=gpu,
+                        ),
+                    )
+                )
+    return out
+
+
+def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
+    """Per-node median of a per-GPU figure (the seed's per-node TFLOPS table)."""
+    df = measurements[measurements["metric"] == metric]
+    return {str(k): float(v) for k, v in df.groupby("node")["value"].median().items()}
+
+
+def measurement_row(
+    run_id: str, cluster: str, stage: str, node: str, profile: str, record: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A probe's JSON record as a ``measurements.parquet`` row."""
+    conditions = record.get("conditions") or {}
+    return {
+        "run_id": run_id,
+        "cluster": cluster,
+        "stage": stage,
+        "probe": record.get("probe"),
+        "node": node,
+        "profile": profile,
+        "gpu": record.get("gpu"),
+        "metric": record["metric"],
+        "value": float(record["value"]),
+        "unit": record.get("unit"),
+        "dtype": record.get("dtype"),
+        "size": record.get("size"),
+        "iterations": record.get("iterations"),
+        "label": record.get("label"),
+        "world_size": record.get("world_size"),
+        "algbw_gbps": record.get("algbw_gbps"),
+        "sm_clock_mhz": conditions.get("sm_clock_mhz"),
+        "mem_clock_mhz": conditions.get("mem_clock_mhz"),
+        "power_w": conditions.get("power_w"),
+        "temp_c": conditions.get("temp_c"),
+        "clock_event_reasons": conditions.get("clock_event_reasons"),
+    }

@@ -1,0 +1,278 @@
+"""Node-side probe: GEMM throughput per GPU, HBM copy bandwidth and pinned host<->device bandwidth.
+
+Runs on the node with only torch and the standard library. Every GPU of the node is loaded at once, one
+process per GPU started together behind a barrier, because that is how a training job loads the node (power
+and thermal limits show only then). Timing uses CUDA events after warm-up, on random data (zeros make
+tensor cores look faster than they are), and reports the median of repeats. Clocks, power, temperature and
+active clock event reasons are sampled with nvidia-smi while the probe runs and printed with every figure.
+
+Prints one JSON object per measurement on stdout. ``--device cpu`` runs the same measurements on the CPU
+(GFLOP/s, host memory copy) so a test-bed without GPUs exercises the whole stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import torch
+
+SAMPLE_FIELDS = "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record, sort_keys=True), flush=True)
+
+
+class ConditionSampler(threading.Thread):
+    """Samples nvidia-smi every ``interval_s`` while the probe runs; summarises per GPU."""
+
+    def __init__(self, interval_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval_s = interval_s
+        self.samples: dict[int, list[list[str]]] = {}
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", f"--query-gpu={SAMPLE_FIELDS}", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            for line in out.splitlines():
+                cells = [c.strip() for c in line.split(",")]
+                if len(cells) == 6 and cells[0].isdigit():
+                    self.samples.setdefault(int(cells[0]), []).append(cells[1:])
+            self.stop_event.wait(self.interval_s)
+
+    def summary(self, gpu: int) -> dict[str, Any]:
+        rows = self.samples.get(gpu, [])
+
+        def median(i: int) -> float | None:
+            values = []
+            for row in rows:
+                try:
+                    values.append(float(row[i]))
+                except ValueError:
+                    continue
+            return round(statistics.median(values), 1) if values else None
+
+        reasons = 0
+        for row in rows:
+            try:
+                reasons |= int(row[4], 16)
+            except ValueError:
+                continue
+        return {
+            "sm_clock_mhz": median(0),
+            "mem_clock_mhz": median(1),
+            "power_w": median(2),
+            "temp_c": max((float(r[3]) for r in rows if r[3].replace(".", "", 1).isdigit()), default=None),
+            "clock_event_reasons": f"0x{reasons:016x}" if rows else None,
+            "samples": len(rows),
+        }
+
+
+def _timed(fn: Any, device: torch.device, iters: int, repeats: int) -> float:
+    """Median seconds per call of ``fn`` over ``repeats`` runs of ``iters`` back-to-back calls."""
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1000 / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            times.append((time.perf_counter() - t0) / iters)
+    return statistics.median(times)
+
+
+def gemm(device: torch.device, dtype_name: str, n: int, iters: int, repeats: int) -> dict[str, Any] | None:
+    if dtype_name == "fp8":
+        if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+            return None
+        if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+            return None
+        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        one = torch.tensor(1.0, device=device)
+
+        def fn() -> Any:
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    else:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[
+            dtype_name
+        ]
+        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        c = torch.empty(n, n, device=device, dtype=dtype)
+
+        def fn() -> Any:
+            return torch.matmul(a, b, out=c)
+
+    try:
+        for _ in range(max(3, iters // 5)):  # warm-up: clocks ramp, cuBLAS picks its kernel
+            fn()
+        seconds = _timed(fn, device, iters, repeats)
+    except RuntimeError:
+        return None
+    flops = 2 * n * n * n / seconds
+    per = 1e12 if device.type == "cuda" else 1e9
+    return {
+        "metric": f"gemm_{dtype_name}_{'tflops' if device.type == 'cuda' else 'gflops'}",
+        "value": round(flops / per, 2),
+        "unit": "TFLOP/s" if device.type == "cuda" else "GFLOP/s",
+        "dtype": dtype_name,
+        "size": n,
+        "iterations": iters * repeats,
+    }
+
+
+def copy_bandwidth(device: torch.device, nbytes: int, iters: int, repeats: int) -> dict[str, Any]:
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    seconds = _timed(lambda: dst.copy_(src), device, iters, repeats)
+    return {
+        "metric": "hbm_copy_gbps" if device.type == "cuda" else "mem_copy_gbps",
+        "value": round(2 * src.numel() * 4 / seconds / 1e9, 1),
+        "unit": "GB/s",
+        "dtype": "fp32",
+        "size": src.numel() * 4,
+        "iterations": iters * repeats,
+    }
+
+
+def host_transfer(device: torch.device, nbytes: int, iters: int, repeats: int) -> list[dict[str, Any]]:
+    host = torch.randn(nbytes // 4).pin_memory()
+    dev = torch.empty(nbytes // 4, device=device)
+    results = []
+    for metric, fn in (
+        ("h2d_gbps", lambda: dev.copy_(host, non_blocking=True)),
+        ("d2h_gbps", lambda: host.copy_(dev, non_blocking=True)),
+    ):
+        for _ in range(2):
+            fn()
+        seconds = _timed(fn, device, iters, repeats)
+        results.append(
+            {
+                "metric": metric,
+                "value": round(nbytes / seconds / 1e9, 1),
+                "unit": "GB/s",
+                "dtype": "fp32",
+                "size": nbytes,
+                "iterations": iters * repeats,
+            }
+        )
+    return results
+
+
+def worker(gpu: int | None, args: argparse.Namespace, barrier: Any, queue: Any) -> None:
+    try:
+        device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
+        if gpu is not None:
+            torch.cuda.set_device(device)
+        torch.manual_seed(1234 + (gpu or 0))
+        out: list[dict[str, Any]] = []
+        for dtype_name in args.dtypes.split(","):
+            barrier.wait()
+            result = gemm(device, dtype_name, args.gemm_size, args.iters, args.repeats)
+            if result is not None:
+                out.append(result)
+        barrier.wait()
+        out.append(copy_bandwidth(device, args.copy_bytes, args.iters, args.repeats))
+        if gpu is not None:
+            barrier.wait()
+            out.extend(host_transfer(device, args.host_bytes, max(2, args.iters // 5), args.repeats))
+        for record in out:
+            queue.put({**record, "gpu": gpu})
+    except Exception as exc:  # noqa: BLE001 - reported as data, the other GPUs go on
+        barrier.abort()
+        queue.put({"error": f"{type(exc).__name__}: {exc}", "gpu": gpu})
+    finally:
+        queue.put({"done": gpu})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--dtypes", default=None)
+    parser.add_argument("--gemm-size", type=int, default=None)
+    parser.add_argument("--copy-bytes", type=int, default=None)
+    parser.add_argument("--host-bytes", type=int, default=1 << 30)
+    parser.add_argument("--iters", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    cuda = args.device == "cuda"
+    args.dtypes = args.dtypes or ("bf16,fp16,tf32,fp8" if cuda else "fp32,bf16")
+    args.gemm_size = args.gemm_size or (8192 if cuda else 512)
+    args.copy_bytes = args.copy_bytes or ((2 << 30) if cuda else (64 << 20))
+    args.iters = args.iters or (20 if cuda else 3)
+    if cuda and not torch.cuda.is_available():
+        emit({"error": "CUDA is not available to torch on this node", "gpu": None})
+        return 3
+    gpus: list[int | None] = list(range(torch.cuda.device_count())) if cuda else [None]
+    emit(
+        {
+            "info": "probe",
+            "probe": "gpu_bench",
+            "torch": torch.__version__,
+            "gpus": len(gpus),
+            "device": args.device,
+            "cuda": torch.version.cuda if cuda else None,
+        }
+    )
+    sampler = ConditionSampler()
+    if cuda:
+        sampler.start()
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(len(gpus)), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(g, args, barrier, queue)) for g in gpus]
+    for p in procs:
+        p.start()
+    pending, records = set(gpus), []
+    while pending:
+        item = queue.get()
+        if "done" in item:
+            pending.discard(item["done"])
+        else:
+            records.append(item)
+    for p in procs:
+        p.join()
+    sampler.stop_event.set()
+    failed = False
+    for record in records:
+        if "error" in record:
+            failed = True
+            emit(record)
+            continue
+        conditions = sampler.summary(record["gpu"]) if cuda and record["gpu"] is not None else {}
+        emit({**record, "probe": "gpu_bench", "conditions": conditions})
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Check rows as written to ``checks.parquet``: the same shape for every stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checks.base import CheckRow
+
+RAW_OUTPUT_LIMIT = 64 * 1024
+
+
+def row_dict(run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "cluster": cluster,
+        "stage": stage,
+        "node": node,
+        "gpu": row.gpu,
+        "check": row.check,
+        "item": row.item,
+        "status": row.status.value,
+        "reason": row.reason,
+        "observed": row.observed,
+        "expected": row.expected,
+        "detail": row.detail,
+        "raw_output": raw[:RAW_OUTPUT_LIMIT],
+    }

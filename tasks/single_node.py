@@ -1,0 +1,192 @@
+"""The single-node stage: ship the probes to a node, run them, bring back figures and NCCL's transport.
+
+Per node (one Prefect task): a private ``mktemp -d`` directory on the node receives ``probes/*.py`` over
+SFTP (a copy for the local transport); the GPU probe and the intra-node all-reduce run there under the
+node-side ``timeout`` (a hung probe's whole process group is killed on the node, the node is marked
+``timeout``, its other results are kept); the directory is removed afterwards whatever happened.
+Evaluation waits for every node, since stragglers are judged against the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from analysis.probe_output import ProbeOutput, nccl_transports, nccl_version, parse_json_lines, transport_matches
+from analysis.probe_verdicts import judge, measurement_row
+from checks.base import CheckRow, Status
+from inventory.model import Inventory, Node
+from remote.fanout import connect, run_batch
+from remote.result import CommandResult, NodeStatus, RemoteCommand
+from remote.ssh import Unreachable
+from tasks.rows import row_dict
+
+STAGE = "single-node"
+PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
+PROBE_FILES = ("gpu_bench.py", "allreduce.py")
+_TMP_DIR = re.compile(r"^/[\w./-]*cluster-accept-probe\.\w+$")
+
+
+@dataclass
+class NodeProbes:
+    node: str
+    status: NodeStatus
+    detail: str = ""
+    cause: str | None = None
+    commands: list[CommandResult] = field(default_factory=list)
+    outputs: dict[str, ProbeOutput] = field(default_factory=dict)
+
+
+def probe_commands(node: Node) -> list[RemoteCommand]:
+    """The node-side command lines. ``command_prefix`` is the operator's own (e.g. ``docker exec trainer``)."""
+    probes = node.profile.probes
+    run = f"{probes.command_prefix} " if probes.command_prefix else ""
+    python = shlex.quote(probes.python)
+    device = probes.device
+    nproc = (
+        "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
+        'if [ "$n" -lt 2 ]; then echo \'{"info": "skip", "reason": "fewer than 2 GPUs"}\'; exit 0; fi; '
+        if device == "cuda"
+        else "n=2; "
+    )
+    max_bytes = f" --max-bytes {probes.allreduce_max_bytes}" if probes.allreduce_max_bytes else ""
+    return [
+        RemoteCommand(
+            "gpu_bench",
+            f'cd "$CA_PROBE_DIR" && exec {run}{python} gpu_bench.py --device {device}',
+            timeout_s=probes.timeout_s,
+        ),
+        RemoteCommand(
+            "allreduce",
+            f'cd "$CA_PROBE_DIR" && {nproc}NCCL_DEBUG=INFO exec {run}{python} -m torch.distributed.run '
+            f"--standalone --nproc_per_node=$n allreduce.py --device {device}{max_bytes} 2>&1",
+            timeout_s=probes.timeout_s,
+        ),
+    ]
+
+
+def run_probes_on_node(node: Node) -> NodeProbes:
+    """Ship, run, collect, clean up. Never raises."""
+    session = connect(node)
+    if isinstance(session, Unreachable):
+        return NodeProbes(node.name, NodeStatus.UNREACHABLE, session.detail, session.cause.value)
+    try:
+        code, out, err, _ = session.run_script('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"', 30)
+        remote_dir = out.strip()
+        if code != 0 or not _TMP_DIR.match(remote_dir):
+            return NodeProbes(node.name, NodeStatus.ERROR, f"mktemp failed on the node: {err.strip() or out}")
+        try:
+            for name in PROBE_FILES:
+                session.put(str(PROBES_DIR / name), f"{remote_dir}/{name}")
+            commands = [
+                RemoteCommand(c.name, c.script, {**c.env, "CA_PROBE_DIR": remote_dir}, c.timeout_s)
+                for c in probe_commands(node)
+            ]
+            status, detail, results = run_batch(session, node, commands)
+        finally:
+            session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
+    except Exception as exc:  # noqa: BLE001 - one node's failure is data
+        return NodeProbes(node.name, NodeStatus.ERROR, f"{type(exc).__name__}: {exc}")
+    finally:
+        session.close()
+    outputs = {r.name: parse_json_lines(r.stdout) for r in results}
+    return NodeProbes(node.name, status, detail, None, results, outputs)
+
+
+@task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
+def single_node_probes(node: Node) -> NodeProbes:
+    return run_probes_on_node(node)
+
+
+def _command_rows(node: Node, result: CommandResult, output: ProbeOutput) -> list[CheckRow]:
+    check = "gemm" if result.name == "gpu_bench" else "allreduce"
+    tail = (result.stderr or result.stdout)[-2000:]
+    if result.timed_out:
+        return [
+            CheckRow(
+                check,
+                result.name,
+                Status.TIMEOUT,
+                "probe_timeout",
+                None,
+                f"done within {node.profile.probes.timeout_s:g} s",
+                "killed on the node with its whole process group",
+            )
+        ]
+    rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
+    if result.exit_code != 0 and not output.errors:
+        rows.append(
+            CheckRow(check, result.name, Status.ERROR, "probe_failed", f"exit {result.exit_code}", "exit 0", tail)
+        )
+    return rows
+
+
+def _transport_rows(node: Node, result: CommandResult) -> tuple[list[CheckRow], str | None]:
+    used = nccl_transports(result.stdout)
+    if not used:
+        return [], None
+    observed = ",".join(sorted(used))
+    expected = node.profile.probes.expected_transport.intra_node
+    if expected is None:
+        return [CheckRow("transport", "intra_node", Status.PASS, "recorded", observed, None)], observed
+    bad = [t for t in used if not transport_matches(t, expected)]
+    status, reason = (Status.FAIL, "unexpected") if bad else (Status.PASS, "ok")
+    detail = ", ".join(f"{t}: {n} channel connections" for t, n in sorted(used.items()))
+    return [CheckRow("transport", "intra_node", status, reason, observed, expected, detail)], observed
+
+
+def evaluate_single_node(
+    run_id: str, inventory: Inventory, outcomes: list[NodeProbes]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(check rows, measurement rows) for the stage."""
+    rows: list[dict[str, Any]] = []
+    measurements: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        node = inventory.node(outcome.node)
+        if outcome.status is NodeStatus.UNREACHABLE:
+            row = CheckRow(
+                "ssh",
+                "connect",
+                Status.UNREACHABLE,
+                outcome.cause or "unknown",
+                outcome.cause,
+                "reachable",
+                outcome.detail,
+            )
+            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
+            continue
+        if outcome.status is NodeStatus.ERROR and not outcome.commands:
+            row = CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail)
+            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
+            continue
+        for result in outcome.commands:
+            output = outcome.outputs.get(result.name, ProbeOutput())
+            raw = result.stdout[-20000:] + ("\n[stderr]\n" + result.stderr[-4000:] if result.stderr else "")
+            check_rows = _command_rows(node, result, output)
+            if any(i.get("info") == "skip" for i in output.info):
+                reason = next(str(i.get("reason")) for i in output.info if i.get("info") == "skip")
+                check_rows.append(CheckRow("allreduce", "intra_node", Status.SKIP, "single_gpu", None, None, reason))
+            transport = None
+            if result.name == "allreduce" and node.profile.probes.device == "cuda":
+                transport_rows, transport = _transport_rows(node, result)
+                check_rows += transport_rows
+                version = nccl_version(result.stdout)
+                if version:
+                    check_rows.append(CheckRow("allreduce", "nccl_version", Status.PASS, "recorded", version, None))
+            rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw) for r in check_rows)
+            for record in output.measurements:
+                figure = measurement_row(run_id, inventory.cluster, STAGE, node.name, node.profile_name, record)
+                figure["transport"] = transport if record.get("metric") == "allreduce_busbw_gbps" else None
+                measurements.append(figure)
+    if measurements:
+        thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
+        for node_name, row in judge(pd.DataFrame(measurements), thresholds):
+            rows.append(row_dict(run_id, inventory.cluster, STAGE, node_name, row, ""))
+    return rows, measurements
