@@ -24,6 +24,7 @@ class MetricRule:
     check: str  # the verdict reason's prefix: gemm, hbm, host_bw, allreduce
     threshold: str | None  # attribute of Thresholds holding the minimum, if any
     per_gpu: bool
+    straggler: Status = Status.FAIL  # what being far below the cluster's median means for this figure
 
 
 # Figures judged; anything else a probe prints is recorded, not judged.
@@ -36,8 +37,10 @@ RULES: dict[str, MetricRule] = {
     "gemm_bf16_gflops": MetricRule("gemm", None, True),
     "hbm_copy_gbps": MetricRule("hbm", "hbm_copy_gbps_min", True),
     "mem_copy_gbps": MetricRule("hbm", None, True),
-    "h2d_gbps": MetricRule("host_bw", None, True),
-    "d2h_gbps": MetricRule("host_bw", None, True),
+    # Host<->device bandwidth depends on which NUMA node the pinned buffer sits on and on the PCIe switch
+    # layout, not only on the GPU: a low figure is reported, not a reason to reject.
+    "h2d_gbps": MetricRule("host_bw", None, True, Status.WARN),
+    "d2h_gbps": MetricRule("host_bw", None, True, Status.WARN),
     "allreduce_busbw_gbps": MetricRule("allreduce", "allreduce_intra_busbw_gbps_min", False),
 }
 

@@ -106,7 +106,21 @@ def _timed(fn: Any, device: torch.device, iters: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def gemm(device: torch.device, dtype_name: str, n: int, iters: int, repeats: int) -> dict[str, Any] | None:
+def warm_up(fn: Any, device: torch.device, seconds: float) -> None:
+    """Call ``fn`` for at least ``seconds``: clocks ramp up and the library settles on its kernel first."""
+    end = time.perf_counter() + seconds
+    while True:
+        for _ in range(5):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if time.perf_counter() >= end:
+            return
+
+
+def gemm(
+    device: torch.device, dtype_name: str, n: int, iters: int, repeats: int, warmup_s: float
+) -> dict[str, Any] | None:
     if dtype_name == "fp8":
         if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
             return None
@@ -132,8 +146,7 @@ def gemm(device: torch.device, dtype_name: str, n: int, iters: int, repeats: int
             return torch.matmul(a, b, out=c)
 
     try:
-        for _ in range(max(3, iters // 5)):  # warm-up: clocks ramp, cuBLAS picks its kernel
-            fn()
+        warm_up(fn, device, warmup_s)
         seconds = _timed(fn, device, iters, repeats)
     except RuntimeError:
         return None
@@ -189,7 +202,7 @@ def host_transfer(device: torch.device, nbytes: int, iters: int, repeats: int) -
     return results
 
 
-def worker(gpu: int | None, args: argparse.Namespace, barrier: Any, queue: Any) -> None:
+def worker(gpu: int | None, turn: int, args: argparse.Namespace, barrier: Any, queue: Any) -> None:
     try:
         device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
         if gpu is not None:
@@ -198,14 +211,17 @@ def worker(gpu: int | None, args: argparse.Namespace, barrier: Any, queue: Any) 
         out: list[dict[str, Any]] = []
         for dtype_name in args.dtypes.split(","):
             barrier.wait()
-            result = gemm(device, dtype_name, args.gemm_size, args.iters, args.repeats)
+            result = gemm(device, dtype_name, args.gemm_size, args.iters, args.repeats, args.warmup_s)
             if result is not None:
                 out.append(result)
         barrier.wait()
         out.append(copy_bandwidth(device, args.copy_bytes, args.iters, args.repeats))
         if gpu is not None:
-            barrier.wait()
-            out.extend(host_transfer(device, args.host_bytes, max(2, args.iters // 5), args.repeats))
+            # One GPU at a time: each link is measured alone, not the host's shared memory bandwidth.
+            for current in range(barrier.parties):
+                barrier.wait()
+                if current == turn:
+                    out.extend(host_transfer(device, args.host_bytes, 5, args.repeats))
         for record in out:
             queue.put({**record, "gpu": gpu})
     except Exception as exc:  # noqa: BLE001 - reported as data, the other GPUs go on
@@ -223,13 +239,15 @@ def main() -> int:
     parser.add_argument("--copy-bytes", type=int, default=None)
     parser.add_argument("--host-bytes", type=int, default=1 << 30)
     parser.add_argument("--iters", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup-s", type=float, default=None)
     args = parser.parse_args()
     cuda = args.device == "cuda"
     args.dtypes = args.dtypes or ("bf16,fp16,tf32,fp8" if cuda else "fp32,bf16")
     args.gemm_size = args.gemm_size or (8192 if cuda else 512)
     args.copy_bytes = args.copy_bytes or ((2 << 30) if cuda else (64 << 20))
-    args.iters = args.iters or (20 if cuda else 3)
+    args.iters = args.iters or (50 if cuda else 3)
+    args.warmup_s = args.warmup_s if args.warmup_s is not None else (1.0 if cuda else 0.0)
     if cuda and not torch.cuda.is_available():
         emit({"error": "CUDA is not available to torch on this node", "gpu": None})
         return 3
@@ -249,7 +267,7 @@ def main() -> int:
         sampler.start()
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(len(gpus)), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(g, args, barrier, queue)) for g in gpus]
+    procs = [ctx.Process(target=worker, args=(g, i, args, barrier, queue)) for i, g in enumerate(gpus)]
     for p in procs:
         p.start()
     pending, records = set(gpus), []
