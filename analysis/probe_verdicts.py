@@ -119,7 +119,7 @@ def judge(measurements: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> l
                         CheckRow(
                             rule.check,
                             f"{item}_vs_cluster",
-                            Status.FAIL,
+                            rule.straggler,
                             "straggler",
                             _fmt(value),
                             f">= {_fmt(floor)} {unit} (median - {limits.straggler_pct:g}%)",

@@ -1,0 +1,118 @@
+"""Probe output parsing (real NCCL logs) and probe verdicts (synthetic figures): thresholds, stragglers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analysis.probe_output import nccl_transports, nccl_version, parse_json_lines, transport_matches
+from analysis.probe_verdicts import judge, mad, node_medians
+from checks.base import Status
+from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, ExpectedTransport, Node, ProbeSettings, Profile, Thresholds
+from remote.result import CommandResult
+from tasks.single_node import _transport_rows
+from tests.capture import CAPTURES
+
+pytestmark = pytest.mark.pure
+
+
+def test_transport_and_version_from_real_nccl_logs() -> None:
+    nvlink = (CAPTURES / "h200x4" / "torch-allreduce-nvlink.txt").read_text()
+    socket = (CAPTURES / "h200x4" / "torch-allreduce-socket.txt").read_text()
+    assert nccl_transports(nvlink) == {"P2P/CUMEM": 96}
+    assert nccl_transports(socket) == {"NET/Socket": 32}
+    assert nccl_version(nvlink) == "2.28.9+cuda13.0"
+    assert transport_matches("P2P/CUMEM", "P2P") and transport_matches("NET/IB", "NET/IB")
+    assert not transport_matches("NET/Socket", "NET/IB") and not transport_matches("SHM", "P2P")
+
+
+def _node(expected: str | None) -> Node:
+    profile = Profile(probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node=expected)))
+    return Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
+
+
+def test_socket_fallback_fails_the_transport_check() -> None:
+    socket = (CAPTURES / "h200x4" / "torch-allreduce-socket.txt").read_text()
+    rows, observed = _transport_rows(_node("P2P"), CommandResult("allreduce", 0, socket, ""))
+    assert observed == "NET/Socket"
+    assert [(r.status, r.reason, r.observed, r.expected) for r in rows] == [
+        (Status.FAIL, "unexpected", "NET/Socket", "P2P")
+    ]
+    nvlink = (CAPTURES / "h200x4" / "torch-allreduce-nvlink.txt").read_text()
+    rows, _ = _transport_rows(_node("P2P"), CommandResult("allreduce", 0, nvlink, ""))
+    assert [(r.status, r.reason) for r in rows] == [(Status.PASS, "ok")]
+
+
+def test_json_lines_keep_errors_and_skip_noise() -> None:
+    text = "\n".join(
+        [
+            "W1121 torch/distributed/run.py:851] noise",
+            '{"info": "probe", "probe": "gpu_bench"}',
+            '{"metric": "gemm_bf16_tflops", "value": 692.3, "gpu": 0}',
+            '{"error": "CUDA error: out of memory", "gpu": 1}',
+            '{"metric": "x", "value": "fast"}',
+            "{not json",
+        ]
+    )
+    out = parse_json_lines(text)
+    assert [m["value"] for m in out.measurements] == [692.3]
+    assert len(out.info) == 1
+    assert out.errors[0] == "gpu 1: CUDA error: out of memory"
+    assert len(out.errors) == 3
+
+
+def figures(values: dict[tuple[str, int], float], metric: str = "gemm_bf16_tflops") -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"node": n, "gpu": g, "metric": metric, "value": v, "unit": "TFLOP/s", "size": 8192, "profile": "h200"}
+            for (n, g), v in values.items()
+        ]
+    )
+
+
+# The seed's captured figures: bf16 8192^3 per GPU without and with a co-tenant GEMM loop on GPU 0.
+NO_HOG = {("n1", 0): 692.3, ("n1", 1): 686.0, ("n1", 2): 699.4, ("n1", 3): 678.8}
+HOG = {("n1", 0): 269.4, ("n1", 1): 692.5, ("n1", 2): 681.3, ("n1", 3): 675.5}
+
+
+def test_planted_straggler_is_named_and_healthy_node_passes() -> None:
+    limits = {"n1": Thresholds(gemm_bf16_tflops_min=600, straggler_pct=5)}
+    bad = [(n, r) for n, r in judge(figures(HOG), limits) if r.status is not Status.PASS]
+    assert [(n, r.check, r.reason, r.gpu, r.observed) for n, r in bad] == [
+        ("n1", "gemm", "below_threshold", 0, "269.4"),
+        ("n1", "gemm", "straggler", 0, "269.4"),
+    ]
+    assert "60.3% below the cluster median 678.4" in bad[1][1].detail
+    assert all(r.status is Status.PASS for _, r in judge(figures(NO_HOG), limits))
+
+
+def test_stragglers_across_nodes_and_profiles() -> None:
+    values = {(f"n{i}", g): 700.0 + g for i in range(1, 9) for g in range(8)}
+    values[("n5", 3)] = 640.0  # 8.6% below: a straggler at 5%, not at 10%
+    df = figures(values)
+    at5 = {n: Thresholds(straggler_pct=5) for n in {k[0] for k in values}}
+    flagged = [(n, r.gpu) for n, r in judge(df, at5) if r.reason == "straggler"]
+    assert flagged == [("n5", 3)]
+    at10 = {n: t.model_copy(update={"straggler_pct": 10}) for n, t in at5.items()}
+    assert not [r for _, r in judge(df, at10) if r.reason == "straggler"]
+    # A slower GPU model is judged among its own kind, not as a straggler among H200s.
+    h100 = figures({("h1", 0): 500.0, ("h1", 1): 505.0})
+    h100["profile"] = "h100"
+    mixed = pd.concat([df, h100])
+    assert [(n, r.gpu) for n, r in judge(mixed, at5) if r.reason == "straggler"] == [("n5", 3)]
+    assert node_medians(df, "gemm_bf16_tflops")["n1"] == 703.5
+
+
+def test_host_bandwidth_stragglers_are_warnings_and_allreduce_uses_largest_size() -> None:
+    host = figures({("n1", 0): 55.0, ("n1", 1): 55.0, ("n1", 2): 30.0, ("n1", 3): 55.0}, metric="h2d_gbps")
+    rows = [r for _, r in judge(host, {"n1": Thresholds()}) if r.reason == "straggler"]
+    assert [(r.status, r.gpu) for r in rows] == [(Status.WARN, 2)]
+    sweep = pd.DataFrame(
+        [
+            {"node": "n1", "gpu": None, "metric": "allreduce_busbw_gbps", "value": v, "unit": "GB/s", "size": s}
+            for s, v in [(1 << 20, 35.0), (1 << 30, 350.0), (4 << 30, 362.4)]
+        ]
+    )
+    rows = [r for _, r in judge(sweep, {"n1": Thresholds(allreduce_intra_busbw_gbps_min=300)})]
+    assert [(r.item, r.status, r.observed) for r in rows] == [("allreduce_busbw_gbps", Status.PASS, "362.4")]
+    assert mad([1.0, 2.0, 3.0, 100.0]) == 1.0
