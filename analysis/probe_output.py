@@ -74,3 +74,40 @@ def nccl_version(text: str) -> str | None:
 def transport_matches(used: str, expected: str) -> bool:
     """``P2P/CUMEM`` satisfies ``P2P``; ``NET/IB`` satisfies ``NET/IB``; ``NET/Socket`` does not."""
     return used == expected or used.startswith(expected.rstrip("/") + "/")
+
+
+_NCCL_TESTS_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+
+
+def parse_nccl_tests(text: str, world_size: int | None = None) -> ProbeOutput:
+    """nccl-tests ``all_reduce_perf`` table → the same measurement records our all-reduce probe prints
+    (out-of-place columns; ``#wrong`` other than 0 or N/A is reported as an error)."""
+    out = ProbeOutput()
+    gpus = re.search(r"nGpus (\d+)", text)
+    ranks = len(re.findall(r"^#\s+Rank\s+\d+", text, flags=re.MULTILINE))
+    world = world_size or ranks or (int(gpus.group(1)) if gpus else None)
+    for line in text.splitlines():
+        match = _NCCL_TESTS_ROW.match(line)
+        if not match:
+            continue
+        size, _, dtype, _, _, time_us, algbw, busbw, wrong = match.groups()
+        if wrong not in ("0", "N/A"):
+            out.errors.append(f"all_reduce_perf reports {wrong} wrong values at {size} B")
+        out.measurements.append(
+            {
+                "probe": "allreduce",
+                "metric": "allreduce_busbw_gbps",
+                "label": "intra_node",
+                "value": float(busbw),
+                "unit": "GB/s",
+                "algbw_gbps": float(algbw),
+                "size": int(size),
+                "dtype": dtype,
+                "world_size": world,
+                "gpu": None,
+                "tool": "nccl-tests",
+            }
+        )
+    if not out.measurements:
+        out.errors.append("no all_reduce_perf result rows in the output")
+    return out

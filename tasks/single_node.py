@@ -19,7 +19,14 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from analysis.probe_output import ProbeOutput, nccl_transports, nccl_version, parse_json_lines, transport_matches
+from analysis.probe_output import (
+    ProbeOutput,
+    nccl_transports,
+    nccl_version,
+    parse_json_lines,
+    parse_nccl_tests,
+    transport_matches,
+)
 from analysis.probe_verdicts import judge, measurement_row
 from checks.base import CheckRow, Status
 from inventory.model import Inventory, Node
@@ -57,18 +64,24 @@ def probe_commands(node: Node) -> list[RemoteCommand]:
         else "n=2; "
     )
     max_bytes = f" --max-bytes {probes.allreduce_max_bytes}" if probes.allreduce_max_bytes else ""
+    if probes.nccl_tests_all_reduce:
+        top = probes.allreduce_max_bytes or (1 << 30)
+        allreduce = (
+            f"{nproc}NCCL_DEBUG=INFO exec {run}{shlex.quote(probes.nccl_tests_all_reduce)} "
+            f"-b 1M -e {top} -f 4 -g $n 2>&1"
+        )
+    else:
+        allreduce = (
+            f'cd "$CA_PROBE_DIR" && {nproc}NCCL_DEBUG=INFO exec {run}{python} -m torch.distributed.run '
+            f"--standalone --nproc_per_node=$n allreduce.py --device {device}{max_bytes} 2>&1"
+        )
     return [
         RemoteCommand(
             "gpu_bench",
             f'cd "$CA_PROBE_DIR" && exec {run}{python} gpu_bench.py --device {device}',
             timeout_s=probes.timeout_s,
         ),
-        RemoteCommand(
-            "allreduce",
-            f'cd "$CA_PROBE_DIR" && {nproc}NCCL_DEBUG=INFO exec {run}{python} -m torch.distributed.run '
-            f"--standalone --nproc_per_node=$n allreduce.py --device {device}{max_bytes} 2>&1",
-            timeout_s=probes.timeout_s,
-        ),
+        RemoteCommand("allreduce", allreduce, timeout_s=probes.timeout_s),
     ]
 
 
@@ -96,8 +109,16 @@ def run_probes_on_node(node: Node) -> NodeProbes:
         return NodeProbes(node.name, NodeStatus.ERROR, f"{type(exc).__name__}: {exc}")
     finally:
         session.close()
-    outputs = {r.name: parse_json_lines(r.stdout) for r in results}
+    outputs = {r.name: parse_output(node, r) for r in results}
     return NodeProbes(node.name, status, detail, None, results, outputs)
+
+
+def parse_output(node: Node, result: CommandResult) -> ProbeOutput:
+    """Our probes print JSON lines; nccl-tests prints its table (when the profile names the binary)."""
+    if result.name == "allreduce" and node.profile.probes.nccl_tests_all_reduce:
+        skip = parse_json_lines(result.stdout)
+        return skip if skip.info else parse_nccl_tests(result.stdout)
+    return parse_json_lines(result.stdout)
 
 
 @task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)

@@ -116,3 +116,24 @@ def test_host_bandwidth_stragglers_are_warnings_and_allreduce_uses_largest_size(
     rows = [r for _, r in judge(sweep, {"n1": Thresholds(allreduce_intra_busbw_gbps_min=300)})]
     assert [(r.item, r.status, r.observed) for r in rows] == [("allreduce_busbw_gbps", Status.PASS, "362.4")]
     assert mad([1.0, 2.0, 3.0, 100.0]) == 1.0
+
+
+def test_nccl_tests_table_becomes_the_same_measurements() -> None:
+    from analysis.probe_output import parse_nccl_tests
+    from tasks.single_node import parse_output, probe_commands
+
+    nvlink = parse_nccl_tests((CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text())
+    assert len(nvlink.measurements) == 30 and not nvlink.errors
+    last = nvlink.measurements[-1]
+    assert (last["size"], last["value"], last["algbw_gbps"], last["world_size"]) == (4294967296, 362.86, 241.91, 4)
+    socket = parse_nccl_tests((CAPTURES / "h200x4" / "nccl-tests-allreduce-socket.txt").read_text())
+    assert (socket.measurements[-1]["size"], socket.measurements[-1]["value"]) == (1073741824, 4.3)
+    assert parse_nccl_tests("garbage\n").errors == ["no all_reduce_perf result rows in the output"]
+
+    profile = Profile(probes=ProbeSettings(nccl_tests_all_reduce="/opt/nccl-tests/build/all_reduce_perf"))
+    node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
+    allreduce = probe_commands(node)[1]
+    assert "exec /opt/nccl-tests/build/all_reduce_perf -b 1M -e 1073741824 -f 4 -g $n" in allreduce.script
+    text = (CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text()
+    parsed = parse_output(node, CommandResult("allreduce", 0, text, ""))
+    assert len(parsed.measurements) == 30
