@@ -23,7 +23,7 @@ from inventory.model import Inventory
 from reports.render import build_context, render
 from tasks.outputs import RunDir, now_iso, tool_versions
 from tasks.preflight import evaluate_preflight, node_values, preflight_node
-from tasks.single_node import evaluate_single_node, single_node_probes
+from tasks.single_node import NodeProbes, evaluate_single_node, single_node_probes
 
 STAGES = ("preflight", "single-node", "multi-node")
 AVAILABLE_STAGES = ("preflight", "single-node")
@@ -97,8 +97,12 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
         eligible = [
             n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
         ]
-        probe_futures = [single_node_probes.submit(node) for node in eligible]
-        probe_outcomes = [future.result() for future in probe_futures]
+        limits = [n.profile.probes.max_parallel_nodes for n in eligible if n.profile.probes.max_parallel_nodes]
+        wave = min(limits) if limits else max(1, len(eligible))
+        probe_outcomes: list[NodeProbes] = []
+        for start in range(0, len(eligible), wave):
+            waiting = [single_node_probes.submit(node) for node in eligible[start : start + wave]]
+            probe_outcomes += [future.result() for future in waiting]
         stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes)
         rows += stage_rows
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)

@@ -74,6 +74,9 @@ class ProbeSettings(_Strict):
     )
     timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
     allreduce_max_bytes: Annotated[int, Field(ge=1 << 20)] | None = None
+    max_parallel_nodes: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="probe at most this many nodes at once (shared power, storage, or cores)"
+    )
     nccl_tests_all_reduce: StrictStr | None = Field(
         default=None, description="path of nccl-tests' all_reduce_perf on the node: used instead of torch"
     )

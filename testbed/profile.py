@@ -52,8 +52,11 @@ def base_profile(base: str, python: str = sys.executable) -> dict[str, Any]:
         "python": python,
         "device": "cpu",
         "expected_transport": {"intra_node": "SHM", "inter_node": "NET/Socket"},
+        # Every simulated node runs on this machine's cores: probing them one at a time keeps their CPU
+        # figures comparable, and CPU timings on a shared machine still vary more than GPUs do.
+        "max_parallel_nodes": 1,
     }
-    profile["thresholds"] = {"straggler_pct": 5}
+    profile["thresholds"] = {"straggler_pct": 25}
     return profile
 
 
