@@ -70,8 +70,42 @@ MEASUREMENTS = pa.schema(
         ("temp_c", pa.float64()),
         ("clock_event_reasons", pa.string()),
         ("transport", pa.string()),  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
+        ("group", pa.string()),  # multi-node all-reduce: the nodes of the run, folded (node[01-04])
     ],
     metadata={"cluster_accept_schema": "measurements", "version": SCHEMA_VERSION},
+)
+
+ISOLATION = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("round", pa.int32()),
+        ("phase", pa.string()),  # screen / bisect / confirm
+        ("group_index", pa.int32()),
+        ("kind", pa.string()),  # what the group tests (screen group, half, pair with a known-good node...)
+        ("nodes", pa.string()),  # folded node set of the group
+        ("size", pa.int32()),
+        ("busbw_gbps", pa.float64()),  # null: the run failed or timed out
+        ("threshold_gbps", pa.float64()),
+        ("bad", pa.bool_()),
+    ],
+    metadata={"cluster_accept_schema": "isolation", "version": SCHEMA_VERSION},
+)
+
+SCALING = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("nodes", pa.int32()),
+        ("gpus", pa.int32()),
+        ("busbw_gbps", pa.float64()),  # all-reduce bus bandwidth at the largest message size (per rank)
+        ("algbw_gbps", pa.float64()),
+        ("node_algbw_gbps", pa.float64()),  # algorithm bandwidth times GPUs per node: per-node throughput
+        ("vs_one_node", pa.float64()),
+        ("efficiency", pa.float64()),  # busbw relative to the 2-node run
+        ("below_min", pa.bool_()),  # under the profile's scaling_efficiency_min
+    ],
+    metadata={"cluster_accept_schema": "scaling", "version": SCHEMA_VERSION},
 )
 
 VERDICTS = pa.schema(

@@ -14,35 +14,28 @@ from typing import Any
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.schemas import CHECKS, MEASUREMENTS, NODE_VALUES, VERDICTS, write_table
+from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, SCALING, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
 from checks.base import discover
 from inventory.hostlist import expand, fold
 from inventory.load import load_inventory
 from inventory.model import Inventory
 from reports.render import build_context, render
+from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
 from tasks.outputs import RunDir, now_iso, tool_versions
 from tasks.preflight import evaluate_preflight, node_values, preflight_node
 from tasks.single_node import NodeProbes, evaluate_single_node, single_node_probes
 
 STAGES = ("preflight", "single-node", "multi-node")
-AVAILABLE_STAGES = ("preflight", "single-node")
-
-
-class StageNotAvailable(ValueError):
-    """A stage name that exists in the design but is not provided by this version."""
 
 
 def resolve_stages(requested: list[str] | None) -> list[str]:
+    """The requested stages in run order (default: all); an unknown name is a usage error."""
     if not requested:
-        return list(AVAILABLE_STAGES)
+        return list(STAGES)
     for name in requested:
         if name not in STAGES:
             raise ValueError(f"unknown stage {name!r}; stages are: {', '.join(STAGES)}")
-        if name not in AVAILABLE_STAGES:
-            raise StageNotAvailable(
-                f"stage {name!r} is not available in this version (available: {', '.join(AVAILABLE_STAGES)})"
-            )
     return [s for s in STAGES if s in requested]
 
 
@@ -61,11 +54,22 @@ class RunOutcome:
         return sum(1 for v in self.verdicts if v["verdict"] == verdict)
 
 
+def _write_multi_node(
+    run_dir: RunDir, multi: MultiNodeOutcome, rows: list[dict[str, Any]], measurements: list[dict[str, Any]]
+) -> None:
+    rows += multi.rows
+    measurements += multi.measurements
+    write_table(run_dir.path / "checks.parquet", rows, CHECKS)
+    write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
+    write_table(run_dir.path / "isolation.parquet", multi.isolation, ISOLATION)
+    write_table(run_dir.path / "scaling.parquet", multi.scaling, SCALING)
+
+
 def _rows_of(rows: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["node"] == node]
 
 
-def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None) -> RunOutcome:
+def _start(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None) -> tuple[RunDir, dict[str, Any]]:
     run_dir = RunDir.create(out_dir, run_id)
     run_info: dict[str, Any] = {
         "run_id": run_dir.run_id,
@@ -80,9 +84,43 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
         "tools": tool_versions(),
     }
     run_dir.write_json("run.json", run_info)
+    return run_dir, run_info
 
+
+def _finish(
+    run_dir: RunDir,
+    run_info: dict[str, Any],
+    inventory: Inventory,
+    rows: list[dict[str, Any]],
+    values: list[dict[str, Any]],
+    multi: MultiNodeOutcome | None = None,
+) -> RunOutcome:
+    verdicts = []
+    for node in inventory.nodes:
+        verdict = node_verdict(node.name, _rows_of(rows, node.name), excluded=node.excluded)
+        verdicts.append(
+            {
+                "run_id": run_dir.run_id,
+                "cluster": inventory.cluster,
+                "node": node.name,
+                "profile": node.profile_name,
+                "verdict": verdict.verdict,
+                "reasons": verdict.reasons,
+            }
+        )
+    write_table(run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
+    run_info["ended"] = now_iso()
+    run_dir.write_json("run.json", run_info)
+    extra = {"scaling": multi.scaling, "isolation": multi.isolation} if multi else {}
+    render(build_context(run_info, verdicts, rows, values, **extra), run_dir.path)
+    return RunOutcome(run_dir.run_id, run_dir.path, verdicts)
+
+
+def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None) -> RunOutcome:
+    run_dir, run_info = _start(inventory, out_dir, stages, run_id)
     rows: list[dict[str, Any]] = []
     values: list[dict[str, Any]] = []
+    measurements: list[dict[str, Any]] = []
     if "preflight" in stages:
         checks = discover()
         futures = [preflight_node.submit(node, checks) for node in inventory.tested]
@@ -108,24 +146,15 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
 
-    verdicts = []
-    for node in inventory.nodes:
-        verdict = node_verdict(node.name, _rows_of(rows, node.name), excluded=node.excluded)
-        verdicts.append(
-            {
-                "run_id": run_dir.run_id,
-                "cluster": inventory.cluster,
-                "node": node.name,
-                "profile": node.profile_name,
-                "verdict": verdict.verdict,
-                "reasons": verdict.reasons,
-            }
-        )
-    write_table(run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
-    run_info["ended"] = now_iso()
-    run_dir.write_json("run.json", run_info)
-    render(build_context(run_info, verdicts, rows, values), run_dir.path)
-    return RunOutcome(run_dir.run_id, run_dir.path, verdicts)
+    multi = None
+    if "multi-node" in stages:
+        participants = [
+            n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
+        ]
+        multi = run_multi_node(run_dir.run_id, inventory, participants)
+        _write_multi_node(run_dir, multi, rows, measurements)
+
+    return _finish(run_dir, run_info, inventory, rows, values, multi)
 
 
 def select_nodes(inventory: Inventory, expression: str | None) -> Inventory:
@@ -152,6 +181,22 @@ def acceptance(
     """Run the requested stages over the inventory's tested nodes; write the run directory."""
     inventory = select_nodes(load_inventory(inventory_path), nodes)
     return _acceptance(inventory, Path(out_dir), resolve_stages(stages), run_id)
+
+
+@flow(name="bisect", log_prints=False)
+def bisect(
+    inventory_path: str, suspects: str, good: str | None = None, out_dir: str = "runs", run_id: str | None = None
+) -> RunOutcome:
+    """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
+    inventory = load_inventory(inventory_path)
+    suspect_nodes = select_nodes(inventory, suspects).tested
+    good_nodes = select_nodes(inventory, good).tested if good else []
+    scope = replace(inventory, nodes=suspect_nodes + [n for n in good_nodes if n not in suspect_nodes])
+    run_dir, run_info = _start(scope, Path(out_dir), ["bisect"], run_id)
+    multi = run_bisect(run_dir.run_id, scope, suspect_nodes, good_nodes)
+    rows: list[dict[str, Any]] = []
+    _write_multi_node(run_dir, multi, rows, [])
+    return _finish(run_dir, run_info, scope, rows, [], multi)
 
 
 def run_acceptance(

@@ -9,13 +9,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from inventory.hostlist import HostlistError, fold
+
+if TYPE_CHECKING:
+    from flows.acceptance import RunOutcome
 from inventory.load import InventoryError, load_inventory
 
 app = typer.Typer(
@@ -68,8 +71,7 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
 
 
 def _run(inventory_path: Path, out_dir: Path, nodes: str | None, stages: list[str] | None, concurrency: int) -> int:
-    from analysis.verdicts import Verdict
-    from flows.acceptance import StageNotAvailable, resolve_stages, run_acceptance, select_nodes
+    from flows.acceptance import resolve_stages, run_acceptance, select_nodes
 
     try:
         select_nodes(load_inventory(inventory_path), nodes)
@@ -78,10 +80,17 @@ def _run(inventory_path: Path, out_dir: Path, nodes: str | None, stages: list[st
         for problem in exc.problems:
             err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
-    except (ValueError, StageNotAvailable, HostlistError) as exc:
+    except (ValueError, HostlistError) as exc:
         err.print(f"error: {exc}", highlight=False, markup=False)
         return USAGE_ERROR
     outcome = run_acceptance(inventory_path, out_dir, stages, nodes, concurrency=concurrency)
+    _print_outcome(outcome)
+    return outcome.exit_code
+
+
+def _print_outcome(outcome: RunOutcome) -> None:
+    from analysis.verdicts import Verdict
+
     table = Table(title=f"run {outcome.run_id}")
     for column in ("node", "verdict", "reasons"):
         table.add_column(column)
@@ -96,7 +105,6 @@ def _run(inventory_path: Path, out_dir: Path, nodes: str | None, stages: list[st
         highlight=False,
     )
     out.print(f"report: {outcome.run_dir / 'report.html'}", highlight=False, soft_wrap=True)
-    return outcome.exit_code
 
 
 @app.command("run")
@@ -112,6 +120,32 @@ def run(
     """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report)."""
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency))
+
+
+@app.command("bisect")
+def bisect_command(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    nodes: Annotated[str, typer.Option("--nodes", help="suspect nodes (hostlist), e.g. from a slow job")],
+    good: Annotated[str | None, typer.Option("--good", help="nodes known to be good, used as partners")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+) -> None:
+    """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
+    from flows.acceptance import bisect, select_nodes
+
+    try:
+        inv = load_inventory(inventory)
+        select_nodes(inv, nodes)
+        if good:
+            select_nodes(inv, good)
+    except InventoryError as exc:
+        for problem in exc.problems:
+            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(USAGE_ERROR) from None
+    except (ValueError, HostlistError) as exc:
+        raise _fail_usage(str(exc)) from None
+    outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir))
+    _print_outcome(outcome)
+    raise typer.Exit(outcome.exit_code)
 
 
 @testbed_app.command("up")

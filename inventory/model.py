@@ -74,6 +74,12 @@ class ProbeSettings(_Strict):
     )
     timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
     allreduce_max_bytes: Annotated[int, Field(ge=1 << 20)] | None = None
+    cuda_visible_devices: StrictStr | None = Field(
+        default=None, description="probe only these GPUs (CUDA_VISIBLE_DEVICES), e.g. a partition of a node"
+    )
+    launcher: Literal["ssh", "slurm"] = Field(
+        default="ssh", description="how multi-node runs start: torchrun over SSH on every node, or srun"
+    )
     max_parallel_nodes: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="probe at most this many nodes at once (shared power, storage, or cores)"
     )

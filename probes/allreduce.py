@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--max-bytes", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--label", default="intra_node")
+    parser.add_argument("--tag", default="", help="run tag, so the controller can find and stop this run")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     max_bytes = args.max_bytes or ((1 << 30) if cuda else (16 << 20))
@@ -100,9 +101,9 @@ def main() -> int:
                         "probe": "allreduce",
                         "metric": "allreduce_busbw_gbps",
                         "label": args.label,
-                        "value": round(algbw * 2 * (world - 1) / world, 2),
+                        "value": round(algbw * 2 * (world - 1) / world, 4),
                         "unit": "GB/s",
-                        "algbw_gbps": round(algbw, 2),
+                        "algbw_gbps": round(algbw, 4),
                         "size": numel * 4,
                         "dtype": "fp32",
                         "iterations": iters * args.repeats,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import random
+import select
 import shlex
 import socket
 import threading
@@ -26,7 +27,6 @@ from typing import Any
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from inventory.model import Node, SshSettings
 from remote.result import UnreachableCause
@@ -201,19 +201,38 @@ class SshSession:
     def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
         """Run a POSIX sh script (as ``sh -c '<script>'``, whatever the login shell is).
 
-        Returns (exit code or None, stdout, stderr, timed out on the client).
+        Returns (exit code or None, stdout, stderr, timed out on the client). Reads the channel directly:
+        when a node dies mid-command its channel closes without an exit status, and waiting for one (as
+        Fabric's runner does) would block until the client-side timeout.
         """
         command_line = "sh -c " + shlex.quote(script)
+        transport = self.connection.transport
+        if transport is None or not transport.is_active():
+            return None, "", "the SSH session is closed", False
+        deadline = time.monotonic() + timeout_s
+        channel = transport.open_session(timeout=min(30.0, timeout_s))
+        out, err = bytearray(), bytearray()
+        timed_out = False
         try:
-            result = self.connection.run(
-                command_line, hide=True, warn=True, in_stream=False, pty=False, timeout=timeout_s
-            )
-        except CommandTimedOut as exc:
-            partial = exc.result
-            return None, partial.stdout or "", partial.stderr or "", True
-        except UnexpectedExit as exc:  # only with warn=False; kept for safety
-            return exc.result.exited, exc.result.stdout, exc.result.stderr, False
-        return result.exited, result.stdout, result.stderr, False
+            channel.exec_command(command_line)
+            channel.shutdown_write()  # never interactive: no stdin
+            while True:
+                select.select([channel], [], [], 0.2)
+                while channel.recv_ready():
+                    out += channel.recv(1 << 16)
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(1 << 16)
+                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                if not transport.is_active():
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+            code = channel.recv_exit_status() if channel.status_event.is_set() else None
+        finally:
+            channel.close()
+        return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out
 
     def put(self, local_path: str, remote_path: str) -> None:
         self.connection.put(local_path, remote=remote_path)

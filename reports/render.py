@@ -21,6 +21,8 @@ def build_context(
     verdicts: Sequence[Mapping[str, Any]],
     rows: Sequence[Mapping[str, Any]],
     values: Sequence[Mapping[str, Any]] = (),
+    scaling: Sequence[Mapping[str, Any]] = (),
+    isolation: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     counts = {v: 0 for v in (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)}
     for verdict in verdicts:
@@ -47,6 +49,8 @@ def build_context(
         "verdicts": sorted(verdicts, key=lambda v: (v["verdict"] == Verdict.ACCEPTED, v["node"])),
         "verdict_sets": fold_by({v["node"]: v["verdict"] for v in verdicts}),
         "findings": dict(sorted(findings.items())),
+        "scaling": list(scaling),
+        "isolation": list(isolation),
         "skipped": sorted((what, fold(sorted(set(nodes)))) for what, nodes in skipped.items()),
         "differences": differences(per_item),
         "unreachable_sets": fold_by(unreachable),

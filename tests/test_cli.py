@@ -22,7 +22,6 @@ def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
     inventory = ROOT / "inventory" / "examples" / "contract.yaml"
     for args, message in [
         (["--stages", "nonsense"], "unknown stage 'nonsense'"),
-        (["--stages", "multi-node"], "not available in this version"),
         (["--nodes", "node999"], "not in the inventory: node999"),
     ]:
         proc = cli("run", "--inventory", str(inventory), "--out", str(tmp_path), *args, timeout=60)

@@ -1,0 +1,116 @@
+"""The scaling table: all-reduce bus bandwidth at 2, 4, 8, … nodes, and how much of it survives. Pure.
+
+A cluster whose nodes each pass can still lose most of its bandwidth as it grows (the seed report's
+per-GPU figure fell 79% from one node to two, and the 8-node run kept 72% of the 2-node one). Bus bandwidth
+(busbw) is already a per-rank figure that, for a healthy ring, does not depend on the rank count, so the
+*scaling efficiency* of a k-node run is simply busbw(k) / busbw(2): the 2-node run is the first that crosses
+the network, so it is the baseline (the one-node figure is NVLink and says nothing about the fabric). The
+profile's ``scaling_efficiency_min`` (e.g. 0.90) is the cluster-level check on it.
+
+algbw (buffer bytes reduced per second, what a training step waits on) is derived back from busbw:
+``busbw = algbw * 2 (n - 1) / n`` for n ranks, and a node's throughput is its GPUs' algbw together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Efficiencies are ratios of measured floats: one exactly at the minimum must not fail by rounding.
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    nodes: int
+    busbw_gbps: float  # at the largest message size
+    gpus_per_node: int
+
+
+@dataclass(frozen=True)
+class ScalingTable:
+    rows: list[dict[str, Any]]  # one per node count, ascending: for scaling.parquet and the report
+    below_min: list[int]  # node counts whose efficiency is under the minimum
+    efficiency_min: float | None
+    ok: bool | None  # None: no minimum, or no 2-node run to measure efficiency against
+    detail: str  # one sentence for the report
+
+
+def sweep_sizes(n: int) -> list[int]:
+    """Node counts to run: powers of two from 2 up to ``n``, then ``n`` itself (6 -> [2, 4, 6])."""
+    sizes: list[int] = []
+    size = 2
+    while size <= n:
+        sizes.append(size)
+        size *= 2
+    if n >= 2 and sizes[-1] != n:
+        sizes.append(n)
+    return sizes
+
+
+def algbw_gbps(busbw_gbps: float, ranks: int) -> float | None:
+    """All-reduce algorithm bandwidth from bus bandwidth; None for one rank (nothing is exchanged)."""
+    if ranks < 2:
+        return None
+    return busbw_gbps * ranks / (2 * (ranks - 1))
+
+
+def scaling_table(points: Sequence[ScalingPoint], efficiency_min: float | None = None) -> ScalingTable:
+    """Rows by node count, efficiency against the 2-node run, and the node counts under ``efficiency_min``."""
+    by_nodes: dict[int, ScalingPoint] = {}
+    for point in points:
+        if point.nodes < 1 or point.gpus_per_node < 1:
+            raise ValueError(f"a scaling point needs at least one node and one GPU: {point}")
+        if point.nodes in by_nodes:
+            raise ValueError(f"two scaling points for {point.nodes} nodes")
+        by_nodes[point.nodes] = point
+    one = by_nodes.get(1)
+    base = by_nodes.get(2)
+    rows: list[dict[str, Any]] = []
+    below: list[int] = []
+    for nodes in sorted(by_nodes):
+        point = by_nodes[nodes]
+        gpus = nodes * point.gpus_per_node
+        algbw = algbw_gbps(point.busbw_gbps, gpus)
+        efficiency = point.busbw_gbps / base.busbw_gbps if base and nodes >= 2 and base.busbw_gbps > 0 else None
+        low = efficiency is not None and efficiency_min is not None and efficiency < efficiency_min - _EPSILON
+        if low:
+            below.append(nodes)
+        rows.append(
+            {
+                "nodes": nodes,
+                "gpus": gpus,
+                "busbw_gbps": point.busbw_gbps,  # per GPU (rank) already
+                "algbw_gbps": algbw,
+                "node_algbw_gbps": None if algbw is None else algbw * point.gpus_per_node,
+                "vs_one_node": point.busbw_gbps / one.busbw_gbps if one and one.busbw_gbps > 0 else None,
+                "efficiency": efficiency,
+                "below_min": low,
+            }
+        )
+    compared = [r for r in rows if r["efficiency"] is not None and r["nodes"] > 2]
+    ok = None if efficiency_min is None or not compared else not below
+    return ScalingTable(rows, below, efficiency_min, ok, _detail(rows, below, efficiency_min, base is not None, ok))
+
+
+def _detail(
+    rows: list[dict[str, Any]], below: list[int], minimum: float | None, has_base: bool, ok: bool | None
+) -> str:
+    if not rows:
+        return "no multi-node all-reduce result."
+    if not has_base:
+        return "no 2-node run to measure scaling efficiency against."
+    largest = rows[-1]
+    text = f"busbw {largest['busbw_gbps']:.1f} GB/s at {largest['nodes']} nodes"
+    if largest["efficiency"] is not None and largest["nodes"] > 2:
+        text += f", {100 * largest['efficiency']:.0f}% of the 2-node run"
+    if minimum is not None and below:
+        worst = min((r for r in rows if r["nodes"] in below), key=lambda r: r["efficiency"])
+        text += (
+            f"; under the {100 * minimum:.0f}% minimum at {', '.join(str(n) for n in below)} nodes "
+            f"(lowest {100 * worst['efficiency']:.0f}% at {worst['nodes']})"
+        )
+    elif minimum is not None and ok:
+        text += f"; every size at or above the {100 * minimum:.0f}% minimum"
+    return text + "."

@@ -1,0 +1,167 @@
+"""The multi-node stage: a scaling sweep of all-reduce across 2, 4, 8, … nodes, the transport NCCL used
+between nodes, and — when a run underperforms — isolation of the node (or pair) to pull, round by round.
+
+The sweep answers "does the cluster scale"; isolation answers "which node makes it not scale". Isolation
+plans are made by :mod:`analysis.isolation` (pure); this module only runs the groups each round asks for,
+in parallel (disjoint groups), and turns the outcome into rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, to_rows
+from analysis.probe_output import nccl_transports, transport_matches
+from analysis.probe_verdicts import measurement_row
+from analysis.scaling import ScalingPoint, scaling_table, sweep_sizes
+from checks.base import CheckRow, Status
+from inventory.hostlist import fold
+from inventory.model import Inventory, Node
+from tasks.launcher import GroupRun, launch_group
+from tasks.rows import row_dict
+
+STAGE = "multi-node"
+
+
+@dataclass
+class MultiNodeOutcome:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    isolation: list[dict[str, Any]] = field(default_factory=list)
+    scaling: list[dict[str, Any]] = field(default_factory=list)
+    verdict: IsolationVerdict | None = None
+
+
+def _policy(nodes: Sequence[Node]) -> IsolationPolicy:
+    thresholds = nodes[0].profile.thresholds
+    return IsolationPolicy(
+        min_busbw_gbps=thresholds.allreduce_inter_busbw_gbps_min, straggler_pct=thresholds.straggler_pct
+    )
+
+
+class _Stage:
+    def __init__(self, run_id: str, inventory: Inventory) -> None:
+        self.run_id = run_id
+        self.inventory = inventory
+        self.out = MultiNodeOutcome()
+        self.unreachable: set[str] = set()
+
+    def row(self, node: str, row: CheckRow, raw: str = "") -> None:
+        self.out.rows.append(row_dict(self.run_id, self.inventory.cluster, STAGE, node, row, raw))
+
+    def launch(self, nodes: Sequence[Node]) -> GroupRun:
+        run = launch_group(nodes)
+        group = fold(run.nodes)
+        for record in run.measurements:
+            figure = measurement_row(
+                self.run_id, self.inventory.cluster, STAGE, nodes[0].name, nodes[0].profile_name, record
+            )
+            figure["group"] = group
+            figure["transport"] = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
+            self.out.measurements.append(figure)
+        for name, rank in run.ranks.items():
+            if rank.cause is not None and name not in self.unreachable:
+                self.unreachable.add(name)
+                self.row(
+                    name,
+                    CheckRow("ssh", "connect", Status.UNREACHABLE, rank.cause, rank.cause, "reachable", rank.detail),
+                )
+            if rank.result is not None:
+                self._transport(self.inventory.node(name), rank.result.stdout, group)
+        return run
+
+    def _transport(self, node: Node, log: str, group: str) -> None:
+        expected = node.profile.probes.expected_transport.inter_node
+        used = {t: n for t, n in nccl_transports(log).items() if t.startswith("NET/")}
+        if expected is None or not used or node.profile.probes.device != "cuda":
+            return
+        bad = sorted(t for t in used if not transport_matches(t, expected))
+        status, reason = (Status.FAIL, "unexpected_inter_node") if bad else (Status.PASS, "ok")
+        self.row(
+            node.name,
+            CheckRow(
+                "transport",
+                f"inter_node {group}",
+                status,
+                reason,
+                ",".join(sorted(used)),
+                expected,
+                "what NCCL chose between nodes, from this node's NCCL_DEBUG log",
+            ),
+        )
+
+    def sweep(self, nodes: list[Node]) -> bool:
+        """Scaling sweep; True when isolation is needed."""
+        points, trouble = [], False
+        minimum = nodes[0].profile.thresholds.allreduce_inter_busbw_gbps_min
+        for size in sweep_sizes(len(nodes)):
+            group = [n for n in nodes if n.name not in self.unreachable][:size]
+            if len(group) < size:
+                break
+            run = self.launch(group)
+            if run.busbw_gbps is None:
+                trouble = True
+                continue
+            gpus = int(run.measurements[-1].get("world_size") or size) // size
+            points.append(ScalingPoint(nodes=size, busbw_gbps=run.busbw_gbps, gpus_per_node=max(1, gpus)))
+            if minimum is not None and run.busbw_gbps < minimum:
+                trouble = True
+        efficiency_min = nodes[0].profile.thresholds.scaling_efficiency_min
+        table = scaling_table(points, efficiency_min)
+        self.out.scaling = [{"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in table.rows]
+        return trouble or bool(table.below_min)
+
+    def isolate(self, nodes: list[Node], known_good: Iterable[str] = ()) -> None:
+        by_name = {n.name: n for n in self.inventory.nodes}
+        candidates = [n.name for n in nodes if n.name not in self.unreachable]
+        isolator = Isolator(candidates, _policy(nodes), known_good=known_good)
+        while groups := isolator.next_round():
+            with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+                runs = list(pool.map(lambda g: self.launch([by_name[name] for name in g]), groups))
+            isolator.record([GroupResult(tuple(g), r.busbw_gbps) for g, r in zip(groups, runs, strict=True)])
+        verdict = isolator.verdict()
+        self.out.verdict = verdict
+        self.out.isolation = [
+            {"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in to_rows(isolator.rounds)
+        ]
+        for name in verdict.bad_nodes:
+            if name not in self.unreachable:
+                self.row(
+                    name, CheckRow("isolation", "allreduce_inter", Status.FAIL, "slow_node", name, None, verdict.detail)
+                )
+        for a, b in verdict.bad_pairs:
+            for name in (a, b):
+                self.row(
+                    name,
+                    CheckRow(
+                        "isolation", "allreduce_inter", Status.WARN, "slow_pair", f"{a}+{b}", None, verdict.detail
+                    ),
+                )
+        for name in verdict.unresolved:
+            if name not in self.unreachable:
+                self.row(
+                    name,
+                    CheckRow("isolation", "allreduce_inter", Status.WARN, "unresolved", None, None, verdict.detail),
+                )
+
+
+def run_multi_node(run_id: str, inventory: Inventory, nodes: list[Node]) -> MultiNodeOutcome:
+    """Sweep, then isolate when the sweep says so."""
+    stage = _Stage(run_id, inventory)
+    if len(nodes) < 2:
+        for node in nodes:
+            stage.row(node.name, CheckRow("allreduce", "inter_node", Status.SKIP, "fewer_than_two_nodes", None, None))
+        return stage.out
+    if stage.sweep(nodes):
+        stage.isolate(nodes)
+    return stage.out
+
+
+def run_bisect(run_id: str, inventory: Inventory, suspects: list[Node], known_good: list[Node]) -> MultiNodeOutcome:
+    """Isolation only, on nodes an operator suspects (after a job reported a slow collective)."""
+    stage = _Stage(run_id, inventory)
+    stage.isolate(suspects + known_good, known_good=[n.name for n in known_good])
+    return stage.out
