@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from checks.sections import not_available, query_gpu_command, read_gpu_query
 from inventory.model import Profile
 
 NAME = "clock_events"
@@ -63,23 +63,14 @@ class ClockEvents:
 
 
 def _read(stdout: str, exit_code: int | None) -> ClockEvents:
-    failure = driver_failure(stdout, exit_code)
+    rows, failure, error = read_gpu_query(stdout, exit_code, FIELDS)
     if failure:
         return ClockEvents(failure=failure, raw=stdout)
-    if exit_code not in (0, None):
-        return ClockEvents(error=f"nvidia-smi exited {exit_code}", raw=stdout)
-    if stdout and not stdout.endswith("\n"):
-        return ClockEvents(error="output ends mid-line (truncated)", raw=stdout)
-    rows = query_gpu(stdout, FIELDS)
-    if rows is None:
-        return ClockEvents(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
-    if not rows:
-        return ClockEvents(error="no GPU lines in the output", raw=stdout)
+    if error:
+        return ClockEvents(error=error, raw=stdout)
     gpus = []
     for row in rows:
         index, text = row["index"], row["clocks_event_reasons.active"]
-        if not re.fullmatch(r"\d+", index):
-            return ClockEvents(error=f"bad GPU index {index!r}", raw=stdout)
         if not_available(text):
             gpus.append(GpuClockEvents(int(index), None, text))
         elif re.fullmatch(r"0x[0-9A-Fa-f]{1,16}", text):

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from checks.sections import not_available, query_gpu_command, read_gpu_query
 from inventory.model import Profile
 
 NAME = "memory"
@@ -64,22 +64,13 @@ class MemoryHealth:
 
 
 def _read(stdout: str, exit_code: int | None) -> MemoryHealth:
-    failure = driver_failure(stdout, exit_code)
+    rows, failure, error = read_gpu_query(stdout, exit_code, FIELDS)
     if failure:
         return MemoryHealth(failure=failure, raw=stdout)
-    if exit_code not in (0, None):
-        return MemoryHealth(error=f"nvidia-smi exited {exit_code}", raw=stdout)
-    if stdout and not stdout.endswith("\n"):
-        return MemoryHealth(error="output ends mid-line (truncated)", raw=stdout)
-    rows = query_gpu(stdout, FIELDS)
-    if rows is None:
-        return MemoryHealth(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
-    if not rows:
-        return MemoryHealth(error="no GPU lines in the output", raw=stdout)
+    if error:
+        return MemoryHealth(error=error, raw=stdout)
     gpus = []
     for row in rows:
-        if not re.fullmatch(r"\d+", row["index"]):
-            return MemoryHealth(error=f"bad GPU index {row['index']!r}", raw=stdout)
         for name, (_, pattern, _, _) in _JUDGED.items():
             if not re.fullmatch(pattern, row[name]) and not not_available(row[name]):
                 return MemoryHealth(error=f"GPU {row['index']}: unexpected {name} {row[name]!r}", raw=stdout)

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from checks.sections import not_available, query_gpu_command, read_gpu_query
 from inventory.model import Profile
 
 NAME = "pcie"
@@ -62,22 +62,13 @@ def _number(value: str) -> int | None | str:
 
 
 def _read(stdout: str, exit_code: int | None) -> PcieLinks:
-    failure = driver_failure(stdout, exit_code)
+    rows, failure, error = read_gpu_query(stdout, exit_code, FIELDS)
     if failure:
         return PcieLinks(failure=failure, raw=stdout)
-    if exit_code not in (0, None):
-        return PcieLinks(error=f"nvidia-smi exited {exit_code}", raw=stdout)
-    if stdout and not stdout.endswith("\n"):
-        return PcieLinks(error="output ends mid-line (truncated)", raw=stdout)
-    rows = query_gpu(stdout, FIELDS)
-    if rows is None:
-        return PcieLinks(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
-    if not rows:
-        return PcieLinks(error="no GPU lines in the output", raw=stdout)
+    if error:
+        return PcieLinks(error=error, raw=stdout)
     gpus = []
     for row in rows:
-        if not re.fullmatch(r"\d+", row["index"]):
-            return PcieLinks(error=f"bad GPU index {row['index']!r}", raw=stdout)
         values: list[int | None] = []
         for name in FIELDS[1:]:
             value = _number(row[name])

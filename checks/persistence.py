@@ -6,11 +6,10 @@ differs from the profile's ``persistence_mode`` fails; without the key, the mode
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure, not_available, query_gpu, query_gpu_command
+from checks.sections import not_available, query_gpu_command, read_gpu_query
 from inventory.model import Profile
 
 NAME = "persistence"
@@ -34,23 +33,14 @@ class PersistenceModes:
 
 
 def _read(stdout: str, exit_code: int | None) -> PersistenceModes:
-    failure = driver_failure(stdout, exit_code)
+    rows, failure, error = read_gpu_query(stdout, exit_code, FIELDS)
     if failure:
         return PersistenceModes(failure=failure, raw=stdout)
-    if exit_code not in (0, None):
-        return PersistenceModes(error=f"nvidia-smi exited {exit_code}", raw=stdout)
-    if stdout and not stdout.endswith("\n"):
-        return PersistenceModes(error="output ends mid-line (truncated)", raw=stdout)
-    rows = query_gpu(stdout, FIELDS)
-    if rows is None:
-        return PersistenceModes(error=f"expected {len(FIELDS)} columns per line: {','.join(FIELDS)}", raw=stdout)
-    if not rows:
-        return PersistenceModes(error="no GPU lines in the output", raw=stdout)
+    if error:
+        return PersistenceModes(error=error, raw=stdout)
     gpus = []
     for row in rows:
         index, mode = row["index"], row["persistence_mode"]
-        if not re.fullmatch(r"\d+", index):
-            return PersistenceModes(error=f"bad GPU index {index!r}", raw=stdout)
         if mode not in _MODES and not not_available(mode):
             return PersistenceModes(error=f"GPU {index}: unexpected persistence_mode {mode!r}", raw=stdout)
         gpus.append(GpuPersistence(int(index), mode))

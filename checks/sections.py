@@ -58,3 +58,27 @@ def query_gpu_command(fields: list[str]) -> str:
 def not_available(value: str) -> bool:
     """nvidia-smi's ways of saying a field has no value on this GPU."""
     return value.strip() in {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
+
+
+def read_gpu_query(stdout: str, exit_code: int | None, fields: list[str]) -> tuple[list[dict[str, str]], str, str]:
+    """The shared first half of every ``--query-gpu`` parser: (rows, failure, error).
+
+    ``failure``: nvidia-smi could not talk to the driver; ``error``: output we cannot read (non-zero exit,
+    cut mid-line, wrong shape, no GPU lines, a non-numeric index). When either is set, rows is empty.
+    """
+    failure = driver_failure(stdout, exit_code)
+    if failure:
+        return [], failure, ""
+    if exit_code not in (0, None):
+        return [], "", f"nvidia-smi exited {exit_code}"
+    if stdout and not stdout.endswith("\n"):
+        return [], "", "output ends mid-line (truncated)"
+    rows = query_gpu(stdout, fields)
+    if rows is None:
+        return [], "", f"expected {len(fields)} columns per line: {','.join(fields)}"
+    if not rows:
+        return [], "", "no GPU lines in the output"
+    for row in rows:
+        if "index" in row and not row["index"].isdigit():
+            return [], "", f"bad GPU index {row['index']!r}"
+    return rows, "", ""
