@@ -9,7 +9,7 @@ spread is the median absolute deviation (robust to the very outliers we look for
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +67,14 @@ def judged_figures(measurements: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def judge(measurements: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> list[tuple[str, CheckRow]]:
-    """(node, row) for every judged figure: threshold rows and straggler rows, pass or fail."""
+def judge(
+    measurements: pd.DataFrame, thresholds: Mapping[str, Thresholds], warn_only: Collection[str] = ()
+) -> list[tuple[str, CheckRow]]:
+    """(node, row) for every judged figure: threshold rows and straggler rows, pass or fail.
+
+    ``warn_only``: nodes whose stragglers are reported, not rejected — CPU-mode nodes of a test-bed, which
+    share the controller's cores, so their relative figures say more about the machine than the node.
+    """
     df = judged_figures(measurements)
     out: list[tuple[str, CheckRow]] = []
     if "profile" not in df.columns:
@@ -119,7 +125,7 @@ def judge(measurements: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> l
                         CheckRow(
                             rule.check,
                             f"{item}_vs_cluster",
-                            rule.straggler,
+                            Status.WARN if node in warn_only else rule.straggler,
                             "straggler",
                             _fmt(value),
                             f">= {_fmt(floor)} {unit} (median - {limits.straggler_pct:g}%)",

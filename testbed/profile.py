@@ -57,7 +57,7 @@ def base_profile(base: str, python: str = sys.executable) -> dict[str, Any]:
         "max_parallel_nodes": 1,
     }
     # gloo over this machine's veths moves ~0.1-0.4 GB/s per rank; a node limited to tens of Mbit/s, ~0.006.
-    profile["thresholds"] = {"straggler_pct": 25, "allreduce_inter_busbw_gbps_min": 0.03}
+    profile["thresholds"] = {"straggler_pct": 50, "allreduce_inter_busbw_gbps_min": 0.03}
     return profile
 
 

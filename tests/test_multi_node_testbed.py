@@ -54,7 +54,7 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
 
 
 def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    bed = testbed_factory(nodes=8, faults=None, prefix="cam2", subnet="10.254.32.0/24")
+    bed = testbed_factory(nodes=8, faults=None, prefix="cam2", subnet="10.254.44.0/24")
     proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {v for v, _ in verdicts(tmp_path).values()} == {"accepted"}
@@ -64,7 +64,7 @@ def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # 
 
 
 def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    bed = testbed_factory(nodes=8, faults=None, prefix="cam3", subnet="10.254.36.0/24")
+    bed = testbed_factory(nodes=8, faults=None, prefix="cam3", subnet="10.254.48.0/24")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -98,3 +98,30 @@ def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tm
     got = verdicts(tmp_path)
     assert got["node07"][0] == "unreachable"
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node07"}
+
+
+def test_bisect_names_the_slow_suspect(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bed = testbed_factory(
+        nodes=8,
+        faults=fault_plan_from_data({"nodes": {"node05": [{"slow": {"rate_mbit": 50}}]}}),
+        prefix="cam",
+        subnet="10.254.28.0/24",
+    )
+    proc = run_cli(
+        "bisect",
+        "--inventory",
+        str(bed.inventory_path),
+        "--nodes",
+        "node[04-06]",
+        "--good",
+        "node[01-02]",
+        "--out",
+        str(tmp_path),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    got = verdicts(tmp_path)
+    assert set(got) == {"node01", "node02", "node04", "node05", "node06"}
+    assert got["node05"] == ("rejected", ["isolation:slow_node"])
+    assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node05"}
+    run = (next(tmp_path.iterdir()) / "run.json").read_text()
+    assert '"bisect"' in run

@@ -137,3 +137,8 @@ def test_nccl_tests_table_becomes_the_same_measurements() -> None:
     text = (CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text()
     parsed = parse_output(node, CommandResult("allreduce", 0, text, ""))
     assert len(parsed.measurements) == 30
+
+
+def test_cpu_mode_stragglers_only_warn() -> None:
+    rows = [(n, r) for n, r in judge(figures(HOG), {"n1": Thresholds()}, warn_only=["n1"]) if r.reason == "straggler"]
+    assert [(r.status, r.gpu) for _, r in rows] == [(Status.WARN, 0)]

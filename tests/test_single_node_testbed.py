@@ -98,8 +98,8 @@ def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path
     checks = pd.read_parquet(run_dir / "checks.parquet")
     single = checks[checks.stage == "single-node"]
     assert set(single.node) == {"node01", "node02", "node03"}
-    stragglers = single[single.reason == "straggler"]
-    assert stragglers.empty, stragglers[["node", "item", "detail"]].to_string()
+    stragglers = single[(single.reason == "straggler") & (single.status == "fail")]
+    assert stragglers.empty, stragglers[["node", "item", "detail"]].to_string()  # CPU mode: warnings at most
     assert set(single[single.node == "node03"].status) == {"timeout"}
     assert not processes_matching("sleep 600.4242")  # the hung probe was killed on the node
     assert set(glob.glob("/tmp/cluster-accept-probe.*")) == before  # probe directories removed
