@@ -222,7 +222,9 @@ class SshSession:
                     out += channel.recv(1 << 16)
                 while channel.recv_stderr_ready():
                     err += channel.recv_stderr(1 << 16)
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                # Done when both the output (EOF) and the exit status are in: sshd may send the status first.
+                finished = channel.exit_status_ready() and (channel.eof_received or channel.closed)
+                if finished and not channel.recv_ready() and not channel.recv_stderr_ready():
                     break
                 if not transport.is_active():
                     break
