@@ -57,7 +57,9 @@ def base_profile(base: str, python: str = sys.executable) -> dict[str, Any]:
         "max_parallel_nodes": 1,
     }
     # gloo over this machine's veths moves ~0.1-0.4 GB/s per rank; a node limited to tens of Mbit/s, ~0.006.
-    profile["thresholds"] = {"straggler_pct": 50, "allreduce_inter_busbw_gbps_min": 0.03}
+    # Groups measured at once share two cores (a slow group's ranks spin too), so relative figures swing
+    # widely: the test-bed judges by that absolute floor, with a margin that only a 10x drop crosses.
+    profile["thresholds"] = {"straggler_pct": 90, "allreduce_inter_busbw_gbps_min": 0.03}
     return profile
 
 
