@@ -1,8 +1,12 @@
-"""Read the real captured outputs in testbed/captures (command line first, ``[exit N]`` last)."""
+"""Read the real captured outputs in testbed/captures (command line first, ``[exit N]`` last), and the
+helpers the check tests share to derive outputs and faulty variants from them."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from checks.base import CheckRow, ClusterView
 
 CAPTURES = Path(__file__).resolve().parent.parent / "testbed" / "captures"
 
@@ -25,3 +29,43 @@ def every_field_block(field: str) -> list[str]:
             break
         block.append(line)
     return block
+
+
+# A cluster of one: no majority to drift from.
+NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
+
+# What nvidia-smi prints (exit 9) when it cannot reach the driver.
+DRIVER_FAILURE = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+
+
+def noheader(machine: str, fields: list[str]) -> str:
+    """What ``--query-gpu=<fields> --format=csv,noheader,nounits`` prints, from the machine's query-gpu.txt."""
+    stdout, code = captured(machine, "query-gpu.txt")
+    assert code == 0
+    header, *lines = stdout.splitlines()
+    heads = [re.fullmatch(r"(.*?)(?: \[(.+)\])?", cell) for cell in header.split(", ")]
+    names = [m.group(1) for m in heads if m]
+    units = [m.group(2) for m in heads if m]
+    out = []
+    for line in lines:
+        cells = line.split(", ")
+        assert len(cells) == len(names) == len(units)
+        picked = []
+        for f in fields:
+            value, unit = cells[names.index(f)], units[names.index(f)]
+            picked.append(value.removesuffix(f" {unit}") if unit else value)
+        out.append(", ".join(picked) + "\n")
+    return "".join(out)
+
+
+def cut_mid_line(text: str) -> str:
+    """The output cut in its middle, not on a line end (as when the tool dies while writing)."""
+    cut = len(text) // 2
+    return text[: cut - 1 if text[cut - 1] == "\n" else cut]
+
+
+def table(rows: list[CheckRow]) -> list[tuple[object, ...]]:
+    return [(r.item, r.gpu, r.status.value, r.reason, r.observed, r.expected) for r in rows]

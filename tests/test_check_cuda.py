@@ -5,18 +5,13 @@ from __future__ import annotations
 import pytest
 
 import checks.cuda as cuda
-from checks.base import CheckRow, ClusterView, majority_values
+from checks.base import majority_values
 from inventory.model import Profile
-from tests.capture import captured
+from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, table
 
 pytestmark = pytest.mark.pure
 
 CUDA_13 = Profile(cuda_version="13.0")
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
-DRIVER_FAILURE = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n"
-)
 LIB = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"
 
 
@@ -37,10 +32,6 @@ def node_output(smi: str, rc: int = 0, env: str = "", libs: tuple[str, ...] = ()
 def capture_output(machine: str, libs: tuple[str, ...] = ()) -> str:
     smi, code = captured(machine, "nvidia-smi.txt")
     return node_output(smi, code, captured_nccl_env(machine), libs)
-
-
-def table(rows: list[CheckRow]) -> list[tuple[object, ...]]:
-    return [(r.item, r.gpu, r.status.value, r.reason, r.observed, r.expected) for r in rows]
 
 
 def test_command() -> None:

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 
 import checks.infiniband as ib
-from checks.base import ClusterView, Status, majority_values
+from checks.base import Status, majority_values
 from checks.infiniband import IbPort
 from inventory.model import ExpectedTransport, ProbeSettings, Profile
-from tests.capture import CAPTURES, captured
+from tests.capture import CAPTURES, NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure
 
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
 IB = Profile(probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="NVL", inter_node="NET/IB")))
 SOCKET = Profile(probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="SHM", inter_node="NET/Socket")))
 NDR = "400 Gb/sec (4X NDR)"

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 import checks.nccl_env as nccl_env
-from checks.base import ClusterView, Status, majority_values
+from checks.base import Status, majority_values
 from checks.nccl_env import Setting
 from inventory.model import Profile
 from testbed.profile import TESTBED_NCCL_ENV
-from tests.capture import captured
+from tests.capture import NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure
 
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
 TESTBED = Profile(nccl_env=dict(TESTBED_NCCL_ENV))  # NCCL_SOCKET_IFNAME=eth0, NCCL_IB_DISABLE=1, NCCL_NVLS_ENABLE=0
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 import checks.nvlink as nvlink
-from checks.base import CheckRow, ClusterView, discover
+from checks.base import CheckRow, discover
 from inventory.model import GpuSpec, NvlinkSpec, Profile
 from testbed import textops
 from testbed.faults import parse_fault
 from testbed.nodedata import build_node, write_node_data
 from testbed.standins import write_standins
-from tests.capture import captured
+from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure
 
@@ -26,12 +26,7 @@ NO_NVLINK = Profile(
     gpu=GpuSpec(model="NVIDIA H100 80GB HBM3", count=1), nvlink=NvlinkSpec(links_per_gpu=0, link_speed_gbps=1)
 )
 NO_KEY = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4))
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
 MARK = "### nvidia-smi nvlink -s rc="
-DRIVER_FAILURE = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n"
-)
 ALL_OK = [("links", "pass", "ok", g, "18 x 26.562 GB/s", "18 x 26.562 GB/s") for g in range(4)]
 
 

@@ -2,54 +2,16 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 import checks.persistence as persistence
-from checks.base import CheckRow, ClusterView
 from inventory.model import Profile
-from tests.capture import captured, every_field_block
+from tests.capture import DRIVER_FAILURE, NO_CLUSTER, cut_mid_line, every_field_block, noheader, table
 
 pytestmark = pytest.mark.pure
 
 ENABLED = Profile(persistence_mode="enabled")
 DISABLED = Profile(persistence_mode="disabled")
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
-DRIVER_FAILURE = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n"
-)
-
-
-def noheader(machine: str, fields: list[str]) -> str:
-    """What ``--query-gpu=<fields> --format=csv,noheader,nounits`` prints, from the machine's query-gpu.txt."""
-    stdout, code = captured(machine, "query-gpu.txt")
-    assert code == 0
-    header, *lines = stdout.splitlines()
-    heads = [re.fullmatch(r"(.*?)(?: \[(.+)\])?", cell) for cell in header.split(", ")]
-    names = [m.group(1) for m in heads if m]
-    units = [m.group(2) for m in heads if m]
-    out = []
-    for line in lines:
-        cells = line.split(", ")
-        assert len(cells) == len(names) == len(units)
-        picked = []
-        for f in fields:
-            value, unit = cells[names.index(f)], units[names.index(f)]
-            picked.append(value.removesuffix(f" {unit}") if unit else value)
-        out.append(", ".join(picked) + "\n")
-    return "".join(out)
-
-
-def cut_mid_line(text: str) -> str:
-    """The output cut in its middle, not on a line end (as when the tool dies while writing)."""
-    cut = len(text) // 2
-    return text[: cut - 1 if text[cut - 1] == "\n" else cut]
-
-
-def table(rows: list[CheckRow]) -> list[tuple[object, ...]]:
-    return [(r.item, r.gpu, r.status.value, r.reason, r.observed, r.expected) for r in rows]
 
 
 def test_command_queries_index_and_persistence_mode() -> None:

@@ -10,23 +10,18 @@ from pathlib import Path
 import pytest
 
 import checks.topology as topology
-from checks.base import CheckRow, ClusterView, discover
+from checks.base import CheckRow, discover
 from inventory.model import GpuSpec, NvlinkSpec, Profile
 from testbed import textops
 from testbed.faults import parse_fault
 from testbed.nodedata import build_node, write_node_data
 from testbed.standins import write_standins
-from tests.capture import captured
+from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure
 
 H200 = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4), nvlink=NvlinkSpec(links_per_gpu=18, link_speed_gbps=26.562))
 NO_KEY = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4))
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
-DRIVER_FAILURE = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n"
-)
 MATRIX = (
     "GPU0: X NV18 NV18 NV18 cpu=0-63 numa=0; GPU1: NV18 X NV18 NV18 cpu=0-63 numa=0; "
     "GPU2: NV18 NV18 X NV18 cpu=0-63 numa=0; GPU3: NV18 NV18 NV18 X cpu=0-63 numa=0"

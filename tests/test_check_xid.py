@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 import checks.xid as xid
-from checks.base import ClusterView, Status
+from checks.base import Status
 from inventory.model import Profile
 from testbed.faults import Xid
 from testbed.nodedata import build_node, write_node_data, xid_line
 from testbed.standins import write_standins
+from tests.capture import NO_CLUSTER
 
 pytestmark = pytest.mark.pure
 
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
 PROFILE = Profile()
 DENIED = "dmesg: read kernel buffer failed: Operation not permitted\n"
 JOURNAL_XID_48 = (

@@ -6,19 +6,14 @@ import pytest
 
 import checks.driver as driver
 import checks.gpu_count as gpu_count
-from checks.base import ClusterView, Status, discover, majority_values
+from checks.base import Status, discover, majority_values
 from inventory.model import GpuSpec, MinVersion, Profile
-from tests.capture import captured, every_field_block
+from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, every_field_block
 
 pytestmark = pytest.mark.pure
 
 H200 = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4), driver_version="580.159.04")
 H100 = Profile(gpu=GpuSpec(model="NVIDIA H100 80GB HBM3", count=1), driver_version=MinVersion(min="570.0"))
-NO_CLUSTER = ClusterView(majority={}, nodes_compared=0)
-DRIVER_FAILURE = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n"
-)
 
 
 def statuses(rows: list) -> list[tuple[str, str, str]]:
