@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from testbed.faults import load_fault_plan
+from tests.processes import run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,16 +27,10 @@ EXPECTED = {
 }
 
 
-def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
-    )
-
-
 def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = load_fault_plan(ROOT / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
-    proc = cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path))
+    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_dir = next(tmp_path.iterdir())
     verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
@@ -75,7 +69,7 @@ def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path
 def test_run_with_only_healthy_nodes_exits_0(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = load_fault_plan(ROOT / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
-    proc = cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--nodes", "node[01,07-08]")
+    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--nodes", "node[01,07-08]")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdicts = pd.read_parquet(next(tmp_path.iterdir()) / "verdicts.parquet")
     assert sorted(verdicts.node) == ["node01", "node07", "node08"]

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.processes import run_cli
+
 pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
-    )
 
 
 def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
@@ -24,7 +18,7 @@ def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
         (["--stages", "nonsense"], "unknown stage 'nonsense'"),
         (["--nodes", "node999"], "not in the inventory: node999"),
     ]:
-        proc = cli("run", "--inventory", str(inventory), "--out", str(tmp_path), *args, timeout=60)
+        proc = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path), *args, timeout=60)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert message in proc.stderr
         assert "Traceback" not in proc.stderr

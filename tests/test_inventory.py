@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from flows.cli import app
 from inventory.hostlist import HostlistError, describe_folded, expand, fold
 from inventory.load import InventoryError, load_inventory
 from inventory.model import MinVersion
+from tests.processes import run_cli
 
 pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,13 +143,7 @@ def test_inventory_check_prints_folded_nodes_per_profile() -> None:
 def test_real_cli_process_reports_without_traceback(tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     path.write_text(textwrap.dedent(BROKEN["unknown key"][0]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "inventory", "check", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    proc = run_cli("inventory", "check", str(path), timeout=60)
     assert proc.returncode == 2
     assert "defaults.ssh.usr: unknown key" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

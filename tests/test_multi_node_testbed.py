@@ -14,15 +14,14 @@ import pytest
 from inventory.hostlist import expand
 from testbed import bed as testbed
 from testbed.faults import fault_plan_from_data
+from tests.processes import run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=900
-    )
+def multi_node_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, timeout=900)
 
 
 def verdicts(run_root: Path) -> dict[str, tuple[str, list[str]]]:
@@ -37,7 +36,9 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
         prefix="cam",
         subnet="10.254.28.0/24",
     )
-    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
+    proc = multi_node_cli(
+        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node"
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     got = verdicts(tmp_path)
     assert got["node05"][0] == "rejected" and "isolation:slow_node" in got["node05"][1]
@@ -55,7 +56,9 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
 
 def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=8, faults=None, prefix="cam2", subnet="10.254.44.0/24")
-    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
+    proc = multi_node_cli(
+        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {v for v, _ in verdicts(tmp_path).values()} == {"accepted"}
     m = pd.read_parquet(next(tmp_path.iterdir()) / "measurements.parquet")
@@ -107,7 +110,7 @@ def test_bisect_names_the_slow_suspect(testbed_factory, tmp_path: Path) -> None:
         prefix="cam",
         subnet="10.254.28.0/24",
     )
-    proc = run_cli(
+    proc = multi_node_cli(
         "bisect",
         "--inventory",
         str(bed.inventory_path),

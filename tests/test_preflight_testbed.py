@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from testbed.faults import fault_plan_from_data
+from tests.processes import run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,23 +47,8 @@ EXPECTED = {
 
 def test_every_planted_fault_is_found_with_its_reason(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=8, faults=fault_plan_from_data(PLAN), prefix="cap", subnet="10.254.20.0/24")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--inventory",
-            str(bed.inventory_path),
-            "--out",
-            str(tmp_path),
-            "--stages",
-            "preflight",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=240,
+    proc = run_cli(
+        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight", timeout=240
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_dir = next(tmp_path.iterdir())

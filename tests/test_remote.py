@@ -12,6 +12,7 @@ from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Profile
 from remote.batch import UnsafeCommandError, build_batch, new_nonce, parse_batch
 from remote.fanout import fan_out, run_node
 from remote.result import NodeStatus, RemoteCommand
+from tests.processes import processes_matching
 
 pytestmark = pytest.mark.pure
 
@@ -33,19 +34,6 @@ def test_batch_frames_each_command_with_exit_code_and_streams() -> None:
     assert (a.exit_code, a.stdout, a.stderr, a.timed_out) == (3, "out\n", "err\n", False)
     assert (b.exit_code, b.stdout) == (0, "no newline")
     assert c.stdout == "two\n\n"
-
-
-def processes_matching(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 def test_node_side_timeout_kills_the_command_and_keeps_the_others() -> None:

@@ -7,9 +7,6 @@ straggler margin than a real cluster's.
 from __future__ import annotations
 
 import glob
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,21 +14,10 @@ import pytest
 import yaml
 
 from testbed.faults import fault_plan_from_data
+from tests.processes import processes_matching, run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def processes_matching(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -58,22 +44,14 @@ def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path
     inv_path.write_text(yaml.safe_dump(inventory))
     before = set(glob.glob("/tmp/cluster-accept-probe.*"))
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--inventory",
-            str(inv_path),
-            "--out",
-            str(tmp_path / "runs"),
-            "--stages",
-            "preflight,single-node",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    proc = run_cli(
+        "run",
+        "--inventory",
+        str(inv_path),
+        "--out",
+        str(tmp_path / "runs"),
+        "--stages",
+        "preflight,single-node",
         timeout=600,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr

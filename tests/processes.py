@@ -1,0 +1,31 @@
+"""Processes the tests start and look for: the real CLI in a subprocess, and leftovers in /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``cluster-accept ARGS`` as a separate process (real Prefect, real exit code), from the repo root."""
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
+
+
+def processes_matching(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (this test process excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(int(entry.name))
+    return found
