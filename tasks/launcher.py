@@ -22,10 +22,10 @@ from typing import Any
 
 from analysis.probe_output import nccl_transports, parse_json_lines
 from inventory.model import Node
-from remote.fanout import connect, run_batch
+from remote.fanout import connect
 from remote.result import CommandResult, NodeStatus, RemoteCommand
 from remote.ssh import Unreachable
-from tasks.single_node import PROBES_DIR
+from tasks.probe_dir import run_in_probe_dir
 
 CPU_BYTES = 1 << 20
 STOP_RETRY_S = 3.0  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
@@ -123,27 +123,8 @@ def _free_port(master: Node) -> int | RankRun:
 def _run_rank(node: Node, command: RemoteCommand, stopped: threading.Event) -> RankRun:
     if stopped.is_set():
         return RankRun(node.name, NodeStatus.ERROR, None, "not started: the run was stopped")
-    session = connect(node)
-    if isinstance(session, Unreachable):
-        return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
-    try:
-        code, out, err, _ = session.run_script('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"', 30)
-        remote_dir = out.strip()
-        if code != 0 or not remote_dir.startswith("/"):
-            return RankRun(node.name, NodeStatus.ERROR, None, f"mktemp failed: {err.strip() or out}")
-        try:
-            session.put(str(PROBES_DIR / "allreduce.py"), f"{remote_dir}/allreduce.py")
-            job = RemoteCommand(
-                command.name, command.script, {**command.env, "CA_PROBE_DIR": remote_dir}, command.timeout_s
-            )
-            status, detail, results = run_batch(session, node, [job])
-        finally:
-            session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
-    except Exception as exc:  # noqa: BLE001 - a rank's failure is data
-        return RankRun(node.name, NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
-    finally:
-        session.close()
-    return RankRun(node.name, status, None, detail, results[0] if results else None)
+    run = run_in_probe_dir(node, ("allreduce.py",), [command])
+    return RankRun(node.name, run.status, run.cause, run.detail, run.results[0] if run.results else None)
 
 
 def stop_run(nodes: Sequence[Node], tag: str) -> None:

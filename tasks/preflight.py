@@ -16,7 +16,7 @@ from checks.base import Check, CheckRow, Status, error_row, majority_values
 from inventory.model import Inventory, Node
 from remote.fanout import run_node
 from remote.result import NodeResult, NodeStatus, RemoteCommand
-from tasks.rows import row_dict
+from tasks.rows import row_dict, unreachable_row
 
 STAGE = "preflight"
 
@@ -93,8 +93,7 @@ def evaluate_preflight(
         node = inventory.node(outcome.node)
         result = outcome.result
         if result.status is NodeStatus.UNREACHABLE:
-            cause = result.cause.value if result.cause else "unknown"
-            row = CheckRow("ssh", "connect", Status.UNREACHABLE, cause, cause, "reachable", result.detail)
+            row = unreachable_row(result.cause.value if result.cause else None, result.detail)
             rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
             continue
         if result.status is NodeStatus.ERROR and not result.commands:

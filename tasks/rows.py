@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checks.base import CheckRow
+from checks.base import CheckRow, Status
 
 RAW_OUTPUT_LIMIT = 64 * 1024
 
@@ -25,3 +25,9 @@ def row_dict(run_id: str, cluster: str, stage: str, node: str, row: CheckRow, ra
         "detail": row.detail,
         "raw_output": raw[:RAW_OUTPUT_LIMIT],
     }
+
+
+def unreachable_row(cause: str | None, detail: str) -> CheckRow:
+    """The row of a node no session could be opened to, in any stage: the cause is the reason code."""
+    reason = cause or "unknown"
+    return CheckRow("ssh", "connect", Status.UNREACHABLE, reason, reason, "reachable", detail)

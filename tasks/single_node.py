@@ -9,10 +9,8 @@ Evaluation waits for every node, since stragglers are judged against the cluster
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -30,15 +28,12 @@ from analysis.probe_output import (
 from analysis.probe_verdicts import judge, measurement_row
 from checks.base import CheckRow, Status
 from inventory.model import Inventory, Node
-from remote.fanout import connect, run_batch
 from remote.result import CommandResult, NodeStatus, RemoteCommand
-from remote.ssh import Unreachable
-from tasks.rows import row_dict
+from tasks.probe_dir import run_in_probe_dir
+from tasks.rows import row_dict, unreachable_row
 
 STAGE = "single-node"
-PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 PROBE_FILES = ("gpu_bench.py", "allreduce.py")
-_TMP_DIR = re.compile(r"^/[\w./-]*cluster-accept-probe\.\w+$")
 
 
 @dataclass
@@ -87,30 +82,9 @@ def probe_commands(node: Node) -> list[RemoteCommand]:
 
 def run_probes_on_node(node: Node) -> NodeProbes:
     """Ship, run, collect, clean up. Never raises."""
-    session = connect(node)
-    if isinstance(session, Unreachable):
-        return NodeProbes(node.name, NodeStatus.UNREACHABLE, session.detail, session.cause.value)
-    try:
-        code, out, err, _ = session.run_script('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"', 30)
-        remote_dir = out.strip()
-        if code != 0 or not _TMP_DIR.match(remote_dir):
-            return NodeProbes(node.name, NodeStatus.ERROR, f"mktemp failed on the node: {err.strip() or out}")
-        try:
-            for name in PROBE_FILES:
-                session.put(str(PROBES_DIR / name), f"{remote_dir}/{name}")
-            commands = [
-                RemoteCommand(c.name, c.script, {**c.env, "CA_PROBE_DIR": remote_dir}, c.timeout_s)
-                for c in probe_commands(node)
-            ]
-            status, detail, results = run_batch(session, node, commands)
-        finally:
-            session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
-    except Exception as exc:  # noqa: BLE001 - one node's failure is data
-        return NodeProbes(node.name, NodeStatus.ERROR, f"{type(exc).__name__}: {exc}")
-    finally:
-        session.close()
-    outputs = {r.name: parse_output(node, r) for r in results}
-    return NodeProbes(node.name, status, detail, None, results, outputs)
+    run = run_in_probe_dir(node, PROBE_FILES, probe_commands(node))
+    outputs = {r.name: parse_output(node, r) for r in run.results}
+    return NodeProbes(node.name, run.status, run.detail, run.cause, run.results, outputs)
 
 
 def parse_output(node: Node, result: CommandResult) -> ProbeOutput:
@@ -172,15 +146,7 @@ def evaluate_single_node(
     for outcome in outcomes:
         node = inventory.node(outcome.node)
         if outcome.status is NodeStatus.UNREACHABLE:
-            row = CheckRow(
-                "ssh",
-                "connect",
-                Status.UNREACHABLE,
-                outcome.cause or "unknown",
-                outcome.cause,
-                "reachable",
-                outcome.detail,
-            )
+            row = unreachable_row(outcome.cause, outcome.detail)
             rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
             continue
         if outcome.status is NodeStatus.ERROR and not outcome.commands:

@@ -1,0 +1,56 @@
+"""Run probe commands on a node from a private temporary directory that holds the shipped probe scripts.
+
+Shared by the single-node stage and the multi-node launcher: ``mktemp -d`` on the node, the scripts copied
+in over SFTP (a copy for the local transport), the commands run as one batch with ``CA_PROBE_DIR`` set,
+and the directory removed afterwards whatever happened. Failures come back as data, never raised.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inventory.model import Node
+from remote.fanout import connect, run_batch
+from remote.result import CommandResult, NodeStatus, RemoteCommand
+from remote.ssh import Unreachable
+
+PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
+_TMP_DIR = re.compile(r"^/[\w./-]*cluster-accept-probe\.\w+$")
+
+
+@dataclass
+class ProbeDirRun:
+    status: NodeStatus
+    cause: str | None = None  # set when the node was unreachable
+    detail: str = ""
+    results: list[CommandResult] = field(default_factory=list)
+
+
+def run_in_probe_dir(node: Node, files: Sequence[str], commands: Sequence[RemoteCommand]) -> ProbeDirRun:
+    """Ship ``files`` (names in probes/) to a fresh directory on ``node``, run ``commands`` there, clean up."""
+    session = connect(node)
+    if isinstance(session, Unreachable):
+        return ProbeDirRun(NodeStatus.UNREACHABLE, session.cause.value, session.detail)
+    try:
+        code, out, err, _ = session.run_script('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"', 30)
+        remote_dir = out.strip()
+        if code != 0 or not _TMP_DIR.match(remote_dir):
+            return ProbeDirRun(NodeStatus.ERROR, None, f"mktemp failed on the node: {err.strip() or out}")
+        try:
+            for name in files:
+                session.put(str(PROBES_DIR / name), f"{remote_dir}/{name}")
+            jobs = [
+                RemoteCommand(c.name, c.script, {**c.env, "CA_PROBE_DIR": remote_dir}, c.timeout_s) for c in commands
+            ]
+            status, detail, results = run_batch(session, node, jobs)
+        finally:
+            session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
+    except Exception as exc:  # noqa: BLE001 - one node's failure is data
+        return ProbeDirRun(NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
+    finally:
+        session.close()
+    return ProbeDirRun(status, None, detail, results)
