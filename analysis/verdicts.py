@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from checks.base import BAD_STATUSES, Status
-from inventory.hostlist import describe_folded, fold
+from inventory.hostlist import describe_folded, fold_values
 
 
 class Verdict:
@@ -62,8 +62,5 @@ def differences(per_node: Mapping[str, Mapping[str, str]]) -> list[tuple[str, st
 
 
 def fold_by(values: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``{node: verdict}`` → ``[("accepted", "node[01-05]"), ...]`` in a stable order."""
-    groups: dict[str, list[str]] = {}
-    for node, value in values.items():
-        groups.setdefault(value, []).append(node)
-    return [(value, fold(nodes)) for value, nodes in sorted(groups.items())]
+    """``{node: verdict}`` → ``[("accepted", "node[01-05]"), ...]``, ordered by value."""
+    return sorted((value, nodes) for value, nodes, _ in fold_values(values))

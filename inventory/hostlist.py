@@ -8,7 +8,7 @@ group resolvers.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
@@ -50,7 +50,7 @@ def fold(names: Iterable[str]) -> str:
     return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
 
 
-def fold_values(values: dict[str, str]) -> list[tuple[str, str, int]]:
+def fold_values(values: Mapping[str, str]) -> list[tuple[str, str, int]]:
     """Group nodes by an observed value: ``[(value, "node[001-007]", 7), ...]``, largest group first.
 
     This is how every cross-cluster difference is shown ("driver 580.159.04 on node[001-007];
@@ -64,6 +64,6 @@ def fold_values(values: dict[str, str]) -> list[tuple[str, str, int]]:
     return folded
 
 
-def describe_folded(values: dict[str, str]) -> str:
+def describe_folded(values: Mapping[str, str]) -> str:
     """One line: ``580.159.04 on node[001-007]; 570.86.15 on node010``."""
     return "; ".join(f"{value} on {nodes}" for value, nodes, _ in fold_values(values))

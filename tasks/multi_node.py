@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, to_rows
+from analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
 from analysis.probe_output import nccl_transports, transport_matches
 from analysis.probe_verdicts import measurement_row
 from analysis.scaling import ScalingPoint, scaling_table, sweep_sizes
@@ -21,7 +21,7 @@ from checks.base import CheckRow, Status
 from inventory.hostlist import fold
 from inventory.model import Inventory, Node
 from tasks.launcher import GroupRun, launch_group
-from tasks.rows import row_dict
+from tasks.rows import row_dict, unreachable_row
 
 STAGE = "multi-node"
 
@@ -65,10 +65,7 @@ class _Stage:
         for name, rank in run.ranks.items():
             if rank.cause is not None and name not in self.unreachable:
                 self.unreachable.add(name)
-                self.row(
-                    name,
-                    CheckRow("ssh", "connect", Status.UNREACHABLE, rank.cause, rank.cause, "reachable", rank.detail),
-                )
+                self.row(name, unreachable_row(rank.cause, rank.detail))
             if rank.result is not None:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
         return run
@@ -118,11 +115,14 @@ class _Stage:
         by_name = {n.name: n for n in self.inventory.nodes}
         candidates = [n.name for n in nodes if n.name not in self.unreachable]
         isolator = Isolator(candidates, _policy(nodes), known_good=known_good)
-        while groups := isolator.next_round():
+
+        def run_round(groups: list[tuple[str, ...]]) -> list[GroupResult]:
+            """One round: its disjoint groups launched at once."""
             with ThreadPoolExecutor(max_workers=len(groups)) as pool:
                 runs = list(pool.map(lambda g: self.launch([by_name[name] for name in g]), groups))
-            isolator.record([GroupResult(tuple(g), r.busbw_gbps) for g, r in zip(groups, runs, strict=True)])
-        verdict = isolator.verdict()
+            return [GroupResult(tuple(g), r.busbw_gbps) for g, r in zip(groups, runs, strict=True)]
+
+        verdict = drive(isolator, run_round)
         self.out.verdict = verdict
         self.out.isolation = [
             {"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in to_rows(isolator.rounds)
