@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from inventory.hostlist import HostlistError, expand
 from inventory.model import (
     DEFAULT_SSH,
-    LOCAL_ADDRESS,
     Inventory,
     InventoryFile,
     Node,
@@ -216,9 +215,3 @@ def load_inventory(path: str | Path) -> Inventory:
         source=source,
         digest=digest.hexdigest(),
     )
-
-
-def local_inventory(profile: Profile, cluster: str = "local", name: str = "localhost") -> Inventory:
-    """An inventory of just this machine, reached with the local transport."""
-    node = Node(name=name, ssh=DEFAULT_SSH, profile_name="local", profile=profile, address=LOCAL_ADDRESS)
-    return Inventory(cluster=cluster, nodes=[node], profiles={"local": profile}, source="(local)", digest="")

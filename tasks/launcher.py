@@ -65,10 +65,6 @@ class GroupRun:
         largest = max(self.measurements, key=lambda m: m.get("size") or 0)
         return float(largest["value"])
 
-    @property
-    def unreachable(self) -> list[str]:
-        return [n for n, r in self.ranks.items() if r.status is NodeStatus.UNREACHABLE]
-
 
 def rendezvous_address(master: Node) -> str:
     return "127.0.0.1" if master.is_local else master.connect_host
