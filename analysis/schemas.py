@@ -15,6 +15,26 @@ import pyarrow.parquet as pq
 
 SCHEMA_VERSION = "1"
 
+RUNS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("started", pa.timestamp("s", tz="UTC")),
+        ("ended", pa.timestamp("s", tz="UTC")),
+        ("stages", pa.list_(pa.string())),
+        ("inventory", pa.string()),
+        ("inventory_digest", pa.string()),
+        ("nodes_tested", pa.int32()),
+        ("accepted", pa.int32()),
+        ("rejected", pa.int32()),
+        ("unreachable", pa.int32()),
+        ("skipped", pa.int32()),
+        ("tool_version", pa.string()),
+        ("schema_version", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "runs", "version": SCHEMA_VERSION},
+)
+
 CHECKS = pa.schema(
     [
         ("run_id", pa.string()),
@@ -30,6 +50,7 @@ CHECKS = pa.schema(
         ("expected", pa.string()),
         ("detail", pa.string()),
         ("raw_output", pa.string()),
+        ("command", pa.string()),  # the node-side command whose output is the evidence (empty: none)
     ],
     metadata={"cluster_accept_schema": "checks", "version": SCHEMA_VERSION},
 )
@@ -119,6 +140,18 @@ VERDICTS = pa.schema(
     ],
     metadata={"cluster_accept_schema": "verdicts", "version": SCHEMA_VERSION},
 )
+
+
+# Every table of a run directory, by name: ``<name>.parquet`` in the run directory and ``history/<name>/``.
+TABLES: dict[str, pa.Schema] = {
+    "runs": RUNS,
+    "checks": CHECKS,
+    "node_values": NODE_VALUES,
+    "measurements": MEASUREMENTS,
+    "isolation": ISOLATION,
+    "scaling": SCALING,
+    "verdicts": VERDICTS,
+}
 
 
 def write_table(path: Path, rows: Sequence[dict[str, Any]], schema: pa.Schema) -> Path:

@@ -11,18 +11,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from prefect import flow
+from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, SCALING, VERDICTS, write_table
+from analysis.history import append_run, node_trends
+from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, RUNS, SCALING, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
 from checks.base import discover
+from flows import progress
+from flows.artifacts import publish
 from inventory.hostlist import expand, fold
 from inventory.load import load_inventory
 from inventory.model import Inventory
-from reports.render import build_context, render
+from reports.render import ReportData, build_context, render
 from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
-from tasks.outputs import RunDir, now_iso, tool_versions
+from tasks.outputs import RunDir, now_iso, runs_row, tool_versions
 from tasks.preflight import evaluate_preflight, node_values, preflight_node
 from tasks.single_node import NodeProbes, evaluate_single_node, single_node_probes
 
@@ -93,7 +98,9 @@ def _finish(
     inventory: Inventory,
     rows: list[dict[str, Any]],
     values: list[dict[str, Any]],
-    multi: MultiNodeOutcome | None = None,
+    measurements: list[dict[str, Any]],
+    multi: MultiNodeOutcome | None,
+    history: Path | None,
 ) -> RunOutcome:
     verdicts = []
     for node in inventory.nodes:
@@ -111,24 +118,50 @@ def _finish(
     write_table(run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
     run_info["ended"] = now_iso()
     run_dir.write_json("run.json", run_info)
-    extra = {"scaling": multi.scaling, "isolation": multi.isolation} if multi else {}
-    render(build_context(run_info, verdicts, rows, values, **extra), run_dir.path)
+    write_table(run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
+    trends = pd.DataFrame()
+    if history is not None:
+        names = [n.name for n in inventory.tested]
+        trends = node_trends(history, inventory.cluster, names, pd.DataFrame(measurements))
+        append_run(history, run_dir.path, run_dir.run_id, str(run_info["started"])[:10])
+    data = ReportData(
+        rows=rows,
+        values=values,
+        measurements=measurements,
+        scaling=multi.scaling if multi else (),
+        isolation=multi.isolation if multi else (),
+        trends=[{str(k): v for k, v in r.items()} for r in trends.to_dict("records")],
+        thresholds={n.profile_name: n.profile.thresholds.model_dump() for n in inventory.nodes},
+    )
+    html, _ = render(build_context(run_info, verdicts, data), run_dir.path)
+    publish(run_info, verdicts, html)
     return RunOutcome(run_dir.run_id, run_dir.path, verdicts)
 
 
-def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None) -> RunOutcome:
+def _collect(stage: str, futures: list[PrefectFuture[Any]]) -> list[Any]:
+    """Wait for a stage's per-node futures, reporting progress as each node finishes; keep inventory order."""
+    for _ in as_completed(futures):
+        progress.current().advance(stage)
+    return [future.result() for future in futures]
+
+
+def _acceptance(
+    inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None, history: Path | None
+) -> RunOutcome:
     run_dir, run_info = _start(inventory, out_dir, stages, run_id)
     rows: list[dict[str, Any]] = []
     values: list[dict[str, Any]] = []
     measurements: list[dict[str, Any]] = []
+    report = progress.current()
     if "preflight" in stages:
         checks = discover()
-        futures = [preflight_node.submit(node, checks) for node in inventory.tested]
-        outcomes = [future.result() for future in futures]
+        report.start("preflight", len(inventory.tested))
+        outcomes = _collect("preflight", [preflight_node.submit(node, checks) for node in inventory.tested])
         rows = evaluate_preflight(run_dir.run_id, inventory, outcomes, checks)
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
         write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
+        report.finish("preflight")
 
     if "single-node" in stages:
         # Only nodes that passed preflight are measured (when preflight ran in this run).
@@ -137,24 +170,37 @@ def _acceptance(inventory: Inventory, out_dir: Path, stages: list[str], run_id: 
         ]
         limits = [n.profile.probes.max_parallel_nodes for n in eligible if n.profile.probes.max_parallel_nodes]
         wave = min(limits) if limits else max(1, len(eligible))
+        report.start("single-node", len(eligible))
         probe_outcomes: list[NodeProbes] = []
         for start in range(0, len(eligible), wave):
-            waiting = [single_node_probes.submit(node) for node in eligible[start : start + wave]]
-            probe_outcomes += [future.result() for future in waiting]
+            probe_outcomes += _collect(
+                "single-node", [single_node_probes.submit(node) for node in eligible[start : start + wave]]
+            )
         stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes)
         rows += stage_rows
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
+        report.finish("single-node")
 
     multi = None
     if "multi-node" in stages:
         participants = [
             n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
         ]
+        report.start("multi-node", 1)
         multi = run_multi_node(run_dir.run_id, inventory, participants)
         _write_multi_node(run_dir, multi, rows, measurements)
+        report.advance("multi-node")
+        report.finish("multi-node")
 
-    return _finish(run_dir, run_info, inventory, rows, values, multi)
+    return _finish(run_dir, run_info, inventory, rows, values, measurements, multi, history)
+
+
+def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
+    """Where the history lives: ``--history`` when given, ``OUT/history`` by default, none for ``-``."""
+    if history == "-":
+        return None
+    return Path(history) if history else Path(out_dir) / "history"
 
 
 def select_nodes(inventory: Inventory, expression: str | None) -> Inventory:
@@ -177,15 +223,22 @@ def acceptance(
     stages: list[str] | None = None,
     nodes: str | None = None,
     run_id: str | None = None,
+    history: str | None = None,
 ) -> RunOutcome:
-    """Run the requested stages over the inventory's tested nodes; write the run directory."""
+    """Run the requested stages over the inventory's tested nodes; write the run directory and append it
+    to the history (``history``: a directory, default ``OUT/history``; ``-`` for none)."""
     inventory = select_nodes(load_inventory(inventory_path), nodes)
-    return _acceptance(inventory, Path(out_dir), resolve_stages(stages), run_id)
+    return _acceptance(inventory, Path(out_dir), resolve_stages(stages), run_id, history_dir(out_dir, history))
 
 
 @flow(name="bisect", log_prints=False)
 def bisect(
-    inventory_path: str, suspects: str, good: str | None = None, out_dir: str = "runs", run_id: str | None = None
+    inventory_path: str,
+    suspects: str,
+    good: str | None = None,
+    out_dir: str = "runs",
+    run_id: str | None = None,
+    history: str | None = None,
 ) -> RunOutcome:
     """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
     inventory = load_inventory(inventory_path)
@@ -195,8 +248,9 @@ def bisect(
     run_dir, run_info = _start(scope, Path(out_dir), ["bisect"], run_id)
     multi = run_bisect(run_dir.run_id, scope, suspect_nodes, good_nodes)
     rows: list[dict[str, Any]] = []
-    _write_multi_node(run_dir, multi, rows, [])
-    return _finish(run_dir, run_info, scope, rows, [], multi)
+    measurements: list[dict[str, Any]] = []
+    _write_multi_node(run_dir, multi, rows, measurements)
+    return _finish(run_dir, run_info, scope, rows, [], measurements, multi, history_dir(out_dir, history))
 
 
 def run_acceptance(
@@ -206,11 +260,17 @@ def run_acceptance(
     nodes: str | None = None,
     concurrency: int = 64,
     run_id: str | None = None,
+    history: str | None = None,
 ) -> RunOutcome:
     """The flow with a task runner bounded to ``concurrency`` threads (unbounded threads by default)."""
     task_runner: Any = ThreadPoolTaskRunner(max_workers=concurrency)
     bounded = acceptance.with_options(task_runner=task_runner)
     result: RunOutcome = bounded(
-        inventory_path=str(inventory_path), out_dir=str(out_dir), stages=stages, nodes=nodes, run_id=run_id
+        inventory_path=str(inventory_path),
+        out_dir=str(out_dir),
+        stages=stages,
+        nodes=nodes,
+        run_id=run_id,
+        history=history,
     )
     return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -70,7 +70,46 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
         out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False)
 
 
-def _run(inventory_path: Path, out_dir: Path, nodes: str | None, stages: list[str] | None, concurrency: int) -> int:
+class StageBars:
+    """A rich progress bar per stage while the flow runs (nodes done / nodes in the stage)."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bars = Progress(
+            TextColumn("{task.description:<12}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def start(self, stage: str, total: int) -> None:
+        if not self.tasks:
+            self.bars.start()
+        self.tasks[stage] = self.bars.add_task(stage, total=total)
+
+    def advance(self, stage: str, done: int = 1) -> None:
+        self.bars.advance(self.tasks[stage], done)
+
+    def finish(self, stage: str) -> None:
+        self.bars.update(self.tasks[stage], completed=self.bars.tasks[self.tasks[stage]].total)
+
+    def close(self) -> None:
+        if self.tasks:
+            self.bars.stop()
+
+
+def _run(
+    inventory_path: Path,
+    out_dir: Path,
+    nodes: str | None,
+    stages: list[str] | None,
+    concurrency: int,
+    history: str | None = None,
+) -> int:
+    from flows import progress
     from flows.acceptance import resolve_stages, run_acceptance, select_nodes
 
     try:
@@ -83,7 +122,12 @@ def _run(inventory_path: Path, out_dir: Path, nodes: str | None, stages: list[st
     except (ValueError, HostlistError) as exc:
         err.print(f"error: {exc}", highlight=False, markup=False)
         return USAGE_ERROR
-    outcome = run_acceptance(inventory_path, out_dir, stages, nodes, concurrency=concurrency)
+    bars = StageBars(out)
+    try:
+        with progress.use(bars):
+            outcome = run_acceptance(inventory_path, out_dir, stages, nodes, concurrency=concurrency, history=history)
+    finally:
+        bars.close()
     _print_outcome(outcome)
     return outcome.exit_code
 
@@ -116,10 +160,13 @@ def run(
         str | None, typer.Option("--stages", help="comma-separated: preflight,single-node,multi-node")
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
+    history: Annotated[
+        str | None, typer.Option("--history", help="history dataset directory (default OUT/history; '-' for none)")
+    ] = None,
 ) -> None:
-    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report)."""
+    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report); append to the history."""
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
-    raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency))
+    raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency, history))
 
 
 @app.command("bisect")
@@ -128,6 +175,9 @@ def bisect_command(
     nodes: Annotated[str, typer.Option("--nodes", help="suspect nodes (hostlist), e.g. from a slow job")],
     good: Annotated[str | None, typer.Option("--good", help="nodes known to be good, used as partners")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    history: Annotated[
+        str | None, typer.Option("--history", help="history dataset directory (default OUT/history; '-' for none)")
+    ] = None,
 ) -> None:
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
     from flows.acceptance import bisect, select_nodes
@@ -143,7 +193,7 @@ def bisect_command(
         raise typer.Exit(USAGE_ERROR) from None
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
-    outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir))
+    outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir), history=history)
     _print_outcome(outcome)
     raise typer.Exit(outcome.exit_code)
 

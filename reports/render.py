@@ -1,73 +1,177 @@
 """Render the acceptance report (HTML and Markdown) from a run's rows. The context is built by a pure
-function so the two formats say the same thing; HTML is autoescaped (node output is never trusted)."""
+function so the two formats say the same thing.
+
+The HTML is one self-contained file (these machines have no internet): styles, charts (inline SVG) and the
+small table filter are inside it, and its Content-Security-Policy allows nothing else to load or run. Node
+output is never trusted: Jinja2 autoescapes everything, and the policy only runs the one script whose
+hash it names, so even an escaping mistake could not run a GPU name that carries ``<script>``.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
 from analysis.verdicts import Verdict, differences, fold_by
 from inventory.hostlist import fold
+from reports import figures
+from reports.actions import reproduce, suggest
+from reports.charts import fmt
 
 TEMPLATES = Path(__file__).parent / "templates"
 EXCERPT_CHARS = 1200
+FILTER_SCRIPT = (TEMPLATES / "filter.js").read_text()
+BAD = ("fail", "error", "timeout", "unreachable")
 
 
-def build_context(
-    run: Mapping[str, Any],
-    verdicts: Sequence[Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
-    values: Sequence[Mapping[str, Any]] = (),
-    scaling: Sequence[Mapping[str, Any]] = (),
-    isolation: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
+@dataclass
+class ReportData:
+    """Everything a report is drawn from, beyond the run and its verdicts; each part may be empty."""
+
+    rows: Sequence[Mapping[str, Any]] = ()
+    values: Sequence[Mapping[str, Any]] = ()
+    measurements: Sequence[Mapping[str, Any]] = ()
+    scaling: Sequence[Mapping[str, Any]] = ()
+    isolation: Sequence[Mapping[str, Any]] = ()
+    trends: Sequence[Mapping[str, Any]] = ()
+    thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
+
+
+def _findings(rows: Sequence[Mapping[str, Any]], inventory: str, good_node: str | None) -> dict[str, list[Any]]:
+    found: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row["status"] in ("pass", "skip"):
+            continue
+        hint = suggest(row)
+        found.setdefault(row["node"], []).append(
+            {
+                **row,
+                "excerpt": (row.get("raw_output") or "")[:EXCERPT_CHARS],
+                "action": hint.action,
+                "why": hint.why,
+                "reproduce": reproduce(row, inventory, good_node) if row["status"] in BAD else [],
+            }
+        )
+    return dict(sorted(found.items()))
+
+
+def _node_rows(verdicts: Sequence[Mapping[str, Any]], findings: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """The per-node table: verdict, reasons, the first evidence, the actions and one reproducing command."""
+    out = []
+    for v in sorted(verdicts, key=lambda v: (v["verdict"] == Verdict.ACCEPTED, v["node"])):
+        bad = [f for f in findings.get(v["node"], []) if f["status"] in BAD]
+        actions = list(dict.fromkeys(f["action"] for f in bad))
+        out.append(
+            {
+                **v,
+                "evidence": [
+                    f"{f['check']} {f['item']}{'' if f.get('gpu') is None else ' gpu ' + str(f['gpu'])}: "
+                    f"{f.get('observed') or '-'} (expected {f.get('expected') or '-'})"
+                    for f in bad[:3]
+                ],
+                "more": max(0, len(bad) - 3),
+                "actions": actions,
+                "reproduce": bad[0]["reproduce"][-1] if bad and bad[0]["reproduce"] else "",
+            }
+        )
+    return out
+
+
+def charts(data: ReportData) -> dict[str, Markup]:
+    efficiency_min = next(
+        (t.get("scaling_efficiency_min") for t in data.thresholds.values() if t.get("scaling_efficiency_min")), None
+    )
+    drawn = {
+        "gemm": figures.per_gpu_chart(
+            "gemm", figures.GEMM_METRICS, "gemm", data.measurements, data.rows, data.thresholds
+        ),
+        "memory": figures.per_gpu_chart(
+            "memory", figures.MEMORY_METRICS, "hbm", data.measurements, data.rows, data.thresholds
+        ),
+        "allreduce": figures.allreduce_chart(data.measurements, data.rows, data.thresholds),
+        "scaling": figures.scaling_chart(data.scaling, efficiency_min),
+        "isolation": figures.isolation_chart(data.isolation),
+    }
+    return {name: chart for name, chart in drawn.items() if chart is not None}
+
+
+def build_context(run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], data: ReportData) -> dict[str, Any]:
     counts = {v: 0 for v in (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)}
     for verdict in verdicts:
         counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
-    findings: dict[str, list[Mapping[str, Any]]] = {}
     skipped: dict[str, list[str]] = {}
-    for row in rows:
+    for row in data.rows:
         if row["status"] == "skip":
             skipped.setdefault(f"{row['check']}: {row['reason']}", []).append(row["node"])
-        elif row["status"] != "pass":
-            findings.setdefault(row["node"], []).append(
-                {**row, "excerpt": (row.get("raw_output") or "")[:EXCERPT_CHARS]}
-            )
     per_item: dict[str, dict[str, str]] = {}
-    for value in values:
+    for value in data.values:
         per_item.setdefault(value["node"], {})[f"{value['check']}.{value['key']}"] = str(value["value"])
-    unreachable = {r["node"]: r["reason"] for r in rows if r["status"] == "unreachable"}
+    unreachable = {r["node"]: r["reason"] for r in data.rows if r["status"] == "unreachable"}
     tested = [v for v in verdicts if v["verdict"] != Verdict.SKIPPED]
+    good_node = next((v["node"] for v in verdicts if v["verdict"] == Verdict.ACCEPTED), None)
+    findings = _findings(data.rows, str(run.get("inventory") or "INVENTORY"), good_node)
     return {
         "run": run,
         "counts": counts,
         "tested": len(tested),
         "all_accepted": bool(tested) and all(v["verdict"] == Verdict.ACCEPTED for v in tested),
-        "verdicts": sorted(verdicts, key=lambda v: (v["verdict"] == Verdict.ACCEPTED, v["node"])),
+        "node_rows": _node_rows(verdicts, findings),
         "verdict_sets": fold_by({v["node"]: v["verdict"] for v in verdicts}),
-        "findings": dict(sorted(findings.items())),
-        "scaling": list(scaling),
-        "isolation": list(isolation),
+        "findings": findings,
+        "scaling": list(data.scaling),
+        "isolation": list(data.isolation),
         "skipped": sorted((what, fold(sorted(set(nodes)))) for what, nodes in skipped.items()),
         "differences": differences(per_item),
         "unreachable_sets": fold_by(unreachable),
         "rejected_nodes": fold(
             [v["node"] for v in verdicts if v["verdict"] != Verdict.ACCEPTED and v["verdict"] != Verdict.SKIPPED]
         ),
+        "charts": charts(data),
+        "gpu_table": figures.gpu_table(data.measurements),
+        "history": figures.history_rows(data.trends),
     }
+
+
+def markdown_text(value: object) -> str:
+    """Every value put into the Markdown: ``<``, ``>`` and ``&`` escaped, since wherever the Markdown is
+    rendered (ticket systems, chat) raw HTML in it would be live."""
+    text = "" if value is None else str(value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_cell(value: object) -> str:
+    """A Markdown table cell: pipes and newlines would break the table."""
+    return str(value if value is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def script_hash(script: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
 
 
 def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
     html_env = Environment(
         loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]), keep_trailing_newline=True
     )
-    md_env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True)  # noqa: S701
-    md_env.filters["cell"] = lambda text: str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+    md_env = Environment(  # noqa: S701 - Markdown, escaped by markdown_text on every output
+        loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True, finalize=markdown_text
+    )
+    md_env.filters["cell"] = markdown_cell
+    for env in (html_env, md_env):
+        env.filters["num"] = lambda v: "" if v is None else fmt(float(v))
     html_path = out_dir / "report.html"
     md_path = out_dir / "report.md"
-    html_path.write_text(html_env.get_template("report.html.j2").render(**context))
-    md_path.write_text(md_env.get_template("report.md.j2").render(**context))
+    page = html_env.get_template("report.html.j2").render(
+        **context, script=Markup(FILTER_SCRIPT), script_hash=script_hash(FILTER_SCRIPT)
+    )
+    for path, text in ((html_path, page), (md_path, md_env.get_template("report.md.j2").render(**context))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     return html_path, md_path

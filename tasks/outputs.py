@@ -53,3 +53,31 @@ class RunDir:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         tmp.replace(target)
         return target
+
+
+def runs_row(run_info: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's one row of ``runs.parquet``: when, what, and the verdict counts."""
+    from analysis.schemas import SCHEMA_VERSION
+
+    def when(text: str | None) -> dt.datetime | None:
+        return dt.datetime.fromisoformat(text) if text else None
+
+    def count(verdict: str) -> int:
+        return sum(1 for v in verdicts if v["verdict"] == verdict)
+
+    return {
+        "run_id": run_info["run_id"],
+        "cluster": run_info["cluster"],
+        "started": when(run_info.get("started")),
+        "ended": when(run_info.get("ended")),
+        "stages": list(run_info.get("stages") or []),
+        "inventory": run_info.get("inventory"),
+        "inventory_digest": run_info.get("inventory_digest"),
+        "nodes_tested": len(run_info.get("nodes_tested") or []),
+        "accepted": count("accepted"),
+        "rejected": count("rejected"),
+        "unreachable": count("unreachable"),
+        "skipped": count("skipped"),
+        "tool_version": (run_info.get("tools") or {}).get("cluster-accept"),
+        "schema_version": SCHEMA_VERSION,
+    }

@@ -121,5 +121,7 @@ def evaluate_preflight(
                 check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
             else:
                 check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
-            rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw) for r in check_rows)
+            rows.extend(
+                row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw, check.command) for r in check_rows
+            )
     return rows

@@ -9,7 +9,10 @@ from checks.base import CheckRow, Status
 RAW_OUTPUT_LIMIT = 64 * 1024
 
 
-def row_dict(run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str) -> dict[str, Any]:
+def row_dict(
+    run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str, command: str = ""
+) -> dict[str, Any]:
+    """``command``: the node-side command whose output is the row's evidence (what reproduces it)."""
     return {
         "run_id": run_id,
         "cluster": cluster,
@@ -24,6 +27,7 @@ def row_dict(run_id: str, cluster: str, stage: str, node: str, row: CheckRow, ra
         "expected": row.expected,
         "detail": row.detail,
         "raw_output": raw[:RAW_OUTPUT_LIMIT],
+        "command": command,
     }
 
 

@@ -167,7 +167,8 @@ def evaluate_single_node(
                 version = nccl_version(result.stdout)
                 if version:
                     check_rows.append(CheckRow("allreduce", "nccl_version", Status.PASS, "recorded", version, None))
-            rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw) for r in check_rows)
+            command = next((c.script for c in probe_commands(node) if c.name == result.name), "")
+            rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw, command) for r in check_rows)
             for record in output.measurements:
                 figure = measurement_row(run_id, inventory.cluster, STAGE, node.name, node.profile_name, record)
                 figure["transport"] = transport if record.get("metric") == "allreduce_busbw_gbps" else None
@@ -176,5 +177,7 @@ def evaluate_single_node(
         thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
         cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
         for node_name, row in judge(pd.DataFrame(measurements), thresholds, warn_only=cpu):
-            rows.append(row_dict(run_id, inventory.cluster, STAGE, node_name, row, ""))
+            probe = "allreduce" if row.check == "allreduce" else "gpu_bench"
+            command = next(c.script for c in probe_commands(inventory.node(node_name)) if c.name == probe)
+            rows.append(row_dict(run_id, inventory.cluster, STAGE, node_name, row, "", command))
     return rows, measurements

@@ -29,3 +29,10 @@ def processes_matching(text: str) -> list[int]:
             if text in cmdline:
                 found.append(int(entry.name))
     return found
+
+
+def only_run(out_dir: Path) -> Path:
+    """The one run directory under ``out_dir`` (``history/`` beside it is the history dataset)."""
+    runs = [p for p in out_dir.iterdir() if p.is_dir() and p.name != "history"]
+    assert len(runs) == 1, f"expected one run directory in {out_dir}, found {sorted(p.name for p in runs)}"
+    return runs[0]

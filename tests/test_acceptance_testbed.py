@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from testbed.faults import load_fault_plan
-from tests.processes import run_cli
+from tests.processes import only_run, run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +29,11 @@ EXPECTED = {
 def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = load_fault_plan(ROOT / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
-    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path))
+    # Preflight names every planted fault but node08's slow link, which the demo's multi-node stage finds
+    # (tests/test_report_browser.py runs the demo).
+    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    run_dir = next(tmp_path.iterdir())
+    run_dir = only_run(tmp_path)
     verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
     got = {row.node: (row.verdict, list(row.reasons)) for row in verdicts.itertuples()}
     assert got == EXPECTED
@@ -69,20 +70,8 @@ def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path
 def test_run_with_only_healthy_nodes_exits_0(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = load_fault_plan(ROOT / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
-    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--nodes", "node[01,07-08]")
+    proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--nodes", "node[01,07]")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    verdicts = pd.read_parquet(next(tmp_path.iterdir()) / "verdicts.parquet")
-    assert sorted(verdicts.node) == ["node01", "node07", "node08"]
+    verdicts = pd.read_parquet(only_run(tmp_path) / "verdicts.parquet")
+    assert sorted(verdicts.node) == ["node01", "node07"]
     assert set(verdicts.verdict) == {"accepted"}
-
-
-def test_demo_exits_1_names_faulty_nodes_and_cleans_up(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        ["cluster-accept", "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "report:" in proc.stdout
-    report = next(tmp_path.iterdir()) / "report.md"
-    assert "Not accepted:** node[02-06]" in report.read_text()
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not [line for line in netns.splitlines() if line.startswith("ca-")]

@@ -14,7 +14,7 @@ import pytest
 from inventory.hostlist import expand
 from testbed import bed as testbed
 from testbed.faults import fault_plan_from_data
-from tests.processes import run_cli
+from tests.processes import run_cli, only_run
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ def multi_node_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def verdicts(run_root: Path) -> dict[str, tuple[str, list[str]]]:
-    run_dir = next(run_root.iterdir())
+    run_dir = only_run(run_root)
     return {r.node: (r.verdict, list(r.reasons)) for r in pd.read_parquet(run_dir / "verdicts.parquet").itertuples()}
 
 
@@ -43,7 +43,7 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
     got = verdicts(tmp_path)
     assert got["node05"][0] == "rejected" and "isolation:slow_node" in got["node05"][1]
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node05"}
-    run_dir = next(tmp_path.iterdir())
+    run_dir = only_run(tmp_path)
     rounds = pd.read_parquet(run_dir / "isolation.parquet")
     assert len(rounds) >= 2 and set(rounds.phase) >= {"screen", "confirm"}
     bad_groups = [expand(nodes) for nodes in rounds[rounds.bad].nodes]
@@ -61,7 +61,7 @@ def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # 
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {v for v, _ in verdicts(tmp_path).values()} == {"accepted"}
-    m = pd.read_parquet(next(tmp_path.iterdir()) / "measurements.parquet")
+    m = pd.read_parquet(only_run(tmp_path) / "measurements.parquet")
     assert sorted(set(m.group)) == ["node[01-02]", "node[01-04]", "node[01-08]"]
     assert (m.value > 0.03).all()
 
@@ -126,5 +126,5 @@ def test_bisect_names_the_slow_suspect(testbed_factory, tmp_path: Path) -> None:
     assert set(got) == {"node01", "node02", "node04", "node05", "node06"}
     assert got["node05"] == ("rejected", ["isolation:slow_node"])
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node05"}
-    run = (next(tmp_path.iterdir()) / "run.json").read_text()
+    run = (only_run(tmp_path) / "run.json").read_text()
     assert '"bisect"' in run

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from testbed.faults import fault_plan_from_data
-from tests.processes import run_cli
+from tests.processes import run_cli, only_run
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def test_every_planted_fault_is_found_with_its_reason(testbed_factory, tmp_path:
         "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight", timeout=240
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    run_dir = next(tmp_path.iterdir())
+    run_dir = only_run(tmp_path)
     verdicts = {r.node: (r.verdict, set(r.reasons)) for r in pd.read_parquet(run_dir / "verdicts.parquet").itertuples()}
     for node, (verdict, must, allowed_checks) in EXPECTED.items():
         got_verdict, reasons = verdicts[node]

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from testbed.faults import fault_plan_from_data
-from tests.processes import processes_matching, run_cli
+from tests.processes import processes_matching, run_cli, only_run
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path
         timeout=600,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    run_dir = next((tmp_path / "runs").iterdir())
+    run_dir = only_run(tmp_path / "runs")
     verdicts = {
         r.node: (r.verdict, list(r.reasons)) for r in pd.read_parquet(run_dir / "verdicts.parquet").itertuples()
     }

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from analysis.verdicts import Verdict, differences, fold_by, node_verdict
-from reports.render import build_context, render
+from reports.render import ReportData, build_context, render
 
 pytestmark = pytest.mark.pure
 
@@ -91,7 +91,7 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
         {"node": "n1", "check": "gpu_count", "key": "gpu_count", "value": "4"},
         {"node": "n3", "check": "gpu_count", "key": "gpu_count", "value": "4"},
     ]
-    context = build_context(run, verdicts, rows, values)
+    context = build_context(run, verdicts, ReportData(rows=rows, values=values))
     assert context["counts"] == {"accepted": 1, "rejected": 2, "unreachable": 1, "skipped": 1}
     assert context["rejected_nodes"] == "n[2-4]"
     assert context["differences"] == [("driver.driver_version", "580.159.04 on n[1,3]; 570.86.15 on n2")]
@@ -104,3 +104,4 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
     assert "**Not accepted:** n[2-4]" in md
     assert "| n2 | rejected | driver:version_mismatch |" in md
     assert "- refused on n4" in md
+    assert hostile not in md and "&lt;script&gt;" in md

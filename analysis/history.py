@@ -1,0 +1,106 @@
+"""The history dataset: every run's tables appended to one directory, partitioned by date.
+
+Layout: ``HISTORY/<table>/date=YYYY-MM-DD/<run_id>.parquet`` for each table of :data:`analysis.schemas.TABLES`.
+One file per run and table, named by the run, so appending the same run again replaces its own files and
+never duplicates rows (a resumed run appends once). Each table directory is a hive-partitioned dataset:
+
+- pandas: ``pd.read_parquet("HISTORY/measurements")`` (``date`` comes back as a column);
+- DuckDB: ``SELECT * FROM read_parquet('HISTORY/measurements/*/*.parquet', hive_partitioning=true)``.
+
+Scheduled runs accumulate here; the report's trends and the regression checks read it back.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from analysis.probe_verdicts import judged_figures
+from analysis.schemas import TABLES
+
+
+def partition_dir(history: Path, table: str, date: str) -> Path:
+    return history / table / f"date={date}"
+
+
+def append_run(history: Path, run_dir: Path, run_id: str, date: str) -> list[Path]:
+    """Copy the run's Parquet tables into the history under ``date`` (``YYYY-MM-DD``). Idempotent per run."""
+    written = []
+    for table in TABLES:
+        source = run_dir / f"{table}.parquet"
+        if not source.exists():
+            continue
+        target_dir = partition_dir(history, table, date)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / f"{run_id}.parquet"
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(source, tmp)
+        tmp.replace(target)
+        written.append(target)
+    return written
+
+
+def load(history: Path, table: str, cluster: str | None = None) -> pd.DataFrame:
+    """One table of the history as a frame (empty when none was written), optionally one cluster's rows."""
+    root = history / table
+    files = sorted(root.glob("date=*/*.parquet")) if root.is_dir() else []
+    if not files:
+        return pd.DataFrame(columns=list(TABLES[table].names) + ["date"])
+    frames = []
+    for path in files:
+        frame = pq.read_table(path).to_pandas()
+        frame["date"] = path.parent.name.removeprefix("date=")
+        frames.append(frame)
+    df = pd.concat(frames, ignore_index=True)
+    if cluster is not None:
+        df = df[df["cluster"] == cluster]
+    return df.reset_index(drop=True)
+
+
+def key_figures(measurements: pd.DataFrame) -> pd.DataFrame:
+    """Per run, node and judged metric: the node's figure (median over its GPUs; all-reduce at its largest
+    size). Columns: run_id, node, metric, unit, value. Multi-node runs are left out (they belong to groups)."""
+    columns = ["run_id", "node", "metric", "unit", "value"]
+    if measurements.empty:
+        return pd.DataFrame(columns=columns)
+    df = measurements[measurements["stage"] == "single-node"] if "stage" in measurements else measurements
+    parts = [judged_figures(group) for _, group in df.groupby("run_id")]
+    df = pd.concat(parts) if parts else pd.DataFrame(columns=list(measurements.columns))
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = df.groupby(["run_id", "node", "metric", "unit"])["value"].median().reset_index()
+    return grouped[columns]
+
+
+def node_trends(
+    history: Path, cluster: str, nodes: Iterable[str], current: pd.DataFrame, last_k: int = 10
+) -> pd.DataFrame:
+    """Each node's key figures over its last ``last_k`` runs in the history plus the current run's.
+
+    Columns: node, metric, unit, run_id, started, value, current (bool). Ordered by node, metric, start.
+    """
+    wanted = set(nodes)
+    runs = load(history, "runs", cluster)
+    past = key_figures(load(history, "measurements", cluster))
+    current_run = set(current["run_id"]) if not current.empty else set()
+    past = past[~past["run_id"].isin(current_run) & past["node"].isin(wanted)]
+    now = key_figures(current)
+    now = now[now["node"].isin(wanted)]
+    started = dict(zip(runs["run_id"], runs["started"], strict=False)) if not runs.empty else {}
+    frames = []
+    for frame, is_current in ((past, False), (now, True)):
+        if not frame.empty:
+            frames.append(frame.assign(current=is_current))
+    if not frames:
+        return pd.DataFrame(columns=["node", "metric", "unit", "run_id", "started", "value", "current"])
+    df = pd.concat(frames, ignore_index=True)
+    df["started"] = [str(started.get(r, r)) for r in df["run_id"]]
+    df = df.sort_values(["node", "metric", "started", "run_id"])
+    # Keep the last ``last_k`` past runs of each node and metric, plus the current one.
+    keep = df[~df["current"]].groupby(["node", "metric"]).tail(last_k)
+    out = pd.concat([keep, df[df["current"]]]).sort_values(["node", "metric", "started", "run_id"])
+    return out[["node", "metric", "unit", "run_id", "started", "value", "current"]].reset_index(drop=True)

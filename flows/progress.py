@@ -1,0 +1,44 @@
+"""Progress of a run's stages, for whoever is watching: the CLI shows a rich bar per stage; a served
+deployment or a test shows nothing. The flow reports into whatever :func:`use` installed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+
+class Progress(Protocol):
+    def start(self, stage: str, total: int) -> None: ...
+
+    def advance(self, stage: str, done: int = 1) -> None: ...
+
+    def finish(self, stage: str) -> None: ...
+
+
+class Silent:
+    def start(self, stage: str, total: int) -> None:
+        pass
+
+    def advance(self, stage: str, done: int = 1) -> None:
+        pass
+
+    def finish(self, stage: str) -> None:
+        pass
+
+
+_current: list[Progress] = [Silent()]
+
+
+def current() -> Progress:
+    return _current[-1]
+
+
+@contextmanager
+def use(progress: Progress) -> Iterator[Progress]:
+    """Report into ``progress`` for the duration of the block (the flow runs in the caller's process)."""
+    _current.append(progress)
+    try:
+        yield progress
+    finally:
+        _current.remove(progress)

@@ -1,0 +1,183 @@
+"""From a run's rows to the report's charts and tables: which metric each chart shows, which bars are bad,
+where the median and threshold lines go. Pure; the drawing is in :mod:`reports.charts`.
+
+A GPU node reports ``gemm_bf16_tflops`` and ``hbm_copy_gbps``; a CPU-mode node (the test-bed) reports
+``gemm_bf16_gflops`` and ``mem_copy_gbps``: each chart takes the first metric of its family that the run has.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from markupsafe import Markup
+
+from analysis.probe_verdicts import RULES
+from reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
+
+GEMM_METRICS = ("gemm_bf16_tflops", "gemm_bf16_gflops", "gemm_fp16_tflops", "gemm_fp32_gflops")
+MEMORY_METRICS = ("hbm_copy_gbps", "mem_copy_gbps")
+ALLREDUCE = "allreduce_busbw_gbps"
+GOOD = {"pass", "skip"}
+
+
+def _single_node(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [m for m in measurements if m.get("stage") == "single-node"]
+
+
+def _pick(measurements: Sequence[Mapping[str, Any]], family: Sequence[str]) -> str | None:
+    present = {m["metric"] for m in measurements}
+    return next((metric for metric in family if metric in present), None)
+
+
+def _bad_items(rows: Sequence[Mapping[str, Any]], check: str) -> set[tuple[str, int | None]]:
+    """(node, gpu) pairs with a non-passing row of ``check``; gpu None marks the whole node."""
+    return {(str(r["node"]), r.get("gpu")) for r in rows if r["check"] == check and r["status"] not in GOOD}
+
+
+def _thresholds(metric: str, thresholds: Mapping[str, Mapping[str, Any]], profiles: set[str]) -> list[Ref]:
+    rule = RULES.get(metric)
+    if rule is None or rule.threshold is None:
+        return []
+    values = {p: thresholds.get(p, {}).get(rule.threshold) for p in sorted(profiles)}
+    found = {v for v in values.values() if v is not None}
+    if len(found) == 1:
+        return [Ref("threshold", float(found.pop()), "threshold")]
+    return [Ref(f"threshold ({p})", float(v), "threshold") for p, v in values.items() if v is not None]
+
+
+def _label(m: Mapping[str, Any]) -> str:
+    return f"{m['node']}/gpu{m['gpu']}" if m.get("gpu") is not None else str(m["node"])
+
+
+def per_gpu_chart(
+    chart_id: str,
+    family: Sequence[str],
+    check: str,
+    measurements: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    thresholds: Mapping[str, Mapping[str, Any]],
+) -> Markup | None:
+    figures = _single_node(measurements)
+    metric = _pick(figures, family)
+    if metric is None:
+        return None
+    chosen = sorted((m for m in figures if m["metric"] == metric), key=lambda m: (m["node"], m.get("gpu") or 0))
+    bad = _bad_items(rows, check)
+    bars = [
+        Bar(_label(m), float(m["value"]), (m["node"], m.get("gpu")) in bad or (m["node"], None) in bad) for m in chosen
+    ]
+    refs = [Ref("median", statistics.median(b.value for b in bars))]
+    refs += _thresholds(metric, thresholds, {str(m.get("profile") or "") for m in chosen})
+    unit = str(chosen[0].get("unit") or "")
+    return bar_chart(chart_id, f"{metric} per GPU ({len(bars)} GPUs)", bars, unit, refs)
+
+
+def allreduce_chart(
+    measurements: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    thresholds: Mapping[str, Mapping[str, Any]],
+) -> Markup | None:
+    figures = [m for m in _single_node(measurements) if m["metric"] == ALLREDUCE and m.get("size")]
+    if not figures:
+        return None
+    bad_nodes = {node for node, _ in _bad_items(rows, "allreduce")}
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for m in figures:
+        by_node.setdefault(str(m["node"]), []).append((float(m["size"]), float(m["value"])))
+    series = [Series(node, tuple(points), node in bad_nodes) for node, points in sorted(by_node.items())]
+    refs = _thresholds(ALLREDUCE, thresholds, {str(m.get("profile") or "") for m in figures})
+    return line_chart(
+        "allreduce",
+        f"Intra-node all-reduce bus bandwidth vs message size ({len(series)} nodes)",
+        series,
+        "GB/s",
+        "message size",
+        log2_x=True,
+        refs=refs,
+        x_text="bytes",
+    )
+
+
+def scaling_chart(scaling: Sequence[Mapping[str, Any]], efficiency_min: float | None) -> Markup | None:
+    points = [(float(r["nodes"]), 100 * float(r["efficiency"])) for r in scaling if r.get("efficiency") is not None]
+    if not points:
+        return None
+    refs = [Ref("minimum", 100 * efficiency_min, "threshold")] if efficiency_min is not None else []
+    bad = any(r.get("below_min") for r in scaling)
+    return line_chart(
+        "scaling",
+        "Scaling efficiency (bus bandwidth relative to 2 nodes)",
+        [Series("efficiency", tuple(points), bad)],
+        "%",
+        "nodes",
+        refs=refs,
+    )
+
+
+def isolation_chart(isolation: Sequence[Mapping[str, Any]]) -> Markup | None:
+    if not isolation:
+        return None
+    bars = [
+        Bar(f"r{r['round']} {r['phase']} {r['nodes']}", float(r["busbw_gbps"] or 0.0), bool(r["bad"]))
+        for r in isolation
+    ]
+    limits = {float(r["threshold_gbps"]) for r in isolation if r.get("threshold_gbps") is not None}
+    refs = [Ref("threshold", max(limits), "threshold")] if limits else []
+    return bar_chart("isolation", f"Isolation rounds: bus bandwidth per group ({len(bars)} runs)", bars, "GB/s", refs)
+
+
+def gpu_table(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The per-node table of the GEMM figure, one column per GPU, worst node first (the seed reports found
+    half-speed nodes only with such a table)."""
+    figures = _single_node(measurements)
+    metric = _pick(figures, GEMM_METRICS)
+    if metric is None:
+        return None
+    per_node: dict[str, dict[int, float]] = {}
+    for m in figures:
+        if m["metric"] == metric:
+            per_node.setdefault(str(m["node"]), {})[int(m.get("gpu") or 0)] = float(m["value"])
+    gpus = sorted({g for values in per_node.values() for g in values})
+    table = [
+        {
+            "node": node,
+            "values": [values.get(g) for g in gpus],
+            "min": min(values.values()),
+            "median": statistics.median(values.values()),
+        }
+        for node, values in per_node.items()
+    ]
+    table.sort(key=lambda r: (r["min"], r["node"]))
+    unit = next(str(m.get("unit") or "") for m in figures if m["metric"] == metric)
+    return {"metric": metric, "unit": unit, "gpus": gpus, "rows": table}
+
+
+def history_rows(trends: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per node and metric with past runs: previous median, current value, change, sparkline."""
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for t in trends:
+        grouped.setdefault((str(t["node"]), str(t["metric"])), []).append(t)
+    out = []
+    for (node, metric), items in sorted(grouped.items()):
+        past = [float(t["value"]) for t in items if not t["current"]]
+        now = [float(t["value"]) for t in items if t["current"]]
+        if not past:
+            continue
+        previous = statistics.median(past)
+        current = now[-1] if now else None
+        change = None if current is None or previous == 0 else 100 * (current - previous) / previous
+        out.append(
+            {
+                "node": node,
+                "metric": metric,
+                "unit": items[0].get("unit") or "",
+                "runs": len(past),
+                "previous_median": previous,
+                "current": current,
+                "change_pct": change,
+                "sparkline": sparkline(past + ([current] if current is not None else []), current is not None),
+            }
+        )
+    return out
