@@ -81,7 +81,8 @@ def node_trends(
 ) -> pd.DataFrame:
     """Each node's key figures over its last ``last_k`` runs in the history plus the current run's.
 
-    Columns: node, metric, unit, run_id, started, value, current (bool). Ordered by node, metric, start.
+    Columns: node, metric, unit, run_id, started, value, current (bool); per node and metric, past runs
+    by start, then the current run.
     """
     wanted = set(nodes)
     runs = load(history, "runs", cluster)
@@ -99,8 +100,9 @@ def node_trends(
         return pd.DataFrame(columns=["node", "metric", "unit", "run_id", "started", "value", "current"])
     df = pd.concat(frames, ignore_index=True)
     df["started"] = [str(started.get(r, r)) for r in df["run_id"]]
-    df = df.sort_values(["node", "metric", "started", "run_id"])
+    order = ["node", "metric", "current", "started", "run_id"]  # the current run last, past runs by start
+    df = df.sort_values(order)
     # Keep the last ``last_k`` past runs of each node and metric, plus the current one.
     keep = df[~df["current"]].groupby(["node", "metric"]).tail(last_k)
-    out = pd.concat([keep, df[df["current"]]]).sort_values(["node", "metric", "started", "run_id"])
+    out = pd.concat([keep, df[df["current"]]]).sort_values(order)
     return out[["node", "metric", "unit", "run_id", "started", "value", "current"]].reset_index(drop=True)

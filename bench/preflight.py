@@ -62,7 +62,9 @@ def main() -> None:
                     text=True,
                 )
                 wall = time.perf_counter() - started
-                verdicts = pd.read_parquet(next(p for p in Path(out).iterdir() if p.name != "history") / "verdicts.parquet")
+                verdicts = pd.read_parquet(
+                    next(p for p in Path(out).iterdir() if p.name != "history") / "verdicts.parquet"
+                )
             bad = int((verdicts.verdict != "accepted").sum())
             print(f"{n:>5} {len(faulty):>6} {wall:>10.2f} {bare:>14.2f} {bad:>21}  (exit {proc.returncode})")
         finally:

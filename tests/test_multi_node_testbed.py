@@ -14,7 +14,7 @@ import pytest
 from inventory.hostlist import expand
 from testbed import bed as testbed
 from testbed.faults import fault_plan_from_data
-from tests.processes import run_cli, only_run
+from tests.processes import only_run, run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from testbed.faults import fault_plan_from_data
-from tests.processes import run_cli, only_run
+from tests.processes import only_run, run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent

@@ -73,7 +73,7 @@ def test_demo_report_in_chromium(tmp_path: Path) -> None:
 
 
 HOSTILE_NAME = "NVIDIA H200 <script>window.__pwned = 1</script>"
-HOSTILE_ENV = "<img src=x onerror=\"window.__pwned = 2\">"
+HOSTILE_ENV = '<img src=x onerror="window.__pwned = 2">'
 
 
 def test_node_output_carrying_html_is_shown_as_text(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -95,7 +95,11 @@ def test_node_output_carrying_html_is_shown_as_text(testbed_factory, tmp_path: P
     assert "<script>window" not in md and "<img src=x" not in md
     page = load_page(
         run_dir / "report.html",
-        evaluate={"pwned": "typeof window.__pwned", "text": "document.body.innerText", "imgs": "document.images.length"},
+        evaluate={
+            "pwned": "typeof window.__pwned",
+            "text": "document.body.innerText",
+            "imgs": "document.images.length",
+        },
     )
     assert page.values["pwned"] == "undefined"
     assert page.values["imgs"] == 0

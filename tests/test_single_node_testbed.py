@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from testbed.faults import fault_plan_from_data
-from tests.processes import processes_matching, run_cli, only_run
+from tests.processes import only_run, processes_matching, run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
