@@ -7,6 +7,8 @@ at 1,000 nodes). Runs on Prefect's ephemeral local API by default and against a 
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,11 @@ from inventory.hostlist import expand, fold
 from inventory.load import load_inventory
 from inventory.model import Inventory
 from reports.render import ReportData, build_context, render
+from tasks.checkpoints import Checkpoints
 from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
 from tasks.outputs import RunDir, now_iso, runs_row, tool_versions
-from tasks.preflight import evaluate_preflight, node_values, preflight_node
-from tasks.single_node import NodeProbes, evaluate_single_node, single_node_probes
+from tasks.preflight import evaluate_preflight, node_values, preflight_node, saved_preflight
+from tasks.single_node import NodeProbes, evaluate_single_node, saved_probes, single_node_probes
 
 STAGES = ("preflight", "single-node", "multi-node")
 
@@ -92,6 +95,38 @@ def _start(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str |
     return run_dir, run_info
 
 
+class ResumeError(ValueError):
+    """A run that cannot be resumed: unknown, already finished, or its inventory changed."""
+
+
+def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
+    """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing."""
+    path = out_dir / run_id
+    try:
+        run_info: dict[str, Any] = json.loads((path / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ResumeError(f"cannot resume {run_id}: no readable {path / 'run.json'} ({exc})") from None
+    if run_info.get("ended"):
+        raise ResumeError(f"run {run_id} already finished at {run_info['ended']}; nothing to resume")
+    inventory = load_inventory(run_info["inventory"])
+    if inventory.digest != run_info.get("inventory_digest"):
+        raise ResumeError(
+            f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
+            f"(sha256 {inventory.digest[:12]}, the run used {str(run_info.get('inventory_digest'))[:12]})"
+        )
+    names = list(run_info.get("nodes_tested") or []) + list(run_info.get("nodes_excluded") or [])
+    return run_info, replace(inventory, nodes=[n for n in inventory.nodes if n.name in set(names)])
+
+
+def reopen(out_dir: Path, run_id: str) -> tuple[RunDir, dict[str, Any], Inventory]:
+    """Reopen the interrupted run for resuming: its directory, ``run.json`` (with the resume noted), nodes."""
+    run_info, inventory = resumable(out_dir, run_id)
+    run_info.setdefault("resumed", []).append(now_iso())
+    run_dir = RunDir(out_dir / run_id, run_id)
+    run_dir.write_json("run.json", run_info)
+    return run_dir, run_info, inventory
+
+
 def _finish(
     run_dir: RunDir,
     run_info: dict[str, Any],
@@ -117,7 +152,6 @@ def _finish(
         )
     write_table(run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
     run_info["ended"] = now_iso()
-    run_dir.write_json("run.json", run_info)
     write_table(run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
     trends = pd.DataFrame()
     if history is not None:
@@ -135,6 +169,9 @@ def _finish(
     )
     html, _ = render(build_context(run_info, verdicts, data), run_dir.path)
     publish(run_info, verdicts, html)
+    # run.json's ``ended`` is the mark of a finished run: written last, then the checkpoints can go.
+    run_dir.write_json("run.json", run_info)
+    Checkpoints(run_dir.path).clear()
     return RunOutcome(run_dir.run_id, run_dir.path, verdicts)
 
 
@@ -146,21 +183,30 @@ def _collect(stage: str, futures: list[PrefectFuture[Any]]) -> list[Any]:
 
 
 def _acceptance(
-    inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None, history: Path | None
+    inventory: Inventory, run_dir: RunDir, run_info: dict[str, Any], stages: list[str], history: Path | None
 ) -> RunOutcome:
-    run_dir, run_info = _start(inventory, out_dir, stages, run_id)
+    """The stages in order. Nodes with a checkpoint (a resumed run) are loaded, not run again."""
+    checkpoints = Checkpoints(run_dir.path)
+    timings: dict[str, float] = run_info.setdefault("stage_seconds", {})
     rows: list[dict[str, Any]] = []
     values: list[dict[str, Any]] = []
     measurements: list[dict[str, Any]] = []
     report = progress.current()
     if "preflight" in stages:
         checks = discover()
+        done = saved_preflight(checkpoints, checks)
+        todo = [n for n in inventory.tested if n.name not in done]
+        began = time.perf_counter()
         report.start("preflight", len(inventory.tested))
-        outcomes = _collect("preflight", [preflight_node.submit(node, checks) for node in inventory.tested])
+        report.advance("preflight", len(inventory.tested) - len(todo))
+        fresh = _collect("preflight", [preflight_node.submit(node, checks, checkpoints) for node in todo])
+        done.update((o.node, o) for o in fresh)
+        outcomes = [done[n.name] for n in inventory.tested]
         rows = evaluate_preflight(run_dir.run_id, inventory, outcomes, checks)
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
         write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
+        timings["preflight"] = round(timings.get("preflight", 0.0) + time.perf_counter() - began, 3)
         report.finish("preflight")
 
     if "single-node" in stages:
@@ -168,18 +214,24 @@ def _acceptance(
         eligible = [
             n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
         ]
-        limits = [n.profile.probes.max_parallel_nodes for n in eligible if n.profile.probes.max_parallel_nodes]
-        wave = min(limits) if limits else max(1, len(eligible))
+        measured: dict[str, NodeProbes] = {
+            k: v for k, v in saved_probes(checkpoints, inventory).items() if k in {n.name for n in eligible}
+        }
+        todo = [n for n in eligible if n.name not in measured]
+        limits = [n.profile.probes.max_parallel_nodes for n in todo if n.profile.probes.max_parallel_nodes]
+        wave = min(limits) if limits else max(1, len(todo))
+        began = time.perf_counter()
         report.start("single-node", len(eligible))
-        probe_outcomes: list[NodeProbes] = []
-        for start in range(0, len(eligible), wave):
-            probe_outcomes += _collect(
-                "single-node", [single_node_probes.submit(node) for node in eligible[start : start + wave]]
-            )
+        report.advance("single-node", len(eligible) - len(todo))
+        for start in range(0, len(todo), wave):
+            batch = [single_node_probes.submit(node, checkpoints) for node in todo[start : start + wave]]
+            measured.update((o.node, o) for o in _collect("single-node", batch))
+        probe_outcomes = [measured[n.name] for n in eligible]
         stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes)
         rows += stage_rows
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
+        timings["single-node"] = round(timings.get("single-node", 0.0) + time.perf_counter() - began, 3)
         report.finish("single-node")
 
     multi = None
@@ -187,9 +239,24 @@ def _acceptance(
         participants = [
             n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
         ]
+        began = time.perf_counter()
         report.start("multi-node", 1)
-        multi = run_multi_node(run_dir.run_id, inventory, participants)
+        saved = checkpoints.load_stage("multi-node")
+        if saved is not None:
+            multi = MultiNodeOutcome(**saved)
+        else:
+            multi = run_multi_node(run_dir.run_id, inventory, participants)
+            checkpoints.save_stage(
+                "multi-node",
+                {
+                    "rows": multi.rows,
+                    "measurements": multi.measurements,
+                    "isolation": multi.isolation,
+                    "scaling": multi.scaling,
+                },
+            )
         _write_multi_node(run_dir, multi, rows, measurements)
+        timings["multi-node"] = round(timings.get("multi-node", 0.0) + time.perf_counter() - began, 3)
         report.advance("multi-node")
         report.finish("multi-node")
 
@@ -224,11 +291,20 @@ def acceptance(
     nodes: str | None = None,
     run_id: str | None = None,
     history: str | None = None,
+    resume: str | None = None,
 ) -> RunOutcome:
     """Run the requested stages over the inventory's tested nodes; write the run directory and append it
-    to the history (``history``: a directory, default ``OUT/history``; ``-`` for none)."""
+    to the history (``history``: a directory, default ``OUT/history``; ``-`` for none).
+
+    ``resume``: the id of an interrupted run under ``out_dir`` to finish instead (its inventory, nodes and
+    stages; ``inventory_path``, ``stages`` and ``nodes`` are then ignored)."""
+    if resume:
+        run_dir, run_info, inventory = reopen(Path(out_dir), resume)
+        return _acceptance(inventory, run_dir, run_info, run_info["stages"], history_dir(out_dir, history))
     inventory = select_nodes(load_inventory(inventory_path), nodes)
-    return _acceptance(inventory, Path(out_dir), resolve_stages(stages), run_id, history_dir(out_dir, history))
+    chosen = resolve_stages(stages)
+    run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id)
+    return _acceptance(inventory, run_dir, run_info, chosen, history_dir(out_dir, history))
 
 
 @flow(name="bisect", log_prints=False)
@@ -261,6 +337,7 @@ def run_acceptance(
     concurrency: int = 64,
     run_id: str | None = None,
     history: str | None = None,
+    resume: str | None = None,
 ) -> RunOutcome:
     """The flow with a task runner bounded to ``concurrency`` threads (unbounded threads by default)."""
     task_runner: Any = ThreadPoolTaskRunner(max_workers=concurrency)
@@ -272,5 +349,6 @@ def run_acceptance(
         nodes=nodes,
         run_id=run_id,
         history=history,
+        resume=resume,
     )
     return result

@@ -102,19 +102,30 @@ class StageBars:
 
 
 def _run(
-    inventory_path: Path,
+    inventory_path: Path | None,
     out_dir: Path,
     nodes: str | None,
     stages: list[str] | None,
     concurrency: int,
     history: str | None = None,
+    resume: str | None = None,
 ) -> int:
     from flows import progress
-    from flows.acceptance import resolve_stages, run_acceptance, select_nodes
+    from flows.acceptance import ResumeError, resolve_stages, resumable, run_acceptance, select_nodes
 
     try:
-        select_nodes(load_inventory(inventory_path), nodes)
-        resolve_stages(stages)
+        if resume:
+            if inventory_path or nodes or stages:
+                raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
+            resumable(out_dir, resume)
+        elif inventory_path is None:
+            raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
+        else:
+            select_nodes(load_inventory(inventory_path), nodes)
+            resolve_stages(stages)
+    except ResumeError as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return USAGE_ERROR
     except InventoryError as exc:
         for problem in exc.problems:
             err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
@@ -122,14 +133,48 @@ def _run(
     except (ValueError, HostlistError) as exc:
         err.print(f"error: {exc}", highlight=False, markup=False)
         return USAGE_ERROR
+    if not resume:
+        why = unwritable(out_dir)
+        if why:
+            err.print(
+                f"error: cannot write run directories under {out_dir}: {why}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+            return USAGE_ERROR
     bars = StageBars(out)
     try:
         with progress.use(bars):
-            outcome = run_acceptance(inventory_path, out_dir, stages, nodes, concurrency=concurrency, history=history)
+            outcome = run_acceptance(
+                inventory_path or "", out_dir, stages, nodes, concurrency=concurrency, history=history, resume=resume
+            )
+    except OSError as exc:  # the disk filled up or went read-only mid-run: what completed is on disk
+        err.print(
+            f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
+            f"--resume RUN_ID --out {out_dir} once the disk is writable.",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        return USAGE_ERROR
     finally:
         bars.close()
     _print_outcome(outcome)
     return outcome.exit_code
+
+
+def unwritable(out_dir: Path) -> str | None:
+    """Why run directories cannot be written under ``out_dir`` (None when they can): checked before any
+    node is touched, so a read-only or full disk is one clear line, not a traceback after an hour."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _print_outcome(outcome: RunOutcome) -> None:
@@ -153,7 +198,7 @@ def _print_outcome(outcome: RunOutcome) -> None:
 
 @app.command("run")
 def run(
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    inventory: Annotated[Path | None, typer.Option("--inventory", "-i", help="inventory YAML file")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
     nodes: Annotated[str | None, typer.Option("--nodes", help="test only these nodes (hostlist)")] = None,
     stages: Annotated[
@@ -163,10 +208,15 @@ def run(
     history: Annotated[
         str | None, typer.Option("--history", help="history dataset directory (default OUT/history; '-' for none)")
     ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="finish the interrupted run RUN_ID under --out (no other input)")
+    ] = None,
 ) -> None:
-    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report); append to the history."""
+    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report); append to the history.
+
+    A run killed mid-way is finished with --resume RUN_ID: nodes and stages already done are not run again."""
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
-    raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency, history))
+    raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency, history, resume))
 
 
 @app.command("bisect")

@@ -7,10 +7,11 @@ digits (``driver_version: 570.860``) must be strings; the error says so.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
 
 class _Strict(BaseModel):
@@ -18,6 +19,11 @@ class _Strict(BaseModel):
 
 
 PositiveSeconds = Annotated[float, Field(gt=0, le=86400)]
+# Where to connect: a host name or an IPv4/IPv6 address. Connection hosts are expanded into the operator's
+# ssh_config (``%h`` in ``Match exec``, run by a shell), so shell metacharacters and a leading '-' are refused.
+_HOST = r"[A-Za-z0-9_:][A-Za-z0-9._:-]{0,252}"
+_ADDRESS = re.compile(_HOST)
+_JUMP = re.compile(rf"(?:[A-Za-z0-9_][A-Za-z0-9._-]*@)?{_HOST}")
 Port = Annotated[int, Field(ge=1, le=65535)]
 HostKeyPolicy = Literal["strict", "accept-new"]
 
@@ -33,6 +39,13 @@ class SshSettings(_Strict):
     host_key_policy: HostKeyPolicy | None = None
     connect_timeout_s: PositiveSeconds | None = None
     command_timeout_s: PositiveSeconds | None = None
+
+    @field_validator("jump")
+    @classmethod
+    def _jump_is_a_host(cls, jump: str | None) -> str | None:
+        if jump is not None and not _JUMP.fullmatch(jump):
+            raise ValueError("not [user@]host[:port]: use letters, digits, '.', '-', '_' (':' for a port or IPv6)")
+        return jump
 
     def merged_over(self, base: SshSettings) -> SshSettings:
         """These settings, with unset keys taken from ``base``."""
@@ -125,6 +138,13 @@ class NodeEntryFile(_Strict):
     profile: StrictStr | None = None
     ssh: SshSettings = SshSettings()
     labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+    @field_validator("address")
+    @classmethod
+    def _address_is_a_host(cls, address: str | None) -> str | None:
+        if address is not None and address.strip() and not _ADDRESS.fullmatch(address):
+            raise ValueError("not a host name or IP address: use letters, digits, '.', '-', '_' (':' for IPv6)")
+        return address
 
 
 class InventoryFile(_Strict):

@@ -5,6 +5,9 @@ twice that when the remote ``.bashrc`` is heavy). Each command runs under ``time
 hung ``nvidia-smi`` is killed there, not left running after the client gives up; its stdout and stderr are
 framed by markers carrying a random nonce, so output from a node cannot forge a frame. Everything that
 enters the script from an inventory (env values) is quoted with :func:`shlex.quote`; env names are checked.
+
+A hung driver hangs every ``nvidia-smi``: once one command of a batch times out, the rest get at most
+:data:`AFTER_HANG_S` each, so a hung node costs one timeout plus seconds, not one timeout per check.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from remote.result import CommandResult, RemoteCommand
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 KILL_GRACE_S = 5
+AFTER_HANG_S = 5
 # How long the client waits beyond the sum of the node-side timeouts before it declares the batch lost.
 CLIENT_MARGIN_S = 15.0
 
@@ -56,16 +60,19 @@ def build_batch(commands: Sequence[RemoteCommand], default_timeout_s: float, non
     Frames are written with the shell's builtin ``printf`` on both streams, so framing costs no process on
     the node: with hundreds of sessions on a busy node (or a test-bed on one machine) forks add up.
     """
-    lines = []
+    lines = ["ca_hung=0"]
     for index, command in enumerate(commands):
         timeout_s = command_timeout(command, default_timeout_s)
+        after_hang_s = min(timeout_s, AFTER_HANG_S)
         env = env_prefix(command.env)
         start = shlex.quote(_marker(nonce, index, "out"))
         err_start = shlex.quote(_marker(nonce, index, "err"))
         lines += [
             f"printf '%s\\n' {start}; printf '%s\\n' {err_start} >&2",
+            f'ca_t={timeout_s}; [ "$ca_hung" = 1 ] && ca_t={after_hang_s}',
             (f"env {env} " if env else "")
-            + f"timeout -k {KILL_GRACE_S} {timeout_s} sh -c {shlex.quote(command.script)} </dev/null; ca_rc=$?",
+            + f'timeout -k {KILL_GRACE_S} "$ca_t" sh -c {shlex.quote(command.script)} </dev/null; ca_rc=$?',
+            'case "$ca_rc" in 124|137) ca_hung=1 ;; esac',
             f"printf '\\n%s:%s\\n' {shlex.quote(_marker(nonce, index, 'end'))} \"$ca_rc\"; "
             f"printf '\\n%s\\n' {shlex.quote(_marker(nonce, index, 'errend'))} >&2",
         ]

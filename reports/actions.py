@@ -123,7 +123,9 @@ def reproduce(row: Mapping[str, Any], inventory: str, good_node: str | None = No
     if command and stage == "preflight":
         lines.append(f"ssh {shlex.quote(node)} {shlex.quote(command)}")
     elif command and stage == "single-node":
-        lines.append(f"# on {node}, in a copy of probes/ (CA_PROBE_DIR=that directory): {command}")
+        # Two lines, the command quoted whole: nothing in it (a profile's python path) can end the comment.
+        lines.append(f"# on {node}, in a copy of probes/:")
+        lines.append(f'CA_PROBE_DIR="$PWD" sh -c {shlex.quote(command)}')
     if stage == "multi-node" or stage == "bisect":
         good = f" --good {shlex.quote(good_node)}" if good_node else ""
         lines.append(f"cluster-accept bisect --inventory {inv} --nodes {shlex.quote(node)}{good}")

@@ -93,7 +93,7 @@ def _rank_command(node: Node, rank: int, world: int, master_addr: str, port: int
     script = (
         f'cd "$CA_PROBE_DIR" && {count}exec {run}{python} -m torch.distributed.run --nnodes={world} '
         f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
-        f"allreduce.py --device {probes.device} --label inter_node --tag {tag} {sizes} 2>&1"
+        f"allreduce.py --device {probes.device} --label inter_node --tag {shlex.quote(tag)} {sizes} 2>&1"
     )
     return RemoteCommand("allreduce_inter", script, env=env, timeout_s=probes.timeout_s)
 
@@ -111,7 +111,7 @@ def _free_port(master: Node) -> int | RankRun:
     finally:
         session.close()
     text = out.strip().splitlines()[-1] if out.strip() else ""
-    if code != 0 or not text.isdigit():
+    if code != 0 or not (text.isascii() and text.isdigit()):
         return RankRun(master.name, NodeStatus.ERROR, None, f"could not pick a free port: {err.strip() or out}")
     return int(text)
 

@@ -90,6 +90,26 @@ class _Stage:
             ),
         )
 
+    def failed_run(self, run: GroupRun) -> None:
+        """A sweep run that hung or failed is recorded on every node of its group, with what each rank said:
+        a collective that hangs once in acceptance is a finding even when the isolation re-tests pass."""
+        group = fold(run.nodes)
+        for name, rank in run.ranks.items():
+            if rank.cause is not None:
+                continue  # unreachable: its own row already says so
+            result = rank.result
+            if result is not None and result.timed_out:
+                status, reason, said = Status.TIMEOUT, "collective_timeout", "killed at the probe timeout"
+            elif result is not None and result.ok:
+                status, reason, said = Status.ERROR, "collective_failed", "this rank finished; another did not"
+            else:
+                code = "none" if result is None else result.exit_code
+                status, reason, said = Status.ERROR, "collective_failed", f"exit {code}"
+            tail = (result.stdout[-1500:] + result.stderr[-500:]) if result is not None else rank.detail
+            detail = f"all-reduce of {group} did not complete ({said}); {run.detail}".rstrip("; ")
+            row = CheckRow("allreduce", f"inter_node {group}", status, reason, said, "completed", detail)
+            self.row(name, row, tail)
+
     def sweep(self, nodes: list[Node]) -> bool:
         """Scaling sweep; True when isolation is needed."""
         points, trouble = [], False
@@ -100,6 +120,7 @@ class _Stage:
                 break
             run = self.launch(group)
             if run.busbw_gbps is None:
+                self.failed_run(run)
                 trouble = True
                 continue
             gpus = int(run.measurements[-1].get("world_size") or size) // size

@@ -12,10 +12,12 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from analysis.secrets import mask_value
 from checks.base import Check, CheckRow, Status, error_row, majority_values
 from inventory.model import Inventory, Node
 from remote.fanout import run_node
 from remote.result import NodeResult, NodeStatus, RemoteCommand
+from tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from tasks.rows import row_dict, unreachable_row
 
 STAGE = "preflight"
@@ -33,10 +35,9 @@ def commands_for(checks: list[Check]) -> list[RemoteCommand]:
     return [RemoteCommand(c.name, c.command, timeout_s=c.timeout_s) for c in checks]
 
 
-def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
-    """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
-    result = run_node(node, commands_for(checks))
-    outcome = NodePreflight(node.name, result)
+def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
+    """Parse what came back from a node (fresh, or loaded from a checkpoint). Never raises."""
+    outcome = NodePreflight(result.node, result)
     for check in checks:
         command = result.command(check.name)
         if command is None or command.exit_code is None:
@@ -48,9 +49,25 @@ def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
     return outcome
 
 
+def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
+    """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
+    return parse_node_result(run_node(node, commands_for(checks)), checks)
+
+
 @task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)
-def preflight_node(node: Node, checks: list[Check]) -> NodePreflight:
-    return run_preflight_on_node(node, checks)
+def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
+    outcome = run_preflight_on_node(node, checks)
+    if checkpoints is not None:
+        checkpoints.save_node(STAGE, node.name, node_result_to_data(outcome.result))
+    return outcome
+
+
+def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, NodePreflight]:
+    """Nodes whose preflight finished before the run was interrupted, parsed again from their raw output."""
+    return {
+        node: parse_node_result(node_result_from_data(data), checks)
+        for node, data in checkpoints.load_nodes(STAGE).items()
+    }
 
 
 def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:
@@ -69,7 +86,7 @@ def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks
                         "node": outcome.node,
                         "check": check.name,
                         "key": key,
-                        "value": value,
+                        "value": mask_value(key, value),
                     }
                 )
     return rows

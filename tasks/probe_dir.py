@@ -3,6 +3,9 @@
 Shared by the single-node stage and the multi-node launcher: ``mktemp -d`` on the node, the scripts copied
 in over SFTP (a copy for the local transport), the commands run as one batch with ``CA_PROBE_DIR`` set,
 and the directory removed afterwards whatever happened. Failures come back as data, never raised.
+
+A controller that dies mid-run (or a node that reboots mid-probe) cannot clean up, so each run first sweeps
+this user's probe directories older than any run could last (every command is killed at its timeout).
 """
 
 from __future__ import annotations
@@ -20,6 +23,18 @@ from remote.ssh import Unreachable
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 _TMP_DIR = re.compile(r"^/[\w./-]*cluster-accept-probe\.\w+$")
+STALE_MARGIN_MIN = 10
+
+
+def make_dir_script(commands: Sequence[RemoteCommand]) -> str:
+    """Sweep stale probe directories of dead runs, then create this run's (its path is the last line)."""
+    longest_s = sum((c.timeout_s or 3600) for c in commands)
+    stale_min = int(longest_s // 60) + STALE_MARGIN_MIN
+    return (
+        'find "${TMPDIR:-/tmp}" -maxdepth 1 -name "cluster-accept-probe.*" -user "$(id -u)" '
+        f"-mmin +{stale_min} -exec rm -rf {{}} + 2>/dev/null; "
+        'mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"'
+    )
 
 
 @dataclass
@@ -36,8 +51,8 @@ def run_in_probe_dir(node: Node, files: Sequence[str], commands: Sequence[Remote
     if isinstance(session, Unreachable):
         return ProbeDirRun(NodeStatus.UNREACHABLE, session.cause.value, session.detail)
     try:
-        code, out, err, _ = session.run_script('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"', 30)
-        remote_dir = out.strip()
+        code, out, err, _ = session.run_script(make_dir_script(commands), 60)
+        remote_dir = out.strip().splitlines()[-1] if out.strip() else ""
         if code != 0 or not _TMP_DIR.match(remote_dir):
             return ProbeDirRun(NodeStatus.ERROR, None, f"mktemp failed on the node: {err.strip() or out}")
         try:

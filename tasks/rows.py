@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.secrets import mask_row
 from checks.base import CheckRow, Status
 
 RAW_OUTPUT_LIMIT = 64 * 1024
+NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked on the way in
 
 
 def row_dict(
     run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str, command: str = ""
 ) -> dict[str, Any]:
     """``command``: the node-side command whose output is the row's evidence (what reproduces it)."""
-    return {
+    record: dict[str, Any] = {
         "run_id": run_id,
         "cluster": cluster,
         "stage": stage,
@@ -29,6 +31,7 @@ def row_dict(
         "raw_output": raw[:RAW_OUTPUT_LIMIT],
         "command": command,
     }
+    return {**record, **mask_row(row.item, {k: record[k] for k in NODE_TEXT})}
 
 
 def unreachable_row(cause: str | None, detail: str) -> CheckRow:

@@ -29,6 +29,7 @@ from analysis.probe_verdicts import judge, measurement_row
 from checks.base import CheckRow, Status
 from inventory.model import Inventory, Node
 from remote.result import CommandResult, NodeStatus, RemoteCommand
+from tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
 from tasks.probe_dir import run_in_probe_dir
 from tasks.rows import row_dict, unreachable_row
 
@@ -96,8 +97,30 @@ def parse_output(node: Node, result: CommandResult) -> ProbeOutput:
 
 
 @task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
-def single_node_probes(node: Node) -> NodeProbes:
-    return run_probes_on_node(node)
+def single_node_probes(node: Node, checkpoints: Checkpoints | None = None) -> NodeProbes:
+    outcome = run_probes_on_node(node)
+    if checkpoints is not None:
+        data = {
+            "node": outcome.node,
+            "status": outcome.status.value,
+            "detail": outcome.detail,
+            "cause": outcome.cause,
+            "commands": commands_to_data(outcome.commands),
+        }
+        checkpoints.save_node(STAGE, node.name, data)
+    return outcome
+
+
+def saved_probes(checkpoints: Checkpoints, inventory: Inventory) -> dict[str, NodeProbes]:
+    """Nodes whose probes finished before the run was interrupted; outputs parsed again from the raw text."""
+    saved = {}
+    for name, data in checkpoints.load_nodes(STAGE).items():
+        node = inventory.node(name)
+        commands = commands_from_data(data["commands"])
+        outputs = {r.name: parse_output(node, r) for r in commands}
+        status = NodeStatus(data["status"])
+        saved[name] = NodeProbes(name, status, data["detail"], data["cause"], commands, outputs)
+    return saved
 
 
 def _command_rows(node: Node, result: CommandResult, output: ProbeOutput) -> list[CheckRow]:

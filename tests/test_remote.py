@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Profile
-from remote.batch import UnsafeCommandError, build_batch, new_nonce, parse_batch
+from remote.batch import AFTER_HANG_S, UnsafeCommandError, build_batch, new_nonce, parse_batch
 from remote.fanout import fan_out, run_node
 from remote.result import NodeStatus, RemoteCommand
 from tests.processes import processes_matching
@@ -111,3 +112,19 @@ def test_fan_out_returns_every_node_in_order_even_when_one_breaks() -> None:
     assert results["n3"].commands[0].exit_code == 7
     assert results["n4"].status is NodeStatus.ERROR and "BAD NAME" in results["n4"].detail
     assert all(results[f"n{i}"].status is NodeStatus.OK for i in (0, 1, 2, 5))
+
+
+def test_after_one_command_hangs_the_rest_of_the_batch_get_a_short_timeout() -> None:
+    """A hung driver hangs every nvidia-smi: the node costs one timeout plus seconds, not one per check."""
+    commands = [
+        RemoteCommand("first", "sleep 30", timeout_s=1),
+        RemoteCommand("second", "sleep 30", timeout_s=60),
+        RemoteCommand("third", "echo still-runs", timeout_s=60),
+    ]
+    nonce = new_nonce()
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", build_batch(commands, 30, nonce)], capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - started
+    first, second, third = parse_batch(commands, done.stdout, done.stderr, nonce)
+    assert first.timed_out and second.timed_out and third.ok and third.stdout.strip() == "still-runs"
+    assert elapsed < 1 + AFTER_HANG_S + 8  # not 1 + 60
