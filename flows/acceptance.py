@@ -7,7 +7,6 @@ at 1,000 nodes). Runs on Prefect's ephemeral local API by default and against a 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,7 +17,8 @@ from prefect import flow
 from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.history import append_run, node_trends
+from analysis.history import append_run, key_figures, load, node_trends
+from analysis.regressions import figure_regressions
 from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, RUNS, SCALING, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
 from checks.base import discover
@@ -28,13 +28,22 @@ from inventory.hostlist import expand, fold
 from inventory.load import load_inventory
 from inventory.model import Inventory
 from reports.render import ReportData, build_context, render
+from tasks.after_run import Operations, after_run
 from tasks.checkpoints import Checkpoints
 from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
-from tasks.outputs import RunDir, now_iso, runs_row, tool_versions
+from tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, runs_row, start_run
 from tasks.preflight import evaluate_preflight, node_values, preflight_node, saved_preflight
-from tasks.single_node import NodeProbes, evaluate_single_node, saved_probes, single_node_probes
+from tasks.rows import row_dict
+from tasks.single_node import NodeProbes, evaluate_single_node, probe_commands, saved_probes, single_node_probes
+from tasks.slurm import SlurmPlan
 
 STAGES = ("preflight", "single-node", "multi-node")
+# Suites for scheduled checks: light is minutes (preflight and short probes), full is every stage.
+SUITES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "light": (("preflight", "single-node"), True),
+    "full": (STAGES, False),
+}
+__all__ = ["ResumeError", "STAGES", "SUITES", "acceptance", "bisect", "run_acceptance", "select_nodes"]
 
 
 def resolve_stages(requested: list[str] | None) -> list[str]:
@@ -52,6 +61,7 @@ class RunOutcome:
     run_id: str
     run_dir: Path
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    slurm: SlurmPlan = field(default_factory=SlurmPlan)
 
     @property
     def exit_code(self) -> int:
@@ -77,45 +87,35 @@ def _rows_of(rows: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["node"] == node]
 
 
-def _start(inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None) -> tuple[RunDir, dict[str, Any]]:
-    run_dir = RunDir.create(out_dir, run_id)
-    run_info: dict[str, Any] = {
-        "run_id": run_dir.run_id,
-        "cluster": inventory.cluster,
-        "inventory": inventory.source,
-        "inventory_digest": inventory.digest,
-        "stages": stages,
-        "nodes_tested": [n.name for n in inventory.tested],
-        "nodes_excluded": [n.name for n in inventory.excluded],
-        "started": now_iso(),
-        "ended": None,
-        "tools": tool_versions(),
-    }
-    run_dir.write_json("run.json", run_info)
-    return run_dir, run_info
-
-
-class ResumeError(ValueError):
-    """A run that cannot be resumed: unknown, already finished, or its inventory changed."""
+def _start(
+    inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None, suite: str | None = None
+) -> tuple[RunDir, dict[str, Any]]:
+    return start_run(
+        out_dir,
+        run_id,
+        {
+            "cluster": inventory.cluster,
+            "inventory": inventory.source,
+            "inventory_digest": inventory.digest,
+            "stages": stages,
+            "suite": suite,
+            "nodes_tested": [n.name for n in inventory.tested],
+            "nodes_excluded": [n.name for n in inventory.excluded],
+        },
+    )
 
 
 def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
     """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing."""
-    path = out_dir / run_id
-    try:
-        run_info: dict[str, Any] = json.loads((path / "run.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ResumeError(f"cannot resume {run_id}: no readable {path / 'run.json'} ({exc})") from None
-    if run_info.get("ended"):
-        raise ResumeError(f"run {run_id} already finished at {run_info['ended']}; nothing to resume")
+    run_info = resumable_info(out_dir, run_id)
     inventory = load_inventory(run_info["inventory"])
     if inventory.digest != run_info.get("inventory_digest"):
         raise ResumeError(
             f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
             f"(sha256 {inventory.digest[:12]}, the run used {str(run_info.get('inventory_digest'))[:12]})"
         )
-    names = list(run_info.get("nodes_tested") or []) + list(run_info.get("nodes_excluded") or [])
-    return run_info, replace(inventory, nodes=[n for n in inventory.nodes if n.name in set(names)])
+    names = set(run_info.get("nodes_tested") or []) | set(run_info.get("nodes_excluded") or [])
+    return run_info, replace(inventory, nodes=[n for n in inventory.nodes if n.name in names])
 
 
 def reopen(out_dir: Path, run_id: str) -> tuple[RunDir, dict[str, Any], Inventory]:
@@ -136,6 +136,7 @@ def _finish(
     measurements: list[dict[str, Any]],
     multi: MultiNodeOutcome | None,
     history: Path | None,
+    operations: Operations,
 ) -> RunOutcome:
     verdicts = []
     for node in inventory.nodes:
@@ -169,10 +170,11 @@ def _finish(
     )
     html, _ = render(build_context(run_info, verdicts, data), run_dir.path)
     publish(run_info, verdicts, html)
+    slurm = after_run(run_dir.path, run_info, verdicts, rows, measurements, operations)
     # run.json's ``ended`` is the mark of a finished run: written last, then the checkpoints can go.
     run_dir.write_json("run.json", run_info)
     Checkpoints(run_dir.path).clear()
-    return RunOutcome(run_dir.run_id, run_dir.path, verdicts)
+    return RunOutcome(run_dir.run_id, run_dir.path, verdicts, slurm)
 
 
 def _collect(stage: str, futures: list[PrefectFuture[Any]]) -> list[Any]:
@@ -182,10 +184,35 @@ def _collect(stage: str, futures: list[PrefectFuture[Any]]) -> list[Any]:
     return [future.result() for future in futures]
 
 
+def _regression_rows(
+    run_dir: RunDir, inventory: Inventory, measurements: list[dict[str, Any]], history: Path | None
+) -> list[dict[str, Any]]:
+    """Each measured node against its own last runs in the history (scheduled checks watch for drift)."""
+    if history is None or not measurements:
+        return []
+    past = key_figures(load(history, "measurements", inventory.cluster))
+    past = past[past["run_id"] != run_dir.run_id].sort_values("run_id")
+    thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
+    cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
+    found = figure_regressions(key_figures(pd.DataFrame(measurements)), past, thresholds, warn_only=cpu)
+    out = []
+    for node_name, row in found:
+        probe = "allreduce" if row.check == "allreduce" else "gpu_bench"
+        command = next(c.script for c in probe_commands(inventory.node(node_name)) if c.name == probe)
+        out.append(row_dict(run_dir.run_id, inventory.cluster, "single-node", node_name, row, "", command))
+    return out
+
+
 def _acceptance(
-    inventory: Inventory, run_dir: RunDir, run_info: dict[str, Any], stages: list[str], history: Path | None
+    inventory: Inventory,
+    run_dir: RunDir,
+    run_info: dict[str, Any],
+    history: Path | None,
+    operations: Operations,
 ) -> RunOutcome:
     """The stages in order. Nodes with a checkpoint (a resumed run) are loaded, not run again."""
+    stages = list(run_info["stages"])
+    quick = bool(run_info.get("quick_probes"))
     checkpoints = Checkpoints(run_dir.path)
     timings: dict[str, float] = run_info.setdefault("stage_seconds", {})
     rows: list[dict[str, Any]] = []
@@ -224,11 +251,11 @@ def _acceptance(
         report.start("single-node", len(eligible))
         report.advance("single-node", len(eligible) - len(todo))
         for start in range(0, len(todo), wave):
-            batch = [single_node_probes.submit(node, checkpoints) for node in todo[start : start + wave]]
+            batch = [single_node_probes.submit(node, checkpoints, quick) for node in todo[start : start + wave]]
             measured.update((o.node, o) for o in _collect("single-node", batch))
         probe_outcomes = [measured[n.name] for n in eligible]
-        stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes)
-        rows += stage_rows
+        stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes, quick)
+        rows += stage_rows + _regression_rows(run_dir, inventory, measurements, history)
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
         timings["single-node"] = round(timings.get("single-node", 0.0) + time.perf_counter() - began, 3)
@@ -260,7 +287,7 @@ def _acceptance(
         report.advance("multi-node")
         report.finish("multi-node")
 
-    return _finish(run_dir, run_info, inventory, rows, values, measurements, multi, history)
+    return _finish(run_dir, run_info, inventory, rows, values, measurements, multi, history, operations)
 
 
 def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
@@ -283,7 +310,11 @@ def select_nodes(inventory: Inventory, expression: str | None) -> Inventory:
     return replace(inventory, nodes=nodes)
 
 
-@flow(name="acceptance", log_prints=False)
+# Threads bounded by default (a served deployment runs the flow as declared); run_acceptance sets its own.
+DEFAULT_TASK_RUNNER: Any = ThreadPoolTaskRunner(max_workers=64)
+
+
+@flow(name="acceptance", log_prints=False, task_runner=DEFAULT_TASK_RUNNER)
 def acceptance(
     inventory_path: str,
     out_dir: str = "runs",
@@ -292,19 +323,38 @@ def acceptance(
     run_id: str | None = None,
     history: str | None = None,
     resume: str | None = None,
+    suite: str | None = None,
+    operations: Operations | None = None,
 ) -> RunOutcome:
     """Run the requested stages over the inventory's tested nodes; write the run directory and append it
     to the history (``history``: a directory, default ``OUT/history``; ``-`` for none).
 
-    ``resume``: the id of an interrupted run under ``out_dir`` to finish instead (its inventory, nodes and
-    stages; ``inventory_path``, ``stages`` and ``nodes`` are then ignored)."""
+    ``suite``: ``light`` (preflight and short probes) or ``full`` (every stage), instead of ``stages``.
+    ``resume``: the id of an interrupted run under ``out_dir`` to finish instead (its inventory, nodes,
+    stages and suite; ``inventory_path``, ``stages``, ``suite`` and ``nodes`` are then ignored).
+    ``operations``: summary files and the Slurm step after the verdicts."""
+    ops = operations or Operations()
     if resume:
         run_dir, run_info, inventory = reopen(Path(out_dir), resume)
-        return _acceptance(inventory, run_dir, run_info, run_info["stages"], history_dir(out_dir, history))
+        return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops)
     inventory = select_nodes(load_inventory(inventory_path), nodes)
-    chosen = resolve_stages(stages)
-    run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id)
-    return _acceptance(inventory, run_dir, run_info, chosen, history_dir(out_dir, history))
+    chosen, quick = resolve_suite(suite, stages)
+    run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
+    run_info["quick_probes"] = quick
+    run_dir.write_json("run.json", run_info)
+    return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops)
+
+
+def resolve_suite(suite: str | None, stages: list[str] | None) -> tuple[list[str], bool]:
+    """(stages, short probes) of a suite, or of the requested stages when no suite is named."""
+    if suite is None:
+        return resolve_stages(stages), False
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; suites are: {', '.join(SUITES)}")
+    if stages:
+        raise ValueError("give a suite or stages, not both")
+    suite_stages, quick = SUITES[suite]
+    return list(suite_stages), quick
 
 
 @flow(name="bisect", log_prints=False)
@@ -326,7 +376,8 @@ def bisect(
     rows: list[dict[str, Any]] = []
     measurements: list[dict[str, Any]] = []
     _write_multi_node(run_dir, multi, rows, measurements)
-    return _finish(run_dir, run_info, scope, rows, [], measurements, multi, history_dir(out_dir, history))
+    history_path = history_dir(out_dir, history)
+    return _finish(run_dir, run_info, scope, rows, [], measurements, multi, history_path, Operations())
 
 
 def run_acceptance(
@@ -338,6 +389,8 @@ def run_acceptance(
     run_id: str | None = None,
     history: str | None = None,
     resume: str | None = None,
+    suite: str | None = None,
+    operations: Operations | None = None,
 ) -> RunOutcome:
     """The flow with a task runner bounded to ``concurrency`` threads (unbounded threads by default)."""
     task_runner: Any = ThreadPoolTaskRunner(max_workers=concurrency)
@@ -350,5 +403,7 @@ def run_acceptance(
         run_id=run_id,
         history=history,
         resume=resume,
+        suite=suite,
+        operations=operations,
     )
     return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,6 +21,7 @@ from inventory.hostlist import HostlistError, fold
 if TYPE_CHECKING:
     from flows.acceptance import RunOutcome
 from inventory.load import InventoryError, load_inventory
+from tasks.after_run import Operations
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
@@ -101,28 +103,45 @@ class StageBars:
             self.bars.stop()
 
 
-def _run(
-    inventory_path: Path | None,
-    out_dir: Path,
-    nodes: str | None,
-    stages: list[str] | None,
-    concurrency: int,
-    history: str | None = None,
-    resume: str | None = None,
-) -> int:
+@dataclass
+class RunRequest:
+    """What ``run`` (and ``demo``) were asked to do."""
+
+    inventory: Path | None
+    out_dir: Path = Path("runs")
+    nodes: str | None = None
+    stages: list[str] | None = None
+    concurrency: int = 64
+    history: str | None = None
+    resume: str | None = None
+    suite: str | None = None
+    operations: Operations = field(default_factory=Operations)
+
+
+def _check_request(request: RunRequest) -> None:
+    """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
+    from flows.acceptance import resolve_suite, resumable, select_nodes
+
+    if request.resume:
+        if request.inventory or request.nodes or request.stages or request.suite:
+            raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
+        resumable(request.out_dir, request.resume)
+        return
+    if request.inventory is None:
+        raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
+    select_nodes(load_inventory(request.inventory), request.nodes)
+    resolve_suite(request.suite, request.stages)
+    why = unwritable(request.out_dir)
+    if why:
+        raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")
+
+
+def _run(request: RunRequest) -> int:
     from flows import progress
-    from flows.acceptance import ResumeError, resolve_stages, resumable, run_acceptance, select_nodes
+    from flows.acceptance import ResumeError, run_acceptance
 
     try:
-        if resume:
-            if inventory_path or nodes or stages:
-                raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
-            resumable(out_dir, resume)
-        elif inventory_path is None:
-            raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
-        else:
-            select_nodes(load_inventory(inventory_path), nodes)
-            resolve_stages(stages)
+        _check_request(request)
     except ResumeError as exc:
         err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
@@ -131,28 +150,26 @@ def _run(
             err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
     except (ValueError, HostlistError) as exc:
-        err.print(f"error: {exc}", highlight=False, markup=False)
+        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
-    if not resume:
-        why = unwritable(out_dir)
-        if why:
-            err.print(
-                f"error: cannot write run directories under {out_dir}: {why}",
-                highlight=False,
-                markup=False,
-                soft_wrap=True,
-            )
-            return USAGE_ERROR
     bars = StageBars(out)
     try:
         with progress.use(bars):
             outcome = run_acceptance(
-                inventory_path or "", out_dir, stages, nodes, concurrency=concurrency, history=history, resume=resume
+                request.inventory or "",
+                request.out_dir,
+                request.stages,
+                request.nodes,
+                concurrency=request.concurrency,
+                history=request.history,
+                resume=request.resume,
+                suite=request.suite,
+                operations=request.operations,
             )
     except OSError as exc:  # the disk filled up or went read-only mid-run: what completed is on disk
         err.print(
             f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
-            f"--resume RUN_ID --out {out_dir} once the disk is writable.",
+            f"--resume RUN_ID --out {request.out_dir} once the disk is writable.",
             highlight=False,
             markup=False,
             soft_wrap=True,
@@ -194,6 +211,28 @@ def _print_outcome(outcome: RunOutcome) -> None:
         highlight=False,
     )
     out.print(f"report: {outcome.run_dir / 'report.html'}", highlight=False, soft_wrap=True)
+    slurm = outcome.slurm
+    if slurm.error:
+        err.print(f"slurm: nothing changed: {slurm.error}", highlight=False, markup=False, soft_wrap=True)
+    for action in slurm.actions:
+        if action.exit_code is None and not action.applied:
+            out.print(f"slurm (dry run, add --apply): {action.command}", highlight=False, markup=False, soft_wrap=True)
+        else:
+            said = "done" if action.applied else f"failed (exit {action.exit_code}): {action.output}"
+            out.print(f"slurm: {action.command}: {said}", highlight=False, markup=False, soft_wrap=True)
+
+
+SUITE_HELP = "light (preflight and short probes) or full (every stage), instead of --stages"
+
+
+def _operations(drain: bool, resume_passing: bool, apply: bool, scontrol: str, prometheus: Path | None) -> Operations:
+    return Operations(
+        drain=drain,
+        resume_passing=resume_passing,
+        apply=apply,
+        scontrol=scontrol,
+        prometheus=str(prometheus) if prometheus else None,
+    )
 
 
 @app.command("run")
@@ -204,6 +243,7 @@ def run(
     stages: Annotated[
         str | None, typer.Option("--stages", help="comma-separated: preflight,single-node,multi-node")
     ] = None,
+    suite: Annotated[str | None, typer.Option("--suite", help=SUITE_HELP)] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
     history: Annotated[
         str | None, typer.Option("--history", help="history dataset directory (default OUT/history; '-' for none)")
@@ -211,12 +251,54 @@ def run(
     resume: Annotated[
         str | None, typer.Option("--resume", help="finish the interrupted run RUN_ID under --out (no other input)")
     ] = None,
+    drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
+    resume_passing: Annotated[
+        bool, typer.Option("--resume-passing", help="resume nodes cluster-accept drained that pass now")
+    ] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    prometheus: Annotated[
+        Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
+    ] = None,
 ) -> None:
-    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report); append to the history.
+    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report, summary.json); append to
+    the history.
 
     A run killed mid-way is finished with --resume RUN_ID: nodes and stages already done are not run again."""
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
-    raise typer.Exit(_run(inventory, out_dir, nodes, stage_list, concurrency, history, resume))
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
+    request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
+    raise typer.Exit(_run(request))
+
+
+@app.command("serve")
+def serve(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    cron: Annotated[str, typer.Option("--cron", help='schedule, e.g. "0 */6 * * *"')],
+    suite: Annotated[str, typer.Option("--suite", help="light or full")] = "light",
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    name: Annotated[str | None, typer.Option("--name", help="deployment name (default CLUSTER-SUITE)")] = None,
+    history: Annotated[str | None, typer.Option("--history", help="history dataset directory")] = None,
+    drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
+    resume_passing: Annotated[bool, typer.Option("--resume-passing", help="resume nodes we drained")] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
+) -> None:
+    """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted)."""
+    from flows.schedule import serve_deployment
+
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
+    try:
+        request = RunRequest(inventory, out_dir, suite=suite, history=history, operations=ops)
+        _check_request(request)
+        serve_deployment(inventory, cron, suite, out_dir, name, history, ops)
+    except InventoryError as exc:
+        for problem in exc.problems:
+            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(USAGE_ERROR) from None
+    except (ValueError, HostlistError) as exc:
+        raise _fail_usage(str(exc)) from None
 
 
 @app.command("bisect")
@@ -287,7 +369,7 @@ def demo(out_dir: Annotated[Path, typer.Option("--out", help="where the run dire
     out.print("starting an 8-node test-bed (real sshd in network namespaces) with planted faults...")
     try:
         bed = up(8, plan)
-        code = _run(bed.inventory_path, out_dir, None, None, 64)
+        code = _run(RunRequest(bed.inventory_path, out_dir))
     finally:
         down()
     raise typer.Exit(code)

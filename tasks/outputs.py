@@ -81,3 +81,27 @@ def runs_row(run_info: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[s
         "tool_version": (run_info.get("tools") or {}).get("cluster-accept"),
         "schema_version": SCHEMA_VERSION,
     }
+
+
+def start_run(out_dir: Path, run_id: str | None, run_info: dict[str, Any]) -> tuple[RunDir, dict[str, Any]]:
+    """A new run directory with its ``run.json`` (``run_info`` plus id, start time and tool versions)."""
+    run_dir = RunDir.create(out_dir, run_id)
+    info = {"run_id": run_dir.run_id, **run_info, "started": now_iso(), "ended": None, "tools": tool_versions()}
+    run_dir.write_json("run.json", info)
+    return run_dir, info
+
+
+class ResumeError(ValueError):
+    """A run that cannot be resumed: unknown, already finished, or its inventory changed."""
+
+
+def resumable_info(out_dir: Path, run_id: str) -> dict[str, Any]:
+    """``run.json`` of the interrupted run ``run_id`` under ``out_dir``; writes nothing."""
+    path = out_dir / run_id / "run.json"
+    try:
+        run_info: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ResumeError(f"cannot resume {run_id}: no readable {path} ({exc})") from None
+    if run_info.get("ended"):
+        raise ResumeError(f"run {run_id} already finished at {run_info['ended']}; nothing to resume")
+    return run_info

@@ -47,7 +47,13 @@ class NodeProbes:
     outputs: dict[str, ProbeOutput] = field(default_factory=dict)
 
 
-def probe_commands(node: Node) -> list[RemoteCommand]:
+# A light suite's probes: fewer timed repeats, a short warm-up, all-reduce up to 256 MiB. Minutes per node
+# instead of tens of minutes, for checks every few hours; the full suite measures as acceptance does.
+QUICK_BENCH = " --repeats 3 --warmup-s 1"
+QUICK_ALLREDUCE_MAX_BYTES = 256 << 20
+
+
+def probe_commands(node: Node, quick: bool = False) -> list[RemoteCommand]:
     """The node-side command lines. ``command_prefix`` is the operator's own (e.g. ``docker exec trainer``)."""
     probes = node.profile.probes
     run = f"{probes.command_prefix} " if probes.command_prefix else ""
@@ -59,9 +65,12 @@ def probe_commands(node: Node) -> list[RemoteCommand]:
         if device == "cuda"
         else "n=2; "
     )
-    max_bytes = f" --max-bytes {probes.allreduce_max_bytes}" if probes.allreduce_max_bytes else ""
+    top_bytes = probes.allreduce_max_bytes
+    if quick:
+        top_bytes = min(top_bytes or QUICK_ALLREDUCE_MAX_BYTES, QUICK_ALLREDUCE_MAX_BYTES)
+    max_bytes = f" --max-bytes {top_bytes}" if top_bytes else ""
     if probes.nccl_tests_all_reduce:
-        top = probes.allreduce_max_bytes or (1 << 30)
+        top = top_bytes or (1 << 30)
         allreduce = (
             f"{nproc}NCCL_DEBUG=INFO exec {run}{shlex.quote(probes.nccl_tests_all_reduce)} "
             f"-b 1M -e {top} -f 4 -g $n 2>&1"
@@ -74,16 +83,16 @@ def probe_commands(node: Node) -> list[RemoteCommand]:
     return [
         RemoteCommand(
             "gpu_bench",
-            f'cd "$CA_PROBE_DIR" && exec {run}{python} gpu_bench.py --device {device}',
+            f'cd "$CA_PROBE_DIR" && exec {run}{python} gpu_bench.py --device {device}{QUICK_BENCH if quick else ""}',
             timeout_s=probes.timeout_s,
         ),
         RemoteCommand("allreduce", allreduce, timeout_s=probes.timeout_s),
     ]
 
 
-def run_probes_on_node(node: Node) -> NodeProbes:
+def run_probes_on_node(node: Node, quick: bool = False) -> NodeProbes:
     """Ship, run, collect, clean up. Never raises."""
-    run = run_in_probe_dir(node, PROBE_FILES, probe_commands(node))
+    run = run_in_probe_dir(node, PROBE_FILES, probe_commands(node, quick))
     outputs = {r.name: parse_output(node, r) for r in run.results}
     return NodeProbes(node.name, run.status, run.detail, run.cause, run.results, outputs)
 
@@ -97,8 +106,8 @@ def parse_output(node: Node, result: CommandResult) -> ProbeOutput:
 
 
 @task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
-def single_node_probes(node: Node, checkpoints: Checkpoints | None = None) -> NodeProbes:
-    outcome = run_probes_on_node(node)
+def single_node_probes(node: Node, checkpoints: Checkpoints | None = None, quick: bool = False) -> NodeProbes:
+    outcome = run_probes_on_node(node, quick)
     if checkpoints is not None:
         data = {
             "node": outcome.node,
@@ -161,7 +170,7 @@ def _transport_rows(node: Node, result: CommandResult) -> tuple[list[CheckRow], 
 
 
 def evaluate_single_node(
-    run_id: str, inventory: Inventory, outcomes: list[NodeProbes]
+    run_id: str, inventory: Inventory, outcomes: list[NodeProbes], quick: bool = False
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(check rows, measurement rows) for the stage."""
     rows: list[dict[str, Any]] = []
@@ -190,7 +199,7 @@ def evaluate_single_node(
                 version = nccl_version(result.stdout)
                 if version:
                     check_rows.append(CheckRow("allreduce", "nccl_version", Status.PASS, "recorded", version, None))
-            command = next((c.script for c in probe_commands(node) if c.name == result.name), "")
+            command = next((c.script for c in probe_commands(node, quick) if c.name == result.name), "")
             rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw, command) for r in check_rows)
             for record in output.measurements:
                 figure = measurement_row(run_id, inventory.cluster, STAGE, node.name, node.profile_name, record)
@@ -201,6 +210,6 @@ def evaluate_single_node(
         cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
         for node_name, row in judge(pd.DataFrame(measurements), thresholds, warn_only=cpu):
             probe = "allreduce" if row.check == "allreduce" else "gpu_bench"
-            command = next(c.script for c in probe_commands(inventory.node(node_name)) if c.name == probe)
+            command = next(c.script for c in probe_commands(inventory.node(node_name), quick) if c.name == probe)
             rows.append(row_dict(run_id, inventory.cluster, STAGE, node_name, row, "", command))
     return rows, measurements

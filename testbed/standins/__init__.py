@@ -7,6 +7,7 @@ environment variable or working directory is needed on the node side.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,21 +15,29 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"nvidia-smi": "testbed.standins.nvidia_smi", "dmesg": "testbed.standins.dmesg"}
 
 
+def _wrapper(path: Path, module: str, data_dir: Path, python: str) -> Path:
+    path.write_text(
+        # -I isolated, -S no site-packages: the stand-ins need only the stdlib, and site costs ~40 ms a call.
+        f"#!{python} -IS\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(PROJECT_ROOT)!r})\n"
+        f"from {module} import main\n"
+        f"sys.exit(main(data_dir={str(data_dir.resolve())!r}))\n",
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path
+
+
 def write_standins(bin_dir: Path, data_dir: Path, python: str = sys.executable) -> dict[str, Path]:
     """Install every stand-in into ``bin_dir`` answering from ``data_dir``; returns tool -> path."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    for tool, module in TOOLS.items():
-        path = bin_dir / tool
-        path.write_text(
-            # -I isolated, -S no site-packages: the stand-ins need only the stdlib, and site costs ~40 ms a call.
-            f"#!{python} -IS\n"
-            "import sys\n"
-            f"sys.path.insert(0, {str(PROJECT_ROOT)!r})\n"
-            f"from {module} import main\n"
-            f"sys.exit(main(data_dir={str(data_dir.resolve())!r}))\n",
-            encoding="utf-8",
-        )
-        path.chmod(0o755)
-        written[tool] = path
-    return written
+    return {tool: _wrapper(bin_dir / tool, module, data_dir, python) for tool, module in TOOLS.items()}
+
+
+def write_scontrol(directory: Path, nodes: dict[str, dict[str, str]], python: str = sys.executable) -> Path:
+    """A controller-side ``scontrol`` in ``directory`` knowing ``nodes`` (name -> {"state", "reason"}); it
+    records every call in ``directory/scontrol.log``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "slurm-nodes.json").write_text(json.dumps(nodes, indent=1))
+    return _wrapper(directory / "scontrol", "testbed.standins.scontrol", directory, python)

@@ -1,0 +1,101 @@
+"""Machine-readable outcomes of a run: ``summary.json`` for scripts and schedulers, and a Prometheus text
+file for node_exporter's textfile collector (one verdict series per node, its key figures beside it).
+
+Pure functions; the caller writes the files (atomically: node_exporter must never read half a file).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analysis.verdicts import Verdict
+
+VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)
+# Key figures exported per node: (metric in measurements, Prometheus name, help text).
+FIGURES = (
+    ("gemm_bf16_tflops", "cluster_accept_gemm_bf16_tflops", "Median bf16 GEMM TFLOP/s over the node's GPUs."),
+    ("hbm_copy_gbps", "cluster_accept_hbm_copy_gbps", "Median HBM copy bandwidth over the node's GPUs, GB/s."),
+    ("allreduce_busbw_gbps", "cluster_accept_allreduce_busbw_gbps", "Intra-node all-reduce bus bandwidth, GB/s."),
+)
+
+
+def summary(
+    run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], warnings: Mapping[str, list[str]]
+) -> dict[str, Any]:
+    """``summary.json``: counts, the nodes not accepted with their reasons, nodes accepted with warnings."""
+    counts = {v: sum(1 for r in verdicts if r["verdict"] == v) for v in VERDICTS}
+    bad = [
+        {"node": v["node"], "verdict": v["verdict"], "reasons": list(v["reasons"])}
+        for v in verdicts
+        if v["verdict"] in (Verdict.REJECTED, Verdict.UNREACHABLE)
+    ]
+    flagged = [
+        {"node": v["node"], "warnings": warnings[v["node"]]}
+        for v in verdicts
+        if v["verdict"] == Verdict.ACCEPTED and warnings.get(v["node"])
+    ]
+    return {
+        "run_id": run["run_id"],
+        "cluster": run["cluster"],
+        "started": run.get("started"),
+        "ended": run.get("ended"),
+        "stages": list(run.get("stages") or []),
+        "suite": run.get("suite"),
+        "counts": counts,
+        "all_accepted": counts[Verdict.ACCEPTED] > 0
+        and counts[Verdict.REJECTED] == 0
+        and counts[Verdict.UNREACHABLE] == 0,
+        "not_accepted": bad,
+        "accepted_with_warnings": flagged,
+    }
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _name_ok(name: str) -> str:
+    if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", name):
+        raise ValueError(f"not a Prometheus metric name: {name!r}")
+    return name
+
+
+def prometheus_text(
+    run: Mapping[str, Any],
+    verdicts: Sequence[Mapping[str, Any]],
+    figures: Mapping[tuple[str, str], float],
+) -> str:
+    """The text exposition format: per node a 0/1 series for each verdict (so alerts can select on
+    ``verdict="rejected"``), the node's key figures, and the run's time and counts.
+
+    ``figures``: (node, metric) -> value, e.g. from :func:`analysis.history.key_figures`.
+    """
+    cluster = _label(run["cluster"])
+    lines: list[str] = []
+
+    def family(name: str, help_text: str) -> None:
+        lines.extend([f"# HELP {_name_ok(name)} {help_text}", f"# TYPE {name} gauge"])
+
+    family("cluster_accept_node_verdict", "1 for the node's verdict in the last run, 0 for the others.")
+    for v in verdicts:
+        for verdict in VERDICTS:
+            labels = f'cluster="{cluster}",node="{_label(v["node"])}",verdict="{verdict}"'
+            lines.append(f"cluster_accept_node_verdict{{{labels}}} {1 if v['verdict'] == verdict else 0}")
+    for metric, name, help_text in FIGURES:
+        present = [(node, value) for (node, m), value in sorted(figures.items()) if m == metric]
+        if present:
+            family(name, help_text)
+            lines += [f'{name}{{cluster="{cluster}",node="{_label(node)}"}} {value:.6g}' for node, value in present]
+    family("cluster_accept_nodes", "Nodes per verdict in the last run.")
+    for verdict in VERDICTS:
+        count = sum(1 for v in verdicts if v["verdict"] == verdict)
+        lines.append(f'cluster_accept_nodes{{cluster="{cluster}",verdict="{verdict}"}} {count}')
+    ended = run.get("ended")
+    if ended:
+        family("cluster_accept_last_run_timestamp_seconds", "When the last run ended, Unix time.")
+        stamp = dt.datetime.fromisoformat(str(ended)).timestamp()
+        lines.append(f'cluster_accept_last_run_timestamp_seconds{{cluster="{cluster}"}} {stamp:.0f}')
+    return "\n".join(lines) + "\n"

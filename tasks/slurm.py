@@ -1,0 +1,138 @@
+"""Take bad nodes out of Slurm before they kill a job, and give back the ones that pass again.
+
+``--drain`` drains every node the run rejected or could not reach, with the reasons in Slurm's reason
+field (``cluster-accept: gpu_count:count_low``), so ``sinfo -R`` says why. ``--resume-passing`` resumes
+nodes that are drained *by us* (their reason starts with :data:`REASON_PREFIX`) and now pass; a node an
+administrator drained for another reason is never touched. Without ``apply`` the commands are only
+returned, for the operator to read (a dry run). Node names are the inventory's names.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+REASON_PREFIX = "cluster-accept: "
+REASON_MAX = 200  # Slurm keeps the reason in a short field; the run's reasons are all in its report
+BAD = ("rejected", "unreachable")
+
+
+@dataclass
+class SlurmAction:
+    node: str
+    action: str  # drain | resume
+    argv: list[str]
+    reason: str = ""
+    applied: bool = False
+    exit_code: int | None = None
+    output: str = ""
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass
+class SlurmNode:
+    name: str
+    state: str
+    reason: str = ""
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.state.upper()
+
+    @property
+    def drained_by_us(self) -> bool:
+        return self.drained and self.reason.startswith(REASON_PREFIX)
+
+
+@dataclass
+class SlurmPlan:
+    actions: list[SlurmAction] = field(default_factory=list)
+    error: str = ""  # scontrol could not be asked: nothing was changed
+
+
+_FIELD = re.compile(r"(?:^|\s)(\w+)=")
+
+
+def parse_show_nodes(text: str) -> dict[str, SlurmNode]:
+    """``scontrol show node -o``: one line per node, ``Key=value`` fields; ``Reason`` may hold spaces and
+    ends before the next field or at Slurm's ``[user@time]`` stamp."""
+    nodes: dict[str, SlurmNode] = {}
+    for line in text.splitlines():
+        marks = [(m.group(1), m.start(1), m.end()) for m in _FIELD.finditer(line)]
+        values: dict[str, str] = {}
+        for i, (key, _, end) in enumerate(marks):
+            stop = marks[i + 1][1] if i + 1 < len(marks) else len(line)
+            values[key] = line[end:stop].strip()
+        name = values.get("NodeName")
+        if not name:
+            continue
+        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", values.get("Reason", ""))
+        state = values.get("State", "").split()
+        node = name.split()[0]
+        nodes[node] = SlurmNode(node, state[0] if state else "", reason)
+    return nodes
+
+
+def drain_reason(reasons: Sequence[str], run_id: str) -> str:
+    text = f"{REASON_PREFIX}{', '.join(reasons) or 'not accepted'} (run {run_id})"
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+def plan(
+    verdicts: Sequence[Mapping[str, Any]],
+    slurm_nodes: Mapping[str, SlurmNode],
+    run_id: str,
+    drain: bool,
+    resume_passing: bool,
+    scontrol: str = "scontrol",
+) -> list[SlurmAction]:
+    """What to ask Slurm, per node; pure. Nodes Slurm does not know are left out (and reported by the caller)."""
+    actions: list[SlurmAction] = []
+    for verdict in verdicts:
+        name, outcome = str(verdict["node"]), str(verdict["verdict"])
+        known = slurm_nodes.get(name)
+        if known is None:
+            continue
+        if drain and outcome in BAD and not known.drained:
+            reason = drain_reason(list(verdict["reasons"]), run_id)
+            argv = [scontrol, "update", f"nodename={name}", "state=drain", f"reason={reason}"]
+            actions.append(SlurmAction(name, "drain", argv, reason))
+        elif resume_passing and outcome == "accepted" and known.drained_by_us:
+            actions.append(SlurmAction(name, "resume", [scontrol, "update", f"nodename={name}", "state=resume"]))
+    return actions
+
+
+def slurm_step(
+    verdicts: Sequence[Mapping[str, Any]],
+    run_id: str,
+    drain: bool,
+    resume_passing: bool,
+    apply: bool,
+    scontrol: str = "scontrol",
+) -> SlurmPlan:
+    """Ask Slurm for its nodes, plan, and (with ``apply``) run each command; every outcome is data."""
+    if not (drain or resume_passing):
+        return SlurmPlan()
+    try:
+        shown = subprocess.run([scontrol, "show", "node", "-o"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SlurmPlan(error=f"could not run {scontrol} show node: {exc}")
+    if shown.returncode != 0:
+        return SlurmPlan(error=f"{scontrol} show node failed (exit {shown.returncode}): {shown.stderr.strip()}")
+    result = SlurmPlan(plan(verdicts, parse_show_nodes(shown.stdout), run_id, drain, resume_passing, scontrol))
+    if apply:
+        for action in result.actions:
+            try:
+                done = subprocess.run(action.argv, capture_output=True, text=True, timeout=60)
+                action.exit_code, action.output = done.returncode, (done.stdout + done.stderr).strip()
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                action.exit_code, action.output = None, str(exc)
+            action.applied = action.exit_code == 0
+    return result

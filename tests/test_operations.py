@@ -1,0 +1,165 @@
+"""Scheduled-check operations, pure: summary.json, the Prometheus file, the Slurm plan, regressions against
+a node's own history, suites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.regressions import counter_growth, figure_regressions
+from checks.base import Status
+from flows.acceptance import resolve_suite
+from flows.schedule import deployment_name, deployment_parameters
+from inventory.model import Thresholds
+from reports.summary import prometheus_text, summary
+from tasks.after_run import Operations, warnings_by_node
+from tasks.slurm import REASON_PREFIX, SlurmNode, drain_reason, parse_show_nodes, plan
+
+pytestmark = pytest.mark.pure
+
+RUN = {"run_id": "r9", "cluster": "prod", "started": "2026-11-21T10:00:00+00:00", "ended": "2026-11-21T10:05:00+00:00"}
+VERDICTS = [
+    {"node": "n1", "verdict": "accepted", "reasons": []},
+    {"node": "n2", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
+    {"node": "n3", "verdict": "unreachable", "reasons": ["ssh:refused"]},
+    {"node": "n4", "verdict": "accepted", "reasons": []},
+]
+
+
+def test_summary_counts_and_names_the_nodes_not_accepted() -> None:
+    got = summary({**RUN, "stages": ["preflight"]}, VERDICTS, {"n4": ["gemm:regression"], "n2": ["x:y"]})
+    assert got["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0}
+    assert got["all_accepted"] is False
+    assert got["not_accepted"] == [
+        {"node": "n2", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
+        {"node": "n3", "verdict": "unreachable", "reasons": ["ssh:refused"]},
+    ]
+    assert got["accepted_with_warnings"] == [{"node": "n4", "warnings": ["gemm:regression"]}]
+    assert summary(RUN, VERDICTS[:1], {})["all_accepted"] is True
+
+
+def test_prometheus_text_has_a_verdict_series_per_node_and_the_figures() -> None:
+    text = prometheus_text(RUN, VERDICTS[:2], {("n1", "gemm_bf16_tflops"): 741.25, ("n1", "other"): 1.0})
+    lines = text.splitlines()
+    assert 'cluster_accept_node_verdict{cluster="prod",node="n1",verdict="accepted"} 1' in lines
+    assert 'cluster_accept_node_verdict{cluster="prod",node="n1",verdict="rejected"} 0' in lines
+    assert 'cluster_accept_node_verdict{cluster="prod",node="n2",verdict="rejected"} 1' in lines
+    assert 'cluster_accept_gemm_bf16_tflops{cluster="prod",node="n1"} 741.25' in lines
+    assert 'cluster_accept_nodes{cluster="prod",verdict="rejected"} 1' in lines
+    assert 'cluster_accept_last_run_timestamp_seconds{cluster="prod"} 1795255500' in lines
+    assert "# TYPE cluster_accept_node_verdict gauge" in lines and "other" not in text
+    assert 'node="a\\"b"' in prometheus_text(RUN, [{"node": 'a"b', "verdict": "accepted", "reasons": []}], {})
+
+
+SHOW = (
+    "NodeName=n1 Arch=x86_64 State=IDLE Partitions=gpu\n"
+    "NodeName=n2 Arch=x86_64 State=IDLE Partitions=gpu\n"
+    "NodeName=n4 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason=cluster-accept: gemm:straggler (run r8) "
+    "[root@2026-11-20T10:00:00]\n"
+    "NodeName=n5 State=MIXED+DRAIN Reason=bad fan, ticket 42 [admin@2026-11-19T09:00:00]\n"
+)
+
+
+def test_parse_show_nodes_reads_state_and_reason() -> None:
+    nodes = parse_show_nodes(SHOW)
+    assert nodes["n4"] == SlurmNode("n4", "IDLE+DRAIN", "cluster-accept: gemm:straggler (run r8)")
+    assert nodes["n4"].drained_by_us and not nodes["n5"].drained_by_us and nodes["n5"].drained
+    assert nodes["n5"].reason == "bad fan, ticket 42" and not nodes["n1"].drained
+
+
+def test_plan_drains_bad_nodes_and_resumes_only_what_we_drained() -> None:
+    nodes = parse_show_nodes(SHOW)
+    verdicts = VERDICTS + [{"node": "n5", "verdict": "accepted", "reasons": []}]
+    actions = plan(verdicts, nodes, "r9", drain=True, resume_passing=True, scontrol="/usr/bin/scontrol")
+    assert [(a.node, a.action, a.command) for a in actions] == [
+        (
+            "n2",
+            "drain",
+            "/usr/bin/scontrol update nodename=n2 state=drain 'reason=cluster-accept: gpu_count:count_low (run r9)'",
+        ),
+        ("n4", "resume", "/usr/bin/scontrol update nodename=n4 state=resume"),
+    ]  # n3 is unknown to Slurm; n5 was drained by an administrator and stays drained
+    assert plan(verdicts, nodes, "r9", drain=False, resume_passing=False) == []
+    long = drain_reason([f"check{i}:reason" for i in range(40)], "r9")
+    assert long.startswith(REASON_PREFIX) and len(long) == 200 and long.endswith("...")
+
+
+def test_regression_against_the_nodes_own_history() -> None:
+    past = pd.DataFrame(
+        [
+            {"run_id": f"r{i}", "node": n, "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": v}
+            for i, values in enumerate([(740, 700), (745, 702), (738, 698)])
+            for n, v in zip(("n1", "n2"), values, strict=True)
+        ]
+    )
+    current = pd.DataFrame(
+        [
+            {"run_id": "r9", "node": "n1", "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": 690.0},
+            {"run_id": "r9", "node": "n2", "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": 699.0},
+            {"run_id": "r9", "node": "n3", "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": 10.0},
+        ]
+    )
+    thresholds = {"n1": Thresholds(gemm_bf16_tflops_min=600), "n2": Thresholds(gemm_bf16_tflops_min=600)}
+    rows = dict(figure_regressions(current, past, thresholds))
+    assert set(rows) == {"n1", "n2"}  # n3 has no history
+    n1 = rows["n1"]
+    assert (n1.check, n1.item, n1.status, n1.reason) == (
+        "gemm",
+        "gemm_bf16_tflops_vs_history",
+        Status.FAIL,
+        "regression",
+    )
+    assert n1.observed == "690.0" and n1.expected == ">= 703.0 TFLOP/s (own median - 5%)"
+    assert "6.8% below this node's own median 740.0 over its last 3 runs (740.0, 745.0, 738.0)" in n1.detail
+    assert rows["n2"].status == Status.PASS
+    assert dict(figure_regressions(current, past, thresholds, warn_only=["n1"]))["n1"].status == Status.WARN
+    assert figure_regressions(current, past.head(2), thresholds) == []  # one past run is not enough
+
+
+def test_counters_that_grew_since_the_previous_run_are_flagged() -> None:
+    previous = {"n1": {"nvlink.counter:gpu0.link3.crc": "10", "memory.counter:gpu1.remapped_rows": "0"}}
+    current = {
+        "n1": {"nvlink.counter:gpu0.link3.crc": "25", "memory.counter:gpu1.remapped_rows": "0"},
+        "n2": {"nvlink.counter:gpu0.link3.crc": "99"},
+    }
+    ((node, row),) = counter_growth(current, previous)
+    assert node == "n1" and (row.check, row.item, row.status, row.reason) == (
+        "nvlink",
+        "counter:gpu0.link3.crc",
+        Status.WARN,
+        "counter_grew",
+    )
+    assert (row.observed, row.expected) == ("25", "<= 10") and "went from 10 to 25" in row.detail
+    assert counter_growth({"n1": {"nvlink.counter:x": "3"}}, {"n1": {"nvlink.counter:x": "9"}}) == []  # a reset
+
+
+def test_suites_choose_stages_and_probe_length() -> None:
+    assert resolve_suite("light", None) == (["preflight", "single-node"], True)
+    assert resolve_suite("full", None) == (["preflight", "single-node", "multi-node"], False)
+    assert resolve_suite(None, ["multi-node", "preflight"]) == (["preflight", "multi-node"], False)
+    with pytest.raises(ValueError, match="unknown suite 'weekly'"):
+        resolve_suite("weekly", None)
+    with pytest.raises(ValueError, match="a suite or stages, not both"):
+        resolve_suite("light", ["preflight"])
+
+
+def test_deployment_parameters_are_absolute_and_typed(tmp_path: Path) -> None:
+    ops = Operations(drain=True, prometheus="/var/lib/node_exporter/ca.prom")
+    params = deployment_parameters(Path("inv.yaml"), "light", Path("runs"), None, ops)
+    assert Path(params["inventory_path"]).is_absolute() and Path(params["out_dir"]).is_absolute()
+    assert params["suite"] == "light" and params["operations"]["drain"] is True
+    assert Operations.model_validate(params["operations"]) == ops
+    assert deployment_name("prod east/1", "light") == "prod-east-1-light"
+    with pytest.raises(ValueError, match="unknown suite"):
+        deployment_parameters(Path("inv.yaml"), "hourly", Path("runs"), None, ops)
+
+
+def test_warnings_by_node_lists_each_reason_once() -> None:
+    rows = [
+        {"node": "n1", "status": "warn", "check": "gemm", "reason": "regression"},
+        {"node": "n1", "status": "warn", "check": "gemm", "reason": "regression"},
+        {"node": "n1", "status": "fail", "check": "hbm", "reason": "straggler"},
+    ]
+    assert warnings_by_node(rows) == {"n1": ["gemm:regression"]}

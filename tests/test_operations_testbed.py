@@ -1,0 +1,202 @@
+"""Scheduled-check operations end to end on the test-bed: Slurm drain (dry run and applied) against a
+stand-in ``scontrol`` that records what it was asked, resume of nodes we drained, summary.json and the
+Prometheus file, a planted regression against a node's own history, and a served deployment's run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.schemas import MEASUREMENTS, RUNS, write_table
+from testbed.standins import write_scontrol
+from tests.processes import ROOT, only_run, run_cli
+
+pytestmark = pytest.mark.testbed
+
+FAULTS = {"nodes": {"node02": ["gpu_missing"], "node03": ["down"]}}
+
+
+def scontrol_calls(directory: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (directory / "scontrol.log").read_text().splitlines()]
+
+
+def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bed = testbed_factory(nodes=4, faults=FAULTS, prefix="cao", subnet="10.254.88.0/24")
+    slurm = tmp_path / "slurm"
+    nodes = {f"node0{i}": {"state": "IDLE", "reason": ""} for i in range(1, 5)}
+    nodes["node04"] = {"state": "IDLE+DRAIN", "reason": "cluster-accept: gemm:straggler (run old)"}
+    nodes["node01"] = {"state": "MIXED+DRAIN", "reason": "bad fan, ticket 42"}
+    scontrol = write_scontrol(slurm, nodes)
+    common = ["--inventory", str(bed.inventory_path), "--stages", "preflight", "--scontrol", str(scontrol)]
+
+    dry = run_cli("run", *common, "--out", str(tmp_path / "dry"), "--drain", "--resume-passing")
+    assert dry.returncode == 1, dry.stdout + dry.stderr
+    assert "slurm (dry run, add --apply):" in dry.stdout
+    assert "state=drain 'reason=cluster-accept: gpu_count:count_low" in dry.stdout
+    assert scontrol_calls(slurm) == [["show", "node", "-o"]]  # a dry run only asks
+    state = json.loads((slurm / "slurm-nodes.json").read_text())
+    assert state == nodes
+
+    prom = tmp_path / "textfile" / "cluster_accept.prom"
+    applied = run_cli(
+        "run", *common, "--out", str(tmp_path / "applied"), "--drain", "--resume-passing", "--apply",
+        "--prometheus", str(prom),
+    )  # fmt: skip
+    assert applied.returncode == 1, applied.stdout + applied.stderr
+    updates = [c for c in scontrol_calls(slurm) if c[0] == "update"]
+    run_id = only_run(tmp_path / "applied").name
+    assert updates == [
+        ["update", "nodename=node02", "state=drain", f"reason=cluster-accept: gpu_count:count_low (run {run_id})"],
+        ["update", "nodename=node03", "state=drain", f"reason=cluster-accept: ssh:refused (run {run_id})"],
+        ["update", "nodename=node04", "state=resume"],
+    ]  # node01 passes but an administrator drained it: left alone
+    state = json.loads((slurm / "slurm-nodes.json").read_text())
+    assert state["node02"]["state"] == "IDLE+DRAIN" and state["node04"] == {"state": "IDLE", "reason": ""}
+    assert state["node01"] == nodes["node01"]
+    record = json.loads((only_run(tmp_path / "applied") / "slurm.json").read_text())
+    assert record["apply"] is True and [a["applied"] for a in record["actions"]] == [True, True, True]
+
+    summary = json.loads((only_run(tmp_path / "applied") / "summary.json").read_text())
+    assert summary["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0}
+    assert summary["not_accepted"] == [
+        {"node": "node02", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
+        {"node": "node03", "verdict": "unreachable", "reasons": ["ssh:refused"]},
+    ]
+    text = prom.read_text()
+    assert 'cluster_accept_node_verdict{cluster="testbed",node="node02",verdict="rejected"} 1' in text
+    assert 'cluster_accept_node_verdict{cluster="testbed",node="node01",verdict="accepted"} 1' in text
+
+
+def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """node01 measured now is far below its own history (planted by rewriting two earlier runs in the
+    history with node01 20x faster): flagged although it passes every threshold and the cluster median."""
+    bed = testbed_factory(nodes=3, faults={}, prefix="caq", subnet="10.254.92.0/24")
+    out = tmp_path / "runs"
+    first = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(out), "--suite", "light")
+    assert first.returncode == 0, first.stdout + first.stderr
+    history = out / "history"
+    source = only_run(out)
+    measured = pq.read_table(source / "measurements.parquet").to_pandas()
+    started = pd.read_parquet(source / "runs.parquet").started.iloc[0]
+    for day, run_id in ((1, "20200101T000000Z-aaaaaa"), (2, "20200102T000000Z-bbbbbb")):
+        past = measured.assign(run_id=run_id)
+        past.loc[past.node == "node01", "value"] *= 20
+        part = history / "measurements" / f"date=2020-01-0{day}"
+        part.mkdir(parents=True)
+        pq.write_table(
+            pa.Table.from_pandas(past, schema=MEASUREMENTS, preserve_index=False), part / f"{run_id}.parquet"
+        )
+        (history / "runs" / f"date=2020-01-0{day}").mkdir(parents=True)
+        when = (started - pd.Timedelta(days=3 - day)).to_pydatetime()
+        row = {"run_id": run_id, "cluster": "testbed", "started": when}
+        write_table(history / "runs" / f"date=2020-01-0{day}" / f"{run_id}.parquet", [row], RUNS)
+    shutil.rmtree(source)
+    second = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(out), "--suite", "light")
+    assert second.returncode == 0, second.stdout + second.stderr  # CPU nodes: regressions are warnings
+    run_dir = only_run(out)
+    checks = pd.read_parquet(run_dir / "checks.parquet")
+    flagged = checks[checks.reason == "regression"]
+    assert set(flagged.node) == {"node01"}, checks[checks.item.str.endswith("_vs_history")][["node", "item", "status"]]
+    assert set(flagged.status) == {"warn"} and "below this node's own median" in flagged.detail.iloc[0]
+    history_rows = checks[checks.item.str.endswith("_vs_history")]
+    assert set(history_rows.node) == {"node01", "node02", "node03"}  # everyone compared, only node01 flagged
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [w["node"] for w in summary["accepted_with_warnings"]] == ["node01"]
+    assert any(
+        w.startswith("gemm:regression") or w.endswith(":regression")
+        for w in summary["accepted_with_warnings"][0]["warnings"]
+    )
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["suite"] == "light" and run["quick_probes"] is True
+    html = (run_dir / "report.html").read_text()
+    assert 'id="history-table"' in html and "node01" in html and "regression" in html
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_served_deployment_runs_against_the_testbed(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bed = testbed_factory(nodes=2, faults={}, prefix="cav", subnet="10.254.96.0/24")
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    served = None
+    out = tmp_path / "runs"
+    try:
+        api_call = [
+            sys.executable,
+            "-c",
+            "import httpx,sys; httpx.get(sys.argv[1] + '/health').raise_for_status()",
+            api,
+        ]
+        deadline = time.monotonic() + 120
+        while subprocess.run(api_call, capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "Prefect server did not come up"
+            time.sleep(1)
+        served = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "serve", "--inventory", str(bed.inventory_path),
+             "--cron", "*/30 * * * *", "--suite", "light", "--out", str(out), "--name", "testbed-light"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        deployment = None
+        while deployment is None:
+            assert time.monotonic() < deadline + 60, "the deployment was never registered"
+            got = subprocess.run(
+                [sys.executable, "-m", "prefect", "deployment", "inspect", "acceptance/testbed-light"],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            deployment = got.stdout if got.returncode == 0 else None
+            time.sleep(1)
+        assert "*/30 * * * *" in deployment and "'suite': 'light'" in deployment
+        trigger = subprocess.run(
+            [sys.executable, "-m", "prefect", "deployment", "run", "acceptance/testbed-light"],
+            env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert trigger.returncode == 0, trigger.stdout + trigger.stderr
+        finished = None
+        deadline = time.monotonic() + 300
+        while finished is None and time.monotonic() < deadline:
+            for run_json in out.glob("*/run.json"):
+                info = json.loads(run_json.read_text())
+                if info.get("ended"):
+                    finished = info
+            time.sleep(1)
+        assert finished is not None, "the triggered run did not finish"
+        assert finished["suite"] == "light" and finished["stages"] == ["preflight", "single-node"]
+        run_dir = only_run(out)
+        verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
+        assert set(verdicts.verdict) == {"accepted"} and len(verdicts) == 2
+        assert (run_dir / "summary.json").exists()
+    finally:
+        for proc in (served, server):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, 15)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
