@@ -9,7 +9,9 @@ A check is one module in ``checks/`` that defines:
   model whose ``error`` says so, with the raw text kept;
 - ``evaluate(model, profile, cluster) -> list[CheckRow]``: pure; judges the node against its profile and
   against the cluster's majority (:class:`ClusterView`);
-- optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift.
+- optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift;
+- optionally ``counters(model) -> dict[str, int]``: error counters compared with the node's previous run
+  (a counter that grew is flagged by scheduled checks).
 
 Adding a check is adding a module: :func:`discover` finds it by walking the package, there is no list to
 edit (ClusterShell finds its workers the same way).
@@ -94,6 +96,7 @@ class Check:
     evaluate: Callable[[Any, Profile, ClusterView], list[CheckRow]]
     cluster_values: Callable[[Any], dict[str, str]] | None
     module: ModuleType
+    counters: Callable[[Any], dict[str, int]] | None = None
 
 
 def _as_check(module: ModuleType) -> Check | None:
@@ -108,6 +111,7 @@ def _as_check(module: ModuleType) -> Check | None:
         evaluate=module.evaluate,
         cluster_values=getattr(module, "cluster_values", None),
         module=module,
+        counters=getattr(module, "counters", None),
     )
 
 

@@ -85,6 +85,16 @@ def parse(stdout: str, exit_code: int | None = 0) -> MemoryHealth:
         return MemoryHealth(error=f"unreadable output ({type(exc).__name__}: {exc})", raw=stdout)
 
 
+def counters(model: MemoryHealth) -> dict[str, int]:
+    """Uncorrected ECC errors per GPU (``gpu1.uncorrected_ecc``), compared with the node's previous run."""
+    found: dict[str, int] = {}
+    for gpu in model.gpus:
+        value = gpu.values.get("ecc.errors.uncorrected.volatile.total", "")
+        if value.isascii() and value.isdigit():
+            found[f"gpu{gpu.index}.uncorrected_ecc"] = int(value)
+    return found
+
+
 def evaluate(model: MemoryHealth, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
     if model.failure:
         detail = "nvidia-smi failed; gpu_count and driver judge the node"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure
+from checks.sections import driver_failure, small_int
 from inventory.model import NvlinkSpec, Profile
 
 NAME = "nvlink"
@@ -22,9 +22,9 @@ _ERRORS_MARK = "### nvidia-smi nvlink -s rc="
 COMMAND = f'nvidia-smi nvlink -s 2>&1; echo "{_ERRORS_MARK}$?"; nvidia-smi nvlink -e 2>&1'
 SPEED_TOLERANCE = 0.005  # a link may read up to 0.5% under the profile's speed
 
-_GPU_LINE = re.compile(r"^GPU (\d+): (.*?)\s*$")
-_SPEED_LINE = re.compile(r"^\s*Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|(<inactive>))\s*$")
-_COUNTER_LINE = re.compile(r"^\s*Link (\d+): ([A-Za-z][A-Za-z ]*?) Errors: (\d+|N/A)\s*$")
+_GPU_LINE = re.compile(r"^GPU (\d{1,9}): (.*?)\s*$")
+_SPEED_LINE = re.compile(r"^\s*Link (\d{1,9}): (?:(\d+(?:\.\d+)?) GB/s|(<inactive>))\s*$")
+_COUNTER_LINE = re.compile(r"^\s*Link (\d{1,9}): ([A-Za-z][A-Za-z ]*?) Errors: (\d{1,20}|N/A)\s*$")
 _ALL_INACTIVE = "all links are inactive"  # "NVML: Unable to retrieve NVLink information as all links are inActive"
 
 
@@ -123,7 +123,7 @@ def _read_counter(block: _Block, line: str) -> bool:
 def parse(stdout: str, exit_code: int | None = 0) -> NvlinkState:
     status_part, sep, rest = stdout.partition(_ERRORS_MARK)
     status_rc_text, _, errors_part = rest.partition("\n")
-    status_rc = int(status_rc_text) if status_rc_text.strip().isdigit() else None
+    status_rc = small_int(status_rc_text)
     failure = driver_failure(status_part, status_rc) or driver_failure(errors_part, exit_code if sep else None)
     if failure:
         return NvlinkState(failure=failure, raw=stdout)
@@ -185,6 +185,18 @@ def cluster_values(model: NvlinkState) -> dict[str, str]:
     if len(set(signatures)) == 1:
         return {"nvlink_links": signatures[0]}
     return {"nvlink_links": "/".join(f"{gpu.index}:{sig}" for gpu, sig in zip(model.gpus, signatures, strict=True))}
+
+
+def counters(model: NvlinkState) -> dict[str, int]:
+    """Every link's error counters (``gpu0.link3.crc``): growth since the node's last run is a link going bad."""
+    if model.failure or model.error:
+        return {}
+    return {
+        f"gpu{gpu.index}.link{link}.{label.lower()}": value
+        for gpu in model.gpus
+        for link, values in sorted(gpu.counters.items())
+        for label, value in values.items()
+    }
 
 
 def _counter_text(counters: dict[str, int]) -> str:

@@ -8,6 +8,7 @@ at 1,000 nodes). Runs on Prefect's ephemeral local API by default and against a 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from analysis.history import append_run, key_figures, load, node_trends
-from analysis.regressions import figure_regressions
+from analysis.regressions import counter_growth, figure_regressions
 from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, RUNS, SCALING, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
 from checks.base import discover
@@ -32,7 +33,7 @@ from tasks.after_run import Operations, after_run
 from tasks.checkpoints import Checkpoints
 from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
 from tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, runs_row, start_run
-from tasks.preflight import evaluate_preflight, node_values, preflight_node, saved_preflight
+from tasks.preflight import COUNTER, evaluate_preflight, node_values, preflight_node, saved_preflight
 from tasks.rows import row_dict
 from tasks.single_node import NodeProbes, evaluate_single_node, probe_commands, saved_probes, single_node_probes
 from tasks.slurm import SlurmPlan
@@ -203,6 +204,34 @@ def _regression_rows(
     return out
 
 
+def _counter_rows(
+    run_dir: RunDir, inventory: Inventory, values: list[dict[str, Any]], history: Path | None
+) -> list[dict[str, Any]]:
+    """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
+    if history is None:
+        return []
+
+    def counters(frame: Iterable[Mapping[Any, Any]]) -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        for v in frame:
+            if str(v["key"]).startswith(COUNTER):
+                found.setdefault(str(v["node"]), {})[f"{v['check']}.{v['key']}"] = str(v["value"])
+        return found
+
+    past = load(history, "node_values", inventory.cluster)
+    past = past[past["run_id"] != run_dir.run_id]
+    previous: dict[str, dict[str, str]] = {}
+    if not past.empty:
+        latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
+        last = past[past["run_id"] == past["node"].map(latest)]
+        previous = counters(last.to_dict("records"))
+    commands = {c.name: c.command for c in discover()}
+    return [
+        row_dict(run_dir.run_id, inventory.cluster, "preflight", node, row, "", commands.get(row.check, ""))
+        for node, row in counter_growth(counters(values), previous)
+    ]
+
+
 def _acceptance(
     inventory: Inventory,
     run_dir: RunDir,
@@ -230,8 +259,9 @@ def _acceptance(
         done.update((o.node, o) for o in fresh)
         outcomes = [done[n.name] for n in inventory.tested]
         rows = evaluate_preflight(run_dir.run_id, inventory, outcomes, checks)
-        write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
+        rows += _counter_rows(run_dir, inventory, values, history)
+        write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
         timings["preflight"] = round(timings.get("preflight", 0.0) + time.perf_counter() - began, 3)
         report.finish("preflight")

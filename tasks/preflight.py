@@ -21,6 +21,7 @@ from tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to
 from tasks.rows import row_dict, unreachable_row
 
 STAGE = "preflight"
+COUNTER = "counter:"  # node_values keys holding error counters (compared with the node's previous run)
 
 
 @dataclass
@@ -72,13 +73,17 @@ def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, 
 
 def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:
     """The values each check compares across nodes (driver version, NCCL env, ...), one row per node and key:
-    what the report folds into node sets and what history queries for drift."""
+    what the report folds into node sets and what history queries for drift. Error counters are kept too,
+    under ``counter:`` keys, for scheduled checks to compare with the node's previous run."""
     rows: list[dict[str, Any]] = []
     for outcome in outcomes:
         for check in checks:
-            if check.cluster_values is None or check.name not in outcome.models:
+            if check.name not in outcome.models:
                 continue
-            for key, value in sorted(check.cluster_values(outcome.models[check.name]).items()):
+            model = outcome.models[check.name]
+            compared = check.cluster_values(model) if check.cluster_values else {}
+            counted = {f"{COUNTER}{k}": str(v) for k, v in (check.counters(model) if check.counters else {}).items()}
+            for key, value in sorted({**compared, **counted}.items()):
                 rows.append(
                     {
                         "run_id": run_id,

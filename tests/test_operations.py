@@ -49,7 +49,7 @@ def test_prometheus_text_has_a_verdict_series_per_node_and_the_figures() -> None
     assert 'cluster_accept_gemm_bf16_tflops{cluster="prod",node="n1"} 741.25' in lines
     assert 'cluster_accept_nodes{cluster="prod",verdict="rejected"} 1' in lines
     assert 'cluster_accept_last_run_timestamp_seconds{cluster="prod"} 1795255500' in lines
-    assert "# TYPE cluster_accept_node_verdict gauge" in lines and "other" not in text
+    assert "# TYPE cluster_accept_node_verdict gauge" in lines and 'node="n1"} 1.0' not in text
     assert 'node="a\\"b"' in prometheus_text(RUN, [{"node": 'a"b', "verdict": "accepted", "reasons": []}], {})
 
 
@@ -163,3 +163,23 @@ def test_warnings_by_node_lists_each_reason_once() -> None:
         {"node": "n1", "status": "fail", "check": "hbm", "reason": "straggler"},
     ]
     assert warnings_by_node(rows) == {"n1": ["gemm:regression"]}
+
+
+def test_prefect_yaml_deployments_match_the_flow() -> None:
+    """The work-pool route's deployments name a real entrypoint and only parameters the flow takes."""
+    import inspect
+
+    import yaml
+
+    from flows.acceptance import SUITES, acceptance
+
+    config = yaml.safe_load((Path(__file__).resolve().parent.parent / "prefect.yaml").read_text())
+    accepted = set(inspect.signature(acceptance.fn).parameters)
+    assert [d["name"] for d in config["deployments"]] == ["light", "full"]
+    for deployment in config["deployments"]:
+        path, _, name = deployment["entrypoint"].partition(":")
+        assert (Path(__file__).resolve().parent.parent / path).is_file() and name == acceptance.fn.__name__
+        assert set(deployment["parameters"]) <= accepted
+        assert deployment["parameters"]["suite"] in SUITES
+        Operations.model_validate(deployment["parameters"]["operations"])
+        assert deployment["schedules"][0]["cron"].count(" ") == 4

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.schemas import MEASUREMENTS, RUNS, write_table
+from analysis.schemas import MEASUREMENTS, NODE_VALUES, RUNS, write_table
 from testbed.standins import write_scontrol
 from tests.processes import ROOT, only_run, run_cli
 
@@ -81,7 +81,8 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path)
 def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """node01 measured now is far below its own history (planted by rewriting two earlier runs in the
     history with node01 20x faster): flagged although it passes every threshold and the cluster median."""
-    bed = testbed_factory(nodes=3, faults={}, prefix="caq", subnet="10.254.92.0/24")
+    faults = {"nodes": {"node02": [{"nvlink_errors": {"gpu": 0, "link": 3, "crc": 12}}]}}
+    bed = testbed_factory(nodes=3, faults=faults, prefix="caq", subnet="10.254.92.0/24")
     out = tmp_path / "runs"
     first = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(out), "--suite", "light")
     assert first.returncode == 0, first.stdout + first.stderr
@@ -101,6 +102,14 @@ def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path:
         when = (started - pd.Timedelta(days=3 - day)).to_pydatetime()
         row = {"run_id": run_id, "cluster": "testbed", "started": when}
         write_table(history / "runs" / f"date=2020-01-0{day}" / f"{run_id}.parquet", [row], RUNS)
+    # The first run saw node02's CRC counter at 12; make its record say 2, so the counter "grew" since then.
+    (values_file,) = (history / "node_values").glob(f"*/{source.name}.parquet")
+    values = pd.read_parquet(values_file)
+    crc = (values.key == "counter:gpu0.link3.crc") & (values.node == "node02")
+    assert list(values[crc].value) == ["12"]
+    assert set(values[(values.key == "counter:gpu0.link3.crc") & ~crc].value) == {"0"}
+    values.loc[crc, "value"] = "2"
+    write_table(values_file, values.to_dict("records"), NODE_VALUES)
     shutil.rmtree(source)
     second = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(out), "--suite", "light")
     assert second.returncode == 0, second.stdout + second.stderr  # CPU nodes: regressions are warnings
@@ -112,11 +121,12 @@ def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path:
     history_rows = checks[checks.item.str.endswith("_vs_history")]
     assert set(history_rows.node) == {"node01", "node02", "node03"}  # everyone compared, only node01 flagged
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert [w["node"] for w in summary["accepted_with_warnings"]] == ["node01"]
-    assert any(
-        w.startswith("gemm:regression") or w.endswith(":regression")
-        for w in summary["accepted_with_warnings"][0]["warnings"]
-    )
+    warned = {w["node"]: w["warnings"] for w in summary["accepted_with_warnings"]}
+    assert "gemm:regression" in warned["node01"] and "nvlink:counter_grew" in warned["node02"]
+    grew = checks[checks.reason == "counter_grew"]
+    assert list(zip(grew.node, grew.check, grew.item, grew.observed, grew.expected, strict=True)) == [
+        ("node02", "nvlink", "counter:gpu0.link3.crc", "12", "<= 2")
+    ]
     run = json.loads((run_dir / "run.json").read_text())
     assert run["suite"] == "light" and run["quick_probes"] is True
     html = (run_dir / "report.html").read_text()
