@@ -104,7 +104,9 @@ def _refs(refs: Sequence[Ref], top: float) -> list[str]:
             f'<g class="ref {escape(ref.kind)}"><title>{escape(ref.label)}: {fmt(ref.value)}</title>'
             f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{COLOURS[ref.kind]}" '
             f'stroke-width="1.5" stroke-dasharray="{dash}"/>'
-            f'<text x="{WIDTH - RIGHT}" y="{y - 4:.1f}" font-size="11" text-anchor="end" '
+            # medians labelled on the right, thresholds on the left: close values stay readable
+            f'<text x="{WIDTH - RIGHT if ref.kind == "median" else LEFT + 4}" y="{y - 4:.1f}" font-size="11" '
+            f'text-anchor="{"end" if ref.kind == "median" else "start"}" '
             f'fill="{COLOURS[ref.kind]}">{escape(ref.label)} {fmt(ref.value)}</text></g>'
         )
     return out
