@@ -49,15 +49,20 @@ def _fail_usage(message: str) -> typer.Exit:
     return typer.Exit(USAGE_ERROR)
 
 
+def _inventory_error(exc: InventoryError) -> typer.Exit:
+    """One line per problem, each naming the file and the key; exit 2."""
+    for problem in exc.problems:
+        err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
+    return typer.Exit(USAGE_ERROR)
+
+
 @inventory_app.command("check")
 def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML file")]) -> None:
     """Validate an inventory and print the nodes that would be tested, folded, per profile."""
     try:
         inventory = load_inventory(path)
     except InventoryError as exc:
-        for problem in exc.problems:
-            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(USAGE_ERROR) from None
+        raise _inventory_error(exc) from None
     table = Table(title=f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test")
     table.add_column("profile")
     table.add_column("nodes")
@@ -146,9 +151,7 @@ def _run(request: RunRequest) -> int:
         err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
     except InventoryError as exc:
-        for problem in exc.problems:
-            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
-        return USAGE_ERROR
+        return _inventory_error(exc).exit_code
     except (ValueError, HostlistError) as exc:
         err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
@@ -294,9 +297,7 @@ def serve(
         _check_request(request)
         serve_deployment(inventory, cron, suite, out_dir, name, history, ops)
     except InventoryError as exc:
-        for problem in exc.problems:
-            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(USAGE_ERROR) from None
+        raise _inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
 
@@ -320,9 +321,7 @@ def bisect_command(
         if good:
             select_nodes(inv, good)
     except InventoryError as exc:
-        for problem in exc.problems:
-            err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(USAGE_ERROR) from None
+        raise _inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
     outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir), history=history)
