@@ -33,7 +33,7 @@ def parse_json_lines(text: str) -> ProbeOutput:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, an int over 4300 digits, nesting too deep
             out.errors.append(f"unreadable probe line: {line[:200]}")
             continue
         if not isinstance(record, dict):
@@ -76,14 +76,16 @@ def transport_matches(used: str, expected: str) -> bool:
     return used == expected or used.startswith(expected.rstrip("/") + "/")
 
 
-_NCCL_TESTS_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+_NCCL_TESTS_ROW = re.compile(
+    r"^\s*(\d{1,20})\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\S+)"
+)
 
 
 def parse_nccl_tests(text: str, world_size: int | None = None) -> ProbeOutput:
     """nccl-tests ``all_reduce_perf`` table → the same measurement records our all-reduce probe prints
     (out-of-place columns; ``#wrong`` other than 0 or N/A is reported as an error)."""
     out = ProbeOutput()
-    gpus = re.search(r"nGpus (\d+)", text)
+    gpus = re.search(r"nGpus (\d{1,9})(?!\d)", text)
     ranks = len(re.findall(r"^#\s+Rank\s+\d+", text, flags=re.MULTILINE))
     world = world_size or ranks or (int(gpus.group(1)) if gpus else None)
     for line in text.splitlines():

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import csv_rows, driver_failure
+from checks.sections import csv_rows, driver_failure, small_int
 from inventory.model import MinVersion, Profile
 
 NAME = "driver"
@@ -42,13 +42,13 @@ def parse(stdout: str, exit_code: int | None = 0) -> DriverVersions:
     if not sep:
         return DriverVersions(error="output truncated before the /proc section", raw=stdout)
     smi_rc_text, _, proc_part = rest.partition("\n")
-    failure = driver_failure(smi_part, int(smi_rc_text) if smi_rc_text.strip().isdigit() else None)
+    failure = driver_failure(smi_part, small_int(smi_rc_text))
     match = _PROC_VERSION.search(proc_part)
     kernel_module = match.group(1) if match else None
     if failure:
         return DriverVersions(failure=failure, kernel_module=kernel_module, raw=stdout)
     rows = csv_rows(smi_part, 1)
-    if not rows or not all(re.fullmatch(r"\d+\.\d+(\.\d+)?", r[0]) for r in rows):
+    if not rows or not all(re.fullmatch(r"\d{1,9}\.\d{1,9}(\.\d{1,9})?", r[0]) for r in rows):
         return DriverVersions(error="unexpected nvidia-smi driver_version output", raw=stdout)
     return DriverVersions(smi_versions=[r[0] for r in rows], kernel_module=kernel_module, raw=stdout)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import csv_rows, driver_failure
+from checks.sections import csv_rows, driver_failure, small_int
 from inventory.model import Profile
 
 NAME = "gpu_count"
@@ -44,9 +44,10 @@ def parse(stdout: str, exit_code: int | None = 0) -> GpuList:
         return GpuList(error=f"unexpected nvidia-smi output (exit {exit_code})", raw=stdout)
     gpus = []
     for index, name, driver_version, *_ in rows:
-        if not index.isdigit():
+        number = small_int(index)
+        if number is None:
             return GpuList(error=f"bad GPU index {index!r}", raw=stdout)
-        gpus.append(Gpu(int(index), name, driver_version))
+        gpus.append(Gpu(number, name, driver_version))
     return GpuList(gpus=gpus, raw=stdout)
 
 

@@ -33,7 +33,7 @@ COMMAND = (
 )
 ACTIVE = "4: ACTIVE"
 _PORT_LINE = re.compile(
-    r"^(?P<path>/\S*/(?P<device>[^/\s]+)/ports/(?P<port>\d+))"
+    r"^(?P<path>/\S*/(?P<device>[^/\s]+)/ports/(?P<port>\d{1,9}))"
     r"(?:\s+(?P<state>\d+:\s*[A-Za-z_]+))?"
     r"(?:\s+(?P<rate>\d+(?:\.\d+)?\s+Gb/sec(?:\s+\([^)]*\))?))?"
     r"(?:\s+(?P<link_layer>[A-Za-z]\w*))?\s*$"

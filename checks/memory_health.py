@@ -90,7 +90,7 @@ def counters(model: MemoryHealth) -> dict[str, int]:
     found: dict[str, int] = {}
     for gpu in model.gpus:
         value = gpu.values.get("ecc.errors.uncorrected.volatile.total", "")
-        if value.isascii() and value.isdigit():
+        if value.isascii() and value.isdigit() and len(value) <= 20:  # a 64-bit counter; int() refuses 4300+ digits
             found[f"gpu{gpu.index}.uncorrected_ecc"] = int(value)
     return found
 

@@ -26,6 +26,13 @@ def driver_failure(stdout: str, exit_code: int | None) -> str | None:
     return None
 
 
+def small_int(text: str) -> int | None:
+    """``text`` as an int when it is a plain decimal number of at most 18 digits (an exit status, a GPU index),
+    else None: ``str.isdigit`` alone takes '²', which ``int`` refuses, and ``int`` refuses over 4300 digits."""
+    text = text.strip()
+    return int(text) if text.isdecimal() and len(text) <= 18 else None
+
+
 def csv_rows(stdout: str, columns: int) -> list[list[str]] | None:
     """Rows of a ``--format=csv,noheader,nounits`` output, each with exactly ``columns`` cells; None if any
     non-empty line has another shape (truncated or garbage output)."""

@@ -21,7 +21,7 @@ NAME = "topology"
 COMMAND = "nvidia-smi topo -m 2>&1"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_DEVICE = re.compile(r"^(GPU|NIC)(\d+)$")
+_DEVICE = re.compile(r"^(GPU|NIC)(\d{1,9})$")
 _CELL = re.compile(r"^(X|NV\d+|[A-Z][A-Z0-9]{1,7})$")  # X, NV18, SYS, NODE, PHB, PXB, PIX, ...
 _AFFINITY_HEADERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 

@@ -41,9 +41,9 @@ COMMAND = (
 )
 
 _SOURCE = re.compile(r"^### source=(\S+)$")
-_RC = re.compile(r"^### rc=(-?\d+|\?)$")
-_COUNTS = re.compile(r"^### lines=(\d+) xid=(\d+)$")
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d+)\s*,?\s*(?P<text>.*?)\s*$")
+_RC = re.compile(r"^### rc=(-?\d{1,18}|\?)$")
+_COUNTS = re.compile(r"^### lines=(\d{1,18}) xid=(\d{1,18})$")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*(?P<text>.*?)\s*$")
 # What journalctl or dmesg print around (or instead of) log lines: not evidence that the log was read.
 _META = re.compile(
     r"^(-- |Hint: |\s)|No journal files|insufficient permissions|not seeing messages|"

@@ -15,10 +15,34 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 # A node name is a host name: letters, digits, dots, dashes and underscores. Anything else in an inventory
 # (a ';', a '$(', a space, a leading '-' that ssh would read as an option) is a typo or an attack.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
+# More nodes than this in one inventory is a typo (node[1-10000000]), not a cluster. ClusterShell builds every
+# index of a range when it parses it, so a[0-99999999] takes minutes and gigabytes before it can be counted.
+MAX_NODES = 100_000
+_BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 
 
 class HostlistError(ValueError):
     """A hostlist expression that does not parse."""
+
+
+def _span(text: str) -> int:
+    """An upper bound on how many indices the bracket ranges of ``text`` hold (``1-5/2,9`` counts 5 + 1), read
+    before ClusterShell expands them. A part that is not a number is left to ClusterShell to report."""
+    total = 0
+    for ranges in _BRACKETS.findall(text):
+        for part in ranges.split(","):
+            bounds = part.split("/", 1)[0]
+            try:
+                ends = [abs(int(n)) for n in bounds.split("-") if n][-2:]
+            except ValueError:
+                continue
+            if len(ends) < 2:
+                total += 1
+            elif bounds.count("-") == 1 and not bounds.startswith("-"):  # 'a-b'
+                total += abs(ends[1] - ends[0]) + 1
+            else:  # '-a-b', '-a--b', 'x-a-b' (ClusterShell reads the last as -a-b): at most a + b + 1
+                total += ends[0] + ends[1] + 1
+    return total
 
 
 def expand(expression: str) -> list[str]:
@@ -28,10 +52,16 @@ def expand(expression: str) -> list[str]:
         raise HostlistError("empty hostlist expression")
     if any(ch.isspace() for ch in text):
         raise HostlistError(f"whitespace inside hostlist expression {expression!r}")
+    too_many = f"hostlist expression {expression!r} names more than {MAX_NODES} nodes"
+    if _span(text) > MAX_NODES:
+        raise HostlistError(too_many)
     try:
-        names = list(NodeSet(text, resolver=RESOLVER_NOGROUP))
+        nodes = NodeSet(text, resolver=RESOLVER_NOGROUP)
     except (NodeSetException, ValueError, TypeError) as exc:
         raise HostlistError(f"bad hostlist expression {expression!r}: {exc}") from exc
+    if len(nodes) > MAX_NODES:  # node[1-1000]-[1-1000]: small ranges, a large product
+        raise HostlistError(too_many)
+    names = list(nodes)
     if not names:
         raise HostlistError(f"hostlist expression {expression!r} names no node")
     for name in names:

@@ -8,13 +8,15 @@ fixes a broken inventory in one pass. Profiles are taken inline (``profiles:``) 
 from __future__ import annotations
 
 import hashlib
+import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from inventory.hostlist import HostlistError, expand
+from inventory.hostlist import MAX_NODES, HostlistError, expand
 from inventory.model import (
     DEFAULT_SSH,
     Inventory,
@@ -24,6 +26,12 @@ from inventory.model import (
 )
 
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
+# A profile looked up as profiles/NAME.yaml: a plain file name, so that '../x' or an over-long name is not a path.
+_PROFILE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# The offending value, quoted in a problem line: bounded, since a YAML alias can make it enormous to print.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel, _QUOTE.maxstring, _QUOTE.maxother = 3, 200, 200
 
 
 class InventoryError(Exception):
@@ -40,10 +48,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    if not isinstance(node, yaml.MappingNode):  # '!!map [1]': construct_mapping says what is wrong, and where
+        return loader.construct_mapping(node, deep=deep)
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # '<<: *base' merges a mapping in; the keys given here override the merged ones
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            duplicate = key in seen
+        except TypeError:  # a list or mapping as a key: construct_mapping reports it with its position
+            break
+        if duplicate:
             raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -61,6 +77,8 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
             # pydantic names the union branch it tried (e.g. 'str', 'MinVersion'); that is not a key.
             if part in {"str", "MinVersion", "function-after", "constrained-float", "constrained-int"}:
                 continue
+            if not _PLAIN_KEY.fullmatch(part):  # '', 'a: b', 'a\nb': quoted, so the line still names the key
+                part = repr(part)
             text += f".{part}" if text else part
     return text or "(top level)"
 
@@ -77,7 +95,7 @@ def _describe(errors: list[Any], prefix: str = "") -> list[str]:
         elif err["type"] == "missing":
             line = f"{path}: required key is missing"
         else:
-            line = f"{path}: {err['msg']} (got {err.get('input')!r})"
+            line = f"{path}: {err['msg']} (got {_QUOTE.repr(err.get('input'))[:300]})"
         if line not in seen:
             seen.add(line)
             problems.append(line)
@@ -89,10 +107,18 @@ def _read_yaml(path: Path, source: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InventoryError(source, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise InventoryError(source, [f"not UTF-8 text: byte {exc.start} is {exc.object[exc.start]:#04x}"]) from exc
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         raise InventoryError(source, [f"not valid YAML: {exc}"]) from exc
+    except RecursionError as exc:
+        raise InventoryError(source, ["not valid YAML: nested too deeply"]) from exc
+    except (ValueError, TypeError, LookupError, AttributeError) as exc:
+        # how PyYAML's constructors fail on a value they cannot build: a date like 2001-02-30, an int of over 4300
+        # digits, '!!bool x', '!!int ""', '!!timestamp x'
+        raise InventoryError(source, [f"not valid YAML: a value cannot be read ({type(exc).__name__}: {exc})"]) from exc
 
 
 def _load_profile_file(path: Path) -> Profile:
@@ -122,6 +148,9 @@ def load_inventory(path: str | Path) -> Inventory:
     def resolve_profile(name: str, key: str) -> Profile | None:
         if name in profiles:
             return profiles[name]
+        if not _PROFILE_FILE_NAME.fullmatch(name):
+            problems.append(f"{key}: profile {name!r} is not defined under 'profiles' (and is not a file name)")
+            return None
         for folder in (path.parent / "profiles", SHIPPED_PROFILES):
             candidate = folder / f"{name}.yaml"
             if candidate.is_file():
@@ -142,6 +171,7 @@ def load_inventory(path: str | Path) -> Inventory:
     base_ssh = parsed.defaults.ssh.merged_over(DEFAULT_SSH)
     nodes: list[Node] = []
     first_entry: dict[str, int] = {}
+    named = 0
     for i, entry in enumerate(parsed.nodes):
         key = f"nodes[{i}]"
         try:
@@ -149,6 +179,10 @@ def load_inventory(path: str | Path) -> Inventory:
         except HostlistError as exc:
             problems.append(f"{key}.hosts: {exc}")
             continue
+        named += len(names)
+        if named > MAX_NODES:
+            problems.append(f"{key}.hosts: the entries up to this one name more than {MAX_NODES} nodes")
+            break
         if entry.address is not None and len(names) > 1:
             problems.append(
                 f"{key}.address: one address given for {len(names)} nodes ({entry.hosts}); give each node its own entry"
@@ -182,12 +216,17 @@ def load_inventory(path: str | Path) -> Inventory:
             )
 
     excluded: set[str] = set()
+    named = 0
     for j, expression in enumerate(parsed.exclude):
         try:
             names = expand(expression)
         except HostlistError as exc:
             problems.append(f"exclude[{j}]: {exc}")
             continue
+        named += len(names)
+        if named > MAX_NODES:
+            problems.append(f"exclude[{j}]: the entries up to this one name more than {MAX_NODES} nodes")
+            break
         for name in names:
             if name not in first_entry:
                 problems.append(f"exclude[{j}]: node {name} is not listed under nodes")

@@ -1,0 +1,502 @@
+"""Property-based fuzzing of every check's ``parse``/``evaluate``/``cluster_values`` and of the probe-output
+parsers, seeded with the real captures in testbed/captures and mutated the way broken nodes break them
+(cut mid-line, lines lost or repeated, numbers garbled, stray unicode, CRLF, NUL bytes), plus plain random text.
+
+The properties: ``parse`` never raises and returns its model; garbage never yields a ``pass`` row, and the
+error shows in the rows; ``evaluate`` and ``cluster_values`` never raise on any model ``parse`` returns.
+``derandomize=True`` keeps every run on the same examples, so CI cannot flake.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import typing
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analysis.probe_output import (
+    ProbeOutput,
+    nccl_transports,
+    nccl_version,
+    parse_json_lines,
+    parse_nccl_tests,
+)
+from checks.base import Check, CheckRow, ClusterView, Status, discover, majority_values
+from inventory.load import load_inventory
+from inventory.model import (
+    ExpectedTransport,
+    MinVersion,
+    NvlinkSpec,
+    PcieSpec,
+    ProbeSettings,
+    Profile,
+)
+from testbed.profile import base_profile
+from tests.capture import CAPTURES, DRIVER_FAILURE, NO_CLUSTER, captured, noheader
+
+pytestmark = pytest.mark.pure
+
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+MACHINES = ("h200x4", "h100x1")
+CHECKS = {check.name: check for check in discover()}
+EXIT_CODES = st.one_of(st.none(), st.integers(-300, 300))
+
+# Real profiles: the contract's, the test-bed's (derived from the captures), none at all, and one that pins
+# the other way (minimum driver, no NVLink, persistence off, InfiniBand expected).
+PROFILES = [
+    Profile(),
+    load_inventory(Path(__file__).resolve().parent.parent / "inventory" / "examples" / "contract.yaml").profiles[
+        "h200-sxm"
+    ],
+    *(Profile.model_validate(base_profile(machine)) for machine in MACHINES),
+    Profile(
+        driver_version=MinVersion(min="570.0"),
+        persistence_mode="disabled",
+        nvlink=NvlinkSpec(links_per_gpu=0, link_speed_gbps=1.0),
+        pcie=PcieSpec(gen=4, width=8),
+        nccl_env={"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "mlx5", "NCCL_API_TOKEN": "x"},
+        probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="P2P", inter_node="NET/IB/0")),
+    ),
+]
+
+
+# Seeds: what each check's COMMAND prints on the captured machines --------------------------------------
+
+
+def _capture(machine: str, name: str) -> str:
+    stdout, _ = captured(machine, name)
+    return stdout
+
+
+def _driver(machine: str) -> str:
+    versions = noheader(machine, ["driver_version"])
+    return f"{versions}### /proc/driver/nvidia/version rc=0\n{_capture(machine, 'proc-driver-version.txt')}"
+
+
+def _cuda(machine: str) -> str:
+    smi, rc = captured(machine, "nvidia-smi.txt")
+    env = dict(line.split("=", 1) for line in _capture(machine, "env-nccl.txt").splitlines())
+    head = "".join(line + "\n" for line in smi.rstrip("\n").split("\n")[:12])
+    lib = "lib=/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3\n"
+    return f"{head}### nccl nvidia-smi rc={rc}\nenv={env.get('NCCL_VERSION', '')}\n{lib}"
+
+
+def _nccl_env(machine: str) -> str:
+    env = "".join(line + "\n" for line in sorted(_capture(machine, "env-nccl.txt").splitlines()))
+    etc = "NCCL_DEBUG=WARN\n# comment\nNCCL_SOCKET_IFNAME = eth1\nNCCL_IB_HCA=mlx5_0\n"
+    return f"### env\n{env}### /etc/nccl.conf\n{etc}### NCCL_CONF_FILE\nNCCL_NET_GDR_LEVEL=PHB\n### end\n"
+
+
+def _nvlink(machine: str) -> str:
+    status, rc = captured(machine, "nvlink-s.txt")
+    return f"{status}### nvidia-smi nvlink -s rc={rc}\n{_capture(machine, 'nvlink-e.txt')}"
+
+
+def _infiniband() -> str:
+    ports = [
+        "/sys/class/infiniband/mlx5_0/ports/1 4: ACTIVE 400 Gb/sec (4X NDR) InfiniBand",
+        "/sys/class/infiniband/mlx5_1/ports/1 1: DOWN 200 Gb/sec (4X HDR) InfiniBand",
+        "/sys/class/infiniband/mlx5_2/ports/1 4: ACTIVE 100 Gb/sec (2X HDR) Ethernet",
+        "/sys/class/infiniband/mlx5_3/ports/1   ",
+    ]
+    return "### ports\n" + "".join(p + "\n" for p in ports) + "### peermem loaded\n### end\n"
+
+
+def _xid() -> str:
+    dmesg = (
+        "[    0.000000] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103)\n"
+        "[ 1234.567890] NVRM: Xid (PCI:0000:18:00): 48, pid=2231, name=python3, An uncorrectable double bit error\n"
+        "[ 1295.817890] NVRM: Xid (PCI:0000:2a:00): 43, pid=0, name=swapper/0, Ch 00000008\n"
+        "[ 1357.067890] NVRM: Xid (PCI:0000:2a:00): garbled\n"
+    )
+    denied = "dmesg: read kernel buffer failed: Operation not permitted\n"
+    return (
+        f"### source=dmesg\n{denied}### rc=1\n### lines=1 xid=0\n"
+        f"### source=journalctl\n{dmesg}### rc=0\n### lines=4 xid=3\n### done\n"
+    )
+
+
+@functools.cache
+def _seeds(name: str) -> list[tuple[str, int | None]]:
+    """What COMMAND prints on both captured machines (InfiniBand ports and a kernel log with Xid lines in the
+    format the command prints, as the machines have neither), and the dead-driver output of nvidia-smi."""
+    module = CHECKS[name].module
+    per_machine: dict[str, Callable[[str], str]] = {
+        "driver": _driver,
+        "cuda": _cuda,
+        "nccl_env": _nccl_env,
+        "nvlink": _nvlink,
+        "topology": lambda m: _capture(m, "topo-m.txt"),
+        "gpu_count": lambda m: _capture(m, "query-gpu-noheader.txt"),
+    }
+    if name in per_machine:
+        seeds: list[tuple[str, int | None]] = [(per_machine[name](m), 0) for m in MACHINES]
+    elif name == "infiniband":
+        seeds = [(_infiniband(), 0)]
+    elif name == "xid":
+        seeds = [(_xid(), 0)]
+    else:  # the --query-gpu checks
+        seeds = [(noheader(m, module.FIELDS), 0) for m in MACHINES]
+    if name not in ("infiniband", "nccl_env", "xid"):
+        seeds.append((DRIVER_FAILURE, 9))
+    return seeds
+
+
+def test_every_check_has_seeds_that_parse_cleanly() -> None:
+    """The seeds are real: each healthy capture parses without error (so mutations start from the real shape)."""
+    assert len(CHECKS) >= 12
+    for name in CHECKS:
+        for stdout, code in _seeds(name):
+            if code == 0:
+                model = CHECKS[name].parse(stdout, code)
+                assert model.error is None, (name, model.error)
+
+
+# Mutations ---------------------------------------------------------------------------------------------
+
+Draw = Callable[[st.SearchStrategy[typing.Any]], typing.Any]
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# Numbers as a broken tool or a corrupted stream may print them. Python's int() refuses '²' (though
+# '²'.isdigit()) and anything over 4300 digits: those come twice as often.
+_INT_REFUSES = ["9" * 5000, "1" * 4301, "²", "³"]
+_ODD_NUMBERS = ["٣", "𝟗", "1.2.3", ".", "", "-1", "nan", "1e999", "0x1F", "2" * 30]
+HOSTILE_NUMBERS = st.sampled_from(_INT_REFUSES * 2 + _ODD_NUMBERS)
+ODD_BREAKS = st.sampled_from(["\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1e", "\x85", "\u2028", "\n\n", ""])
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _truncate(draw: Draw, text: str) -> str:
+    return text[: draw(st.integers(0, len(text)))]
+
+
+def _delete_line(draw: Draw, text: str) -> str:
+    lines = _lines(text)
+    if lines:
+        del lines[draw(st.integers(0, len(lines) - 1))]
+    return "".join(lines)
+
+
+def _duplicate_line(draw: Draw, text: str) -> str:
+    lines = _lines(text)
+    if lines:
+        i = draw(st.integers(0, len(lines) - 1))
+        lines.insert(draw(st.integers(0, len(lines))), lines[i])
+    return "".join(lines)
+
+
+def _swap_lines(draw: Draw, text: str) -> str:
+    lines = _lines(text)
+    if len(lines) > 1:
+        i, j = draw(st.integers(0, len(lines) - 1)), draw(st.integers(0, len(lines) - 1))
+        lines[i], lines[j] = lines[j], lines[i]
+    return "".join(lines)
+
+
+def _replace_line(draw: Draw, text: str) -> str:
+    lines = _lines(text)
+    if lines:
+        lines[draw(st.integers(0, len(lines) - 1))] = draw(st.text(max_size=40)) + "\n"
+    return "".join(lines)
+
+
+def _replace_number(draw: Draw, text: str) -> str:
+    numbers = list(_NUMBER.finditer(text))
+    if not numbers:
+        return text
+    found = numbers[draw(st.integers(0, len(numbers) - 1))]
+    new = draw(st.one_of(HOSTILE_NUMBERS, HOSTILE_NUMBERS, st.integers().map(str), st.text(max_size=6)))
+    return text[: found.start()] + new + text[found.end() :]
+
+
+def _replace_every_number(draw: Draw, text: str) -> str:
+    return _NUMBER.sub(draw(HOSTILE_NUMBERS), text)
+
+
+def _replace_column(draw: Draw, text: str) -> str:
+    """One column of a table garbled on every line: the k-th number of each line becomes the same hostile text."""
+    column, new = draw(st.integers(0, 12)), draw(HOSTILE_NUMBERS)
+
+    def garble(line: str) -> str:
+        numbers = list(_NUMBER.finditer(line))
+        if column >= len(numbers):
+            return line
+        found = numbers[column]
+        return line[: found.start()] + new + line[found.end() :]
+
+    return "".join(garble(line) for line in _lines(text))
+
+
+def _insert_text(draw: Draw, text: str) -> str:
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + draw(st.text(min_size=1, max_size=20)) + text[at:]
+
+
+def _insert_nul(draw: Draw, text: str) -> str:
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + "\x00" * draw(st.integers(1, 3)) + text[at:]
+
+
+def _crlf(draw: Draw, text: str) -> str:
+    return text.replace("\n", "\r\n")
+
+
+def _odd_line_break(draw: Draw, text: str) -> str:
+    breaks = [m.start() for m in re.finditer("\n", text)]
+    if not breaks:
+        return text
+    at = breaks[draw(st.integers(0, len(breaks) - 1))]
+    return text[:at] + draw(ODD_BREAKS) + text[at + 1 :]
+
+
+MUTATIONS: list[Callable[[Draw, str], str]] = [
+    _truncate,
+    _delete_line,
+    _duplicate_line,
+    _swap_lines,
+    _replace_line,
+    _replace_number,
+    _replace_number,
+    _replace_number,
+    _replace_every_number,
+    _replace_column,
+    _insert_text,
+    _insert_nul,
+    _crlf,
+    _odd_line_break,
+]
+
+
+@st.composite
+def mutated(draw: Draw, seeds: list[tuple[str, int | None]]) -> tuple[str, int | None]:
+    """A seed output with one to three mutations, and its exit code or another one."""
+    text, code = draw(st.sampled_from(seeds))
+    for _ in range(draw(st.integers(1, 3))):
+        text = draw(st.sampled_from(MUTATIONS))(draw, text)
+    return text, draw(st.one_of(st.just(code), EXIT_CODES))
+
+
+def outputs(seeds: list[tuple[str, int | None]]) -> st.SearchStrategy[tuple[str, int | None]]:
+    """Mostly mutated seeds; also random text, and the seeds as they are."""
+    changed = mutated(seeds)
+    return st.one_of(changed, changed, changed, st.tuples(st.text(), EXIT_CODES), st.sampled_from(seeds))
+
+
+def text_outputs(seeds: list[str]) -> st.SearchStrategy[str]:
+    texts = mutated([(s, 0) for s in seeds]).map(lambda pair: pair[0])
+    return st.one_of(texts, texts, texts, st.text(), st.sampled_from(seeds))
+
+
+# Checks ------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _views(check: Check) -> st.SearchStrategy[ClusterView]:
+    """No cluster, the majority of the healthy seeds, and majorities with random values for the same keys."""
+    values = [check.cluster_values(check.parse(s, c)) for s, c in _seeds(check.name)] if check.cluster_values else []
+    healthy = majority_values({f"node{i}": v for i, v in enumerate(values)})
+    keys = sorted({k for v in values for k in v} | {"nccl_keys", "gpu_count", "driver_version"})
+    random = st.dictionaries(st.sampled_from(keys), st.text(max_size=12)).map(
+        lambda majority: ClusterView(majority=majority, nodes_compared=3)
+    )
+    return st.one_of(st.just(NO_CLUSTER), st.just(healthy), random)
+
+
+def _assert_rows(check: Check, model: typing.Any, rows: list[CheckRow]) -> None:
+    assert isinstance(rows, list)
+    for row in rows:
+        assert isinstance(row, CheckRow)
+        assert row.check == check.name
+        assert isinstance(row.status, Status)
+        assert re.fullmatch(r"[a-z0-9_]+", row.reason), row.reason  # a stable code, not free text
+        assert isinstance(row.item, str) and row.item
+        assert isinstance(row.detail, str)
+        assert row.observed is None or isinstance(row.observed, str)
+        assert row.expected is None or isinstance(row.expected, str)
+        assert row.gpu is None or isinstance(row.gpu, int)
+    if model.error or getattr(model, "failure", None):
+        assert all(row.status != Status.PASS for row in rows), "unreadable output passed"
+    if model.error:
+        said = [r for r in rows if r.status in (Status.ERROR, Status.SKIP) and model.error[:60] in r.detail]
+        assert said, f"the error {model.error!r} shows in no row"
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+@settings(FUZZ, max_examples=300)
+@given(data=st.data())
+def test_check_parse_evaluate_and_cluster_values_never_raise(name: str, data: st.DataObject) -> None:
+    check = CHECKS[name]
+    stdout, exit_code = data.draw(outputs(_seeds(name)), label="output")
+    model = check.parse(stdout, exit_code)
+    assert isinstance(model, typing.get_type_hints(check.parse)["return"])
+    assert model.error is None or (isinstance(model.error, str) and model.error.strip())
+    assert isinstance(model.raw, str)
+    if name != "nccl_env":  # nccl_env keeps its raw text with secrets masked
+        assert model.raw == stdout
+    values = check.cluster_values(model) if check.cluster_values else {}
+    assert isinstance(values, dict)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
+    if model.error:
+        assert values == {}, "an unreadable output must not vote in the cluster majority"
+    counters = getattr(check.module, "counters", None)  # error counters compared with the node's last run
+    if counters is not None:
+        found = counters(model)
+        assert all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in found.items())
+        assert not (model.error and found)
+    view = data.draw(_views(check), label="cluster")
+    for profile in PROFILES:
+        _assert_rows(check, model, check.evaluate(model, profile, view))
+
+
+def test_hostile_numbers_in_real_outputs_are_read_not_raised() -> None:
+    """What fuzzing found, pinned: a 5000-digit number (``int`` refuses over 4300 digits) or '²' (which
+    ``str.isdigit`` takes and ``int`` refuses) where an index, a count or an exit status is expected."""
+    huge = "9" * 5000
+    gpus = _seeds("gpu_count")[0][0]
+    errors = {
+        "gpu_count": [gpus.replace("0, NVIDIA", f"{huge}, NVIDIA"), gpus.replace("0, NVIDIA", "², NVIDIA")],
+        "driver": [_driver("h200x4").replace("580.159.04\n", f"{huge}.1\n", 1)],
+        "nvlink": [
+            _nvlink("h200x4").replace("rc=0", "rc=²"),
+            _nvlink("h200x4").replace("GPU 1:", f"GPU {huge}:"),
+            _nvlink("h200x4").replace("Link 3:", f"Link {huge}:", 1),
+            _nvlink("h200x4").replace("Errors: 0", f"Errors: {huge}", 1),
+        ],
+        "xid": [_xid().replace("### rc=0", f"### rc={huge}"), _xid().replace("lines=4", f"lines={huge}")],
+        "infiniband": [_infiniband().replace("ports/1 4:", f"ports/{huge} 4:", 1)],
+        "topology": [_capture("h200x4", "topo-m.txt").replace("GPU1", f"GPU{huge}")],
+    }
+    for name, texts in errors.items():
+        for text in texts:
+            model = CHECKS[name].parse(text, 0)
+            assert model.error, (name, text[:80])
+            assert [row.reason for row in CHECKS[name].evaluate(model, PROFILES[-1], NO_CLUSTER)] in (
+                ["unparsable_output"],
+                ["not_in_profile"],  # nvlink without an NVLink spec
+            )
+    # An exit status only tells a missing nvidia-smi (127): an unreadable one is not that, the versions still read.
+    for rc in ("²", huge):
+        model = CHECKS["driver"].parse(_driver("h200x4").replace("rc=0", f"rc={rc}"), 0)
+        assert (model.error, model.failure, model.version) == (None, None, "580.159.04")
+    # A 5000-digit uncorrected ECC count fails the GPU, and is no counter to compare with the last run.
+    memory = CHECKS["memory"]
+    model = memory.parse(noheader("h200x4", memory.module.FIELDS).replace("0, Enabled, 0,", f"0, Enabled, {huge},"), 0)
+    assert sorted(memory.module.counters(model)) == [f"gpu{i}.uncorrected_ecc" for i in (1, 2, 3)]
+    assert ("uncorrected_ecc", 0, "fail") in [
+        (row.item, row.gpu, row.status.value) for row in memory.evaluate(model, Profile(), NO_CLUSTER)
+    ]
+    # An Xid line whose code is not a number is an unparsed Xid line: it fails the node.
+    model = CHECKS["xid"].parse(_xid().replace("): 48,", f"): {huge},"), 0)
+    assert model.error is None and len(model.unparsed) == 2
+    assert "xid_unparsed" in [row.reason for row in CHECKS["xid"].evaluate(model, Profile(), NO_CLUSTER)]
+
+
+# Probe outputs -----------------------------------------------------------------------------------------
+
+NCCL_TESTS = [(CAPTURES / "h200x4" / f"nccl-tests-allreduce-{kind}.txt").read_text() for kind in ("nvlink", "socket")]
+NCCL_LOGS = [(CAPTURES / "h200x4" / f"torch-allreduce-{kind}.txt").read_text() for kind in ("nvlink", "socket")]
+
+
+def _probe_lines() -> str:
+    """What the probes print: an info line, then one JSON record per measurement (the all-reduce records are
+    the ones parse_nccl_tests derives from the real table; the GEMM ones from the captured per-GPU TFLOP/s)."""
+    lines = [json.dumps({"info": "probe", "probe": "allreduce", "world_size": 4, "nccl_version": "2.28.9"})]
+    lines += [json.dumps(m, sort_keys=True) for m in parse_nccl_tests(NCCL_TESTS[0]).measurements[:8]]
+    for line in (CAPTURES / "h200x4" / "gemm-nohog.txt").read_text().splitlines():
+        gpu, _, value, unit = line.split()
+        record = {"probe": "gpu_bench", "metric": "gemm_bf16_tflops", "value": float(value), "unit": unit}
+        lines.append(json.dumps(record | {"gpu": int(gpu[3:])}, sort_keys=True))
+    lines.append(json.dumps({"error": "CUDA error: out of memory", "gpu": 1}))
+    lines.append("W1121 16:40:12 torch/distributed/run.py:851] noise")
+    return "\n".join(lines) + "\n"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+JSON_RECORDS = st.dictionaries(st.sampled_from(["metric", "value", "info", "error", "gpu", "unit"]), JSON_VALUES).map(
+    json.dumps
+)
+JSON_TEXTS = st.one_of(
+    text_outputs([_probe_lines()]),
+    st.lists(JSON_RECORDS, max_size=5).map("\n".join),
+    st.sampled_from(['{"value": ' + "9" * 5000 + "}", '{"a":' + "[" * 100_000 + "]" * 100_000 + "}", '{"v": NaN}']),
+)
+
+
+def _brace_lines(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip().startswith("{"))
+
+
+def test_probe_seeds_parse_cleanly() -> None:
+    out = parse_json_lines(_probe_lines())
+    assert len(out.measurements) == 12 and len(out.info) == 1 and len(out.errors) == 1
+    assert len(parse_nccl_tests(NCCL_TESTS[0]).measurements) > 20 and not parse_nccl_tests(NCCL_TESTS[0]).errors
+    assert nccl_transports(NCCL_LOGS[0]) and nccl_version(NCCL_LOGS[0]) == "2.28.9+cuda13.0"
+
+
+@FUZZ
+@given(text=JSON_TEXTS)
+def test_parse_json_lines_never_raises_and_accounts_for_every_record(text: str) -> None:
+    out = parse_json_lines(text)
+    assert isinstance(out, ProbeOutput)
+    # every line that starts like a JSON object is a measurement, an info record or an error: none is lost
+    assert len(out.measurements) + len(out.info) + len(out.errors) == _brace_lines(text)
+    for record in out.measurements:
+        assert isinstance(record["metric"], str) and isinstance(record["value"], (int, float))
+    assert all(isinstance(e, str) and e for e in out.errors)
+
+
+@FUZZ
+@given(text=text_outputs(NCCL_TESTS), world_size=st.one_of(st.none(), st.integers(1, 1024)))
+def test_parse_nccl_tests_never_raises(text: str, world_size: int | None) -> None:
+    out = parse_nccl_tests(text, world_size)
+    assert isinstance(out, ProbeOutput)
+    assert out.measurements or out.errors, "no rows and no error"
+    assert all(isinstance(e, str) and e for e in out.errors)
+    for record in out.measurements:
+        assert record["metric"] == "allreduce_busbw_gbps"
+        assert isinstance(record["value"], float) and isinstance(record["size"], int)
+        assert world_size is None or record["world_size"] == world_size
+
+
+@FUZZ
+@given(text=text_outputs(NCCL_LOGS))
+def test_nccl_log_readers_never_raise(text: str) -> None:
+    transports = nccl_transports(text)
+    assert all(isinstance(k, str) and k and isinstance(n, int) and n > 0 for k, n in transports.items())
+    version = nccl_version(text)
+    assert version is None or (version and not any(ch.isspace() for ch in version))
+
+
+def test_nccl_tests_row_with_a_garbled_bandwidth_is_not_an_exception() -> None:
+    table = NCCL_TESTS[0]
+    row = next(line for line in table.splitlines() if re.match(r"\s+\d+\s+\d+\s+float", line))
+    cells = row.split()
+    garbled = row.replace(f" {cells[6]} ", " 1.2.3 ", 1)  # the out-of-place algbw column
+    out = parse_nccl_tests(table.replace(row, garbled))
+    assert len(out.measurements) == len(parse_nccl_tests(table).measurements) - 1
+    assert parse_nccl_tests(garbled + "\n").errors == ["no all_reduce_perf result rows in the output"]
+    no_ranks = "".join(line for line in table.splitlines(keepends=True) if "Rank" not in line)
+    assert parse_nccl_tests(no_ranks).measurements[0]["world_size"] == 4  # from 'nGpus 4'
+    huge = parse_nccl_tests(no_ranks.replace("nGpus 4", "nGpus " + "9" * 5000))
+    assert huge.measurements and huge.measurements[0]["world_size"] is None
+    size = re.match(r"\s+(\d+)\s", garbled)
+    assert size is not None
+    assert not parse_nccl_tests(garbled.replace(size.group(1), "9" * 5000, 1) + "\n").measurements
+    assert parse_json_lines('{"value": ' + "9" * 5000 + "}").errors
