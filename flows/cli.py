@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from inventory.hostlist import HostlistError, fold
 
@@ -63,7 +64,8 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
         inventory = load_inventory(path)
     except InventoryError as exc:
         raise _inventory_error(exc) from None
-    table = Table(title=f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test")
+    # Names come from the operator's file: never read as rich markup.
+    table = Table(title=Text(f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test"))
     table.add_column("profile")
     table.add_column("nodes")
     table.add_column("count", justify="right")
@@ -71,10 +73,10 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
     for node in inventory.tested:
         by_profile.setdefault(node.profile_name, []).append(node.name)
     for profile, names in sorted(by_profile.items()):
-        table.add_row(profile, fold(names), str(len(names)))
+        table.add_row(Text(profile), Text(fold(names)), str(len(names)))
     out.print(table)
     if inventory.excluded:
-        out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False)
+        out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False, markup=False)
 
 
 class StageBars:
@@ -200,12 +202,12 @@ def unwritable(out_dir: Path) -> str | None:
 def _print_outcome(outcome: RunOutcome) -> None:
     from analysis.verdicts import Verdict
 
-    table = Table(title=f"run {outcome.run_id}")
+    table = Table(title=Text(f"run {outcome.run_id}"))
     for column in ("node", "verdict", "reasons"):
         table.add_column(column)
     for verdict in outcome.verdicts:
         if verdict["verdict"] != Verdict.ACCEPTED:
-            table.add_row(verdict["node"], verdict["verdict"], ", ".join(verdict["reasons"]))
+            table.add_row(Text(verdict["node"]), verdict["verdict"], Text(", ".join(verdict["reasons"])))
     if table.row_count:
         out.print(table)
     out.print(

@@ -23,3 +23,13 @@ def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
         assert message in proc.stderr
         assert "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_inventory_check_prints_names_that_look_like_markup(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        'cluster: "[/x] [bold]"\nnodes: [{hosts: "a1", address: local}]\nprofiles: {p: {}}\ndefaults: {profile: p}\n'
+    )
+    proc = run_cli("inventory", "check", str(inventory))
+    assert proc.returncode == 0, proc.stderr
+    assert "[/x] [bold]" in proc.stdout and "│ p " in proc.stdout
