@@ -10,7 +10,10 @@ For each N, on the first N nodes of one test-bed (real sshd per node in network 
   evaluation and Parquet writes) and Prefect's share: ``1 - bare / cli`` (target <= 20%). This charges
   Prefect with the interpreter's start and imports too, so it errs against us.
 
-Needs root. ``python3 bench/scale.py [--sizes 64,128,256] [--faulty-pct 10]``
+With ``--server`` the CLI runs against a Prefect server started once by this script (``PREFECT_API_URL``,
+as a team running scheduled checks would have) instead of starting Prefect's ephemeral API every run.
+
+Needs root. ``python3 bench/scale.py [--sizes 64,128,256] [--faulty-pct 10] [--server]``
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -56,7 +62,9 @@ FAULTS = [
 ]
 
 
-def cli_run(inventory: Path, nodes: str, out: str) -> tuple[float, int, dict[str, float], pd.DataFrame, int]:
+def cli_run(
+    inventory: Path, nodes: str, out: str, env: dict[str, str] | None = None
+) -> tuple[float, int, dict[str, float], pd.DataFrame, int]:
     """(wall s, exit code, stage seconds, verdicts, peak RSS in MiB) of one real CLI preflight run."""
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -64,6 +72,7 @@ def cli_run(inventory: Path, nodes: str, out: str) -> tuple[float, int, dict[str
         + ["--stages", "preflight", "--history", "-", "--concurrency", str(CONCURRENCY)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env=env,
     )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
@@ -90,11 +99,41 @@ def bare_run(inventory_path: Path, nodes: str, out: Path) -> float:
     return time.perf_counter() - started
 
 
+def prefect_server(home: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A Prefect server on a free local port, its database under ``home``; the env that points at it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{env['PREFECT_API_URL']}/health", timeout=2).read()
+            return server, env
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the Prefect server did not start") from None
+            time.sleep(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="64,128,256")
     parser.add_argument("--faulty-pct", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3, help="fan-out ratio: median of this many runs")
+    parser.add_argument("--server", action="store_true", help="run against a Prefect server, not the ephemeral API")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     names = node_names(max(sizes))
@@ -105,7 +144,12 @@ def main() -> None:
         f"{'N':>4} {'faulty':>6} {'ours_s':>7} {'xargs_s':>8} {'ratio':>6} {'cli_s':>7} {'preflight_s':>11} "
         f"{'bare_s':>7} {'prefect':>8} {'peak_MiB':>9} {'not_accepted':>12}"
     )
+    server, env = None, None
+    home = tempfile.TemporaryDirectory()
     try:
+        if args.server:
+            server, env = prefect_server(Path(home.name))
+            print(f"# against a Prefect server: {env['PREFECT_API_URL']}", flush=True)
         began = time.perf_counter()
         bed = up(max(sizes), plan, state_dir=STATE, prefix=PREFIX, subnet=SUBNET)
         print(f"# test-bed of {max(sizes)} nodes up in {time.perf_counter() - began:.1f} s", flush=True)
@@ -121,7 +165,7 @@ def main() -> None:
             o, b = statistics.median(ours), statistics.median(base)
             expression = fold(subset)
             with tempfile.TemporaryDirectory() as out:
-                wall, _, stages, verdicts, peak = cli_run(bed.inventory_path, expression, out)
+                wall, _, stages, verdicts, peak = cli_run(bed.inventory_path, expression, out, env)
             with tempfile.TemporaryDirectory() as out:
                 bare = bare_run(bed.inventory_path, expression, Path(out))
             not_accepted = int((verdicts.verdict != "accepted").sum())
@@ -134,6 +178,10 @@ def main() -> None:
             )
     finally:
         down(STATE, PREFIX)
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+        home.cleanup()
 
 
 if __name__ == "__main__":
