@@ -170,6 +170,9 @@ def main() -> None:
                 bare = bare_run(bed.inventory_path, expression, Path(out))
             not_accepted = int((verdicts.verdict != "accepted").sum())
             expected = len([x for x in subset if x in set(faulty)])
+            surprises = verdicts[(verdicts.verdict != "accepted") != verdicts.node.isin(faulty)]
+            for row in surprises.itertuples():  # a healthy node not accepted, or a faulty one accepted
+                print(f"# unexpected: {row.node} {row.verdict} {list(row.reasons)}", flush=True)
             print(
                 f"{n:>4} {expected:>6} {o:>7.2f} {b:>8.2f} {o / b:>6.2f} {wall:>7.1f} "
                 f"{stages.get('preflight', 0):>11.1f} {bare:>7.1f} {1 - bare / wall:>7.0%} {peak:>9} "

@@ -33,6 +33,8 @@ from remote.result import UnreachableCause
 
 JUMP_CONNECTS_IN_FLIGHT = 8
 RETRIES_ON_PROTOCOL_ERROR = 3
+AUTH_TIMEOUT_MIN_S = 30.0
+AUTH_TIMED_OUT = "authentication did not finish in time"
 KEEPALIVE_S = 30
 
 _known_hosts_lock = threading.Lock()
@@ -100,7 +102,9 @@ def _parse_jump(jump: str) -> tuple[str | None, str, int | None]:
 def _connect_kwargs(ssh: SshSettings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "banner_timeout": ssh.connect_timeout_s,
-        "auth_timeout": ssh.connect_timeout_s,
+        # The node answered; key exchange and authentication are CPU work on both ends, slow on a loaded
+        # node or controller (hundreds of sessions at once): give them longer than the TCP connect.
+        "auth_timeout": max(AUTH_TIMEOUT_MIN_S, 3 * (ssh.connect_timeout_s or 0)),
         "password": None,
         "passphrase": None,
     }
@@ -165,6 +169,9 @@ def classify(exc: BaseException) -> Unreachable:
         return Unreachable(UnreachableCause.TIMEOUT, f"no answer within the connect timeout ({text})")
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
         return Unreachable(UnreachableCause.NO_ROUTE, text)
+    if isinstance(exc, paramiko.AuthenticationException) and "timeout" in text.lower():
+        # Not a refused key: the node was too slow to answer (load); retried, then reported as a timeout.
+        return Unreachable(UnreachableCause.TIMEOUT, f"{AUTH_TIMED_OUT} ({text})")
     if isinstance(exc, (paramiko.AuthenticationException, paramiko.PasswordRequiredException)):
         return Unreachable(UnreachableCause.AUTH, text)
     if isinstance(exc, paramiko.SSHException):
@@ -282,7 +289,8 @@ def open_session(node: Node) -> SshSession | Unreachable:
                 connection.close()
             except Exception:  # noqa: BLE001
                 pass
-            if failure.cause is UnreachableCause.PROTOCOL and attempt <= RETRIES_ON_PROTOCOL_ERROR:
+            transient = failure.cause is UnreachableCause.PROTOCOL or failure.detail.startswith(AUTH_TIMED_OUT)
+            if transient and attempt <= RETRIES_ON_PROTOCOL_ERROR:
                 time.sleep(random.uniform(0.2, 0.6) * attempt)  # noqa: S311 - jitter, not crypto
                 continue
             return failure

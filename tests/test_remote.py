@@ -7,12 +7,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Profile
 from remote.batch import AFTER_HANG_S, UnsafeCommandError, build_batch, new_nonce, parse_batch
 from remote.fanout import fan_out, run_node
-from remote.result import NodeStatus, RemoteCommand
+from remote.result import NodeStatus, RemoteCommand, UnreachableCause
+from remote.ssh import AUTH_TIMED_OUT, classify
 from tests.processes import processes_matching
 
 pytestmark = pytest.mark.pure
@@ -128,3 +130,12 @@ def test_after_one_command_hangs_the_rest_of_the_batch_get_a_short_timeout() -> 
     first, second, third = parse_batch(commands, done.stdout, done.stderr, nonce)
     assert first.timed_out and second.timed_out and third.ok and third.stdout.strip() == "still-runs"
     assert elapsed < 1 + AFTER_HANG_S + 8  # not 1 + 60
+
+
+def test_an_authentication_timeout_is_a_timeout_not_a_refused_key() -> None:
+    """Under load (hundreds of sessions on a busy controller) paramiko's auth can time out: that is not a
+    bad key, and it is retried before the node is called unreachable."""
+    slow = classify(paramiko.AuthenticationException("Authentication timeout."))
+    assert slow.cause is UnreachableCause.TIMEOUT and slow.detail.startswith(AUTH_TIMED_OUT)
+    refused = classify(paramiko.AuthenticationException("Authentication failed."))
+    assert refused.cause is UnreachableCause.AUTH
