@@ -92,11 +92,24 @@ class _Stage:
 
     def failed_run(self, run: GroupRun) -> None:
         """A sweep run that hung or failed is recorded on every node of its group, with what each rank said:
-        a collective that hangs once in acceptance is a finding even when the isolation re-tests pass."""
+        a collective that hangs once in acceptance is a finding even when the isolation re-tests pass.
+
+        When the failure has an evident culprit (a node that became unreachable, or whose session was lost
+        without an exit status: a node that died), only that node carries it; the others are re-tested."""
         group = fold(run.nodes)
+        unreachable = {name for name, rank in run.ranks.items() if rank.cause is not None}
+        lost = {
+            name
+            for name, rank in run.ranks.items()
+            if rank.cause is None
+            and (rank.result is None or (rank.result.exit_code is None and not rank.result.timed_out))
+        }
+        # An unreachable node explains the failure (the others were stopped with it); failing that, the nodes
+        # whose sessions were lost, unless every rank was (then nobody stands out).
+        blamed = unreachable or (lost if lost != set(run.ranks) else set())
         for name, rank in run.ranks.items():
-            if rank.cause is not None:
-                continue  # unreachable: its own row already says so
+            if name in unreachable or (blamed and name not in blamed):
+                continue  # unreachable: its own row says so; peers of a dead node are not to blame
             result = rank.result
             if result is not None and result.timed_out:
                 status, reason, said = Status.TIMEOUT, "collective_timeout", "killed at the probe timeout"

@@ -80,4 +80,5 @@ def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path
     assert stragglers.empty, stragglers[["node", "item", "detail"]].to_string()  # CPU mode: warnings at most
     assert set(single[single.node == "node03"].status) == {"timeout"}
     assert not processes_matching("sleep 600.4242")  # the hung probe was killed on the node
-    assert set(glob.glob("/tmp/cluster-accept-probe.*")) == before  # probe directories removed
+    # probe directories removed (stale ones of earlier dead runs may have been swept as well)
+    assert set(glob.glob("/tmp/cluster-accept-probe.*")) <= before
