@@ -76,33 +76,38 @@ def key_figures(measurements: pd.DataFrame) -> pd.DataFrame:
     return grouped[columns]
 
 
-def node_trends(
-    history: Path, cluster: str, nodes: Iterable[str], current: pd.DataFrame, last_k: int = 10
-) -> pd.DataFrame:
-    """Each node's key figures over its last ``last_k`` runs in the history plus the current run's.
+def past_figures(history: Path, cluster: str, exclude_run: str | None = None) -> pd.DataFrame:
+    """Key figures of the earlier runs in the history (see :func:`key_figures`), each with its run's start
+    (``started``), oldest first: what the current run's nodes are compared with. Read once per run."""
+    runs = load(history, "runs", cluster)
+    past = key_figures(load(history, "measurements", cluster))
+    if exclude_run is not None:
+        past = past[past["run_id"] != exclude_run]
+    started = dict(zip(runs["run_id"], runs["started"], strict=False)) if not runs.empty else {}
+    past = past.assign(started=[str(started.get(r, r)) for r in past["run_id"]])
+    return past.sort_values(["started", "run_id"]).reset_index(drop=True)
+
+
+def node_trends(past: pd.DataFrame, current: pd.DataFrame, nodes: Iterable[str], last_k: int = 10) -> pd.DataFrame:
+    """Each node's key figures over its last ``last_k`` earlier runs (``past``, from :func:`past_figures`)
+    plus the current run's (``current``: the run's measurements).
 
     Columns: node, metric, unit, run_id, started, value, current (bool); per node and metric, past runs
     by start, then the current run.
     """
+    columns = ["node", "metric", "unit", "run_id", "started", "value", "current"]
     wanted = set(nodes)
-    runs = load(history, "runs", cluster)
-    past = key_figures(load(history, "measurements", cluster))
-    current_run = set(current["run_id"]) if not current.empty else set()
-    past = past[~past["run_id"].isin(current_run) & past["node"].isin(wanted)]
     now = key_figures(current)
     now = now[now["node"].isin(wanted)]
-    started = dict(zip(runs["run_id"], runs["started"], strict=False)) if not runs.empty else {}
-    frames = []
-    for frame, is_current in ((past, False), (now, True)):
-        if not frame.empty:
-            frames.append(frame.assign(current=is_current))
+    now = now.assign(started=now["run_id"].astype(str))
+    before = past[past["node"].isin(wanted)] if not past.empty else past
+    frames = [frame.assign(current=flag) for frame, flag in ((before, False), (now, True)) if not frame.empty]
     if not frames:
-        return pd.DataFrame(columns=["node", "metric", "unit", "run_id", "started", "value", "current"])
+        return pd.DataFrame(columns=columns)
     df = pd.concat(frames, ignore_index=True)
-    df["started"] = [str(started.get(r, r)) for r in df["run_id"]]
     order = ["node", "metric", "current", "started", "run_id"]  # the current run last, past runs by start
     df = df.sort_values(order)
     # Keep the last ``last_k`` past runs of each node and metric, plus the current one.
     keep = df[~df["current"]].groupby(["node", "metric"]).tail(last_k)
     out = pd.concat([keep, df[df["current"]]]).sort_values(order)
-    return out[["node", "metric", "unit", "run_id", "started", "value", "current"]].reset_index(drop=True)
+    return out[columns].reset_index(drop=True)

@@ -18,11 +18,11 @@ from prefect import flow
 from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.history import append_run, key_figures, load, node_trends
+from analysis.history import append_run, key_figures, load, node_trends, past_figures
 from analysis.regressions import counter_growth, figure_regressions
 from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, RUNS, SCALING, VERDICTS, write_table
 from analysis.verdicts import Verdict, node_verdict
-from checks.base import discover
+from checks.base import Check, discover
 from flows import progress
 from flows.artifacts import publish
 from inventory.hostlist import expand, fold
@@ -35,7 +35,7 @@ from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
 from tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, runs_row, start_run
 from tasks.preflight import COUNTER, evaluate_preflight, node_values, preflight_node, saved_preflight
 from tasks.rows import row_dict
-from tasks.single_node import NodeProbes, evaluate_single_node, probe_commands, saved_probes, single_node_probes
+from tasks.single_node import NodeProbes, evaluate_single_node, probe_script, saved_probes, single_node_probes
 from tasks.slurm import SlurmPlan
 
 STAGES = ("preflight", "single-node", "multi-node")
@@ -138,7 +138,10 @@ def _finish(
     multi: MultiNodeOutcome | None,
     history: Path | None,
     operations: Operations,
+    past: pd.DataFrame | None = None,
 ) -> RunOutcome:
+    """Verdicts, the run's row, the history append, the report, artifacts and operations; ``past``: the
+    history's earlier figures when the single-node stage read them, for the report's trends."""
     verdicts = []
     for node in inventory.nodes:
         verdict = node_verdict(node.name, _rows_of(rows, node.name), excluded=node.excluded)
@@ -156,9 +159,9 @@ def _finish(
     run_info["ended"] = now_iso()
     write_table(run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
     trends = pd.DataFrame()
+    if past is not None:
+        trends = node_trends(past, pd.DataFrame(measurements), [n.name for n in inventory.tested])
     if history is not None:
-        names = [n.name for n in inventory.tested]
-        trends = node_trends(history, inventory.cluster, names, pd.DataFrame(measurements))
         append_run(history, run_dir.path, run_dir.run_id, str(run_info["started"])[:10])
     data = ReportData(
         rows=rows,
@@ -186,26 +189,31 @@ def _collect(stage: str, futures: list[PrefectFuture[Any]]) -> list[Any]:
 
 
 def _regression_rows(
-    run_dir: RunDir, inventory: Inventory, measurements: list[dict[str, Any]], history: Path | None
+    run_dir: RunDir, inventory: Inventory, measurements: list[dict[str, Any]], past: pd.DataFrame, quick: bool
 ) -> list[dict[str, Any]]:
-    """Each measured node against its own last runs in the history (scheduled checks watch for drift)."""
-    if history is None or not measurements:
+    """Each measured node against its own earlier runs (``past``, oldest first): scheduled checks watch for
+    drift."""
+    if not measurements:
         return []
-    past = key_figures(load(history, "measurements", inventory.cluster))
-    past = past[past["run_id"] != run_dir.run_id].sort_values("run_id")
     thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
     cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
     found = figure_regressions(key_figures(pd.DataFrame(measurements)), past, thresholds, warn_only=cpu)
-    out = []
-    for node_name, row in found:
-        probe = "allreduce" if row.check == "allreduce" else "gpu_bench"
-        command = next(c.script for c in probe_commands(inventory.node(node_name)) if c.name == probe)
-        out.append(row_dict(run_dir.run_id, inventory.cluster, "single-node", node_name, row, "", command))
-    return out
+    return [
+        row_dict(
+            run_dir.run_id,
+            inventory.cluster,
+            "single-node",
+            node_name,
+            row,
+            "",
+            probe_script(inventory.node(node_name), row.check, quick),
+        )
+        for node_name, row in found
+    ]
 
 
 def _counter_rows(
-    run_dir: RunDir, inventory: Inventory, values: list[dict[str, Any]], history: Path | None
+    run_dir: RunDir, inventory: Inventory, values: list[dict[str, Any]], history: Path | None, checks: list[Check]
 ) -> list[dict[str, Any]]:
     """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
     if history is None:
@@ -225,7 +233,7 @@ def _counter_rows(
         latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
         last = past[past["run_id"] == past["node"].map(latest)]
         previous = counters(last.to_dict("records"))
-    commands = {c.name: c.command for c in discover()}
+    commands = {c.name: c.command for c in checks}
     return [
         row_dict(run_dir.run_id, inventory.cluster, "preflight", node, row, "", commands.get(row.check, ""))
         for node, row in counter_growth(counters(values), previous)
@@ -247,6 +255,7 @@ def _acceptance(
     rows: list[dict[str, Any]] = []
     values: list[dict[str, Any]] = []
     measurements: list[dict[str, Any]] = []
+    past: pd.DataFrame | None = None
     report = progress.current()
     if "preflight" in stages:
         checks = discover()
@@ -260,7 +269,7 @@ def _acceptance(
         outcomes = [done[n.name] for n in inventory.tested]
         rows = evaluate_preflight(run_dir.run_id, inventory, outcomes, checks)
         values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
-        rows += _counter_rows(run_dir, inventory, values, history)
+        rows += _counter_rows(run_dir, inventory, values, history, checks)
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
         timings["preflight"] = round(timings.get("preflight", 0.0) + time.perf_counter() - began, 3)
@@ -285,7 +294,10 @@ def _acceptance(
             measured.update((o.node, o) for o in _collect("single-node", batch))
         probe_outcomes = [measured[n.name] for n in eligible]
         stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes, quick)
-        rows += stage_rows + _regression_rows(run_dir, inventory, measurements, history)
+        rows += stage_rows
+        if history is not None:
+            past = past_figures(history, inventory.cluster, exclude_run=run_dir.run_id)
+            rows += _regression_rows(run_dir, inventory, measurements, past, quick)
         write_table(run_dir.path / "checks.parquet", rows, CHECKS)
         write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
         timings["single-node"] = round(timings.get("single-node", 0.0) + time.perf_counter() - began, 3)
@@ -317,7 +329,7 @@ def _acceptance(
         report.advance("multi-node")
         report.finish("multi-node")
 
-    return _finish(run_dir, run_info, inventory, rows, values, measurements, multi, history, operations)
+    return _finish(run_dir, run_info, inventory, rows, values, measurements, multi, history, operations, past)
 
 
 def history_dir(out_dir: str | Path, history: str | None) -> Path | None:

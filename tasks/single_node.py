@@ -90,6 +90,12 @@ def probe_commands(node: Node, quick: bool = False) -> list[RemoteCommand]:
     ]
 
 
+def probe_script(node: Node, check: str, quick: bool = False) -> str:
+    """The node-side command behind a judged figure of ``check``: the all-reduce probe or the GPU bench."""
+    probe = "allreduce" if check == "allreduce" else "gpu_bench"
+    return next(c.script for c in probe_commands(node, quick) if c.name == probe)
+
+
 def run_probes_on_node(node: Node, quick: bool = False) -> NodeProbes:
     """Ship, run, collect, clean up. Never raises."""
     run = run_in_probe_dir(node, PROBE_FILES, probe_commands(node, quick))
@@ -209,7 +215,6 @@ def evaluate_single_node(
         thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
         cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
         for node_name, row in judge(pd.DataFrame(measurements), thresholds, warn_only=cpu):
-            probe = "allreduce" if row.check == "allreduce" else "gpu_bench"
-            command = next(c.script for c in probe_commands(inventory.node(node_name), quick) if c.name == probe)
+            command = probe_script(inventory.node(node_name), row.check, quick)
             rows.append(row_dict(run_id, inventory.cluster, STAGE, node_name, row, "", command))
     return rows, measurements

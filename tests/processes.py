@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -15,6 +17,26 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
     )
+
+
+def start_cli(*args: str, session: bool = False) -> subprocess.Popen[str]:
+    """``cluster-accept ARGS`` started in the background (stdout and stderr piped), for tests that act on
+    the run while it goes; ``session``: in its own session, so the controller with its Prefect server can
+    be killed as one (``os.killpg``), like a crashed host."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=session,
+    )
+
+
+def run_verdicts(out_dir: Path) -> dict[str, tuple[str, list[str]]]:
+    """node -> (verdict, reasons) of the one run under ``out_dir``."""
+    frame = pd.read_parquet(only_run(out_dir) / "verdicts.parquet")
+    return {r.node: (r.verdict, list(r.reasons)) for r in frame.itertuples()}
 
 
 def processes_matching(text: str) -> list[int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import yaml
 
 from testbed import bed as testbed
 from testbed import net
-from tests.processes import ROOT, only_run, run_cli
+from tests.processes import only_run, run_cli, run_verdicts, start_cli
 
 pytestmark = pytest.mark.testbed
 
@@ -90,8 +89,7 @@ def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_dir = only_run(tmp_path)
-    verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
-    got = {r.node: (r.verdict, list(r.reasons)) for r in verdicts.itertuples()}
+    got = run_verdicts(tmp_path)
     for node, (verdict, reason) in EXPECTED.items():
         assert got[node][0] == verdict, (node, got[node])
         if reason:
@@ -115,13 +113,8 @@ def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[
 
 def test_node_dying_mid_probe(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=3, faults={}, prefix="cad9", subnet="10.254.76.0/24")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path)]
-        + ["--stages", "preflight,single-node"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_cli(
+        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight,single-node"
     )
     victim = bed.netns("node02")
     try:
@@ -143,8 +136,7 @@ def test_node_dying_mid_probe(testbed_factory, tmp_path: Path) -> None:  # type:
         testbed.start_sshd(bed, "node02")
     assert proc.returncode == 1, out + err
     run_dir = only_run(tmp_path)
-    verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
-    got = {r.node: (r.verdict, list(r.reasons)) for r in verdicts.itertuples()}
+    got = run_verdicts(tmp_path)
     assert got["node02"][0] in ("rejected", "unreachable") and got["node02"][1], got
     assert got["node01"] == got["node03"] == ("accepted", []), got
     checks = pd.read_parquet(run_dir / "checks.parquet")
@@ -166,14 +158,7 @@ def test_hanging_multi_node_probe_is_stopped_everywhere(testbed_factory, tmp_pat
     short = bed.inventory_path.with_name("inventory-short-timeout.yaml")  # beside it: relative paths hold
     short.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--inventory", str(short), "--out", str(out)]
-        + ["--stages", "multi-node"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", "--inventory", str(short), "--out", str(out), "--stages", "multi-node")
     victim = bed.netns("node02")
     stopped: list[int] = []
     try:

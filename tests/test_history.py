@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from analysis.history import append_run, key_figures, load, node_trends
+from analysis.history import append_run, key_figures, load, node_trends, past_figures
 from analysis.schemas import MEASUREMENTS, RUNS, VERDICTS, write_table
 
 pytestmark = pytest.mark.pure
@@ -104,13 +104,13 @@ def test_node_trends_hold_the_last_k_past_runs_and_the_current_one(tmp_path: Pat
     current = pd.DataFrame(
         [_figure("r4", "n1", "gemm_bf16_tflops", 600.0, 0), _figure("r4", "n2", "gemm_bf16_tflops", 1, 0)]
     )
-    trends = node_trends(history, "c1", ["n1"], current, last_k=2)
+    trends = node_trends(past_figures(history, "c1", exclude_run="r4"), current, ["n1"], last_k=2)
     assert list(zip(trends.run_id, trends.value, trends.current, strict=True)) == [
         ("r2", 705.0, False),
         ("r3", 698.0, False),
         ("r4", 600.0, True),
     ]
-    assert node_trends(tmp_path / "empty", "c1", ["n1"], pd.DataFrame()).empty
+    assert node_trends(past_figures(tmp_path / "empty", "c1"), pd.DataFrame(), ["n1"]).empty
 
 
 def test_docs_data_md_documents_every_column_of_every_table() -> None:

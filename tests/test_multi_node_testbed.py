@@ -4,7 +4,6 @@ without the limiter nobody is; a node that dies mid-sweep is reported while the 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from inventory.hostlist import expand
 from testbed import bed as testbed
 from testbed.faults import fault_plan_from_data
-from tests.processes import only_run, run_cli
+from tests.processes import only_run, run_cli, run_verdicts, start_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,11 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def multi_node_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, timeout=900)
-
-
-def verdicts(run_root: Path) -> dict[str, tuple[str, list[str]]]:
-    run_dir = only_run(run_root)
-    return {r.node: (r.verdict, list(r.reasons)) for r in pd.read_parquet(run_dir / "verdicts.parquet").itertuples()}
 
 
 def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -40,7 +34,7 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
         "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node"
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    got = verdicts(tmp_path)
+    got = run_verdicts(tmp_path)
     assert got["node05"][0] == "rejected" and "isolation:slow_node" in got["node05"][1]
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node05"}
     run_dir = only_run(tmp_path)
@@ -60,7 +54,7 @@ def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # 
         "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert {v for v, _ in verdicts(tmp_path).values()} == {"accepted"}
+    assert {v for v, _ in run_verdicts(tmp_path).values()} == {"accepted"}
     m = pd.read_parquet(only_run(tmp_path) / "measurements.parquet")
     assert sorted(set(m.group)) == ["node[01-02]", "node[01-04]", "node[01-08]"]
     assert (m.value > 0.03).all()
@@ -68,24 +62,7 @@ def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # 
 
 def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=8, faults=None, prefix="cam3", subnet="10.254.48.0/24")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--inventory",
-            str(bed.inventory_path),
-            "--out",
-            str(tmp_path),
-            "--stages",
-            "multi-node",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not list(tmp_path.glob("*/run.json")):
@@ -98,7 +75,7 @@ def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tm
             proc.kill()
         testbed.start_sshd(bed, "node07")
     assert proc.returncode == 1, out + err
-    got = verdicts(tmp_path)
+    got = run_verdicts(tmp_path)
     assert got["node07"][0] == "unreachable"
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node07"}
 
@@ -122,7 +99,7 @@ def test_bisect_names_the_slow_suspect(testbed_factory, tmp_path: Path) -> None:
         str(tmp_path),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    got = verdicts(tmp_path)
+    got = run_verdicts(tmp_path)
     assert set(got) == {"node01", "node02", "node04", "node05", "node06"}
     assert got["node05"] == ("rejected", ["isolation:slow_node"])
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node05"}

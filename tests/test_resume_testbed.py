@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,25 +14,13 @@ import pandas as pd
 import pytest
 
 from analysis.probe_output import parse_json_lines
-from tests.processes import ROOT, processes_matching, run_cli
+from tests.processes import processes_matching, run_cli, start_cli
 
 pytestmark = pytest.mark.testbed
 
 FAULTS = {"nodes": {"node02": ["down"], "node04": [{"driver_version": {"version": "570.86.15"}}]}}
 STAGES = "preflight,single-node"
 KEY = ["node", "stage", "check", "item", "gpu"]
-
-
-def _start_run(inventory: Path, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--inventory", str(inventory), "--out", str(out)]
-        + ["--stages", STAGES],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,  # the controller with its Prefect server: killed together, like a crashed host
-    )
 
 
 def _wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -55,13 +41,16 @@ def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_
     bed = testbed_factory(nodes=6, faults=FAULTS, prefix="car", subnet="10.254.68.0/24")
     out = tmp_path / "resumed"
     out.mkdir()
-    controller = _start_run(bed.inventory_path, out)
+    # The controller with its Prefect server in one session: killed together, like a crashed host.
+    controller = start_cli(
+        "run", "--inventory", str(bed.inventory_path), "--out", str(out), "--stages", STAGES, session=True
+    )
     saved_dir = lambda: next(out.glob("*/checkpoints/single-node"), None)  # noqa: E731
     try:
         _wait_for(lambda: saved_dir() is not None and len(list(saved_dir().glob("*.json"))) >= 2, 240, "2 nodes probed")
     finally:
         os.killpg(controller.pid, signal.SIGKILL)
-        controller.wait(timeout=30)
+        controller.communicate(timeout=30)
     run_dir = _run_dir(out)
     assert json.loads((run_dir / "run.json").read_text())["ended"] is None
     before = {p.stem: json.loads(p.read_text()) for p in (run_dir / "checkpoints" / "single-node").glob("*.json")}
