@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis.probe_verdicts import judged_figures
-from analysis.schemas import TABLES
+from cluster_accept.analysis.probe_verdicts import judged_figures
+from cluster_accept.analysis.schemas import TABLES
 
 
 def partition_dir(history: Path, table: str, date: str) -> Path:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from inventory.hostlist import fold
+from cluster_accept.inventory.hostlist import fold
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from checks.base import CheckRow, Status
-from inventory.model import Thresholds
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.inventory.model import Thresholds
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from collections.abc import Collection, Mapping
 
 import pandas as pd
 
-from analysis.probe_verdicts import RULES
-from checks.base import CheckRow, Status
-from inventory.model import Thresholds
+from cluster_accept.analysis.probe_verdicts import RULES
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.inventory.model import Thresholds
 
 MIN_PAST_RUNS = 2  # one earlier run is an anecdote; two make a median worth comparing with
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from checks.base import BAD_STATUSES, Status
-from inventory.hostlist import describe_folded, fold_values
+from cluster_accept.checks.base import BAD_STATUSES, Status
+from cluster_accept.inventory.hostlist import describe_folded, fold_values
 
 
 class Verdict:

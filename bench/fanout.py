@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inventory.load import load_inventory  # noqa: E402
-from remote.fanout import fan_out  # noqa: E402
-from remote.result import NodeStatus, RemoteCommand  # noqa: E402
-from testbed.bed import down, up  # noqa: E402
+from cluster_accept.inventory.load import load_inventory  # noqa: E402
+from cluster_accept.remote.fanout import fan_out  # noqa: E402
+from cluster_accept.remote.result import NodeStatus, RemoteCommand  # noqa: E402
+from cluster_accept.testbed.bed import down, up  # noqa: E402
 
 COMMANDS = ["uname -a", "nvidia-smi -L", "cat /proc/driver/nvidia/version"]
 STATE = Path("/tmp/cluster-accept-bench-fanout")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, budget, drive  # noqa: E402
+from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, budget, drive  # noqa: E402
 
 HEALTHY, SLOW, NOISE = 40.0, 5.0, 0.02
 

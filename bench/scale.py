@@ -36,15 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd  # noqa: E402
 
-from analysis.schemas import CHECKS, NODE_VALUES, write_table  # noqa: E402
 from bench.fanout import baseline, ours_subset  # noqa: E402
-from checks.base import discover  # noqa: E402
-from flows.acceptance import select_nodes  # noqa: E402
-from inventory.hostlist import fold  # noqa: E402
-from inventory.load import load_inventory  # noqa: E402
-from tasks.preflight import evaluate_preflight, node_values, run_preflight_on_node  # noqa: E402
-from testbed.bed import down, node_names, up  # noqa: E402
-from testbed.faults import fault_plan_from_data  # noqa: E402
+from cluster_accept.analysis.schemas import CHECKS, NODE_VALUES, write_table  # noqa: E402
+from cluster_accept.checks.base import discover  # noqa: E402
+from cluster_accept.flows.acceptance import select_nodes  # noqa: E402
+from cluster_accept.inventory.hostlist import fold  # noqa: E402
+from cluster_accept.inventory.load import load_inventory  # noqa: E402
+from cluster_accept.tasks.preflight import evaluate_preflight, node_values, run_preflight_on_node  # noqa: E402
+from cluster_accept.testbed.bed import down, node_names, up  # noqa: E402
+from cluster_accept.testbed.faults import fault_plan_from_data  # noqa: E402
 
 STATE = Path("/tmp/cluster-accept-bench-scale")
 PREFIX = "cabs"

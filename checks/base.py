@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from inventory.model import Profile
+from cluster_accept.inventory.model import Profile
 
 
 class Status(str, enum.Enum):
@@ -115,7 +115,7 @@ def _as_check(module: ModuleType) -> Check | None:
     )
 
 
-def discover(package: str = "checks") -> list[Check]:
+def discover(package: str = "cluster_accept.checks") -> list[Check]:
     """Every check module in ``package``, sorted by name."""
     root = importlib.import_module(package)
     found: list[Check] = []

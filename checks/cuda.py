@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure
-from inventory.model import Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.sections import driver_failure
+from cluster_accept.inventory.model import Profile
 
 NAME = "cuda"
 _NCCL_MARK = "### nccl nvidia-smi rc="

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import csv_rows, driver_failure, small_int
-from inventory.model import MinVersion, Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.sections import csv_rows, driver_failure, small_int
+from cluster_accept.inventory.model import MinVersion, Profile
 
 NAME = "driver"
 _PROC_MARK = "### /proc/driver/nvidia/version rc="

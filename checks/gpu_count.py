@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import csv_rows, driver_failure, small_int
-from inventory.model import Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.sections import csv_rows, driver_failure, small_int
+from cluster_accept.inventory.model import Profile
 
 NAME = "gpu_count"
 # The same field list as the captured tests/data output, so the parser is tested on the real thing.

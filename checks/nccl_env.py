@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from inventory.model import Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.inventory.model import Profile
 
 NAME = "nccl_env"
 MASK = "****"

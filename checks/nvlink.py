@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure, small_int
-from inventory.model import NvlinkSpec, Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.sections import driver_failure, small_int
+from cluster_accept.inventory.model import NvlinkSpec, Profile
 
 NAME = "nvlink"
 _ERRORS_MARK = "### nvidia-smi nvlink -s rc="

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import not_available, query_gpu_command, read_gpu_query
-from inventory.model import Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.sections import not_available, query_gpu_command, read_gpu_query
+from cluster_accept.inventory.model import Profile
 
 NAME = "persistence"
 FIELDS = ["index", "persistence_mode"]

@@ -13,9 +13,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from checks.base import CheckRow, ClusterView, Status, error_row
-from checks.sections import driver_failure
-from inventory.model import Profile
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.sections import driver_failure
+from cluster_accept.inventory.model import Profile
 
 NAME = "topology"
 COMMAND = "nvidia-smi topo -m 2>&1"

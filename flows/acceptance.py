@@ -18,25 +18,40 @@ from prefect import flow
 from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from analysis.history import append_run, key_figures, load, node_trends, past_figures
-from analysis.regressions import counter_growth, figure_regressions
-from analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, RUNS, SCALING, VERDICTS, write_table
-from analysis.verdicts import Verdict, node_verdict
-from checks.base import Check, discover
-from flows import progress
-from flows.artifacts import publish
-from inventory.hostlist import expand, fold
-from inventory.load import load_inventory
-from inventory.model import Inventory
-from reports.render import ReportData, build_context, render
-from tasks.after_run import Operations, after_run
-from tasks.checkpoints import Checkpoints
-from tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
-from tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, runs_row, start_run
-from tasks.preflight import COUNTER, evaluate_preflight, node_values, preflight_node, saved_preflight
-from tasks.rows import row_dict
-from tasks.single_node import NodeProbes, evaluate_single_node, probe_script, saved_probes, single_node_probes
-from tasks.slurm import SlurmPlan
+from cluster_accept.analysis.history import append_run, key_figures, load, node_trends, past_figures
+from cluster_accept.analysis.regressions import counter_growth, figure_regressions
+from cluster_accept.analysis.schemas import (
+    CHECKS,
+    ISOLATION,
+    MEASUREMENTS,
+    NODE_VALUES,
+    RUNS,
+    SCALING,
+    VERDICTS,
+    write_table,
+)
+from cluster_accept.analysis.verdicts import Verdict, node_verdict
+from cluster_accept.checks.base import Check, discover
+from cluster_accept.flows import progress
+from cluster_accept.flows.artifacts import publish
+from cluster_accept.inventory.hostlist import expand, fold
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.inventory.model import Inventory
+from cluster_accept.reports.render import ReportData, build_context, render
+from cluster_accept.tasks.after_run import Operations, after_run
+from cluster_accept.tasks.checkpoints import Checkpoints
+from cluster_accept.tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
+from cluster_accept.tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, runs_row, start_run
+from cluster_accept.tasks.preflight import COUNTER, evaluate_preflight, node_values, preflight_node, saved_preflight
+from cluster_accept.tasks.rows import row_dict
+from cluster_accept.tasks.single_node import (
+    NodeProbes,
+    evaluate_single_node,
+    probe_script,
+    saved_probes,
+    single_node_probes,
+)
+from cluster_accept.tasks.slurm import SlurmPlan
 
 STAGES = ("preflight", "single-node", "multi-node")
 # Suites for scheduled checks: light is minutes (preflight and short probes), full is every stage.

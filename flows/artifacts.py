@@ -15,7 +15,7 @@ from typing import Any
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from analysis.verdicts import Verdict, fold_by
+from cluster_accept.analysis.verdicts import Verdict, fold_by
 
 log = logging.getLogger(__name__)
 

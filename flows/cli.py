@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inventory.hostlist import HostlistError, fold
+from cluster_accept.inventory.hostlist import HostlistError, fold
 
 if TYPE_CHECKING:
-    from flows.acceptance import RunOutcome
-from inventory.load import InventoryError, load_inventory
-from tasks.after_run import Operations
+    from cluster_accept.flows.acceptance import RunOutcome
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.tasks.after_run import Operations
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
@@ -127,7 +127,7 @@ class RunRequest:
 
 def _check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
-    from flows.acceptance import resolve_suite, resumable, select_nodes
+    from cluster_accept.flows.acceptance import resolve_suite, resumable, select_nodes
 
     if request.resume:
         if request.inventory or request.nodes or request.stages or request.suite:
@@ -144,8 +144,8 @@ def _check_request(request: RunRequest) -> None:
 
 
 def _run(request: RunRequest) -> int:
-    from flows import progress
-    from flows.acceptance import ResumeError, run_acceptance
+    from cluster_accept.flows import progress
+    from cluster_accept.flows.acceptance import ResumeError, run_acceptance
 
     try:
         _check_request(request)
@@ -200,7 +200,7 @@ def unwritable(out_dir: Path) -> str | None:
 
 
 def _print_outcome(outcome: RunOutcome) -> None:
-    from analysis.verdicts import Verdict
+    from cluster_accept.analysis.verdicts import Verdict
 
     table = Table(title=Text(f"run {outcome.run_id}"))
     for column in ("node", "verdict", "reasons"):
@@ -291,7 +291,7 @@ def serve(
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
 ) -> None:
     """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted)."""
-    from flows.schedule import serve_deployment
+    from cluster_accept.flows.schedule import serve_deployment
 
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
     try:
@@ -315,7 +315,7 @@ def bisect_command(
     ] = None,
 ) -> None:
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
-    from flows.acceptance import bisect, select_nodes
+    from cluster_accept.flows.acceptance import bisect, select_nodes
 
     try:
         inv = load_inventory(inventory)
@@ -337,8 +337,8 @@ def testbed_up(
     faults: Annotated[Path | None, typer.Option("--faults", help="fault plan YAML")] = None,
 ) -> None:
     """Start N simulated GPU nodes (network namespaces with real sshd) and write their inventory."""
-    from testbed.bed import up
-    from testbed.faults import load_fault_plan
+    from cluster_accept.testbed.bed import up
+    from cluster_accept.testbed.faults import load_fault_plan
 
     try:
         plan = load_fault_plan(faults) if faults else None
@@ -351,7 +351,7 @@ def testbed_up(
 @testbed_app.command("down")
 def testbed_down() -> None:
     """Stop every simulated node and remove the namespaces, bridge and state."""
-    from testbed.bed import down
+    from cluster_accept.testbed.bed import down
 
     down()
     out.print("test-bed down")
@@ -363,8 +363,8 @@ DEMO_FAULTS = Path(__file__).resolve().parent.parent / "testbed" / "demo-faults.
 @app.command("demo")
 def demo(out_dir: Annotated[Path, typer.Option("--out", help="where the run directory goes")] = Path("runs")) -> None:
     """Bring up an 8-node test-bed with planted faults, accept it, print the report path, take it down."""
-    from testbed.bed import down, up
-    from testbed.faults import load_fault_plan
+    from cluster_accept.testbed.bed import down, up
+    from cluster_accept.testbed.faults import load_fault_plan
 
     plan = load_fault_plan(DEMO_FAULTS)
     out.print("starting an 8-node test-bed (real sshd in network namespaces) with planted faults...")

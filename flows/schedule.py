@@ -13,9 +13,9 @@ from typing import Any
 
 from prefect.client.schemas.schedules import CronSchedule
 
-from flows.acceptance import SUITES, acceptance
-from inventory.load import load_inventory
-from tasks.after_run import Operations
+from cluster_accept.flows.acceptance import SUITES, acceptance
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.tasks.after_run import Operations
 
 
 def deployment_parameters(

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from inventory.hostlist import MAX_NODES, HostlistError, expand
-from inventory.model import (
+from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand
+from cluster_accept.inventory.model import (
     DEFAULT_SSH,
     Inventory,
     InventoryFile,

@@ -17,7 +17,7 @@ import secrets
 import shlex
 from collections.abc import Sequence
 
-from remote.result import CommandResult, RemoteCommand
+from cluster_accept.remote.result import CommandResult, RemoteCommand
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 KILL_GRACE_S = 5

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Protocol
 
-from inventory.model import Node
-from remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
-from remote.local import run_local
-from remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
-from remote.ssh import Unreachable, open_session
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
+from cluster_accept.remote.local import run_local
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.ssh import Unreachable, open_session
 
 DEFAULT_CONCURRENCY = 64
 

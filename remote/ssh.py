@@ -28,8 +28,8 @@ from typing import Any
 import paramiko
 from fabric import Config, Connection
 
-from inventory.model import Node, SshSettings
-from remote.result import UnreachableCause
+from cluster_accept.inventory.model import Node, SshSettings
+from cluster_accept.remote.result import UnreachableCause
 
 JUMP_CONNECTS_IN_FLIGHT = 8
 RETRIES_ON_PROTOCOL_ERROR = 3

@@ -13,8 +13,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from analysis.probe_verdicts import RULES
-from reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
+from cluster_accept.analysis.probe_verdicts import RULES
+from cluster_accept.reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
 
 GEMM_METRICS = ("gemm_bf16_tflops", "gemm_bf16_gflops", "gemm_fp16_tflops", "gemm_fp32_gflops")
 MEMORY_METRICS = ("hbm_copy_gbps", "mem_copy_gbps")

@@ -19,11 +19,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from analysis.verdicts import Verdict, differences, fold_by
-from inventory.hostlist import fold
-from reports import figures
-from reports.actions import reproduce, suggest
-from reports.charts import fmt
+from cluster_accept.analysis.verdicts import Verdict, differences, fold_by
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.reports import figures
+from cluster_accept.reports.actions import reproduce, suggest
+from cluster_accept.reports.charts import fmt
 
 TEMPLATES = Path(__file__).parent / "templates"
 EXCERPT_CHARS = 1200

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analysis.verdicts import Verdict
+from cluster_accept.analysis.verdicts import Verdict
 
 VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)
 # Key figures exported per node: (metric in measurements, Prometheus name, help text).

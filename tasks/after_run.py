@@ -16,9 +16,9 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from analysis.history import key_figures
-from reports.summary import prometheus_text, summary
-from tasks.slurm import SlurmPlan, slurm_step
+from cluster_accept.analysis.history import key_figures
+from cluster_accept.reports.summary import prometheus_text, summary
+from cluster_accept.tasks.slurm import SlurmPlan, slurm_step
 
 
 class Operations(BaseModel):

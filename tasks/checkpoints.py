@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from remote.result import CommandResult, NodeResult, NodeStatus, UnreachableCause
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, UnreachableCause
 
 DIRECTORY = "checkpoints"
 

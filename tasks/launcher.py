@@ -20,12 +20,12 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.probe_output import nccl_transports, parse_json_lines
-from inventory.model import Node
-from remote.fanout import connect
-from remote.result import CommandResult, NodeStatus, RemoteCommand
-from remote.ssh import Unreachable
-from tasks.probe_dir import run_in_probe_dir
+from cluster_accept.analysis.probe_output import nccl_transports, parse_json_lines
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.fanout import connect
+from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.ssh import Unreachable
+from cluster_accept.tasks.probe_dir import run_in_probe_dir
 
 CPU_BYTES = 1 << 20
 STOP_RETRY_S = 3.0  # gloo over a test-bed's veths: one size, small enough for a rate-limited link

@@ -13,15 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
-from analysis.probe_output import nccl_transports, transport_matches
-from analysis.probe_verdicts import measurement_row
-from analysis.scaling import ScalingPoint, scaling_table, sweep_sizes
-from checks.base import CheckRow, Status
-from inventory.hostlist import fold
-from inventory.model import Inventory, Node
-from tasks.launcher import GroupRun, launch_group
-from tasks.rows import row_dict, unreachable_row
+from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
+from cluster_accept.analysis.probe_output import nccl_transports, transport_matches
+from cluster_accept.analysis.probe_verdicts import measurement_row
+from cluster_accept.analysis.scaling import ScalingPoint, scaling_table, sweep_sizes
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.tasks.launcher import GroupRun, launch_group
+from cluster_accept.tasks.rows import row_dict, unreachable_row
 
 STAGE = "multi-node"
 

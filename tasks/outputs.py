@@ -57,7 +57,7 @@ class RunDir:
 
 def runs_row(run_info: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's one row of ``runs.parquet``: when, what, and the verdict counts."""
-    from analysis.schemas import SCHEMA_VERSION
+    from cluster_accept.analysis.schemas import SCHEMA_VERSION
 
     def when(text: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(text) if text else None

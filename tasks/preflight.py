@@ -12,13 +12,13 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from analysis.secrets import mask_value
-from checks.base import Check, CheckRow, Status, error_row, majority_values
-from inventory.model import Inventory, Node
-from remote.fanout import run_node
-from remote.result import NodeResult, NodeStatus, RemoteCommand
-from tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
-from tasks.rows import row_dict, unreachable_row
+from cluster_accept.analysis.secrets import mask_value
+from cluster_accept.checks.base import Check, CheckRow, Status, error_row, majority_values
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.remote.fanout import run_node
+from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
+from cluster_accept.tasks.rows import row_dict, unreachable_row
 
 STAGE = "preflight"
 COUNTER = "counter:"  # node_values keys holding error counters (compared with the node's previous run)

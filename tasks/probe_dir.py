@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inventory.model import Node
-from remote.fanout import connect, run_batch
-from remote.result import CommandResult, NodeStatus, RemoteCommand
-from remote.ssh import Unreachable
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.fanout import connect, run_batch
+from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.ssh import Unreachable
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 _TMP_DIR = re.compile(r"^/[\w./-]*cluster-accept-probe\.\w+$")

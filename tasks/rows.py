@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.secrets import mask_row
-from checks.base import CheckRow, Status
+from cluster_accept.analysis.secrets import mask_row
+from cluster_accept.checks.base import CheckRow, Status
 
 RAW_OUTPUT_LIMIT = 64 * 1024
 NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked on the way in

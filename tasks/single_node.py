@@ -17,7 +17,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from analysis.probe_output import (
+from cluster_accept.analysis.probe_output import (
     ProbeOutput,
     nccl_transports,
     nccl_version,
@@ -25,13 +25,13 @@ from analysis.probe_output import (
     parse_nccl_tests,
     transport_matches,
 )
-from analysis.probe_verdicts import judge, measurement_row
-from checks.base import CheckRow, Status
-from inventory.model import Inventory, Node
-from remote.result import CommandResult, NodeStatus, RemoteCommand
-from tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
-from tasks.probe_dir import run_in_probe_dir
-from tasks.rows import row_dict, unreachable_row
+from cluster_accept.analysis.probe_verdicts import judge, measurement_row
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
+from cluster_accept.tasks.probe_dir import run_in_probe_dir
+from cluster_accept.tasks.rows import row_dict, unreachable_row
 
 STAGE = "single-node"
 PROBE_FILES = ("gpu_bench.py", "allreduce.py")

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed import net, sshd
-from testbed.faults import FaultPlan, Slow, _Fault, parse_fault
-from testbed.nodedata import NodeData, build_node, write_node_data
-from testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
-from testbed.standins import write_standins
+from cluster_accept.testbed import net, sshd
+from cluster_accept.testbed.faults import FaultPlan, Slow, _Fault, parse_fault
+from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
+from cluster_accept.testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
+from cluster_accept.testbed.standins import write_standins
 
 DEFAULT_STATE_DIR = Path("/tmp/cluster-accept-testbed")
 STATE_VERSION = 1

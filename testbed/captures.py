@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.textops import csv_table, without_unit
+from cluster_accept.testbed.textops import csv_table, without_unit
 
 CAPTURES_DIR = Path(__file__).parent / "captures"
 BASES = ("h200x4", "h100x1")

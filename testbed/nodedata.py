@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import textops
-from testbed.captures import FieldTable, build_table, load_base
-from testbed.faults import (
+from cluster_accept.testbed import textops
+from cluster_accept.testbed.captures import FieldTable, build_table, load_base
+from cluster_accept.testbed.faults import (
     DriverVersion,
     GpuField,
     NcclEnv,

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from testbed import textops
-from testbed.captures import build_table, load_base
+from cluster_accept.testbed import textops
+from cluster_accept.testbed.captures import build_table, load_base
 
 # What the test-bed's NCCL looks like: sockets over the node's eth0, no InfiniBand, no NVLS multicast.
 TESTBED_NCCL_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from checks.base import CheckRow, ClusterView
+from cluster_accept.checks.base import CheckRow, ClusterView
 
 CAPTURES = Path(__file__).resolve().parent.parent / "testbed" / "captures"
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from testbed import bed
-from testbed.faults import FaultPlan, fault_plan_from_data
+from cluster_accept.testbed import bed
+from cluster_accept.testbed.faults import FaultPlan, fault_plan_from_data
 
 TestbedFactory = Callable[..., bed.Testbed]
 

@@ -15,7 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``cluster-accept ARGS`` as a separate process (real Prefect, real exit code), from the repo root."""
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+        [sys.executable, "-m", "cluster_accept.flows.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
     )
 
 
@@ -24,7 +28,7 @@ def start_cli(*args: str, session: bool = False) -> subprocess.Popen[str]:
     the run while it goes; ``session``: in its own session, so the controller with its Prefect server can
     be killed as one (``os.killpg``), like a crashed host."""
     return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", *args],
+        [sys.executable, "-m", "cluster_accept.flows.cli", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

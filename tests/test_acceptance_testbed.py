@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.faults import load_fault_plan
+from cluster_accept.testbed.faults import load_fault_plan
 from tests.processes import only_run, run_cli
 
 pytestmark = pytest.mark.testbed

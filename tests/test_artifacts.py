@@ -9,7 +9,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import Artifact
 from prefect.runtime import flow_run
 
-from flows.artifacts import artifact_key, publish
+from cluster_accept.flows.artifacts import artifact_key, publish
 
 VERDICTS = [
     {"node": "node01", "profile": "h100", "verdict": "accepted", "reasons": []},

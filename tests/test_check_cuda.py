@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import checks.cuda as cuda
-from checks.base import majority_values
-from inventory.model import Profile
+from cluster_accept.checks.base import majority_values
+from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, table
 
 pytestmark = pytest.mark.pure

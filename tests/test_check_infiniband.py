@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import checks.infiniband as ib
-from checks.base import Status, majority_values
-from checks.infiniband import IbPort
-from inventory.model import ExpectedTransport, ProbeSettings, Profile
+from cluster_accept.checks.base import Status, majority_values
+from cluster_accept.checks.infiniband import IbPort
+from cluster_accept.inventory.model import ExpectedTransport, ProbeSettings, Profile
 from tests.capture import CAPTURES, NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure

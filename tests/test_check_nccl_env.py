@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import checks.nccl_env as nccl_env
-from checks.base import Status, majority_values
-from checks.nccl_env import Setting
-from inventory.model import Profile
-from testbed.profile import TESTBED_NCCL_ENV
+from cluster_accept.checks.base import Status, majority_values
+from cluster_accept.checks.nccl_env import Setting
+from cluster_accept.inventory.model import Profile
+from cluster_accept.testbed.profile import TESTBED_NCCL_ENV
 from tests.capture import NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure

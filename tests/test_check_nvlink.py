@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import checks.nvlink as nvlink
-from checks.base import CheckRow, discover
-from inventory.model import GpuSpec, NvlinkSpec, Profile
-from testbed import textops
-from testbed.faults import parse_fault
-from testbed.nodedata import build_node, write_node_data
-from testbed.standins import write_standins
+from cluster_accept.checks.base import CheckRow, discover
+from cluster_accept.inventory.model import GpuSpec, NvlinkSpec, Profile
+from cluster_accept.testbed import textops
+from cluster_accept.testbed.faults import parse_fault
+from cluster_accept.testbed.nodedata import build_node, write_node_data
+from cluster_accept.testbed.standins import write_standins
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import checks.persistence as persistence
-from inventory.model import Profile
+from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, cut_mid_line, every_field_block, noheader, table
 
 pytestmark = pytest.mark.pure

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import checks.xid as xid
-from checks.base import Status
-from inventory.model import Profile
-from testbed.faults import Xid
-from testbed.nodedata import build_node, write_node_data, xid_line
-from testbed.standins import write_standins
+from cluster_accept.checks.base import Status
+from cluster_accept.inventory.model import Profile
+from cluster_accept.testbed.faults import Xid
+from cluster_accept.testbed.nodedata import build_node, write_node_data, xid_line
+from cluster_accept.testbed.standins import write_standins
 from tests.capture import NO_CLUSTER
 
 pytestmark = pytest.mark.pure

@@ -6,8 +6,8 @@ import pytest
 
 import checks.driver as driver
 import checks.gpu_count as gpu_count
-from checks.base import Status, discover, majority_values
-from inventory.model import GpuSpec, MinVersion, Profile
+from cluster_accept.checks.base import Status, discover, majority_values
+from cluster_accept.inventory.model import GpuSpec, MinVersion, Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, every_field_block
 
 pytestmark = pytest.mark.pure
@@ -127,7 +127,7 @@ def test_driver_variants() -> None:
 
 
 def test_csv_shape_errors_are_none_not_exceptions() -> None:
-    from checks.sections import csv_rows
+    from cluster_accept.checks.sections import csv_rows
 
     assert csv_rows('0, "' + "x" * 200_000 + '"\n', 2) is None
     assert csv_rows("0, a\n1, b\n", 2) == [["0", "a"], ["1", "b"]]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from inventory.load import load_inventory
-from inventory.model import Node
-from remote.fanout import fan_out, run_node
-from remote.result import NodeStatus, RemoteCommand, UnreachableCause
-from testbed.faults import fault_plan_from_data
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.fanout import fan_out, run_node
+from cluster_accept.remote.result import NodeStatus, RemoteCommand, UnreachableCause
+from cluster_accept.testbed.faults import fault_plan_from_data
 
 pytestmark = pytest.mark.testbed
 
@@ -109,14 +109,14 @@ def test_jump_host_and_hostile_values_over_ssh(testbed_factory, tmp_path: Path) 
 
 
 def test_user_ssh_config_is_honoured(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import remote.ssh
+    import cluster_accept.remote.ssh
 
     bed = testbed_factory(nodes=4, faults=None, prefix="cah2", subnet="10.254.12.0/24")
     inventory = load_inventory(bed.inventory_path)
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "config").write_text(f"Host gpu-alias\n    HostName {bed.nodes['node03']}\n")
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(remote.ssh, "_ssh_config", None)
+    monkeypatch.setattr(cluster_accept.remote.ssh, "_ssh_config", None)
     node = dataclasses.replace(inventory.node("node03"), name="gpu-alias", address=None)
     result = run_node(node, COMMANDS)
     assert result.status is NodeStatus.OK, result.detail

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed import bed as testbed
-from testbed import net
+from cluster_accept.testbed import bed as testbed
+from cluster_accept.testbed import net
 from tests.processes import only_run, run_cli, run_verdicts, start_cli
 
 pytestmark = pytest.mark.testbed

@@ -21,9 +21,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inventory.hostlist import MAX_NODES, HostlistError, expand, fold
-from inventory.load import InventoryError, load_inventory
-from inventory.model import Inventory
+from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand, fold
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.inventory.model import Inventory
 
 pytestmark = pytest.mark.pure
 

@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.probe_output import (
+from cluster_accept.analysis.probe_output import (
     ProbeOutput,
     nccl_transports,
     nccl_version,
     parse_json_lines,
     parse_nccl_tests,
 )
-from checks.base import Check, CheckRow, ClusterView, Status, discover, majority_values
-from inventory.load import load_inventory
-from inventory.model import (
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, discover, majority_values
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.inventory.model import (
     ExpectedTransport,
     MinVersion,
     NvlinkSpec,
@@ -37,7 +37,7 @@ from inventory.model import (
     ProbeSettings,
     Profile,
 )
-from testbed.profile import base_profile
+from cluster_accept.testbed.profile import base_profile
 from tests.capture import CAPTURES, DRIVER_FAILURE, NO_CLUSTER, captured, noheader
 
 pytestmark = pytest.mark.pure

@@ -9,8 +9,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from analysis.history import append_run, key_figures, load, node_trends, past_figures
-from analysis.schemas import MEASUREMENTS, RUNS, VERDICTS, write_table
+from cluster_accept.analysis.history import append_run, key_figures, load, node_trends, past_figures
+from cluster_accept.analysis.schemas import MEASUREMENTS, RUNS, VERDICTS, write_table
 
 pytestmark = pytest.mark.pure
 
@@ -114,7 +114,7 @@ def test_node_trends_hold_the_last_k_past_runs_and_the_current_one(tmp_path: Pat
 
 
 def test_docs_data_md_documents_every_column_of_every_table() -> None:
-    from analysis.schemas import TABLES
+    from cluster_accept.analysis.schemas import TABLES
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "data.md").read_text()
     for table, schema in TABLES.items():
@@ -127,7 +127,7 @@ def test_docs_data_md_documents_every_column_of_every_table() -> None:
 def test_every_table_is_written_with_its_schema_name_and_version(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from analysis.schemas import SCHEMA_VERSION, TABLES
+    from cluster_accept.analysis.schemas import SCHEMA_VERSION, TABLES
 
     for name, schema in TABLES.items():
         path = write_table(tmp_path / f"{name}.parquet", [], schema)

@@ -25,17 +25,17 @@ from typing import Any
 import pytest
 import yaml
 
-import remote.ssh
-from checks.base import discover
-from inventory.load import InventoryError, load_inventory
-from inventory.model import DEFAULT_SSH, Node, ProbeSettings, Profile
-from remote.result import NodeStatus, RemoteCommand
-from remote.ssh import SshSession
-from reports.actions import reproduce
-from tasks.launcher import launch_group
-from tasks.preflight import run_preflight_on_node
-from tasks.probe_dir import run_in_probe_dir
-from tasks.single_node import probe_commands, run_probes_on_node
+import cluster_accept.remote.ssh
+from cluster_accept.checks.base import discover
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.inventory.model import DEFAULT_SSH, Node, ProbeSettings, Profile
+from cluster_accept.remote.result import NodeStatus, RemoteCommand
+from cluster_accept.remote.ssh import SshSession
+from cluster_accept.reports.actions import reproduce
+from cluster_accept.tasks.launcher import launch_group
+from cluster_accept.tasks.preflight import run_preflight_on_node
+from cluster_accept.tasks.probe_dir import run_in_probe_dir
+from cluster_accept.tasks.single_node import probe_commands, run_probes_on_node
 
 pytestmark = pytest.mark.pure
 
@@ -216,7 +216,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     def connect(node: Node) -> SshSession:
         return SshSession(node, FakeConnection(box))  # type: ignore[arg-type]
 
-    for module in ("tasks.probe_dir", "tasks.launcher", "remote.fanout"):
+    for module in ("cluster_accept.tasks.probe_dir", "cluster_accept.tasks.launcher", "cluster_accept.remote.fanout"):
         monkeypatch.setattr(f"{module}.connect", connect)
     return box
 
@@ -389,10 +389,10 @@ def test_hostile_users_and_paths_are_passed_as_data(
     (sandbox.root / "home" / ".ssh").mkdir()
     (sandbox.root / "home" / ".ssh" / "config").write_text(f'Match exec "echo %h %r %n > {expanded}"\n')
     monkeypatch.setenv("HOME", str(sandbox.root / "home"))
-    monkeypatch.setattr(remote.ssh, "_ssh_config", None)
+    monkeypatch.setattr(cluster_accept.remote.ssh, "_ssh_config", None)
     with open(os.devnull) as no_input:
         monkeypatch.setattr(sys, "stdin", no_input)  # invoke, running Match exec, reads stdin
-        connection = remote.ssh._connection(target.connect_host, target.ssh)
+        connection = cluster_accept.remote.ssh._connection(target.connect_host, target.ssh)
     assert (connection.host, connection.user) == ("10.0.0.1", hostile)
     assert "10.0.0.1" in expanded.read_text() and "touch" not in expanded.read_text()
     assert not sandbox.marker.exists()

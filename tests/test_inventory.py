@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from inventory.hostlist import HostlistError, describe_folded, expand, fold
-from inventory.load import InventoryError, load_inventory
-from inventory.model import MinVersion
+from cluster_accept.flows.cli import app
+from cluster_accept.inventory.hostlist import HostlistError, describe_folded, expand, fold
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.inventory.model import MinVersion
 from tests.processes import run_cli
 
 pytestmark = pytest.mark.pure

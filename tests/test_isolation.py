@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from analysis.isolation import (
+from cluster_accept.analysis.isolation import (
     GroupResult,
     IsolationPolicy,
     IsolationVerdict,

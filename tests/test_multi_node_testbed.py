@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inventory.hostlist import expand
-from testbed import bed as testbed
-from testbed.faults import fault_plan_from_data
+from cluster_accept.inventory.hostlist import expand
+from cluster_accept.testbed import bed as testbed
+from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import only_run, run_cli, run_verdicts, start_cli
 
 pytestmark = pytest.mark.testbed

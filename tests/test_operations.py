@@ -8,14 +8,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.regressions import counter_growth, figure_regressions
-from checks.base import Status
-from flows.acceptance import resolve_suite
-from flows.schedule import deployment_name, deployment_parameters
-from inventory.model import Thresholds
-from reports.summary import prometheus_text, summary
-from tasks.after_run import Operations, warnings_by_node
-from tasks.slurm import REASON_PREFIX, SlurmNode, drain_reason, parse_show_nodes, plan
+from cluster_accept.analysis.regressions import counter_growth, figure_regressions
+from cluster_accept.checks.base import Status
+from cluster_accept.flows.acceptance import resolve_suite
+from cluster_accept.flows.schedule import deployment_name, deployment_parameters
+from cluster_accept.inventory.model import Thresholds
+from cluster_accept.reports.summary import prometheus_text, summary
+from cluster_accept.tasks.after_run import Operations, warnings_by_node
+from cluster_accept.tasks.slurm import REASON_PREFIX, SlurmNode, drain_reason, parse_show_nodes, plan
 
 pytestmark = pytest.mark.pure
 
@@ -171,7 +171,7 @@ def test_prefect_yaml_deployments_match_the_flow() -> None:
 
     import yaml
 
-    from flows.acceptance import SUITES, acceptance
+    from cluster_accept.flows.acceptance import SUITES, acceptance
 
     config = yaml.safe_load((Path(__file__).resolve().parent.parent / "prefect.yaml").read_text())
     accepted = set(inspect.signature(acceptance.fn).parameters)

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.schemas import MEASUREMENTS, NODE_VALUES, RUNS, write_table
-from testbed.standins import write_scontrol
+from cluster_accept.analysis.schemas import MEASUREMENTS, NODE_VALUES, RUNS, write_table
+from cluster_accept.testbed.standins import write_scontrol
 from tests.processes import ROOT, only_run, run_cli
 
 pytestmark = pytest.mark.testbed
@@ -169,7 +169,7 @@ def test_served_deployment_runs_against_the_testbed(testbed_factory, tmp_path: P
             assert time.monotonic() < deadline, "Prefect server did not come up"
             time.sleep(1)
         served = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--inventory", str(bed.inventory_path),
+            [sys.executable, "-m", "cluster_accept.flows.cli", "serve", "--inventory", str(bed.inventory_path),
              "--cron", "*/30 * * * *", "--suite", "light", "--out", str(out), "--name", "testbed-light"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip

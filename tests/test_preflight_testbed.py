@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.faults import fault_plan_from_data
+from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import only_run, run_cli
 
 pytestmark = pytest.mark.testbed

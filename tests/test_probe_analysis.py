@@ -5,12 +5,20 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.probe_output import nccl_transports, nccl_version, parse_json_lines, transport_matches
-from analysis.probe_verdicts import judge, mad, node_medians
-from checks.base import Status
-from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, ExpectedTransport, Node, ProbeSettings, Profile, Thresholds
-from remote.result import CommandResult
-from tasks.single_node import _transport_rows
+from cluster_accept.analysis.probe_output import nccl_transports, nccl_version, parse_json_lines, transport_matches
+from cluster_accept.analysis.probe_verdicts import judge, mad, node_medians
+from cluster_accept.checks.base import Status
+from cluster_accept.inventory.model import (
+    DEFAULT_SSH,
+    LOCAL_ADDRESS,
+    ExpectedTransport,
+    Node,
+    ProbeSettings,
+    Profile,
+    Thresholds,
+)
+from cluster_accept.remote.result import CommandResult
+from cluster_accept.tasks.single_node import _transport_rows
 from tests.capture import CAPTURES
 
 pytestmark = pytest.mark.pure
@@ -119,8 +127,8 @@ def test_host_bandwidth_stragglers_are_warnings_and_allreduce_uses_largest_size(
 
 
 def test_nccl_tests_table_becomes_the_same_measurements() -> None:
-    from analysis.probe_output import parse_nccl_tests
-    from tasks.single_node import parse_output, probe_commands
+    from cluster_accept.analysis.probe_output import parse_nccl_tests
+    from cluster_accept.tasks.single_node import parse_output, probe_commands
 
     nvlink = parse_nccl_tests((CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text())
     assert len(nvlink.measurements) == 30 and not nvlink.errors

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from remote.result import RemoteCommand
-from tasks.probe_dir import STALE_MARGIN_MIN, make_dir_script
+from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.tasks.probe_dir import STALE_MARGIN_MIN, make_dir_script
 
 pytestmark = pytest.mark.pure
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Profile
-from remote.batch import AFTER_HANG_S, UnsafeCommandError, build_batch, new_nonce, parse_batch
-from remote.fanout import fan_out, run_node
-from remote.result import NodeStatus, RemoteCommand, UnreachableCause
-from remote.ssh import AUTH_TIMED_OUT, classify
+from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Profile
+from cluster_accept.remote.batch import AFTER_HANG_S, UnsafeCommandError, build_batch, new_nonce, parse_batch
+from cluster_accept.remote.fanout import fan_out, run_node
+from cluster_accept.remote.result import NodeStatus, RemoteCommand, UnreachableCause
+from cluster_accept.remote.ssh import AUTH_TIMED_OUT, classify
 from tests.processes import processes_matching
 
 pytestmark = pytest.mark.pure

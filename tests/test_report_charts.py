@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from reports import charts, figures
-from reports.actions import Action, reproduce, suggest
-from reports.charts import BOTTOM, HEIGHT, LEFT, MAX_LABELLED, RIGHT, TOP, WIDTH, Bar, Ref, Series
+from cluster_accept.reports import charts, figures
+from cluster_accept.reports.actions import Action, reproduce, suggest
+from cluster_accept.reports.charts import BOTTOM, HEIGHT, LEFT, MAX_LABELLED, RIGHT, TOP, WIDTH, Bar, Ref, Series
 
 pytestmark = pytest.mark.pure
 SVG = "{http://www.w3.org/2000/svg}"

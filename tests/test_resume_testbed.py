@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.probe_output import parse_json_lines
+from cluster_accept.analysis.probe_output import parse_json_lines
 from tests.processes import processes_matching, run_cli, start_cli
 
 pytestmark = pytest.mark.testbed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.scaling import ScalingPoint, algbw_gbps, scaling_table, sweep_sizes
+from cluster_accept.analysis.scaling import ScalingPoint, algbw_gbps, scaling_table, sweep_sizes
 
 pytestmark = pytest.mark.pure
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.secrets import mask_secrets, mask_value
-from checks import nccl_env
-from checks.base import CheckRow, Status, discover
-from inventory.model import DEFAULT_SSH, Inventory, Node, Profile
-from remote.result import CommandResult, NodeResult, NodeStatus
-from tasks.preflight import NodePreflight, evaluate_preflight, node_values
-from tasks.rows import row_dict
+from cluster_accept.analysis.secrets import mask_secrets, mask_value
+from cluster_accept.checks import nccl_env
+from cluster_accept.checks.base import CheckRow, Status, discover
+from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
+from cluster_accept.tasks.preflight import NodePreflight, evaluate_preflight, node_values
+from cluster_accept.tasks.rows import row_dict
 
 pytestmark = pytest.mark.pure
 

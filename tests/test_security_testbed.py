@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from inventory.load import load_inventory
-from remote.fanout import run_node
-from remote.result import NodeStatus, RemoteCommand, UnreachableCause
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.remote.fanout import run_node
+from cluster_accept.remote.result import NodeStatus, RemoteCommand, UnreachableCause
 from tests.processes import only_run, run_cli
 
 pytestmark = pytest.mark.testbed

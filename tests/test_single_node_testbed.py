@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from testbed.faults import fault_plan_from_data
+from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import only_run, processes_matching, run_cli
 
 pytestmark = pytest.mark.testbed

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from inventory.load import load_inventory
-from testbed import bed
-from testbed.captures import raw_capture
-from testbed.faults import FaultPlan
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.testbed import bed
+from cluster_accept.testbed.captures import raw_capture
+from cluster_accept.testbed.faults import FaultPlan
 
 pytestmark = pytest.mark.testbed
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.captures import build_table, load_base, raw_capture, strip_capture
-from testbed.faults import (
+from cluster_accept.testbed.captures import build_table, load_base, raw_capture, strip_capture
+from cluster_accept.testbed.faults import (
     FaultPlan,
     FaultPlanError,
     Replace,
@@ -23,8 +23,8 @@ from testbed.faults import (
     load_fault_plan,
     parse_fault,
 )
-from testbed.nodedata import FaultApplyError, build_node, write_node_data
-from testbed.standins import write_standins
+from cluster_accept.testbed.nodedata import FaultApplyError, build_node, write_node_data
+from cluster_accept.testbed.standins import write_standins
 
 pytestmark = pytest.mark.pure
 

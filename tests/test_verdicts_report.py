@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from analysis.verdicts import Verdict, differences, fold_by, node_verdict
-from reports.render import ReportData, build_context, render
+from cluster_accept.analysis.verdicts import Verdict, differences, fold_by, node_verdict
+from cluster_accept.reports.render import ReportData, build_context, render
 
 pytestmark = pytest.mark.pure
 

@@ -11,8 +11,11 @@ import json
 import sys
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"nvidia-smi": "testbed.standins.nvidia_smi", "dmesg": "testbed.standins.dmesg"}
+import cluster_accept
+
+# The directory holding the ``cluster_accept`` package (site-packages, or the checkout for an editable install).
+PROJECT_ROOT = Path(cluster_accept.__file__).absolute().parent.parent
+TOOLS = {"nvidia-smi": "cluster_accept.testbed.standins.nvidia_smi", "dmesg": "cluster_accept.testbed.standins.dmesg"}
 
 
 def _wrapper(path: Path, module: str, data_dir: Path, python: str) -> Path:
@@ -40,4 +43,4 @@ def write_scontrol(directory: Path, nodes: dict[str, dict[str, str]], python: st
     records every call in ``directory/scontrol.log``."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "slurm-nodes.json").write_text(json.dumps(nodes, indent=1))
-    return _wrapper(directory / "scontrol", "testbed.standins.scontrol", directory, python)
+    return _wrapper(directory / "scontrol", "cluster_accept.testbed.standins.scontrol", directory, python)
