@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import checks.clock_events as clock_events
+import cluster_accept.checks.clock_events as clock_events
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, cut_mid_line, every_field_block, noheader, table
 

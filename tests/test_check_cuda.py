@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import checks.cuda as cuda
+import cluster_accept.checks.cuda as cuda
 from cluster_accept.checks.base import majority_values
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, table

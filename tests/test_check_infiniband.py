@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import checks.infiniband as ib
+import cluster_accept.checks.infiniband as ib
 from cluster_accept.checks.base import Status, majority_values
 from cluster_accept.checks.infiniband import IbPort
 from cluster_accept.inventory.model import ExpectedTransport, ProbeSettings, Profile

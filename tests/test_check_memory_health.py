@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import checks.memory_health as memory
+import cluster_accept.checks.memory_health as memory
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, cut_mid_line, every_field_block, noheader, table
 

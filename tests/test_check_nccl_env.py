@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import checks.nccl_env as nccl_env
+import cluster_accept.checks.nccl_env as nccl_env
 from cluster_accept.checks.base import Status, majority_values
 from cluster_accept.checks.nccl_env import Setting
 from cluster_accept.inventory.model import Profile

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import checks.nvlink as nvlink
+import cluster_accept.checks.nvlink as nvlink
 from cluster_accept.checks.base import CheckRow, discover
 from cluster_accept.inventory.model import GpuSpec, NvlinkSpec, Profile
 from cluster_accept.testbed import textops

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import checks.pcie as pcie
+import cluster_accept.checks.pcie as pcie
 from cluster_accept.inventory.model import PcieSpec, Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, cut_mid_line, every_field_block, noheader, table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import checks.persistence as persistence
+import cluster_accept.checks.persistence as persistence
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, cut_mid_line, every_field_block, noheader, table
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import checks.topology as topology
+import cluster_accept.checks.topology as topology
 from cluster_accept.checks.base import CheckRow, discover
 from cluster_accept.inventory.model import GpuSpec, NvlinkSpec, Profile
 from cluster_accept.testbed import textops

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import checks.xid as xid
+import cluster_accept.checks.xid as xid
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Profile
 from cluster_accept.testbed.faults import Xid

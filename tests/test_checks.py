@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import checks.driver as driver
-import checks.gpu_count as gpu_count
+import cluster_accept.checks.driver as driver
+import cluster_accept.checks.gpu_count as gpu_count
 from cluster_accept.checks.base import Status, discover, majority_values
 from cluster_accept.inventory.model import GpuSpec, MinVersion, Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, every_field_block

@@ -1,0 +1,135 @@
+"""Typed reason codes: what a row's reason means to an operator, how bad it is, and what to do about it.
+
+Every check and probe module declares the reasons it emits in one place, beside the code that emits them::
+
+    REASONS = declare(
+        Reason("version_mismatch", Status.FAIL, "the driver differs from the profile's", Action.FIX_CONFIG),
+        ...
+    )
+
+Reasons any check may emit (``ok``, ``drift``, ``command_timeout``, an unreachable node's cause …) are
+declared once here, in :data:`COMMON`. The report's suggested actions and wording come from these
+declarations (:class:`ReasonCatalog`); nothing guesses from the spelling of a code.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from cluster_accept.checks.base import Status
+
+
+class Action(str, enum.Enum):
+    """The closed set of actions a report suggests, for whoever fixes the node."""
+
+    NONE = "none"
+    REPLACE_GPU = "replace GPU"
+    RESEAT_CABLE = "reseat cable"
+    FIX_CONFIG = "fix config"
+    CHECK_NODE = "check node"
+    RERUN = "rerun"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason code: ``severity`` is the status its rows carry by default (a profile may soften a
+    relative verdict to a warning); ``explanation`` is one line an operator understands."""
+
+    code: str
+    severity: Status
+    explanation: str
+    action: Action = Action.NONE
+
+
+def declare(*reasons: Reason) -> Mapping[str, Reason]:
+    """A module's reasons by code; a code declared twice is a bug in that module."""
+    found: dict[str, Reason] = {}
+    for reason in reasons:
+        if reason.code in found:
+            raise ValueError(f"reason {reason.code!r} declared twice")
+        found[reason.code] = reason
+    return MappingProxyType(found)
+
+
+# Reasons any check or probe may emit: outcomes of running a command, and drift from the cluster.
+COMMON = declare(
+    Reason("ok", Status.PASS, "as expected"),
+    Reason("recorded", Status.PASS, "recorded for comparison; nothing to judge it against"),
+    Reason(
+        "drift",
+        Status.FAIL,
+        "differs from the value most nodes of the cluster have: align the configuration",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "no_output",
+        Status.ERROR,
+        "the command did not report (the session ended before it finished): rerun",
+        Action.RERUN,
+    ),
+    Reason(
+        "command_timeout",
+        Status.TIMEOUT,
+        "the command hung and was killed: look for a hung driver (dmesg)",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "parser_crashed",
+        Status.ERROR,
+        "the output could not be read: rerun, and keep the raw output for a bug report",
+        Action.RERUN,
+    ),
+    Reason(
+        "unparseable",
+        Status.ERROR,
+        "the output could not be read: rerun, and keep the raw output for a bug report",
+        Action.RERUN,
+    ),
+    Reason(
+        "nvidia_smi_failed",
+        Status.ERROR,
+        "nvidia-smi fails: the driver is not loaded or not installed",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "regression",
+        Status.FAIL,
+        "well below this node's own recent runs: compare clocks, power and temperature in the evidence",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "counter_grew",
+        Status.WARN,
+        "an error counter grew since the node's previous run: watch it, reseat if it keeps growing",
+        Action.RESEAT_CABLE,
+    ),
+)
+
+UNDECLARED = Reason("undeclared", Status.ERROR, "a reason no module declares: rerun and compare", Action.RERUN)
+
+
+@dataclass(frozen=True)
+class ReasonCatalog:
+    """Every declared reason by ``check:code``, and the common ones by code."""
+
+    by_check: Mapping[str, Mapping[str, Reason]] = field(default_factory=dict)
+    common: Mapping[str, Reason] = field(default_factory=lambda: COMMON)
+
+    def lookup(self, check: str, code: str) -> Reason:
+        """The declaration of ``check:code``: the check's own first, then the common one."""
+        own = self.by_check.get(check, {})
+        return own.get(code) or self.common.get(code) or UNDECLARED
+
+    def declared(self, check: str, code: str) -> bool:
+        return self.lookup(check, code) is not UNDECLARED
+
+
+def catalog(declarations: Iterable[tuple[str, Mapping[str, Reason]]]) -> ReasonCatalog:
+    """A catalogue from ``(check name, REASONS)`` pairs (several modules may speak for one check)."""
+    by_check: dict[str, dict[str, Reason]] = {}
+    for check, reasons in declarations:
+        by_check.setdefault(check, {}).update(reasons)
+    return ReasonCatalog({check: MappingProxyType(r) for check, r in by_check.items()})
