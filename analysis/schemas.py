@@ -154,9 +154,12 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
-def write_table(path: Path, rows: Sequence[dict[str, Any]], schema: pa.Schema) -> Path:
-    """Write rows with exactly ``schema`` (missing keys become nulls), atomically (tmp file + rename)."""
-    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+def write_table(path: Path, rows: Sequence[Any], schema: pa.Schema) -> Path:
+    """Write rows with exactly ``schema`` (missing keys become nulls), atomically (tmp file + rename).
+
+    ``rows``: records (mappings), or typed rows with a ``record()`` method: the one place they become records."""
+    records = [row.record() if hasattr(row, "record") else row for row in rows]
+    columns = {name: [row.get(name) for row in records] for name in schema.names}
     table = pa.Table.from_pydict(columns, schema=schema)
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp)

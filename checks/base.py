@@ -24,7 +24,7 @@ import importlib
 import pkgutil
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any
 
@@ -58,6 +58,36 @@ class CheckRow:
     expected: str | None = None
     detail: str = ""
     gpu: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A judged row of one node in one run and stage, as ``checks.parquet`` holds it: typed from the stage
+    that judged it to the Parquet edge (:meth:`record`), where it becomes a plain record once."""
+
+    run_id: str
+    cluster: str
+    stage: str
+    node: str
+    check: str
+    item: str
+    status: Status
+    reason: str
+    observed: str | None = None
+    expected: str | None = None
+    detail: str = ""
+    gpu: int | None = None
+    raw_output: str = ""
+    command: str = ""  # the node-side command whose output is the row's evidence (what reproduces it)
+
+    @property
+    def code(self) -> str:
+        """``check:reason``, as verdicts list it."""
+        return f"{self.check}:{self.reason}"
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet row: the status as its value."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value}
 
 
 @dataclass(frozen=True)
