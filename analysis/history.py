@@ -13,13 +13,15 @@ Scheduled runs accumulate here; the report's trends and the regression checks re
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 
-from cluster_accept.analysis.probe_verdicts import judged_figures
+from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures
 from cluster_accept.analysis.schemas import TABLES
 
 
@@ -61,14 +63,14 @@ def load(history: Path, table: str, cluster: str | None = None) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def key_figures(measurements: pd.DataFrame) -> pd.DataFrame:
+def key_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> pd.DataFrame:
     """Per run, node and judged metric: the node's figure (median over its GPUs; all-reduce at its largest
     size). Columns: run_id, node, metric, unit, value. Multi-node runs are left out (they belong to groups)."""
     columns = ["run_id", "node", "metric", "unit", "value"]
     if measurements.empty:
         return pd.DataFrame(columns=columns)
     df = measurements[measurements["stage"] == "single-node"] if "stage" in measurements else measurements
-    parts = [judged_figures(group) for _, group in df.groupby("run_id")]
+    parts = [judged_figures(group, rules) for _, group in df.groupby("run_id")]
     df = pd.concat(parts) if parts else pd.DataFrame(columns=list(measurements.columns))
     if df.empty:
         return pd.DataFrame(columns=columns)
@@ -76,11 +78,13 @@ def key_figures(measurements: pd.DataFrame) -> pd.DataFrame:
     return grouped[columns]
 
 
-def past_figures(history: Path, cluster: str, exclude_run: str | None = None) -> pd.DataFrame:
+def past_figures(
+    history: Path, cluster: str, rules: Mapping[str, MetricRule], exclude_run: str | None = None
+) -> pd.DataFrame:
     """Key figures of the earlier runs in the history (see :func:`key_figures`), each with its run's start
     (``started``), oldest first: what the current run's nodes are compared with. Read once per run."""
     runs = load(history, "runs", cluster)
-    past = key_figures(load(history, "measurements", cluster))
+    past = key_figures(load(history, "measurements", cluster), rules)
     if exclude_run is not None:
         past = past[past["run_id"] != exclude_run]
     started = dict(zip(runs["run_id"], runs["started"], strict=False)) if not runs.empty else {}
@@ -88,7 +92,13 @@ def past_figures(history: Path, cluster: str, exclude_run: str | None = None) ->
     return past.sort_values(["started", "run_id"]).reset_index(drop=True)
 
 
-def node_trends(past: pd.DataFrame, current: pd.DataFrame, nodes: Iterable[str], last_k: int = 10) -> pd.DataFrame:
+def node_trends(
+    past: pd.DataFrame,
+    current: pd.DataFrame,
+    nodes: Iterable[str],
+    rules: Mapping[str, MetricRule],
+    last_k: int = 10,
+) -> pd.DataFrame:
     """Each node's key figures over its last ``last_k`` earlier runs (``past``, from :func:`past_figures`)
     plus the current run's (``current``: the run's measurements).
 
@@ -97,7 +107,7 @@ def node_trends(past: pd.DataFrame, current: pd.DataFrame, nodes: Iterable[str],
     """
     columns = ["node", "metric", "unit", "run_id", "started", "value", "current"]
     wanted = set(nodes)
-    now = key_figures(current)
+    now = key_figures(current, rules)
     now = now[now["node"].isin(wanted)]
     now = now.assign(started=now["run_id"].astype(str))
     before = past[past["node"].isin(wanted)] if not past.empty else past
@@ -111,3 +121,26 @@ def node_trends(past: pd.DataFrame, current: pd.DataFrame, nodes: Iterable[str],
     keep = df[~df["current"]].groupby(["node", "metric"]).tail(last_k)
     out = pd.concat([keep, df[df["current"]]]).sort_values(order)
     return out[columns].reset_index(drop=True)
+
+
+@dataclass
+class RunHistory:
+    """The history as one run sees it: each table read at most once, on first use, and handed to whatever
+    needs it (regressions, counters that grew, the report's trends). Earlier runs only: this run is left out
+    (a resumed run may have appended before)."""
+
+    path: Path
+    cluster: str
+    run_id: str
+    rules: Mapping[str, MetricRule]
+
+    @cached_property
+    def figures(self) -> pd.DataFrame:
+        """Key figures of earlier runs, oldest first (see :func:`past_figures`)."""
+        return past_figures(self.path, self.cluster, self.rules, exclude_run=self.run_id)
+
+    @cached_property
+    def node_values(self) -> pd.DataFrame:
+        """``node_values`` rows of earlier runs."""
+        past = load(self.path, "node_values", self.cluster)
+        return past[past["run_id"] != self.run_id]

@@ -22,6 +22,12 @@ class ProbeOutput:
     measurements: list[dict[str, Any]] = field(default_factory=list)
     info: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    transports: dict[str, int] = field(default_factory=dict)  # NCCL's channel connections per transport
+    nccl_version: str | None = None
+
+    def skip_reason(self) -> str | None:
+        """Why the probe did not measure (``{"info": "skip", "reason": …}``), if it said so."""
+        return next((str(i.get("reason")) for i in self.info if i.get("info") == "skip"), None)
 
 
 def parse_json_lines(text: str) -> ProbeOutput:

@@ -9,7 +9,7 @@ spread is the median absolute deviation (robust to the very outliers we look for
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,28 +21,19 @@ from cluster_accept.inventory.model import Thresholds
 
 @dataclass(frozen=True)
 class MetricRule:
+    """How a probe's figure is judged: the profile threshold holding its minimum (if any), whether it is a
+    per-GPU figure, and what being far below the cluster's median means for it."""
+
     check: str  # the verdict reason's prefix: gemm, hbm, host_bw, allreduce
     threshold: str | None  # attribute of Thresholds holding the minimum, if any
     per_gpu: bool
-    straggler: Status = Status.FAIL  # what being far below the cluster's median means for this figure
+    straggler: Status = Status.FAIL  # the worst a relative finding can be for this figure
 
 
-# Figures judged; anything else a probe prints is recorded, not judged.
-RULES: dict[str, MetricRule] = {
-    "gemm_bf16_tflops": MetricRule("gemm", "gemm_bf16_tflops_min", True),
-    "gemm_fp16_tflops": MetricRule("gemm", None, True),
-    "gemm_tf32_tflops": MetricRule("gemm", None, True),
-    "gemm_fp8_tflops": MetricRule("gemm", None, True),
-    "gemm_fp32_gflops": MetricRule("gemm", None, True),
-    "gemm_bf16_gflops": MetricRule("gemm", None, True),
-    "hbm_copy_gbps": MetricRule("hbm", "hbm_copy_gbps_min", True),
-    "mem_copy_gbps": MetricRule("hbm", None, True),
-    # Host<->device bandwidth depends on which NUMA node the pinned buffer sits on and on the PCIe switch
-    # layout, not only on the GPU: a low figure is reported, not a reason to reject.
-    "h2d_gbps": MetricRule("host_bw", None, True, Status.WARN),
-    "d2h_gbps": MetricRule("host_bw", None, True, Status.WARN),
-    "allreduce_busbw_gbps": MetricRule("allreduce", "allreduce_intra_busbw_gbps_min", False),
-}
+def relative_status(rule: MetricRule, limits: Thresholds) -> Status:
+    """The status of a figure far below its peers or its own history: the rule's, softened to a warning
+    where the profile says relative figures are only indicative (``relative_verdict: warn``)."""
+    return Status.WARN if limits.relative_verdict == "warn" else rule.straggler
 
 
 def mad(values: list[float]) -> float:
@@ -54,11 +45,11 @@ def _fmt(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
-def judged_figures(measurements: pd.DataFrame) -> pd.DataFrame:
+def judged_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> pd.DataFrame:
     """One figure per (node, gpu, metric): all-reduce only at its largest size (where bandwidth saturates)."""
     if measurements.empty:
         return measurements
-    df = measurements[measurements["metric"].isin(list(RULES))].copy()
+    df = measurements[measurements["metric"].isin(list(rules))].copy()
     allreduce = df["metric"] == "allreduce_busbw_gbps"
     if allreduce.any():
         largest = df[allreduce].groupby("node")["size"].transform("max")
@@ -68,20 +59,19 @@ def judged_figures(measurements: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge(
-    measurements: pd.DataFrame, thresholds: Mapping[str, Thresholds], warn_only: Collection[str] = ()
+    measurements: pd.DataFrame, rules: Mapping[str, MetricRule], thresholds: Mapping[str, Thresholds]
 ) -> list[tuple[str, CheckRow]]:
-    """(node, row) for every judged figure: threshold rows and straggler rows, pass or fail.
+    """(node, row) for every figure ``rules`` judge: threshold rows and straggler rows, pass or not.
 
-    ``warn_only``: nodes whose stragglers are reported, not rejected — CPU-mode nodes of a test-bed, which
-    share the controller's cores, so their relative figures say more about the machine than the node.
-    """
-    df = judged_figures(measurements)
+    ``thresholds``: each node's profile thresholds (its minimums, its straggler margin and how a relative
+    finding counts)."""
+    df = judged_figures(measurements, rules)
     out: list[tuple[str, CheckRow]] = []
     if "profile" not in df.columns:
         df = df.assign(profile="")
     # Peers are GPUs of the same profile: an H100 is no straggler among H200s.
     for (_, metric), group in df.groupby(["profile", "metric"], sort=True):
-        rule = RULES[str(metric)]
+        rule = rules[str(metric)]
         values = [float(v) for v in group["value"]]
         median = statistics.median(values)
         spread = mad(values)
@@ -125,7 +115,7 @@ def judge(
                         CheckRow(
                             rule.check,
                             f"{item}_vs_cluster",
-                            Status.WARN if node in warn_only else rule.straggler,
+                            relative_status(rule, limits),
                             "straggler",
                             _fmt(value),
                             f">= {_fmt(floor)} {unit} (median - {limits.straggler_pct:g}%)",

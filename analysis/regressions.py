@@ -9,11 +9,11 @@ counters (NVLink CRC/replay/recovery, remapped rows, ECC) that grew since the pr
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 import pandas as pd
 
-from cluster_accept.analysis.probe_verdicts import RULES
+from cluster_accept.analysis.probe_verdicts import MetricRule, relative_status
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Thresholds
 
@@ -28,8 +28,8 @@ def figure_regressions(
     current: pd.DataFrame,
     past: pd.DataFrame,
     thresholds: Mapping[str, Thresholds],
+    rules: Mapping[str, MetricRule],
     last_k: int = 10,
-    warn_only: Collection[str] = (),
 ) -> list[tuple[str, CheckRow]]:
     """(node, row) per node and judged figure with enough history: pass, or ``regression``.
 
@@ -41,7 +41,7 @@ def figure_regressions(
         return out
     for record in current.sort_values(["node", "metric"]).to_dict("records"):
         node, metric = str(record["node"]), str(record["metric"])
-        rule = RULES.get(metric)
+        rule = rules.get(metric)
         if rule is None:
             continue
         mine = past[(past["node"] == node) & (past["metric"] == metric)]["value"].tolist()[-last_k:]
@@ -50,7 +50,8 @@ def figure_regressions(
         median = statistics.median(float(v) for v in mine)
         if median <= 0:
             continue
-        pct = thresholds.get(node, Thresholds()).straggler_pct
+        limits = thresholds.get(node, Thresholds())
+        pct = limits.straggler_pct
         floor = median * (1 - pct / 100)
         value = float(record["value"])
         unit = str(record.get("unit") or "")
@@ -62,7 +63,7 @@ def figure_regressions(
         expected = f">= {_fmt(floor)} {unit} (own median - {pct:g}%)"
         item = f"{metric}_vs_history"
         if value < floor:
-            status = Status.WARN if node in warn_only else rule.straggler
+            status = relative_status(rule, limits)
             out.append((node, CheckRow(rule.check, item, status, "regression", _fmt(value), expected, detail)))
         else:
             out.append((node, CheckRow(rule.check, item, Status.PASS, "ok", _fmt(value), expected, detail)))

@@ -7,42 +7,75 @@ Reasons name the check first (``driver:version_mismatch``) so an operator can fi
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from cluster_accept.checks.base import BAD_STATUSES, Status
+from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.inventory.hostlist import describe_folded, fold_values
 
 
-class Verdict:
+class Verdict(str, enum.Enum):
+    """A node's outcome in a run; its value is what Parquet, JSON and the report say."""
+
     ACCEPTED = "accepted"
     REJECTED = "rejected"
     UNREACHABLE = "unreachable"
     SKIPPED = "skipped"
 
 
+NOT_ACCEPTED = frozenset({Verdict.REJECTED, Verdict.UNREACHABLE})
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One node's verdict in one run, as ``verdicts.parquet`` holds it: typed up to the edge where it becomes
+    a record (:meth:`record`)."""
+
+    run_id: str
+    cluster: str
+    node: str
+    profile: str
+    verdict: Verdict
+    reasons: list[str] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet/JSON record: the verdict as its value."""
+        return {
+            "run_id": self.run_id,
+            "cluster": self.cluster,
+            "node": self.node,
+            "profile": self.profile,
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+        }
+
+
 @dataclass(frozen=True)
 class NodeVerdict:
     node: str
-    verdict: str
+    verdict: Verdict
     reasons: list[str]
 
+    def row(self, run_id: str, cluster: str, profile: str) -> VerdictRow:
+        """This verdict as the run's row for ``verdicts.parquet``."""
+        return VerdictRow(run_id, cluster, self.node, profile, self.verdict, list(self.reasons))
 
-def node_verdict(node: str, rows: Iterable[Mapping[str, object]], excluded: bool = False) -> NodeVerdict:
-    """``rows``: this node's check rows (dicts with check, reason, status)."""
+
+def node_verdict(node: str, rows: Iterable[NodeRow], excluded: bool = False) -> NodeVerdict:
+    """``rows``: this node's check rows."""
     if excluded:
         return NodeVerdict(node, Verdict.SKIPPED, ["excluded_in_inventory"])
     reasons: list[str] = []
     unreachable = False
     for row in rows:
-        status = Status(str(row["status"]))
-        if status not in BAD_STATUSES:
+        if row.status not in BAD_STATUSES:
             continue
-        if status is Status.UNREACHABLE:
+        if row.status == Status.UNREACHABLE:
             unreachable = True
-        reason = f"{row['check']}:{row['reason']}"
-        if reason not in reasons:
-            reasons.append(reason)
+        if row.code not in reasons:
+            reasons.append(row.code)
     if unreachable:
         return NodeVerdict(node, Verdict.UNREACHABLE, reasons)
     if reasons:
@@ -62,5 +95,6 @@ def differences(per_node: Mapping[str, Mapping[str, str]]) -> list[tuple[str, st
 
 
 def fold_by(values: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``{node: verdict}`` → ``[("accepted", "node[01-05]"), ...]``, ordered by value."""
+    """``{node: verdict}`` → ``[("accepted", "node[01-05]"), ...]``, ordered by value (plain strings: a
+    verdict's ``.value``)."""
     return sorted((value, nodes) for value, nodes, _ in fold_values(values))

@@ -1,8 +1,8 @@
 """Probe fidelity: do our probes report what the hardware does? Run on a GPU machine.
 
-In one run on the same GPU(s): our GEMM figure (probes/gpu_bench.py, every GPU loaded at once) against a
+In one run on the same GPU(s): our GEMM figure (probes/node/gpu_bench.py, every GPU loaded at once) against a
 plain ``torch.matmul`` timed with ``triton.testing.do_bench`` (median) at the same size and dtype, one GPU
-at a time; and our all-reduce bus bandwidth (probes/allreduce.py under torchrun) against a plain
+at a time; and our all-reduce bus bandwidth (probes/node/allreduce.py under torchrun) against a plain
 ``torch.distributed.all_reduce`` loop at the same size. Prints both figures and the ratios (ours / plain);
 target >= 0.97 for both.
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def ours_gemm(size: int) -> dict[int, float]:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "probes" / "gpu_bench.py"), "--dtypes", "bf16", "--gemm-size", str(size)],
+        [sys.executable, str(ROOT / "probes" / "node" / "gpu_bench.py"), "--dtypes", "bf16", "--gemm-size", str(size)],
         capture_output=True,
         text=True,
         check=True,
@@ -93,11 +93,13 @@ def torchrun(args: list[str], env: dict[str, str]) -> str:
 
 
 def ours_allreduce(nbytes: int) -> float:
-    out = torchrun([str(ROOT / "probes" / "allreduce.py"), "--min-bytes", str(nbytes), "--max-bytes", str(nbytes)], {})
+    out = torchrun(
+        [str(ROOT / "probes" / "node" / "allreduce.py"), "--min-bytes", str(nbytes), "--max-bytes", str(nbytes)], {}
+    )
     for line in out.splitlines():
         if line.startswith("{") and '"allreduce_busbw_gbps"' in line:
             return float(json.loads(line)["value"])
-    raise SystemExit("no all-reduce figure from probes/allreduce.py:\n" + out[-2000:])
+    raise SystemExit("no all-reduce figure from probes/node/allreduce.py:\n" + out[-2000:])
 
 
 def plain_allreduce(nbytes: int, tmp: Path) -> float:

@@ -11,10 +11,13 @@ A check is one module in ``checks/`` that defines:
   against the cluster's majority (:class:`ClusterView`);
 - optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift;
 - optionally ``counters(model) -> dict[str, int]``: error counters compared with the node's previous run
-  (a counter that grew is flagged by scheduled checks).
+  (a counter that grew is flagged by scheduled checks);
+- ``REASONS``: every reason code its rows carry beyond the common ones, declared beside the code that emits
+  them (:func:`cluster_accept.checks.reasons.declare`): what the code means, its severity, the action.
 
 Adding a check is adding a module: :func:`discover` finds it by walking the package, there is no list to
-edit (ClusterShell finds its workers the same way).
+edit (ClusterShell finds its workers the same way). A check module without ``REASONS`` is refused: the
+report takes every explanation and action from the declarations.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ import importlib
 import pkgutil
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
-from types import ModuleType
-from typing import Any
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 from cluster_accept.inventory.model import Profile
+
+if TYPE_CHECKING:  # checks.reasons imports Status from here
+    from cluster_accept.checks.reasons import Reason
 
 
 class Status(str, enum.Enum):
@@ -89,6 +95,13 @@ class NodeRow:
         """The Parquet row: the status as its value."""
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value}
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> NodeRow:
+        """A row read back from ``checks.parquet`` (or any record of its columns); other keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in record.items() if key in known}
+        return cls(**{**values, "status": Status(str(record["status"]))})
+
 
 @dataclass(frozen=True)
 class ClusterView:
@@ -127,6 +140,22 @@ class Check:
     cluster_values: Callable[[Any], dict[str, str]] | None
     module: ModuleType
     counters: Callable[[Any], dict[str, int]] | None = None
+    reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+
+def _declared_reasons(module: ModuleType) -> Mapping[str, Reason]:
+    from cluster_accept.checks.reasons import Reason  # not at the top: checks.reasons imports this module
+
+    reasons = getattr(module, "REASONS", None)
+    if not isinstance(reasons, Mapping):
+        raise TypeError(
+            f"check module {module.__name__} declares no REASONS: add REASONS = declare(Reason(...), ...) "
+            "with every reason code its rows carry (cluster_accept.checks.reasons)"
+        )
+    wrong = [code for code, reason in reasons.items() if not isinstance(reason, Reason) or reason.code != code]
+    if wrong:
+        raise TypeError(f"check module {module.__name__}: REASONS entries {wrong} are not Reasons under their code")
+    return reasons
 
 
 def _as_check(module: ModuleType) -> Check | None:
@@ -142,15 +171,17 @@ def _as_check(module: ModuleType) -> Check | None:
         cluster_values=getattr(module, "cluster_values", None),
         module=module,
         counters=getattr(module, "counters", None),
+        reasons=_declared_reasons(module),
     )
 
 
 def discover(package: str = "cluster_accept.checks") -> list[Check]:
-    """Every check module in ``package``, sorted by name."""
+    """Every check module in ``package``, sorted by name; a check module without ``REASONS`` raises
+    :class:`TypeError` naming it."""
     root = importlib.import_module(package)
     found: list[Check] = []
     for info in pkgutil.iter_modules(root.__path__):
-        if info.name.startswith("_") or info.name in {"base", "sections"}:
+        if info.name.startswith("_") or info.name in {"base", "reasons", "sections"}:
             continue
         check = _as_check(importlib.import_module(f"{package}.{info.name}"))
         if check is not None:

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import not_available, query_gpu_command, read_gpu_query
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
 
 NAME = "clock_events"
@@ -21,7 +22,7 @@ FIELDS = ["index", "clocks_event_reasons.active"]
 COMMAND = query_gpu_command(FIELDS)
 
 # nvml.h nvmlClocksEventReason* bits
-REASONS: dict[int, str] = {
+EVENT_BITS: dict[int, str] = {
     0x1: "gpu_idle",
     0x2: "applications_clocks_setting",
     0x4: "sw_power_cap",
@@ -35,7 +36,25 @@ REASONS: dict[int, str] = {
 FAILING = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 WARNING = ("sw_power_cap",)
 _EXPECTED = "none of " + ", ".join(FAILING)
-_KNOWN_BITS = sum(REASONS)
+_KNOWN_BITS = sum(EVENT_BITS)
+_THROTTLES = {
+    "hw_slowdown": "the GPU's hardware slowdown is engaged (heat or a power supply event): check cooling and power",
+    "sw_thermal": "the driver holds the clocks down to cool the GPU: check fans, airflow and inlet temperature",
+    "hw_thermal": "the GPU is too hot and slows itself: check fans, airflow and inlet temperature",
+    "hw_power_brake": "the node's power brake signal slows the GPU: check the power supplies",
+    "sw_power_cap": "the GPU is at its power limit: normal under load, not at idle; check the power limit",
+}
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    *(Reason(f"throttle_{name}", Status.FAIL, _THROTTLES[name], Action.CHECK_NODE) for name in FAILING),
+    *(Reason(f"throttle_{name}", Status.WARN, _THROTTLES[name], Action.CHECK_NODE) for name in WARNING),
+    Reason(
+        "unknown_event_reason",
+        Status.WARN,
+        "a clock event bit NVML does not define: read nvidia-smi -q -d PERFORMANCE on the node",
+        Action.CHECK_NODE,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +68,7 @@ class GpuClockEvents:
         """Active reasons, by bit order; a bit NVML does not define shows as its hex value."""
         if self.mask is None:
             return []
-        names = [name for bit, name in REASONS.items() if self.mask & bit]
+        names = [name for bit, name in EVENT_BITS.items() if self.mask & bit]
         unknown = self.mask & ~_KNOWN_BITS
         return names + ([hex(unknown)] if unknown else [])
 

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import driver_failure
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
 
 NAME = "cuda"
@@ -36,6 +37,23 @@ _CUDA = re.compile(r"CUDA Version:\s*(\S+)")
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 _ENV_VERSION = re.compile(r"(\d+\.\d+\.\d+)(?:-\d+)?")
 _LIB_VERSION = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)")
+# ``drift`` (common): the CUDA version's is softened to a warning when the node meets the version the profile
+# pins; the NCCL version's always warns (a job may load the NCCL its framework bundles instead).
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason(
+        "cuda_mismatch",
+        Status.FAIL,
+        "the driver's CUDA version differs from the profile's: install the cluster's driver",
+        Action.FIX_CONFIG,
+    ),
+    Reason("cuda_version_unreadable", Status.SKIP, "nvidia-smi's header shows no CUDA version"),
+    Reason(
+        "nccl_version_unreadable",
+        Status.SKIP,
+        "no libnccl.so.N in ldconfig -p and NCCL_VERSION unset: the node's NCCL version is unknown",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +157,7 @@ def _cuda_rows(model: CudaNccl, profile: Profile, cluster: ClusterView) -> list[
     majority = cluster.majority_of("cuda_version")
     if majority is not None and majority != version:
         status = Status.WARN if met else Status.FAIL
-        rows.append(CheckRow(NAME, "cuda_drift", status, "differs_from_majority", version, f"{majority} (majority)"))
+        rows.append(CheckRow(NAME, "cuda_drift", status, "drift", version, f"{majority} (majority)"))
     return rows
 
 
@@ -150,7 +168,7 @@ def _nccl_rows(model: CudaNccl, cluster: ClusterView) -> list[CheckRow]:
     rows = [CheckRow(NAME, "nccl_version", Status.PASS, "recorded", version, None, model.nccl_sources)]
     majority = cluster.majority_of("nccl_version")
     if majority is not None and majority != version:
-        rows.append(CheckRow(NAME, "nccl_drift", Status.WARN, "nccl_drift", version, f"{majority} (majority)"))
+        rows.append(CheckRow(NAME, "nccl_drift", Status.WARN, "drift", version, f"{majority} (majority)"))
     return rows
 
 

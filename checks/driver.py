@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import csv_rows, driver_failure, small_int
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
 from cluster_accept.inventory.model import MinVersion, Profile
 
 NAME = "driver"
@@ -21,6 +22,39 @@ COMMAND = (
     f'echo "{_PROC_MARK}$?"; cat /proc/driver/nvidia/version 2>&1'
 )
 _PROC_VERSION = re.compile(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s")
+# ``drift`` (common) is softened to a warning when the node meets a version the profile pins exactly.
+REASONS = declare(
+    NVIDIA_SMI_FAILED,
+    Reason(
+        "versions_differ_between_gpus",
+        Status.FAIL,
+        "nvidia-smi reports different driver versions for the node's GPUs: reinstall the driver",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "proc_version_unreadable",
+        Status.WARN,
+        "/proc/driver/nvidia/version could not be read, so the loaded kernel module was not compared",
+    ),
+    Reason(
+        "kernel_module_mismatch",
+        Status.FAIL,
+        "the loaded kernel module differs from nvidia-smi's driver (upgraded without a reboot): reboot the node",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "version_mismatch",
+        Status.FAIL,
+        "the driver differs from the version the profile pins: install the cluster's driver version",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "version_too_old",
+        Status.FAIL,
+        "the driver is older than the profile's minimum: install the cluster's driver version",
+        Action.FIX_CONFIG,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -102,5 +136,5 @@ def evaluate(model: DriverVersions, profile: Profile, cluster: ClusterView) -> l
     majority = cluster.majority_of("driver_version")
     if majority is not None and majority != version:
         status = Status.WARN if pinned_and_met else Status.FAIL
-        rows.append(CheckRow(NAME, "drift", status, "differs_from_majority", version, f"{majority} (majority)"))
+        rows.append(CheckRow(NAME, "drift", status, "drift", version, f"{majority} (majority)"))
     return rows

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import csv_rows, driver_failure, small_int
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
 
 NAME = "gpu_count"
@@ -17,6 +18,22 @@ NAME = "gpu_count"
 COMMAND = (
     "nvidia-smi --query-gpu=index,name,driver_version,persistence_mode,pcie.link.width.current,"
     "pcie.link.width.max --format=csv,noheader,nounits"
+)
+REASONS = declare(
+    NVIDIA_SMI_FAILED,
+    Reason("count_low", Status.FAIL, "a GPU is missing from the bus: reseat it or replace it", Action.REPLACE_GPU),
+    Reason(
+        "count_high",
+        Status.WARN,
+        "more GPUs than the profile expects: is the profile right for this node?",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "model_mismatch",
+        Status.FAIL,
+        "a GPU of another model than the profile's: fix the inventory or the node",
+        Action.FIX_CONFIG,
+    ),
 )
 
 
@@ -72,7 +89,7 @@ def evaluate(model: GpuList, profile: Profile, cluster: ClusterView) -> list[Che
     if expected is None:
         majority = cluster.majority_of("gpu_count")
         if majority is not None and majority != str(count):
-            rows.append(CheckRow(NAME, "count", Status.FAIL, "count_drift", str(count), f"{majority} (majority)"))
+            rows.append(CheckRow(NAME, "count", Status.FAIL, "drift", str(count), f"{majority} (majority)"))
         else:
             rows.append(CheckRow(NAME, "count", Status.PASS, "ok", str(count), majority))
     elif count < expected:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "infiniband"
@@ -32,6 +33,23 @@ COMMAND = (
     f"echo '{_END}'"
 )
 ACTIVE = "4: ACTIVE"
+# ``drift`` (common): a port count or an active port's rate that differs from the cluster majority.
+REASONS = declare(
+    Reason("no_ib_expected", Status.SKIP, "the profile expects no InfiniBand between nodes and the node has none"),
+    Reason(
+        "no_ib_ports",
+        Status.FAIL,
+        "the profile expects NET/IB between nodes but the node shows no InfiniBand port: check the HCAs and driver",
+        Action.CHECK_NODE,
+    ),
+    Reason("port_down", Status.FAIL, "an HCA port is down: check the cable and switch port", Action.RESEAT_CABLE),
+    Reason(
+        "peermem_missing",
+        Status.FAIL,
+        "nvidia_peermem is not loaded, so GPUDirect RDMA is off: load it (modprobe nvidia_peermem)",
+        Action.FIX_CONFIG,
+    ),
+)
 _PORT_LINE = re.compile(
     r"^(?P<path>/\S*/(?P<device>[^/\s]+)/ports/(?P<port>\d{1,9}))"
     r"(?:\s+(?P<state>\d+:\s*[A-Za-z_]+))?"
@@ -162,7 +180,7 @@ def evaluate(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[Che
                 NAME,
                 "ports",
                 Status.FAIL,
-                "port_count_drift",
+                "drift",
                 str(len(model.ports)),
                 f"{majority_count} (majority)",
                 ", ".join(p.name for p in model.ports),
@@ -182,7 +200,7 @@ def evaluate(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[Che
                     NAME,
                     port.name,
                     Status.FAIL,
-                    "rate_drift",
+                    "drift",
                     port.rate or None,
                     f"{majority} (majority)",
                     _describe(port),

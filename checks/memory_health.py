@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import not_available, query_gpu_command, read_gpu_query
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
 
 NAME = "memory"
@@ -47,6 +48,24 @@ _DETAILS = {
     "retired_pages_pending": "pages are pending retirement: reboot to retire them",
     "ecc_disabled": "enable with nvidia-smi -e 1, then reboot",
 }
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason("ecc_disabled", Status.FAIL, "ECC is off: nvidia-smi -e 1 and reboot", Action.FIX_CONFIG),
+    Reason("uncorrected_ecc", Status.FAIL, "uncorrected ECC errors since the driver was loaded", Action.REPLACE_GPU),
+    Reason("remap_pending", Status.FAIL, "a row remap waits for a GPU reset: reset, then rerun", Action.CHECK_NODE),
+    Reason(
+        "remap_failed",
+        Status.FAIL,
+        "row remapping failed: the GPU has no spare rows left",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "retired_pages_pending",
+        Status.FAIL,
+        "pages wait for retirement: reboot, then rerun",
+        Action.CHECK_NODE,
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "nccl_env"
@@ -53,6 +54,40 @@ COMMAND = (
     f'echo \'{_CONF_FILE_MARK}\'; cat "$NCCL_CONF_FILE" 2>/dev/null | awk "$ca_mask"; '
     f'else echo \'### {USER_SOURCE}\'; cat "$HOME/.nccl.conf" 2>/dev/null | awk "$ca_mask"; fi; '
     f"echo '{_END}'"
+)
+
+
+REASONS = declare(
+    Reason(
+        "not_collected",
+        Status.SKIP,
+        "the profile pins a variable this check does not read from the node (not an NCCL-related prefix)",
+    ),
+    Reason(
+        "missing",
+        Status.FAIL,
+        "a variable the profile pins is not set on the node: set it in the environment or /etc/nccl.conf",
+        Action.FIX_CONFIG,
+    ),
+    Reason("secret_not_compared", Status.SKIP, "the value is masked on the node, so it is not compared"),
+    Reason(
+        "value_mismatch",
+        Status.FAIL,
+        "a variable has another value than the profile pins: set the NCCL environment the profile expects",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "conf_line_ignored",
+        Status.WARN,
+        "a config line NCCL never reads (spaces around '='): write it as KEY=value",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "drift",
+        Status.WARN,
+        "an NCCL variable not pinned by the profile is set (or unset) differently from most nodes: align them",
+        Action.FIX_CONFIG,
+    ),
 )
 
 
@@ -206,7 +241,7 @@ def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
                 )
             )
         elif setting.value != want:
-            rows.append(CheckRow(NAME, key, Status.FAIL, "different", setting.value, want, _where(setting)))
+            rows.append(CheckRow(NAME, key, Status.FAIL, "value_mismatch", setting.value, want, _where(setting)))
         else:
             rows.append(CheckRow(NAME, key, Status.PASS, "ok", setting.value, want, _where(setting)))
     return rows

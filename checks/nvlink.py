@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import driver_failure, small_int
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import NvlinkSpec, Profile
 
 NAME = "nvlink"
@@ -26,6 +27,28 @@ _GPU_LINE = re.compile(r"^GPU (\d{1,9}): (.*?)\s*$")
 _SPEED_LINE = re.compile(r"^\s*Link (\d{1,9}): (?:(\d+(?:\.\d+)?) GB/s|(<inactive>))\s*$")
 _COUNTER_LINE = re.compile(r"^\s*Link (\d{1,9}): ([A-Za-z][A-Za-z ]*?) Errors: (\d{1,20}|N/A)\s*$")
 _ALL_INACTIVE = "all links are inactive"  # "NVML: Unable to retrieve NVLink information as all links are inActive"
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason("not_in_profile", Status.SKIP, "the profile describes no NVLink, so the links are not judged"),
+    Reason("link_inactive", Status.FAIL, "an NVLink is down: reseat the GPU/baseboard", Action.RESEAT_CABLE),
+    Reason("links_missing", Status.FAIL, "fewer NVLinks than the profile: reseat the GPU", Action.RESEAT_CABLE),
+    Reason(
+        "links_extra", Status.WARN, "more NVLinks than the profile expects: is the profile right?", Action.FIX_CONFIG
+    ),
+    Reason("link_slow", Status.FAIL, "an NVLink runs below its rated speed", Action.RESEAT_CABLE),
+    Reason(
+        "link_errors",
+        Status.WARN,
+        "NVLink error counters are not zero: a marginal link; reseat if they keep growing",
+        Action.RESEAT_CABLE,
+    ),
+    Reason(
+        "no_nvlink",
+        Status.FAIL,
+        "the profile expects NVLinks but nvidia-smi lists none: check the GPUs, baseboard and fabric manager",
+        Action.CHECK_NODE,
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import not_available, query_gpu_command, read_gpu_query
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
 
 NAME = "pcie"
@@ -35,6 +36,28 @@ FIELDS = [
     "pcie.link.width.max",
 ]
 COMMAND = query_gpu_command(FIELDS)
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason(
+        "width_degraded",
+        Status.FAIL,
+        "the PCIe link trained narrower than the slot allows: reseat the GPU/riser",
+        Action.RESEAT_CABLE,
+    ),
+    Reason(
+        "gen_downshifted",
+        Status.WARN,
+        "the PCIe link runs below its generation (normal when idle): a problem only under load",
+        Action.RESEAT_CABLE,
+    ),
+    Reason("width_below_profile", Status.FAIL, "the PCIe link is narrower than the profile's", Action.RESEAT_CABLE),
+    Reason(
+        "gen_below_profile",
+        Status.FAIL,
+        "the PCIe link cannot reach the profile's generation (GPU or root port): check the slot and BIOS",
+        Action.RESEAT_CABLE,
+    ),
+)
 
 
 @dataclass(frozen=True)

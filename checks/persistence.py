@@ -9,13 +9,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import not_available, query_gpu_command, read_gpu_query
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
 
 NAME = "persistence"
 FIELDS = ["index", "persistence_mode"]
 COMMAND = query_gpu_command(FIELDS)
 _MODES = ("Enabled", "Disabled")
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason(
+        "persistence_disabled",
+        Status.FAIL,
+        "persistence mode is off: enable nvidia-persistenced (or nvidia-smi -pm 1)",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "persistence_enabled",
+        Status.FAIL,
+        "persistence mode is on where the profile wants it off: stop nvidia-persistenced (or nvidia-smi -pm 0)",
+        Action.FIX_CONFIG,
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ Every check and probe module declares the reasons it emits in one place, beside 
         ...
     )
 
-Reasons any check may emit (``ok``, ``drift``, ``command_timeout``, an unreachable node's cause …) are
-declared once here, in :data:`COMMON`. The report's suggested actions and wording come from these
-declarations (:class:`ReasonCatalog`); nothing guesses from the spelling of a code.
+Reasons any check may emit (``ok``, ``drift``, ``command_timeout``, ``unparsable_output`` …) are declared
+once here, in :data:`COMMON`, and an unreachable node's causes (check ``ssh``) in :data:`SSH_REASONS`. A
+check's own declaration of a common code wins for that check (``nvidia_smi_failed`` is a ``skip`` where
+other checks judge the node). The report's suggested actions and wording come from these declarations
+(:class:`ReasonCatalog`); nothing guesses from the spelling of a code.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def declare(*reasons: Reason) -> Mapping[str, Reason]:
         found[reason.code] = reason
     return MappingProxyType(found)
 
+
+_SESSION_FAILED = Reason(
+    "session_failed",
+    Status.ERROR,
+    "the node's SSH session broke before its commands ran: rerun",
+    Action.RERUN,
+)
 
 # Reasons any check or probe may emit: outcomes of running a command, and drift from the cluster.
 COMMON = declare(
@@ -106,6 +115,47 @@ COMMON = declare(
         "an error counter grew since the node's previous run: watch it, reseat if it keeps growing",
         Action.RESEAT_CABLE,
     ),
+    Reason(
+        "unparsable_output",
+        Status.ERROR,
+        "the command's output has an unexpected shape: rerun, and keep the raw output for a bug report",
+        Action.RERUN,
+    ),
+    Reason("not_available", Status.SKIP, "nvidia-smi reports no value for this field on this GPU"),
+    _SESSION_FAILED,
+)
+
+# Check ``ssh``: why no session could be opened to a node (``remote.result.UnreachableCause``, ``unknown``
+# when no cause was recorded), or why the session broke before the batch ran.
+SSH_REASONS = declare(
+    Reason("dns", Status.UNREACHABLE, "the name does not resolve: fix DNS or the inventory address", Action.FIX_CONFIG),
+    Reason("refused", Status.UNREACHABLE, "sshd is not answering: is the node up, is sshd running?", Action.CHECK_NODE),
+    Reason(
+        "timeout", Status.UNREACHABLE, "no answer on the network: check power and the BMC console", Action.CHECK_NODE
+    ),
+    Reason("no-route", Status.UNREACHABLE, "no route to the node: check its network port and VLAN", Action.CHECK_NODE),
+    Reason(
+        "auth",
+        Status.UNREACHABLE,
+        "authentication refused: install the key for the inventory's user",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "host-key",
+        Status.UNREACHABLE,
+        "the host key changed: confirm the node was re-installed, then update known_hosts",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "protocol",
+        Status.UNREACHABLE,
+        "connected, but sshd did not talk SSH (often its MaxStartups limit): rerun with fewer parallel sessions",
+        Action.RERUN,
+    ),
+    Reason("jump", Status.UNREACHABLE, "the jump host refused or dropped the connection", Action.CHECK_NODE),
+    Reason("error", Status.UNREACHABLE, "the connection failed (see the detail): rerun", Action.RERUN),
+    Reason("unknown", Status.UNREACHABLE, "no session could be opened, for no recorded cause: rerun", Action.RERUN),
+    _SESSION_FAILED,
 )
 
 UNDECLARED = Reason("undeclared", Status.ERROR, "a reason no module declares: rerun and compare", Action.RERUN)
@@ -128,8 +178,9 @@ class ReasonCatalog:
 
 
 def catalog(declarations: Iterable[tuple[str, Mapping[str, Reason]]]) -> ReasonCatalog:
-    """A catalogue from ``(check name, REASONS)`` pairs (several modules may speak for one check)."""
-    by_check: dict[str, dict[str, Reason]] = {}
+    """A catalogue from ``(check name, REASONS)`` pairs (several modules may speak for one check); the
+    ``ssh`` reasons are always in it, since every stage reports an unreachable node the same way."""
+    by_check: dict[str, dict[str, Reason]] = {"ssh": dict(SSH_REASONS)}
     for check, reasons in declarations:
         by_check.setdefault(check, {}).update(reasons)
     return ReasonCatalog({check: MappingProxyType(r) for check, r in by_check.items()})

@@ -1,13 +1,30 @@
 """Shared parsing helpers for nvidia-smi outputs.
 
 ``nvidia-smi`` reports a dead driver with a fixed message and exit code 9 whatever subcommand ran; every
-check recognises it the same way, so it lives here once.
+check recognises it the same way, and declares its ``nvidia_smi_failed`` reason from here, so it lives here once.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+
+from cluster_accept.checks.base import Status
+from cluster_accept.checks.reasons import Action, Reason
+
+# ``nvidia_smi_failed`` as the checks declare it: the checks that judge the driver itself (gpu_count, driver)
+# fail the node; the others skip, so one dead driver is not counted once per check.
+NVIDIA_SMI_FAILED = Reason(
+    "nvidia_smi_failed",
+    Status.FAIL,
+    "nvidia-smi fails: the driver is not loaded or not installed",
+    Action.FIX_CONFIG,
+)
+NVIDIA_SMI_SKIPPED = Reason(
+    "nvidia_smi_failed",
+    Status.SKIP,
+    "not judged: nvidia-smi fails on this node (gpu_count and driver report it)",
+)
 
 DRIVER_FAILURE_MARKERS = (
     "couldn't communicate with the NVIDIA driver",

@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.sections import driver_failure
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
 
 NAME = "topology"
@@ -24,6 +25,16 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _DEVICE = re.compile(r"^(GPU|NIC)(\d{1,9})$")
 _CELL = re.compile(r"^(X|NV\d+|[A-Z][A-Z0-9]{1,7})$")  # X, NV18, SYS, NODE, PHB, PXB, PIX, ...
 _AFFINITY_HEADERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason("single_gpu", Status.PASS, "one GPU: no GPU pairs to judge"),
+    Reason(
+        "nvlink_pairs",
+        Status.FAIL,
+        "a GPU pair is joined by fewer NVLinks than the profile (or over PCIe): reseat the GPU/baseboard",
+        Action.RESEAT_CABLE,
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,21 @@ not permitted``) or the ring buffer comes back empty, ``journalctl -k -b`` is as
 section says which tool answered and its exit status. The log is filtered on the node (the first lines, as
 evidence of what the tool printed, and the ``NVRM: Xid`` lines): a kernel log since boot can be megabytes.
 
-An unreadable log is a ``skip`` with reason ``kernel_log_unreadable``, never a silent pass. XIDs 43 and 45
-follow a killed or crashed job on a healthy GPU, so they warn; every other XID fails the node.
+An unreadable log is a ``skip`` with reason ``kernel_log_unreadable``, never a silent pass. What each XID
+means, how bad it is and what to do about it is :data:`XIDS`, the one table: XIDs 43 and 45 follow a killed
+or crashed job on a healthy GPU, so they warn; hardware faults fail with *replace GPU*; other listed XIDs
+fail with *check node*. An XID the table does not list fails the node with reason ``xid_unlisted`` (its
+code is in the row's item), so every reason the check emits is declared.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "xid"
@@ -50,23 +55,83 @@ _META = re.compile(
     r"Operation not permitted|Permission denied",
     re.IGNORECASE,
 )
-BENIGN_CODES = frozenset({43, 45})
-MEANINGS = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing (commonly follows a killed job)",
-    45: "preemptive cleanup (commonly follows a killed job)",
-    48: "double-bit ECC error",
-    63: "row remapping event (ECC page retirement recorded)",
-    64: "row remapping failure (ECC page retirement not recorded)",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
+
+
+@dataclass(frozen=True)
+class XidKind:
+    """What one XID code means to an operator (from NVIDIA's XID catalog) and what its rows carry."""
+
+    severity: Status
+    meaning: str
+    action: Action
+
+
+def _job(meaning: str) -> XidKind:
+    return XidKind(Status.WARN, meaning, Action.NONE)
+
+
+def _hardware(meaning: str) -> XidKind:
+    return XidKind(Status.FAIL, meaning, Action.REPLACE_GPU)
+
+
+def _node(meaning: str) -> XidKind:
+    return XidKind(Status.FAIL, meaning, Action.CHECK_NODE)
+
+
+# The one table of XIDs: severity, meaning and action of each listed code.
+XIDS: Mapping[int, XidKind] = {
+    13: _node("graphics engine exception"),
+    31: _node("GPU memory page fault"),
+    43: _job("GPU stopped processing (commonly follows a killed job)"),
+    45: _job("preemptive cleanup (commonly follows a killed job)"),
+    48: _hardware("double-bit ECC error"),
+    63: _hardware("row remapping event (ECC page retirement recorded)"),
+    64: _hardware("row remapping failure (ECC page retirement not recorded)"),
+    74: _hardware("NVLink error"),
+    79: _hardware("GPU has fallen off the bus"),
+    92: _hardware("high single-bit ECC error rate"),
+    94: _hardware("contained ECC error"),
+    95: _hardware("uncontained ECC error"),
+    119: _hardware("GSP RPC timeout"),
+    120: _hardware("GSP error"),
+    140: _hardware("unrecovered ECC error"),
 }
+UNLISTED = _node("see NVIDIA's XID catalog")  # an XID the table does not list
+_ADVICE = {
+    Action.NONE: "follows a killed or crashed job on a healthy GPU; nothing to do unless it repeats",
+    Action.REPLACE_GPU: "a GPU hardware fault",
+    Action.CHECK_NODE: "read the kernel log around it, then rerun",
+}
+
+
+def xid_reason(code: int) -> str:
+    """The reason code of XID ``code``'s row: ``xid_79`` for a listed XID, ``xid_unlisted`` otherwise."""
+    return f"xid_{code}" if code in XIDS else "xid_unlisted"
+
+
+REASONS = declare(
+    *(
+        Reason(f"xid_{code}", kind.severity, f"XID {code}: {kind.meaning}: {_ADVICE[kind.action]}", kind.action)
+        for code, kind in XIDS.items()
+    ),
+    Reason(
+        "xid_unlisted",
+        UNLISTED.severity,
+        f"an XID this check's table does not list (the item names it): {_ADVICE[UNLISTED.action]}",
+        UNLISTED.action,
+    ),
+    Reason(
+        "xid_unparsed",
+        Status.FAIL,
+        "kernel log lines name an XID without a readable code: read them in the evidence",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "kernel_log_unreadable",
+        Status.SKIP,
+        "neither dmesg nor journalctl could be read by the inventory's user: XIDs were not judged",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -207,17 +272,17 @@ def evaluate(model: KernelLog, profile: Profile, cluster: ClusterView) -> list[C
     for code in sorted(by_code):
         events = by_code[code]
         pcis = sorted({e.pci for e in events})
-        meaning = MEANINGS.get(code, "see NVIDIA's XID catalog")
+        kind = XIDS.get(code, UNLISTED)
         lines = "\n".join(e.line for e in events[:3])
         rows.append(
             CheckRow(
                 NAME,
                 f"xid_{code}",
-                Status.WARN if code in BENIGN_CODES else Status.FAIL,
-                f"xid_{code}",
+                kind.severity,
+                xid_reason(code),
                 f"{_plural(len(events), 'event')} on PCI {', '.join(pcis)}",
                 "0 XID events",
-                f"XID {code}: {meaning}; from {model.source}{beyond}\n{lines}",
+                f"XID {code}: {kind.meaning}; from {model.source}{beyond}\n{lines}",
             )
         )
     if model.unparsed:

@@ -1,65 +1,55 @@
 """The ``acceptance`` Prefect flow: stages over an inventory, results on disk, a verdict per node.
 
-One Prefect task per node per stage (never per check: ~5 ms of Prefect bookkeeping per task run adds up
-at 1,000 nodes). Runs on Prefect's ephemeral local API by default and against a server when
+The stages are modules of ``tasks/`` (:mod:`cluster_accept.tasks.stage`), run in their order; this flow
+times them, reports their progress and writes their tables, once, after each stage (what completed is on
+disk). One Prefect task per node per stage (never per check: ~5 ms of Prefect bookkeeping per task run adds
+up at 1,000 nodes). Runs on Prefect's ephemeral local API by default and against a server when
 ``PREFECT_API_URL`` is set. The run directory, not Prefect's database, is the record.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from prefect import flow
-from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from cluster_accept.analysis.history import append_run, key_figures, load, node_trends, past_figures
-from cluster_accept.analysis.regressions import counter_growth, figure_regressions
-from cluster_accept.analysis.schemas import (
-    CHECKS,
-    ISOLATION,
-    MEASUREMENTS,
-    NODE_VALUES,
-    RUNS,
-    SCALING,
-    VERDICTS,
-    write_table,
-)
-from cluster_accept.analysis.verdicts import Verdict, node_verdict
-from cluster_accept.checks.base import Check, discover
+from cluster_accept.analysis.history import RunHistory
+from cluster_accept.analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, SCALING, write_table
+from cluster_accept.checks.reasons import ReasonCatalog, catalog
 from cluster_accept.flows import progress
-from cluster_accept.flows.artifacts import publish
+from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory
-from cluster_accept.reports.render import ReportData, build_context, render
-from cluster_accept.tasks.after_run import Operations, after_run
+from cluster_accept.probes.base import discover as discover_probes
+from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.checkpoints import Checkpoints
-from cluster_accept.tasks.multi_node import MultiNodeOutcome, run_bisect, run_multi_node
-from cluster_accept.tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, runs_row, start_run
-from cluster_accept.tasks.preflight import COUNTER, evaluate_preflight, node_values, preflight_node, saved_preflight
-from cluster_accept.tasks.rows import row_dict
-from cluster_accept.tasks.single_node import (
-    NodeProbes,
-    evaluate_single_node,
-    probe_script,
-    saved_probes,
-    single_node_probes,
-)
-from cluster_accept.tasks.slurm import SlurmPlan
+from cluster_accept.tasks.multi_node import STAGE as MULTI_NODE
+from cluster_accept.tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, start_run
+from cluster_accept.tasks.single_node import judged_rules
+from cluster_accept.tasks.stage import RunState, Stage
+from cluster_accept.tasks.stage import discover as discover_stages
 
-STAGES = ("preflight", "single-node", "multi-node")
-# Suites for scheduled checks: light is minutes (preflight and short probes), full is every stage.
+STAGE_LIST: list[Stage] = discover_stages()
+STAGES = tuple(s.name for s in STAGE_LIST)
+# Suites for scheduled checks: light is minutes (its stages with short probes), full is every stage.
 SUITES: dict[str, tuple[tuple[str, ...], bool]] = {
-    "light": (("preflight", "single-node"), True),
-    "full": (STAGES, False),
+    "light": (tuple(s.name for s in STAGE_LIST if "light" in s.suites), True),
+    "full": (tuple(s.name for s in STAGE_LIST if "full" in s.suites), False),
 }
-__all__ = ["ResumeError", "STAGES", "SUITES", "acceptance", "bisect", "run_acceptance", "select_nodes"]
+# The tables each part of a run fills, and where they come from in the run's state.
+TABLES = {
+    "checks": (CHECKS, lambda state: state.rows),
+    "node_values": (NODE_VALUES, lambda state: state.values),
+    "measurements": (MEASUREMENTS, lambda state: state.measurements),
+    "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
+    "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
+}
+__all__ = ["ResumeError", "RunOutcome", "STAGES", "SUITES", "acceptance", "bisect", "run_acceptance", "select_nodes"]
 
 
 def resolve_stages(requested: list[str] | None) -> list[str]:
@@ -70,37 +60,6 @@ def resolve_stages(requested: list[str] | None) -> list[str]:
         if name not in STAGES:
             raise ValueError(f"unknown stage {name!r}; stages are: {', '.join(STAGES)}")
     return [s for s in STAGES if s in requested]
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    run_dir: Path
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
-    slurm: SlurmPlan = field(default_factory=SlurmPlan)
-
-    @property
-    def exit_code(self) -> int:
-        bad = {Verdict.REJECTED, Verdict.UNREACHABLE}
-        return 1 if any(v["verdict"] in bad for v in self.verdicts) else 0
-
-    def count(self, verdict: str) -> int:
-        return sum(1 for v in self.verdicts if v["verdict"] == verdict)
-
-
-def _write_multi_node(
-    run_dir: RunDir, multi: MultiNodeOutcome, rows: list[dict[str, Any]], measurements: list[dict[str, Any]]
-) -> None:
-    rows += multi.rows
-    measurements += multi.measurements
-    write_table(run_dir.path / "checks.parquet", rows, CHECKS)
-    write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
-    write_table(run_dir.path / "isolation.parquet", multi.isolation, ISOLATION)
-    write_table(run_dir.path / "scaling.parquet", multi.scaling, SCALING)
-
-
-def _rows_of(rows: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
-    return [r for r in rows if r["node"] == node]
 
 
 def _start(
@@ -143,116 +102,22 @@ def reopen(out_dir: Path, run_id: str) -> tuple[RunDir, dict[str, Any], Inventor
     return run_dir, run_info, inventory
 
 
-def _finish(
-    run_dir: RunDir,
-    run_info: dict[str, Any],
-    inventory: Inventory,
-    rows: list[dict[str, Any]],
-    values: list[dict[str, Any]],
-    measurements: list[dict[str, Any]],
-    multi: MultiNodeOutcome | None,
-    history: Path | None,
-    operations: Operations,
-    past: pd.DataFrame | None = None,
-) -> RunOutcome:
-    """Verdicts, the run's row, the history append, the report, artifacts and operations; ``past``: the
-    history's earlier figures when the single-node stage read them, for the report's trends."""
-    verdicts = []
-    for node in inventory.nodes:
-        verdict = node_verdict(node.name, _rows_of(rows, node.name), excluded=node.excluded)
-        verdicts.append(
-            {
-                "run_id": run_dir.run_id,
-                "cluster": inventory.cluster,
-                "node": node.name,
-                "profile": node.profile_name,
-                "verdict": verdict.verdict,
-                "reasons": verdict.reasons,
-            }
-        )
-    write_table(run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
-    run_info["ended"] = now_iso()
-    write_table(run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
-    trends = pd.DataFrame()
-    if past is not None:
-        trends = node_trends(past, pd.DataFrame(measurements), [n.name for n in inventory.tested])
-    if history is not None:
-        append_run(history, run_dir.path, run_dir.run_id, str(run_info["started"])[:10])
-    data = ReportData(
-        rows=rows,
-        values=values,
-        measurements=measurements,
-        scaling=multi.scaling if multi else (),
-        isolation=multi.isolation if multi else (),
-        trends=[{str(k): v for k, v in r.items()} for r in trends.to_dict("records")],
-        thresholds={n.profile_name: n.profile.thresholds.model_dump() for n in inventory.nodes},
-    )
-    html, _ = render(build_context(run_info, verdicts, data), run_dir.path)
-    publish(run_info, verdicts, html)
-    slurm = after_run(run_dir.path, run_info, verdicts, rows, measurements, operations)
-    # run.json's ``ended`` is the mark of a finished run: written last, then the checkpoints can go.
-    run_dir.write_json("run.json", run_info)
-    Checkpoints(run_dir.path).clear()
-    return RunOutcome(run_dir.run_id, run_dir.path, verdicts, slurm)
+def reason_catalog() -> ReasonCatalog:
+    """Every reason the stages and their checks and probes declare: what the report's wording reads."""
+    return catalog(pair for stage in STAGE_LIST for pair in stage.reasons())
 
 
-def _collect(stage: str, futures: list[PrefectFuture[Any]]) -> list[Any]:
-    """Wait for a stage's per-node futures, reporting progress as each node finishes; keep inventory order."""
-    for _ in as_completed(futures):
-        progress.current().advance(stage)
-    return [future.result() for future in futures]
+def write_tables(state: RunState, names: tuple[str, ...]) -> None:
+    for name in names:
+        schema, rows = TABLES[name]
+        write_table(state.run_dir.path / f"{name}.parquet", rows(state), schema)
 
 
-def _regression_rows(
-    run_dir: RunDir, inventory: Inventory, measurements: list[dict[str, Any]], past: pd.DataFrame, quick: bool
-) -> list[dict[str, Any]]:
-    """Each measured node against its own earlier runs (``past``, oldest first): scheduled checks watch for
-    drift."""
-    if not measurements:
-        return []
-    thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
-    cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
-    found = figure_regressions(key_figures(pd.DataFrame(measurements)), past, thresholds, warn_only=cpu)
-    return [
-        row_dict(
-            run_dir.run_id,
-            inventory.cluster,
-            "single-node",
-            node_name,
-            row,
-            "",
-            probe_script(inventory.node(node_name), row.check, quick),
-        )
-        for node_name, row in found
-    ]
-
-
-def _counter_rows(
-    run_dir: RunDir, inventory: Inventory, values: list[dict[str, Any]], history: Path | None, checks: list[Check]
-) -> list[dict[str, Any]]:
-    """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
-    if history is None:
-        return []
-
-    def counters(frame: Iterable[Mapping[Any, Any]]) -> dict[str, dict[str, str]]:
-        found: dict[str, dict[str, str]] = {}
-        for v in frame:
-            if str(v["key"]).startswith(COUNTER):
-                found.setdefault(str(v["node"]), {})[f"{v['check']}.{v['key']}"] = str(v["value"])
-        return found
-
-    past = load(history, "node_values", inventory.cluster)
-    past = past[past["run_id"] != run_dir.run_id]
-    previous: dict[str, dict[str, str]] = {}
-    if not past.empty:
-        latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
-        last = past[past["run_id"] == past["node"].map(latest)]
-        previous = counters(last.to_dict("records"))
-    commands = {c.name: c.command for c in checks}
-    return [
-        row_dict(run_dir.run_id, inventory.cluster, "preflight", node, row, "", commands.get(row.check, ""))
-        for node, row in counter_growth(counters(values), previous)
-    ]
+def new_state(inventory: Inventory, run_dir: RunDir, history: Path | None, quick: bool, concurrency: int) -> RunState:
+    """A run's state; the history is read lazily, once, by whatever needs it."""
+    rules = judged_rules(discover_probes())
+    past = RunHistory(history, inventory.cluster, run_dir.run_id, rules) if history is not None else None
+    return RunState(run_dir, inventory, Checkpoints(run_dir.path), progress.current(), past, quick, concurrency)
 
 
 def _acceptance(
@@ -261,90 +126,22 @@ def _acceptance(
     run_info: dict[str, Any],
     history: Path | None,
     operations: Operations,
+    concurrency: int = 64,
 ) -> RunOutcome:
-    """The stages in order. Nodes with a checkpoint (a resumed run) are loaded, not run again."""
-    stages = list(run_info["stages"])
-    quick = bool(run_info.get("quick_probes"))
-    checkpoints = Checkpoints(run_dir.path)
+    """The chosen stages in order, each timed, its tables written when it ends; nodes with a checkpoint (a
+    resumed run) are loaded, not run again."""
+    state = new_state(inventory, run_dir, history, bool(run_info.get("quick_probes")), concurrency)
     timings: dict[str, float] = run_info.setdefault("stage_seconds", {})
-    rows: list[dict[str, Any]] = []
-    values: list[dict[str, Any]] = []
-    measurements: list[dict[str, Any]] = []
-    past: pd.DataFrame | None = None
-    report = progress.current()
-    if "preflight" in stages:
-        checks = discover()
-        done = saved_preflight(checkpoints, checks)
-        todo = [n for n in inventory.tested if n.name not in done]
+    for stage in STAGE_LIST:
+        if stage.name not in run_info["stages"]:
+            continue
         began = time.perf_counter()
-        report.start("preflight", len(inventory.tested))
-        report.advance("preflight", len(inventory.tested) - len(todo))
-        fresh = _collect("preflight", [preflight_node.submit(node, checks, checkpoints) for node in todo])
-        done.update((o.node, o) for o in fresh)
-        outcomes = [done[n.name] for n in inventory.tested]
-        rows = evaluate_preflight(run_dir.run_id, inventory, outcomes, checks)
-        values = node_values(run_dir.run_id, inventory.cluster, outcomes, checks)
-        rows += _counter_rows(run_dir, inventory, values, history, checks)
-        write_table(run_dir.path / "checks.parquet", rows, CHECKS)
-        write_table(run_dir.path / "node_values.parquet", values, NODE_VALUES)
-        timings["preflight"] = round(timings.get("preflight", 0.0) + time.perf_counter() - began, 3)
-        report.finish("preflight")
-
-    if "single-node" in stages:
-        # Only nodes that passed preflight are measured (when preflight ran in this run).
-        eligible = [
-            n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
-        ]
-        measured: dict[str, NodeProbes] = {
-            k: v for k, v in saved_probes(checkpoints, inventory).items() if k in {n.name for n in eligible}
-        }
-        todo = [n for n in eligible if n.name not in measured]
-        limits = [n.profile.probes.max_parallel_nodes for n in todo if n.profile.probes.max_parallel_nodes]
-        wave = min(limits) if limits else max(1, len(todo))
-        began = time.perf_counter()
-        report.start("single-node", len(eligible))
-        report.advance("single-node", len(eligible) - len(todo))
-        for start in range(0, len(todo), wave):
-            batch = [single_node_probes.submit(node, checkpoints, quick) for node in todo[start : start + wave]]
-            measured.update((o.node, o) for o in _collect("single-node", batch))
-        probe_outcomes = [measured[n.name] for n in eligible]
-        stage_rows, measurements = evaluate_single_node(run_dir.run_id, inventory, probe_outcomes, quick)
-        rows += stage_rows
-        if history is not None:
-            past = past_figures(history, inventory.cluster, exclude_run=run_dir.run_id)
-            rows += _regression_rows(run_dir, inventory, measurements, past, quick)
-        write_table(run_dir.path / "checks.parquet", rows, CHECKS)
-        write_table(run_dir.path / "measurements.parquet", measurements, MEASUREMENTS)
-        timings["single-node"] = round(timings.get("single-node", 0.0) + time.perf_counter() - began, 3)
-        report.finish("single-node")
-
-    multi = None
-    if "multi-node" in stages:
-        participants = [
-            n for n in inventory.tested if node_verdict(n.name, _rows_of(rows, n.name)).verdict == Verdict.ACCEPTED
-        ]
-        began = time.perf_counter()
-        report.start("multi-node", 1)
-        saved = checkpoints.load_stage("multi-node")
-        if saved is not None:
-            multi = MultiNodeOutcome(**saved)
-        else:
-            multi = run_multi_node(run_dir.run_id, inventory, participants)
-            checkpoints.save_stage(
-                "multi-node",
-                {
-                    "rows": multi.rows,
-                    "measurements": multi.measurements,
-                    "isolation": multi.isolation,
-                    "scaling": multi.scaling,
-                },
-            )
-        _write_multi_node(run_dir, multi, rows, measurements)
-        timings["multi-node"] = round(timings.get("multi-node", 0.0) + time.perf_counter() - began, 3)
-        report.advance("multi-node")
-        report.finish("multi-node")
-
-    return _finish(run_dir, run_info, inventory, rows, values, measurements, multi, history, operations, past)
+        stage.run(state)
+        write_tables(state, stage.tables)
+        timings[stage.name] = round(timings.get(stage.name, 0.0) + time.perf_counter() - began, 3)
+        state.progress.finish(stage.name)
+    context = ReportContext(reason_catalog(), discover_probes())
+    return finish(state, run_info, history, operations, context)
 
 
 def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
@@ -382,6 +179,7 @@ def acceptance(
     resume: str | None = None,
     suite: str | None = None,
     operations: Operations | None = None,
+    concurrency: int = 64,
 ) -> RunOutcome:
     """Run the requested stages over the inventory's tested nodes; write the run directory and append it
     to the history (``history``: a directory, default ``OUT/history``; ``-`` for none).
@@ -389,17 +187,18 @@ def acceptance(
     ``suite``: ``light`` (preflight and short probes) or ``full`` (every stage), instead of ``stages``.
     ``resume``: the id of an interrupted run under ``out_dir`` to finish instead (its inventory, nodes,
     stages and suite; ``inventory_path``, ``stages``, ``suite`` and ``nodes`` are then ignored).
-    ``operations``: summary files and the Slurm step after the verdicts."""
+    ``operations``: summary files and the Slurm step after the verdicts. ``concurrency``: the bound on
+    nodes worked on at once where a stage fans out by itself (the multi-node stage's ranks)."""
     ops = operations or Operations()
     if resume:
         run_dir, run_info, inventory = reopen(Path(out_dir), resume)
-        return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops)
+        return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
     inventory = select_nodes(load_inventory(inventory_path), nodes)
     chosen, quick = resolve_suite(suite, stages)
     run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
     run_info["quick_probes"] = quick
     run_dir.write_json("run.json", run_info)
-    return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops)
+    return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
 
 
 def resolve_suite(suite: str | None, stages: list[str] | None) -> tuple[list[str], bool]:
@@ -422,6 +221,7 @@ def bisect(
     out_dir: str = "runs",
     run_id: str | None = None,
     history: str | None = None,
+    concurrency: int = 64,
 ) -> RunOutcome:
     """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
     inventory = load_inventory(inventory_path)
@@ -429,12 +229,11 @@ def bisect(
     good_nodes = select_nodes(inventory, good).tested if good else []
     scope = replace(inventory, nodes=suspect_nodes + [n for n in good_nodes if n not in suspect_nodes])
     run_dir, run_info = _start(scope, Path(out_dir), ["bisect"], run_id)
-    multi = run_bisect(run_dir.run_id, scope, suspect_nodes, good_nodes)
-    rows: list[dict[str, Any]] = []
-    measurements: list[dict[str, Any]] = []
-    _write_multi_node(run_dir, multi, rows, measurements)
     history_path = history_dir(out_dir, history)
-    return _finish(run_dir, run_info, scope, rows, [], measurements, multi, history_path, Operations())
+    state = new_state(scope, run_dir, history_path, False, concurrency)
+    MULTI_NODE.bisect(state, suspect_nodes, good_nodes)
+    write_tables(state, MULTI_NODE.tables)
+    return finish(state, run_info, history_path, Operations(), ReportContext(reason_catalog(), discover_probes()))
 
 
 def run_acceptance(
@@ -462,5 +261,6 @@ def run_acceptance(
         resume=resume,
         suite=suite,
         operations=operations,
+        concurrency=concurrency,
     )
     return result

@@ -15,7 +15,7 @@ from typing import Any
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from cluster_accept.analysis.verdicts import Verdict, fold_by
+from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, fold_by
 
 log = logging.getLogger(__name__)
 
@@ -26,31 +26,31 @@ def artifact_key(cluster: str, what: str) -> str:
     return f"{slug}-{what}"
 
 
-def summary_markdown(run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], report: Path) -> str:
-    counts = {v: sum(1 for r in verdicts if r["verdict"] == v) for v in ("accepted", "rejected", "unreachable")}
+def summary_markdown(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], report: Path) -> str:
+    counts = {v: sum(1 for r in verdicts if r.verdict == v) for v in Verdict}
     lines = [
         f"# Acceptance of {run['cluster']}: run {run['run_id']}",
         "",
-        f"accepted **{counts['accepted']}** / rejected **{counts['rejected']}** / "
-        f"unreachable **{counts['unreachable']}**",
+        f"accepted **{counts[Verdict.ACCEPTED]}** / rejected **{counts[Verdict.REJECTED]}** / "
+        f"unreachable **{counts[Verdict.UNREACHABLE]}**",
         "",
     ]
-    bad = [v for v in verdicts if v["verdict"] in (Verdict.REJECTED, Verdict.UNREACHABLE)]
+    bad = [v for v in verdicts if v.verdict in NOT_ACCEPTED]
     if bad:
         lines += ["| node | verdict | reasons |", "|---|---|---|"]
-        lines += [f"| {v['node']} | {v['verdict']} | {', '.join(v['reasons'])} |" for v in bad]
+        lines += [f"| {v.node} | {v.verdict.value} | {', '.join(v.reasons)} |" for v in bad]
     else:
         lines.append("Every tested node accepted.")
-    sets = "; ".join(f"{verdict} {nodes}" for verdict, nodes in fold_by({v["node"]: v["verdict"] for v in verdicts}))
+    sets = "; ".join(f"{verdict} {nodes}" for verdict, nodes in fold_by({v.node: v.verdict.value for v in verdicts}))
     lines += ["", f"Nodes: {sets}", "", f"Report: [{report}]({report.resolve().as_uri()})"]
     return "\n".join(lines) + "\n"
 
 
-def publish(run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], report: Path) -> bool:
+def publish(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], report: Path) -> bool:
     """Create the three artifacts on the current flow run; False (and a warning) when Prefect refused."""
     cluster = str(run["cluster"])
     table = [
-        {"node": v["node"], "profile": v["profile"], "verdict": v["verdict"], "reasons": ", ".join(v["reasons"])}
+        {"node": v.node, "profile": v.profile, "verdict": v.verdict.value, "reasons": ", ".join(v.reasons)}
         for v in verdicts
     ]
     try:

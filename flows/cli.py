@@ -206,8 +206,8 @@ def _print_outcome(outcome: RunOutcome) -> None:
     for column in ("node", "verdict", "reasons"):
         table.add_column(column)
     for verdict in outcome.verdicts:
-        if verdict["verdict"] != Verdict.ACCEPTED:
-            table.add_row(Text(verdict["node"]), verdict["verdict"], Text(", ".join(verdict["reasons"])))
+        if verdict.verdict != Verdict.ACCEPTED:
+            table.add_row(Text(verdict.node), verdict.verdict.value, Text(", ".join(verdict.reasons)))
     if table.row_count:
         out.print(table)
     out.print(

@@ -107,6 +107,11 @@ class Thresholds(_Strict):
     allreduce_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allreduce_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
     straggler_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
+    relative_verdict: Literal["fail", "warn"] = Field(
+        default="fail",
+        description="what a figure far below the cluster's median or the node's own history is: a failure, or "
+        "a warning where relative figures say more about the machine than the node (CPU nodes sharing cores)",
+    )
     scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = None
 
 

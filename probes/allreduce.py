@@ -1,123 +1,133 @@
-"""Node-side probe: all-reduce bus bandwidth over a size sweep, one process per GPU under ``torchrun``.
+"""Intra-node all-reduce: a bus-bandwidth sweep over message sizes under torchrun, every GPU of the node,
+and the transport NCCL actually used between them (read from its ``NCCL_DEBUG=INFO`` channel lines).
 
-Needs only torch and the standard library. Started as
-``python -m torch.distributed.run --standalone --nproc_per_node=N allreduce.py`` within a node, and by the
-multi-node stage across nodes. Timing: CUDA events around back-to-back ``all_reduce`` calls after warm-up,
-median of repeats; algbw = bytes / time, busbw = algbw * 2(n-1)/n (the nccl-tests convention, so figures
-compare with ``all_reduce_perf``). Rank 0 prints one JSON object per size. Run with ``NCCL_DEBUG=INFO`` so the
-transport NCCL picked for each channel (``via P2P/CUMEM``, ``via SHM``, ``via NET/Socket``...) is in the log.
-``--device cpu`` uses gloo, for test-beds without GPUs.
+NCCL falls back silently (to ``SHM`` when P2P is unavailable, to sockets between nodes), so the transport is
+checked against the profile's ``expected_transport.intra_node`` beside the bandwidth. Judged at the largest
+size against ``allreduce_intra_busbw_gbps_min`` and the cluster's median per node.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
-import sys
-import time
+from collections.abc import Mapping
 
-import torch
-import torch.distributed as dist
+import pandas as pd
 
+from cluster_accept.analysis.probe_output import (
+    ProbeOutput,
+    nccl_transports,
+    nccl_version,
+    parse_json_lines,
+    transport_matches,
+)
+from cluster_accept.analysis.probe_verdicts import MetricRule, judge
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.base import own_figures
+from cluster_accept.probes.scripts import ALLREDUCE
+from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
-def sizes(min_bytes: int, max_bytes: int) -> list[int]:
-    out, size = [], min_bytes
-    while size <= max_bytes:
-        out.append(size)
-        size *= 4
-    if out[-1] != max_bytes:
-        out.append(max_bytes)
-    return out
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--min-bytes", type=int, default=1 << 20)
-    parser.add_argument("--max-bytes", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--label", default="intra_node")
-    parser.add_argument("--tag", default="", help="run tag, so the controller can find and stop this run")
-    args = parser.parse_args()
-    cuda = args.device == "cuda"
-    max_bytes = args.max_bytes or ((1 << 30) if cuda else (16 << 20))
-    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    if cuda:
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-    if rank == 0:
-        nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
-        print(
-            json.dumps(
-                {
-                    "info": "probe",
-                    "probe": "allreduce",
-                    "world_size": world,
-                    "torch": torch.__version__,
-                    "nccl_version": nccl,
-                    "backend": dist.get_backend(),
-                }
-            ),
-            flush=True,
-        )
-    for nbytes in sizes(args.min_bytes, max_bytes):
-        numel = nbytes // 4
-        tensor = torch.randn(numel, device=device)
-        iters = max(3, min(50, (256 << 20) // nbytes * 5)) if cuda else max(2, min(20, (4 << 20) // nbytes * 4))
-        for _ in range(3):
-            dist.all_reduce(tensor)
-        if cuda:
-            torch.cuda.synchronize()
-        times = []
-        for _ in range(args.repeats):
-            dist.barrier()
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    dist.all_reduce(tensor)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1000 / iters)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    dist.all_reduce(tensor)
-                times.append((time.perf_counter() - t0) / iters)
-        # The slowest rank decides what a job sees.
-        seconds = torch.tensor([statistics.median(times)], device=device, dtype=torch.float64)
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-        algbw = numel * 4 / seconds.item() / 1e9
-        if rank == 0:
-            print(
-                json.dumps(
-                    {
-                        "probe": "allreduce",
-                        "metric": "allreduce_busbw_gbps",
-                        "label": args.label,
-                        "value": round(algbw * 2 * (world - 1) / world, 4),
-                        "unit": "GB/s",
-                        "algbw_gbps": round(algbw, 4),
-                        "size": numel * 4,
-                        "dtype": "fp32",
-                        "iterations": iters * args.repeats,
-                        "world_size": world,
-                        "gpu": None,
-                    }
-                ),
-                flush=True,
-            )
-        del tensor
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+NAME = "allreduce"
+ORDER = 40
+SCRIPT = ALLREDUCE
+METRIC = "allreduce_busbw_gbps"
+METRICS = {METRIC: MetricRule(NAME, "allreduce_intra_busbw_gbps_min", False)}
+REASONS = declare(
+    Reason(
+        "below_threshold",
+        Status.FAIL,
+        "all-reduce bus bandwidth below the profile's minimum: check NVLink/NVSwitch (nvidia-smi nvlink -s)",
+        Action.RERUN,
+    ),
+    Reason(
+        "straggler",
+        Status.FAIL,
+        "all-reduce bus bandwidth far below the other nodes': check NVLink/NVSwitch (nvidia-smi nvlink -s)",
+        Action.RERUN,
+    ),
+    Reason("single_gpu", Status.SKIP, "fewer than two GPUs: nothing to all-reduce between"),
+    Reason(
+        "probe_timeout",
+        Status.TIMEOUT,
+        "the all-reduce hung and was killed with its process group: look for a hung driver or NVLink fault",
+        Action.CHECK_NODE,
+    ),
+    Reason("probe_error", Status.ERROR, "the all-reduce probe reported an error: rerun", Action.RERUN),
+    Reason(
+        "probe_failed",
+        Status.ERROR,
+        "the all-reduce did not finish (see its output): check the probe interpreter, torch and NCCL, then rerun",
+        Action.RERUN,
+    ),
+)
+# Rows this probe writes under the ``transport`` check: what NCCL chose inside the node.
+TRANSPORT = "transport"
+OTHER_REASONS = {
+    TRANSPORT: declare(
+        Reason(
+            "unexpected",
+            Status.FAIL,
+            "NCCL did not use the expected intra-node transport (a silent fallback): check NCCL_P2P_LEVEL, "
+            "NCCL_P2P_DISABLE and the GPU topology",
+            Action.FIX_CONFIG,
+        ),
+    )
+}
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def parse(stdout: str) -> ProbeOutput:
+    """Its figures from the JSON lines, with the transport NCCL used (each figure carries it) and NCCL's
+    version."""
+    output = own_figures(parse_json_lines(stdout), METRICS)
+    return with_nccl_log(output, stdout)
+
+
+def with_nccl_log(output: ProbeOutput, stdout: str) -> ProbeOutput:
+    output.transports = nccl_transports(stdout)
+    output.nccl_version = nccl_version(stdout)
+    used = ",".join(sorted(output.transports)) or None
+    output.measurements = [{**m, "transport": used} for m in output.measurements]
+    return output
+
+
+def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
+    """A skip when the node has one GPU; on a GPU node, the transport against the profile's and NCCL's
+    version (recorded)."""
+    rows = []
+    skipped = output.skip_reason()
+    if skipped is not None:
+        rows.append(CheckRow(NAME, "intra_node", Status.SKIP, "single_gpu", None, None, skipped))
+    if profile.probes.device != "cuda":
+        return rows
+    rows += transport_rows(output.transports, profile.probes.expected_transport.intra_node)
+    if output.nccl_version:
+        rows.append(CheckRow(NAME, "nccl_version", Status.PASS, "recorded", output.nccl_version, None))
+    return rows
+
+
+def transport_rows(used: Mapping[str, int], expected: str | None) -> list[CheckRow]:
+    if not used:
+        return []
+    observed = ",".join(sorted(used))
+    if expected is None:
+        return [CheckRow(TRANSPORT, "intra_node", Status.PASS, "recorded", observed, None)]
+    bad = [t for t in used if not transport_matches(t, expected)]
+    status, reason = (Status.FAIL, "unexpected") if bad else (Status.PASS, "ok")
+    detail = ", ".join(f"{t}: {n} channel connections" for t, n in sorted(used.items()))
+    return [CheckRow(TRANSPORT, "intra_node", status, reason, observed, expected, detail)]
+
+
+def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+    return judge(figures, METRICS, {node: p.thresholds for node, p in profiles.items()})
+
+
+def report(view: ReportView) -> ReportSection | None:
+    chart = size_sweep_chart(
+        "allreduce",
+        "Intra-node all-reduce bus bandwidth vs message size",
+        METRIC,
+        METRICS[METRIC].threshold,
+        NAME,
+        view,
+    )
+    return ReportSection("allreduce", (chart,)) if chart is not None else None

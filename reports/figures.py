@@ -9,17 +9,43 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from markupsafe import Markup
 
-from cluster_accept.analysis.probe_verdicts import RULES
 from cluster_accept.reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
 
-GEMM_METRICS = ("gemm_bf16_tflops", "gemm_bf16_gflops", "gemm_fp16_tflops", "gemm_fp32_gflops")
-MEMORY_METRICS = ("hbm_copy_gbps", "mem_copy_gbps")
-ALLREDUCE = "allreduce_busbw_gbps"
 GOOD = {"pass", "skip"}
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """What a probe's report contribution is drawn from: the run's figures, its check rows (to mark the bad
+    bars) and each profile's thresholds (the threshold lines)."""
+
+    measurements: Sequence[Mapping[str, Any]] = ()
+    rows: Sequence[Any] = ()
+    thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table for the report: a header row, then rows whose first cell is text and the others numbers."""
+
+    title: str  # the Markdown heading; the HTML caption below the table
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    table_id: str = ""
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """One probe's part of the report's measurements: its charts, then its table."""
+
+    section_id: str
+    charts: tuple[Markup, ...] = ()
+    table: Table | None = None
 
 
 def _single_node(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -31,16 +57,16 @@ def _pick(measurements: Sequence[Mapping[str, Any]], family: Sequence[str]) -> s
     return next((metric for metric in family if metric in present), None)
 
 
-def _bad_items(rows: Sequence[Mapping[str, Any]], check: str) -> set[tuple[str, int | None]]:
+def _bad_items(rows: Sequence[Any], check: str) -> set[tuple[str, int | None]]:
     """(node, gpu) pairs with a non-passing row of ``check``; gpu None marks the whole node."""
-    return {(str(r["node"]), r.get("gpu")) for r in rows if r["check"] == check and r["status"] not in GOOD}
+    return {(str(r.node), r.gpu) for r in rows if r.check == check and r.status not in GOOD}
 
 
-def _thresholds(metric: str, thresholds: Mapping[str, Mapping[str, Any]], profiles: set[str]) -> list[Ref]:
-    rule = RULES.get(metric)
-    if rule is None or rule.threshold is None:
+def _thresholds(key: str | None, thresholds: Mapping[str, Mapping[str, Any]], profiles: set[str]) -> list[Ref]:
+    """Threshold lines from the profiles' ``key`` (one line when every profile agrees)."""
+    if key is None:
         return []
-    values = {p: thresholds.get(p, {}).get(rule.threshold) for p in sorted(profiles)}
+    values = {p: thresholds.get(p, {}).get(key) for p in sorted(profiles)}
     found = {v for v in values.values() if v is not None}
     if len(found) == 1:
         return [Ref("threshold", float(found.pop()), "threshold")]
@@ -51,48 +77,44 @@ def _label(m: Mapping[str, Any]) -> str:
     return f"{m['node']}/gpu{m['gpu']}" if m.get("gpu") is not None else str(m["node"])
 
 
-def per_gpu_chart(
-    chart_id: str,
-    family: Sequence[str],
-    check: str,
-    measurements: Sequence[Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
-    thresholds: Mapping[str, Mapping[str, Any]],
-) -> Markup | None:
-    figures = _single_node(measurements)
-    metric = _pick(figures, family)
+def per_gpu_chart(chart_id: str, family: Mapping[str, str | None], check: str, view: ReportView) -> Markup | None:
+    """Bars of the first metric of ``family`` (metric -> the profile key of its threshold) the run has, one
+    per GPU; a GPU with a non-passing row of ``check`` drawn bad; median and threshold lines."""
+    figures = _single_node(view.measurements)
+    metric = _pick(figures, list(family))
     if metric is None:
         return None
     chosen = sorted((m for m in figures if m["metric"] == metric), key=lambda m: (m["node"], m.get("gpu") or 0))
-    bad = _bad_items(rows, check)
+    bad = _bad_items(view.rows, check)
     bars = [
         Bar(_label(m), float(m["value"]), (m["node"], m.get("gpu")) in bad or (m["node"], None) in bad) for m in chosen
     ]
     refs = [Ref("median", statistics.median(b.value for b in bars))]
-    refs += _thresholds(metric, thresholds, {str(m.get("profile") or "") for m in chosen})
+    refs += _thresholds(family[metric], view.thresholds, {str(m.get("profile") or "") for m in chosen})
     unit = str(chosen[0].get("unit") or "")
     return bar_chart(chart_id, f"{metric} per GPU ({len(bars)} GPUs)", bars, unit, refs)
 
 
-def allreduce_chart(
-    measurements: Sequence[Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
-    thresholds: Mapping[str, Mapping[str, Any]],
+def size_sweep_chart(
+    chart_id: str, title: str, metric: str, threshold: str | None, check: str, view: ReportView
 ) -> Markup | None:
-    figures = [m for m in _single_node(measurements) if m["metric"] == ALLREDUCE and m.get("size")]
+    """One line per node of ``metric`` against message size (log scale), nodes with a bad ``check`` row
+    drawn bad; the profile's threshold as a line."""
+    figures = [m for m in _single_node(view.measurements) if m["metric"] == metric and m.get("size")]
     if not figures:
         return None
-    bad_nodes = {node for node, _ in _bad_items(rows, "allreduce")}
+    bad_nodes = {node for node, _ in _bad_items(view.rows, check)}
     by_node: dict[str, list[tuple[float, float]]] = {}
     for m in figures:
         by_node.setdefault(str(m["node"]), []).append((float(m["size"]), float(m["value"])))
     series = [Series(node, tuple(points), node in bad_nodes) for node, points in sorted(by_node.items())]
-    refs = _thresholds(ALLREDUCE, thresholds, {str(m.get("profile") or "") for m in figures})
+    refs = _thresholds(threshold, view.thresholds, {str(m.get("profile") or "") for m in figures})
+    unit = str(figures[0].get("unit") or "")
     return line_chart(
-        "allreduce",
-        f"Intra-node all-reduce bus bandwidth vs message size ({len(series)} nodes)",
+        chart_id,
+        f"{title} ({len(series)} nodes)",
         series,
-        "GB/s",
+        unit,
         "message size",
         log2_x=True,
         refs=refs,
@@ -128,11 +150,11 @@ def isolation_chart(isolation: Sequence[Mapping[str, Any]]) -> Markup | None:
     return bar_chart("isolation", f"Isolation rounds: bus bandwidth per group ({len(bars)} runs)", bars, "GB/s", refs)
 
 
-def gpu_table(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The per-node table of the GEMM figure, one column per GPU, worst node first (the seed reports found
-    half-speed nodes only with such a table)."""
+def gpu_table(measurements: Sequence[Mapping[str, Any]], family: Sequence[str], table_id: str = "") -> Table | None:
+    """The per-node table of the first metric of ``family`` the run has, one column per GPU, worst node
+    first (the seed reports found half-speed nodes only with such a table)."""
     figures = _single_node(measurements)
-    metric = _pick(figures, GEMM_METRICS)
+    metric = _pick(figures, family)
     if metric is None:
         return None
     per_node: dict[str, dict[int, float]] = {}
@@ -140,18 +162,16 @@ def gpu_table(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
         if m["metric"] == metric:
             per_node.setdefault(str(m["node"]), {})[int(m.get("gpu") or 0)] = float(m["value"])
     gpus = sorted({g for values in per_node.values() for g in values})
-    table = [
-        {
-            "node": node,
-            "values": [values.get(g) for g in gpus],
-            "min": min(values.values()),
-            "median": statistics.median(values.values()),
-        }
-        for node, values in per_node.items()
-    ]
-    table.sort(key=lambda r: (r["min"], r["node"]))
+    rows = sorted(
+        (
+            (node, *[values.get(g) for g in gpus], min(values.values()), statistics.median(values.values()))
+            for node, values in per_node.items()
+        ),
+        key=lambda r: (r[-2], r[0]),
+    )
     unit = next(str(m.get("unit") or "") for m in figures if m["metric"] == metric)
-    return {"metric": metric, "unit": unit, "gpus": gpus, "rows": table}
+    columns = ("node", *[f"GPU {g}" for g in gpus], "min", "median")
+    return Table(f"{metric} per GPU ({unit}), worst node first", columns, tuple(rows), table_id)
 
 
 def history_rows(trends: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

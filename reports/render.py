@@ -19,7 +19,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from cluster_accept.analysis.verdicts import Verdict, differences, fold_by
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by
+from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
+from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.reports import figures
 from cluster_accept.reports.actions import reproduce, suggest
@@ -28,49 +30,54 @@ from cluster_accept.reports.charts import fmt
 TEMPLATES = Path(__file__).parent / "templates"
 EXCERPT_CHARS = 1200
 FILTER_SCRIPT = (TEMPLATES / "filter.js").read_text()
-BAD = ("fail", "error", "timeout", "unreachable")
 
 
 @dataclass
 class ReportData:
     """Everything a report is drawn from, beyond the run and its verdicts; each part may be empty."""
 
-    rows: Sequence[Mapping[str, Any]] = ()
+    rows: Sequence[NodeRow] = ()
     values: Sequence[Mapping[str, Any]] = ()
     measurements: Sequence[Mapping[str, Any]] = ()
     scaling: Sequence[Mapping[str, Any]] = ()
     isolation: Sequence[Mapping[str, Any]] = ()
     trends: Sequence[Mapping[str, Any]] = ()
     thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
+    reasons: ReasonCatalog = field(default_factory=ReasonCatalog)  # what each row's reason means, its action
+    sections: Sequence[figures.ReportSection] = ()  # each probe's charts and table, in probe order
 
 
-def _findings(rows: Sequence[Mapping[str, Any]], inventory: str, good_node: str | None) -> dict[str, list[Any]]:
-    found: dict[str, list[Mapping[str, Any]]] = {}
+def _findings(
+    rows: Sequence[NodeRow], inventory: str, good_node: str | None, reasons: ReasonCatalog
+) -> dict[str, list[dict[str, Any]]]:
+    """Every row that did not pass or skip, per node, as a record for the templates (plain values), with the
+    declared action and explanation of its reason."""
+    found: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        if row["status"] in ("pass", "skip"):
+        if row.status in (Status.PASS, Status.SKIP):
             continue
-        hint = suggest(row)
-        found.setdefault(row["node"], []).append(
+        hint = suggest(row, reasons)
+        found.setdefault(row.node, []).append(
             {
-                **row,
-                "excerpt": (row.get("raw_output") or "")[:EXCERPT_CHARS],
-                "action": hint.action,
+                **row.record(),
+                "excerpt": row.raw_output[:EXCERPT_CHARS],
+                "action": hint.action.value,
                 "why": hint.why,
-                "reproduce": reproduce(row, inventory, good_node) if row["status"] in BAD else [],
+                "reproduce": reproduce(row, inventory, good_node) if row.status in BAD_STATUSES else [],
             }
         )
     return dict(sorted(found.items()))
 
 
-def _node_rows(verdicts: Sequence[Mapping[str, Any]], findings: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+def _node_rows(verdicts: Sequence[VerdictRow], findings: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """The per-node table: verdict, reasons, the first evidence, the actions and one reproducing command."""
     out = []
-    for v in sorted(verdicts, key=lambda v: (v["verdict"] == Verdict.ACCEPTED, v["node"])):
-        bad = [f for f in findings.get(v["node"], []) if f["status"] in BAD]
+    for v in sorted(verdicts, key=lambda v: (v.verdict == Verdict.ACCEPTED, v.node)):
+        bad = [f for f in findings.get(v.node, []) if Status(f["status"]) in BAD_STATUSES]
         actions = list(dict.fromkeys(f["action"] for f in bad))
         out.append(
             {
-                **v,
+                **v.record(),
                 "evidence": [
                     f"{f['check']} {f['item']}{'' if f.get('gpu') is None else ' gpu ' + str(f['gpu'])}: "
                     f"{f.get('observed') or '-'} (expected {f.get('expected') or '-'})"
@@ -85,58 +92,51 @@ def _node_rows(verdicts: Sequence[Mapping[str, Any]], findings: Mapping[str, lis
 
 
 def charts(data: ReportData) -> dict[str, Markup]:
+    """The multi-node charts (scaling, isolation); the probes draw their own (``sections``)."""
     efficiency_min = next(
         (t.get("scaling_efficiency_min") for t in data.thresholds.values() if t.get("scaling_efficiency_min")), None
     )
     drawn = {
-        "gemm": figures.per_gpu_chart(
-            "gemm", figures.GEMM_METRICS, "gemm", data.measurements, data.rows, data.thresholds
-        ),
-        "memory": figures.per_gpu_chart(
-            "memory", figures.MEMORY_METRICS, "hbm", data.measurements, data.rows, data.thresholds
-        ),
-        "allreduce": figures.allreduce_chart(data.measurements, data.rows, data.thresholds),
         "scaling": figures.scaling_chart(data.scaling, efficiency_min),
         "isolation": figures.isolation_chart(data.isolation),
     }
     return {name: chart for name, chart in drawn.items() if chart is not None}
 
 
-def build_context(run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], data: ReportData) -> dict[str, Any]:
-    counts = {v: 0 for v in (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)}
+def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: ReportData) -> dict[str, Any]:
+    counts = {v.value: 0 for v in Verdict}
     for verdict in verdicts:
-        counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
+        counts[verdict.verdict.value] += 1
+    rows = [r if isinstance(r, NodeRow) else NodeRow.from_record(r) for r in data.rows]
     skipped: dict[str, list[str]] = {}
-    for row in data.rows:
-        if row["status"] == "skip":
-            skipped.setdefault(f"{row['check']}: {row['reason']}", []).append(row["node"])
+    for row in rows:
+        if row.status == Status.SKIP:
+            skipped.setdefault(f"{row.check}: {row.reason}", []).append(row.node)
     per_item: dict[str, dict[str, str]] = {}
     for value in data.values:
         if str(value["key"]).startswith("counter:"):
             continue  # error counters differ between healthy nodes; they are compared with history instead
         per_item.setdefault(value["node"], {})[f"{value['check']}.{value['key']}"] = str(value["value"])
-    unreachable = {r["node"]: r["reason"] for r in data.rows if r["status"] == "unreachable"}
-    tested = [v for v in verdicts if v["verdict"] != Verdict.SKIPPED]
-    good_node = next((v["node"] for v in verdicts if v["verdict"] == Verdict.ACCEPTED), None)
-    findings = _findings(data.rows, str(run.get("inventory") or "INVENTORY"), good_node)
+    unreachable = {r.node: r.reason for r in rows if r.status == Status.UNREACHABLE}
+    tested = [v for v in verdicts if v.verdict != Verdict.SKIPPED]
+    good_node = next((v.node for v in verdicts if v.verdict == Verdict.ACCEPTED), None)
+    findings = _findings(rows, str(run.get("inventory") or "INVENTORY"), good_node, data.reasons)
     return {
         "run": run,
         "counts": counts,
         "tested": len(tested),
-        "all_accepted": bool(tested) and all(v["verdict"] == Verdict.ACCEPTED for v in tested),
+        "all_accepted": bool(tested) and all(v.verdict == Verdict.ACCEPTED for v in tested),
         "node_rows": _node_rows(verdicts, findings),
-        "verdict_sets": fold_by({v["node"]: v["verdict"] for v in verdicts}),
+        "verdict_sets": fold_by({v.node: v.verdict.value for v in verdicts}),
         "findings": findings,
         "scaling": list(data.scaling),
         "isolation": list(data.isolation),
         "skipped": sorted((what, fold(sorted(set(nodes)))) for what, nodes in skipped.items()),
         "differences": differences(per_item),
         "unreachable_sets": fold_by(unreachable),
-        "rejected_nodes": fold(
-            [v["node"] for v in verdicts if v["verdict"] != Verdict.ACCEPTED and v["verdict"] != Verdict.SKIPPED]
-        ),
+        "rejected_nodes": fold([v.node for v in verdicts if v.verdict not in (Verdict.ACCEPTED, Verdict.SKIPPED)]),
         "charts": charts(data),
-        "gpu_table": figures.gpu_table(data.measurements),
+        "sections": list(data.sections),
         "history": figures.history_rows(data.trends),
     }
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cluster_accept.analysis.verdicts import Verdict
+from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
 VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)
 # Key figures exported per node: (metric in measurements, Prometheus name, help text).
@@ -22,20 +22,25 @@ FIGURES = (
 )
 
 
+def _count(verdicts: Sequence[VerdictRow], verdict: Verdict) -> int:
+    return sum(1 for v in verdicts if v.verdict == verdict)
+
+
 def summary(
-    run: Mapping[str, Any], verdicts: Sequence[Mapping[str, Any]], warnings: Mapping[str, list[str]]
+    run: Mapping[str, Any], verdicts: Sequence[VerdictRow], warnings: Mapping[str, list[str]]
 ) -> dict[str, Any]:
-    """``summary.json``: counts, the nodes not accepted with their reasons, nodes accepted with warnings."""
-    counts = {v: sum(1 for r in verdicts if r["verdict"] == v) for v in VERDICTS}
+    """``summary.json``: counts, the nodes not accepted with their reasons, nodes accepted with warnings.
+    Plain values only (verdicts as their ``.value``): the record is JSON."""
+    counts = {verdict: _count(verdicts, verdict) for verdict in VERDICTS}
     bad = [
-        {"node": v["node"], "verdict": v["verdict"], "reasons": list(v["reasons"])}
+        {"node": v.node, "verdict": v.verdict.value, "reasons": list(v.reasons)}
         for v in verdicts
-        if v["verdict"] in (Verdict.REJECTED, Verdict.UNREACHABLE)
+        if v.verdict in NOT_ACCEPTED
     ]
     flagged = [
-        {"node": v["node"], "warnings": warnings[v["node"]]}
+        {"node": v.node, "warnings": warnings[v.node]}
         for v in verdicts
-        if v["verdict"] == Verdict.ACCEPTED and warnings.get(v["node"])
+        if v.verdict == Verdict.ACCEPTED and warnings.get(v.node)
     ]
     return {
         "run_id": run["run_id"],
@@ -44,7 +49,7 @@ def summary(
         "ended": run.get("ended"),
         "stages": list(run.get("stages") or []),
         "suite": run.get("suite"),
-        "counts": counts,
+        "counts": {verdict.value: count for verdict, count in counts.items()},
         "all_accepted": counts[Verdict.ACCEPTED] > 0
         and counts[Verdict.REJECTED] == 0
         and counts[Verdict.UNREACHABLE] == 0,
@@ -65,7 +70,7 @@ def _name_ok(name: str) -> str:
 
 def prometheus_text(
     run: Mapping[str, Any],
-    verdicts: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[VerdictRow],
     figures: Mapping[tuple[str, str], float],
 ) -> str:
     """The text exposition format: per node a 0/1 series for each verdict (so alerts can select on
@@ -82,8 +87,8 @@ def prometheus_text(
     family("cluster_accept_node_verdict", "1 for the node's verdict in the last run, 0 for the others.")
     for v in verdicts:
         for verdict in VERDICTS:
-            labels = f'cluster="{cluster}",node="{_label(v["node"])}",verdict="{verdict}"'
-            lines.append(f"cluster_accept_node_verdict{{{labels}}} {1 if v['verdict'] == verdict else 0}")
+            labels = f'cluster="{cluster}",node="{_label(v.node)}",verdict="{verdict.value}"'
+            lines.append(f"cluster_accept_node_verdict{{{labels}}} {1 if v.verdict == verdict else 0}")
     for metric, name, help_text in FIGURES:
         present = [(node, value) for (node, m), value in sorted(figures.items()) if m == metric]
         if present:
@@ -91,8 +96,8 @@ def prometheus_text(
             lines += [f'{name}{{cluster="{cluster}",node="{_label(node)}"}} {value:.6g}' for node, value in present]
     family("cluster_accept_nodes", "Nodes per verdict in the last run.")
     for verdict in VERDICTS:
-        count = sum(1 for v in verdicts if v["verdict"] == verdict)
-        lines.append(f'cluster_accept_nodes{{cluster="{cluster}",verdict="{verdict}"}} {count}')
+        count = _count(verdicts, verdict)
+        lines.append(f'cluster_accept_nodes{{cluster="{cluster}",verdict="{verdict.value}"}} {count}')
     ended = run.get("ended")
     if ended:
         family("cluster_accept_last_run_timestamp_seconds", "When the last run ended, Unix time.")

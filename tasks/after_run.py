@@ -17,6 +17,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from cluster_accept.analysis.history import key_figures
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.verdicts import VerdictRow
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
 from cluster_accept.tasks.slurm import SlurmPlan, slurm_step
 
@@ -38,31 +42,38 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def warnings_by_node(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+def _probe_rules() -> dict[str, MetricRule]:
+    return {metric: rule for probe in discover() for metric, rule in probe.metrics.items()}
+
+
+def warnings_by_node(rows: Sequence[NodeRow]) -> dict[str, list[str]]:
+    """``check:reason`` of each node's warnings, each once: what ``summary.json`` lists for accepted nodes."""
     found: dict[str, list[str]] = {}
     for row in rows:
-        if row["status"] == "warn":
-            reason = f"{row['check']}:{row['reason']}"
-            if reason not in found.setdefault(str(row["node"]), []):
-                found[str(row["node"])].append(reason)
+        if row.status == Status.WARN and row.code not in found.setdefault(row.node, []):
+            found[row.node].append(row.code)
     return found
 
 
 def after_run(
     run_dir: Path,
     run_info: Mapping[str, Any],
-    verdicts: Sequence[Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[VerdictRow],
+    rows: Sequence[NodeRow],
     measurements: Sequence[Mapping[str, Any]],
     operations: Operations,
+    rules: Mapping[str, MetricRule] | None = None,
 ) -> SlurmPlan:
-    """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json``."""
+    """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json``.
+
+    ``rules``: the judged figures (the probes' ``METRICS``) the Prometheus file's key figures come from;
+    every discovered probe's when not given."""
     _write_atomic(
         run_dir / "summary.json",
         json.dumps(summary(run_info, verdicts, warnings_by_node(rows)), indent=2, default=str) + "\n",
     )
     if operations.prometheus:
-        figures = key_figures(pd.DataFrame(list(measurements)))
+        figures = key_figures(pd.DataFrame(list(measurements)), _probe_rules() if rules is None else rules)
         values = {
             (str(n), str(m)): float(v)
             for n, m, v in zip(figures["node"], figures["metric"], figures["value"], strict=True)

@@ -1,4 +1,4 @@
-"""Start one all-reduce across several nodes: ``torchrun`` on every node at once, over SSH.
+"""Start all-reduces across several nodes: ``torchrun`` on every node of a group at once, over SSH.
 
 The first node hosts the rendezvous (its address, a port it reports free for this run, node ranks in
 order). Every node gets the probe in a private temp directory and runs it under the node-side timeout; the
@@ -6,29 +6,53 @@ first failure anywhere (unreachable node, crash, timeout) stops the run on every
 tag in the process list and killed — so nothing is left waiting on a rendezvous that will never complete.
 Each node's ``NCCL_DEBUG=INFO`` log comes back and names the transport used between nodes.
 
+Every rank of a group must run at the same moment, and a group may have more ranks than the stage has
+threads (``concurrency``): holding a thread and an SSH session per rank for the whole run would deadlock
+under a bound, or need 1,000 threads for 1,000 nodes. So a rank is started *detached* on its node
+(:mod:`remote.detached`), which is a short operation, and watched with short polls; each rank's log and
+exit status are collected from its directory when it ends, and the directory removed. The calling thread
+drives all ranks of all groups given at once (an isolation round's disjoint groups), and every SSH operation
+— free port, start, poll, stop, collect — runs in one pool of ``concurrency`` threads.
+
 The launcher is chosen by the profile (``probes.launcher``): ``ssh`` is implemented here; ``slurm`` (srun
 in an allocation) plugs in behind the same :func:`launch_group` signature.
 """
 
 from __future__ import annotations
 
+import math
+import queue
 import secrets
 import shlex
 import threading
-from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cluster_accept.analysis.probe_output import nccl_transports, parse_json_lines
 from cluster_accept.inventory.model import Node
+from cluster_accept.remote.batch import batch_timeout
+from cluster_accept.remote.detached import PollAnswer, poll_detached, start_detached
 from cluster_accept.remote.fanout import connect
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.remote.ssh import Unreachable
-from cluster_accept.tasks.probe_dir import run_in_probe_dir
+from cluster_accept.tasks.probe_dir import ProbeDirError, open_probe_dir, remove_probe_dir
 
-CPU_BYTES = 1 << 20
-STOP_RETRY_S = 3.0  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
+CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
+DEFAULT_CONCURRENCY = 64
+THREAD_PREFIX = "ca-launch"  # the pool's thread names: at most ``concurrency`` of them at any time
+POLL_S = 2.0  # a running rank is looked at this often (less often when ranks outnumber threads)
+FIRST_POLL_S = 0.25  # the first looks come sooner, doubling up to the poll interval: short runs end fast
+FOLLOW_S = 0.5  # once a rank has ended well its peers are looked at this soon: ranks end together
+STOP_RETRY_S = 3.0  # a rank that outlived a stop (a process forked while we killed) is stopped again
+POLL_MISSES = 3  # polls in a row without an answer (the node connects but does not reply) make it lost
+STOP_GIVE_UP_S = 60.0  # past its deadline a rank that no stop could end is given up on (the node hangs)
+ABANDON_WAIT_S = 30.0
+_PORT_SCRIPT = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
 
 
 @dataclass
@@ -98,83 +122,246 @@ def _rank_command(node: Node, rank: int, world: int, master_addr: str, port: int
     return RemoteCommand("allreduce_inter", script, env=env, timeout_s=probes.timeout_s)
 
 
-def _free_port(master: Node) -> int | RankRun:
-    session = connect(master)
-    if isinstance(session, Unreachable):
-        return RankRun(master.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
-    try:
-        script = (
-            f"{shlex.quote(master.profile.probes.python)} -c "
-            "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
-        )
-        code, out, err, _ = session.run_script(script, 60)
-    finally:
-        session.close()
+def _free_port(sessions: SessionCache, master: Node) -> int | RankRun:
+    script = f"{shlex.quote(master.profile.probes.python)} -c {shlex.quote(_PORT_SCRIPT)}"
+    answer = sessions.run(master, script, 60)
+    if isinstance(answer, Unreachable):
+        return RankRun(master.name, NodeStatus.UNREACHABLE, answer.cause.value, answer.detail)
+    code, out, err, _ = answer
     text = out.strip().splitlines()[-1] if out.strip() else ""
     if code != 0 or not (text.isascii() and text.isdigit()):
         return RankRun(master.name, NodeStatus.ERROR, None, f"could not pick a free port: {err.strip() or out}")
     return int(text)
 
 
-def _run_rank(node: Node, command: RemoteCommand, stopped: threading.Event) -> RankRun:
-    if stopped.is_set():
+def _start_rank(
+    sessions: SessionCache, node: Node, command: RemoteCommand, stopping: threading.Event, tag: str
+) -> tuple[str, int] | RankRun:
+    """Probe directory, wrapper, detached start: (directory, wrapper pid), or why the rank did not start."""
+    if stopping.is_set():
         return RankRun(node.name, NodeStatus.ERROR, None, "not started: the run was stopped")
-    run = run_in_probe_dir(node, ("allreduce.py",), [command])
-    return RankRun(node.name, run.status, run.cause, run.detail, run.results[0] if run.results else None)
-
-
-def stop_run(nodes: Sequence[Node], tag: str) -> None:
-    """Kill every process of run ``tag`` on every node (the bracket keeps pkill from matching its own shell)."""
-    pattern = shlex.quote(f"[-]-tag {tag}")
-
-    def stop(node: Node) -> None:
-        session = connect(node)
-        if isinstance(session, Unreachable):
-            return
+    session, _ = sessions.take(node)
+    if isinstance(session, Unreachable):
+        return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
+    try:
+        remote_dir = open_probe_dir(session, ("allreduce.py",), [command])
         try:
-            session.run_script(f"pkill -KILL -f -- {pattern}; true", 30)
+            pid = start_detached(session, remote_dir, command, node.ssh.command_timeout_s or 120.0, tag)
+        except BaseException:
+            remove_probe_dir(session, remote_dir)
+            raise
+        if isinstance(pid, str):
+            # Whatever did start goes with its directory: it would wait for a rendezvous nobody else joins.
+            session.run_script(f"pkill -KILL -f -- {shlex.quote(_pattern(tag))}; rm -rf {shlex.quote(remote_dir)}", 30)
+            sessions.give(node, session)
+            return RankRun(node.name, NodeStatus.ERROR, None, f"the rank did not start: {pid}")
+    except ProbeDirError as exc:
+        sessions.give(node, session)
+        return RankRun(node.name, NodeStatus.ERROR, None, str(exc))
+    except Exception as exc:  # noqa: BLE001 - one node's failure is data
+        session.close()
+        return RankRun(node.name, NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
+    sessions.give(node, session)
+    return remote_dir, pid
+
+
+def _pattern(tag: str) -> str:
+    """The run's processes by their ``--tag`` (the bracket keeps pkill from matching the command running it)."""
+    return f"[-]-tag {tag}"
+
+
+@dataclass
+class _Rank:
+    node: Node
+    command: RemoteCommand
+    remote_dir: str = ""
+    pid: int = 0
+    deadline: float = math.inf  # client side: the node-side timeout, its kill grace and a margin after start
+    next_poll: float | None = None  # None: not started yet, or ended
+    polls: int = 0
+    busy: bool = False
+    misses: int = 0
+    client_timed_out: bool = False
+    done: RankRun | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.done is None and self.next_poll is not None
+
+
+@dataclass
+class _Group:
+    nodes: Sequence[Node]
+    run: GroupRun
+    ranks: list[_Rank] = field(default_factory=list)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+class _Launcher:
+    """Drives every rank of the given groups from the calling thread; the SSH work goes to one bounded pool.
+
+    State changes only here, in the calling thread (completion callbacks run there too), so no locks."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=THREAD_PREFIX)
+        self.sessions = SessionCache(concurrency, connect)
+        self.inflight: set[Future[Any]] = set()
+        self.finished: queue.SimpleQueue[tuple[Future[Any], Callable[[Any], None]]] = queue.SimpleQueue()
+        self.interval = POLL_S
+
+    def drive(self, groups: list[_Group]) -> None:
+        abandoned = False
+        try:
+            for group in groups:
+                self.submit(partial(self.port_known, group), _free_port, self.sessions, group.nodes[0])
+            while True:
+                wake = self.schedule(groups, time.monotonic())
+                if not self.inflight and wake is None:
+                    break
+                try:
+                    future, then = self.finished.get(timeout=wake)
+                except queue.Empty:
+                    continue  # a poll is due
+                self.inflight.discard(future)
+                then(future.result())
+        except BaseException:
+            abandoned = True
+            self.abandon(groups)
+            raise
         finally:
-            session.close()
+            self.pool.shutdown(wait=not abandoned, cancel_futures=True)
+            self.sessions.close()
 
-    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        list(pool.map(stop, nodes))
+    def submit(self, then: Callable[[Any], None], fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` in the pool; ``then`` gets its result here, in the driving thread."""
+        future = self.pool.submit(fn, *args)
+        self.inflight.add(future)
+        future.add_done_callback(lambda done: self.finished.put((done, then)))
+
+    def schedule(self, groups: list[_Group], now: float) -> float | None:
+        """Client-side deadlines, then the polls that are due; seconds until the next one (None: no rank left)."""
+        live = [(group, rank) for group in groups for rank in group.ranks if rank.live]
+        self.interval = POLL_S * max(1.0, len(live) / self.concurrency)  # at most ~concurrency/POLL_S polls/s
+        for group, rank in live:
+            if now >= rank.deadline + STOP_GIVE_UP_S and not rank.busy:
+                result = CommandResult(rank.command.name, None, "", "", timed_out=True)
+                self.end(group, rank, RankRun(rank.node.name, NodeStatus.OK, None, "could not be stopped", result))
+            elif now >= rank.deadline and not rank.client_timed_out:
+                rank.client_timed_out = True
+                self.stop(group, now)
+        wake: float | None = None
+        for group, rank in live:
+            if rank.busy or rank.next_poll is None or rank.done is not None:
+                continue
+            if rank.next_poll <= now:
+                rank.busy = True
+                pattern = _pattern(group.run.tag) if group.stopping.is_set() else None
+                then = partial(self.polled, group, rank, pattern is not None)
+                self.submit(then, poll_detached, self.sessions, rank.node, rank.remote_dir, rank.pid, pattern)
+            else:
+                wake = min(wake if wake is not None else math.inf, rank.next_poll - now)
+        return wake
+
+    def port_known(self, group: _Group, port: int | RankRun) -> None:
+        if isinstance(port, RankRun):
+            group.run.ranks[port.node] = port
+            group.run.detail = port.detail
+            return
+        master, world = rendezvous_address(group.nodes[0]), len(group.nodes)
+        for index, node in enumerate(group.nodes):
+            rank = _Rank(node, _rank_command(node, index, world, master, port, group.run.tag))
+            group.ranks.append(rank)
+            then = partial(self.started, group, rank)
+            self.submit(then, _start_rank, self.sessions, node, rank.command, group.stopping, group.run.tag)
+
+    def started(self, group: _Group, rank: _Rank, outcome: tuple[str, int] | RankRun) -> None:
+        now = time.monotonic()
+        if isinstance(outcome, RankRun):
+            self.end(group, rank, outcome)
+            return
+        rank.remote_dir, rank.pid = outcome
+        rank.deadline = now + batch_timeout([rank.command], rank.node.ssh.command_timeout_s or 120.0)
+        rank.next_poll = now if group.stopping.is_set() else now + FIRST_POLL_S
+
+    def polled(self, group: _Group, rank: _Rank, stopped: bool, answer: PollAnswer | Unreachable | str) -> None:
+        rank.busy = False
+        rank.polls += 1
+        now = time.monotonic()
+        if isinstance(answer, Unreachable):  # the node died, or its network did: as at start, a rank cause
+            self.end(group, rank, RankRun(rank.node.name, NodeStatus.UNREACHABLE, answer.cause.value, answer.detail))
+        elif isinstance(answer, str):
+            rank.misses += 1
+            if rank.misses < POLL_MISSES:
+                rank.next_poll = now + FOLLOW_S
+                return
+            result = CommandResult(rank.command.name, None, "", answer)
+            self.end(group, rank, RankRun(rank.node.name, NodeStatus.ERROR, None, f"lost the rank: {answer}", result))
+        elif answer.running:
+            rank.misses = 0
+            if group.stopping.is_set():
+                rank.next_poll = now + (STOP_RETRY_S if stopped else 0.0)
+            else:
+                rank.next_poll = now + min(self.interval, FIRST_POLL_S * 2**rank.polls)
+        else:
+            self.end(group, rank, self.ended(group, rank, answer))
+
+    def ended(self, group: _Group, rank: _Rank, answer: PollAnswer) -> RankRun:
+        """An ended rank as the batch runner reports a command: killed at a timeout (node side: 124/137; client
+        side: no status) is timed out, and stopped with the run is an error without an exit status."""
+        code = answer.exit_code
+        timed_out = code in (124, 137) or (code is None and rank.client_timed_out)
+        result = CommandResult(rank.command.name, code, answer.stdout, answer.stderr, timed_out=timed_out)
+        if code is not None:
+            return RankRun(rank.node.name, NodeStatus.OK, None, "", result)
+        if rank.client_timed_out:
+            return RankRun(rank.node.name, NodeStatus.OK, None, "killed at the client-side timeout", result)
+        why = "stopped with the run" if group.stopping.is_set() else "ended without an exit status"
+        said = answer.stderr.strip()[-300:]
+        return RankRun(rank.node.name, NodeStatus.ERROR, None, f"{why}: {said}" if said else why, result)
+
+    def end(self, group: _Group, rank: _Rank, outcome: RankRun) -> None:
+        rank.done, rank.next_poll = outcome, None
+        now = time.monotonic()
+        if not outcome.ok:
+            self.stop(group, now)
+            return
+        for peer in group.ranks:
+            if peer.live and peer.next_poll is not None:
+                peer.next_poll = min(peer.next_poll, now + FOLLOW_S)
+
+    def stop(self, group: _Group, now: float) -> None:
+        """The run cannot complete: every started rank is stopped at its next poll, due now."""
+        if group.stopping.is_set():
+            return
+        group.stopping.set()  # ranks still queued for start-up will not start
+        for rank in group.ranks:
+            if rank.live:
+                rank.next_poll = now
+
+    def abandon(self, groups: list[_Group]) -> None:
+        """The caller is going away (an error, an interrupt): stop what runs, remove what we can, briefly."""
+        for group in groups:
+            group.stopping.set()
+        stops = [
+            self.pool.submit(
+                poll_detached, self.sessions, rank.node, rank.remote_dir, rank.pid, _pattern(group.run.tag)
+            )
+            for group in groups
+            for rank in group.ranks
+            if rank.live and not rank.busy
+        ]
+        wait([*stops, *self.inflight], timeout=ABANDON_WAIT_S)
 
 
-def launch_group(nodes: Sequence[Node], tag: str | None = None) -> GroupRun:
-    """One all-reduce across ``nodes`` (rank order = list order). Never raises."""
-    tag = tag or secrets.token_hex(6)
-    run = GroupRun(tuple(n.name for n in nodes), tag)
-    if len(nodes) < 2:
-        run.detail = "a multi-node run needs at least two nodes"
-        return run
-    slurm = [n.name for n in nodes if n.profile.probes.launcher != "ssh"]
-    if slurm:
-        run.detail = f"launcher 'slurm' is not available in this version (nodes {', '.join(slurm)})"
-        return run
-    port = _free_port(nodes[0])
-    if isinstance(port, RankRun):
-        run.ranks[nodes[0].name] = port
-        run.detail = port.detail
-        return run
-    master = rendezvous_address(nodes[0])
-    stopped = threading.Event()
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        futures = {
-            pool.submit(_run_rank, node, _rank_command(node, rank, len(nodes), master, port, tag), stopped): node
-            for rank, node in enumerate(nodes)
-        }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=STOP_RETRY_S, return_when=FIRST_COMPLETED)
-            for future in done:
-                rank_run = future.result()
-                run.ranks[rank_run.node] = rank_run
-                if not rank_run.ok:
-                    stopped.set()  # the others would wait for a rendezvous that never completes
-            if stopped.is_set() and pending:
-                # Again until every rank has returned: a rank still starting up missed the first stop.
-                stop_run([futures[f] for f in pending], tag)
-    first = run.ranks.get(nodes[0].name)
+def _outcome(group: _Group) -> None:
+    """Each rank's record, the figures from the first rank's log, transports from every rank's log."""
+    run = group.run
+    for rank in group.ranks:
+        run.ranks[rank.node.name] = rank.done or RankRun(rank.node.name, NodeStatus.ERROR, None, "abandoned")
+    if not group.ranks:
+        return  # no free port: the run never started, its detail says why
+    first = run.ranks.get(group.nodes[0].name)
     if first is not None and first.result is not None:
         run.measurements = parse_json_lines(first.result.stdout).measurements
     for rank_run in run.ranks.values():
@@ -188,4 +375,46 @@ def launch_group(nodes: Sequence[Node], tag: str | None = None) -> GroupRun:
             if not r.ok
         ]
         run.detail = "; ".join(failed)[:2000] or "no all-reduce figure"
-    return run
+
+
+def _refused(nodes: Sequence[Node]) -> str:
+    """Why a group cannot be launched at all; empty when it can."""
+    if len(nodes) < 2:
+        return "a multi-node run needs at least two nodes"
+    slurm = [n.name for n in nodes if n.profile.probes.launcher != "ssh"]
+    if slurm:
+        return f"launcher 'slurm' is not available in this version (nodes {', '.join(slurm)})"
+    return ""
+
+
+def launch_groups(
+    groups: Sequence[Sequence[Node]],
+    concurrency: int = DEFAULT_CONCURRENCY,
+    tags: Sequence[str | None] | None = None,
+) -> list[GroupRun]:
+    """One all-reduce per group (rank order = list order), all groups at once: they must be disjoint.
+
+    At most ``concurrency`` SSH operations are in flight for all of them together, on as many threads (named
+    :data:`THREAD_PREFIX`), however many ranks the groups have. Never raises for a node's failure."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    tags = tags if tags is not None else [None] * len(groups)
+    states = [
+        _Group(nodes, GroupRun(tuple(n.name for n in nodes), tag or secrets.token_hex(6)))
+        for nodes, tag in zip(groups, tags, strict=True)
+    ]
+    runnable = []
+    for group in states:
+        group.run.detail = _refused(group.nodes)
+        if not group.run.detail:
+            runnable.append(group)
+    if runnable:
+        _Launcher(concurrency).drive(runnable)
+    for group in runnable:
+        _outcome(group)
+    return [group.run for group in states]
+
+
+def launch_group(nodes: Sequence[Node], tag: str | None = None, concurrency: int = DEFAULT_CONCURRENCY) -> GroupRun:
+    """One all-reduce across ``nodes`` (rank order = list order). Never raises for a node's failure."""
+    return launch_groups([nodes], concurrency, [tag])[0]

@@ -8,8 +8,7 @@ in parallel (disjoint groups), and turns the outcome into rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,18 +16,20 @@ from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, Isol
 from cluster_accept.analysis.probe_output import nccl_transports, transport_matches
 from cluster_accept.analysis.probe_verdicts import measurement_row
 from cluster_accept.analysis.scaling import ScalingPoint, scaling_table, sweep_sizes
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.tasks.launcher import GroupRun, launch_group
-from cluster_accept.tasks.rows import row_dict, unreachable_row
+from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
+from cluster_accept.tasks.rows import node_row, unreachable_row
+from cluster_accept.tasks.stage import RunState
 
-STAGE = "multi-node"
+NAME = "multi-node"
 
 
 @dataclass
 class MultiNodeOutcome:
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[NodeRow] = field(default_factory=list)
     measurements: list[dict[str, Any]] = field(default_factory=list)
     isolation: list[dict[str, Any]] = field(default_factory=list)
     scaling: list[dict[str, Any]] = field(default_factory=list)
@@ -43,21 +44,31 @@ def _policy(nodes: Sequence[Node]) -> IsolationPolicy:
 
 
 class _Stage:
-    def __init__(self, run_id: str, inventory: Inventory) -> None:
+    def __init__(self, run_id: str, inventory: Inventory, concurrency: int = DEFAULT_CONCURRENCY) -> None:
         self.run_id = run_id
         self.inventory = inventory
+        self.concurrency = concurrency  # SSH operations in flight at once, for all groups of a round together
         self.out = MultiNodeOutcome()
         self.unreachable: set[str] = set()
 
     def row(self, node: str, row: CheckRow, raw: str = "") -> None:
-        self.out.rows.append(row_dict(self.run_id, self.inventory.cluster, STAGE, node, row, raw))
+        self.out.rows.append(node_row(self.run_id, self.inventory.cluster, NAME, node, row, raw))
 
     def launch(self, nodes: Sequence[Node]) -> GroupRun:
-        run = launch_group(nodes)
+        return self.launch_round([nodes])[0]
+
+    def launch_round(self, groups: Sequence[Sequence[Node]]) -> list[GroupRun]:
+        """Disjoint groups at once, all their ranks under the stage's one bound; rows in group order."""
+        runs = launch_groups(groups, self.concurrency)
+        for nodes, run in zip(groups, runs, strict=True):
+            self._record(nodes, run)
+        return runs
+
+    def _record(self, nodes: Sequence[Node], run: GroupRun) -> None:
         group = fold(run.nodes)
         for record in run.measurements:
             figure = measurement_row(
-                self.run_id, self.inventory.cluster, STAGE, nodes[0].name, nodes[0].profile_name, record
+                self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record
             )
             figure["group"] = group
             figure["transport"] = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
@@ -68,7 +79,6 @@ class _Stage:
                 self.row(name, unreachable_row(rank.cause, rank.detail))
             if rank.result is not None:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
-        return run
 
     def _transport(self, node: Node, log: str, group: str) -> None:
         expected = node.profile.probes.expected_transport.inter_node
@@ -152,8 +162,7 @@ class _Stage:
 
         def run_round(groups: list[tuple[str, ...]]) -> list[GroupResult]:
             """One round: its disjoint groups launched at once."""
-            with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-                runs = list(pool.map(lambda g: self.launch([by_name[name] for name in g]), groups))
+            runs = self.launch_round([[by_name[name] for name in g] for g in groups])
             return [GroupResult(tuple(g), r.busbw_gbps) for g, r in zip(groups, runs, strict=True)]
 
         verdict = drive(isolator, run_round)
@@ -182,9 +191,11 @@ class _Stage:
                 )
 
 
-def run_multi_node(run_id: str, inventory: Inventory, nodes: list[Node]) -> MultiNodeOutcome:
-    """Sweep, then isolate when the sweep says so."""
-    stage = _Stage(run_id, inventory)
+def run_multi_node(
+    run_id: str, inventory: Inventory, nodes: list[Node], concurrency: int = DEFAULT_CONCURRENCY
+) -> MultiNodeOutcome:
+    """Sweep, then isolate when the sweep says so; at most ``concurrency`` SSH operations in flight."""
+    stage = _Stage(run_id, inventory, concurrency)
     if len(nodes) < 2:
         for node in nodes:
             stage.row(node.name, CheckRow("allreduce", "inter_node", Status.SKIP, "fewer_than_two_nodes", None, None))
@@ -194,8 +205,114 @@ def run_multi_node(run_id: str, inventory: Inventory, nodes: list[Node]) -> Mult
     return stage.out
 
 
-def run_bisect(run_id: str, inventory: Inventory, suspects: list[Node], known_good: list[Node]) -> MultiNodeOutcome:
+def run_bisect(
+    run_id: str,
+    inventory: Inventory,
+    suspects: list[Node],
+    known_good: list[Node],
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> MultiNodeOutcome:
     """Isolation only, on nodes an operator suspects (after a job reported a slow collective)."""
-    stage = _Stage(run_id, inventory)
+    stage = _Stage(run_id, inventory, concurrency)
     stage.isolate(suspects + known_good, known_good=[n.name for n in known_good])
     return stage.out
+
+
+REASONS = {
+    "isolation": declare(
+        Reason(
+            "slow_node",
+            Status.FAIL,
+            "slows every all-reduce group it joins: check its HCAs, cables and NCCL's transport",
+            Action.RESEAT_CABLE,
+        ),
+        Reason(
+            "slow_pair",
+            Status.WARN,
+            "slow only with one partner: check the link (and switch path) between the two",
+            Action.RESEAT_CABLE,
+        ),
+        Reason(
+            "unresolved",
+            Status.WARN,
+            "isolation could not tell which node: bisect again with known-good nodes (--good)",
+            Action.RERUN,
+        ),
+    ),
+    "allreduce": declare(
+        Reason(
+            "collective_timeout",
+            Status.TIMEOUT,
+            "the all-reduce across nodes hung and was stopped on every node: rerun; if it repeats, bisect",
+            Action.RERUN,
+        ),
+        Reason(
+            "collective_failed",
+            Status.ERROR,
+            "the all-reduce across nodes did not complete (see what each rank said): rerun, then bisect",
+            Action.RERUN,
+        ),
+        Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
+    ),
+    "transport": declare(
+        Reason(
+            "unexpected_inter_node",
+            Status.FAIL,
+            "NCCL fell back between nodes: check NCCL_SOCKET_IFNAME, NCCL_IB_HCA and the HCAs",
+            Action.FIX_CONFIG,
+        ),
+    ),
+}
+
+
+def _outcome_data(outcome: MultiNodeOutcome) -> dict[str, Any]:
+    return {
+        "rows": [row.record() for row in outcome.rows],
+        "measurements": outcome.measurements,
+        "isolation": outcome.isolation,
+        "scaling": outcome.scaling,
+    }
+
+
+def _outcome_from(data: dict[str, Any]) -> MultiNodeOutcome:
+    rows = [NodeRow.from_record(r) for r in data["rows"]]
+    return MultiNodeOutcome(rows, data["measurements"], data["isolation"], data["scaling"])
+
+
+class MultiNodeStage:
+    """All-reduce across 2, 4, 8 … of the nodes still accepted, scaling efficiency, the transport between
+    nodes, and isolation of the node to pull when a run underperforms. Driven as one sequence (each round
+    depends on the last), checkpointed whole when it completes; its group runs share ``--concurrency``."""
+
+    name = NAME
+    order = 30
+    suites = frozenset({"full"})
+    tables = ("checks", "measurements", "isolation", "scaling")
+
+    def run(self, state: RunState) -> None:
+        state.progress.start(NAME, 1)
+        saved = state.checkpoints.load_stage(NAME)
+        if saved is not None:
+            outcome = _outcome_from(saved)
+        else:
+            outcome = run_multi_node(state.run_id, state.inventory, state.still_accepted(), state.concurrency)
+            state.checkpoints.save_stage(NAME, _outcome_data(outcome))
+        self._add(state, outcome)
+        state.progress.advance(NAME)
+
+    def bisect(self, state: RunState, suspects: list[Node], known_good: list[Node]) -> None:
+        """Isolation only, on nodes an operator suspects (``cluster-accept bisect``)."""
+        self._add(state, run_bisect(state.run_id, state.inventory, suspects, known_good, state.concurrency))
+
+    @staticmethod
+    def _add(state: RunState, outcome: MultiNodeOutcome) -> None:
+        state.rows += outcome.rows
+        state.measurements += outcome.measurements
+        state.tables["isolation"] = list(outcome.isolation)
+        state.tables["scaling"] = list(outcome.scaling)
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
+        return list(REASONS.items())
+
+
+STAGE = MultiNodeStage()

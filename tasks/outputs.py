@@ -9,10 +9,13 @@ import datetime as dt
 import json
 import platform
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 
 TOOLS = ("cluster-accept", "prefect", "fabric", "paramiko", "pyarrow", "pandas", "pydantic", "ClusterShell")
 
@@ -55,15 +58,15 @@ class RunDir:
         return target
 
 
-def runs_row(run_info: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+def runs_row(run_info: dict[str, Any], verdicts: Sequence[VerdictRow]) -> dict[str, Any]:
     """The run's one row of ``runs.parquet``: when, what, and the verdict counts."""
     from cluster_accept.analysis.schemas import SCHEMA_VERSION
 
     def when(text: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(text) if text else None
 
-    def count(verdict: str) -> int:
-        return sum(1 for v in verdicts if v["verdict"] == verdict)
+    def count(verdict: Verdict) -> int:
+        return sum(1 for v in verdicts if v.verdict == verdict)
 
     return {
         "run_id": run_info["run_id"],
@@ -74,10 +77,10 @@ def runs_row(run_info: dict[str, Any], verdicts: list[dict[str, Any]]) -> dict[s
         "inventory": run_info.get("inventory"),
         "inventory_digest": run_info.get("inventory_digest"),
         "nodes_tested": len(run_info.get("nodes_tested") or []),
-        "accepted": count("accepted"),
-        "rejected": count("rejected"),
-        "unreachable": count("unreachable"),
-        "skipped": count("skipped"),
+        "accepted": count(Verdict.ACCEPTED),
+        "rejected": count(Verdict.REJECTED),
+        "unreachable": count(Verdict.UNREACHABLE),
+        "skipped": count(Verdict.SKIPPED),
         "tool_version": (run_info.get("tools") or {}).get("cluster-accept"),
         "schema_version": SCHEMA_VERSION,
     }

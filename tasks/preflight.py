@@ -6,21 +6,25 @@ the node answers; evaluation waits for every node because drift is judged agains
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.secrets import mask_value
-from cluster_accept.checks.base import Check, CheckRow, Status, error_row, majority_values
+from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, discover, error_row, majority_values
+from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
-from cluster_accept.tasks.rows import row_dict, unreachable_row
+from cluster_accept.tasks.rows import node_row, unreachable_row
+from cluster_accept.tasks.stage import RunState, per_node
 
-STAGE = "preflight"
+NAME = "preflight"
 COUNTER = "counter:"  # node_values keys holding error counters (compared with the node's previous run)
 
 
@@ -59,7 +63,7 @@ def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
 def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
     outcome = run_preflight_on_node(node, checks)
     if checkpoints is not None:
-        checkpoints.save_node(STAGE, node.name, node_result_to_data(outcome.result))
+        checkpoints.save_node(NAME, node.name, node_result_to_data(outcome.result))
     return outcome
 
 
@@ -67,7 +71,7 @@ def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, 
     """Nodes whose preflight finished before the run was interrupted, parsed again from their raw output."""
     return {
         node: parse_node_result(node_result_from_data(data), checks)
-        for node, data in checkpoints.load_nodes(STAGE).items()
+        for node, data in checkpoints.load_nodes(NAME).items()
     }
 
 
@@ -99,8 +103,8 @@ def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks
 
 def evaluate_preflight(
     run_id: str, inventory: Inventory, outcomes: list[NodePreflight], checks: list[Check]
-) -> list[dict[str, Any]]:
-    """Judge every node against its profile and the cluster majority; one dict per check row."""
+) -> list[NodeRow]:
+    """Judge every node against its profile and the cluster majority."""
     views = {}
     for check in checks:
         per_node: dict[str, dict[str, str]] = {}
@@ -110,17 +114,17 @@ def evaluate_preflight(
                     per_node[outcome.node] = check.cluster_values(outcome.models[check.name])
         views[check.name] = majority_values(per_node)
 
-    rows: list[dict[str, Any]] = []
+    rows: list[NodeRow] = []
     for outcome in outcomes:
         node = inventory.node(outcome.node)
         result = outcome.result
         if result.status is NodeStatus.UNREACHABLE:
             row = unreachable_row(result.cause.value if result.cause else None, result.detail)
-            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
+            rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, ""))
             continue
         if result.status is NodeStatus.ERROR and not result.commands:
             row = CheckRow("ssh", "session", Status.ERROR, "session_failed", None, None, result.detail)
-            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
+            rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, ""))
             continue
         for check in checks:
             command = result.command(check.name)
@@ -143,7 +147,60 @@ def evaluate_preflight(
                 check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
             else:
                 check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
-            rows.extend(
-                row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw, check.command) for r in check_rows
-            )
+            rows.extend(node_row(run_id, inventory.cluster, NAME, node.name, r, raw, check.command) for r in check_rows)
     return rows
+
+
+def _counters(records: Iterable[Mapping[Any, Any]]) -> dict[str, dict[str, str]]:
+    """node -> {``check.counter:…``: value} from ``node_values`` records."""
+    found: dict[str, dict[str, str]] = {}
+    for v in records:
+        if str(v["key"]).startswith(COUNTER):
+            found.setdefault(str(v["node"]), {})[f"{v['check']}.{v['key']}"] = str(v["value"])
+    return found
+
+
+def counter_rows(state: RunState, checks: list[Check]) -> list[NodeRow]:
+    """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
+    if state.history is None:
+        return []
+    past = state.history.node_values
+    previous: dict[str, dict[str, str]] = {}
+    if not past.empty:
+        latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
+        previous = _counters(past[past["run_id"] == past["node"].map(latest)].to_dict("records"))
+    commands = {c.name: c.command for c in checks}
+    return [
+        node_row(state.run_id, state.cluster, NAME, node, row, "", commands.get(row.check, ""))
+        for node, row in counter_growth(_counters(state.values), previous)
+    ]
+
+
+class PreflightStage:
+    """Configuration checks, seconds per node and no GPU load: every check of a node in one batch over one
+    session, one Prefect task per node; judged against the profile and the cluster's majority."""
+
+    name = NAME
+    order = 10
+    suites = frozenset({"light", "full"})
+    tables = ("checks", "node_values")
+
+    def run(self, state: RunState) -> None:
+        checks = discover()
+        saved = saved_preflight(state.checkpoints, checks)
+        outcomes = per_node(
+            state,
+            NAME,
+            state.inventory.tested,
+            saved,
+            lambda node: preflight_node.submit(node, checks, state.checkpoints),
+        )
+        state.rows += evaluate_preflight(state.run_id, state.inventory, outcomes, checks)
+        state.values += node_values(state.run_id, state.cluster, outcomes, checks)
+        state.rows += counter_rows(state, checks)
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
+        return [(check.name, check.reasons) for check in discover()]
+
+
+STAGE = PreflightStage()

@@ -2,7 +2,9 @@
 
 Shared by the single-node stage and the multi-node launcher: ``mktemp -d`` on the node, the scripts copied
 in over SFTP (a copy for the local transport), the commands run as one batch with ``CA_PROBE_DIR`` set,
-and the directory removed afterwards whatever happened. Failures come back as data, never raised.
+and the directory removed afterwards whatever happened. Failures come back as data, never raised. The
+multi-node launcher uses the pieces (:func:`open_probe_dir`, :func:`remove_probe_dir`) on its own: its ranks
+outlive the SSH operation that starts them.
 
 A controller that dies mid-run (or a node that reboots mid-probe) cannot clean up, so each run first sweeps
 this user's probe directories older than any run could last (every command is killed at its timeout).
@@ -17,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.fanout import connect, run_batch
+from cluster_accept.remote.fanout import NodeSession, connect, run_batch
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.remote.ssh import Unreachable
 
-PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
+PROBES_DIR = Path(__file__).resolve().parent.parent / "probes" / "node"  # node-side scripts
 _TMP_DIR = re.compile(r"^/[\w./-]*cluster-accept-probe\.\w+$")
 STALE_MARGIN_MIN = 10
 
@@ -45,25 +47,49 @@ class ProbeDirRun:
     results: list[CommandResult] = field(default_factory=list)
 
 
+class ProbeDirError(Exception):
+    """The node gave no usable directory (its ``mktemp`` output is not one of ours): nothing was shipped."""
+
+
+def open_probe_dir(session: NodeSession, files: Sequence[str], commands: Sequence[RemoteCommand]) -> str:
+    """Create a fresh private directory on the node, ship ``files`` (names in :data:`PROBES_DIR`, or absolute
+    paths: a probe from another package ships its own script; each lands under its own name) into it and
+    return its path; the caller removes it (:func:`remove_probe_dir`). Raises :class:`ProbeDirError`, or what
+    the session raised (the directory is removed again when shipping failed)."""
+    code, out, err, _ = session.run_script(make_dir_script(commands), 60)
+    remote_dir = out.strip().splitlines()[-1] if out.strip() else ""
+    if code != 0 or not _TMP_DIR.match(remote_dir):
+        raise ProbeDirError(f"mktemp failed on the node: {err.strip() or out}")
+    try:
+        for name in files:
+            session.put(str(PROBES_DIR / name), f"{remote_dir}/{Path(name).name}")
+    except BaseException:
+        remove_probe_dir(session, remote_dir)
+        raise
+    return remote_dir
+
+
+def remove_probe_dir(session: NodeSession, remote_dir: str) -> None:
+    session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
+
+
 def run_in_probe_dir(node: Node, files: Sequence[str], commands: Sequence[RemoteCommand]) -> ProbeDirRun:
     """Ship ``files`` (names in probes/) to a fresh directory on ``node``, run ``commands`` there, clean up."""
     session = connect(node)
     if isinstance(session, Unreachable):
         return ProbeDirRun(NodeStatus.UNREACHABLE, session.cause.value, session.detail)
     try:
-        code, out, err, _ = session.run_script(make_dir_script(commands), 60)
-        remote_dir = out.strip().splitlines()[-1] if out.strip() else ""
-        if code != 0 or not _TMP_DIR.match(remote_dir):
-            return ProbeDirRun(NodeStatus.ERROR, None, f"mktemp failed on the node: {err.strip() or out}")
         try:
-            for name in files:
-                session.put(str(PROBES_DIR / name), f"{remote_dir}/{name}")
+            remote_dir = open_probe_dir(session, files, commands)
+        except ProbeDirError as exc:
+            return ProbeDirRun(NodeStatus.ERROR, None, str(exc))
+        try:
             jobs = [
                 RemoteCommand(c.name, c.script, {**c.env, "CA_PROBE_DIR": remote_dir}, c.timeout_s) for c in commands
             ]
             status, detail, results = run_batch(session, node, jobs)
         finally:
-            session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
+            remove_probe_dir(session, remote_dir)
     except Exception as exc:  # noqa: BLE001 - one node's failure is data
         return ProbeDirRun(NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
     finally:

@@ -1,37 +1,36 @@
-"""Check rows as written to ``checks.parquet``: the same shape for every stage."""
+"""Check rows of every stage in one shape (:class:`~cluster_accept.checks.base.NodeRow`), node text masked."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from cluster_accept.analysis.secrets import mask_row
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
 
 RAW_OUTPUT_LIMIT = 64 * 1024
 NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked on the way in
 
 
-def row_dict(
-    run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str, command: str = ""
-) -> dict[str, Any]:
+def node_row(
+    run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str = "", command: str = ""
+) -> NodeRow:
     """``command``: the node-side command whose output is the row's evidence (what reproduces it)."""
-    record: dict[str, Any] = {
-        "run_id": run_id,
-        "cluster": cluster,
-        "stage": stage,
-        "node": node,
-        "gpu": row.gpu,
-        "check": row.check,
-        "item": row.item,
-        "status": row.status.value,
-        "reason": row.reason,
-        "observed": row.observed,
-        "expected": row.expected,
-        "detail": row.detail,
-        "raw_output": raw[:RAW_OUTPUT_LIMIT],
-        "command": command,
-    }
-    return {**record, **mask_row(row.item, {k: record[k] for k in NODE_TEXT})}
+    text = {"raw_output": raw[:RAW_OUTPUT_LIMIT], "observed": row.observed, "expected": row.expected}
+    masked = mask_row(row.item, {**text, "detail": row.detail})
+    return NodeRow(
+        run_id=run_id,
+        cluster=cluster,
+        stage=stage,
+        node=node,
+        check=row.check,
+        item=row.item,
+        status=row.status,
+        reason=row.reason,
+        observed=masked["observed"],
+        expected=masked["expected"],
+        detail=masked["detail"] or "",
+        gpu=row.gpu,
+        raw_output=masked["raw_output"] or "",
+        command=command,
+    )
 
 
 def unreachable_row(cause: str | None, detail: str) -> CheckRow:

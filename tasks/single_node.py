@@ -1,15 +1,16 @@
 """The single-node stage: ship the probes to a node, run them, bring back figures and NCCL's transport.
 
-Per node (one Prefect task): a private ``mktemp -d`` directory on the node receives ``probes/*.py`` over
-SFTP (a copy for the local transport); the GPU probe and the intra-node all-reduce run there under the
-node-side ``timeout`` (a hung probe's whole process group is killed on the node, the node is marked
-``timeout``, its other results are kept); the directory is removed afterwards whatever happened.
-Evaluation waits for every node, since stragglers are judged against the cluster.
+Per node (one Prefect task): a private ``mktemp -d`` directory on the node receives the node-side scripts
+of every probe (:mod:`cluster_accept.probes`) over SFTP (a copy for the local transport); each node-side run
+happens once even when several probes read it (GEMM, HBM and host links share the GPU bench), under the
+node-side ``timeout`` (a hung run's whole process group is killed on the node, its other results are kept);
+the directory is removed afterwards whatever happened. Evaluation waits for every node, since stragglers
+are judged against the cluster.
 """
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,24 +18,29 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cluster_accept.analysis.probe_output import (
-    ProbeOutput,
-    nccl_transports,
-    nccl_version,
-    parse_json_lines,
-    parse_nccl_tests,
-    transport_matches,
-)
-from cluster_accept.analysis.probe_verdicts import judge, measurement_row
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.analysis.history import key_figures, node_trends
+from cluster_accept.analysis.probe_output import ProbeOutput
+from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
+from cluster_accept.analysis.regressions import figure_regressions
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
 from cluster_accept.tasks.probe_dir import run_in_probe_dir
-from cluster_accept.tasks.rows import row_dict, unreachable_row
+from cluster_accept.tasks.rows import node_row, unreachable_row
+from cluster_accept.tasks.stage import RunState, per_node
 
-STAGE = "single-node"
-PROBE_FILES = ("gpu_bench.py", "allreduce.py")
+NAME = "single-node"
+SESSION_REASONS = declare(
+    Reason(
+        "session_failed",
+        Status.ERROR,
+        "the probe session broke before any probe ran (see the detail): check the node, then rerun",
+        Action.CHECK_NODE,
+    ),
+)
 
 
 @dataclass
@@ -44,76 +50,45 @@ class NodeProbes:
     detail: str = ""
     cause: str | None = None
     commands: list[CommandResult] = field(default_factory=list)
-    outputs: dict[str, ProbeOutput] = field(default_factory=dict)
 
 
-# A light suite's probes: fewer timed repeats, a short warm-up, all-reduce up to 256 MiB. Minutes per node
-# instead of tens of minutes, for checks every few hours; the full suite measures as acceptance does.
-QUICK_BENCH = " --repeats 3 --warmup-s 1"
-QUICK_ALLREDUCE_MAX_BYTES = 256 << 20
+def probes_of_stage() -> list[Probe]:
+    return discover(stage=NAME)
 
 
-def probe_commands(node: Node, quick: bool = False) -> list[RemoteCommand]:
-    """The node-side command lines. ``command_prefix`` is the operator's own (e.g. ``docker exec trainer``)."""
-    probes = node.profile.probes
-    run = f"{probes.command_prefix} " if probes.command_prefix else ""
-    python = shlex.quote(probes.python)
-    device = probes.device
-    nproc = (
-        "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
-        'if [ "$n" -lt 2 ]; then echo \'{"info": "skip", "reason": "fewer than 2 GPUs"}\'; exit 0; fi; '
-        if device == "cuda"
-        else "n=2; "
-    )
-    top_bytes = probes.allreduce_max_bytes
-    if quick:
-        top_bytes = min(top_bytes or QUICK_ALLREDUCE_MAX_BYTES, QUICK_ALLREDUCE_MAX_BYTES)
-    max_bytes = f" --max-bytes {top_bytes}" if top_bytes else ""
-    if probes.nccl_tests_all_reduce:
-        top = top_bytes or (1 << 30)
-        allreduce = (
-            f"{nproc}NCCL_DEBUG=INFO exec {run}{shlex.quote(probes.nccl_tests_all_reduce)} "
-            f"-b 1M -e {top} -f 4 -g $n 2>&1"
-        )
-    else:
-        allreduce = (
-            f'cd "$CA_PROBE_DIR" && {nproc}NCCL_DEBUG=INFO exec {run}{python} -m torch.distributed.run '
-            f"--standalone --nproc_per_node=$n allreduce.py --device {device}{max_bytes} 2>&1"
-        )
+def probe_commands(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> list[RemoteCommand]:
+    """The node-side runs for ``node``, each once. ``command_prefix`` is the operator's own."""
+    chosen = probes_of_stage() if probes is None else probes
+    timeout_s = node.profile.probes.timeout_s
     return [
-        RemoteCommand(
-            "gpu_bench",
-            f'cd "$CA_PROBE_DIR" && exec {run}{python} gpu_bench.py --device {device}{QUICK_BENCH if quick else ""}',
-            timeout_s=probes.timeout_s,
-        ),
-        RemoteCommand("allreduce", allreduce, timeout_s=probes.timeout_s),
+        RemoteCommand(script.name, script.command(node, quick) or "", timeout_s=timeout_s)
+        for script in scripts_for(node, chosen, quick)
     ]
 
 
-def probe_script(node: Node, check: str, quick: bool = False) -> str:
-    """The node-side command behind a judged figure of ``check``: the all-reduce probe or the GPU bench."""
-    probe = "allreduce" if check == "allreduce" else "gpu_bench"
-    return next(c.script for c in probe_commands(node, quick) if c.name == probe)
+def probe_script(node: Node, check: str, quick: bool = False, probes: Sequence[Probe] | None = None) -> str:
+    """The node-side command behind a judged figure of ``check`` (what reproduces it)."""
+    for probe in probes_of_stage() if probes is None else probes:
+        if probe.check == check:
+            command = probe.command(node, quick)
+            if command is not None:
+                return command
+    return ""
 
 
-def run_probes_on_node(node: Node, quick: bool = False) -> NodeProbes:
+def run_probes_on_node(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> NodeProbes:
     """Ship, run, collect, clean up. Never raises."""
-    run = run_in_probe_dir(node, PROBE_FILES, probe_commands(node, quick))
-    outputs = {r.name: parse_output(node, r) for r in run.results}
-    return NodeProbes(node.name, run.status, run.detail, run.cause, run.results, outputs)
-
-
-def parse_output(node: Node, result: CommandResult) -> ProbeOutput:
-    """Our probes print JSON lines; nccl-tests prints its table (when the profile names the binary)."""
-    if result.name == "allreduce" and node.profile.probes.nccl_tests_all_reduce:
-        skip = parse_json_lines(result.stdout)
-        return skip if skip.info else parse_nccl_tests(result.stdout)
-    return parse_json_lines(result.stdout)
+    chosen = probes_of_stage() if probes is None else probes
+    files = tuple(dict.fromkeys(f for script in scripts_for(node, chosen, quick) for f in script.files))
+    run = run_in_probe_dir(node, files, probe_commands(node, quick, chosen))
+    return NodeProbes(node.name, run.status, run.detail, run.cause, run.results)
 
 
 @task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
-def single_node_probes(node: Node, checkpoints: Checkpoints | None = None, quick: bool = False) -> NodeProbes:
-    outcome = run_probes_on_node(node, quick)
+def single_node_probes(
+    node: Node, checkpoints: Checkpoints | None = None, quick: bool = False, probes: Sequence[Probe] | None = None
+) -> NodeProbes:
+    outcome = run_probes_on_node(node, quick, probes)
     if checkpoints is not None:
         data = {
             "node": outcome.node,
@@ -122,99 +97,168 @@ def single_node_probes(node: Node, checkpoints: Checkpoints | None = None, quick
             "cause": outcome.cause,
             "commands": commands_to_data(outcome.commands),
         }
-        checkpoints.save_node(STAGE, node.name, data)
+        checkpoints.save_node(NAME, node.name, data)
     return outcome
 
 
-def saved_probes(checkpoints: Checkpoints, inventory: Inventory) -> dict[str, NodeProbes]:
-    """Nodes whose probes finished before the run was interrupted; outputs parsed again from the raw text."""
+def saved_probes(checkpoints: Checkpoints) -> dict[str, NodeProbes]:
+    """Nodes whose probes finished before the run was interrupted (raw outputs; parsing is redone)."""
     saved = {}
-    for name, data in checkpoints.load_nodes(STAGE).items():
-        node = inventory.node(name)
+    for name, data in checkpoints.load_nodes(NAME).items():
         commands = commands_from_data(data["commands"])
-        outputs = {r.name: parse_output(node, r) for r in commands}
-        status = NodeStatus(data["status"])
-        saved[name] = NodeProbes(name, status, data["detail"], data["cause"], commands, outputs)
+        saved[name] = NodeProbes(name, NodeStatus(data["status"]), data["detail"], data["cause"], commands)
     return saved
 
 
-def _command_rows(node: Node, result: CommandResult, output: ProbeOutput) -> list[CheckRow]:
-    check = "gemm" if result.name == "gpu_bench" else "allreduce"
-    tail = (result.stderr or result.stdout)[-2000:]
+def run_rows(node: Node, script: NodeScript, result: CommandResult, output: ProbeOutput) -> list[CheckRow]:
+    """What the run itself says, under the check that owns it: killed at its timeout, errors it reported,
+    or an exit status other than 0."""
+    check = script.owner
     if result.timed_out:
-        return [
-            CheckRow(
-                check,
-                result.name,
-                Status.TIMEOUT,
-                "probe_timeout",
-                None,
-                f"done within {node.profile.probes.timeout_s:g} s",
-                "killed on the node with its whole process group",
-            )
-        ]
+        expected = f"done within {node.profile.probes.timeout_s:g} s"
+        said = "killed on the node with its whole process group"
+        return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
     rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
     if result.exit_code != 0 and not output.errors:
-        rows.append(
-            CheckRow(check, result.name, Status.ERROR, "probe_failed", f"exit {result.exit_code}", "exit 0", tail)
-        )
+        tail = (result.stderr or result.stdout)[-2000:]
+        observed = f"exit {result.exit_code}"
+        rows.append(CheckRow(check, result.name, Status.ERROR, "probe_failed", observed, "exit 0", tail))
     return rows
 
 
-def _transport_rows(node: Node, result: CommandResult) -> tuple[list[CheckRow], str | None]:
-    used = nccl_transports(result.stdout)
-    if not used:
-        return [], None
-    observed = ",".join(sorted(used))
-    expected = node.profile.probes.expected_transport.intra_node
-    if expected is None:
-        return [CheckRow("transport", "intra_node", Status.PASS, "recorded", observed, None)], observed
-    bad = [t for t in used if not transport_matches(t, expected)]
-    status, reason = (Status.FAIL, "unexpected") if bad else (Status.PASS, "ok")
-    detail = ", ".join(f"{t}: {n} channel connections" for t, n in sorted(used.items()))
-    return [CheckRow("transport", "intra_node", status, reason, observed, expected, detail)], observed
+def _node_session_row(outcome: NodeProbes) -> CheckRow | None:
+    if outcome.status is NodeStatus.UNREACHABLE:
+        return unreachable_row(outcome.cause, outcome.detail)
+    if outcome.status is NodeStatus.ERROR and not outcome.commands:
+        return CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail)
+    return None
+
+
+def _raw(result: CommandResult) -> str:
+    return result.stdout[-20000:] + ("\n[stderr]\n" + result.stderr[-4000:] if result.stderr else "")
+
+
+@dataclass
+class _Judged:
+    rows: list[NodeRow] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _evaluate_node(
+    run_id: str, inventory: Inventory, outcome: NodeProbes, probes: Sequence[Probe], quick: bool
+) -> _Judged:
+    """One node's rows read off its runs, and its figures as measurement rows."""
+    node = inventory.node(outcome.node)
+    judged = _Judged()
+    session = _node_session_row(outcome)
+    if session is not None:
+        judged.rows.append(node_row(run_id, inventory.cluster, NAME, node.name, session))
+        return judged
+    results = {r.name: r for r in outcome.commands}
+    for script in scripts_for(node, probes, quick):
+        result = results.get(script.name)
+        if result is None:
+            continue
+        sharing = [p for p in probes if p.script.name == script.name and p.command(node, quick) is not None]
+        command, raw = script.command(node, quick) or "", _raw(result)
+        rows = run_rows(node, script, result, sharing[0].parse(result.stdout))
+        for probe in sharing:
+            output = probe.parse(result.stdout)
+            rows += probe.inspect(output, node.profile) if probe.inspect else []
+            for record in output.measurements:
+                figure = measurement_row(run_id, inventory.cluster, NAME, node.name, node.profile_name, record)
+                judged.measurements.append({**figure, "transport": record.get("transport")})
+        judged.rows += [node_row(run_id, inventory.cluster, NAME, node.name, r, raw, command) for r in rows]
+    return judged
 
 
 def evaluate_single_node(
-    run_id: str, inventory: Inventory, outcomes: list[NodeProbes], quick: bool = False
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(check rows, measurement rows) for the stage."""
-    rows: list[dict[str, Any]] = []
-    measurements: list[dict[str, Any]] = []
+    run_id: str, inventory: Inventory, outcomes: list[NodeProbes], quick: bool = False, probes: Sequence[Probe] = ()
+) -> tuple[list[NodeRow], list[dict[str, Any]]]:
+    """(check rows, measurement rows) for the stage: each node's own rows, then each probe's judgement over
+    the whole cluster's figures."""
+    chosen = list(probes) or probes_of_stage()
+    judged = _Judged()
     for outcome in outcomes:
-        node = inventory.node(outcome.node)
-        if outcome.status is NodeStatus.UNREACHABLE:
-            row = unreachable_row(outcome.cause, outcome.detail)
-            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
-            continue
-        if outcome.status is NodeStatus.ERROR and not outcome.commands:
-            row = CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail)
-            rows.append(row_dict(run_id, inventory.cluster, STAGE, node.name, row, ""))
-            continue
-        for result in outcome.commands:
-            output = outcome.outputs.get(result.name, ProbeOutput())
-            raw = result.stdout[-20000:] + ("\n[stderr]\n" + result.stderr[-4000:] if result.stderr else "")
-            check_rows = _command_rows(node, result, output)
-            if any(i.get("info") == "skip" for i in output.info):
-                reason = next(str(i.get("reason")) for i in output.info if i.get("info") == "skip")
-                check_rows.append(CheckRow("allreduce", "intra_node", Status.SKIP, "single_gpu", None, None, reason))
-            transport = None
-            if result.name == "allreduce" and node.profile.probes.device == "cuda":
-                transport_rows, transport = _transport_rows(node, result)
-                check_rows += transport_rows
-                version = nccl_version(result.stdout)
-                if version:
-                    check_rows.append(CheckRow("allreduce", "nccl_version", Status.PASS, "recorded", version, None))
-            command = next((c.script for c in probe_commands(node, quick) if c.name == result.name), "")
-            rows.extend(row_dict(run_id, inventory.cluster, STAGE, node.name, r, raw, command) for r in check_rows)
-            for record in output.measurements:
-                figure = measurement_row(run_id, inventory.cluster, STAGE, node.name, node.profile_name, record)
-                figure["transport"] = transport if record.get("metric") == "allreduce_busbw_gbps" else None
-                measurements.append(figure)
-    if measurements:
-        thresholds = {n.name: n.profile.thresholds for n in inventory.nodes}
-        cpu = [n.name for n in inventory.nodes if n.profile.probes.device == "cpu"]
-        for node_name, row in judge(pd.DataFrame(measurements), thresholds, warn_only=cpu):
-            command = probe_script(inventory.node(node_name), row.check, quick)
-            rows.append(row_dict(run_id, inventory.cluster, STAGE, node_name, row, "", command))
-    return rows, measurements
+        node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick)
+        judged.rows += node_part.rows
+        judged.measurements += node_part.measurements
+    frame = pd.DataFrame(judged.measurements)
+    profiles = {n.name: n.profile for n in inventory.nodes}
+    for probe in chosen:
+        if frame.empty:
+            break
+        mine = frame[frame["metric"].isin(list(probe.metrics))]
+        for node_name, row in probe.evaluate(mine, profiles) if not mine.empty else []:
+            command = probe.command(inventory.node(node_name), quick) or ""
+            judged.rows.append(node_row(run_id, inventory.cluster, NAME, node_name, row, "", command))
+    return judged.rows, judged.measurements
+
+
+def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
+    """Every figure any probe judges, with its rule: what history and regressions compare."""
+    return {metric: rule for probe in probes for metric, rule in probe.metrics.items()}
+
+
+def regression_rows(state: RunState, probes: Sequence[Probe]) -> list[NodeRow]:
+    """Each measured node against its own earlier runs: scheduled checks watch for drift."""
+    if state.history is None or not state.measurements:
+        return []
+    thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
+    rules = judged_rules(probes)
+    current = key_figures(pd.DataFrame(state.measurements), rules)
+    return [
+        node_row(
+            state.run_id,
+            state.cluster,
+            NAME,
+            node,
+            row,
+            "",
+            probe_script(state.inventory.node(node), row.check, state.quick, probes),
+        )
+        for node, row in figure_regressions(current, state.history.figures, thresholds, rules)
+    ]
+
+
+class SingleNodeStage:
+    """GEMM, memory, host links and the intra-node all-reduce on every node still accepted, in waves of the
+    profile's ``max_parallel_nodes``; judged against thresholds, the cluster's median and the node's own
+    history."""
+
+    name = NAME
+    order = 20
+    suites = frozenset({"light", "full"})
+    tables = ("checks", "measurements")
+
+    def run(self, state: RunState) -> None:
+        probes = probes_of_stage()
+        nodes = state.still_accepted()
+        limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
+        outcomes = per_node(
+            state,
+            NAME,
+            nodes,
+            saved_probes(state.checkpoints),
+            lambda node: single_node_probes.submit(node, state.checkpoints, state.quick, probes),
+            wave=min(limits) if limits else None,
+        )
+        rows, measurements = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
+        state.rows += rows
+        state.measurements += measurements
+        state.rows += regression_rows(state, probes)
+        if state.history is not None:
+            current = pd.DataFrame(state.measurements)
+            names = [n.name for n in state.inventory.tested]
+            trends = node_trends(state.history.figures, current, names, judged_rules(probes))
+            state.trends = [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
+        found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
+        for probe in probes_of_stage():
+            found.append((probe.check, probe.reasons))
+            found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
+        return found
+
+
+STAGE = SingleNodeStage()

@@ -14,11 +14,12 @@ import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
 REASON_PREFIX = "cluster-accept: "
 REASON_MAX = 200  # Slurm keeps the reason in a short field; the run's reasons are all in its report
-BAD = ("rejected", "unreachable")
+BAD = NOT_ACCEPTED  # the verdicts a node is drained for
 
 
 @dataclass
@@ -86,7 +87,7 @@ def drain_reason(reasons: Sequence[str], run_id: str) -> str:
 
 
 def plan(
-    verdicts: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[VerdictRow],
     slurm_nodes: Mapping[str, SlurmNode],
     run_id: str,
     drain: bool,
@@ -96,21 +97,21 @@ def plan(
     """What to ask Slurm, per node; pure. Nodes Slurm does not know are left out (and reported by the caller)."""
     actions: list[SlurmAction] = []
     for verdict in verdicts:
-        name, outcome = str(verdict["node"]), str(verdict["verdict"])
+        name, outcome = verdict.node, verdict.verdict
         known = slurm_nodes.get(name)
         if known is None:
             continue
         if drain and outcome in BAD and not known.drained:
-            reason = drain_reason(list(verdict["reasons"]), run_id)
+            reason = drain_reason(verdict.reasons, run_id)
             argv = [scontrol, "update", f"nodename={name}", "state=drain", f"reason={reason}"]
             actions.append(SlurmAction(name, "drain", argv, reason))
-        elif resume_passing and outcome == "accepted" and known.drained_by_us:
+        elif resume_passing and outcome == Verdict.ACCEPTED and known.drained_by_us:
             actions.append(SlurmAction(name, "resume", [scontrol, "update", f"nodename={name}", "state=resume"]))
     return actions
 
 
 def slurm_step(
-    verdicts: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[VerdictRow],
     run_id: str,
     drain: bool,
     resume_passing: bool,

@@ -58,8 +58,10 @@ def base_profile(base: str, python: str = sys.executable) -> dict[str, Any]:
     }
     # gloo over this machine's veths moves ~0.1-0.4 GB/s per rank; a node limited to tens of Mbit/s, ~0.006.
     # Groups measured at once share two cores (a slow group's ranks spin too), so relative figures swing
-    # widely: the test-bed judges by that absolute floor, with a margin that only a 10x drop crosses.
-    profile["thresholds"] = {"straggler_pct": 90, "allreduce_inter_busbw_gbps_min": 0.03}
+    # widely: the test-bed judges by that absolute floor, with a margin that only a 10x drop crosses. Every
+    # simulated node shares this machine's cores, so a node far below the others (or below its own history)
+    # is reported as a warning: its CPU figures say more about the machine than about the node.
+    profile["thresholds"] = {"straggler_pct": 90, "allreduce_inter_busbw_gbps_min": 0.03, "relative_verdict": "warn"}
     return profile
 
 

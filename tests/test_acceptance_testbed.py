@@ -18,7 +18,7 @@ EXPECTED = {
     "node01": ("accepted", []),
     "node02": ("unreachable", ["ssh:refused"]),
     "node03": ("unreachable", ["ssh:host-key"]),
-    "node04": ("rejected", ["driver:version_mismatch", "driver:differs_from_majority"]),
+    "node04": ("rejected", ["driver:version_mismatch", "driver:drift"]),
     "node05": ("rejected", ["gpu_count:count_low"]),
     "node06": ("rejected", ["driver:nvidia_smi_failed", "gpu_count:nvidia_smi_failed"]),
     "node07": ("accepted", []),

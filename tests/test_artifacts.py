@@ -9,13 +9,22 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import Artifact
 from prefect.runtime import flow_run
 
-from cluster_accept.flows.artifacts import artifact_key, publish
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow
+from cluster_accept.flows.artifacts import artifact_key, publish, summary_markdown
 
 VERDICTS = [
-    {"node": "node01", "profile": "h100", "verdict": "accepted", "reasons": []},
-    {"node": "node02", "profile": "h100", "verdict": "rejected", "reasons": ["gpu_count:count_low", "xid:xid_79"]},
-    {"node": "node03", "profile": "h100", "verdict": "unreachable", "reasons": ["ssh:refused"]},
+    VerdictRow("r-art-1", "Art Test", "node01", "h100", Verdict.ACCEPTED, []),
+    VerdictRow("r-art-1", "Art Test", "node02", "h100", Verdict.REJECTED, ["gpu_count:count_low", "xid:xid_79"]),
+    VerdictRow("r-art-1", "Art Test", "node03", "h100", Verdict.UNREACHABLE, ["ssh:refused"]),
 ]
+
+
+def test_summary_markdown_says_the_verdicts_as_words(tmp_path: Path) -> None:
+    text = summary_markdown({"run_id": "r-art-1", "cluster": "Art Test"}, VERDICTS, tmp_path / "report.html")
+    assert "accepted **1** / rejected **1** / unreachable **1**" in text
+    assert "| node02 | rejected | gpu_count:count_low, xid:xid_79 |" in text
+    assert "Nodes: accepted node01; rejected node02; unreachable node03" in text
+    assert "Verdict." not in text
 
 
 def test_artifact_keys_are_what_prefect_accepts() -> None:

@@ -42,7 +42,7 @@ def test_h200x4_every_field_capture_reads_the_same() -> None:
     assert stdout == noheader("h200x4", clock_events.FIELDS)
     # every reason the check decodes is one this GPU supports
     assert every_field_block("clocks_event_reasons.supported")[1:] == ["0x00000000000001FF"] * 4
-    assert sum(clock_events.REASONS) == 0x1FF
+    assert sum(clock_events.EVENT_BITS) == 0x1FF
 
 
 def test_h100x1_capture() -> None:

@@ -101,15 +101,15 @@ def test_cuda_and_nccl_drift_against_the_majority() -> None:
     assert dict(view.majority) == {"cuda_version": "12.8", "nccl_version": "2.21.5"}
     assert table(cuda.evaluate(new, CUDA_13, view)) == [
         ("cuda_version", None, "pass", "ok", "13.0", "13.0"),
-        ("cuda_drift", None, "warn", "differs_from_majority", "13.0", "12.8 (majority)"),
+        ("cuda_drift", None, "warn", "drift", "13.0", "12.8 (majority)"),
         ("nccl_version", None, "pass", "recorded", "2.28.3", None),
-        ("nccl_drift", None, "warn", "nccl_drift", "2.28.3", "2.21.5 (majority)"),
+        ("nccl_drift", None, "warn", "drift", "2.28.3", "2.21.5 (majority)"),
     ]
     assert table(cuda.evaluate(new, Profile(), view))[1] == (
         "cuda_drift",
         None,
         "fail",
-        "differs_from_majority",
+        "drift",
         "13.0",
         "12.8 (majority)",
     )

@@ -133,11 +133,11 @@ def test_rate_and_port_count_drift_against_the_majority() -> None:
     assert rows_of(ib.evaluate(nodes["slow"], IB, view)) == [
         ("mlx5_0/1", "pass", "ok", "4: ACTIVE", "4: ACTIVE"),
         ("mlx5_1/1", "pass", "ok", "4: ACTIVE", "4: ACTIVE"),
-        ("mlx5_1/1", "fail", "rate_drift", HDR, f"{NDR} (majority)"),
+        ("mlx5_1/1", "fail", "drift", HDR, f"{NDR} (majority)"),
         ("nvidia_peermem", "pass", "ok", "loaded", "loaded"),
     ]
     short = ib.evaluate(nodes["short"], IB, view)
-    assert rows_of(short)[0] == ("ports", "fail", "port_count_drift", "1", "2 (majority)")
+    assert rows_of(short)[0] == ("ports", "fail", "drift", "1", "2 (majority)")
     assert short[0].detail == "mlx5_0/1"
     assert len(short) == 3
 

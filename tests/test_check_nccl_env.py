@@ -112,14 +112,14 @@ def test_missing_and_different_with_the_source_in_detail() -> None:
     etc = "NCCL_SOCKET_IFNAME=eth0\nNCCL_NVLS_ENABLE=0\n"  # NCCL_IB_DISABLE removed everywhere
     rows = nccl_env.evaluate(nccl_env.parse(output(env, etc=etc), 0), TESTBED, NO_CLUSTER)
     assert rows_of(rows) == [
-        ("NCCL_SOCKET_IFNAME", "fail", "different", "eth9", "eth0"),
+        ("NCCL_SOCKET_IFNAME", "fail", "value_mismatch", "eth9", "eth0"),
         ("NCCL_IB_DISABLE", "fail", "missing", None, "1"),
         ("NCCL_NVLS_ENABLE", "pass", "ok", "0", "0"),
     ]
     assert rows[0].detail == "from env; overrides /etc/nccl.conf: 'eth0'"
     assert rows[1].detail == "not set in the environment, ~/.nccl.conf or /etc/nccl.conf"
     only_etc = nccl_env.evaluate(nccl_env.parse(output({}, etc="NCCL_IB_DISABLE=0\n"), 0), TESTBED, NO_CLUSTER)
-    assert rows_of(only_etc)[1] == ("NCCL_IB_DISABLE", "fail", "different", "0", "1")
+    assert rows_of(only_etc)[1] == ("NCCL_IB_DISABLE", "fail", "value_mismatch", "0", "1")
     assert only_etc[1].detail == "from /etc/nccl.conf"
 
 
@@ -138,7 +138,7 @@ def test_precedence_env_over_user_file_over_etc(tmp_path: Path) -> None:
     profile = Profile(nccl_env={"NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring"})
     rows = nccl_env.evaluate(model, profile, NO_CLUSTER)
     assert rows_of(rows) == [
-        ("NCCL_DEBUG", "fail", "different", "WARN", "INFO"),
+        ("NCCL_DEBUG", "fail", "value_mismatch", "WARN", "INFO"),
         ("NCCL_ALGO", "pass", "ok", "Ring", "Ring"),
     ]
     assert rows[0].detail == "from ~/.nccl.conf; overrides /etc/nccl.conf: 'INFO'"
@@ -247,7 +247,7 @@ def test_pinned_keys_are_judged_by_the_profile_not_by_drift() -> None:
     view = majority_values({name: nccl_env.cluster_values(m) for name, m in nodes.items()})
     profile = Profile(nccl_env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1"})
     assert rows_of(nccl_env.evaluate(nodes["d"], profile, view)) == [
-        ("NCCL_SOCKET_IFNAME", "fail", "different", "eth9", "eth0"),
+        ("NCCL_SOCKET_IFNAME", "fail", "value_mismatch", "eth9", "eth0"),
         ("NCCL_IB_DISABLE", "fail", "missing", None, "1"),
     ]
     # Unpinned, the same node drifts on both keys.

@@ -206,7 +206,7 @@ def test_unknown_code_and_old_format_without_pci_prefix() -> None:
     model = xid.parse(framed("dmesg", log, 0) + "### done\n", 0)
     assert [(e.code, e.pci, e.text) for e in model.events] == [(154, "0000:3b:00", "GPU recovery action changed")]
     rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
-    assert rows_of(model) == [("xid_154", "fail", "xid_154", "1 event on PCI 0000:3b:00", "0 XID events")]
+    assert rows_of(model) == [("xid_154", "fail", "xid_unlisted", "1 event on PCI 0000:3b:00", "0 XID events")]
     assert rows[0].detail.startswith("XID 154: see NVIDIA's XID catalog; from dmesg\n")
 
 

@@ -61,7 +61,7 @@ def test_gpu_count_without_profile_uses_cluster_majority() -> None:
     view = majority_values(
         {"a": gpu_count.cluster_values(four), "b": gpu_count.cluster_values(four), "c": gpu_count.cluster_values(three)}
     )
-    assert statuses(gpu_count.evaluate(three, Profile(), view)) == [("count", "fail", "count_drift")]
+    assert statuses(gpu_count.evaluate(three, Profile(), view)) == [("count", "fail", "drift")]
     assert statuses(gpu_count.evaluate(four, Profile(), view)) == [("count", "pass", "ok")]
 
 
@@ -118,8 +118,8 @@ def test_driver_variants() -> None:
         }
     )
     good = driver.parse(_driver_output(["580.159.04"] * 4, proc), 0)
-    assert statuses(driver.evaluate(good, H200, view))[-1] == ("drift", "warn", "differs_from_majority")
-    assert statuses(driver.evaluate(good, H100, view))[-1] == ("drift", "fail", "differs_from_majority")
+    assert statuses(driver.evaluate(good, H200, view))[-1] == ("drift", "warn", "drift")
+    assert statuses(driver.evaluate(good, H100, view))[-1] == ("drift", "fail", "drift")
     failed = driver.parse(DRIVER_FAILURE + "### /proc/driver/nvidia/version rc=9\n" + proc, 9)
     assert statuses(driver.evaluate(failed, H200, NO_CLUSTER)) == [("nvidia-smi", "fail", "nvidia_smi_failed")]
     truncated = driver.parse("580.159.04\n580.1", 0)

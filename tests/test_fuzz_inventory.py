@@ -1,116 +1,51 @@
-"""Property-based fuzzing of the inventory loader and of hostlist expansion.
+"""Property-based fuzzing of the inventory loader.
 
 The property: for any file content, ``load_inventory`` returns a consistent Inventory or raises InventoryError
 whose every problem is a non-empty line naming a key or the file; no other exception, and no hang. Inputs are
 random bytes and text, YAML built from hostile fragments (anchors, aliases, merge keys, tags, tabs, huge
 ints, deep nesting), and valid inventories (the shipped contract) mutated key by key and dumped back to YAML.
-``derandomize=True`` keeps every run on the same examples, so CI cannot flake.
+``derandomize=True`` keeps every run on the same examples, so CI cannot flake. Hostlist expansion is fuzzed in
+test_fuzz_inventory_hostlists.py; what fuzzing found is pinned in test_fuzz_inventory_found.py.
 """
 
 from __future__ import annotations
 
 import copy
-import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand, fold
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Inventory
+from tests.fuzz_inventory_support import (
+    CONTRACT,
+    FUZZ,
+    HOSTILE_STRINGS,
+    HOSTILE_VALUES,
+    HOSTLISTS,
+    ROOT,
+    SMALL,
+    Draw,
+    Key,
+    dotted,
+    keys_of,
+    load_data,
+    load_text,
+    new_inventory_file,
+    parent,
+)
 
 pytestmark = pytest.mark.pure
-
-FUZZ = settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-ROOT = Path(__file__).resolve().parent.parent
-CONTRACT_TEXT = (ROOT / "inventory" / "examples" / "contract.yaml").read_text()
-CONTRACT: dict[str, Any] = yaml.safe_load(CONTRACT_TEXT)
-SMALL = """\
-cluster: c
-defaults:
-  profile: p
-  ssh: {user: ops, port: 22}
-nodes:
-  - hosts: node[1-2]
-    labels: {rack: r1}
-exclude: [node2]
-"""
-PROFILES = """\
-profiles:
-  p: {gpu: {model: NVIDIA H200, count: 8}, driver_version: {min: "570.0"}}
-"""
-SMALL += PROFILES
-NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
-FILE_LEVEL = ("not valid YAML: ", "not UTF-8 text: ", "cannot read the file: ")
-
-Key = tuple[str | int, ...]
-Draw = Callable[[st.SearchStrategy[Any]], Any]
 
 
 @pytest.fixture(scope="module")
 def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One file rewritten by every example; its folder has no profiles/ (so no profile file is found there)."""
-    return tmp_path_factory.mktemp("fuzz-inventory") / "inventory.yaml"
-
-
-def dotted(key: Key) -> str:
-    """A key as the loader names it: ``nodes[0].ssh.port``; a part that is not a plain name quoted (``'a: b'``)."""
-    text = ""
-    for part in key:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            name = part if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", part) else repr(part)
-            text += f".{name}" if text else name
-    return text or "(top level)"
-
-
-def outcome(path: Path) -> Inventory | InventoryError:
-    """Load ``path``; whatever happens, it is an Inventory that holds together or a well-formed InventoryError."""
-    try:
-        inventory = load_inventory(path)
-    except InventoryError as exc:
-        assert exc.source == str(path)
-        assert exc.problems, "an InventoryError without a problem"
-        for problem in exc.problems:
-            assert isinstance(problem, str) and problem.strip(), repr(problem)
-            if not problem.startswith(FILE_LEVEL):  # else: one line, 'KEY: what is wrong'
-                key, sep, what = problem.partition(": ")
-                assert key and sep and what.strip() and "\n" not in problem, problem
-            assert len(problem) < 20_000, problem[:200]
-        assert str(exc).startswith(f"{path}: ")
-        return exc
-    assert isinstance(inventory, Inventory)
-    names = [node.name for node in inventory.nodes]
-    assert names and len(names) == len(set(names)) and len(names) <= MAX_NODES
-    assert all(NODE_NAME.fullmatch(name) for name in names)
-    assert all(inventory.profiles[node.profile_name] == node.profile for node in inventory.nodes)
-    assert {node.name for node in inventory.excluded} <= set(names)
-    assert re.fullmatch(r"[0-9a-f]{64}", inventory.digest)
-    return inventory
-
-
-def load_text(path: Path, content: str | bytes) -> Inventory | InventoryError:
-    if isinstance(content, str):
-        path.write_text(content, encoding="utf-8")
-    else:
-        path.write_bytes(content)
-    return outcome(path)
-
-
-def load_data(path: Path, data: Any) -> Inventory | InventoryError:
-    return load_text(path, yaml.safe_dump(data, allow_unicode=True, sort_keys=False))
+    return new_inventory_file(tmp_path_factory)
 
 
 def test_seeds_load() -> None:
@@ -230,95 +165,6 @@ def test_any_file_content_loads_or_fails_naming_a_key(inventory_file: Path, cont
 
 
 # (b) Valid inventories mutated key by key ---------------------------------------------------------------
-
-HOSTILE_STRINGS = [
-    "$(touch /tmp/x)",
-    "`touch /tmp/x`",
-    "a;b",
-    "a && b",
-    "'",
-    '"',
-    "a\nb",
-    "\n",
-    "",
-    " ",
-    "\x00",
-    "\t",
-    "-oProxyCommand=x",
-    "~",
-    "null",
-    "yes",
-    "570.86",
-    "{a: b}",
-    "*x",
-    "../../../etc/passwd",
-    "/dev/zero",
-    "é",
-    "🙂",
-    "\u202e",
-    "%s%n",
-    "[bold]x[/]",
-    "x" * 300,
-]
-HOSTLISTS = st.one_of(
-    st.sampled_from(
-        [
-            "node[1-",
-            "node[5-1]",
-            "a[0-99999999]",
-            "a[0-999]b[0-999]",
-            "node[001-1]",
-            "node[1-3/0]",
-            "node[-5--1]",
-            "node[1-2]]",
-            "node[[1-2]]",
-            "@rack1",
-            "node[1-2],@all",
-            "node!node",
-            "node[1-3]&node[2-4]",
-            "node[1-3]^node[2]",
-            "a,,b",
-            ",",
-            "[1-3]",
-            "node[1,1,1]",
-            "node[" + "9" * 5000 + "]",
-            "node[1-" + "9" * 40 + "]",
-            "node[1-99999999-99999999]",
-            "node[-99999999-99999999]",
-        ]
-    ),
-    st.from_regex(r"[a-z]{1,3}\[-?[0-9]{1,6}(--?[0-9]{1,6}){0,2}(/[0-9])?\]", fullmatch=True),
-    st.from_regex(r"[a-z]{1,4}(\[[0-9]{1,3}(-[0-9]{1,4})?(,[0-9]{1,3})*\])?[a-z0-9.-]{0,4}", fullmatch=True),
-    st.text(max_size=12),
-)
-HOSTILE_VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.integers(-(10**40), 10**40),
-    st.floats(),
-    st.lists(st.integers(0, 9), max_size=3),
-    st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
-    st.text(max_size=20),
-    st.sampled_from(HOSTILE_STRINGS),
-    HOSTLISTS,
-)
-
-
-def keys_of(data: Any, prefix: Key = ()) -> list[Key]:
-    """Every key path in ``data`` (mapping keys and list positions), parents before children."""
-    found: list[Key] = []
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else []
-    for part, value in items:
-        found.append((*prefix, part))
-        found += keys_of(value, (*prefix, part))
-    return found
-
-
-def parent(data: Any, key: Key) -> Any:
-    for part in key[:-1]:
-        data = data[part]
-    return data
 
 
 MutationFn = Callable[[Draw, Any], None]
@@ -482,110 +328,3 @@ def test_anchors_aliases_and_merge_keys_mean_what_they_mean_in_yaml(
     assert isinstance(with_merge, Inventory) and isinstance(written_out, Inventory)
     assert with_merge.nodes[0].ssh == written_out.nodes[0].ssh
     assert with_merge.nodes[0].profile == with_merge.profiles["p"]
-
-
-# Hostlists ---------------------------------------------------------------------------------------------
-
-
-@FUZZ
-@given(expression=HOSTLISTS)
-def test_hostlist_expands_to_valid_names_or_says_why(expression: str) -> None:
-    started = time.monotonic()
-    try:
-        names = expand(expression)
-    except HostlistError as exc:
-        assert str(exc)
-    else:
-        assert 0 < len(names) <= MAX_NODES
-        assert all(NODE_NAME.fullmatch(name) for name in names)
-        assert set(expand(fold(names))) == set(names)
-    assert time.monotonic() - started < 10
-
-
-# What fuzzing found, pinned ----------------------------------------------------------------------------
-
-
-def _problems(path: Path, content: str | bytes) -> list[str]:
-    result = load_text(path, content)
-    assert isinstance(result, InventoryError)
-    return result.problems
-
-
-FOUND: dict[str, tuple[str | bytes, str]] = {
-    "invalid UTF-8": (b"cluster: \xff\xfe\n", "not UTF-8 text: byte 9 is 0xff"),
-    "deep nesting": ("cluster: " + "[" * 1000 + "]" * 1000 + "\n", "not valid YAML: nested too deeply"),
-    "int over 4300 digits": ("cluster: " + "1" * 5000 + "\n", "not valid YAML: a value cannot be read (ValueError"),
-    "no such date": ("cluster: 2001-02-30\n", "not valid YAML: a value cannot be read (ValueError: day is out of"),
-    "!!bool x": ("cluster: !!bool x\n", "not valid YAML: a value cannot be read (KeyError: 'x')"),
-    "!!int ''": ('cluster: !!int ""\n', "not valid YAML: a value cannot be read (IndexError"),
-    "!!timestamp x": ("cluster: !!timestamp x\n", "not valid YAML: a value cannot be read (AttributeError"),
-    "!!map on a list": ("cluster: !!map [1]\n", "expected a mapping node, but found sequence"),
-    "list as a key": ("? [a, b]\n: 1\n", "found unhashable key"),
-    "mapping as a key": ("{{a: 1}: 2}\n", "found unhashable key"),
-    "long profile name": (SMALL.replace("profile: p", "profile: " + "x" * 300), "defaults.profile: profile 'xxxx"),
-    "profile name as a path": (SMALL.replace("profile: p", "profile: ../../etc/p"), "profile '../../etc/p' is not"),
-    "key with a newline": (SMALL.replace("user: ops", '"a\\nb": ops'), "defaults.ssh.'a\\nb': unknown key"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(FOUND))
-def test_found_by_fuzzing(inventory_file: Path, case: str) -> None:
-    content, problem = FOUND[case]
-    assert problem in "\n".join(_problems(inventory_file, content))
-
-
-def test_profile_name_is_not_a_path(tmp_path: Path) -> None:
-    """A profile is looked up as profiles/NAME.yaml beside the inventory: '../' cannot reach another file."""
-    (tmp_path / "evil.yaml").write_text("gpu: {model: EVIL, count: 1}\n")
-    (tmp_path / "inv").mkdir()
-    inventory = tmp_path / "inv" / "inventory.yaml"
-    inventory.write_text(SMALL.replace("profile: p", "profile: ../../evil"))
-    with pytest.raises(InventoryError, match="profile '../../evil' is not defined"):
-        load_inventory(inventory)
-
-
-def test_an_alias_bomb_is_refused_quickly_with_a_short_problem(inventory_file: Path) -> None:
-    """Nine aliases of nine aliases...: a value of 9**9 items. Quoting it in full took minutes and gigabytes."""
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
-    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
-    started = time.monotonic()
-    problems = _problems(inventory_file, "\n".join(lines) + "\ncluster: *a8\nnodes: *a8\n")
-    assert time.monotonic() - started < 10
-    assert any(p.startswith("cluster: Input should be a valid string (got [[[") for p in problems)
-    assert all(len(p) < 400 for p in problems)
-
-
-def test_a_merge_key_in_the_contract_loads(inventory_file: Path) -> None:
-    text = CONTRACT_TEXT.replace("  ssh:\n    user: ops", "  ssh: &ssh\n    user: ops").replace(
-        "ssh: {port: 2222, user: root}", "ssh: {<<: *ssh, port: 2222, user: root}"
-    )
-    assert "<<: *ssh" in text
-    merged = load_text(inventory_file, text)
-    assert isinstance(merged, Inventory)
-    node = merged.node("node010")
-    assert (node.ssh.port, node.ssh.user, node.ssh.jump) == (2222, "root", "bastion.example.net")
-
-
-@pytest.mark.parametrize(
-    "nodes, problem",
-    [
-        ("[{hosts: 'a[0-99999999]'}]", "nodes[0].hosts: hostlist expression 'a[0-99999999]' names more than 100000"),
-        ("[{hosts: 'a[0-999]b[0-999]'}]", "nodes[0].hosts: hostlist expression 'a[0-999]b[0-999]' names more than"),
-        ("[{hosts: 'a[1-50000]'}, {hosts: 'b[1-50000]'}, {hosts: 'c1'}]", "nodes[2].hosts: the entries up to this"),
-    ],
-)
-def test_too_many_nodes_is_a_clear_error_not_a_hang(inventory_file: Path, nodes: str, problem: str) -> None:
-    started = time.monotonic()
-    problems = _problems(inventory_file, f"cluster: c\ndefaults: {{profile: p}}\nnodes: {nodes}\n{PROFILES}")
-    assert time.monotonic() - started < 20  # it used to take minutes and gigabytes
-    assert any(p.startswith(problem) for p in problems), problems
-
-
-def test_the_node_limit_is_exact() -> None:
-    assert MAX_NODES == 100_000
-    assert len(expand(f"n[1-{MAX_NODES}]")) == MAX_NODES
-    with pytest.raises(HostlistError, match="names more than 100000 nodes"):
-        expand(f"n[0-{MAX_NODES}]")
-    for expression in ("n[1-3]-[1-50000]", "n[1-99999999-99999999]", "n[-60000-60000]"):
-        with pytest.raises(HostlistError, match="names more than 100000 nodes"):
-            expand(expression)

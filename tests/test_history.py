@@ -11,8 +11,11 @@ import pytest
 
 from cluster_accept.analysis.history import append_run, key_figures, load, node_trends, past_figures
 from cluster_accept.analysis.schemas import MEASUREMENTS, RUNS, VERDICTS, write_table
+from cluster_accept.probes.base import discover
+from cluster_accept.tasks.single_node import judged_rules
 
 pytestmark = pytest.mark.pure
+RULES = judged_rules(discover())  # every figure the built-in probes judge
 
 
 def _figure(run: str, node: str, metric: str, value: float, gpu: int | None = None, size: int | None = None) -> dict:
@@ -86,7 +89,7 @@ def test_key_figures_take_the_median_gpu_and_the_largest_all_reduce() -> None:
         + [_figure("r1", "n1", "allreduce_busbw_gbps", v, None, s) for s, v in [(1 << 20, 50), (1 << 30, 360)]]
         + [{**_figure("r1", "n1", "allreduce_busbw_gbps", 40, None, 1 << 30), "stage": "multi-node"}]
     )
-    got = key_figures(figures).sort_values("metric").to_dict("records")
+    got = key_figures(figures, RULES).sort_values("metric").to_dict("records")
     assert got == [
         {"run_id": "r1", "node": "n1", "metric": "allreduce_busbw_gbps", "unit": "GB/s", "value": 360.0},
         {"run_id": "r1", "node": "n1", "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": 700.0},
@@ -104,13 +107,13 @@ def test_node_trends_hold_the_last_k_past_runs_and_the_current_one(tmp_path: Pat
     current = pd.DataFrame(
         [_figure("r4", "n1", "gemm_bf16_tflops", 600.0, 0), _figure("r4", "n2", "gemm_bf16_tflops", 1, 0)]
     )
-    trends = node_trends(past_figures(history, "c1", exclude_run="r4"), current, ["n1"], last_k=2)
+    trends = node_trends(past_figures(history, "c1", RULES, exclude_run="r4"), current, ["n1"], RULES, last_k=2)
     assert list(zip(trends.run_id, trends.value, trends.current, strict=True)) == [
         ("r2", 705.0, False),
         ("r3", 698.0, False),
         ("r4", 600.0, True),
     ]
-    assert node_trends(past_figures(tmp_path / "empty", "c1"), pd.DataFrame(), ["n1"]).empty
+    assert node_trends(past_figures(tmp_path / "empty", "c1", RULES), pd.DataFrame(), ["n1"], RULES).empty
 
 
 def test_docs_data_md_documents_every_column_of_every_table() -> None:

@@ -1,9 +1,11 @@
 """Multi-node stage on the test-bed (CPU, gloo over the bridge): a rate-limited node is named, and only it;
-without the limiter nobody is; a node that dies mid-sweep is reported while the others finish."""
+without the limiter nobody is; a node that dies mid-sweep is reported while the others finish; groups with
+more ranks than ``--concurrency`` complete on that many launcher threads."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -11,9 +13,11 @@ import pandas as pd
 import pytest
 
 from cluster_accept.inventory.hostlist import expand
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.tasks.launcher import THREAD_PREFIX, launch_group, launch_groups
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed.faults import fault_plan_from_data
-from tests.processes import only_run, run_cli, run_verdicts, start_cli
+from tests.processes import only_run, processes_matching, run_cli, run_verdicts, start_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +62,52 @@ def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # 
     m = pd.read_parquet(only_run(tmp_path) / "measurements.parquet")
     assert sorted(set(m.group)) == ["node[01-02]", "node[01-04]", "node[01-08]"]
     assert (m.value > 0.03).all()
+
+
+def _probe_dirs_of(tag: str) -> list[Path]:
+    """Probe directories on the test-bed's nodes (they share /tmp) whose rank wrapper carries ``tag``."""
+    found = []
+    for wrapper in Path("/tmp").glob("cluster-accept-probe.*/run.sh"):
+        try:
+            if tag in wrapper.read_text():
+                found.append(wrapper.parent)
+        except OSError:
+            continue  # another run's, removed as we looked
+    return found
+
+
+def test_groups_larger_than_the_bound_complete_on_bounded_threads(testbed_factory) -> None:  # type: ignore[no-untyped-def]
+    """Real sshd, real torchrun: every rank of a group must run at once, yet only ``concurrency`` threads do
+    SSH work. A group of 4 at concurrency 2, then a round of two disjoint groups of 4 at concurrency 3."""
+    bed = testbed_factory(nodes=8, faults=None, prefix="cam2", subnet="10.254.44.0/24")  # the bed above
+    nodes = load_inventory(bed.inventory_path).tested
+    most, sampling = 0, threading.Event()
+
+    def sample() -> None:
+        nonlocal most
+        while not sampling.is_set():
+            most = max(most, sum(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate()))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        began = time.monotonic()
+        single = launch_group(nodes[:4], tag="cambound1", concurrency=2)
+        single_s = time.monotonic() - began
+        bound_single, most = most, 0
+        both = launch_groups([nodes[:4], nodes[4:]], concurrency=3)
+    finally:
+        sampling.set()
+        sampler.join()
+    assert single.ok and single.busbw_gbps is not None, single.detail
+    assert list(single.ranks) == [n.name for n in nodes[:4]] and single_s < 120
+    assert 1 <= bound_single <= 2 and 1 <= most <= 3
+    assert [r.ok for r in both] == [True, True], [r.detail for r in both]
+    assert all(r.measurements[-1]["world_size"] == 4 for r in [single, *both])
+    for tag in ("cambound1", *(r.tag for r in both)):
+        assert processes_matching(f"--tag {tag}") == []
+        assert _probe_dirs_of(tag) == []  # every rank's probe directory removed
 
 
 def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -3,16 +3,19 @@ a node's own history, suites."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from cluster_accept.analysis.regressions import counter_growth, figure_regressions
-from cluster_accept.checks.base import Status
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow
+from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.flows.acceptance import resolve_suite
 from cluster_accept.flows.schedule import deployment_name, deployment_parameters
 from cluster_accept.inventory.model import Thresholds
+from cluster_accept.probes.gemm import METRICS as RULES
 from cluster_accept.reports.summary import prometheus_text, summary
 from cluster_accept.tasks.after_run import Operations, warnings_by_node
 from cluster_accept.tasks.slurm import REASON_PREFIX, SlurmNode, drain_reason, parse_show_nodes, plan
@@ -20,11 +23,33 @@ from cluster_accept.tasks.slurm import REASON_PREFIX, SlurmNode, drain_reason, p
 pytestmark = pytest.mark.pure
 
 RUN = {"run_id": "r9", "cluster": "prod", "started": "2026-11-21T10:00:00+00:00", "ended": "2026-11-21T10:05:00+00:00"}
+# summary.json as it was written from plain-string verdicts: the typed rows must give the same text.
+PLAIN_SUMMARY = {
+    "run_id": "r9",
+    "cluster": "prod",
+    "started": "2026-11-21T10:00:00+00:00",
+    "ended": "2026-11-21T10:05:00+00:00",
+    "stages": ["preflight"],
+    "suite": None,
+    "counts": {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0},
+    "all_accepted": False,
+    "not_accepted": [
+        {"node": "n2", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
+        {"node": "n3", "verdict": "unreachable", "reasons": ["ssh:refused"]},
+    ],
+    "accepted_with_warnings": [{"node": "n4", "warnings": ["gemm:regression"]}],
+}
+
+
+def verdict(node: str, outcome: Verdict, reasons: list[str] | None = None) -> VerdictRow:
+    return VerdictRow("r9", "prod", node, "p", outcome, reasons or [])
+
+
 VERDICTS = [
-    {"node": "n1", "verdict": "accepted", "reasons": []},
-    {"node": "n2", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
-    {"node": "n3", "verdict": "unreachable", "reasons": ["ssh:refused"]},
-    {"node": "n4", "verdict": "accepted", "reasons": []},
+    verdict("n1", Verdict.ACCEPTED),
+    verdict("n2", Verdict.REJECTED, ["gpu_count:count_low"]),
+    verdict("n3", Verdict.UNREACHABLE, ["ssh:refused"]),
+    verdict("n4", Verdict.ACCEPTED),
 ]
 
 
@@ -40,6 +65,21 @@ def test_summary_counts_and_names_the_nodes_not_accepted() -> None:
     assert summary(RUN, VERDICTS[:1], {})["all_accepted"] is True
 
 
+def _plain(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (str, int, bool)
+
+
+def test_summary_json_holds_plain_values_only() -> None:
+    """Verdicts go to JSON as their values: the same text as from plain strings, no enum inside."""
+    got = summary({**RUN, "stages": ["preflight"]}, VERDICTS, {"n4": ["gemm:regression"]})
+    assert json.dumps(got, indent=2, default=str) == json.dumps(PLAIN_SUMMARY, indent=2)
+    assert _plain(got)
+
+
 def test_prometheus_text_has_a_verdict_series_per_node_and_the_figures() -> None:
     text = prometheus_text(RUN, VERDICTS[:2], {("n1", "gemm_bf16_tflops"): 741.25, ("n1", "other"): 1.0})
     lines = text.splitlines()
@@ -50,7 +90,8 @@ def test_prometheus_text_has_a_verdict_series_per_node_and_the_figures() -> None
     assert 'cluster_accept_nodes{cluster="prod",verdict="rejected"} 1' in lines
     assert 'cluster_accept_last_run_timestamp_seconds{cluster="prod"} 1795255500' in lines
     assert "# TYPE cluster_accept_node_verdict gauge" in lines and 'node="n1"} 1.0' not in text
-    assert 'node="a\\"b"' in prometheus_text(RUN, [{"node": 'a"b', "verdict": "accepted", "reasons": []}], {})
+    assert 'node="a\\"b"' in prometheus_text(RUN, [verdict('a"b', Verdict.ACCEPTED)], {})
+    assert "Verdict." not in text
 
 
 SHOW = (
@@ -71,7 +112,7 @@ def test_parse_show_nodes_reads_state_and_reason() -> None:
 
 def test_plan_drains_bad_nodes_and_resumes_only_what_we_drained() -> None:
     nodes = parse_show_nodes(SHOW)
-    verdicts = VERDICTS + [{"node": "n5", "verdict": "accepted", "reasons": []}]
+    verdicts = VERDICTS + [verdict("n5", Verdict.ACCEPTED)]
     actions = plan(verdicts, nodes, "r9", drain=True, resume_passing=True, scontrol="/usr/bin/scontrol")
     assert [(a.node, a.action, a.command) for a in actions] == [
         (
@@ -102,7 +143,7 @@ def test_regression_against_the_nodes_own_history() -> None:
         ]
     )
     thresholds = {"n1": Thresholds(gemm_bf16_tflops_min=600), "n2": Thresholds(gemm_bf16_tflops_min=600)}
-    rows = dict(figure_regressions(current, past, thresholds))
+    rows = dict(figure_regressions(current, past, thresholds, RULES))
     assert set(rows) == {"n1", "n2"}  # n3 has no history
     n1 = rows["n1"]
     assert (n1.check, n1.item, n1.status, n1.reason) == (
@@ -114,8 +155,9 @@ def test_regression_against_the_nodes_own_history() -> None:
     assert n1.observed == "690.0" and n1.expected == ">= 703.0 TFLOP/s (own median - 5%)"
     assert "6.8% below this node's own median 740.0 over its last 3 runs (740.0, 745.0, 738.0)" in n1.detail
     assert rows["n2"].status == Status.PASS
-    assert dict(figure_regressions(current, past, thresholds, warn_only=["n1"]))["n1"].status == Status.WARN
-    assert figure_regressions(current, past.head(2), thresholds) == []  # one past run is not enough
+    lenient = {**thresholds, "n1": thresholds["n1"].model_copy(update={"relative_verdict": "warn"})}
+    assert dict(figure_regressions(current, past, lenient, RULES))["n1"].status == Status.WARN
+    assert figure_regressions(current, past.head(2), thresholds, RULES) == []  # one past run is not enough
 
 
 def test_counters_that_grew_since_the_previous_run_are_flagged() -> None:
@@ -158,9 +200,12 @@ def test_deployment_parameters_are_absolute_and_typed(tmp_path: Path) -> None:
 
 def test_warnings_by_node_lists_each_reason_once() -> None:
     rows = [
-        {"node": "n1", "status": "warn", "check": "gemm", "reason": "regression"},
-        {"node": "n1", "status": "warn", "check": "gemm", "reason": "regression"},
-        {"node": "n1", "status": "fail", "check": "hbm", "reason": "straggler"},
+        NodeRow("r9", "prod", "single-node", "n1", check, "item", status, reason)
+        for check, status, reason in [
+            ("gemm", Status.WARN, "regression"),
+            ("gemm", Status.WARN, "regression"),
+            ("hbm", Status.FAIL, "straggler"),
+        ]
     ]
     assert warnings_by_node(rows) == {"n1": ["gemm:regression"]}
 

@@ -32,7 +32,7 @@ PLAN = {
 EXPECTED = {
     "node01": ("accepted", set(), set()),
     "node02": ("rejected", {"driver:version_mismatch", "pcie:width_degraded"}, {"driver", "pcie"}),
-    "node03": ("rejected", {"gpu_count:count_low", "nccl_env:different"}, {"gpu_count", "nccl_env", "topology"}),
+    "node03": ("rejected", {"gpu_count:count_low", "nccl_env:value_mismatch"}, {"gpu_count", "nccl_env", "topology"}),
     "node04": ("rejected", {"gpu_count:nvidia_smi_failed", "driver:nvidia_smi_failed"}, {"gpu_count", "driver"}),
     "node05": ("rejected", {"persistence:persistence_disabled", "xid:xid_79"}, {"persistence", "xid"}),
     "node06": ("rejected", {"nvlink:link_inactive"}, {"nvlink", "topology"}),

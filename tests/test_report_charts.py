@@ -6,9 +6,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from cluster_accept.checks.base import NodeRow, Status, discover
+from cluster_accept.checks.reasons import Reason, ReasonCatalog, catalog, declare
+from cluster_accept.probes import gemm, hbm
 from cluster_accept.reports import charts, figures
-from cluster_accept.reports.actions import Action, reproduce, suggest
+from cluster_accept.reports.actions import Action, Suggestion, reproduce, suggest
 from cluster_accept.reports.charts import BOTTOM, HEIGHT, LEFT, MAX_LABELLED, RIGHT, TOP, WIDTH, Bar, Ref, Series
+from cluster_accept.reports.figures import ReportView
 
 pytestmark = pytest.mark.pure
 SVG = "{http://www.w3.org/2000/svg}"
@@ -83,16 +87,16 @@ MEASUREMENTS = [
 ]
 
 
+def _row(node: str, gpu: int, check: str, status: Status) -> NodeRow:
+    return NodeRow("r", "c", "single-node", node, check, "gemm_bf16_tflops", status, "ok", gpu=gpu)
+
+
 def test_gemm_chart_marks_the_failing_gpu_and_draws_median_and_threshold() -> None:
-    rows = [
-        {"node": "n2", "gpu": 0, "check": "gemm", "status": "fail"},
-        {"node": "n1", "gpu": 0, "check": "gemm", "status": "pass"},
-    ]
-    chart = figures.per_gpu_chart(
-        "gemm", figures.GEMM_METRICS, "gemm", MEASUREMENTS, rows, {"h100": {"gemm_bf16_tflops_min": 600.0}}
-    )
-    assert chart is not None
-    svg = parse(chart)
+    rows = [_row("n2", 0, "gemm", Status.FAIL), _row("n1", 0, "gemm", Status.PASS)]
+    view = ReportView(MEASUREMENTS, rows, {"h100": {"gemm_bf16_tflops_min": 600.0}})
+    section = gemm.report(view)
+    assert section is not None and len(section.charts) == 1
+    svg = parse(section.charts[0])
     bars = [(g.findtext(f"{SVG}title"), g.get("class")) for g in svg.iter(f"{SVG}g") if "bar" in g.get("class", "")]
     assert bars == [
         ("n1/gpu0: 740 TFLOP/s", "bar"),
@@ -102,16 +106,16 @@ def test_gemm_chart_marks_the_failing_gpu_and_draws_median_and_threshold() -> No
     ]
     refs = [g.findtext(f"{SVG}title") for g in svg.iter(f"{SVG}g") if g.get("class", "").startswith("ref")]
     assert refs == ["median: 741", "threshold: 600"]
-    assert figures.per_gpu_chart("m", figures.MEMORY_METRICS, "hbm", MEASUREMENTS, rows, {}) is None
+    assert hbm.report(ReportView(MEASUREMENTS, rows, {})) is None  # no memory figures: no section
 
 
 def test_gpu_table_puts_the_worst_node_first() -> None:
-    table = figures.gpu_table(MEASUREMENTS)
-    assert table is not None and table["metric"] == "gemm_bf16_tflops" and table["gpus"] == [0, 1]
-    assert [(r["node"], r["values"], r["min"], r["median"]) for r in table["rows"]] == [
-        ("n2", [370.0, 742.0], 370.0, 556.0),
-        ("n1", [740.0, 745.0], 740.0, 742.5),
-    ]
+    section = gemm.report(ReportView(MEASUREMENTS, [], {}))
+    assert section is not None and section.table is not None
+    table = section.table
+    assert table.title == "gemm_bf16_tflops per GPU (TFLOP/s), worst node first"
+    assert table.columns == ("node", "GPU 0", "GPU 1", "min", "median")
+    assert table.rows == (("n2", 370.0, 742.0, 370.0, 556.0), ("n1", 740.0, 745.0, 740.0, 742.5))
 
 
 def test_history_rows_compare_with_the_median_of_past_runs() -> None:
@@ -123,6 +127,22 @@ def test_history_rows_compare_with_the_median_of_past_runs() -> None:
     assert (row["runs"], row["previous_median"], row["current"]) == (3, 710.0, 639.0)
     assert row["change_pct"] == pytest.approx(-10.0)
     assert figures.history_rows(trends[-1:]) == []  # no past runs: nothing to compare
+
+
+# The checks' declarations, and two of the probes' (declared in probes/ and the multi-node stage) as stand-ins.
+REASONS = catalog(
+    [
+        *((check.name, check.reasons) for check in discover()),
+        ("gemm", declare(Reason("probe_timeout", Status.TIMEOUT, "the probe hung", Action.CHECK_NODE))),
+        ("isolation", declare(Reason("slow_node", Status.FAIL, "slows every group it joins", Action.RESEAT_CABLE))),
+    ]
+)
+
+
+def node_row(
+    check: str, reason: str, status: str, node: str = "n1", stage: str = "preflight", command: str = ""
+) -> NodeRow:
+    return NodeRow("r1", "c", stage, node, check, "item", Status(status), reason, command=command)
 
 
 @pytest.mark.parametrize(
@@ -145,17 +165,31 @@ def test_history_rows_compare_with_the_median_of_past_runs() -> None:
     ],
 )
 def test_suggested_action(check: str, reason: str, status: str, action: str) -> None:
-    assert suggest({"check": check, "reason": reason, "status": status}).action == action
+    assert suggest(node_row(check, reason, status), REASONS).action == action
+
+
+def test_suggestions_are_the_declarations() -> None:
+    """The action and the wording come from the reason's declaration, nothing else: the check's own first,
+    then the common one; an undeclared reason is a rerun, whatever its spelling or status."""
+    own = REASONS.lookup("memory", "remap_failed")
+    assert suggest(node_row("memory", "remap_failed", "fail"), REASONS) == Suggestion(own.action, own.explanation)
+    common = REASONS.lookup("pcie", "command_timeout")
+    assert common.severity == Status.TIMEOUT and common.action == Action.CHECK_NODE
+    assert suggest(node_row("pcie", "command_timeout", "timeout"), REASONS).why == common.explanation
+    assert suggest(node_row("nvlink", "count_drift", "fail"), REASONS).action == Action.RERUN
+    assert suggest(node_row("xid", "xid_79", "fail"), ReasonCatalog()).action == Action.RERUN  # not in the catalogue
+    assert suggest(node_row("ssh", "dns", "unreachable"), catalog([])).action == Action.FIX_CONFIG
 
 
 def test_reproduce_gives_the_node_side_command_and_the_rerun() -> None:
-    row = {"node": "node04", "stage": "preflight", "status": "fail", "command": "nvidia-smi -q | grep 'Driver'"}
+    row = node_row("driver", "version_mismatch", "fail", node="node04", command="nvidia-smi -q | grep 'Driver'")
     assert reproduce(row, "inv.yaml") == [
         "ssh node04 'nvidia-smi -q | grep '\"'\"'Driver'\"'\"''",
         "cluster-accept run --inventory inv.yaml --nodes node04 --stages preflight",
     ]
-    multi = {"node": "node08", "stage": "multi-node", "status": "fail", "command": ""}
+    multi = node_row("allreduce", "slow", "fail", node="node08", stage="multi-node")
     assert reproduce(multi, "inv.yaml", "node01") == [
         "cluster-accept bisect --inventory inv.yaml --nodes node08 --good node01"
     ]
-    assert reproduce({"node": "n; rm -rf /", "status": "unreachable"}, "i") == ["ssh -v 'n; rm -rf /' true"]
+    unreachable = node_row("ssh", "refused", "unreachable", node="n; rm -rf /")
+    assert reproduce(unreachable, "i") == ["ssh -v 'n; rm -rf /' true"]

@@ -10,7 +10,7 @@ from cluster_accept.checks.base import CheckRow, Status, discover
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
 from cluster_accept.tasks.preflight import NodePreflight, evaluate_preflight, node_values
-from cluster_accept.tasks.rows import row_dict
+from cluster_accept.tasks.rows import node_row
 
 pytestmark = pytest.mark.pure
 
@@ -75,24 +75,24 @@ def test_long_hostile_output_is_masked_in_linear_time() -> None:
     assert mask_secrets(text) == "a: " * 30_000 + "\nB_KEY=***"
 
 
-def test_row_dict_masks_the_values_of_a_secret_item() -> None:
+def test_node_row_masks_the_values_of_a_secret_item() -> None:
     detail = "from env; overrides /etc/nccl.conf: 'hunter2-etc', ~/.nccl.conf: '****'"
     row = CheckRow("nccl_env", "NCCL_PASSWORD", Status.WARN, "drift", "hunter2-env", "<unset> (majority)", detail)
-    stored = row_dict("r", "c", "preflight", "node01", row, "")
-    assert (stored["observed"], stored["expected"]) == ("***", "<unset> (majority)")
-    assert stored["detail"] == "from env; overrides /etc/nccl.conf: '***', ~/.nccl.conf: '****'"
-    plain = CheckRow("nccl_env", "NCCL_SOCKET_IFNAME", Status.FAIL, "different", "eth9", "eth0", "from 'env'")
-    stored = row_dict("r", "c", "preflight", "node01", plain, "")
-    assert (stored["observed"], stored["expected"], stored["detail"]) == ("eth9", "eth0", "from 'env'")
+    stored = node_row("r", "c", "preflight", "node01", row, "")
+    assert (stored.observed, stored.expected) == ("***", "<unset> (majority)")
+    assert stored.detail == "from env; overrides /etc/nccl.conf: '***', ~/.nccl.conf: '****'"
+    plain = CheckRow("nccl_env", "NCCL_SOCKET_IFNAME", Status.FAIL, "value_mismatch", "eth9", "eth0", "from 'env'")
+    stored = node_row("r", "c", "preflight", "node01", plain, "")
+    assert (stored.observed, stored.expected, stored.detail) == ("eth9", "eth0", "from 'env'")
 
 
-def test_row_dict_masks_node_text_but_not_the_command() -> None:
+def test_node_row_masks_node_text_but_not_the_command() -> None:
     row = CheckRow("nccl_env", "NCCL_PASSWORD", Status.WARN, "drift", "NCCL_PASSWORD=pw1", None, "api_key: pw2")
-    stored = row_dict("r", "c", "preflight", "node01", row, "NCCL_PASSWORD=pw3\nNCCL_IB_PKEY=0\n", "env | grep KEY=")
-    assert (stored["observed"], stored["expected"], stored["detail"]) == ("NCCL_PASSWORD=***", None, "api_key: ***")
-    assert stored["raw_output"] == "NCCL_PASSWORD=***\nNCCL_IB_PKEY=0\n"
-    assert stored["command"] == "env | grep KEY="
-    assert (stored["item"], stored["reason"]) == ("NCCL_PASSWORD", "drift")
+    stored = node_row("r", "c", "preflight", "node01", row, "NCCL_PASSWORD=pw3\nNCCL_IB_PKEY=0\n", "env | grep KEY=")
+    assert (stored.observed, stored.expected, stored.detail) == ("NCCL_PASSWORD=***", None, "api_key: ***")
+    assert stored.raw_output == "NCCL_PASSWORD=***\nNCCL_IB_PKEY=0\n"
+    assert stored.command == "env | grep KEY="
+    assert (stored.item, stored.reason) == ("NCCL_PASSWORD", "drift")
 
 
 def test_stored_rows_hold_no_secret_even_when_the_check_does_not_mask(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,11 +116,11 @@ def test_stored_rows_hold_no_secret_even_when_the_check_does_not_mask(monkeypatc
     values = node_values("r", "c", outcomes, [check])
 
     assert "hunter2" not in repr(rows) + repr(values)
-    mine = {(r["item"], r["reason"]): (r["observed"], r["expected"]) for r in rows if r["node"] == "node01"}
-    assert mine[("NCCL_PASSWORD", "different")] == ("***", "***")
+    mine = {(r.item, r.reason): (r.observed, r.expected) for r in rows if r.node == "node01"}
+    assert mine[("NCCL_PASSWORD", "value_mismatch")] == ("***", "***")
     assert mine[("NCCL_IB_SECRET_TOKEN", "drift")] == ("***", "<unset> (majority)")
     assert mine[("NCCL_API_KEY", "conf_line_ignored")] == ("NCCL_API_KEY =***", "NCCL_API_KEY=<value>")
-    assert "NCCL_IB_SECRET_TOKEN=***\nNCCL_IB_PKEY=0\n" in rows[0]["raw_output"]
+    assert "NCCL_IB_SECRET_TOKEN=***\nNCCL_IB_PKEY=0\n" in rows[0].raw_output
     assert {(v["key"], v["value"]) for v in values if v["node"] == "node01"} >= {
         ("NCCL_PASSWORD", "***"),
         ("NCCL_IB_SECRET_TOKEN", "***"),

@@ -73,7 +73,7 @@ def test_secrets_host_keys_and_probe_directories_in_one_run(testbed_factory, tmp
     verdicts = {
         r.node: (r.verdict, list(r.reasons)) for r in pd.read_parquet(run_dir / "verdicts.parquet").itertuples()
     }
-    assert verdicts["node01"][0] == "rejected" and "nccl_env:different" in verdicts["node01"][1]
+    assert verdicts["node01"][0] == "rejected" and "nccl_env:value_mismatch" in verdicts["node01"][1]
     assert verdicts["node04"] == ("unreachable", ["ssh:host-key"])  # strict without being asked for
 
     # (a) Not one copy of a secret in the run directory, the history, or what the CLI printed.

@@ -7,30 +7,35 @@ from typing import Any
 
 import pytest
 
-from cluster_accept.analysis.verdicts import Verdict, differences, fold_by, node_verdict
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by, node_verdict
+from cluster_accept.checks.base import NodeRow, Status, discover
+from cluster_accept.checks.reasons import catalog
 from cluster_accept.reports.render import ReportData, build_context, render
 
 pytestmark = pytest.mark.pure
 
 
-def row(node: str, check: str, status: str, reason: str, observed: str | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "node": node,
-        "check": check,
-        "item": extra.pop("item", "version"),
-        "status": status,
-        "reason": reason,
-        "observed": observed,
-        "expected": extra.pop("expected", None),
-        "detail": extra.pop("detail", ""),
-        "gpu": extra.pop("gpu", None),
-        "raw_output": extra.pop("raw", ""),
-    }
+def row(node: str, check: str, status: str, reason: str, observed: str | None = None, **extra: Any) -> NodeRow:
+    return NodeRow(
+        run_id="r1",
+        cluster="c",
+        stage="preflight",
+        node=node,
+        check=check,
+        item=extra.pop("item", "version"),
+        status=Status(status),
+        reason=reason,
+        observed=observed,
+        expected=extra.pop("expected", None),
+        detail=extra.pop("detail", ""),
+        gpu=extra.pop("gpu", None),
+        raw_output=extra.pop("raw", ""),
+    )
 
 
 def test_node_verdicts() -> None:
     assert node_verdict("a", [row("a", "driver", "pass", "ok")]) == node_verdict("a", [])
-    assert node_verdict("a", [row("a", "driver", "warn", "differs_from_majority")]).verdict == Verdict.ACCEPTED
+    assert node_verdict("a", [row("a", "driver", "warn", "drift")]).verdict == Verdict.ACCEPTED
     rejected = node_verdict(
         "a",
         [
@@ -45,6 +50,23 @@ def test_node_verdicts() -> None:
     assert (unreachable.verdict, unreachable.reasons) == (Verdict.UNREACHABLE, ["ssh:host-key"])
     assert node_verdict("a", [row("a", "x", "timeout", "command_timeout")]).verdict == Verdict.REJECTED
     assert node_verdict("a", [], excluded=True).verdict == Verdict.SKIPPED
+    assert rejected.row("r1", "c", "p") == VerdictRow(
+        "r1", "c", "a", "p", Verdict.REJECTED, ["driver:version_mismatch", "gpu_count:unparsable_output"]
+    )
+
+
+def test_verdict_row_record_holds_plain_values() -> None:
+    record = VerdictRow("r1", "c", "n1", "p", Verdict.UNREACHABLE, ["ssh:refused"]).record()
+    assert record == {
+        "run_id": "r1",
+        "cluster": "c",
+        "node": "n1",
+        "profile": "p",
+        "verdict": "unreachable",
+        "reasons": ["ssh:refused"],
+    }
+    assert type(record["verdict"]) is str
+    assert [v.value for v in Verdict] == ["accepted", "rejected", "unreachable", "skipped"]
 
 
 def test_differences_fold_into_node_sets() -> None:
@@ -66,13 +88,13 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
         row("n4", "ssh", "unreachable", "refused", "refused", item="connect"),
     ]
     verdicts = [
-        {"node": n, "profile": "p", "verdict": v, "reasons": r}
+        VerdictRow("r1", "c", n, "p", v, r)
         for n, v, r in [
-            ("n1", "accepted", []),
-            ("n2", "rejected", ["driver:version_mismatch"]),
-            ("n3", "rejected", ["gpu_count:model_mismatch"]),
-            ("n4", "unreachable", ["ssh:refused"]),
-            ("n5", "skipped", ["excluded_in_inventory"]),
+            ("n1", Verdict.ACCEPTED, []),
+            ("n2", Verdict.REJECTED, ["driver:version_mismatch"]),
+            ("n3", Verdict.REJECTED, ["gpu_count:model_mismatch"]),
+            ("n4", Verdict.UNREACHABLE, ["ssh:refused"]),
+            ("n5", Verdict.SKIPPED, ["excluded_in_inventory"]),
         ]
     ]
     run = {
@@ -91,8 +113,15 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
         {"node": "n1", "check": "gpu_count", "key": "gpu_count", "value": "4"},
         {"node": "n3", "check": "gpu_count", "key": "gpu_count", "value": "4"},
     ]
-    context = build_context(run, verdicts, ReportData(rows=rows, values=values))
+    reasons = catalog((c.name, c.reasons) for c in discover())
+    context = build_context(run, verdicts, ReportData(rows=rows, values=values, reasons=reasons))
     assert context["counts"] == {"accepted": 1, "rejected": 2, "unreachable": 1, "skipped": 1}
+    n2 = context["findings"]["n2"][0]
+    assert (n2["status"], n2["action"]) == ("fail", "fix config")
+    assert n2["why"] == reasons.lookup("driver", "version_mismatch").explanation
+    assert (context["findings"]["n4"][0]["action"], context["node_rows"][0]["verdict"]) == ("check node", "rejected")
+    records = ReportData(rows=[r.record() for r in rows], values=values, reasons=reasons)
+    assert build_context(run, verdicts, records)["findings"] == context["findings"]  # rows read back from Parquet
     assert context["rejected_nodes"] == "n[2-4]"
     assert context["differences"] == [("driver.driver_version", "580.159.04 on n[1,3]; 570.86.15 on n2")]
     assert context["unreachable_sets"] == [("refused", "n4")]
@@ -103,5 +132,7 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
     md = md_path.read_text()
     assert "**Not accepted:** n[2-4]" in md
     assert "| n2 | rejected | driver:version_mismatch |" in md
+    assert "fix config: the driver differs from the version the profile pins" in md
+    assert "Verdict." not in html + md and "Status." not in html + md and "Action." not in html + md
     assert "- refused on n4" in md
     assert hostile not in md and "&lt;script&gt;" in md

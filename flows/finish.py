@@ -1,0 +1,114 @@
+"""The end of a run, once its stages are done: verdicts, the run's row, the history, the report, Prefect's
+artifacts and the operations (summary, Prometheus file, Slurm), each a short step of its own.
+
+``run.json``'s ``ended`` is the mark of a finished run: written last, then the checkpoints can go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster_accept.analysis.history import append_run
+from cluster_accept.analysis.schemas import RUNS, VERDICTS, write_table
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
+from cluster_accept.checks.base import NodeRow
+from cluster_accept.checks.reasons import ReasonCatalog
+from cluster_accept.flows.artifacts import publish
+from cluster_accept.probes.base import Probe
+from cluster_accept.reports.figures import ReportSection, ReportView
+from cluster_accept.reports.render import ReportData, build_context, render
+from cluster_accept.tasks.after_run import Operations, after_run
+from cluster_accept.tasks.checkpoints import Checkpoints
+from cluster_accept.tasks.outputs import now_iso, runs_row
+from cluster_accept.tasks.slurm import SlurmPlan
+from cluster_accept.tasks.stage import RunState
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    run_dir: Path
+    verdicts: list[VerdictRow] = field(default_factory=list)
+    slurm: SlurmPlan = field(default_factory=SlurmPlan)
+
+    @property
+    def exit_code(self) -> int:
+        bad = {Verdict.REJECTED, Verdict.UNREACHABLE}
+        return 1 if any(v.verdict in bad for v in self.verdicts) else 0
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(1 for v in self.verdicts if v.verdict == verdict)
+
+
+def verdict_rows(state: RunState) -> list[VerdictRow]:
+    """One verdict per inventory node (excluded ones skipped), reasons naming the check first."""
+    by_node: dict[str, list[NodeRow]] = {}
+    for row in state.rows:
+        by_node.setdefault(row.node, []).append(row)
+    found = []
+    for node in state.inventory.nodes:
+        verdict = node_verdict(node.name, by_node.get(node.name, []), excluded=node.excluded)
+        found.append(
+            VerdictRow(state.run_id, state.cluster, node.name, node.profile_name, verdict.verdict, verdict.reasons)
+        )
+    return found
+
+
+def probe_sections(state: RunState, probes: list[Probe]) -> list[ReportSection]:
+    """Each probe's part of the report's measurements, in probe order."""
+    view = ReportView(state.measurements, state.rows, _thresholds(state))
+    sections = [probe.report(view) for probe in probes if probe.report is not None]
+    return [s for s in sections if s is not None]
+
+
+def _thresholds(state: RunState) -> dict[str, dict[str, Any]]:
+    return {n.profile_name: n.profile.thresholds.model_dump() for n in state.inventory.nodes}
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What the report needs beyond the run's data: the reasons' declarations and the probes' sections."""
+
+    reasons: ReasonCatalog
+    probes: list[Probe]
+
+
+def finish(
+    state: RunState,
+    run_info: dict[str, Any],
+    history: Path | None,
+    operations: Operations,
+    context: ReportContext,
+) -> RunOutcome:
+    verdicts = verdict_rows(state)
+    write_table(state.run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
+    run_info["ended"] = now_iso()
+    write_table(state.run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
+    if history is not None:
+        append_run(history, state.run_dir.path, state.run_id, str(run_info["started"])[:10])
+    html_path, _ = render_report(state, run_info, verdicts, context)
+    publish(run_info, verdicts, html_path)
+    slurm = after_run(state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations)
+    state.run_dir.write_json("run.json", run_info)
+    Checkpoints(state.run_dir.path).clear()
+    return RunOutcome(state.run_id, state.run_dir.path, verdicts, slurm)
+
+
+def render_report(
+    state: RunState, run_info: dict[str, Any], verdicts: list[VerdictRow], context: ReportContext
+) -> tuple[Path, Path]:
+    """Write report.html and report.md."""
+    data = ReportData(
+        rows=state.rows,
+        values=state.values,
+        measurements=state.measurements,
+        scaling=state.tables.get("scaling", ()),
+        isolation=state.tables.get("isolation", ()),
+        trends=state.trends,
+        thresholds=_thresholds(state),
+        reasons=context.reasons,
+        sections=probe_sections(state, context.probes),
+    )
+    return render(build_context(run_info, verdicts, data), state.run_dir.path)

@@ -1,0 +1,45 @@
+"""Memory copy bandwidth per GPU (HBM on a GPU node, host memory on a CPU node), from the GPU bench run.
+
+Judged against the profile's ``hbm_copy_gbps_min`` and against the cluster's median per GPU; the report
+draws the figure per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
+from cluster_accept.analysis.probe_verdicts import MetricRule, judge
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.base import own_figures
+from cluster_accept.probes.scripts import GPU_BENCH
+from cluster_accept.reports.figures import ReportSection, ReportView, per_gpu_chart
+
+NAME = "hbm"
+ORDER = 20
+SCRIPT = GPU_BENCH
+METRICS = {
+    "hbm_copy_gbps": MetricRule(NAME, "hbm_copy_gbps_min", True),
+    "mem_copy_gbps": MetricRule(NAME, None, True),
+}
+REASONS = declare(
+    Reason("below_threshold", Status.FAIL, "memory bandwidth below the profile's minimum", Action.REPLACE_GPU),
+    Reason("straggler", Status.FAIL, "memory bandwidth far below its peers", Action.REPLACE_GPU),
+)
+
+
+def parse(stdout: str) -> ProbeOutput:
+    return own_figures(parse_json_lines(stdout), METRICS)
+
+
+def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+    return judge(figures, METRICS, {node: p.thresholds for node, p in profiles.items()})
+
+
+def report(view: ReportView) -> ReportSection | None:
+    chart = per_gpu_chart("memory", {m: rule.threshold for m, rule in METRICS.items()}, NAME, view)
+    return ReportSection("memory", (chart,)) if chart is not None else None

@@ -1,0 +1,40 @@
+"""Intra-node all-reduce with nccl-tests' ``all_reduce_perf``, where a profile names the binary
+(``probes.nccl_tests_all_reduce``): the tool many sites already trust, read into the same figures, rows and
+transport check as the torch sweep (it speaks for the ``allreduce`` check; the torch probe's report draws
+both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
+from cluster_accept.checks.base import CheckRow
+from cluster_accept.inventory.model import Profile
+from cluster_accept.probes import allreduce
+from cluster_accept.probes.scripts import NCCL_TESTS
+
+NAME = "nccl_tests"
+CHECK = allreduce.NAME
+ORDER = 41
+SCRIPT = NCCL_TESTS
+METRICS = allreduce.METRICS
+REASONS = allreduce.REASONS
+OTHER_REASONS = allreduce.OTHER_REASONS
+
+
+def parse(stdout: str) -> ProbeOutput:
+    """The nccl-tests table, or the skip line the command prints on a node with one GPU."""
+    skip = parse_json_lines(stdout)
+    output = skip if skip.info else parse_nccl_tests(stdout)
+    return allreduce.with_nccl_log(output, stdout)
+
+
+def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
+    return allreduce.inspect(output, profile)
+
+
+def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+    return allreduce.evaluate(figures, profiles)

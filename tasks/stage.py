@@ -1,0 +1,123 @@
+"""What every stage shares: the run's state handed from stage to stage, the per-node fan-out with
+checkpoints and progress, and stage discovery.
+
+A stage is one module in ``tasks/`` that defines ``STAGE``, an object with:
+
+- ``name`` (``preflight``, ``single-node``, ``multi-node``), ``order`` (its place in a run) and ``suites``
+  (the scheduled suites it belongs to; ``light`` ones run with short probes);
+- ``run(state)``: which nodes it takes (usually those still accepted), the work per node — or per group — as
+  Prefect tasks, resumed from checkpoints, and the cluster-wide evaluation; it adds rows, values,
+  measurements and tables to ``state``.
+
+The flow runs the chosen stages in order; timing, progress and writing the tables live there, once. Adding a
+stage (training, burn-in) is adding a module: :func:`discover` finds it, there is no list to edit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prefect.futures import PrefectFuture, as_completed
+
+from cluster_accept.analysis.history import RunHistory
+from cluster_accept.analysis.verdicts import Verdict, node_verdict
+from cluster_accept.checks.base import NodeRow
+from cluster_accept.checks.reasons import Reason
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.tasks.checkpoints import Checkpoints
+from cluster_accept.tasks.outputs import RunDir
+
+
+class StageProgress(Protocol):
+    def start(self, stage: str, total: int) -> None: ...
+
+    def advance(self, stage: str, done: int = 1) -> None: ...
+
+    def finish(self, stage: str) -> None: ...
+
+
+@dataclass
+class RunState:
+    """Everything a run has gathered so far; each stage reads what it needs and adds its own part."""
+
+    run_dir: RunDir
+    inventory: Inventory
+    checkpoints: Checkpoints
+    progress: StageProgress
+    history: RunHistory | None = None
+    quick: bool = False
+    concurrency: int = 64
+    rows: list[NodeRow] = field(default_factory=list)
+    values: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # isolation, scaling …
+    trends: list[dict[str, Any]] = field(default_factory=list)  # each node against its earlier runs
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.run_id
+
+    @property
+    def cluster(self) -> str:
+        return self.inventory.cluster
+
+    def still_accepted(self) -> list[Node]:
+        """Tested nodes with no failing row so far: what a later stage measures."""
+        bad: dict[str, list[NodeRow]] = {}
+        for row in self.rows:
+            bad.setdefault(row.node, []).append(row)
+        return [
+            n for n in self.inventory.tested if node_verdict(n.name, bad.get(n.name, [])).verdict == Verdict.ACCEPTED
+        ]
+
+
+class Stage(Protocol):
+    name: str
+    order: int
+    suites: frozenset[str]
+    tables: tuple[str, ...]  # the run's tables it adds to (written when it ends)
+
+    def run(self, state: RunState) -> None: ...
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]: ...
+
+
+def per_node(
+    state: RunState,
+    stage: str,
+    nodes: Sequence[Node],
+    saved: dict[str, Any],
+    submit: Callable[[Node], PrefectFuture[Any]],
+    wave: int | None = None,
+) -> list[Any]:
+    """Every node's outcome in ``nodes`` order: those in ``saved`` (a resumed run's checkpoints) as they
+    were, the others as Prefect tasks (``submit``), ``wave`` at a time when the profile bounds how many
+    nodes are probed at once; progress advances as each node finishes."""
+    done = {name: outcome for name, outcome in saved.items() if name in {n.name for n in nodes}}
+    todo = [n for n in nodes if n.name not in done]
+    state.progress.start(stage, len(nodes))
+    state.progress.advance(stage, len(nodes) - len(todo))
+    size = wave or max(1, len(todo))
+    for start in range(0, len(todo), size):
+        futures = [submit(node) for node in todo[start : start + size]]
+        for _ in as_completed(futures):
+            state.progress.advance(stage)
+        for node, future in zip(todo[start : start + size], futures, strict=True):
+            done[node.name] = future.result()
+    return [done[n.name] for n in nodes]
+
+
+def discover(package: str = "cluster_accept.tasks") -> list[Stage]:
+    """Every stage module in ``package`` (a module with a ``STAGE``), in run order."""
+    root = importlib.import_module(package)
+    found: list[Stage] = []
+    for info in pkgutil.iter_modules(root.__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        stage = getattr(module, "STAGE", None)
+        if stage is not None and callable(getattr(stage, "run", None)):
+            found.append(stage)
+    return sorted(found, key=lambda s: s.order)
