@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   nvidia-smi -L
   echo "### launcher: two local nodes x 2 GPUs, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
   s=$(date +%s%N)
-  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 python3 -m flows.cli run --inventory bench/inventories/h200x4-two-nodes.yaml \
+  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 python3 -m cluster_accept.flows.cli run --inventory bench/inventories/h200x4-two-nodes.yaml \
     --out /tmp/mn --stages multi-node
   echo "exit $? wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
   echo "### plain: one torchrun, 4 ranks, same settings"

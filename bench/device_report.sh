@@ -18,9 +18,9 @@ log=$OUT/device_report.log
   for suite in acceptance light; do
     s=$(date +%s%N)
     if [ "$suite" = acceptance ]; then
-      python3 -m flows.cli run --inventory "$inv" --out "$OUT/runs" --stages preflight,single-node
+      python3 -m cluster_accept.flows.cli run --inventory "$inv" --out "$OUT/runs" --stages preflight,single-node
     else
-      python3 -m flows.cli run --inventory "$inv" --out "$OUT/runs" --suite light --prometheus "$OUT/cluster_accept.prom"
+      python3 -m cluster_accept.flows.cli run --inventory "$inv" --out "$OUT/runs" --suite light --prometheus "$OUT/cluster_accept.prom"
     fi
     echo "### $suite: exit $? wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
   done

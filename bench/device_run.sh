@@ -16,7 +16,7 @@ log=$OUT/device_run.log
 {
   echo "### machine"; nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
   echo "### run 1: preflight + single-node"; s=$(date +%s%N)
-  python3 -m flows.cli run --inventory "$inv" --out /tmp/runs/healthy --stages preflight,single-node
+  python3 -m cluster_accept.flows.cli run --inventory "$inv" --out /tmp/runs/healthy --stages preflight,single-node
   echo "exit $? wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
   echo "### probe fidelity"; python3 bench/probe_fidelity.py
   n=$(nvidia-smi -L | grep -c '^GPU')
@@ -24,11 +24,11 @@ log=$OUT/device_run.log
     echo "### run 2: co-tenant GEMM loop on GPU 0"
     python3 bench/cotenant_gemm.py --gpu 0 --seconds 400 & hog=$!
     sleep 5; s=$(date +%s%N)
-    python3 -m flows.cli run --inventory "$inv" --out /tmp/runs/straggler --stages single-node
+    python3 -m cluster_accept.flows.cli run --inventory "$inv" --out /tmp/runs/straggler --stages single-node
     echo "exit $? wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
     kill $hog; wait $hog 2>/dev/null
     echo "### run 3: healthy rerun"; s=$(date +%s%N)
-    python3 -m flows.cli run --inventory "$inv" --out /tmp/runs/rerun --stages single-node
+    python3 -m cluster_accept.flows.cli run --inventory "$inv" --out /tmp/runs/rerun --stages single-node
     echo "exit $? wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
   fi
   echo "### verdicts and figures"

@@ -68,6 +68,12 @@ def start_script(remote_dir: str, tag: str | None = None) -> str:
     )
 
 
+def tag_pattern(tag: str) -> str:
+    """``pkill -f``/``pgrep -f`` pattern for the processes of run ``tag`` (``--tag TAG`` in their argv, the
+    wrapper's too); the bracket keeps it from matching the command line that carries the pattern itself."""
+    return f"[-]-tag {tag}"
+
+
 def parse_started(code: int | None, stdout: str) -> int | None:
     """The wrapper's pid from :func:`start_script`'s output; None when it did not start."""
     lines = stdout.strip().splitlines()

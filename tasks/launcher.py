@@ -6,13 +6,12 @@ first failure anywhere (unreachable node, crash, timeout) stops the run on every
 tag in the process list and killed — so nothing is left waiting on a rendezvous that will never complete.
 Each node's ``NCCL_DEBUG=INFO`` log comes back and names the transport used between nodes.
 
-Every rank of a group must run at the same moment, and a group may have more ranks than the stage has
-threads (``concurrency``): holding a thread and an SSH session per rank for the whole run would deadlock
-under a bound, or need 1,000 threads for 1,000 nodes. So a rank is started *detached* on its node
-(:mod:`remote.detached`), which is a short operation, and watched with short polls; each rank's log and
-exit status are collected from its directory when it ends, and the directory removed. The calling thread
-drives all ranks of all groups given at once (an isolation round's disjoint groups), and every SSH operation
-— free port, start, poll, stop, collect — runs in one pool of ``concurrency`` threads.
+All ranks of a group must run at once, and a group may have more ranks than the stage has threads
+(``concurrency``): a thread and an SSH session held per rank for the whole run would deadlock under the
+bound, or take 1,000 threads for 1,000 nodes. So each rank is started *detached* on its node (a short
+operation, :mod:`remote.detached`) and watched with short polls, which collect its log and exit status
+when it ends and remove its directory. The calling thread drives every rank of the groups given (an
+isolation round's disjoint groups); every SSH operation runs in one pool of ``concurrency`` threads.
 
 The launcher is chosen by the profile (``probes.launcher``): ``ssh`` is implemented here; ``slurm`` (srun
 in an allocation) plugs in behind the same :func:`launch_group` signature.
@@ -35,12 +34,12 @@ from typing import Any
 from cluster_accept.analysis.probe_output import nccl_transports, parse_json_lines
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.batch import batch_timeout
-from cluster_accept.remote.detached import PollAnswer, poll_detached, start_detached
+from cluster_accept.remote.detached import PollAnswer, poll_detached, tag_pattern
 from cluster_accept.remote.fanout import connect
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.remote.ssh import Unreachable
-from cluster_accept.tasks.probe_dir import ProbeDirError, open_probe_dir, remove_probe_dir
+from cluster_accept.tasks.probe_dir import ProbeDirError, start_in_probe_dir
 
 CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
 DEFAULT_CONCURRENCY = 64
@@ -144,17 +143,7 @@ def _start_rank(
     if isinstance(session, Unreachable):
         return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
     try:
-        remote_dir = open_probe_dir(session, ("allreduce.py",), [command])
-        try:
-            pid = start_detached(session, remote_dir, command, node.ssh.command_timeout_s or 120.0, tag)
-        except BaseException:
-            remove_probe_dir(session, remote_dir)
-            raise
-        if isinstance(pid, str):
-            # Whatever did start goes with its directory: it would wait for a rendezvous nobody else joins.
-            session.run_script(f"pkill -KILL -f -- {shlex.quote(_pattern(tag))}; rm -rf {shlex.quote(remote_dir)}", 30)
-            sessions.give(node, session)
-            return RankRun(node.name, NodeStatus.ERROR, None, f"the rank did not start: {pid}")
+        started = start_in_probe_dir(session, node, ("allreduce.py",), command, tag)
     except ProbeDirError as exc:
         sessions.give(node, session)
         return RankRun(node.name, NodeStatus.ERROR, None, str(exc))
@@ -162,12 +151,7 @@ def _start_rank(
         session.close()
         return RankRun(node.name, NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
     sessions.give(node, session)
-    return remote_dir, pid
-
-
-def _pattern(tag: str) -> str:
-    """The run's processes by their ``--tag`` (the bracket keeps pkill from matching the command running it)."""
-    return f"[-]-tag {tag}"
+    return started
 
 
 @dataclass
@@ -256,7 +240,7 @@ class _Launcher:
                 continue
             if rank.next_poll <= now:
                 rank.busy = True
-                pattern = _pattern(group.run.tag) if group.stopping.is_set() else None
+                pattern = tag_pattern(group.run.tag) if group.stopping.is_set() else None
                 then = partial(self.polled, group, rank, pattern is not None)
                 self.submit(then, poll_detached, self.sessions, rank.node, rank.remote_dir, rank.pid, pattern)
             else:
@@ -344,12 +328,10 @@ class _Launcher:
         for group in groups:
             group.stopping.set()
         stops = [
-            self.pool.submit(
-                poll_detached, self.sessions, rank.node, rank.remote_dir, rank.pid, _pattern(group.run.tag)
-            )
-            for group in groups
-            for rank in group.ranks
-            if rank.live and not rank.busy
+            self.pool.submit(poll_detached, self.sessions, r.node, r.remote_dir, r.pid, tag_pattern(g.run.tag))
+            for g in groups
+            for r in g.ranks
+            if r.live and not r.busy
         ]
         wait([*stops, *self.inflight], timeout=ABANDON_WAIT_S)
 
@@ -388,9 +370,7 @@ def _refused(nodes: Sequence[Node]) -> str:
 
 
 def launch_groups(
-    groups: Sequence[Sequence[Node]],
-    concurrency: int = DEFAULT_CONCURRENCY,
-    tags: Sequence[str | None] | None = None,
+    groups: Sequence[Sequence[Node]], concurrency: int = DEFAULT_CONCURRENCY, tags: Sequence[str | None] | None = None
 ) -> list[GroupRun]:
     """One all-reduce per group (rank order = list order), all groups at once: they must be disjoint.
 
@@ -403,11 +383,9 @@ def launch_groups(
         _Group(nodes, GroupRun(tuple(n.name for n in nodes), tag or secrets.token_hex(6)))
         for nodes, tag in zip(groups, tags, strict=True)
     ]
-    runnable = []
     for group in states:
         group.run.detail = _refused(group.nodes)
-        if not group.run.detail:
-            runnable.append(group)
+    runnable = [group for group in states if not group.run.detail]
     if runnable:
         _Launcher(concurrency).drive(runnable)
     for group in runnable:

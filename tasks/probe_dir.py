@@ -3,8 +3,8 @@
 Shared by the single-node stage and the multi-node launcher: ``mktemp -d`` on the node, the scripts copied
 in over SFTP (a copy for the local transport), the commands run as one batch with ``CA_PROBE_DIR`` set,
 and the directory removed afterwards whatever happened. Failures come back as data, never raised. The
-multi-node launcher uses the pieces (:func:`open_probe_dir`, :func:`remove_probe_dir`) on its own: its ranks
-outlive the SSH operation that starts them.
+multi-node launcher starts its ranks with :func:`start_in_probe_dir` instead: they outlive the SSH operation
+that starts them, and are watched with short polls.
 
 A controller that dies mid-run (or a node that reboots mid-probe) cannot clean up, so each run first sweeps
 this user's probe directories older than any run could last (every command is killed at its timeout).
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_accept.inventory.model import Node
+from cluster_accept.remote.detached import start_detached, tag_pattern
 from cluster_accept.remote.fanout import NodeSession, connect, run_batch
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.remote.ssh import Unreachable
@@ -71,6 +72,26 @@ def open_probe_dir(session: NodeSession, files: Sequence[str], commands: Sequenc
 
 def remove_probe_dir(session: NodeSession, remote_dir: str) -> None:
     session.run_script(f"rm -rf {shlex.quote(remote_dir)}", 30)
+
+
+def start_in_probe_dir(
+    session: NodeSession, node: Node, files: Sequence[str], command: RemoteCommand, tag: str
+) -> tuple[str, int]:
+    """Ship ``files`` to a fresh directory and start ``command`` there detached (:mod:`remote.detached`), its
+    processes marked with ``--tag TAG``: (directory, wrapper pid). The caller polls it; the poll that finds it
+    ended removes the directory. Raises :class:`ProbeDirError` when it did not start (whatever did start is
+    killed and the directory removed: it would wait for peers that never come), or what the session raised."""
+    remote_dir = open_probe_dir(session, files, [command])
+    try:
+        pid = start_detached(session, remote_dir, command, node.ssh.command_timeout_s or 120.0, tag)
+    except BaseException:
+        remove_probe_dir(session, remote_dir)
+        raise
+    if isinstance(pid, str):
+        pattern = shlex.quote(tag_pattern(tag))
+        session.run_script(f"pkill -KILL -f -- {pattern}; rm -rf {shlex.quote(remote_dir)}", 30)
+        raise ProbeDirError(f"the command did not start: {pid}")
+    return remote_dir, pid
 
 
 def run_in_probe_dir(node: Node, files: Sequence[str], commands: Sequence[RemoteCommand]) -> ProbeDirRun:
