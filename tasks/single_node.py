@@ -188,7 +188,8 @@ def evaluate_single_node(
     for probe in chosen:
         if frame.empty:
             break
-        mine = frame[frame["metric"].isin(list(probe.metrics))]
+        ran = [n.name for n in inventory.tested if probe.command(n, quick) is not None]
+        mine = frame[frame["metric"].isin(list(probe.metrics)) & frame["node"].isin(ran)]
         for node_name, row in probe.evaluate(mine, profiles) if not mine.empty else []:
             command = probe.command(inventory.node(node_name), quick) or ""
             judged.rows.append(node_row(run_id, inventory.cluster, NAME, node_name, row, "", command))

@@ -19,6 +19,7 @@ from cluster_accept.inventory.model import (
 )
 from cluster_accept.probes import allreduce, nccl_tests
 from cluster_accept.probes.base import discover
+from cluster_accept.remote.result import CommandResult
 from cluster_accept.tasks.single_node import judged_rules
 from tests.capture import CAPTURES
 
@@ -157,3 +158,36 @@ def test_cpu_mode_stragglers_only_warn() -> None:
     lenient = {"n1": Thresholds(relative_verdict="warn")}  # the test-bed's profile: CPU nodes share cores
     rows = [(n, r) for n, r in judge(figures(HOG), RULES, lenient) if r.reason == "straggler"]
     assert [(r.status, r.gpu) for _, r in rows] == [(Status.WARN, 0)]
+
+
+def _bench_and_sweep(busbw: float) -> list[CommandResult]:
+    bench = "\n".join(
+        f'{{"probe": "gpu_bench", "metric": "{m}", "value": {v}, "unit": "{u}", "gpu": {g}}}'
+        for g in (0, 1)
+        for m, v, u in (("gemm_bf16_tflops", 700.0, "TFLOP/s"), ("hbm_copy_gbps", 4200.0, "GB/s"))
+    )
+    sweep = f'{{"probe": "allreduce", "metric": "allreduce_busbw_gbps", "value": {busbw}, "unit": "GB/s", "size": 1}}'
+    return [CommandResult("gpu_bench", 0, bench, ""), CommandResult("allreduce", 0, sweep, "")]
+
+
+def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
+    """Two probes speak for the all-reduce (torch and nccl-tests): only the one that ran judges a node."""
+    from cluster_accept.inventory.model import Inventory
+    from cluster_accept.remote.result import NodeStatus
+    from cluster_accept.tasks.single_node import NodeProbes, evaluate_single_node
+
+    profile = Profile(thresholds=Thresholds(gemm_bf16_tflops_min=600))
+    nodes = [
+        Node(name=f"n{i}", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS) for i in (1, 2)
+    ]
+    inventory = Inventory("c", nodes, {"p": profile}, "inventory.yaml", "digest")
+    outcomes = [NodeProbes(n.name, NodeStatus.OK, commands=_bench_and_sweep(300.0)) for n in nodes]
+    rows, measurements = evaluate_single_node("r", inventory, outcomes)
+    keys = [(r.node, r.check, r.item, r.gpu, r.reason) for r in rows]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    judged = {(r.node, r.item) for r in rows if r.check == "allreduce"}
+    assert judged == {(n, "allreduce_busbw_gbps_vs_cluster") for n in ("n1", "n2")}
+    assert {(r.node, r.gpu) for r in rows if r.item == "gemm_bf16_tflops"} == {
+        (n, g) for n in ("n1", "n2") for g in (0, 1)
+    }
+    assert len(measurements) == 2 * 5
