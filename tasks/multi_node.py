@@ -12,6 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
 from cluster_accept.analysis.probe_output import nccl_transports, transport_matches
 from cluster_accept.analysis.probe_verdicts import measurement_row
@@ -43,6 +47,12 @@ def _policy(nodes: Sequence[Node]) -> IsolationPolicy:
     )
 
 
+@task(name="multi-node", task_run_name="multi-node-{label}", cache_policy=NO_CACHE, persist_result=False)
+def multi_node_round(groups: Sequence[Sequence[Node]], concurrency: int, label: str) -> list[GroupRun]:
+    """One round of the multi-node stage: disjoint groups launched at once (``label`` names them)."""
+    return launch_groups(groups, concurrency)
+
+
 class _Stage:
     def __init__(self, run_id: str, inventory: Inventory, concurrency: int = DEFAULT_CONCURRENCY) -> None:
         self.run_id = run_id
@@ -58,8 +68,13 @@ class _Stage:
         return self.launch_round([nodes])[0]
 
     def launch_round(self, groups: Sequence[Sequence[Node]]) -> list[GroupRun]:
-        """Disjoint groups at once, all their ranks under the stage's one bound; rows in group order."""
-        runs = launch_groups(groups, self.concurrency)
+        """Disjoint groups at once, all their ranks under the stage's one bound; rows in group order. Inside a
+        flow run each round is a Prefect task run (``multi-node-<groups>``), like every other stage's work."""
+        label = " ".join(fold([n.name for n in nodes]) for nodes in groups)
+        if FlowRunContext.get() is None:
+            runs = launch_groups(groups, self.concurrency)
+        else:
+            runs = multi_node_round.submit(groups, self.concurrency, label).result()
         for nodes, run in zip(groups, runs, strict=True):
             self._record(nodes, run)
         return runs
