@@ -34,7 +34,7 @@ log=$OUT/device_run.log
   echo "### verdicts and figures"
   python3 - <<'PY'
 import glob, pandas as pd
-for d in sorted(glob.glob("/tmp/runs/*/*/")):
+for d in sorted(glob.glob("/tmp/runs/*/2*/")):  # run directories (their ids start with the date), not history/
     print("==", d)
     v = pd.read_parquet(d + "verdicts.parquet"); print(v[["node", "verdict", "reasons"]].to_string(index=False))
     try:

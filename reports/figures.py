@@ -14,9 +14,10 @@ from typing import Any
 
 from markupsafe import Markup
 
+from cluster_accept.checks.base import Status
 from cluster_accept.reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
 
-GOOD = {"pass", "skip"}
+GOOD = {Status.PASS, Status.SKIP}
 
 
 @dataclass(frozen=True)
