@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import pandas as pd
-
 from cluster_accept.analysis.probe_output import (
     ProbeOutput,
     nccl_transports,
@@ -19,11 +17,11 @@ from cluster_accept.analysis.probe_output import (
     parse_json_lines,
     transport_matches,
 )
-from cluster_accept.analysis.probe_verdicts import MetricRule, judge
+from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import own_figures
+from cluster_accept.probes.base import cluster_judgement, own_figures
 from cluster_accept.probes.scripts import ALLREDUCE
 from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
@@ -117,8 +115,7 @@ def transport_rows(used: Mapping[str, int], expected: str | None) -> list[CheckR
     return [CheckRow(TRANSPORT, "intra_node", status, reason, observed, expected, detail)]
 
 
-def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
-    return judge(figures, METRICS, {node: p.thresholds for node, p in profiles.items()})
+evaluate = cluster_judgement(METRICS)
 
 
 def report(view: ReportView) -> ReportSection | None:

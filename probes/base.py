@@ -33,8 +33,8 @@ from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
+from cluster_accept.analysis.probe_verdicts import MetricRule, judge
 from cluster_accept.checks.base import CheckRow
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Node, Profile
@@ -144,3 +144,24 @@ def own_figures(output: ProbeOutput, metrics: Mapping[str, MetricRule]) -> Probe
     stage reports errors once, under the run's owner)."""
     mine = [m for m in output.measurements if m.get("metric") in metrics]
     return ProbeOutput(measurements=mine, info=output.info, errors=output.errors)
+
+
+def json_figures(metrics: Mapping[str, MetricRule]) -> Callable[[str], ProbeOutput]:
+    """``parse`` for a probe whose node-side script prints JSON lines: its own figures of the run."""
+
+    def parse(stdout: str) -> ProbeOutput:
+        return own_figures(parse_json_lines(stdout), metrics)
+
+    return parse
+
+
+def cluster_judgement(
+    metrics: Mapping[str, MetricRule],
+) -> Callable[[pd.DataFrame, Mapping[str, Profile]], list[tuple[str, CheckRow]]]:
+    """``evaluate`` for a probe judged the usual way: each figure against its profile threshold and against
+    the cluster's median (per GPU or per node), as its rule says."""
+
+    def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+        return judge(figures, metrics, {node: profile.thresholds for node, profile in profiles.items()})
+
+    return evaluate

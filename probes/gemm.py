@@ -8,16 +8,10 @@ comparing per-node TFLOPS). The report shows the figure per GPU and the per-node
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import pandas as pd
-
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule, judge
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import own_figures
+from cluster_accept.probes.base import cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table, per_gpu_chart
 
@@ -68,12 +62,8 @@ REASONS = declare(
 )
 
 
-def parse(stdout: str) -> ProbeOutput:
-    return own_figures(parse_json_lines(stdout), METRICS)
-
-
-def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
-    return judge(figures, METRICS, {node: p.thresholds for node, p in profiles.items()})
+parse = json_figures(METRICS)
+evaluate = cluster_judgement(METRICS)
 
 
 def report(view: ReportView) -> ReportSection | None:

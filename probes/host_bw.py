@@ -6,16 +6,10 @@ a GPU far below its peers is reported as a warning, never a reason to reject the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import pandas as pd
-
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule, judge
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import own_figures
+from cluster_accept.probes.base import cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 
 NAME = "host_bw"
@@ -35,9 +29,5 @@ REASONS = declare(
 )
 
 
-def parse(stdout: str) -> ProbeOutput:
-    return own_figures(parse_json_lines(stdout), METRICS)
-
-
-def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
-    return judge(figures, METRICS, {node: p.thresholds for node, p in profiles.items()})
+parse = json_figures(METRICS)
+evaluate = cluster_judgement(METRICS)
