@@ -67,12 +67,11 @@ class RunState:
 
     def still_accepted(self) -> list[Node]:
         """Tested nodes with no failing row so far: what a later stage measures."""
-        bad: dict[str, list[NodeRow]] = {}
+        by_node: dict[str, list[NodeRow]] = {}
         for row in self.rows:
-            bad.setdefault(row.node, []).append(row)
-        return [
-            n for n in self.inventory.tested if node_verdict(n.name, bad.get(n.name, [])).verdict == Verdict.ACCEPTED
-        ]
+            by_node.setdefault(row.node, []).append(row)
+        tested = self.inventory.tested
+        return [n for n in tested if node_verdict(n.name, by_node.get(n.name, [])).verdict == Verdict.ACCEPTED]
 
 
 class Stage(Protocol):
