@@ -56,9 +56,9 @@ def verdict_rows(state: RunState) -> list[VerdictRow]:
     return found
 
 
-def probe_sections(state: RunState, probes: list[Probe]) -> list[ReportSection]:
+def probe_sections(state: RunState, probes: list[Probe], thresholds: dict[str, dict[str, Any]]) -> list[ReportSection]:
     """Each probe's part of the report's measurements, in probe order."""
-    view = ReportView(state.measurements, state.rows, _thresholds(state))
+    view = ReportView(state.measurements, state.rows, thresholds)
     sections = [probe.report(view) for probe in probes if probe.report is not None]
     return [s for s in sections if s is not None]
 
@@ -100,6 +100,7 @@ def render_report(
     state: RunState, run_info: dict[str, Any], verdicts: list[VerdictRow], context: ReportContext
 ) -> tuple[Path, Path]:
     """Write report.html and report.md."""
+    thresholds = _thresholds(state)
     data = ReportData(
         rows=state.rows,
         values=state.values,
@@ -107,8 +108,8 @@ def render_report(
         scaling=state.tables.get("scaling", ()),
         isolation=state.tables.get("isolation", ()),
         trends=state.trends,
-        thresholds=_thresholds(state),
+        thresholds=thresholds,
         reasons=context.reasons,
-        sections=probe_sections(state, context.probes),
+        sections=probe_sections(state, context.probes, thresholds),
     )
     return render(build_context(run_info, verdicts, data), state.run_dir.path)

@@ -160,10 +160,10 @@ def _evaluate_node(
         if result is None:
             continue
         sharing = [p for p in probes if p.script.name == script.name and p.command(node, quick) is not None]
+        outputs = [(probe, probe.parse(result.stdout)) for probe in sharing]
         command, raw = script.command(node, quick) or "", _raw(result)
-        rows = run_rows(node, script, result, sharing[0].parse(result.stdout))
-        for probe in sharing:
-            output = probe.parse(result.stdout)
+        rows = run_rows(node, script, result, outputs[0][1])  # the run's errors, once: each output carries them
+        for probe, output in outputs:
             rows += probe.inspect(output, node.profile) if probe.inspect else []
             for record in output.measurements:
                 figure = measurement_row(run_id, inventory.cluster, NAME, node.name, node.profile_name, record)
@@ -173,11 +173,15 @@ def _evaluate_node(
 
 
 def evaluate_single_node(
-    run_id: str, inventory: Inventory, outcomes: list[NodeProbes], quick: bool = False, probes: Sequence[Probe] = ()
+    run_id: str,
+    inventory: Inventory,
+    outcomes: list[NodeProbes],
+    quick: bool = False,
+    probes: Sequence[Probe] | None = None,
 ) -> tuple[list[NodeRow], list[dict[str, Any]]]:
     """(check rows, measurement rows) for the stage: each node's own rows, then each probe's judgement over
     the whole cluster's figures."""
-    chosen = list(probes) or probes_of_stage()
+    chosen = probes_of_stage() if probes is None else probes
     judged = _Judged()
     for outcome in outcomes:
         node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick)
@@ -201,12 +205,12 @@ def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
     return {metric: rule for probe in probes for metric, rule in probe.metrics.items()}
 
 
-def regression_rows(state: RunState, probes: Sequence[Probe]) -> list[NodeRow]:
-    """Each measured node against its own earlier runs: scheduled checks watch for drift."""
+def regression_rows(state: RunState, probes: Sequence[Probe], rules: Mapping[str, MetricRule]) -> list[NodeRow]:
+    """Each measured node against its own earlier runs: scheduled checks watch for drift. ``rules``: the
+    figures ``probes`` judge (:func:`judged_rules`)."""
     if state.history is None or not state.measurements:
         return []
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
-    rules = judged_rules(probes)
     current = key_figures(pd.DataFrame(state.measurements), rules)
     return [
         node_row(
@@ -247,11 +251,12 @@ class SingleNodeStage:
         rows, measurements = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
         state.rows += rows
         state.measurements += measurements
-        state.rows += regression_rows(state, probes)
+        rules = judged_rules(probes)
+        state.rows += regression_rows(state, probes, rules)
         if state.history is not None:
             current = pd.DataFrame(state.measurements)
             names = [n.name for n in state.inventory.tested]
-            trends = node_trends(state.history.figures, current, names, judged_rules(probes))
+            trends = node_trends(state.history.figures, current, names, rules)
             state.trends = [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:

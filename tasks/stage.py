@@ -96,7 +96,8 @@ def per_node(
     """Every node's outcome in ``nodes`` order: those in ``saved`` (a resumed run's checkpoints) as they
     were, the others as Prefect tasks (``submit``), ``wave`` at a time when the profile bounds how many
     nodes are probed at once; progress advances as each node finishes."""
-    done = {name: outcome for name, outcome in saved.items() if name in {n.name for n in nodes}}
+    wanted = {n.name for n in nodes}
+    done = {name: outcome for name, outcome in saved.items() if name in wanted}
     todo = [n for n in nodes if n.name not in done]
     state.progress.start(stage, len(nodes))
     state.progress.advance(stage, len(nodes) - len(todo))
