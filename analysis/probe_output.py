@@ -1,9 +1,7 @@
 """Parse what the node-side probes print: JSON measurement lines, and NCCL's ``NCCL_DEBUG=INFO`` log.
 
-Pure functions; a malformed line is kept as an error, never raised. The transport NCCL actually used is
-read from its channel lines (``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM``; ``[send] via NET/Socket/0``):
-the profile's expected transport is compared with what NCCL chose, because NCCL silently falls back to
-sockets when P2P or InfiniBand is unavailable.
+Pure functions; a malformed line is kept as an error, never raised. NCCL's log is read by
+:mod:`cluster_accept.analysis.nccl_log` (re-exported here for the probes).
 """
 
 from __future__ import annotations
@@ -13,8 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : .*? via (\S+)")
-_NCCL_VERSION = re.compile(r"NCCL INFO NCCL version (\S+)")
+from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, normalise_transport, transport_matches
+
+__all__ = ["nccl_transports", "nccl_version", "normalise_transport", "transport_matches"]
 
 
 @dataclass
@@ -53,33 +52,6 @@ def parse_json_lines(text: str) -> ProbeOutput:
         else:
             out.errors.append(f"probe line without metric/value: {line[:200]}")
     return out
-
-
-def normalise_transport(via: str) -> str:
-    """``P2P/CUMEM`` → ``P2P/CUMEM``; ``NET/Socket/0`` → ``NET/Socket``; ``NET/IB/1/GDRDMA`` → ``NET/IB``."""
-    parts = via.split("/")
-    if parts[0] == "NET" and len(parts) > 1:
-        return f"NET/{parts[1]}"
-    return "/".join(parts[:2]) if parts[0] == "P2P" else parts[0]
-
-
-def nccl_transports(text: str) -> dict[str, int]:
-    """How many channel connections used each transport, from an ``NCCL_DEBUG=INFO`` log."""
-    counts: dict[str, int] = {}
-    for via in _VIA.findall(text):
-        name = normalise_transport(via)
-        counts[name] = counts.get(name, 0) + 1
-    return counts
-
-
-def nccl_version(text: str) -> str | None:
-    match = _NCCL_VERSION.search(text)
-    return match.group(1) if match else None
-
-
-def transport_matches(used: str, expected: str) -> bool:
-    """``P2P/CUMEM`` satisfies ``P2P``; ``NET/IB`` satisfies ``NET/IB``; ``NET/Socket`` does not."""
-    return used == expected or used.startswith(expected.rstrip("/") + "/")
 
 
 _NCCL_TESTS_ROW = re.compile(

@@ -60,8 +60,16 @@ REASONS = declare(
 )
 # Rows this probe writes under the ``transport`` check: what NCCL chose inside the node.
 TRANSPORT = "transport"
+UNREADABLE = Reason(
+    "unreadable",
+    Status.WARN,
+    "NCCL ran but its log names no transport (NCCL_DEBUG or NCCL_DEBUG_SUBSYS overridden, or an unknown line "
+    "shape): the transport was not checked; keep NCCL_DEBUG=INFO for the probes and send the log for a bug report",
+    Action.RERUN,
+)
 OTHER_REASONS = {
     TRANSPORT: declare(
+        UNREADABLE,
         Reason(
             "unexpected",
             Status.FAIL,
@@ -97,15 +105,21 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
         rows.append(CheckRow(NAME, "intra_node", Status.SKIP, "single_gpu", None, None, skipped))
     if profile.probes.device != "cuda":
         return rows
-    rows += transport_rows(output.transports, profile.probes.expected_transport.intra_node)
+    ran = skipped is None and (bool(output.measurements) or output.nccl_version is not None)
+    rows += transport_rows(output.transports, profile.probes.expected_transport.intra_node, ran)
     if output.nccl_version:
         rows.append(CheckRow(NAME, "nccl_version", Status.PASS, "recorded", output.nccl_version, None))
     return rows
 
 
-def transport_rows(used: Mapping[str, int], expected: str | None) -> list[CheckRow]:
+def transport_rows(used: Mapping[str, int], expected: str | None, ran: bool) -> list[CheckRow]:
+    """What NCCL used against what the profile expects; a probe that ran (it measured, or NCCL started) with no
+    transport in its log is a warning, never silence: the expectation was not checked."""
     if not used:
-        return []
+        if not ran:
+            return []  # the probe did not run: its own row says why
+        said = "no connection line in NCCL's log"
+        return [CheckRow(TRANSPORT, "intra_node", Status.WARN, "unreadable", None, expected, said)]
     observed = ",".join(sorted(used))
     if expected is None:
         return [CheckRow(TRANSPORT, "intra_node", Status.PASS, "recorded", observed, None)]

@@ -24,6 +24,7 @@ from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.probes.allreduce import UNREADABLE
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
 from cluster_accept.tasks.rows import node_row, unreachable_row
 from cluster_accept.tasks.stage import RunState
@@ -92,13 +93,26 @@ class _Stage:
             if rank.cause is not None and name not in self.unreachable:
                 self.unreachable.add(name)
                 self.row(name, unreachable_row(rank.cause, rank.detail))
-            if rank.result is not None:
+            if rank.result is not None and rank.result.ok:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
 
     def _transport(self, node: Node, log: str, group: str) -> None:
+        """What NCCL chose between nodes, from this node's log; a log without one is a warning, not silence."""
+        if node.profile.probes.device != "cuda":
+            return
         expected = node.profile.probes.expected_transport.inter_node
-        used = {t: n for t, n in nccl_transports(log).items() if t.startswith("NET/")}
-        if expected is None or not used or node.profile.probes.device != "cuda":
+        used = {t: n for t, n in nccl_transports(log).items() if t.startswith(("NET/", "COLLNET/"))}
+        if not used:
+            said = "no connection between nodes in NCCL's log"
+            self.row(
+                node.name, CheckRow("transport", f"inter_node {group}", Status.WARN, "unreadable", None, expected, said)
+            )
+            return
+        if expected is None:
+            self.row(
+                node.name,
+                CheckRow("transport", f"inter_node {group}", Status.PASS, "recorded", ",".join(sorted(used)), None),
+            )
             return
         bad = sorted(t for t in used if not transport_matches(t, expected))
         status, reason = (Status.FAIL, "unexpected_inter_node") if bad else (Status.PASS, "ok")
@@ -270,6 +284,7 @@ REASONS = {
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
     ),
     "transport": declare(
+        UNREADABLE,
         Reason(
             "unexpected_inter_node",
             Status.FAIL,
