@@ -12,6 +12,8 @@ A check is one module in ``checks/`` that defines:
 - optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift;
 - optionally ``counters(model) -> dict[str, int]``: error counters compared with the node's previous run
   (a counter that grew is flagged by scheduled checks);
+- optionally ``JOB_VIEW = True``: the check describes what a job sees (its environment, NCCL and CUDA), so
+  with ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
 - ``REASONS``: every reason code its rows carry beyond the common ones, declared beside the code that emits
   them (:func:`cluster_accept.checks.reasons.declare`): what the code means, its severity, the action.
 
@@ -140,6 +142,7 @@ class Check:
     cluster_values: Callable[[Any], dict[str, str]] | None
     module: ModuleType
     counters: Callable[[Any], dict[str, int]] | None = None
+    job_view: bool = False  # describes a job's environment: runs behind the profile's probes.command_prefix
     reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
 
@@ -171,6 +174,7 @@ def _as_check(module: ModuleType) -> Check | None:
         cluster_values=getattr(module, "cluster_values", None),
         module=module,
         counters=getattr(module, "counters", None),
+        job_view=bool(getattr(module, "JOB_VIEW", False)),
         reasons=_declared_reasons(module),
     )
 

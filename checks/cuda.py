@@ -26,6 +26,7 @@ from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
 
 NAME = "cuda"
+JOB_VIEW = True  # what a job sees: behind probes.command_prefix when the profile sets one
 _NCCL_MARK = "### nccl nvidia-smi rc="
 COMMAND = (
     "out=$(nvidia-smi 2>&1); rc=$?; printf '%s\\n' \"$out\" | head -n 12; "

@@ -26,6 +26,7 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "nccl_env"
+JOB_VIEW = True  # what a job sees: behind probes.command_prefix when the profile sets one
 MASK = "****"
 UNSET = "<unset>"
 KEYS_VALUE = "nccl_keys"  # cluster_values key holding the node's NCCL_* key set
@@ -37,6 +38,7 @@ ENV_SOURCE = "env"
 ETC_SOURCE = "/etc/nccl.conf"
 USER_SOURCE = "~/.nccl.conf"
 _END = "### end"
+END_MARK = _END  # the line that ends the environment sections (checks reading more after it split there)
 _MARKS = {"### env": ENV_SOURCE, f"### {ETC_SOURCE}": ETC_SOURCE, f"### {USER_SOURCE}": USER_SOURCE}
 _CONF_FILE_MARK = "### NCCL_CONF_FILE"
 # awk on the node: mask the value of a secret-looking key (before anything leaves the node).

@@ -115,6 +115,27 @@ class Thresholds(_Strict):
     scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = None
 
 
+_ENV_KEY = re.compile(r"(?:NCCL|UCX|CUDA_VISIBLE|NVSHMEM|TORCH_NCCL)[A-Za-z0-9_]*")
+
+
+class HarmfulSetting(_Strict):
+    """A site's own rule: an NCCL variable (or one of these values of it) that must not reach a job."""
+
+    key: StrictStr = Field(description="the variable, e.g. NCCL_NET_GDR_LEVEL (NCCL_*, UCX*, CUDA_VISIBLE*, …)")
+    values: list[StrictStr] | None = Field(default=None, description="harmful values; left out: any value")
+    severity: Literal["fail", "warn"] = "fail"
+    why: StrictStr = Field(min_length=1, description="what the setting does to a job, and what to do")
+
+    @field_validator("key")
+    @classmethod
+    def _key_is_read_from_nodes(cls, key: str) -> str:
+        if not _ENV_KEY.fullmatch(key):
+            raise ValueError(
+                "only variables starting with NCCL, UCX, CUDA_VISIBLE, NVSHMEM or TORCH_NCCL are read from nodes"
+            )
+        return key
+
+
 class Profile(_Strict):
     """What a node must be. A key left out is not checked."""
 
@@ -125,6 +146,9 @@ class Profile(_Strict):
     nvlink: NvlinkSpec | None = None
     pcie: PcieSpec | None = None
     nccl_env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    nccl_harmful: list[HarmfulSetting] = Field(
+        default_factory=list, description="settings this site also refuses, beside the built-in harmful ones"
+    )
     probes: ProbeSettings = ProbeSettings()
     thresholds: Thresholds = Thresholds()
 

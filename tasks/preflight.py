@@ -6,6 +6,7 @@ the node answers; evaluation waits for every node because drift is judged agains
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +37,18 @@ class NodePreflight:
     parse_errors: dict[str, str] = field(default_factory=dict)
 
 
-def commands_for(checks: list[Check]) -> list[RemoteCommand]:
-    return [RemoteCommand(c.name, c.command, timeout_s=c.timeout_s) for c in checks]
+def commands_for(checks: list[Check], node: Node | None = None) -> list[RemoteCommand]:
+    """Each check's command; those describing a job's environment run behind the node's
+    ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads."""
+    prefix = node.profile.probes.command_prefix if node is not None else None
+    return [
+        RemoteCommand(
+            c.name,
+            f"{prefix} sh -c {shlex.quote(c.command)}" if prefix and c.job_view else c.command,
+            timeout_s=c.timeout_s,
+        )
+        for c in checks
+    ]
 
 
 def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
@@ -56,7 +67,7 @@ def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
 
 def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
     """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
-    return parse_node_result(run_node(node, commands_for(checks)), checks)
+    return parse_node_result(run_node(node, commands_for(checks, node)), checks)
 
 
 @task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)

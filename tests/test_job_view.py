@@ -1,0 +1,38 @@
+"""Checks that describe a job's environment run behind ``probes.command_prefix``, as the probes do: with a
+container prefix they read the container's NCCL settings, not the host's. The prefix here is ``env …``, a
+stand-in for ``docker exec trainer`` that changes what the command sees in the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_accept.checks.base import discover
+from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, ProbeSettings, Profile
+from cluster_accept.tasks.preflight import commands_for, run_preflight_on_node
+
+pytestmark = pytest.mark.pure
+
+CHECKS = {c.name: c for c in discover()}
+
+
+def _node(prefix: str | None) -> Node:
+    profile = Profile(probes=ProbeSettings(command_prefix=prefix))
+    return Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
+
+
+def test_job_view_checks_are_the_environment_and_version_checks() -> None:
+    assert {c.name for c in CHECKS.values() if c.job_view} == {"cuda", "nccl_env", "nccl_harmful"}
+    commands = {c.name: c.script for c in commands_for(list(CHECKS.values()), _node("docker exec trainer"))}
+    assert commands["nccl_env"].startswith("docker exec trainer sh -c ")
+    assert commands["driver"] == CHECKS["driver"].command  # the host's driver is the host's
+    assert commands_for([CHECKS["nccl_env"]], _node(None))[0].script == CHECKS["nccl_env"].command
+
+
+def test_the_environment_behind_the_prefix_is_the_one_judged() -> None:
+    checks = [CHECKS["nccl_env"], CHECKS["nccl_harmful"]]
+    inside = run_preflight_on_node(_node("env NCCL_P2P_DISABLE=1 NCCL_ALGO=Ring"), checks)
+    env = inside.models["nccl_env"].effective
+    assert (env["NCCL_P2P_DISABLE"].value, env["NCCL_P2P_DISABLE"].source) == ("1", "env")
+    assert inside.models["nccl_harmful"].setting("NCCL_ALGO").value == "Ring"
+    host = run_preflight_on_node(_node(None), checks)
+    assert "NCCL_ALGO" not in host.models["nccl_env"].effective
