@@ -114,3 +114,58 @@ def _detail(
     elif minimum is not None and ok:
         text += f"; every size at or above the {100 * minimum:.0f}% minimum"
     return text + "."
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """One step of the sweep, judged: against the profile's floor and against what the cluster's own smaller
+    groups achieved (busbw per rank should hold as a ring grows; a group far below its parts holds a slow
+    node or link, with or without an absolute threshold)."""
+
+    nodes: int
+    busbw_gbps: float
+    ok: bool
+    reason: str  # 'ok', 'below_min', 'below_smaller_groups', 'efficiency_low'
+    expected: str
+    detail: str
+
+
+def judge_steps(
+    points: Sequence[ScalingPoint],
+    busbw_min_gbps: float | None,
+    straggler_pct: float,
+    efficiency_min: float | None = None,
+) -> list[StepVerdict]:
+    """Every step of the sweep, ascending, with why it is or is not healthy; pure."""
+    verdicts: list[StepVerdict] = []
+    best: ScalingPoint | None = None
+    base = next((p for p in points if p.nodes == 2), None)
+    for point in sorted(points, key=lambda p: p.nodes):
+        floor = None if best is None else best.busbw_gbps * (1 - straggler_pct / 100)
+        efficiency = point.busbw_gbps / base.busbw_gbps if base and base.busbw_gbps > 0 else None
+        expected = " and ".join(
+            text
+            for text in (
+                None if busbw_min_gbps is None else f">= {busbw_min_gbps:g} GB/s",
+                None
+                if floor is None or best is None
+                else f">= {floor:.3g} GB/s ({best.nodes}-node group less {straggler_pct:g}%)",
+            )
+            if text
+        )
+        said = f"{point.busbw_gbps:.3g} GB/s per rank at {point.nodes} nodes"
+        if busbw_min_gbps is not None and point.busbw_gbps < busbw_min_gbps:
+            reason = "below_min"
+        elif floor is not None and point.busbw_gbps < floor:
+            reason = "below_smaller_groups"
+        elif efficiency is not None and efficiency_min is not None and efficiency < efficiency_min - _EPSILON:
+            reason, expected = "efficiency_low", f"efficiency >= {efficiency_min:g} of the 2-node run"
+            said += f", efficiency {efficiency:.3f}"
+        else:
+            reason = "ok"
+        verdicts.append(
+            StepVerdict(point.nodes, point.busbw_gbps, reason == "ok", reason, expected or "completed", said)
+        )
+        if best is None or point.busbw_gbps > best.busbw_gbps:
+            best = point
+    return verdicts

@@ -48,13 +48,18 @@ class NodeFacts:
     nvlinks_active: int | None = None
     error: str | None = None
 
+    @property
+    def raw(self) -> str:
+        """The whole output, secrets masked (the environment parser masks every line it keeps)."""
+        return self.env.raw
+
     def setting(self, key: str) -> nccl_env.Setting | None:
         return self.env.effective.get(key)
 
 
 def _count(lines: list[str]) -> int | None:
     text = "".join(lines).strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> NodeFacts:
@@ -87,8 +92,8 @@ def parse(stdout: str, exit_code: int | None = 0) -> NodeFacts:
 
 
 def _truthy(value: str) -> bool:
-    text = value.strip()
-    return text.lstrip("-").isdigit() and int(text) != 0
+    digits = value.strip().lstrip("-")  # NCCL reads an integer: any non-zero one switches it on
+    return digits.isascii() and digits.isdigit() and digits.strip("0") != ""
 
 
 def _has_nvlink(facts: NodeFacts, profile: Profile) -> bool:

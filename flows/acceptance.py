@@ -17,6 +17,7 @@ from typing import Any
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
 from cluster_accept.analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, SCALING, write_table
 from cluster_accept.checks.reasons import ReasonCatalog, catalog
@@ -31,7 +32,7 @@ from cluster_accept.tasks.checkpoints import Checkpoints
 from cluster_accept.tasks.multi_node import STAGE as MULTI_NODE
 from cluster_accept.tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, start_run
 from cluster_accept.tasks.single_node import judged_rules
-from cluster_accept.tasks.stage import RunState, Stage
+from cluster_accept.tasks.stage import RunState, Stage, run_stage
 from cluster_accept.tasks.stage import discover as discover_stages
 
 STAGE_LIST: list[Stage] = discover_stages()
@@ -104,7 +105,7 @@ def reopen(out_dir: Path, run_id: str) -> tuple[RunDir, dict[str, Any], Inventor
 
 def reason_catalog() -> ReasonCatalog:
     """Every reason the stages and their checks and probes declare: what the report's wording reads."""
-    return catalog(pair for stage in STAGE_LIST for pair in stage.reasons())
+    return catalog([*(pair for stage in STAGE_LIST for pair in stage.reasons()), (coverage.NAME, coverage.REASONS)])
 
 
 def write_tables(state: RunState, names: tuple[str, ...]) -> None:
@@ -136,7 +137,7 @@ def _acceptance(
         if stage.name not in run_info["stages"]:
             continue
         began = time.perf_counter()
-        stage.run(state)
+        run_stage(state, stage)
         write_tables(state, stage.tables)
         timings[stage.name] = round(timings.get(stage.name, 0.0) + time.perf_counter() - began, 3)
         state.progress.finish(stage.name)

@@ -86,12 +86,15 @@ class ProbeSettings(_Strict):
         default=None, description="runs probes inside a container, e.g. 'docker exec trainer'"
     )
     timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
+    rendezvous_timeout_s: Annotated[float, Field(ge=10, le=3600)] = Field(
+        default=120.0, description="how long ranks wait for each other and for NCCL to initialise before failing"
+    )
     allreduce_max_bytes: Annotated[int, Field(ge=1 << 20)] | None = None
     cuda_visible_devices: StrictStr | None = Field(
         default=None, description="probe only these GPUs (CUDA_VISIBLE_DEVICES), e.g. a partition of a node"
     )
     launcher: Literal["ssh", "slurm"] = Field(
-        default="ssh", description="how multi-node runs start: torchrun over SSH on every node, or srun"
+        default="ssh", description="how multi-node runs start: torchrun over SSH on every node ('slurm': srun)"
     )
     max_parallel_nodes: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="probe at most this many nodes at once (shared power, storage, or cores)"
@@ -99,6 +102,13 @@ class ProbeSettings(_Strict):
     nccl_tests_all_reduce: StrictStr | None = Field(
         default=None, description="path of nccl-tests' all_reduce_perf on the node: used instead of torch"
     )
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher_exists(cls, launcher: str) -> str:
+        if launcher != "ssh":  # accepted silently, every multi-node group would fail to start
+            raise ValueError(f"launcher {launcher!r} is not implemented yet: use 'ssh' (torchrun over SSH)")
+        return launcher
 
 
 class Thresholds(_Strict):

@@ -70,6 +70,7 @@ UNREADABLE = Reason(
 OTHER_REASONS = {
     TRANSPORT: declare(
         UNREADABLE,
+        Reason("not_measured", Status.SKIP, "no NCCL run inside the node to read a transport from (see the detail)"),
         Reason(
             "unexpected",
             Status.FAIL,
@@ -103,7 +104,11 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     skipped = output.skip_reason()
     if skipped is not None:
         rows.append(CheckRow(NAME, "intra_node", Status.SKIP, "single_gpu", None, None, skipped))
-    if profile.probes.device != "cuda":
+    expected = profile.probes.expected_transport.intra_node
+    if profile.probes.device != "cuda" or skipped is not None:
+        if expected is not None:  # the expectation is answered, with why it could not be judged
+            why = "probes run on CPU (gloo): NCCL chooses no transport" if skipped is None else skipped
+            rows.append(CheckRow(TRANSPORT, "intra_node", Status.SKIP, "not_measured", None, expected, why))
         return rows
     ran = skipped is None and (bool(output.measurements) or output.nccl_version is not None)
     rows += transport_rows(output.transports, profile.probes.expected_transport.intra_node, ran)

@@ -23,14 +23,27 @@ def _prefix(node: Node) -> str:
     return f"{probes.command_prefix} " if probes.command_prefix else ""
 
 
+def _env(node: Node, **extra: str) -> str:
+    """``env K=V … `` placed after the command prefix, so the variables reach the probe inside a container too
+    (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``."""
+    values = dict(extra)
+    if node.profile.probes.cuda_visible_devices:
+        values["CUDA_VISIBLE_DEVICES"] = node.profile.probes.cuda_visible_devices
+    return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items()) + " " if values else ""
+
+
 def _gpus_or_skip(node: Node) -> str:
-    """``n``: the GPUs to run on; a CUDA node with fewer than two says so and skips the all-reduce."""
-    if node.profile.probes.device != "cuda":
+    """``n``: the GPUs to run on (the profile's partition when it names one); a CUDA node with fewer than two
+    says so and skips the all-reduce."""
+    probes = node.profile.probes
+    if probes.device != "cuda":
         return "n=2; "
-    return (
-        "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
-        'if [ "$n" -lt 2 ]; then echo \'{"info": "skip", "reason": "fewer than 2 GPUs"}\'; exit 0; fi; '
+    count = (
+        f"n={len([d for d in probes.cuda_visible_devices.split(',') if d.strip()])}; "
+        if probes.cuda_visible_devices
+        else "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
     )
+    return f'{count}if [ "$n" -lt 2 ]; then echo \'{{"info": "skip", "reason": "fewer than 2 GPUs"}}\'; exit 0; fi; '
 
 
 def _top_bytes(node: Node, quick: bool) -> int | None:
@@ -44,19 +57,34 @@ def gpu_bench_command(node: Node, quick: bool = False) -> str:
     probes = node.profile.probes
     python = shlex.quote(probes.python)
     quick_args = QUICK_BENCH if quick else ""
-    return f'cd "$CA_PROBE_DIR" && exec {_prefix(node)}{python} gpu_bench.py --device {probes.device}{quick_args}'
+    return (
+        f'cd "$CA_PROBE_DIR" && exec {_prefix(node)}{_env(node)}{python} gpu_bench.py '
+        f"--device {probes.device}{quick_args}"
+    )
+
+
+# A free port on loopback for the node's own rendezvous, picked by the probe's interpreter.
+LOOPBACK_PORT = 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 
 
 def allreduce_command(node: Node, quick: bool = False) -> str | None:
+    """torchrun on every GPU of the node, meeting on loopback: a node whose own hostname does not resolve
+    still runs it (``--standalone`` publishes the hostname to its workers), and the rendezvous and the process
+    group give up after ``probes.rendezvous_timeout_s`` instead of torch's 300-600 s."""
     probes = node.profile.probes
     if probes.nccl_tests_all_reduce:
         return None
     top = _top_bytes(node, quick)
     max_bytes = f" --max-bytes {top}" if top else ""
+    python = shlex.quote(probes.python)
+    wait = int(probes.rendezvous_timeout_s)
+    extra = {"NCCL_DEBUG": "INFO"} if probes.device == "cuda" else {"GLOO_SOCKET_IFNAME": "lo"}
     return (
-        f'cd "$CA_PROBE_DIR" && {_gpus_or_skip(node)}NCCL_DEBUG=INFO exec {_prefix(node)}'
-        f"{shlex.quote(probes.python)} -m torch.distributed.run --standalone --nproc_per_node=$n allreduce.py "
-        f"--device {probes.device}{max_bytes} 2>&1"
+        f'cd "$CA_PROBE_DIR" && {_gpus_or_skip(node)}'
+        f"port=$({_prefix(node)}{python} -c {shlex.quote(LOOPBACK_PORT)}) && "
+        f"exec {_prefix(node)}{_env(node, **extra)}{python} -m torch.distributed.run --nnodes=1 "
+        f"--nproc_per_node=$n --master_addr=127.0.0.1 --master_port=$port --rdzv-conf=timeout={wait} allreduce.py "
+        f"--device {probes.device}{max_bytes} --init-timeout-s {wait} 2>&1"
     )
 
 
@@ -65,9 +93,8 @@ def nccl_tests_command(node: Node, quick: bool = False) -> str | None:
     if not binary:
         return None
     top = _top_bytes(node, quick) or (1 << 30)
-    return (
-        f"{_gpus_or_skip(node)}NCCL_DEBUG=INFO exec {_prefix(node)}{shlex.quote(binary)} -b 1M -e {top} -f 4 -g $n 2>&1"
-    )
+    run = f"{_prefix(node)}{_env(node, NCCL_DEBUG='INFO')}{shlex.quote(binary)}"
+    return f"{_gpus_or_skip(node)}exec {run} -b 1M -e {top} -f 4 -g $n 2>&1"
 
 
 GPU_BENCH = NodeScript("gpu_bench", ("gpu_bench.py",), "gemm", gpu_bench_command)

@@ -113,12 +113,16 @@ def _rank_command(node: Node, rank: int, world: int, master_addr: str, port: int
     else:
         count = "n=1; "
         sizes = f"--min-bytes {CPU_BYTES} --max-bytes {CPU_BYTES} --repeats 2"
+    wait = int(probes.rendezvous_timeout_s)
+    # The variables go after the prefix (``env K=V``), so they reach ranks inside a container too.
+    variables = "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
     script = (
-        f'cd "$CA_PROBE_DIR" && {count}exec {run}{python} -m torch.distributed.run --nnodes={world} '
+        f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={world} '
         f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
-        f"allreduce.py --device {probes.device} --label inter_node --tag {shlex.quote(tag)} {sizes} 2>&1"
+        f"--rdzv-conf=timeout={wait} allreduce.py --device {probes.device} --label inter_node "
+        f"--tag {shlex.quote(tag)} {sizes} --init-timeout-s {wait} 2>&1"
     )
-    return RemoteCommand("allreduce_inter", script, env=env, timeout_s=probes.timeout_s)
+    return RemoteCommand("allreduce_inter", script, timeout_s=probes.timeout_s)
 
 
 def _free_port(sessions: SessionCache, master: Node) -> int | RankRun:
@@ -363,9 +367,6 @@ def _refused(nodes: Sequence[Node]) -> str:
     """Why a group cannot be launched at all; empty when it can."""
     if len(nodes) < 2:
         return "a multi-node run needs at least two nodes"
-    slurm = [n.name for n in nodes if n.profile.probes.launcher != "ssh"]
-    if slurm:
-        return f"launcher 'slurm' is not available in this version (nodes {', '.join(slurm)})"
     return ""
 
 

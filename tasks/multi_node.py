@@ -19,7 +19,7 @@ from prefect.context import FlowRunContext
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
 from cluster_accept.analysis.probe_output import nccl_transports, transport_matches
 from cluster_accept.analysis.probe_verdicts import measurement_row
-from cluster_accept.analysis.scaling import ScalingPoint, scaling_table, sweep_sizes
+from cluster_accept.analysis.scaling import ScalingPoint, judge_steps, scaling_table, sweep_sizes
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
@@ -136,6 +136,12 @@ class _Stage:
         When the failure has an evident culprit (a node that became unreachable, or whose session was lost
         without an exit status: a node that died), only that node carries it; the others are re-tested."""
         group = fold(run.nodes)
+        if not run.ranks:  # the group never started: every node carries why, none is silently accepted
+            said = f"the all-reduce of {group} could not start: {run.detail or 'no rank was launched'}"
+            for name in run.nodes:
+                row = CheckRow("allreduce", f"inter_node {group}", Status.ERROR, "launch_failed", None, "started", said)
+                self.row(name, row)
+            return
         unreachable = {name for name, rank in run.ranks.items() if rank.cause is not None}
         lost = {
             name
@@ -163,9 +169,11 @@ class _Stage:
             self.row(name, row, tail)
 
     def sweep(self, nodes: list[Node]) -> bool:
-        """Scaling sweep; True when isolation is needed."""
-        points, trouble = [], False
-        minimum = nodes[0].profile.thresholds.allreduce_inter_busbw_gbps_min
+        """Scaling sweep; True when isolation is needed: a run failed, or a step is below the profile's floor,
+        below what the cluster's own smaller groups achieved (beyond ``straggler_pct``), or below the minimum
+        scaling efficiency. Every step is a judged row on each node of its group."""
+        points, trouble, groups = [], False, {}
+        thresholds = nodes[0].profile.thresholds
         for size in sweep_sizes(len(nodes)):
             group = [n for n in nodes if n.name not in self.unreachable][:size]
             if len(group) < size:
@@ -177,12 +185,37 @@ class _Stage:
                 continue
             gpus = int(run.measurements[-1].get("world_size") or size) // size
             points.append(ScalingPoint(nodes=size, busbw_gbps=run.busbw_gbps, gpus_per_node=max(1, gpus)))
-            if minimum is not None and run.busbw_gbps < minimum:
-                trouble = True
-        efficiency_min = nodes[0].profile.thresholds.scaling_efficiency_min
-        table = scaling_table(points, efficiency_min)
+            groups[size] = group
+        table = scaling_table(points, thresholds.scaling_efficiency_min)
         self.out.scaling = [{"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in table.rows]
-        return trouble or bool(table.below_min)
+        steps = judge_steps(
+            points,
+            thresholds.allreduce_inter_busbw_gbps_min,
+            thresholds.straggler_pct,
+            thresholds.scaling_efficiency_min,
+        )
+        for step in steps:
+            status = Status.PASS if step.ok else Status.WARN  # the group's symptom: isolation names the node
+            for node in groups[step.nodes]:
+                row = CheckRow(
+                    "scaling",
+                    f"{step.nodes} nodes",
+                    status,
+                    step.reason,
+                    f"{step.busbw_gbps:.3g} GB/s",
+                    step.expected,
+                    step.detail,
+                )
+                self.row(node.name, row)
+        reached = {n.name for g in groups.values() for n in g}
+        for node in nodes:
+            if node.name not in reached and node.name not in self.unreachable and not self._failed(node.name):
+                said = "no sweep group completed with this node (see the failed groups)"
+                self.row(node.name, CheckRow("scaling", "sweep", Status.SKIP, "not_reached", None, None, said))
+        return trouble or any(not s.ok for s in steps)
+
+    def _failed(self, name: str) -> bool:
+        return any(r.node == name and r.check == "allreduce" for r in self.out.rows)
 
     def isolate(self, nodes: list[Node], known_good: Iterable[str] = ()) -> None:
         by_name = {n.name: n for n in self.inventory.nodes}
@@ -248,6 +281,28 @@ def run_bisect(
 
 
 REASONS = {
+    "scaling": declare(
+        Reason(
+            "below_min",
+            Status.WARN,
+            "this group's all-reduce is below the profile's floor: isolation names the node or pair to blame",
+            Action.RERUN,
+        ),
+        Reason(
+            "below_smaller_groups",
+            Status.WARN,
+            "this group is far below what its smaller groups achieved (beyond straggler_pct): a slow node or "
+            "link joined it; isolation names it",
+            Action.RERUN,
+        ),
+        Reason(
+            "efficiency_low",
+            Status.WARN,
+            "scaling efficiency against the 2-node run is below the profile's minimum: isolation looks for the cause",
+            Action.RERUN,
+        ),
+        Reason("not_reached", Status.SKIP, "no sweep group completed with this node, so it was not measured here"),
+    ),
     "isolation": declare(
         Reason(
             "slow_node",
@@ -282,6 +337,12 @@ REASONS = {
             Action.RERUN,
         ),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
+        Reason(
+            "launch_failed",
+            Status.ERROR,
+            "the multi-node run could not be started (see why): fix the launcher settings, then rerun",
+            Action.FIX_CONFIG,
+        ),
     ),
     "transport": declare(
         UNREADABLE,

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from prefect.futures import PrefectFuture, as_completed
 
+from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
 from cluster_accept.analysis.verdicts import Verdict, node_verdict
 from cluster_accept.checks.base import NodeRow
@@ -30,6 +31,7 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.tasks.checkpoints import Checkpoints
 from cluster_accept.tasks.outputs import RunDir
+from cluster_accept.tasks.rows import node_row
 
 
 class StageProgress(Protocol):
@@ -121,3 +123,13 @@ def discover(package: str = "cluster_accept.tasks") -> list[Stage]:
         if stage is not None and callable(getattr(stage, "run", None)):
             found.append(stage)
     return sorted(found, key=lambda s: s.order)
+
+
+def run_stage(state: RunState, stage: Stage) -> None:
+    """Run ``stage`` on the nodes still accepted, then hold it to the profile: an expectation the stage left
+    without a row on a node it tested becomes a ``coverage:no_row`` error there, never a silent pass."""
+    entering = {node.name: node.profile for node in state.still_accepted()}
+    stage.run(state)
+    for node, expectation in coverage.missing(stage.name, entering, state.rows):
+        row = coverage.gap_row(expectation)
+        state.rows.append(node_row(state.run_id, state.inventory.cluster, stage.name, node, row))

@@ -93,6 +93,14 @@ def _nccl_env(machine: str) -> str:
     return f"### env\n{env}### /etc/nccl.conf\n{etc}### NCCL_CONF_FILE\nNCCL_NET_GDR_LEVEL=PHB\n### end\n"
 
 
+def _nccl_harmful(machine: str) -> str:
+    """The environment sections, then the node's facts: interfaces, HCA ports, GPUs and active NVLinks."""
+    gpus = _capture(machine, "nvidia-smi-L.txt").count("GPU ")
+    links = _capture(machine, "nvlink-s.txt").count("GB/s")
+    facts = f"### net\neth0 up\nlo unknown\n### hca\nmlx5_0 1 4: ACTIVE\n### gpus\n{gpus}\n### nvlink\n{links}\n"
+    return _nccl_env(machine) + facts + "### facts end\n"
+
+
 def _nvlink(machine: str) -> str:
     status, rc = captured(machine, "nvlink-s.txt")
     return f"{status}### nvidia-smi nvlink -s rc={rc}\n{_capture(machine, 'nvlink-e.txt')}"
@@ -131,6 +139,7 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         "driver": _driver,
         "cuda": _cuda,
         "nccl_env": _nccl_env,
+        "nccl_harmful": _nccl_harmful,
         "nvlink": _nvlink,
         "topology": lambda m: _capture(m, "topo-m.txt"),
         "gpu_count": lambda m: _capture(m, "query-gpu-noheader.txt"),
@@ -143,7 +152,7 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         seeds = [(_xid(), 0)]
     else:  # the --query-gpu checks
         seeds = [(noheader(m, module.FIELDS), 0) for m in MACHINES]
-    if name not in ("infiniband", "nccl_env", "xid"):
+    if name not in ("infiniband", "nccl_env", "nccl_harmful", "xid"):
         seeds.append((DRIVER_FAILURE, 9))
     return seeds
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from cluster_accept.checks.base import discover
+from cluster_accept.probes.scripts import LOOPBACK_PORT
 from cluster_accept.remote.result import NodeStatus, RemoteCommand
 from cluster_accept.tasks.launcher import launch_group
 from cluster_accept.tasks.preflight import run_preflight_on_node
@@ -48,12 +49,14 @@ def test_single_node_probe_paths_are_one_word(sandbox: Sandbox, template: str, v
     assert not sandbox.marker.exists()
     assert outcome.status is NodeStatus.OK, outcome.detail
     device = settings["device"]
-    torch_run = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "allreduce.py"]
+    torch_run = [python, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2"]
+    torch_run += ["--master_addr=127.0.0.1", "--master_port=12345", "--rdzv-conf=timeout=120", "allreduce.py"]
     nccl_tests = [settings.get("nccl_tests_all_reduce"), "-b", "1M", "-e", str(1 << 30), "-f", "4", "-g", "2"]
-    expected = [
-        [python, "gpu_bench.py", "--device", device],
-        nccl_tests if variant == "nccl-tests" else [*torch_run, "--device", device],
-    ]
+    expected = [[python, "gpu_bench.py", "--device", device]]
+    if variant == "nccl-tests":
+        expected.append(nccl_tests)
+    else:  # a free loopback port first, from the probe's own interpreter
+        expected += [[python, "-c", LOOPBACK_PORT], [*torch_run, "--device", device, "--init-timeout-s", "120"]]
     records = sandbox.records()
     assert sorted(r.argv for r in records) == sorted(expected)
     probe_dir = records[0].env["CA_PROBE_DIR"]
@@ -83,8 +86,9 @@ def test_multi_node_rank_command_and_free_port_probe(sandbox: Sandbox, template:
     for rank in (0, 1):
         expected.append(
             [python, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}"]
-            + [f"--master_addr={hostile}", "--master_port=12345", "allreduce.py", "--device", device]
-            + ["--label", "inter_node", "--tag", "cas9tag", "--min-bytes", str(1 << 20), *sizes]
+            + [f"--master_addr={hostile}", "--master_port=12345", "--rdzv-conf=timeout=120", "allreduce.py"]
+            + ["--device", device, "--label", "inter_node", "--tag", "cas9tag", "--min-bytes", str(1 << 20), *sizes]
+            + ["--init-timeout-s", "120"]
         )
     records = sandbox.records()
     assert sorted(r.argv for r in records) == sorted(expected)

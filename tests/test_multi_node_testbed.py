@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from cluster_accept.inventory.hostlist import expand
 from cluster_accept.inventory.load import load_inventory
@@ -34,10 +35,16 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
         prefix="cam",
         subnet="10.254.28.0/24",
     )
+    # No absolute floor: the cluster's own smaller groups are the baseline that starts isolation.
+    inventory = yaml.safe_load(bed.inventory_path.read_text())
+    inventory["profiles"]["testbed-h200x4"]["thresholds"].pop("allreduce_inter_busbw_gbps_min")
+    inv_path = tmp_path / "inventory.yaml"
+    inv_path.write_text(yaml.safe_dump(inventory))
     proc = multi_node_cli(
-        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node"
+        "run", "--inventory", str(inv_path), "--out", str(tmp_path / "runs"), "--stages", "multi-node"
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    tmp_path = tmp_path / "runs"
     got = run_verdicts(tmp_path)
     assert got["node05"][0] == "rejected" and "isolation:slow_node" in got["node05"][1]
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node05"}
@@ -50,6 +57,14 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
     assert list(scaling.nodes)[:2] == [2, 4]
     md = (run_dir / "report.md").read_text()
     assert "## Isolation rounds" in md and "## Scaling" in md and "| node05 | rejected |" in md
+    # Every step of the sweep is a judged row on each node of its group; the 8-node step is the symptom.
+    checks = pd.read_parquet(run_dir / "checks.parquet")
+    steps = checks[checks.check == "scaling"]
+    assert set(steps.node) == {f"node{i:02d}" for i in range(1, 9)}
+    eight = steps[steps["item"] == "8 nodes"]
+    assert set(eight.reason) == {"below_smaller_groups"} and set(eight.status) == {"warn"}
+    assert set(steps[steps["item"] == "2 nodes"].reason) == {"ok"}
+    assert not (checks.check == "coverage").any()
 
 
 def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--label", default="intra_node")
     parser.add_argument("--tag", default="", help="run tag, so the controller can find and stop this run")
+    parser.add_argument(
+        "--init-timeout-s", type=float, default=120.0, help="give up on the process group after this long"
+    )
     args = parser.parse_args()
     cuda = args.device == "cuda"
     max_bytes = args.max_bytes or ((1 << 30) if cuda else (16 << 20))
@@ -47,10 +51,10 @@ def main() -> int:
     if cuda:
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
+        dist.init_process_group("nccl", device_id=device, timeout=timedelta(seconds=args.init_timeout_s))
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=timedelta(seconds=args.init_timeout_s))
     if rank == 0:
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
         print(

@@ -1,0 +1,135 @@
+"""No silent pass: every expectation a profile states yields a row for every node a stage tested.
+
+A check that finds nothing to look at (no transport in a log, no figure for a threshold) must say so — pass,
+fail, or skip/error with the reason — never leave the expectation unjudged while the node is accepted.
+:data:`EXPECTATIONS` maps each expectation of the profile model to the check (and item) whose row judges it
+and the stage that writes that row; :func:`missing` lists what a stage left without a row, and the stage
+adds an ``error`` row ``coverage:no_row`` for each, so a gap rejects the node instead of passing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Profile
+
+NAME = "coverage"
+REASONS = declare(
+    Reason(
+        "no_row",
+        Status.ERROR,
+        "the profile states this expectation but the stage judged nothing for it on this node: a gap in the "
+        "tool, not the node; rerun and report it",
+        Action.RERUN,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """``name`` (the profile's key) is judged by a row of ``check`` (whose item starts with ``item``, when
+    given) written in ``stage``; ``stated`` says whether a profile states it. A row of a ``settled_by`` check
+    that is not a pass settles it too: a probe that failed or was skipped could not judge what it carries."""
+
+    name: str
+    stage: str
+    check: str
+    stated: Callable[[Profile], bool]
+    item: str | None = None
+    settled_by: tuple[str, ...] = ()
+
+
+def _set(get: Callable[[Profile], object]) -> Callable[[Profile], bool]:
+    return lambda profile: get(profile) is not None
+
+
+EXPECTATIONS: tuple[Expectation, ...] = (
+    Expectation("gpu", "preflight", "gpu_count", _set(lambda p: p.gpu)),
+    Expectation("driver_version", "preflight", "driver", _set(lambda p: p.driver_version)),
+    Expectation("cuda_version", "preflight", "cuda", _set(lambda p: p.cuda_version)),
+    Expectation("persistence_mode", "preflight", "persistence", _set(lambda p: p.persistence_mode)),
+    Expectation("nvlink", "preflight", "nvlink", _set(lambda p: p.nvlink)),
+    Expectation("pcie", "preflight", "pcie", _set(lambda p: p.pcie)),
+    Expectation("harmful NCCL settings", "preflight", "nccl_harmful", lambda p: True),
+    Expectation("gemm_bf16_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_bf16_tflops_min)),
+    Expectation("hbm_copy_gbps_min", "single-node", "hbm", _set(lambda p: p.thresholds.hbm_copy_gbps_min)),
+    Expectation(
+        "allreduce_intra_busbw_gbps_min",
+        "single-node",
+        "allreduce",
+        _set(lambda p: p.thresholds.allreduce_intra_busbw_gbps_min),
+    ),
+    Expectation(
+        "expected_transport.intra_node",
+        "single-node",
+        "transport",
+        _set(lambda p: p.probes.expected_transport.intra_node),
+        "intra_node",
+        ("allreduce",),
+    ),
+    Expectation("multi-node all-reduce", "multi-node", "scaling", lambda p: True, None, ("allreduce", "isolation")),
+    Expectation(
+        "allreduce_inter_busbw_gbps_min",
+        "multi-node",
+        "scaling",
+        _set(lambda p: p.thresholds.allreduce_inter_busbw_gbps_min),
+        None,
+        ("allreduce", "isolation"),
+    ),
+    Expectation(
+        "scaling_efficiency_min",
+        "multi-node",
+        "scaling",
+        _set(lambda p: p.thresholds.scaling_efficiency_min),
+        None,
+        ("allreduce", "isolation"),
+    ),
+    Expectation(
+        "expected_transport.inter_node",
+        "multi-node",
+        "transport",
+        lambda p: p.probes.expected_transport.inter_node is not None and p.probes.device == "cuda",
+        "inter_node",
+        ("allreduce", "isolation", "scaling"),
+    ),
+)
+
+
+def stated(profile: Profile, stage: str) -> list[Expectation]:
+    """What ``profile`` states that ``stage`` judges, each ``nccl_env`` key its own expectation."""
+    found = [e for e in EXPECTATIONS if e.stage == stage and e.stated(profile)]
+    if stage == "preflight":
+        found += [Expectation(f"nccl_env.{key}", stage, "nccl_env", lambda p: True, key) for key in profile.nccl_env]
+    return found
+
+
+def _judged(rows: Iterable[NodeRow], expectation: Expectation) -> bool:
+    return any(
+        (r.check == expectation.check and (expectation.item is None or r.item.startswith(expectation.item)))
+        or (r.check in expectation.settled_by and r.status != Status.PASS)
+        for r in rows
+    )
+
+
+def missing(stage: str, tested: Mapping[str, Profile], rows: Iterable[NodeRow]) -> list[tuple[str, Expectation]]:
+    """(node, expectation) pairs that ``stage`` left without a row. A node the stage could not reach, or whose
+    stage ended with a stage-wide skip (one GPU, fewer than two nodes), was judged by that row."""
+    by_node: dict[str, list[NodeRow]] = {}
+    for row in rows:
+        if row.stage == stage:
+            by_node.setdefault(row.node, []).append(row)
+    gaps = []
+    for node, profile in tested.items():
+        own = by_node.get(node, [])
+        if any(r.status == Status.UNREACHABLE for r in own):
+            continue
+        gaps += [(node, e) for e in stated(profile, stage) if not _judged(own, e)]
+    return gaps
+
+
+def gap_row(expectation: Expectation) -> CheckRow:
+    what = f"{expectation.check} row" + (f" for {expectation.item}" if expectation.item else "")
+    return CheckRow(NAME, expectation.name, Status.ERROR, "no_row", None, what, "the stage judged nothing for it")

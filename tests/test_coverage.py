@@ -1,0 +1,127 @@
+"""No silent pass as a rule: every key of the profile model is either an expectation with the check that
+judges it, or named here as a setting that is not one; a stage that leaves a stated expectation without a
+row on a node it tested gets a ``coverage:no_row`` error there (synthetic rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from cluster_accept.analysis import coverage
+from cluster_accept.analysis.scaling import ScalingPoint, judge_steps
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.inventory.model import (
+    ExpectedTransport,
+    GpuSpec,
+    ProbeSettings,
+    Profile,
+    Thresholds,
+)
+
+pytestmark = pytest.mark.pure
+
+# Profile keys that configure how the tool runs, not what a node must be (so no row judges them).
+NOT_EXPECTATIONS = {
+    "probes.python",
+    "probes.device",
+    "probes.command_prefix",
+    "probes.timeout_s",
+    "probes.rendezvous_timeout_s",
+    "probes.allreduce_max_bytes",
+    "probes.cuda_visible_devices",
+    "probes.launcher",
+    "probes.max_parallel_nodes",
+    "probes.nccl_tests_all_reduce",
+    "thresholds.straggler_pct",
+    "thresholds.relative_verdict",
+    "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile
+}
+# Where the coverage table names an expectation differently from the model's path.
+ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node"}
+ALIASES["probes.expected_transport.inter_node"] = "expected_transport.inter_node"
+
+
+def _leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
+    found = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        inner: Any = info.annotation
+        if isinstance(inner, type) and issubclass(inner, BaseModel) and path not in ("gpu", "nvlink", "pcie"):
+            found += _leaves(inner, f"{path}.")
+        else:
+            found.append(path)
+    return found
+
+
+def test_every_profile_key_is_an_expectation_or_named_as_a_setting() -> None:
+    named = {e.name for e in coverage.EXPECTATIONS}
+    for path in _leaves(Profile):
+        short = ALIASES.get(path, path.removeprefix("thresholds."))
+        assert short in named or path in NOT_EXPECTATIONS or path == "nccl_env", path
+
+
+def _row(node: str, stage: str, check: str, item: str, status: Status = Status.PASS) -> NodeRow:
+    return NodeRow("r", "c", stage, node, check, item, status, "ok")
+
+
+PROFILE = Profile(
+    gpu=GpuSpec(model="H200", count=4),
+    nccl_env={"NCCL_NVLS_ENABLE": "0"},
+    probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="P2P")),
+    thresholds=Thresholds(gemm_bf16_tflops_min=600),
+)
+
+
+def test_a_stage_that_left_an_expectation_unjudged_is_named() -> None:
+    rows = [
+        _row("n1", "preflight", "gpu_count", "count"),
+        _row("n1", "preflight", "nccl_harmful", "settings"),
+        _row("n1", "preflight", "nccl_env", "NCCL_NVLS_ENABLE"),
+        _row("n2", "preflight", "gpu_count", "count"),
+        _row("n2", "preflight", "nccl_harmful", "settings"),
+        _row("n3", "preflight", "ssh", "connect", Status.UNREACHABLE),
+    ]
+    tested = {"n1": PROFILE, "n2": PROFILE, "n3": PROFILE}
+    gaps = [(node, e.name) for node, e in coverage.missing("preflight", tested, rows)]
+    assert gaps == [("n2", "nccl_env.NCCL_NVLS_ENABLE")]  # n3 could not be reached: its ssh row says so
+    row = coverage.gap_row(coverage.missing("preflight", tested, rows)[0][1])
+    assert (row.check, row.status, row.reason, row.expected) == (
+        "coverage",
+        Status.ERROR,
+        "no_row",
+        "nccl_env row for NCCL_NVLS_ENABLE",
+    )
+
+
+def test_a_transport_expectation_is_settled_by_its_row_or_by_a_failed_probe_only() -> None:
+    base = [_row("n1", "single-node", "gemm", "gpu0")]
+    tested = {"n1": PROFILE}
+    assert [e.name for _, e in coverage.missing("single-node", tested, base)] == ["expected_transport.intra_node"]
+    passing_probe = base + [_row("n1", "single-node", "allreduce", "nccl_version")]
+    assert [e.name for _, e in coverage.missing("single-node", tested, passing_probe)] == [
+        "expected_transport.intra_node"
+    ]
+    failed_probe = base + [_row("n1", "single-node", "allreduce", "probe", Status.ERROR)]
+    assert coverage.missing("single-node", tested, failed_probe) == []
+    read = base + [_row("n1", "single-node", "transport", "intra_node", Status.WARN)]
+    assert coverage.missing("single-node", tested, read) == []
+
+
+def test_every_multi_node_step_is_judged_against_the_smaller_groups() -> None:
+    # The test-bed's finding: 0.344 GB/s at 2 nodes, 0.184 at 4, 0.0024 at 8 (one node behind 20 Mbit/s).
+    points = [ScalingPoint(2, 0.344, 1), ScalingPoint(4, 0.184, 1), ScalingPoint(8, 0.0024, 1)]
+    steps = judge_steps(points, busbw_min_gbps=None, straggler_pct=90)
+    assert [(s.nodes, s.ok, s.reason) for s in steps] == [
+        (2, True, "ok"),
+        (4, True, "ok"),
+        (8, False, "below_smaller_groups"),
+    ]
+    assert steps[2].expected == ">= 0.0344 GB/s (2-node group less 90%)"
+    strict = judge_steps(points, busbw_min_gbps=None, straggler_pct=5)
+    assert [s.reason for s in strict] == ["ok", "below_smaller_groups", "below_smaller_groups"]
+    floor = judge_steps(points, busbw_min_gbps=0.2, straggler_pct=90)
+    assert [s.reason for s in floor] == ["ok", "below_min", "below_min"]
+    efficiency = judge_steps(points[:2], busbw_min_gbps=None, straggler_pct=90, efficiency_min=0.8)
+    assert [s.reason for s in efficiency] == ["ok", "efficiency_low"]
