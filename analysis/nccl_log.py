@@ -56,7 +56,7 @@ def nccl_transports(text: str) -> dict[str, int]:
     for via in _VIA.findall(text):
         name = normalise_transport(via)
         counts[name] = counts.get(name, 0) + 1
-    nvls = sum(1 for n in _NVLS_CHANNELS.findall(text) if int(n) > 0)
+    nvls = sum(1 for n in _NVLS_CHANNELS.findall(text) if n.strip("0"))  # a count above zero, any length
     nvls = nvls or len(_NVLS_CONNECTED.findall(text))
     if nvls:
         counts["NVLS"] = nvls
@@ -89,3 +89,25 @@ def nccl_warnings(text: str, limit: int = 5) -> list[str]:
 def ran_nccl(text: str) -> bool:
     """Whether the log shows NCCL initialised at all (then its transport should be readable)."""
     return "NCCL INFO" in text
+
+
+# Lines that say why a distributed run failed, as torch, gloo and NCCL print them (the launcher's own closing
+# traceback comes last and says only that a child failed).
+_WHY = re.compile(
+    r"(NCCL WARN .*|Unable to find address for: .*|.*\b(?:DistNetworkError|DistStoreError|DistBackendError|"
+    r"NCCL error|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError|ncclUnhandledCudaError)\b.*|"
+    r"^\S*Error: .*|.*Connection refused.*|.*timed out.*)",
+    re.MULTILINE,
+)
+
+
+def failure_lines(text: str, limit: int = 4) -> list[str]:
+    """The lines of a failed run that say why, first ones first and distinct, at most ``limit``."""
+    seen: list[str] = []
+    for match in _WHY.finditer(text):
+        line = match.group(0).strip()[:300]
+        if line and line not in seen and "ChildFailedError" not in line:
+            seen.append(line)
+        if len(seen) >= limit:
+            break
+    return seen

@@ -137,6 +137,7 @@ VERDICTS = pa.schema(
         ("profile", pa.string()),
         ("verdict", pa.string()),
         ("reasons", pa.list_(pa.string())),
+        ("cause", pa.string()),  # the likeliest cause of the worst finding, in words; "" when none
     ],
     metadata={"cluster_accept_schema": "verdicts", "version": SCHEMA_VERSION},
 )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_accept.analysis.causes import cause_first, explain, node_cause
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.inventory.hostlist import describe_folded, fold_values
 
@@ -39,6 +40,7 @@ class VerdictRow:
     profile: str
     verdict: Verdict
     reasons: list[str] = field(default_factory=list)
+    cause: str = ""  # the likeliest cause of the worst finding, in words (:mod:`analysis.causes`)
 
     def record(self) -> dict[str, Any]:
         """The Parquet/JSON record: the verdict as its value."""
@@ -49,6 +51,7 @@ class VerdictRow:
             "profile": self.profile,
             "verdict": self.verdict.value,
             "reasons": list(self.reasons),
+            "cause": self.cause,
         }
 
 
@@ -57,30 +60,35 @@ class NodeVerdict:
     node: str
     verdict: Verdict
     reasons: list[str]
+    cause: str = ""
 
     def row(self, run_id: str, cluster: str, profile: str) -> VerdictRow:
         """This verdict as the run's row for ``verdicts.parquet``."""
-        return VerdictRow(run_id, cluster, self.node, profile, self.verdict, list(self.reasons))
+        return VerdictRow(run_id, cluster, self.node, profile, self.verdict, list(self.reasons), self.cause)
 
 
 def node_verdict(node: str, rows: Iterable[NodeRow], excluded: bool = False) -> NodeVerdict:
-    """``rows``: this node's check rows."""
+    """``rows``: this node's check rows. Reasons come cause first: a finding that explains another (a setting,
+    a foreign process) before the figures it explains (:mod:`analysis.causes`)."""
     if excluded:
         return NodeVerdict(node, Verdict.SKIPPED, ["excluded_in_inventory"])
-    reasons: list[str] = []
-    unreachable = False
-    for row in rows:
-        if row.status not in BAD_STATUSES:
-            continue
-        if row.status == Status.UNREACHABLE:
-            unreachable = True
-        if row.code not in reasons:
-            reasons.append(row.code)
-    if unreachable:
-        return NodeVerdict(node, Verdict.UNREACHABLE, reasons)
-    if reasons:
-        return NodeVerdict(node, Verdict.REJECTED, reasons)
-    return NodeVerdict(node, Verdict.ACCEPTED, [])
+    rows = list(rows)
+    bad = [r for r in rows if r.status in BAD_STATUSES]
+    if not bad:
+        return NodeVerdict(node, Verdict.ACCEPTED, [])
+    ordered = cause_first(rows)
+    reasons = list(dict.fromkeys(r.code for r in ordered if r.status in BAD_STATUSES or r in _causes(rows)))
+    verdict = Verdict.UNREACHABLE if any(r.status == Status.UNREACHABLE for r in bad) else Verdict.REJECTED
+    return NodeVerdict(node, verdict, reasons, node_cause(rows))
+
+
+def _causes(rows: list[NodeRow]) -> list[NodeRow]:
+    """Findings that explain a failing one: named among the reasons even when only a warning themselves."""
+    found: list[NodeRow] = []
+    for i, causes in explain(rows).items():
+        if rows[i].status in BAD_STATUSES:
+            found += causes
+    return found
 
 
 def differences(per_node: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str]]:

@@ -20,7 +20,8 @@ from cluster_accept.inventory.model import Profile
 NAME = "hostname"
 _MARK = "### addresses"
 COMMAND = (
-    f"h=$(hostname); printf 'name=%s\\n' \"$h\"; echo '{_MARK}'; timeout 10 getent ahosts \"$h\" | awk '{{print $1}}' | sort -u"
+    f"h=$(hostname); printf 'name=%s\\n' \"$h\"; echo '{_MARK}'; "
+    "timeout 10 getent ahosts \"$h\" | awk '{print $1}' | sort -u"
 )
 REASONS = declare(
     Reason(
@@ -51,10 +52,10 @@ class Hostname:
 def parse(stdout: str, exit_code: int | None = 0) -> Hostname:
     lines = stdout.splitlines()
     if not lines or not lines[0].startswith("name=") or _MARK not in lines:
-        return Hostname(error="no hostname in the output", raw=stdout[:2000])
+        return Hostname(error="no hostname in the output", raw=stdout)
     name = lines[0][len("name=") :].strip()
     addresses = [line.strip() for line in lines[lines.index(_MARK) + 1 :] if line.strip()]
-    return Hostname(name, addresses, raw=stdout[:2000])
+    return Hostname(name, addresses, raw=stdout)
 
 
 def _loopback(address: str) -> bool:

@@ -26,6 +26,12 @@ def artifact_key(cluster: str, what: str) -> str:
     return f"{slug}-{what}"
 
 
+def _cell(text: str) -> str:
+    """Text from nodes in one Markdown table cell: no row or column breaks, no markup, kept short."""
+    escaped = re.sub(r"([\\`*_\[\]<>])", r"\\\1", " ".join(text.split()))
+    return escaped.replace("|", "\\|")[:400]
+
+
 def summary_markdown(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], report: Path) -> str:
     counts = {v: sum(1 for r in verdicts if r.verdict == v) for v in Verdict}
     lines = [
@@ -37,8 +43,8 @@ def summary_markdown(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], rep
     ]
     bad = [v for v in verdicts if v.verdict in NOT_ACCEPTED]
     if bad:
-        lines += ["| node | verdict | reasons |", "|---|---|---|"]
-        lines += [f"| {v.node} | {v.verdict.value} | {', '.join(v.reasons)} |" for v in bad]
+        lines += ["| node | verdict | reasons | cause |", "|---|---|---|---|"]
+        lines += [f"| {v.node} | {v.verdict.value} | {', '.join(v.reasons)} | {_cell(v.cause)} |" for v in bad]
     else:
         lines.append("Every tested node accepted.")
     sets = "; ".join(f"{verdict} {nodes}" for verdict, nodes in fold_by({v.node: v.verdict.value for v in verdicts}))
@@ -50,7 +56,13 @@ def publish(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], report: Path
     """Create the three artifacts on the current flow run; False (and a warning) when Prefect refused."""
     cluster = str(run["cluster"])
     table = [
-        {"node": v.node, "profile": v.profile, "verdict": v.verdict.value, "reasons": ", ".join(v.reasons)}
+        {
+            "node": v.node,
+            "profile": v.profile,
+            "verdict": v.verdict.value,
+            "reasons": ", ".join(v.reasons),
+            "cause": v.cause,
+        }
         for v in verdicts
     ]
     try:

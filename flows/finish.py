@@ -50,9 +50,7 @@ def verdict_rows(state: RunState) -> list[VerdictRow]:
     found = []
     for node in state.inventory.nodes:
         verdict = node_verdict(node.name, by_node.get(node.name, []), excluded=node.excluded)
-        found.append(
-            VerdictRow(state.run_id, state.cluster, node.name, node.profile_name, verdict.verdict, verdict.reasons)
-        )
+        found.append(verdict.row(state.run_id, state.cluster, node.profile_name))
     return found
 
 

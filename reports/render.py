@@ -19,6 +19,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from cluster_accept.analysis.causes import cause_first, explain
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.checks.reasons import ReasonCatalog
@@ -52,28 +53,37 @@ def _findings(
 ) -> dict[str, list[dict[str, Any]]]:
     """Every row that did not pass or skip, per node, as a record for the templates (plain values), with the
     declared action and explanation of its reason."""
-    found: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[NodeRow]] = {}
     for row in rows:
-        if row.status in (Status.PASS, Status.SKIP):
-            continue
-        hint = suggest(row, reasons)
-        found.setdefault(row.node, []).append(
-            {
-                **row.record(),
-                "excerpt": row.raw_output[:EXCERPT_CHARS],
-                "action": hint.action.value,
-                "why": hint.why,
-                "reproduce": reproduce(row, inventory, good_node) if row.status in BAD_STATUSES else [],
-            }
-        )
-    return dict(sorted(found.items()))
+        by_node.setdefault(row.node, []).append(row)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for node, own in sorted(by_node.items()):
+        explained = {id(own[i]): causes for i, causes in explain(own).items()}
+        for row in cause_first(own):  # causes first, then the findings they explain
+            causes = explained.get(id(row), [])
+            # A finding with a cause takes the cause's action: a GPU slowed by a co-tenant is not sent back.
+            hint = suggest(causes[0] if causes else row, reasons)
+            found.setdefault(node, []).append(
+                {
+                    **row.record(),
+                    "excerpt": row.raw_output[:EXCERPT_CHARS],
+                    "action": hint.action.value,
+                    "why": hint.why if not causes else f"explained by {causes[0].code}: {hint.why}",
+                    "reproduce": reproduce(row, inventory, good_node) if row.status in BAD_STATUSES else [],
+                }
+            )
+    return found
 
 
 def _node_rows(verdicts: Sequence[VerdictRow], findings: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """The per-node table: verdict, reasons, the first evidence, the actions and one reproducing command."""
     out = []
     for v in sorted(verdicts, key=lambda v: (v.verdict == Verdict.ACCEPTED, v.node)):
-        bad = [f for f in findings.get(v.node, []) if Status(f["status"]) in BAD_STATUSES]
+        bad = [
+            f
+            for f in findings.get(v.node, [])
+            if Status(f["status"]) in BAD_STATUSES or f"{f['check']}:{f['reason']}" in v.reasons
+        ]
         actions = list(dict.fromkeys(f["action"] for f in bad))
         out.append(
             {

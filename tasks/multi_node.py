@@ -17,14 +17,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
-from cluster_accept.analysis.probe_output import nccl_transports, transport_matches
 from cluster_accept.analysis.probe_verdicts import measurement_row
 from cluster_accept.analysis.scaling import ScalingPoint, judge_steps, scaling_table, sweep_sizes
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.probes.allreduce import UNREADABLE
+from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, transport_rows
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
 from cluster_accept.tasks.rows import node_row, unreachable_row
 from cluster_accept.tasks.stage import RunState
@@ -97,76 +96,12 @@ class _Stage:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
 
     def _transport(self, node: Node, log: str, group: str) -> None:
-        """What NCCL chose between nodes, from this node's log; a log without one is a warning, not silence."""
-        if node.profile.probes.device != "cuda":
-            return
-        expected = node.profile.probes.expected_transport.inter_node
-        used = {t: n for t, n in nccl_transports(log).items() if t.startswith(("NET/", "COLLNET/"))}
-        if not used:
-            said = "no connection between nodes in NCCL's log"
-            self.row(
-                node.name, CheckRow("transport", f"inter_node {group}", Status.WARN, "unreadable", None, expected, said)
-            )
-            return
-        if expected is None:
-            self.row(
-                node.name,
-                CheckRow("transport", f"inter_node {group}", Status.PASS, "recorded", ",".join(sorted(used)), None),
-            )
-            return
-        bad = sorted(t for t in used if not transport_matches(t, expected))
-        status, reason = (Status.FAIL, "unexpected_inter_node") if bad else (Status.PASS, "ok")
-        self.row(
-            node.name,
-            CheckRow(
-                "transport",
-                f"inter_node {group}",
-                status,
-                reason,
-                ",".join(sorted(used)),
-                expected,
-                "what NCCL chose between nodes, from this node's NCCL_DEBUG log",
-            ),
-        )
+        for row in transport_rows(node, log, group):
+            self.row(node.name, row)
 
     def failed_run(self, run: GroupRun) -> None:
-        """A sweep run that hung or failed is recorded on every node of its group, with what each rank said:
-        a collective that hangs once in acceptance is a finding even when the isolation re-tests pass.
-
-        When the failure has an evident culprit (a node that became unreachable, or whose session was lost
-        without an exit status: a node that died), only that node carries it; the others are re-tested."""
-        group = fold(run.nodes)
-        if not run.ranks:  # the group never started: every node carries why, none is silently accepted
-            said = f"the all-reduce of {group} could not start: {run.detail or 'no rank was launched'}"
-            for name in run.nodes:
-                row = CheckRow("allreduce", f"inter_node {group}", Status.ERROR, "launch_failed", None, "started", said)
-                self.row(name, row)
-            return
-        unreachable = {name for name, rank in run.ranks.items() if rank.cause is not None}
-        lost = {
-            name
-            for name, rank in run.ranks.items()
-            if rank.cause is None
-            and (rank.result is None or (rank.result.exit_code is None and not rank.result.timed_out))
-        }
-        # An unreachable node explains the failure (the others were stopped with it); failing that, the nodes
-        # whose sessions were lost, unless every rank was (then nobody stands out).
-        blamed = unreachable or (lost if lost != set(run.ranks) else set())
-        for name, rank in run.ranks.items():
-            if name in unreachable or (blamed and name not in blamed):
-                continue  # unreachable: its own row says so; peers of a dead node are not to blame
-            result = rank.result
-            if result is not None and result.timed_out:
-                status, reason, said = Status.TIMEOUT, "collective_timeout", "killed at the probe timeout"
-            elif result is not None and result.ok:
-                status, reason, said = Status.ERROR, "collective_failed", "this rank finished; another did not"
-            else:
-                code = "none" if result is None else result.exit_code
-                status, reason, said = Status.ERROR, "collective_failed", f"exit {code}"
-            tail = (result.stdout[-1500:] + result.stderr[-500:]) if result is not None else rank.detail
-            detail = f"all-reduce of {group} did not complete ({said}); {run.detail}".rstrip("; ")
-            row = CheckRow("allreduce", f"inter_node {group}", status, reason, said, "completed", detail)
-            self.row(name, row, tail)
+        for name, row, raw in failed_run_rows(run):
+            self.row(name, row, raw)
 
     def sweep(self, nodes: list[Node]) -> bool:
         """Scaling sweep; True when isolation is needed: a run failed, or a step is below the profile's floor,
@@ -323,36 +258,7 @@ REASONS = {
             Action.RERUN,
         ),
     ),
-    "allreduce": declare(
-        Reason(
-            "collective_timeout",
-            Status.TIMEOUT,
-            "the all-reduce across nodes hung and was stopped on every node: rerun; if it repeats, bisect",
-            Action.RERUN,
-        ),
-        Reason(
-            "collective_failed",
-            Status.ERROR,
-            "the all-reduce across nodes did not complete (see what each rank said): rerun, then bisect",
-            Action.RERUN,
-        ),
-        Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
-        Reason(
-            "launch_failed",
-            Status.ERROR,
-            "the multi-node run could not be started (see why): fix the launcher settings, then rerun",
-            Action.FIX_CONFIG,
-        ),
-    ),
-    "transport": declare(
-        UNREADABLE,
-        Reason(
-            "unexpected_inter_node",
-            Status.FAIL,
-            "NCCL fell back between nodes: check NCCL_SOCKET_IFNAME, NCCL_IB_HCA and the HCAs",
-            Action.FIX_CONFIG,
-        ),
-    ),
+    **GROUP_REASONS,
 }
 
 

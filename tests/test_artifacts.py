@@ -22,7 +22,7 @@ VERDICTS = [
 def test_summary_markdown_says_the_verdicts_as_words(tmp_path: Path) -> None:
     text = summary_markdown({"run_id": "r-art-1", "cluster": "Art Test"}, VERDICTS, tmp_path / "report.html")
     assert "accepted **1** / rejected **1** / unreachable **1**" in text
-    assert "| node02 | rejected | gpu_count:count_low, xid:xid_79 |" in text
+    assert "| node02 | rejected | gpu_count:count_low, xid:xid_79 |  |" in text
     assert "Nodes: accepted node01; rejected node02; unreachable node03" in text
     assert "Verdict." not in text
 

@@ -148,7 +148,9 @@ def test_nccl_tests_table_becomes_the_same_measurements() -> None:
     profile = Profile(probes=ProbeSettings(nccl_tests_all_reduce="/opt/nccl-tests/build/all_reduce_perf"))
     node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
     allreduce = probe_commands(node)[1]
-    assert "exec /opt/nccl-tests/build/all_reduce_perf -b 1M -e 1073741824 -f 4 -g $n" in allreduce.script
+    assert "exec env NCCL_DEBUG=INFO /opt/nccl-tests/build/all_reduce_perf -b 1M -e 1073741824 -f 4 -g $n" in (
+        allreduce.script
+    )
     text = (CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text()
     parsed = nccl_tests.parse(text)
     assert len(parsed.measurements) == 30

@@ -64,6 +64,7 @@ def test_verdict_row_record_holds_plain_values() -> None:
         "profile": "p",
         "verdict": "unreachable",
         "reasons": ["ssh:refused"],
+        "cause": "",
     }
     assert type(record["verdict"]) is str
     assert [v.value for v in Verdict] == ["accepted", "rejected", "unreachable", "skipped"]
@@ -131,7 +132,7 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
     assert "Not accepted:</span> n[2-4]" in html
     md = md_path.read_text()
     assert "**Not accepted:** n[2-4]" in md
-    assert "| n2 | rejected | driver:version_mismatch |" in md
+    assert "| n2 | rejected |  | driver:version_mismatch |" in md
     assert "fix config: the driver differs from the version the profile pins" in md
     assert "Verdict." not in html + md and "Status." not in html + md and "Action." not in html + md
     assert "- refused on n4" in md

@@ -1,0 +1,115 @@
+"""Causes chained to symptoms: a failed figure is explained by what the same run saw on the same node.
+
+An all-reduce at 24.9 GB/s is a symptom; NCCL having used SHM instead of P2P is its mechanism, and
+``NCCL_P2P_DISABLE=1`` in ``/etc/nccl.conf`` is its cause. A GEMM straggler on GPU 1 is a symptom; another
+process on GPU 1 during the bench is its cause, and the action is to stop that process, not to send the GPU
+back. :data:`LINKS` says which findings can explain which (on the same GPU where both name one); the verdict
+and the report put the cause first and keep the symptoms listed after it. Pure functions over rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cluster_accept.checks.base import NodeRow, Status
+
+_NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP})
+_INTRA = frozenset({"allreduce", "transport"})
+_INTER = frozenset({"allreduce", "transport", "scaling", "isolation"})
+_GPU_FIGURES = frozenset({"gemm", "hbm", "host_bw"})
+
+
+@dataclass(frozen=True)
+class Link:
+    """Findings of ``cause_check`` (any reason, or one of ``reasons``) explain findings of ``symptoms`` written
+    in ``stage``; with ``same_gpu``, only on the GPU the cause names (a cause naming no GPU covers them all)."""
+
+    cause_check: str
+    symptoms: frozenset[str]
+    stage: str
+    reasons: frozenset[str] = frozenset()
+    same_gpu: bool = False
+
+    def explains(self, cause: NodeRow, symptom: NodeRow) -> bool:
+        if cause is symptom or cause.check != self.cause_check or symptom.check not in self.symptoms:
+            return False
+        if symptom.stage != self.stage or (self.reasons and cause.reason not in self.reasons):
+            return False
+        return not (self.same_gpu and cause.gpu is not None and symptom.gpu is not None and cause.gpu != symptom.gpu)
+
+
+_INTRA_SETTINGS = frozenset(
+    {"p2p_disabled", "p2p_level_low", "shm_disabled", "gpus_hidden", "algo_forced", "proto_forced", "site_rule"}
+)
+_INTER_SETTINGS = frozenset({"socket_ifname_missing", "ib_hca_missing", "ib_disabled", "net_forced", "site_rule"})
+
+# In priority order: the mechanism a log shows first, then the setting or state behind it.
+LINKS: tuple[Link, ...] = (
+    Link("gpu", _GPU_FIGURES | _INTRA, "single-node", frozenset({"busy"}), same_gpu=True),
+    Link("transport", frozenset({"allreduce"}), "single-node", frozenset({"unexpected", "unreadable"})),
+    Link("nccl_harmful", _INTRA, "single-node", _INTRA_SETTINGS),
+    Link("nccl_env", _INTRA, "single-node"),
+    Link("nvlink", _INTRA, "single-node"),
+    Link("topology", _INTRA, "single-node"),
+    Link("gpu", _GPU_FIGURES, "single-node", frozenset({"clocks_low"}), same_gpu=True),
+    Link("clock_events", _GPU_FIGURES, "single-node", same_gpu=True),
+    Link("pcie", frozenset({"host_bw"}), "single-node", same_gpu=True),
+    Link("transport", _INTER - {"transport"}, "multi-node", frozenset({"unexpected_inter_node"})),
+    Link("nccl_harmful", _INTER, "multi-node", _INTER_SETTINGS),
+    Link("hostname", _INTER, "multi-node"),
+    Link("infiniband", _INTER, "multi-node"),
+    Link("nccl_env", _INTER, "multi-node"),
+)
+
+
+def _findings(rows: Sequence[NodeRow]) -> list[NodeRow]:
+    return [r for r in rows if r.status not in _NOT_FINDINGS]
+
+
+def causes_of(symptom: NodeRow, rows: Sequence[NodeRow]) -> list[NodeRow]:
+    """The findings among ``rows`` (one node's) that explain ``symptom``, likeliest first."""
+    found: list[NodeRow] = []
+    for link in LINKS:
+        found += [c for c in _findings(rows) if link.explains(c, symptom) and c not in found]
+    return found
+
+
+def explain(rows: Sequence[NodeRow]) -> dict[int, list[NodeRow]]:
+    """For one node's rows: the index of each finding that has causes, and its causes."""
+    return {
+        i: causes for i, row in enumerate(rows) if row.status not in _NOT_FINDINGS and (causes := causes_of(row, rows))
+    }
+
+
+def cause_first(rows: Sequence[NodeRow]) -> list[NodeRow]:
+    """One node's findings, those that explain others first (in link priority), then the rest as they came."""
+    explained = explain(rows)
+    causes: list[NodeRow] = []
+    for i in sorted(explained, key=lambda i: rows[i].status != Status.FAIL):
+        causes += [c for c in explained[i] if c not in causes]
+    return causes + [r for r in _findings(rows) if r not in causes]
+
+
+def _said(row: NodeRow) -> str:
+    gpu = "" if row.gpu is None else f" gpu {row.gpu}"
+    return f"{row.check} {row.item}{gpu}"
+
+
+def sentence(symptom: NodeRow, causes: Sequence[NodeRow]) -> str:
+    """``symptom (observed, expected …): mechanism because cause — detail``: cause first, in words."""
+    head = f"{_said(symptom)} {symptom.observed or '-'} (expected {symptom.expected or '-'})"
+    parts = []
+    for cause in causes[:2]:
+        what = f"{cause.check}:{cause.reason} {cause.observed or ''}".rstrip()
+        parts.append(f"{what} ({cause.detail})" if cause.detail else what)
+    return f"{head}: " + " because ".join(parts)
+
+
+def node_cause(rows: Sequence[NodeRow]) -> str:
+    """The likeliest cause of a node's worst finding, as one sentence; empty when nothing explains anything."""
+    explained = explain(rows)
+    if not explained:
+        return ""
+    first = min(explained, key=lambda i: (rows[i].status != Status.FAIL, i))
+    return sentence(rows[first], explained[first])
