@@ -88,6 +88,9 @@ def cause_first(rows: Sequence[NodeRow]) -> list[NodeRow]:
     causes: list[NodeRow] = []
     for i in sorted(explained, key=lambda i: rows[i].status != Status.FAIL):
         causes += [c for c in explained[i] if c not in causes]
+    # Root causes (explained by nothing else) before the mechanisms they explain: the setting, then SHM.
+    has_cause = {id(rows[i]) for i in explained}
+    causes.sort(key=lambda c: id(c) in has_cause)
     return causes + [r for r in _findings(rows) if r not in causes]
 
 

@@ -104,6 +104,13 @@ COMMON = declare(
         Action.FIX_CONFIG,
     ),
     Reason(
+        "straggler_unconfirmed",
+        Status.WARN,
+        "far below its peers in the stage, but not when measured again alone: a transient load (a co-tenant, a "
+        "throttle event); see the other findings on the node, and watch it in the next runs",
+        Action.RERUN,
+    ),
+    Reason(
         "regression",
         Status.FAIL,
         "well below this node's own recent runs: compare clocks, power and temperature in the evidence",

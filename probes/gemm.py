@@ -8,9 +8,15 @@ comparing per-node TFLOPS). The report shows the figure per GPU and the per-node
 
 from __future__ import annotations
 
+import statistics
+from typing import Any
+
+from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.checks.base import Status
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.gpu_processes import BUSY
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table, per_gpu_chart
@@ -64,6 +70,59 @@ REASONS = declare(
 
 parse = json_figures(METRICS)
 evaluate = cluster_judgement(METRICS)
+
+# Rows this probe writes under the ``gpu`` check: what else ran on a GPU, and clocks that fell behind the
+# node's other GPUs under the same load. Both explain a slow GPU (analysis.causes), before anyone replaces it.
+CLOCK_MARGIN = 0.10
+OTHER_REASONS = {
+    "gpu": declare(
+        BUSY,
+        Reason(
+            "clocks_low",
+            Status.WARN,
+            "this GPU's SM clock under load was well below the node's other GPUs' (see power and clock event "
+            "reasons): power or thermal limits, or a co-tenant",
+            Action.CHECK_NODE,
+        ),
+    )
+}
+
+
+def _busy_rows(output: ProbeOutput) -> list[CheckRow]:
+    rows = []
+    for info in output.info:
+        if info.get("info") != "foreign_process" or not isinstance(info.get("gpu"), int):
+            continue
+        said = f"pid {info.get('pid')} {str(info.get('name'))[:200]} ({info.get('used_memory_mib')} MiB)"
+        seen = f"seen in {info.get('seen_samples')} of {info.get('samples')} samples while the GPU bench ran"
+        rows.append(CheckRow("gpu", "compute_apps", Status.FAIL, "busy", said, "no other process", seen, info["gpu"]))
+    return rows
+
+
+def _clock_rows(output: ProbeOutput) -> list[CheckRow]:
+    """GPUs whose median SM clock under the bench was more than :data:`CLOCK_MARGIN` below the node's median."""
+    clocks: dict[int, dict[str, Any]] = {}
+    for record in output.measurements:
+        conditions = record.get("conditions")
+        if isinstance(record.get("gpu"), int) and isinstance(conditions, dict):
+            if isinstance(conditions.get("sm_clock_mhz"), (int, float)):
+                clocks[record["gpu"]] = conditions
+    if len(clocks) < 2:
+        return []
+    median = statistics.median(float(c["sm_clock_mhz"]) for c in clocks.values())
+    rows = []
+    for gpu, c in sorted(clocks.items()):
+        if float(c["sm_clock_mhz"]) < median * (1 - CLOCK_MARGIN):
+            said = f"{c['sm_clock_mhz']:g} MHz"
+            expected = f">= {median * (1 - CLOCK_MARGIN):.0f} MHz (node median {median:g} - {CLOCK_MARGIN:.0%})"
+            detail = f"power {c.get('power_w')} W, clock event reasons {c.get('clock_event_reasons')}"
+            rows.append(CheckRow("gpu", "sm_clock_under_load", Status.WARN, "clocks_low", said, expected, detail, gpu))
+    return rows
+
+
+def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
+    """Other processes seen on the GPUs during the bench, and GPUs clocked well below their neighbours."""
+    return _busy_rows(output) + _clock_rows(output)
 
 
 def report(view: ReportView) -> ReportSection | None:

@@ -18,6 +18,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from cluster_accept.analysis import stragglers
 from cluster_accept.analysis.history import key_figures, node_trends
 from cluster_accept.analysis.nccl_log import failure_lines
 from cluster_accept.analysis.probe_output import ProbeOutput
@@ -203,6 +204,24 @@ def evaluate_single_node(
     return judged.rows, judged.measurements
 
 
+def confirm_stragglers(
+    state: RunState, probes: Sequence[Probe], rows: list[NodeRow], measurements: list[dict[str, Any]]
+) -> list[NodeRow]:
+    """Each node with a straggler row measured again, alone (one node at a time, only the runs that flagged
+    it), and the straggler rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    suspects = stragglers.flagged(rows)
+    again: list[dict[str, Any]] = []
+    for name, checks in sorted(suspects.items()):
+        scripts = {p.script.name for p in probes if p.check in checks}
+        chosen = [p for p in probes if p.script.name in scripts]
+        outcome = run_probes_on_node(state.inventory.node(name), state.quick, chosen)
+        again += evaluate_single_node(state.run_id, state.inventory, [outcome], state.quick, chosen)[1]
+    if not suspects:
+        return rows
+    thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
+    return stragglers.confirm(rows, pd.DataFrame(measurements), pd.DataFrame(again), judged_rules(probes), thresholds)
+
+
 def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
     """Every figure any probe judges, with its rule: what history and regressions compare."""
     return {metric: rule for probe in probes for metric, rule in probe.metrics.items()}
@@ -252,7 +271,7 @@ class SingleNodeStage:
             wave=min(limits) if limits else None,
         )
         rows, measurements = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
-        state.rows += rows
+        state.rows += confirm_stragglers(state, probes, rows, measurements)
         state.measurements += measurements
         rules = judged_rules(probes)
         state.rows += regression_rows(state, probes, rules)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import pytest
 from pydantic import BaseModel
 
@@ -125,3 +126,35 @@ def test_every_multi_node_step_is_judged_against_the_smaller_groups() -> None:
     assert [s.reason for s in floor] == ["ok", "below_min", "below_min"]
     efficiency = judge_steps(points[:2], busbw_min_gbps=None, straggler_pct=90, efficiency_min=0.8)
     assert [s.reason for s in efficiency] == ["ok", "efficiency_low"]
+
+
+def _figure(node: str, value: float, gpu: int = 0) -> dict[str, object]:
+    return {
+        "node": node,
+        "profile": "h200",
+        "metric": "gemm_bf16_tflops",
+        "value": value,
+        "gpu": gpu,
+        "unit": "TFLOP/s",
+    }
+
+
+def test_a_straggler_measured_again_alone_is_confirmed_or_not() -> None:
+    from cluster_accept.analysis.stragglers import confirm, flagged
+    from cluster_accept.probes import gemm
+
+    before = pd.DataFrame([_figure("n1", 505.0), _figure("n2", 680.0), _figure("n3", 676.0), _figure("n4", 684.0)])
+    item = "gemm_bf16_tflops_vs_cluster"
+    straggler = NodeRow("r", "c", "single-node", "n1", "gemm", item, Status.FAIL, "straggler", "505.0", gpu=0)
+    rows = [straggler, _row("n2", "single-node", "gemm", "gemm_bf16_tflops_vs_cluster")]
+    assert flagged(rows) == {"n1": {"gemm"}}
+    limits = {n: Thresholds(straggler_pct=5) for n in ("n1", "n2", "n3", "n4")}
+    gone = confirm(rows, before, pd.DataFrame([_figure("n1", 679.0)]), gemm.METRICS, limits)
+    assert (gone[0].status, gone[0].reason) == (Status.WARN, "straggler_unconfirmed")
+    assert gone[0].detail.endswith("measured again alone: 679, at or above 644.1: not confirmed")
+    assert gone[1] == rows[1]
+    kept = confirm(rows, before, pd.DataFrame([_figure("n1", 510.0)]), gemm.METRICS, limits)
+    assert (kept[0].status, kept[0].reason) == (Status.FAIL, "straggler")
+    assert kept[0].detail.endswith("still below 644.1: confirmed")
+    lost = confirm(rows, before, pd.DataFrame(), gemm.METRICS, limits)
+    assert lost[0].reason == "straggler" and lost[0].detail.endswith("no figure (not confirmed)")

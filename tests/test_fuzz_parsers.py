@@ -101,6 +101,14 @@ def _nccl_harmful(machine: str) -> str:
     return _nccl_env(machine) + facts + "### facts end\n"
 
 
+def _gpu_processes(machine: str) -> str:
+    """The GPUs' UUIDs from the capture, and one process on the first GPU in --query-compute-apps' format."""
+    lines = _capture(machine, "nvidia-smi-L.txt").splitlines()
+    uuids = [line.split("UUID: ")[1].rstrip(")") for line in lines if "UUID: " in line]
+    gpus = "".join(f"{i}, {u}\n" for i, u in enumerate(uuids))
+    return f"### gpus\n{gpus}### apps\n{uuids[0]}, 48211, python3, 20480\n### end\n"
+
+
 def _nvlink(machine: str) -> str:
     status, rc = captured(machine, "nvlink-s.txt")
     return f"{status}### nvidia-smi nvlink -s rc={rc}\n{_capture(machine, 'nvlink-e.txt')}"
@@ -141,6 +149,7 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         "nccl_env": _nccl_env,
         "nccl_harmful": _nccl_harmful,
         "hostname": lambda m: "name=vm\n### addresses\n127.0.0.1\n",  # what the 4 x H200 machine printed
+        "gpu": _gpu_processes,
         "nvlink": _nvlink,
         "topology": lambda m: _capture(m, "topo-m.txt"),
         "gpu_count": lambda m: _capture(m, "query-gpu-noheader.txt"),

@@ -4,7 +4,8 @@ Runs on the node with only torch and the standard library. Every GPU of the node
 process per GPU started together behind a barrier, because that is how a training job loads the node (power
 and thermal limits show only then). Timing uses CUDA events after warm-up, on random data (zeros make
 tensor cores look faster than they are), and reports the median of repeats. Clocks, power, temperature and
-active clock event reasons are sampled with nvidia-smi while the probe runs and printed with every figure.
+active clock event reasons are sampled with nvidia-smi while the probe runs and printed with every figure; so
+are other processes on the GPUs (``{"info": "foreign_process", …}``): a co-tenant, not the GPU, may be slow.
 
 Prints one JSON object per measurement on stdout. ``--device cpu`` runs the same measurements on the CPU
 (GFLOP/s, host memory copy) so a test-bed without GPUs exercises the whole stage.
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 SAMPLE_FIELDS = "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
+APP_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -40,16 +42,40 @@ class ConditionSampler(threading.Thread):
         self.interval_s = interval_s
         self.samples: dict[int, list[list[str]]] = {}
         self.stop_event = threading.Event()
+        self.own_pids: set[int] = {os.getpid()}  # this probe's processes (workers added as they start)
+        self.uuids: dict[str, int] = {}
+        self.apps: dict[tuple[int, int], dict[str, Any]] = {}  # (gpu, pid) -> name, memory, samples seen
+        self.app_samples = 0
+        self.own_seen = False  # our workers showed in the list: its PIDs are this namespace's
+
+    def _query(self, *args: str) -> str:
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10).stdout
+
+    def _sample_apps(self) -> None:
+        """Compute processes per GPU: who else runs on the GPUs while the bench measures them."""
+        if not self.uuids:
+            for line in self._query("--query-gpu=index,uuid", "--format=csv,noheader").splitlines():
+                index, _, uuid = (c.strip() for c in line.partition(","))
+                if index.isdigit():
+                    self.uuids[uuid] = int(index)
+        self.app_samples += 1
+        for line in self._query(f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits").splitlines():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) != 4 or not cells[1].isdigit() or cells[0] not in self.uuids:
+                continue
+            pid = int(cells[1])
+            if pid in self.own_pids:
+                self.own_seen = True
+                continue
+            app = self.apps.setdefault((self.uuids[cells[0]], pid), {"name": cells[2], "mib": 0.0, "seen": 0})
+            app["seen"] += 1
+            app["mib"] = max(app["mib"], float(cells[3]) if cells[3].replace(".", "", 1).isdigit() else 0.0)
 
     def run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                out = subprocess.run(
-                    ["nvidia-smi", f"--query-gpu={SAMPLE_FIELDS}", "--format=csv,noheader,nounits"],
-                    capture_output=True,
-                    text=True,
-                    timeout=10,
-                ).stdout
+                out = self._query(f"--query-gpu={SAMPLE_FIELDS}", "--format=csv,noheader,nounits")
+                self._sample_apps()
             except (OSError, subprocess.TimeoutExpired):
                 return
             for line in out.splitlines():
@@ -57,6 +83,24 @@ class ConditionSampler(threading.Thread):
                 if len(cells) == 6 and cells[0].isdigit():
                     self.samples.setdefault(int(cells[0]), []).append(cells[1:])
             self.stop_event.wait(self.interval_s)
+
+    def foreign(self) -> list[dict[str, Any]]:
+        """Other processes seen on the GPUs, when the list is trustworthy: our own workers showed in it (in a
+        container with its own PID namespace nvidia-smi cannot tell whose a PID is, so nothing is claimed)."""
+        if not self.own_seen:
+            return []
+        return [
+            {
+                "info": "foreign_process",
+                "gpu": gpu,
+                "pid": pid,
+                "name": app["name"][:200],
+                "used_memory_mib": app["mib"],
+                "seen_samples": app["seen"],
+                "samples": self.app_samples,
+            }
+            for (gpu, pid), app in sorted(self.apps.items())
+        ]
 
     def summary(self, gpu: int) -> dict[str, Any]:
         rows = self.samples.get(gpu, [])
@@ -270,6 +314,7 @@ def main() -> int:
     procs = [ctx.Process(target=worker, args=(g, i, args, barrier, queue)) for i, g in enumerate(gpus)]
     for p in procs:
         p.start()
+        sampler.own_pids.add(p.pid or 0)
     pending, records = set(gpus), []
     while pending:
         item = queue.get()
@@ -288,6 +333,8 @@ def main() -> int:
             continue
         conditions = sampler.summary(record["gpu"]) if cuda and record["gpu"] is not None else {}
         emit({**record, "probe": "gpu_bench", "conditions": conditions})
+    for process in sampler.foreign() if cuda else []:
+        emit(process)
     return 1 if failed else 0
 
 

@@ -1,0 +1,77 @@
+"""Causes chained to symptoms (synthetic rows shaped like the runs' own): the setting before the transport
+before the figure, a co-tenant on the same GPU before the slow GPU, and the cause's action taken over."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_accept.analysis.causes import cause_first, node_cause
+from cluster_accept.analysis.verdicts import Verdict, node_verdict
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.checks.reasons import Action
+from cluster_accept.flows.acceptance import reason_catalog
+from cluster_accept.reports.render import _findings
+
+pytestmark = pytest.mark.pure
+
+
+def row(stage: str, check: str, item: str, status: Status, reason: str, observed: str = "", expected: str = "",
+        detail: str = "", gpu: int | None = None) -> NodeRow:  # fmt: skip
+    return NodeRow("r", "c", stage, "n1", check, item, status, reason, observed, expected, detail, gpu)
+
+
+P2P_OFF = row(
+    "preflight", "nccl_harmful", "NCCL_P2P_DISABLE", Status.FAIL, "p2p_disabled", "NCCL_P2P_DISABLE=1",
+    "unset or 0 on NVLink nodes", "set in /etc/nccl.conf: NCCL uses shared memory (SHM) instead of NVLink P2P",
+)  # fmt: skip
+SHM = row(
+    "single-node", "transport", "intra_node", Status.FAIL, "unexpected", "SHM", "P2P", "SHM: 16 channel connections"
+)
+SLOW = row("single-node", "allreduce", "allreduce_busbw_gbps", Status.FAIL, "below_threshold", "24.9", ">= 300 GB/s")
+HEALTHY = row("preflight", "driver", "version", Status.PASS, "ok", "580.159.04", "580.159.04")
+
+
+def test_the_setting_comes_first_then_the_transport_then_the_figure() -> None:
+    rows = [HEALTHY, SLOW, SHM, P2P_OFF]
+    assert [r.code for r in cause_first(rows)] == [
+        "nccl_harmful:p2p_disabled",
+        "transport:unexpected",
+        "allreduce:below_threshold",
+    ]
+    verdict = node_verdict("n1", rows)
+    assert verdict.verdict == Verdict.REJECTED
+    assert verdict.reasons == ["nccl_harmful:p2p_disabled", "transport:unexpected", "allreduce:below_threshold"]
+    assert verdict.cause == (
+        "allreduce allreduce_busbw_gbps 24.9 (expected >= 300 GB/s): transport:unexpected SHM (SHM: 16 channel "
+        "connections) because nccl_harmful:p2p_disabled NCCL_P2P_DISABLE=1 (set in /etc/nccl.conf: NCCL uses "
+        "shared memory (SHM) instead of NVLink P2P)"
+    )
+
+
+def test_a_co_tenant_explains_only_the_gpu_it_ran_on() -> None:
+    busy = row("single-node", "gpu", "compute_apps", Status.FAIL, "busy", "pid 4242 python3 (20480 MiB)", gpu=1)
+    slow1 = row("single-node", "gemm", "gemm_bf16_tflops_vs_cluster", Status.FAIL, "straggler", "505", gpu=1)
+    slow2 = row("single-node", "gemm", "gemm_bf16_tflops_vs_cluster", Status.FAIL, "straggler", "300", gpu=2)
+    rows = [slow2, slow1, busy]
+    assert node_cause(rows).startswith("gemm gemm_bf16_tflops_vs_cluster gpu 1 505 (expected -): gpu:busy pid 4242")
+    findings = {(f["check"], f["gpu"]): f for f in _findings(rows, "inv.yaml", None, reason_catalog())["n1"]}
+    # The slow GPU with a co-tenant is not sent back: its action is the co-tenant's.
+    assert findings[("gemm", 1)]["action"] == Action.CHECK_NODE.value
+    assert findings[("gemm", 1)]["why"].startswith("explained by gpu:busy")
+    assert findings[("gemm", 2)]["action"] == Action.REPLACE_GPU.value  # nothing explains GPU 2
+
+
+def test_nothing_explains_a_lone_finding() -> None:
+    assert node_cause([HEALTHY, SLOW]) == ""
+    assert node_verdict("n1", [HEALTHY, SLOW]).reasons == ["allreduce:below_threshold"]
+    assert node_verdict("n1", [HEALTHY]).cause == ""
+
+
+def test_a_warning_that_explains_a_failure_is_named_among_the_reasons() -> None:
+    loopback = row("preflight", "hostname", "resolves", Status.WARN, "resolves_to_loopback", "127.0.1.1")
+    failed = row("multi-node", "allreduce", "inter_node node[01-02]", Status.ERROR, "collective_failed", "exit 1")
+    verdict = node_verdict("n1", [failed, loopback])
+    assert verdict.reasons == ["hostname:resolves_to_loopback", "allreduce:collective_failed"]
+    # A multi-node symptom is not explained by a single-node-only cause.
+    busy = row("single-node", "gpu", "compute_apps", Status.FAIL, "busy", "pid 1", gpu=0)
+    assert node_cause([failed, busy]) == ""

@@ -1,0 +1,74 @@
+"""Other processes on the GPUs: before the probes (preflight, from --query-compute-apps mapped through the
+captured UUIDs) and while the GPU bench runs (its foreign_process lines), plus GPUs clocked well below their
+neighbours under the same load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_accept.checks import gpu_processes
+from cluster_accept.checks.base import Status
+from cluster_accept.inventory.model import Profile
+from cluster_accept.probes import gemm
+from tests.capture import CAPTURES, DRIVER_FAILURE, NO_CLUSTER, every_field_block
+
+pytestmark = pytest.mark.pure
+
+
+def preflight_output(apps: list[str]) -> str:
+    uuids = every_field_block("uuid")[1:]  # the captured 4 x H200's GPUs, header dropped
+    gpus = "".join(f"{i}, {u}\n" for i, u in enumerate(uuids))
+    return f"### gpus\n{gpus}### apps\n" + "".join(a + "\n" for a in apps) + "### end\n"
+
+
+def judged(text: str, code: int = 0) -> list[tuple[Status, str, str | None, int | None]]:
+    rows = gpu_processes.evaluate(gpu_processes.parse(text, code), Profile(), NO_CLUSTER)
+    return [(r.status, r.reason, r.observed, r.gpu) for r in rows]
+
+
+def test_an_idle_node_passes_and_says_so() -> None:
+    header = (CAPTURES / "h200x4" / "query-compute-apps.txt").read_text()  # the machine's answer: no process
+    assert judged(preflight_output(header.splitlines())) == [
+        (Status.PASS, "ok", "no compute process on the 4 GPUs", None)
+    ]
+
+
+def test_a_process_is_named_on_its_gpu() -> None:
+    uuid = every_field_block("uuid")[2]
+    text = preflight_output([f"{uuid}, 48211, python3, 20480"])
+    assert judged(text) == [(Status.FAIL, "busy", "pid 48211 python3 (20480 MiB)", 1)]
+
+
+def test_without_nvidia_smi_the_check_skips_with_why() -> None:
+    assert judged(DRIVER_FAILURE, 9)[0][:2] == (Status.SKIP, "nvidia_smi_failed")
+    missing = "### gpus\nsh: 1: nvidia-smi: not found\n### apps\nsh: 1: nvidia-smi: not found\n### end\n"
+    assert judged(missing)[0][:3] == (Status.SKIP, "nvidia_smi_failed", None)
+    assert judged(preflight_output([]).replace("### end\n", ""))[0][:2] == (Status.ERROR, "unparsable_output")
+
+
+def bench_output(clocks: list[float], foreign: list[dict[str, object]]) -> str:
+    lines = [
+        json.dumps(
+            {"metric": "gemm_bf16_tflops", "value": 680.0, "gpu": gpu, "unit": "TFLOP/s",
+             "conditions": {"sm_clock_mhz": mhz, "power_w": 690.0, "clock_event_reasons": "0x0000000000000000"}}
+        )
+        for gpu, mhz in enumerate(clocks)
+    ]  # fmt: skip
+    lines += [json.dumps({"info": "foreign_process", **f}) for f in foreign]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_bench_names_a_co_tenant_and_a_gpu_clocked_below_its_neighbours() -> None:
+    co_tenant = {"gpu": 1, "pid": 4242, "name": "python3", "used_memory_mib": 2048.0, "seen_samples": 9, "samples": 40}
+    output = gemm.parse(bench_output([1980, 1410, 1980, 1965], [co_tenant]))
+    rows = gemm.inspect(output, Profile())
+    assert [(r.check, r.status, r.reason, r.gpu) for r in rows] == [
+        ("gpu", Status.FAIL, "busy", 1),
+        ("gpu", Status.WARN, "clocks_low", 1),
+    ]
+    assert rows[0].observed == "pid 4242 python3 (2048.0 MiB)"
+    assert rows[0].detail == "seen in 9 of 40 samples while the GPU bench ran"
+    assert rows[1].observed == "1410 MHz" and rows[1].expected.startswith(">= 1775 MHz")
+    assert gemm.inspect(gemm.parse(bench_output([1980, 1950, 1980, 1965], [])), Profile()) == []
