@@ -1,12 +1,12 @@
 """Probe fidelity: do our probes report what the hardware does? Run on a GPU machine.
 
-In one run on the same GPU(s): our GEMM figure (probes/node/gpu_bench.py, every GPU loaded at once) against a
-plain ``torch.matmul`` timed with ``triton.testing.do_bench`` (median) at the same size and dtype, one GPU
-at a time; and our all-reduce bus bandwidth (probes/node/allreduce.py under torchrun) against a plain
-``torch.distributed.all_reduce`` loop at the same size. Prints both figures and the ratios (ours / plain);
-target >= 0.97 for both.
+In one run on the same GPU(s): our GEMM figures per dtype (bf16, fp16, tf32) and HBM copy bandwidth
+(probes/node/gpu_bench.py, every GPU loaded at once) against plain ``torch.matmul`` / ``Tensor.copy_`` timed
+with ``triton.testing.do_bench`` (median) at the same size and dtype, one GPU at a time; and our all-reduce
+bus bandwidth (probes/node/allreduce.py under torchrun) against a plain ``torch.distributed.all_reduce`` loop
+at the same size. Prints both figures and the ratios (ours / plain); target >= 0.97 for each.
 
-    python3 bench/probe_fidelity.py [--size 8192] [--allreduce-bytes 1073741824]
+    python3 bench/probe_fidelity.py [--size 8192] [--copy-bytes 2147483648] [--allreduce-bytes 1073741824]
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -22,34 +21,49 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def ours_gemm(size: int) -> dict[int, float]:
+DTYPES = ("bf16", "fp16", "tf32")
+
+
+def ours_bench(size: int, copy_bytes: int) -> dict[tuple[str, int], float]:
+    """Our GPU bench's figures: (metric, gpu) -> value, every GPU loaded at once as in the stage."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "probes" / "node" / "gpu_bench.py"), "--dtypes", "bf16", "--gemm-size", str(size)],
+        [sys.executable, str(ROOT / "probes" / "node" / "gpu_bench.py"), "--dtypes", ",".join(DTYPES),
+         "--gemm-size", str(size), "--copy-bytes", str(copy_bytes)],
         capture_output=True,
         text=True,
         check=True,
-    ).stdout
+    ).stdout  # fmt: skip
     figures = {}
     for line in out.splitlines():
         record = json.loads(line)
-        if record.get("metric") == "gemm_bf16_tflops":
-            figures[int(record["gpu"])] = float(record["value"])
+        if "metric" in record and record.get("gpu") is not None:
+            figures[(str(record["metric"]), int(record["gpu"]))] = float(record["value"])
     return figures
 
 
-def plain_gemm(size: int) -> dict[int, float]:
+def plain_bench(size: int, copy_bytes: int) -> dict[tuple[str, int], float]:
+    """The same figures from plain torch timed with ``triton.testing.do_bench`` (median), one GPU at a time."""
     import torch
     import triton.testing
 
+    torch_dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
     figures = {}
     for gpu in range(torch.cuda.device_count()):
         with torch.cuda.device(gpu):
-            a = torch.randn(size, size, device=f"cuda:{gpu}", dtype=torch.bfloat16)
-            b = torch.randn(size, size, device=f"cuda:{gpu}", dtype=torch.bfloat16)
-            ms = triton.testing.do_bench(
-                lambda a=a, b=b: torch.matmul(a, b), warmup=100, rep=1000, return_mode="median"
-            )
-            figures[gpu] = 2 * size**3 / (ms / 1000) / 1e12
+            for name in DTYPES:
+                torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+                a = torch.randn(size, size, device=f"cuda:{gpu}", dtype=torch_dtypes[name])
+                b = torch.randn(size, size, device=f"cuda:{gpu}", dtype=torch_dtypes[name])
+                ms = triton.testing.do_bench(
+                    lambda a=a, b=b: torch.matmul(a, b), warmup=100, rep=1000, return_mode="median"
+                )
+                figures[(f"gemm_{name}_tflops", gpu)] = 2 * size**3 / (ms / 1000) / 1e12
+            src = torch.randn(copy_bytes // 4, device=f"cuda:{gpu}")
+            dst = torch.empty_like(src)
+            ms = triton.testing.do_bench(lambda s=src, d=dst: d.copy_(s), warmup=25, rep=500, return_mode="median")
+            figures[("hbm_copy_gbps", gpu)] = 2 * copy_bytes / (ms / 1000) / 1e9  # read + write
+            del a, b, src, dst
+            torch.cuda.empty_cache()
     return figures
 
 
@@ -109,35 +123,38 @@ def plain_allreduce(nbytes: int, tmp: Path) -> float:
     return float(next(line.split()[1] for line in out.splitlines() if line.startswith("PLAIN_BUSBW")))
 
 
-def main() -> None:
+def measure(size: int = 8192, copy_bytes: int = 2 << 30, allreduce_bytes: int = 1 << 30) -> dict[str, float]:
+    """``ours / plain`` per figure (``gemm_bf16_tflops gpu0`` …, ``allreduce_busbw_gbps``), printed as it goes."""
     import tempfile
 
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=8192)
-    parser.add_argument("--allreduce-bytes", type=int, default=1 << 30)
-    args = parser.parse_args()
     print(f"GPUs: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
-    ours, plain = ours_gemm(args.size), plain_gemm(args.size)
-    ratios = []
-    for gpu in sorted(ours):
-        ratio = ours[gpu] / plain[gpu]
-        ratios.append(ratio)
-        print(
-            f"gemm bf16 {args.size}^3 gpu{gpu}: ours {ours[gpu]:.1f} TFLOP/s, do_bench {plain[gpu]:.1f} TFLOP/s, "
-            f"ratio {ratio:.3f}"
-        )
-    print(f"GEMM ratio (median over GPUs): {statistics.median(ratios):.3f}; min {min(ratios):.3f}")
+    ours, plain = ours_bench(size, copy_bytes), plain_bench(size, copy_bytes)
+    ratios = {}
+    for key in sorted(plain):
+        metric, gpu = key
+        if key in ours:
+            ratios[f"{metric} gpu{gpu}"] = ours[key] / plain[key]
+            print(
+                f"{metric} gpu{gpu}: ours {ours[key]:.1f}, plain {plain[key]:.1f}, ratio {ours[key] / plain[key]:.3f}"
+            )
     if torch.cuda.device_count() >= 2:
         with tempfile.TemporaryDirectory() as tmp:
-            o, p = ours_allreduce(args.allreduce_bytes), plain_allreduce(args.allreduce_bytes, Path(tmp))
-        print(
-            f"all-reduce busbw at {args.allreduce_bytes} B: ours {o:.1f} GB/s, plain loop {p:.1f} GB/s, "
-            f"ratio {o / p:.3f}"
-        )
-    else:
-        print("all-reduce ratio: not measured (one GPU)")
+            o, p = ours_allreduce(allreduce_bytes), plain_allreduce(allreduce_bytes, Path(tmp))
+        ratios["allreduce_busbw_gbps"] = o / p
+        print(f"all-reduce busbw at {allreduce_bytes} B: ours {o:.1f} GB/s, plain loop {p:.1f} GB/s, ratio {o / p:.3f}")
+    print(f"lowest ratio: {min(ratios.values()):.3f} ({min(ratios, key=ratios.__getitem__)})")
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--copy-bytes", type=int, default=2 << 30)
+    parser.add_argument("--allreduce-bytes", type=int, default=1 << 30)
+    args = parser.parse_args()
+    measure(args.size, args.copy_bytes, args.allreduce_bytes)
 
 
 if __name__ == "__main__":

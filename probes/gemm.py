@@ -93,7 +93,8 @@ def _busy_rows(output: ProbeOutput) -> list[CheckRow]:
     for info in output.info:
         if info.get("info") != "foreign_process" or not isinstance(info.get("gpu"), int):
             continue
-        said = f"pid {info.get('pid')} {str(info.get('name'))[:200]} ({info.get('used_memory_mib')} MiB)"
+        who = f"pid {info['pid']} " if isinstance(info.get("pid"), int) else ""
+        said = f"{who}{str(info.get('name'))[:200]} ({info.get('used_memory_mib')} MiB)"
         seen = f"seen in {info.get('seen_samples')} of {info.get('samples')} samples while the GPU bench ran"
         rows.append(CheckRow("gpu", "compute_apps", Status.FAIL, "busy", said, "no other process", seen, info["gpu"]))
     return rows

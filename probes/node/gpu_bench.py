@@ -28,6 +28,7 @@ import torch
 
 SAMPLE_FIELDS = "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
 APP_FIELDS = "gpu_uuid,pid,process_name,used_memory"
+IDLE_MIB = 256.0  # GPU memory an idle GPU may show in use (driver reservations) before anything runs on it
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -47,6 +48,7 @@ class ConditionSampler(threading.Thread):
         self.apps: dict[tuple[int, int], dict[str, Any]] = {}  # (gpu, pid) -> name, memory, samples seen
         self.app_samples = 0
         self.own_seen = False  # our workers showed in the list: its PIDs are this namespace's
+        self.baseline_mib: dict[int, float] = {}
 
     def _query(self, *args: str) -> str:
         return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10).stdout
@@ -84,11 +86,35 @@ class ConditionSampler(threading.Thread):
                     self.samples.setdefault(int(cells[0]), []).append(cells[1:])
             self.stop_event.wait(self.interval_s)
 
+    def take_baseline(self) -> None:
+        """GPU memory in use before our workers start: memory held then is another process's, even where
+        nvidia-smi cannot show whose (a container with its own PID namespace lists no processes)."""
+        try:
+            out = self._query("--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        for line in out.splitlines():
+            index, _, used = (c.strip() for c in line.partition(","))
+            if index.isdigit() and used.replace(".", "", 1).isdigit():
+                self.baseline_mib[int(index)] = float(used)
+
     def foreign(self) -> list[dict[str, Any]]:
-        """Other processes seen on the GPUs, when the list is trustworthy: our own workers showed in it (in a
-        container with its own PID namespace nvidia-smi cannot tell whose a PID is, so nothing is claimed)."""
+        """Other processes seen on the GPUs. By PID when the list is trustworthy (our own workers showed in it);
+        otherwise by the memory a GPU held before our workers started (more than :data:`IDLE_MIB`)."""
         if not self.own_seen:
-            return []
+            return [
+                {
+                    "info": "foreign_process",
+                    "gpu": gpu,
+                    "pid": None,
+                    "name": "unknown (nvidia-smi shows no PIDs here)",
+                    "used_memory_mib": used,
+                    "seen_samples": 1,
+                    "samples": 1,
+                }
+                for gpu, used in sorted(self.baseline_mib.items())
+                if used > IDLE_MIB
+            ]
         return [
             {
                 "info": "foreign_process",
@@ -308,6 +334,7 @@ def main() -> int:
     )
     sampler = ConditionSampler()
     if cuda:
+        sampler.take_baseline()
         sampler.start()
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(len(gpus)), ctx.Queue()
