@@ -114,5 +114,6 @@ def node_cause(rows: Sequence[NodeRow]) -> str:
     explained = explain(rows)
     if not explained:
         return ""
-    first = min(explained, key=lambda i: (rows[i].status != Status.FAIL, i))
+    # The failing finding at the end of the longest chain: the figure, not the transport that explains it.
+    first = min(explained, key=lambda i: (rows[i].status != Status.FAIL, -len(explained[i]), i))
     return sentence(rows[first], explained[first])

@@ -153,8 +153,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--copy-bytes", type=int, default=2 << 30)
     parser.add_argument("--allreduce-bytes", type=int, default=1 << 30)
+    parser.add_argument("--json", default=None, help="also write the ratios to this file")
     args = parser.parse_args()
-    measure(args.size, args.copy_bytes, args.allreduce_bytes)
+    ratios = measure(args.size, args.copy_bytes, args.allreduce_bytes)
+    if args.json:
+        Path(args.json).write_text(json.dumps(ratios, indent=1))
 
 
 if __name__ == "__main__":

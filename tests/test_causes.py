@@ -41,6 +41,8 @@ def test_the_setting_comes_first_then_the_transport_then_the_figure() -> None:
     verdict = node_verdict("n1", rows)
     assert verdict.verdict == Verdict.REJECTED
     assert verdict.reasons == ["nccl_harmful:p2p_disabled", "transport:unexpected", "allreduce:below_threshold"]
+    # The figure at the end of the chain is what the sentence explains, whatever order the rows came in.
+    assert node_cause([HEALTHY, SHM, SLOW, P2P_OFF]) == verdict.cause
     assert verdict.cause == (
         "allreduce allreduce_busbw_gbps 24.9 (expected >= 300 GB/s): transport:unexpected SHM (SHM: 16 channel "
         "connections) because nccl_harmful:p2p_disabled NCCL_P2P_DISABLE=1 (set in /etc/nccl.conf: NCCL uses "

@@ -19,7 +19,11 @@ PLAN = {
         "node03": ["gpu_missing", {"nccl_env": {"NCCL_SOCKET_IFNAME": "eth9"}}],
         "node04": ["nvidia_smi_fail"],
         "node05": [{"persistence_disabled": {"gpu": 1}}, {"xid": {"code": 79, "gpu": 1}}],
-        "node06": [{"nvlink_inactive": {"gpu": 1, "link": 7}}, {"nvlink_errors": {"gpu": 0, "link": 3, "crc": 12}}],
+        "node06": [
+            {"nvlink_inactive": {"gpu": 1, "link": 7}},
+            {"nvlink_errors": {"gpu": 0, "link": 3, "crc": 12}},
+            {"nccl_env": {"NCCL_P2P_DISABLE": "1"}},  # a leftover from debugging: SHM instead of NVLink
+        ],
         "node07": [
             {"gpu_field": {"field": "clocks_event_reasons.active", "gpu": 2, "value": "0x0000000000000008"}},
             {"gpu_field": {"field": "remapped_rows.pending", "gpu": 3, "value": "Yes"}},
@@ -32,10 +36,18 @@ PLAN = {
 EXPECTED = {
     "node01": ("accepted", set(), set()),
     "node02": ("rejected", {"driver:version_mismatch", "pcie:width_degraded"}, {"driver", "pcie"}),
-    "node03": ("rejected", {"gpu_count:count_low", "nccl_env:value_mismatch"}, {"gpu_count", "nccl_env", "topology"}),
+    "node03": (
+        "rejected",
+        {"gpu_count:count_low", "nccl_env:value_mismatch", "nccl_harmful:socket_ifname_missing"},
+        {"gpu_count", "nccl_env", "nccl_harmful", "topology"},
+    ),
     "node04": ("rejected", {"gpu_count:nvidia_smi_failed", "driver:nvidia_smi_failed"}, {"gpu_count", "driver"}),
     "node05": ("rejected", {"persistence:persistence_disabled", "xid:xid_79"}, {"persistence", "xid"}),
-    "node06": ("rejected", {"nvlink:link_inactive"}, {"nvlink", "topology"}),
+    "node06": (
+        "rejected",
+        {"nvlink:link_inactive", "nccl_harmful:p2p_disabled"},
+        {"nvlink", "topology", "nccl_harmful"},
+    ),
     "node07": (
         "rejected",
         {"clock_events:throttle_hw_slowdown", "memory:remap_pending", "nccl_env:missing"},
@@ -60,6 +72,14 @@ def test_every_planted_fault_is_found_with_its_reason(testbed_factory, tmp_path:
         assert {r.split(":")[0] for r in reasons} <= allowed_checks, (node, reasons)
 
     checks = pd.read_parquet(run_dir / "checks.parquet")
+    # Harmful settings are named with where they were set and what the node has instead.
+    harmful = checks[(checks.check == "nccl_harmful") & (checks.status == "fail")]
+    said = {(r.node, r.item): r.detail for r in harmful.itertuples()}
+    assert set(said) == {("node03", "NCCL_SOCKET_IFNAME"), ("node06", "NCCL_P2P_DISABLE")}
+    assert said[("node03", "NCCL_SOCKET_IFNAME")].startswith("set in the job environment: no interface matches 'eth9'")
+    assert "it has eth0, lo" in said[("node03", "NCCL_SOCKET_IFNAME")]
+    assert said[("node06", "NCCL_P2P_DISABLE")].startswith("set in the job environment: NCCL uses shared memory")
+    assert set(checks[checks.check == "nccl_harmful"].node) == {f"node{i:02d}" for i in range(1, 9)}
     inactive = checks[(checks.node == "node06") & (checks.reason == "link_inactive")]
     assert list(inactive.gpu) == [1] and list(inactive.observed) == ["<inactive>"]
     crc = checks[(checks.node == "node06") & (checks.reason == "link_errors")]
