@@ -36,3 +36,15 @@ def test_the_environment_behind_the_prefix_is_the_one_judged() -> None:
     assert inside.models["nccl_harmful"].setting("NCCL_ALGO").value == "Ring"
     host = run_preflight_on_node(_node(None), checks)
     assert "NCCL_ALGO" not in host.models["nccl_env"].effective
+
+
+def test_the_profiles_gpu_partition_reaches_every_probe_inside_the_prefix() -> None:
+    from cluster_accept.probes.scripts import allreduce_command, gpu_bench_command
+
+    profile = Profile(probes=ProbeSettings(command_prefix="docker exec trainer", cuda_visible_devices="2,3"))
+    node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
+    bench = gpu_bench_command(node)
+    assert "exec docker exec trainer env CUDA_VISIBLE_DEVICES=2,3 python3 gpu_bench.py" in bench
+    allreduce = allreduce_command(node)
+    assert allreduce is not None and "n=2; " in allreduce  # two GPUs of the partition, not the node's count
+    assert "exec docker exec trainer env NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=2,3 python3 -m torch" in allreduce
