@@ -30,9 +30,12 @@ class Link:
     stage: str
     reasons: frozenset[str] = frozenset()
     same_gpu: bool = False
+    symptom_reasons: frozenset[str] = frozenset()  # only these symptoms (empty: any finding of those checks)
 
     def explains(self, cause: NodeRow, symptom: NodeRow) -> bool:
         if cause is symptom or cause.check != self.cause_check or symptom.check not in self.symptoms:
+            return False
+        if self.symptom_reasons and symptom.reason not in self.symptom_reasons:
             return False
         if symptom.stage != self.stage or (self.reasons and cause.reason not in self.reasons):
             return False
@@ -43,13 +46,15 @@ _INTRA_SETTINGS = frozenset(
     {"p2p_disabled", "p2p_level_low", "shm_disabled", "gpus_hidden", "algo_forced", "proto_forced", "site_rule"}
 )
 _INTER_SETTINGS = frozenset({"socket_ifname_missing", "ib_hca_missing", "ib_disabled", "net_forced", "site_rule"})
+_PINNED = frozenset({"value_mismatch", "missing"})  # a pinned variable set otherwise (not a drift warning)
+_DID_NOT_RUN = frozenset({"collective_failed", "collective_timeout", "launch_failed"})
 
 # In priority order: the mechanism a log shows first, then the setting or state behind it.
 LINKS: tuple[Link, ...] = (
     Link("gpu", _GPU_FIGURES | _INTRA, "single-node", frozenset({"busy"}), same_gpu=True),
     Link("transport", frozenset({"allreduce"}), "single-node", frozenset({"unexpected", "unreadable"})),
     Link("nccl_harmful", _INTRA, "single-node", _INTRA_SETTINGS),
-    Link("nccl_env", _INTRA, "single-node"),
+    Link("nccl_env", _INTRA, "single-node", _PINNED),
     Link("nvlink", _INTRA, "single-node"),
     Link("topology", _INTRA, "single-node"),
     Link("gpu", _GPU_FIGURES, "single-node", frozenset({"clocks_low"}), same_gpu=True),
@@ -57,9 +62,10 @@ LINKS: tuple[Link, ...] = (
     Link("pcie", frozenset({"host_bw"}), "single-node", same_gpu=True),
     Link("transport", _INTER - {"transport"}, "multi-node", frozenset({"unexpected_inter_node"})),
     Link("nccl_harmful", _INTER, "multi-node", _INTER_SETTINGS),
-    Link("hostname", _INTER, "multi-node"),
+    # A name that does not resolve breaks a rendezvous; it does not slow a ring that started.
+    Link("hostname", _INTER, "multi-node", symptom_reasons=_DID_NOT_RUN),
     Link("infiniband", _INTER, "multi-node"),
-    Link("nccl_env", _INTER, "multi-node"),
+    Link("nccl_env", _INTER, "multi-node", _PINNED),
 )
 
 

@@ -77,3 +77,14 @@ def test_a_warning_that_explains_a_failure_is_named_among_the_reasons() -> None:
     # A multi-node symptom is not explained by a single-node-only cause.
     busy = row("single-node", "gpu", "compute_apps", Status.FAIL, "busy", "pid 1", gpu=0)
     assert node_cause([failed, busy]) == ""
+
+
+def test_a_slow_node_is_not_blamed_on_its_name_or_a_drift_warning() -> None:
+    slow = row("multi-node", "isolation", "allreduce_inter", Status.FAIL, "slow_node", "node08")
+    loopback = row("preflight", "hostname", "resolves", Status.WARN, "resolves_to_loopback", "127.0.0.1")
+    drift = row("preflight", "nccl_env", "NCCL_DEBUG", Status.WARN, "drift", "INFO", "WARN (majority)")
+    assert node_cause([slow, loopback, drift]) == ""
+    hca = row("preflight", "nccl_harmful", "NCCL_IB_HCA", Status.FAIL, "ib_hca_missing", "NCCL_IB_HCA=mlx5_9")
+    assert node_cause([slow, loopback, drift, hca]).startswith(
+        "isolation allreduce_inter node08 (expected -): nccl_harmful"
+    )
