@@ -106,7 +106,8 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
         rows.append(CheckRow(NAME, "intra_node", Status.SKIP, "single_gpu", None, None, skipped))
     expected = profile.probes.expected_transport.intra_node
     if profile.probes.device != "cuda" or skipped is not None:
-        if expected is not None:  # the expectation is answered, with why it could not be judged
+        # The expectation is answered, with why it could not be judged; a probe that failed says so itself.
+        if expected is not None and (skipped is not None or output.measurements):
             why = "probes run on CPU (gloo): NCCL chooses no transport" if skipped is None else skipped
             rows.append(CheckRow(TRANSPORT, "intra_node", Status.SKIP, "not_measured", None, expected, why))
         return rows

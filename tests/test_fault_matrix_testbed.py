@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from cluster_accept.checks.base import discover as discover_checks
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed import net
 from tests.processes import only_run, run_cli, run_verdicts, start_cli
@@ -102,7 +103,7 @@ def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[
         assert len(rows) and all(rows.reason.str.len() > 0), node
     # The healthy nodes' results are complete: every check judged, every probe figure there.
     checks_per_node = checks[checks.stage == "preflight"].groupby("node").check.nunique()
-    assert checks_per_node["node01"] == checks_per_node["node09"] == 12
+    assert checks_per_node["node01"] == checks_per_node["node09"] == len({c.name for c in discover_checks()}) == 15
     measurements = pd.read_parquet(run_dir / "measurements.parquet")
     assert set(measurements.node) == set(HEALTHY)
     per_node = measurements.groupby("node").metric.apply(lambda s: tuple(sorted(set(s))))
