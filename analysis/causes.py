@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 
 _NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP})
 _INTRA = frozenset({"allreduce", "transport"})
@@ -73,24 +73,31 @@ def _findings(rows: Sequence[NodeRow]) -> list[NodeRow]:
     return [r for r in rows if r.status not in _NOT_FINDINGS]
 
 
-def causes_of(symptom: NodeRow, rows: Sequence[NodeRow]) -> list[NodeRow]:
-    """The findings among ``rows`` (one node's) that explain ``symptom``, likeliest first."""
+def causes_of(symptom: NodeRow, findings: Sequence[NodeRow]) -> list[NodeRow]:
+    """The ``findings`` (one node's) that explain ``symptom``, likeliest first."""
     found: list[NodeRow] = []
     for link in LINKS:
-        found += [c for c in _findings(rows) if link.explains(c, symptom) and c not in found]
+        found += [c for c in findings if link.explains(c, symptom) and c not in found]
     return found
 
 
-def explain(rows: Sequence[NodeRow]) -> dict[int, list[NodeRow]]:
-    """For one node's rows: the index of each finding that has causes, and its causes."""
+Explained = dict[int, list[NodeRow]]  # index of a finding among one node's rows -> the findings that explain it
+
+
+def explain(rows: Sequence[NodeRow]) -> Explained:
+    """For one node's rows: the index of each finding that has causes, and its causes. The other functions
+    here take its result, so that a caller working on one node computes it once."""
+    findings = _findings(rows)
     return {
-        i: causes for i, row in enumerate(rows) if row.status not in _NOT_FINDINGS and (causes := causes_of(row, rows))
+        i: causes
+        for i, row in enumerate(rows)
+        if row.status not in _NOT_FINDINGS and (causes := causes_of(row, findings))
     }
 
 
-def cause_first(rows: Sequence[NodeRow]) -> list[NodeRow]:
+def cause_first(rows: Sequence[NodeRow], explained: Explained | None = None) -> list[NodeRow]:
     """One node's findings, those that explain others first (in link priority), then the rest as they came."""
-    explained = explain(rows)
+    explained = explain(rows) if explained is None else explained
     causes: list[NodeRow] = []
     for i in sorted(explained, key=lambda i: rows[i].status != Status.FAIL):
         causes += [c for c in explained[i] if c not in causes]
@@ -98,6 +105,16 @@ def cause_first(rows: Sequence[NodeRow]) -> list[NodeRow]:
     has_cause = {id(rows[i]) for i in explained}
     causes.sort(key=lambda c: id(c) in has_cause)
     return causes + [r for r in _findings(rows) if r not in causes]
+
+
+def causes_of_failures(rows: Sequence[NodeRow], explained: Explained) -> list[NodeRow]:
+    """Findings that explain a failing one (fail, error, timeout, unreachable): named among a verdict's reasons
+    even when only a warning themselves."""
+    found: list[NodeRow] = []
+    for i, causes in explained.items():
+        if rows[i].status in BAD_STATUSES:
+            found += [c for c in causes if c not in found]
+    return found
 
 
 def _said(row: NodeRow) -> str:
@@ -115,9 +132,9 @@ def sentence(symptom: NodeRow, causes: Sequence[NodeRow]) -> str:
     return f"{head}: " + " because ".join(parts)
 
 
-def node_cause(rows: Sequence[NodeRow]) -> str:
+def node_cause(rows: Sequence[NodeRow], explained: Explained | None = None) -> str:
     """The likeliest cause of a node's worst finding, as one sentence; empty when nothing explains anything."""
-    explained = explain(rows)
+    explained = explain(rows) if explained is None else explained
     if not explained:
         return ""
     # The failing finding at the end of the longest chain: the figure, not the transport that explains it.

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_accept.analysis.causes import cause_first, explain, node_cause
+from cluster_accept.analysis.causes import cause_first, causes_of_failures, explain, node_cause
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.inventory.hostlist import describe_folded, fold_values
 
@@ -76,19 +76,18 @@ def node_verdict(node: str, rows: Iterable[NodeRow], excluded: bool = False) -> 
     bad = [r for r in rows if r.status in BAD_STATUSES]
     if not bad:
         return NodeVerdict(node, Verdict.ACCEPTED, [])
-    ordered = cause_first(rows)
-    reasons = list(dict.fromkeys(r.code for r in ordered if r.status in BAD_STATUSES or r in _causes(rows)))
+    explained = explain(rows)
+    named = causes_of_failures(rows, explained)
+    ordered = cause_first(rows, explained)
+    reasons = list(dict.fromkeys(r.code for r in ordered if r.status in BAD_STATUSES or r in named))
     verdict = Verdict.UNREACHABLE if any(r.status == Status.UNREACHABLE for r in bad) else Verdict.REJECTED
-    return NodeVerdict(node, verdict, reasons, node_cause(rows))
+    return NodeVerdict(node, verdict, reasons, node_cause(rows, explained))
 
 
-def _causes(rows: list[NodeRow]) -> list[NodeRow]:
-    """Findings that explain a failing one: named among the reasons even when only a warning themselves."""
-    found: list[NodeRow] = []
-    for i, causes in explain(rows).items():
-        if rows[i].status in BAD_STATUSES:
-            found += causes
-    return found
+def is_accepted(rows: Iterable[NodeRow]) -> bool:
+    """Whether rows like these leave a node accepted (no fail, error, timeout or unreachable row): the verdict
+    without its reasons, for a stage choosing which nodes to measure next."""
+    return not any(r.status in BAD_STATUSES for r in rows)
 
 
 def differences(per_node: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str]]:

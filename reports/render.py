@@ -58,8 +58,9 @@ def _findings(
         by_node.setdefault(row.node, []).append(row)
     found: dict[str, list[dict[str, Any]]] = {}
     for node, own in sorted(by_node.items()):
-        explained = {id(own[i]): causes for i, causes in explain(own).items()}
-        for row in cause_first(own):  # causes first, then the findings they explain
+        by_index = explain(own)
+        explained = {id(own[i]): causes for i, causes in by_index.items()}
+        for row in cause_first(own, by_index):  # causes first, then the findings they explain
             causes = explained.get(id(row), [])
             # A finding with a cause takes the cause's action: a GPU slowed by a co-tenant is not sent back.
             hint = suggest(causes[0] if causes else row, reasons)

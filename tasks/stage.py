@@ -25,7 +25,7 @@ from prefect.futures import PrefectFuture, as_completed
 
 from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
-from cluster_accept.analysis.verdicts import Verdict, node_verdict
+from cluster_accept.analysis.verdicts import is_accepted
 from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
@@ -80,8 +80,7 @@ class RunState:
         for row in self.rows:
             if row.check not in ENVIRONMENT_CHECKS:
                 by_node.setdefault(row.node, []).append(row)
-        tested = self.inventory.tested
-        return [n for n in tested if node_verdict(n.name, by_node.get(n.name, [])).verdict == Verdict.ACCEPTED]
+        return [n for n in self.inventory.tested if is_accepted(by_node.get(n.name, []))]
 
 
 class Stage(Protocol):
