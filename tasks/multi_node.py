@@ -142,15 +142,14 @@ class _Stage:
                     step.detail,
                 )
                 self.row(node.name, row)
-        reached = {n.name for g in groups.values() for n in g}
+        # Nodes no completed group measured, and no failed group's row names: skipped, with why.
+        answered = {n.name for g in groups.values() for n in g} | self.unreachable
+        answered |= {r.node for r in self.out.rows if r.check == "allreduce"}
         for node in nodes:
-            if node.name not in reached and node.name not in self.unreachable and not self._failed(node.name):
+            if node.name not in answered:
                 said = "no sweep group completed with this node (see the failed groups)"
                 self.row(node.name, CheckRow("scaling", "sweep", Status.SKIP, "not_reached", None, None, said))
         return trouble or any(not s.ok for s in steps)
-
-    def _failed(self, name: str) -> bool:
-        return any(r.node == name and r.check == "allreduce" for r in self.out.rows)
 
     def isolate(self, nodes: list[Node], known_good: Iterable[str] = ()) -> None:
         by_name = {n.name: n for n in self.inventory.nodes}

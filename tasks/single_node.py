@@ -210,14 +210,14 @@ def confirm_stragglers(
     """Each node with a straggler row measured again, alone (one node at a time, only the runs that flagged
     it), and the straggler rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
     suspects = stragglers.flagged(rows)
+    if not suspects:
+        return rows
     again: list[dict[str, Any]] = []
     for name, checks in sorted(suspects.items()):
         scripts = {p.script.name for p in probes if p.check in checks}
         chosen = [p for p in probes if p.script.name in scripts]
         outcome = run_probes_on_node(state.inventory.node(name), state.quick, chosen)
         again += evaluate_single_node(state.run_id, state.inventory, [outcome], state.quick, chosen)[1]
-    if not suspects:
-        return rows
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     return stragglers.confirm(rows, pd.DataFrame(measurements), pd.DataFrame(again), judged_rules(probes), thresholds)
 
