@@ -23,7 +23,7 @@ def _prefix(node: Node) -> str:
     return f"{probes.command_prefix} " if probes.command_prefix else ""
 
 
-def _env(node: Node, **extra: str) -> str:
+def job_env(node: Node, **extra: str) -> str:
     """``env K=V … `` placed after the command prefix, so the variables reach the probe inside a container too
     (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``."""
     values = dict(extra)
@@ -32,18 +32,21 @@ def _env(node: Node, **extra: str) -> str:
     return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items()) + " " if values else ""
 
 
+def gpu_count(node: Node) -> str:
+    """``n=…; ``: the GPUs a probe runs on, the profile's partition when it names one, else every GPU."""
+    devices = node.profile.probes.cuda_visible_devices
+    if devices:
+        return f"n={len([d for d in devices.split(',') if d.strip()])}; "
+    return "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
+
+
 def _gpus_or_skip(node: Node) -> str:
     """``n``: the GPUs to run on (the profile's partition when it names one); a CUDA node with fewer than two
     says so and skips the all-reduce."""
-    probes = node.profile.probes
-    if probes.device != "cuda":
+    if node.profile.probes.device != "cuda":
         return "n=2; "
-    count = (
-        f"n={len([d for d in probes.cuda_visible_devices.split(',') if d.strip()])}; "
-        if probes.cuda_visible_devices
-        else "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
-    )
-    return f'{count}if [ "$n" -lt 2 ]; then echo \'{{"info": "skip", "reason": "fewer than 2 GPUs"}}\'; exit 0; fi; '
+    skip = '{"info": "skip", "reason": "fewer than 2 GPUs"}'
+    return f"{gpu_count(node)}if [ \"$n\" -lt 2 ]; then echo '{skip}'; exit 0; fi; "
 
 
 def _top_bytes(node: Node, quick: bool) -> int | None:
@@ -56,7 +59,7 @@ def gpu_bench_command(node: Node, quick: bool = False) -> str:
     python = shlex.quote(probes.python)
     quick_args = QUICK_BENCH if quick else ""
     return (
-        f'cd "$CA_PROBE_DIR" && exec {_prefix(node)}{_env(node)}{python} gpu_bench.py '
+        f'cd "$CA_PROBE_DIR" && exec {_prefix(node)}{job_env(node)}{python} gpu_bench.py '
         f"--device {probes.device}{quick_args}"
     )
 
@@ -80,7 +83,7 @@ def allreduce_command(node: Node, quick: bool = False) -> str | None:
     return (
         f'cd "$CA_PROBE_DIR" && {_gpus_or_skip(node)}'
         f"port=$({_prefix(node)}{python} -c {shlex.quote(LOOPBACK_PORT)}) && "
-        f"exec {_prefix(node)}{_env(node, **extra)}{python} -m torch.distributed.run --nnodes=1 "
+        f"exec {_prefix(node)}{job_env(node, **extra)}{python} -m torch.distributed.run --nnodes=1 "
         f"--nproc_per_node=$n --master_addr=127.0.0.1 --master_port=$port --rdzv-conf=timeout={wait} allreduce.py "
         f"--device {probes.device}{max_bytes} --init-timeout-s {wait} 2>&1"
     )
@@ -91,7 +94,7 @@ def nccl_tests_command(node: Node, quick: bool = False) -> str | None:
     if not binary:
         return None
     top = _top_bytes(node, quick) or (1 << 30)
-    run = f"{_prefix(node)}{_env(node, NCCL_DEBUG='INFO')}{shlex.quote(binary)}"
+    run = f"{_prefix(node)}{job_env(node, NCCL_DEBUG='INFO')}{shlex.quote(binary)}"
     return f"{_gpus_or_skip(node)}exec {run} -b 1M -e {top} -f 4 -g $n 2>&1"
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from cluster_accept.analysis.probe_output import nccl_transports, parse_json_lines
 from cluster_accept.inventory.model import Node
+from cluster_accept.probes.scripts import gpu_count, job_env
 from cluster_accept.remote.batch import batch_timeout
 from cluster_accept.remote.detached import PollAnswer, poll_detached, tag_pattern
 from cluster_accept.remote.fanout import connect
@@ -97,25 +98,18 @@ def _rank_command(node: Node, rank: int, world: int, master_addr: str, port: int
     probes = node.profile.probes
     python = shlex.quote(probes.python)
     run = f"{probes.command_prefix} " if probes.command_prefix else ""
-    env: dict[str, str] = {"NCCL_DEBUG": "INFO"}
-    if probes.cuda_visible_devices:
-        env["CUDA_VISIBLE_DEVICES"] = probes.cuda_visible_devices
+    extra = {"NCCL_DEBUG": "INFO"}
     ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
     if probes.device == "cpu" and ifname:
-        env["GLOO_SOCKET_IFNAME"] = ifname
+        extra["GLOO_SOCKET_IFNAME"] = ifname
     if probes.device == "cuda":
-        count = (
-            f"n={len(probes.cuda_visible_devices.split(','))}; "
-            if probes.cuda_visible_devices
-            else "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); "
-        )
+        count = gpu_count(node)
         sizes = f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
     else:
         count = "n=1; "
         sizes = f"--min-bytes {CPU_BYTES} --max-bytes {CPU_BYTES} --repeats 2"
     wait = int(probes.rendezvous_timeout_s)
-    # The variables go after the prefix (``env K=V``), so they reach ranks inside a container too.
-    variables = "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+    variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
     script = (
         f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={world} '
         f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
