@@ -111,3 +111,10 @@ def failure_lines(text: str, limit: int = 4) -> list[str]:
         if len(seen) >= limit:
             break
     return seen
+
+
+def why_first(text: str, tail: str) -> tuple[str, str]:
+    """(the first line of ``text`` that says why a run failed, ``tail`` led by every such line): evidence that
+    opens with the cause rather than with the launcher's closing traceback."""
+    why = failure_lines(text)
+    return (why[0] if why else ""), ("\n".join(why) + "\n...\n" + tail if why else tail)

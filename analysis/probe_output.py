@@ -1,7 +1,7 @@
 """Parse what the node-side probes print: JSON measurement lines, and NCCL's ``NCCL_DEBUG=INFO`` log.
 
 Pure functions; a malformed line is kept as an error, never raised. NCCL's log is read by
-:mod:`cluster_accept.analysis.nccl_log` (re-exported here for the probes).
+:mod:`cluster_accept.analysis.nccl_log`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
-
-from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, normalise_transport, transport_matches
-
-__all__ = ["nccl_transports", "nccl_version", "normalise_transport", "transport_matches"]
 
 
 @dataclass

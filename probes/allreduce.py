@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cluster_accept.analysis.probe_output import (
-    ProbeOutput,
-    nccl_transports,
-    nccl_version,
-    parse_json_lines,
-    transport_matches,
-)
+from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare

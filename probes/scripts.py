@@ -49,11 +49,6 @@ def _gpus_or_skip(node: Node) -> str:
     return f"{gpu_count(node)}if [ \"$n\" -lt 2 ]; then echo '{skip}'; exit 0; fi; "
 
 
-def _top_bytes(node: Node, quick: bool) -> int | None:
-    """The all-reduce sweep's largest message, light suite or not (see :data:`QUICK_BENCH`)."""
-    return node.profile.probes.allreduce_max_bytes
-
-
 def gpu_bench_command(node: Node, quick: bool = False) -> str:
     probes = node.profile.probes
     python = shlex.quote(probes.python)
@@ -75,7 +70,7 @@ def allreduce_command(node: Node, quick: bool = False) -> str | None:
     probes = node.profile.probes
     if probes.nccl_tests_all_reduce:
         return None
-    top = _top_bytes(node, quick)
+    top = node.profile.probes.allreduce_max_bytes  # light suite or not (see QUICK_BENCH)
     max_bytes = f" --max-bytes {top}" if top else ""
     python = shlex.quote(probes.python)
     wait = int(probes.rendezvous_timeout_s)
@@ -93,7 +88,7 @@ def nccl_tests_command(node: Node, quick: bool = False) -> str | None:
     binary = node.profile.probes.nccl_tests_all_reduce
     if not binary:
         return None
-    top = _top_bytes(node, quick) or (1 << 30)
+    top = node.profile.probes.allreduce_max_bytes or (1 << 30)
     run = f"{_prefix(node)}{job_env(node, NCCL_DEBUG='INFO')}{shlex.quote(binary)}"
     return f"{_gpus_or_skip(node)}exec {run} -b 1M -e {top} -f 4 -g $n 2>&1"
 

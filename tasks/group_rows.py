@@ -3,7 +3,7 @@ group that failed (or never started) says about each of its nodes, leading with 
 
 from __future__ import annotations
 
-from cluster_accept.analysis.nccl_log import failure_lines, nccl_transports, transport_matches
+from cluster_accept.analysis.nccl_log import nccl_transports, transport_matches, why_first
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
@@ -29,13 +29,6 @@ def transport_rows(node: Node, log: str, group: str) -> list[CheckRow]:
     status, reason = (Status.FAIL, "unexpected_inter_node") if bad else (Status.PASS, "ok")
     said = "what NCCL chose between nodes, from this node's NCCL_DEBUG log"
     return [CheckRow("transport", item, status, reason, observed, expected, said)]
-
-
-def _evidence(stdout: str, stderr: str) -> tuple[str, str]:
-    """(the first line that says why, the evidence: those lines first, then the output's tail)."""
-    why = failure_lines(stdout + "\n" + stderr)
-    tail = stdout[-1500:] + stderr[-500:]
-    return (why[0] if why else ""), ("\n".join(why) + "\n...\n" + tail if why else tail)
 
 
 def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
@@ -74,7 +67,12 @@ def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
         else:
             code = "none" if result is None else result.exit_code
             status, reason, said = Status.ERROR, "collective_failed", f"exit {code}"
-        why, evidence = _evidence(result.stdout, result.stderr) if result is not None else ("", rank.detail)
+        if result is not None:
+            why, evidence = why_first(
+                result.stdout + "\n" + result.stderr, result.stdout[-1500:] + result.stderr[-500:]
+            )
+        else:
+            why, evidence = "", rank.detail
         detail = "; ".join(p for p in (why, f"all-reduce of {group} did not complete ({said})", run.detail) if p)
         found.append((name, CheckRow("allreduce", item, status, reason, said, "completed", detail), evidence))
     return found

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cluster_accept.analysis.probe_output import nccl_transports, parse_json_lines
+from cluster_accept.analysis.nccl_log import nccl_transports
+from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.scripts import gpu_count, job_env
 from cluster_accept.remote.batch import batch_timeout

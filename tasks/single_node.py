@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis import stragglers
 from cluster_accept.analysis.history import key_figures, node_trends
-from cluster_accept.analysis.nccl_log import failure_lines
+from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
 from cluster_accept.analysis.regressions import figure_regressions
@@ -122,10 +122,8 @@ def run_rows(node: Node, script: NodeScript, result: CommandResult, output: Prob
         return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
     rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
     if result.exit_code != 0 and not output.errors:
-        tail = (result.stderr or result.stdout)[-2000:]
-        why = failure_lines(result.stdout + "\n" + result.stderr)  # what says why first, then the tail
+        _, detail = why_first(result.stdout + "\n" + result.stderr, (result.stderr or result.stdout)[-2000:])
         observed = f"exit {result.exit_code}"
-        detail = "\n".join(why) + "\n...\n" + tail if why else tail
         rows.append(CheckRow(check, result.name, Status.ERROR, "probe_failed", observed, "exit 0", detail))
     return rows
 

@@ -15,13 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster_accept.analysis.probe_output import (
-    ProbeOutput,
-    nccl_transports,
-    nccl_version,
-    parse_json_lines,
-    parse_nccl_tests,
-)
+from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
 from tests.capture import CAPTURES
 from tests.test_fuzz_parsers import FUZZ, text_outputs
 

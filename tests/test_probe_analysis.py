@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cluster_accept.analysis.probe_output import nccl_transports, nccl_version, parse_json_lines, transport_matches
+from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
+from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.analysis.probe_verdicts import judge, mad, node_medians
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import (
