@@ -95,15 +95,20 @@ def evaluate(model: GpuProcesses, profile: Profile, cluster: ClusterView) -> lis
         said = f"no compute process on the {model.gpus} GPUs"
         return [CheckRow(NAME, "compute_apps", Status.PASS, "ok", said, "no other process")]
     return [
-        CheckRow(
-            NAME,
-            "compute_apps",
-            Status.FAIL,
-            "busy",
-            f"pid {app.pid} {app.name} ({app.used_memory_mib} MiB)",
-            "no other process",
-            "found before the probes ran",
-            gpu=app.gpu,
-        )
-        for app in model.apps
+        busy_row(app.gpu, app.pid, app.name, app.used_memory_mib, "found before the probes ran") for app in model.apps
     ]
+
+
+def busy_row(gpu: int | None, pid: int | None, name: str, memory_mib: object, when: str) -> CheckRow:
+    """``gpu:busy`` for one other process, found by preflight or by the GPU bench while it ran."""
+    who = f"pid {pid} " if pid is not None else ""
+    return CheckRow(
+        NAME,
+        "compute_apps",
+        Status.FAIL,
+        "busy",
+        f"{who}{name[:200]} ({memory_mib} MiB)",
+        "no other process",
+        when,
+        gpu,
+    )

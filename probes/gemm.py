@@ -14,7 +14,7 @@ from typing import Any
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.gpu_processes import BUSY
+from cluster_accept.checks.gpu_processes import BUSY, busy_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import cluster_judgement, json_figures
@@ -93,10 +93,9 @@ def _busy_rows(output: ProbeOutput) -> list[CheckRow]:
     for info in output.info:
         if info.get("info") != "foreign_process" or not isinstance(info.get("gpu"), int):
             continue
-        who = f"pid {info['pid']} " if isinstance(info.get("pid"), int) else ""
-        said = f"{who}{str(info.get('name'))[:200]} ({info.get('used_memory_mib')} MiB)"
+        pid = info["pid"] if isinstance(info.get("pid"), int) else None
         seen = f"seen in {info.get('seen_samples')} of {info.get('samples')} samples while the GPU bench ran"
-        rows.append(CheckRow("gpu", "compute_apps", Status.FAIL, "busy", said, "no other process", seen, info["gpu"]))
+        rows.append(busy_row(info["gpu"], pid, str(info.get("name")), info.get("used_memory_mib"), seen))
     return rows
 
 
