@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "coverage"
@@ -115,7 +115,8 @@ def _judged(rows: Iterable[NodeRow], expectation: Expectation) -> bool:
 
 
 def missing(stage: str, tested: Mapping[str, Profile], rows: Iterable[NodeRow]) -> list[tuple[str, Expectation]]:
-    """(node, expectation) pairs that ``stage`` left without a row. A node the stage could not reach, or whose
+    """(node, expectation) pairs that ``stage`` left without a row. A node the stage could not reach (or the tool
+    failed on), or whose
     stage ended with a stage-wide skip (one GPU, fewer than two nodes), was judged by that row."""
     by_node: dict[str, list[NodeRow]] = {}
     for row in rows:
@@ -124,7 +125,7 @@ def missing(stage: str, tested: Mapping[str, Profile], rows: Iterable[NodeRow]) 
     gaps = []
     for node, profile in tested.items():
         own = by_node.get(node, [])
-        if any(r.status == Status.UNREACHABLE for r in own):
+        if any(r.status == Status.UNREACHABLE or r.check == TOOL_CHECK for r in own):
             continue
         gaps += [(node, e) for e in stated(profile, stage) if not _judged(own, e)]
     return gaps

@@ -1,7 +1,9 @@
 """Node verdicts from check rows, and cross-cluster differences folded into node sets. Pure functions.
 
-A node is *unreachable* when no session could be opened, *rejected* when any row failed, errored or timed
-out, *accepted* otherwise (warnings are reported, not rejected), *skipped* when the inventory excludes it.
+A node is *unreachable* when no session could be opened (or it went away mid-run), *rejected* when any row
+failed, errored or timed out, *accepted* otherwise (warnings are reported, not rejected), *skipped* when the
+inventory excludes it, and *tool_error* when the only findings are the tool's own failures on the controller
+(``tool:internal_error``): nothing is known against the node, so it is neither accepted nor rejected.
 Reasons name the check first (``driver:version_mismatch``) so an operator can filter on the check.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from cluster_accept.analysis.causes import cause_first, causes_of_failures, explain, node_cause
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
+from cluster_accept.checks.reasons import TOOL_CHECK
 from cluster_accept.inventory.hostlist import describe_folded, fold_values
 
 
@@ -24,6 +27,7 @@ class Verdict(str, enum.Enum):
     REJECTED = "rejected"
     UNREACHABLE = "unreachable"
     SKIPPED = "skipped"
+    TOOL_ERROR = "tool_error"  # the tool failed on the controller for this node: not judged, never drained
 
 
 NOT_ACCEPTED = frozenset({Verdict.REJECTED, Verdict.UNREACHABLE})
@@ -81,6 +85,8 @@ def node_verdict(node: str, rows: Iterable[NodeRow], excluded: bool = False) -> 
     ordered = cause_first(rows, explained)
     reasons = list(dict.fromkeys(r.code for r in ordered if r.status in BAD_STATUSES or r in named))
     verdict = Verdict.UNREACHABLE if any(r.status == Status.UNREACHABLE for r in bad) else Verdict.REJECTED
+    if all(r.check == TOOL_CHECK for r in bad):
+        verdict = Verdict.TOOL_ERROR
     return NodeVerdict(node, verdict, reasons, node_cause(rows, explained))
 
 

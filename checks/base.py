@@ -33,6 +33,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from cluster_accept.analysis.secrets import mask_secrets
+from cluster_accept.analysis.text import keep_head
 from cluster_accept.inventory.model import Profile
 
 if TYPE_CHECKING:  # checks.reasons imports Status from here
@@ -52,6 +54,8 @@ class Status(str, enum.Enum):
 
 
 BAD_STATUSES = frozenset({Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.UNREACHABLE})
+# An unreadable output row keeps this much of its message and the raw text, with a note where it was cut.
+ERROR_DETAIL_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -194,5 +198,7 @@ def discover(package: str = "cluster_accept.checks") -> list[Check]:
 
 
 def error_row(check: str, reason: str, detail: str, raw: str = "") -> CheckRow:
-    """A row for output we could not understand: status ``error``, the raw text kept as evidence."""
-    return CheckRow(check=check, item="output", status=Status.ERROR, reason=reason, detail=(detail + "\n" + raw)[:4000])
+    """A row for output we could not understand: status ``error``, the raw text kept as evidence (masked before
+    it is cut, so that no secret is cut in two)."""
+    detail = keep_head(mask_secrets(detail + "\n" + raw), ERROR_DETAIL_CHARS)
+    return CheckRow(check=check, item="output", status=Status.ERROR, reason=reason, detail=detail)

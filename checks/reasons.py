@@ -160,9 +160,30 @@ SSH_REASONS = declare(
         Action.RERUN,
     ),
     Reason("jump", Status.UNREACHABLE, "the jump host refused or dropped the connection", Action.CHECK_NODE),
+    Reason(
+        "session_lost",
+        Status.UNREACHABLE,
+        "the node went away mid-run: its connection closed, was reset or stopped answering before a command "
+        "finished (a crash, a reboot, sshd killed, the network cut): check its console and kernel log",
+        Action.CHECK_NODE,
+    ),
     Reason("error", Status.UNREACHABLE, "the connection failed (see the detail): rerun", Action.RERUN),
     Reason("unknown", Status.UNREACHABLE, "no session could be opened, for no recorded cause: rerun", Action.RERUN),
     _SESSION_FAILED,
+)
+
+# Check ``tool``: cluster-accept itself failed on the controller for this node (a bug of ours, the controller
+# out of file descriptors, its key file gone): no fact about the node, which stays untested and is never
+# drained for it. The run exits 3.
+TOOL_CHECK = "tool"
+TOOL_REASONS = declare(
+    Reason(
+        "internal_error",
+        Status.ERROR,
+        "cluster-accept failed on the controller, not the node (the detail says where; the traceback is in "
+        "the row's output): the node was not judged; rerun, and report the traceback if it repeats",
+        Action.RERUN,
+    ),
 )
 
 UNDECLARED = Reason("undeclared", Status.ERROR, "a reason no module declares: rerun and compare", Action.RERUN)
@@ -186,8 +207,9 @@ class ReasonCatalog:
 
 def catalog(declarations: Iterable[tuple[str, Mapping[str, Reason]]]) -> ReasonCatalog:
     """A catalogue from ``(check name, REASONS)`` pairs (several modules may speak for one check); the
-    ``ssh`` reasons are always in it, since every stage reports an unreachable node the same way."""
-    by_check: dict[str, dict[str, Reason]] = {"ssh": dict(SSH_REASONS)}
+    ``ssh`` and ``tool`` reasons are always in it, since every stage reports an unreachable node, and a failure
+    of the tool's own, the same way."""
+    by_check: dict[str, dict[str, Reason]] = {"ssh": dict(SSH_REASONS), TOOL_CHECK: dict(TOOL_REASONS)}
     for check, reasons in declarations:
         by_check.setdefault(check, {}).update(reasons)
     return ReasonCatalog({check: MappingProxyType(r) for check, r in by_check.items()})

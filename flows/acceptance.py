@@ -30,7 +30,7 @@ from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.checkpoints import Checkpoints
 from cluster_accept.tasks.multi_node import STAGE as MULTI_NODE
-from cluster_accept.tasks.outputs import ResumeError, RunDir, now_iso, resumable_info, start_run
+from cluster_accept.tasks.outputs import ResumeError, RunDir, RunLocked, now_iso, resumable_info, start_run
 from cluster_accept.tasks.single_node import judged_rules
 from cluster_accept.tasks.stage import RunState, Stage, run_stage
 from cluster_accept.tasks.stage import discover as discover_stages
@@ -50,7 +50,17 @@ TABLES = {
     "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
     "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
 }
-__all__ = ["ResumeError", "RunOutcome", "STAGES", "SUITES", "acceptance", "bisect", "run_acceptance", "select_nodes"]
+__all__ = [
+    "ResumeError",
+    "RunLocked",
+    "RunOutcome",
+    "STAGES",
+    "SUITES",
+    "acceptance",
+    "bisect",
+    "run_acceptance",
+    "select_nodes",
+]
 
 
 def resolve_stages(requested: list[str] | None) -> list[str]:
@@ -95,12 +105,40 @@ def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
 
 
 def reopen(out_dir: Path, run_id: str) -> tuple[RunDir, dict[str, Any], Inventory]:
-    """Reopen the interrupted run for resuming: its directory, ``run.json`` (with the resume noted), nodes."""
-    run_info, inventory = resumable(out_dir, run_id)
-    run_info.setdefault("resumed", []).append(now_iso())
+    """Reopen the interrupted run for resuming: its directory (its lock held: a second resume, or the run
+    itself still going, is refused), ``run.json`` (with the resume noted), nodes."""
     run_dir = RunDir(out_dir / run_id, run_id)
-    run_dir.write_json("run.json", run_info)
+    resumable_info(out_dir, run_id)  # an unknown or finished run is named as such before any lock is taken
+    run_dir.hold()
+    try:
+        run_info, inventory = resumable(out_dir, run_id)
+        run_info.setdefault("resumed", []).append(now_iso())
+        run_dir.write_json("run.json", run_info)
+    except BaseException:
+        run_dir.release()
+        raise
     return run_dir, run_info, inventory
+
+
+def recorded_options(history: Path | None, operations: Operations, concurrency: int) -> dict[str, Any]:
+    """What a resume must do as the run did: ``run.json``'s ``options`` (paths made absolute: a resume may
+    start elsewhere)."""
+    ops = operations.model_dump()
+    if ops.get("prometheus"):
+        ops["prometheus"] = str(Path(ops["prometheus"]).resolve())
+    return {"history": str(history.resolve()) if history else None, "operations": ops, "concurrency": concurrency}
+
+
+def restored_options(
+    run_info: dict[str, Any], history: Path | None, operations: Operations, concurrency: int
+) -> tuple[Path | None, Operations, int]:
+    """The interrupted run's own options (history, Slurm and Prometheus operations, concurrency); a run
+    recorded before options were kept goes on with the ones given."""
+    recorded = run_info.get("options")
+    if not isinstance(recorded, dict):
+        return history, operations, concurrency
+    kept = recorded.get("history")
+    return Path(kept) if kept else None, Operations.model_validate(recorded["operations"]), int(recorded["concurrency"])
 
 
 def reason_catalog() -> ReasonCatalog:
@@ -193,11 +231,13 @@ def acceptance(
     ops = operations or Operations()
     if resume:
         run_dir, run_info, inventory = reopen(Path(out_dir), resume)
-        return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
+        past, ops, concurrency = restored_options(run_info, history_dir(out_dir, history), ops, concurrency)
+        return _acceptance(inventory, run_dir, run_info, past, ops, concurrency)
     inventory = select_nodes(load_inventory(inventory_path), nodes)
     chosen, quick = resolve_suite(suite, stages)
     run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
     run_info["quick_probes"] = quick
+    run_info["options"] = recorded_options(history_dir(out_dir, history), ops, concurrency)
     run_dir.write_json("run.json", run_info)
     return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
 

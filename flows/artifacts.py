@@ -15,6 +15,7 @@ from typing import Any
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
+from cluster_accept.analysis.text import visible
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, fold_by
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,9 @@ def artifact_key(cluster: str, what: str) -> str:
 
 
 def _cell(text: str) -> str:
-    """Text from nodes in one Markdown table cell: no row or column breaks, no markup, kept short."""
-    escaped = re.sub(r"([\\`*_\[\]<>])", r"\\\1", " ".join(text.split()))
+    """Text from nodes in one Markdown table cell: no row or column breaks, no markup, no raw control characters
+    (shown as escapes), kept short."""
+    escaped = re.sub(r"([\\`*_\[\]<>])", r"\\\1", " ".join(visible(text).split()))
     return escaped.replace("|", "\\|")[:400]
 
 
@@ -41,7 +43,7 @@ def summary_markdown(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], rep
         f"unreachable **{counts[Verdict.UNREACHABLE]}**",
         "",
     ]
-    bad = [v for v in verdicts if v.verdict in NOT_ACCEPTED]
+    bad = [v for v in verdicts if v.verdict in NOT_ACCEPTED or v.verdict == Verdict.TOOL_ERROR]
     if bad:
         lines += ["| node | verdict | reasons | cause |", "|---|---|---|---|"]
         lines += [f"| {v.node} | {v.verdict.value} | {', '.join(v.reasons)} | {_cell(v.cause)} |" for v in bad]

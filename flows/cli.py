@@ -1,7 +1,8 @@
 """The ``cluster-accept`` command line.
 
-Exit codes: 0 every tested node accepted; 1 any node rejected or unreachable; 2 a usage or inventory error
-(printed without a traceback, naming the file and the key).
+Exit codes (:mod:`flows.exits`): 0 every tested node accepted; 1 any node rejected or unreachable; 2 a usage
+or inventory error (printed without a traceback, naming the file and the key); 3 the tool itself failed (one
+line on stderr, the traceback in ``OUT/cluster-accept-errors.log``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cluster_accept.analysis.text import visible
+from cluster_accept.flows import testbed_commands
+from cluster_accept.flows.exits import TOOL_FAILURE, USAGE_ERROR, failure_line, log_failure
+from cluster_accept.flows.orphans import mark_controller, reap_orphans
 from cluster_accept.inventory.hostlist import HostlistError, fold
 
 if TYPE_CHECKING:
@@ -35,8 +40,6 @@ app.add_typer(testbed_app, name="testbed")
 out = Console()
 err = Console(stderr=True)
 
-USAGE_ERROR = 2
-
 
 def _quiet_prefect() -> None:
     """Defaults for an operator's terminal and air-gapped hosts; explicit settings win."""
@@ -53,7 +56,7 @@ def _fail_usage(message: str) -> typer.Exit:
 def _inventory_error(exc: InventoryError) -> typer.Exit:
     """One line per problem, each naming the file and the key; exit 2."""
     for problem in exc.problems:
-        err.print(f"{exc.source}: {problem}", highlight=False, markup=False, soft_wrap=True)
+        err.print(visible(f"{exc.source}: {problem}"), highlight=False, markup=False, soft_wrap=True)
     return typer.Exit(USAGE_ERROR)
 
 
@@ -64,8 +67,9 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
         inventory = load_inventory(path)
     except InventoryError as exc:
         raise _inventory_error(exc) from None
-    # Names come from the operator's file: never read as rich markup.
-    table = Table(title=Text(f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test"))
+    # Names come from the operator's file: never read as rich markup; control characters shown as escapes (rich
+    # drops CR and BEL silently but passes ESC and NUL through to the terminal).
+    table = Table(title=Text(visible(f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test")))
     table.add_column("profile")
     table.add_column("nodes")
     table.add_column("count", justify="right")
@@ -73,41 +77,10 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
     for node in inventory.tested:
         by_profile.setdefault(node.profile_name, []).append(node.name)
     for profile, names in sorted(by_profile.items()):
-        table.add_row(Text(profile), Text(fold(names)), str(len(names)))
+        table.add_row(Text(visible(profile)), Text(visible(fold(names))), str(len(names)))
     out.print(table)
     if inventory.excluded:
         out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False, markup=False)
-
-
-class StageBars:
-    """A rich progress bar per stage while the flow runs (nodes done / nodes in the stage)."""
-
-    def __init__(self, console: Console) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bars = Progress(
-            TextColumn("{task.description:<12}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        self.tasks: dict[str, Any] = {}
-
-    def start(self, stage: str, total: int) -> None:
-        if not self.tasks:
-            self.bars.start()
-        self.tasks[stage] = self.bars.add_task(stage, total=total)
-
-    def advance(self, stage: str, done: int = 1) -> None:
-        self.bars.advance(self.tasks[stage], done)
-
-    def finish(self, stage: str) -> None:
-        self.bars.update(self.tasks[stage], completed=self.bars.tasks[self.tasks[stage]].total)
-
-    def close(self) -> None:
-        if self.tasks:
-            self.bars.stop()
 
 
 @dataclass
@@ -128,11 +101,18 @@ class RunRequest:
 def _check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
     from cluster_accept.flows.acceptance import resolve_suite, resumable, select_nodes
+    from cluster_accept.tasks.outputs import check_not_held
 
     if request.resume:
         if request.inventory or request.nodes or request.stages or request.suite:
             raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
+        if request.history or request.operations != Operations() or request.concurrency != RunRequest.concurrency:
+            raise ValueError(
+                "--resume restores the interrupted run's own options (--history, --drain, --resume-passing, "
+                "--apply, --prometheus, --concurrency): give only --out"
+            )
         resumable(request.out_dir, request.resume)
+        check_not_held(request.out_dir / request.resume)
         return
     if request.inventory is None:
         raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
@@ -145,19 +125,22 @@ def _check_request(request: RunRequest) -> None:
 
 def _run(request: RunRequest) -> int:
     from cluster_accept.flows import progress
-    from cluster_accept.flows.acceptance import ResumeError, run_acceptance
+    from cluster_accept.flows.acceptance import ResumeError, RunLocked, run_acceptance
 
     try:
         _check_request(request)
+    except RunLocked as exc:
+        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
+        return TOOL_FAILURE
     except ResumeError as exc:
-        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
     except InventoryError as exc:
         return _inventory_error(exc).exit_code
     except (ValueError, HostlistError) as exc:
-        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
         return USAGE_ERROR
-    bars = StageBars(out)
+    bars = progress.StageBars(out)
     try:
         with progress.use(bars):
             outcome = run_acceptance(
@@ -171,15 +154,26 @@ def _run(request: RunRequest) -> int:
                 suite=request.suite,
                 operations=request.operations,
             )
+    except RunLocked as exc:
+        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
+        return TOOL_FAILURE
     except OSError as exc:  # the disk filled up or went read-only mid-run: what completed is on disk
+        log = log_failure(exc, request.out_dir)
         err.print(
-            f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
-            f"--resume RUN_ID --out {request.out_dir} once the disk is writable.",
+            visible(
+                f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
+                f"--resume RUN_ID --out {request.out_dir} once the disk is writable (traceback in {log})."
+            ),
             highlight=False,
             markup=False,
             soft_wrap=True,
         )
-        return USAGE_ERROR
+        return TOOL_FAILURE
+    except Exception as exc:  # noqa: BLE001 - the tool failed (Prefect's API, a bug): one line, the log
+        err.print(
+            visible(failure_line(exc, log_failure(exc, request.out_dir))), highlight=False, markup=False, soft_wrap=True
+        )
+        return TOOL_FAILURE
     finally:
         bars.close()
     _print_outcome(outcome)
@@ -202,12 +196,12 @@ def unwritable(out_dir: Path) -> str | None:
 def _print_outcome(outcome: RunOutcome) -> None:
     from cluster_accept.analysis.verdicts import Verdict
 
-    table = Table(title=Text(f"run {outcome.run_id}"))
+    table = Table(title=Text(visible(f"run {outcome.run_id}")))
     for column in ("node", "verdict", "reasons"):
         table.add_column(column)
     for verdict in outcome.verdicts:
         if verdict.verdict != Verdict.ACCEPTED:
-            table.add_row(Text(verdict.node), verdict.verdict.value, Text(", ".join(verdict.reasons)))
+            table.add_row(Text(visible(verdict.node)), verdict.verdict.value, Text(visible(", ".join(verdict.reasons))))
     if table.row_count:
         out.print(table)
     out.print(
@@ -216,15 +210,22 @@ def _print_outcome(outcome: RunOutcome) -> None:
         highlight=False,
     )
     out.print(f"report: {outcome.run_dir / 'report.html'}", highlight=False, soft_wrap=True)
+    failed_on = [v.node for v in outcome.verdicts if v.verdict == Verdict.TOOL_ERROR]
+    if failed_on:
+        said = f"error: cluster-accept failed on the controller for {fold(failed_on)} (tool:internal_error): "
+        err.print(
+            visible(said + "not judged, not drained; the traceback is in their rows"), markup=False, soft_wrap=True
+        )
     slurm = outcome.slurm
     if slurm.error:
-        err.print(f"slurm: nothing changed: {slurm.error}", highlight=False, markup=False, soft_wrap=True)
+        err.print(visible(f"slurm: nothing changed: {slurm.error}"), highlight=False, markup=False, soft_wrap=True)
     for action in slurm.actions:
         if action.exit_code is None and not action.applied:
-            out.print(f"slurm (dry run, add --apply): {action.command}", highlight=False, markup=False, soft_wrap=True)
+            dry = visible(f"slurm (dry run, add --apply): {action.command}")
+            out.print(dry, highlight=False, markup=False, soft_wrap=True)
         else:
             said = "done" if action.applied else f"failed (exit {action.exit_code}): {action.output}"
-            out.print(f"slurm: {action.command}: {said}", highlight=False, markup=False, soft_wrap=True)
+            out.print(visible(f"slurm: {action.command}: {said}"), highlight=False, markup=False, soft_wrap=True)
 
 
 SUITE_HELP = "light (preflight and short probes) or full (every stage), instead of --stages"
@@ -331,58 +332,43 @@ def bisect_command(
     raise typer.Exit(outcome.exit_code)
 
 
-@testbed_app.command("up")
-def testbed_up(
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=1000, help="number of simulated nodes")] = 8,
-    faults: Annotated[Path | None, typer.Option("--faults", help="fault plan YAML")] = None,
-) -> None:
-    """Start N simulated GPU nodes (network namespaces with real sshd) and write their inventory."""
-    from cluster_accept.testbed.bed import up
-    from cluster_accept.testbed.faults import load_fault_plan
-
-    try:
-        plan = load_fault_plan(faults) if faults else None
-    except ValueError as exc:
-        raise _fail_usage(str(exc)) from None
-    bed = up(nodes, plan)
-    out.print(f"{len(bed.nodes)} nodes up; inventory: {bed.inventory_path}", highlight=False, soft_wrap=True)
-
-
-@testbed_app.command("down")
-def testbed_down() -> None:
-    """Stop every simulated node and remove the namespaces, bridge and state."""
-    from cluster_accept.testbed.bed import down
-
-    down()
-    out.print("test-bed down")
-
-
-DEMO_FAULTS = Path(__file__).resolve().parent.parent / "testbed" / "demo-faults.yaml"
+testbed_app.command("up")(testbed_commands.testbed_up)
+testbed_app.command("down")(testbed_commands.testbed_down)
 
 
 @app.command("demo")
-def demo(out_dir: Annotated[Path, typer.Option("--out", help="where the run directory goes")] = Path("runs")) -> None:
-    """Bring up an 8-node test-bed with planted faults, accept it, print the report path, take it down."""
-    from cluster_accept.testbed.bed import down, up
-    from cluster_accept.testbed.faults import load_fault_plan
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out", help="where the run directory goes")] = Path("runs"),
+    name: testbed_commands.DemoName = None,
+    state_dir: testbed_commands.StateDir = None,
+) -> None:
+    """Bring up an 8-node test-bed of its own with planted faults, accept it, print the report path, take it
+    down (that test-bed only)."""
+    from cluster_accept.testbed.bed import down
 
-    plan = load_fault_plan(DEMO_FAULTS)
-    out.print("starting an 8-node test-bed (real sshd in network namespaces) with planted faults...")
+    bed = testbed_commands.demo_testbed(name, state_dir)
     try:
-        bed = up(8, plan)
         code = _run(RunRequest(bed.inventory_path, out_dir))
     finally:
-        down()
+        down(bed.state_dir, bed.prefix)
     raise typer.Exit(code)
 
 
 def main() -> None:
     _quiet_prefect()
+    mark_controller()
+    reaped = reap_orphans()
+    if reaped:
+        said = f"stopped {len(reaped)} Prefect API server(s) left by a killed controller (pids {reaped})"
+        err.print(said, highlight=False, markup=False, soft_wrap=True)
     try:
         app()
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the tool failed: one line here, the traceback in the log
+        err.print(visible(failure_line(exc, log_failure(exc, None))), highlight=False, markup=False, soft_wrap=True)
+        sys.exit(TOOL_FAILURE)
 
 
 if __name__ == "__main__":

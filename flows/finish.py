@@ -12,7 +12,7 @@ from typing import Any
 
 from cluster_accept.analysis.history import append_run
 from cluster_accept.analysis.schemas import RUNS, VERDICTS, write_table
-from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
+from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.flows.artifacts import publish
@@ -25,6 +25,8 @@ from cluster_accept.tasks.outputs import now_iso, runs_row
 from cluster_accept.tasks.slurm import SlurmPlan
 from cluster_accept.tasks.stage import RunState
 
+TOOL_FAILURE = 3  # the exit code of a run the tool itself failed in (cli: one line, the traceback in a log)
+
 
 @dataclass
 class RunOutcome:
@@ -35,8 +37,11 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        bad = {Verdict.REJECTED, Verdict.UNREACHABLE}
-        return 1 if any(v.verdict in bad for v in self.verdicts) else 0
+        """3 when the tool failed on any node (the run's word is incomplete: that outranks a rejection), 1 when a
+        node is not accepted, 0 when every tested node is."""
+        if any(v.verdict == Verdict.TOOL_ERROR for v in self.verdicts):
+            return TOOL_FAILURE
+        return 1 if any(v.verdict in NOT_ACCEPTED for v in self.verdicts) else 0
 
     def count(self, verdict: Verdict) -> int:
         return sum(1 for v in self.verdicts if v.verdict == verdict)
@@ -91,6 +96,7 @@ def finish(
     slurm = after_run(state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations)
     state.run_dir.write_json("run.json", run_info)
     Checkpoints(state.run_dir.path).clear()
+    state.run_dir.release()
     return RunOutcome(state.run_id, state.run_dir.path, verdicts, slurm)
 
 

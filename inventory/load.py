@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cluster_accept.inventory.files import ssh_file_problems
 from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand
 from cluster_accept.inventory.model import (
     DEFAULT_SSH,
@@ -129,8 +130,11 @@ def _load_profile_file(path: Path) -> Profile:
         raise InventoryError(str(path), _describe(exc.errors())) from exc
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Read, validate and resolve an inventory file. Raises :class:`InventoryError`."""
+def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
+    """Read, validate and resolve an inventory file. Raises :class:`InventoryError`.
+
+    ``check_files``: also check the controller's files the nodes' SSH settings name (keys, known_hosts:
+    :mod:`inventory.files`); off only where an inventory is read, not used to connect."""
     path = Path(path)
     source = str(path)
     data = _read_yaml(path, source)
@@ -247,6 +251,10 @@ def load_inventory(path: str | Path) -> Inventory:
         )
         for n in nodes
     ]
+    if check_files:
+        problems = ssh_file_problems(n for n in nodes if not n.excluded)
+        if problems:
+            raise InventoryError(source, problems)
     return Inventory(
         cluster=parsed.cluster,
         nodes=nodes,

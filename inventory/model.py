@@ -24,6 +24,9 @@ PositiveSeconds = Annotated[float, Field(gt=0, le=86400)]
 _HOST = r"[A-Za-z0-9_:][A-Za-z0-9._:-]{0,252}"
 _ADDRESS = re.compile(_HOST)
 _JUMP = re.compile(rf"(?:[A-Za-z0-9_][A-Za-z0-9._-]*@)?{_HOST}")
+# A login name as sshd and NSS accept them (POSIX names, dots, '@' of directory users, a trailing '$'): never
+# whitespace, quotes or shell metacharacters, never a leading '-' (an option to ssh).
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@-]{0,63}\$?")
 Port = Annotated[int, Field(ge=1, le=65535)]
 HostKeyPolicy = Literal["strict", "accept-new"]
 
@@ -45,13 +48,49 @@ class SshSettings(_Strict):
     def _jump_is_a_host(cls, jump: str | None) -> str | None:
         if jump is not None and not _JUMP.fullmatch(jump):
             raise ValueError("not [user@]host[:port]: use letters, digits, '.', '-', '_' (':' for a port or IPv6)")
+        if jump is not None:
+            parse_jump(jump)
         return jump
+
+    @field_validator("user")
+    @classmethod
+    def _user_is_a_login(cls, user: str | None) -> str | None:
+        if user is not None and not _USER.fullmatch(user):
+            raise ValueError(
+                f"{user!r} is not a login name: letters, digits, '.', '_', '-', '@' (a trailing '$'), not starting "
+                "with '-', at most 64 characters"
+            )
+        return user
+
+    @field_validator("identity_file", "known_hosts")
+    @classmethod
+    def _path_is_written(cls, path: str | None) -> str | None:
+        if path is not None and (not path.strip() or "\0" in path or path != path.strip()):
+            raise ValueError("an empty path, or one with surrounding spaces or a NUL character")
+        return path
 
     def merged_over(self, base: SshSettings) -> SshSettings:
         """These settings, with unset keys taken from ``base``."""
         values = base.model_dump()
         values.update({k: v for k, v in self.model_dump().items() if v is not None})
         return SshSettings(**values)
+
+
+def parse_jump(jump: str) -> tuple[str | None, str, int | None]:
+    """``[user@]host[:port]`` → (user, host, port); raises ValueError naming what is wrong (an IPv6 address,
+    several ':', has no port)."""
+    user, _, hostport = jump.rpartition("@")
+    if "@" in jump and not user:
+        raise ValueError(f"jump host {jump!r}: empty user before '@'")
+    host, port = hostport, None
+    if hostport.count(":") == 1:
+        host, port_text = hostport.split(":")
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"jump host {jump!r}: port {port_text!r} is not a number from 1 to 65535")
+        port = int(port_text)
+    if not host:
+        raise ValueError(f"jump host {jump!r}: no host name")
+    return user or None, host, port
 
 
 class MinVersion(_Strict):

@@ -2,7 +2,8 @@
 
 One connection per node, reused for all of that node's commands (they travel as one batch script); a
 failed, slow or unreachable node never aborts the others, and every node comes back with a
-:class:`~remote.result.NodeResult` (an unexpected exception too, as status ``error``).
+:class:`~remote.result.NodeResult`: a node that went away mid-batch as ``unreachable`` (``session_lost``) with
+what completed before, an exception of the controller's own as ``tool_error`` (never a fact about the node).
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Protocol
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
 from cluster_accept.remote.local import run_local
-from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.result import (
+    CommandResult,
+    NodeResult,
+    NodeStatus,
+    RemoteCommand,
+    SessionLost,
+    UnreachableCause,
+)
 from cluster_accept.remote.ssh import Unreachable, open_session
 
 DEFAULT_CONCURRENCY = 64
@@ -53,28 +62,46 @@ def connect(node: Node) -> NodeSession | Unreachable:
     return open_session(node)
 
 
-def run_batch(
-    session: NodeSession, node: Node, commands: Sequence[RemoteCommand]
-) -> tuple[NodeStatus, str, list[CommandResult]]:
+@dataclass
+class BatchOutcome:
+    """A batch's end: ``status`` with its ``cause`` when the node went away mid-batch (what completed before
+    is in ``results``: commands that never reported have no exit code)."""
+
+    status: NodeStatus
+    detail: str
+    results: list[CommandResult]
+    cause: UnreachableCause | None = None
+
+
+def run_batch(session: NodeSession, node: Node, commands: Sequence[RemoteCommand]) -> BatchOutcome:
     """Run ``commands`` as one script in an open session."""
     default_timeout = node.ssh.command_timeout_s or 120.0
     nonce = new_nonce()
     script = build_batch(commands, default_timeout, nonce)
-    exit_code, stdout, stderr, timed_out = session.run_script(script, batch_timeout(commands, default_timeout))
+    try:
+        exit_code, stdout, stderr, timed_out = session.run_script(script, batch_timeout(commands, default_timeout))
+    except SessionLost as lost:
+        results = parse_batch(commands, lost.stdout, lost.stderr, nonce)
+        return BatchOutcome(NodeStatus.UNREACHABLE, lost.detail, results, UnreachableCause.SESSION_LOST)
     results = parse_batch(commands, stdout, stderr, nonce)
     if timed_out:
         for result in results:
             if result.exit_code is None:
                 result.timed_out = True
-        return NodeStatus.OK, "the batch hit the client-side timeout", results
+        return BatchOutcome(NodeStatus.OK, "the batch hit the client-side timeout", results)
     if exit_code != 0 or any(r.exit_code is None for r in results):
-        detail = f"batch exited {exit_code}: {stderr.strip()[-500:]}"
-        return NodeStatus.ERROR, detail, results
-    return NodeStatus.OK, "", results
+        return BatchOutcome(NodeStatus.ERROR, f"batch exited {exit_code}: {stderr.strip()[-500:]}", results)
+    return BatchOutcome(NodeStatus.OK, "", results)
+
+
+def tool_error_detail(exc: BaseException) -> str:
+    """An error of the controller's own, for a node's record: the exception first, then where it came from."""
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
 
 
 def run_node(node: Node, commands: Sequence[RemoteCommand]) -> NodeResult:
-    """Connect to one node, run its batch, close. Never raises."""
+    """Connect to one node, run its batch, close. Never raises: what failed on the controller's side (not the
+    node's) comes back as status ``tool_error``."""
     started = time.monotonic()
     try:
         session = connect(node)
@@ -87,13 +114,14 @@ def run_node(node: Node, commands: Sequence[RemoteCommand]) -> NodeResult:
                 duration_s=time.monotonic() - started,
             )
         try:
-            status, detail, results = run_batch(session, node, commands)
+            batch = run_batch(session, node, commands)
         finally:
             session.close()
-        return NodeResult(node.name, status, None, detail, results, time.monotonic() - started)
+        return NodeResult(node.name, batch.status, batch.cause, batch.detail, batch.results, time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - one node's bug must not lose the others
-        detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        return NodeResult(node.name, NodeStatus.ERROR, None, detail, [], time.monotonic() - started)
+        return NodeResult(
+            node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc), [], time.monotonic() - started
+        )
 
 
 def fan_out(

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 class NodeStatus(str, enum.Enum):
     OK = "ok"  # connected and the batch ran (individual commands may still have failed)
     UNREACHABLE = "unreachable"  # no session could be opened; ``cause`` says why
-    ERROR = "error"  # connected, but the batch itself broke (session died, bad output)
+    ERROR = "error"  # connected, but the batch itself broke on the node (bad output, a copy refused)
+    TOOL_ERROR = "tool_error"  # the controller failed (an internal error): the node was not judged
 
 
 class UnreachableCause(str, enum.Enum):
@@ -26,7 +27,24 @@ class UnreachableCause(str, enum.Enum):
     HOST_KEY = "host-key"  # unknown key under 'strict', or a key that changed
     PROTOCOL = "protocol"  # connected but no SSH conversation (banner, reset): often sshd MaxStartups
     JUMP = "jump"  # the jump host itself could not be used
+    SESSION_LOST = "session_lost"  # the session ended under us: EOF or reset before the exit status (a crash)
     ERROR = "error"  # anything else, with the exception text in ``detail``
+
+
+class SessionLost(Exception):
+    """The node went away under an open session: the connection closed, was reset, or stopped answering
+    before a command's exit status came. Carries what the command printed until then."""
+
+    def __init__(self, detail: str, stdout: str = "", stderr: str = ""):
+        super().__init__(detail)
+        self.detail = detail
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class NodeRefused(Exception):
+    """The node refused an operation on a working session (a file copy failed: its disk is full, a path is
+    not writable): the node's fault, not the controller's, and not a lost session."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Connecting costs far more than a command on an open session (key exchange and au
 But paramiko keeps a thread per open connection, so idle sessions are kept for at most ``capacity`` nodes:
 beyond that, a node's poll connects afresh. A kept session that turns out broken (the node's sshd restarted,
 the connection dropped) is replaced once by a fresh one before the command counts as failed; a node that
-cannot be connected to comes back as :class:`~remote.ssh.Unreachable`, as data.
+cannot be connected to, or that went away under its session, comes back as :class:`~remote.ssh.Unreachable`,
+as data.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import NodeSession
+from cluster_accept.remote.result import SessionLost, UnreachableCause
 from cluster_accept.remote.ssh import Unreachable
 
 Answer = tuple[int | None, str, str, bool]  # exit code or None, stdout, stderr, timed out on the client
@@ -45,22 +47,33 @@ class SessionCache:
 
     def run(self, node: Node, script: str, timeout_s: float) -> Answer | Unreachable:
         """Run ``script`` on ``node``. Only a session that answered is kept: one that broke under the command
-        (no exit status) or did not answer in time is closed, so the node's next command connects afresh."""
+        or did not answer in time is closed, so the node's next command connects afresh. A kept session that
+        was lost is tried once more on a fresh one; when none opens, the node is ``session_lost`` (it went away
+        during the run), with why the fresh one did not open."""
         session, kept = self.take(node)
         answer = self._run(node, session, script, timeout_s)
-        if kept and isinstance(answer, tuple) and answer[0] is None and not answer[3]:
-            answer = self._run(node, self._connect(node), script, timeout_s)  # a kept one went stale
+        if kept and isinstance(answer, Unreachable) and answer.cause is UnreachableCause.SESSION_LOST:
+            retried = self._run(node, self._connect(node), script, timeout_s)
+            if isinstance(retried, Unreachable) and retried.cause is not UnreachableCause.SESSION_LOST:
+                detail = f"{answer.detail}; a new session did not open either ({retried.cause.value}: {retried.detail})"
+                return Unreachable(UnreachableCause.SESSION_LOST, detail)
+            answer = retried
         return answer
 
     def _run(
         self, node: Node, session: NodeSession | Unreachable, script: str, timeout_s: float
     ) -> Answer | Unreachable:
+        """Errors of the controller's own (a bug, no file descriptors left) are raised: no fact about the node."""
         if isinstance(session, Unreachable):
             return session
         try:
             answer = session.run_script(script, timeout_s)
-        except Exception as exc:  # noqa: BLE001 - a broken session is data
-            answer = (None, "", f"{type(exc).__name__}: {exc}", False)
+        except SessionLost as lost:
+            session.close()
+            return Unreachable(UnreachableCause.SESSION_LOST, lost.detail)
+        except BaseException:
+            session.close()
+            raise
         if answer[0] is None:
             session.close()
         else:

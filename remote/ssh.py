@@ -8,7 +8,10 @@ What this module guarantees, whatever the inventory says:
   appends it to known_hosts under a process-wide lock (concurrent rewrites would lose entries);
 - one fresh :class:`fabric.Config` per connection (a shared one breaks across threads) built over one
   ssh_config parsed once (re-reading ~/.ssh/config per host is slow at 1,000 nodes);
-- failures to connect come back as an :class:`~remote.result.UnreachableCause`, not an exception;
+- failures to connect come back as an :class:`~remote.result.UnreachableCause`; a failure on the controller's
+  side (its key file gone, no file descriptors, a bug of ours) is raised: no fact about the node;
+- a node that goes away under an open session (crash, reboot, sshd killed, network cut) raises
+  :class:`~remote.result.SessionLost` with what arrived until then;
 - new connections through one jump host are throttled: a bastion's sshd drops bursts (MaxStartups).
 """
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import random
-import select
 import shlex
 import socket
 import threading
@@ -28,14 +30,25 @@ from typing import Any
 import paramiko
 from fabric import Config, Connection
 
-from cluster_accept.inventory.model import Node, SshSettings
-from cluster_accept.remote.result import UnreachableCause
+from cluster_accept.inventory.model import Node, SshSettings, parse_jump
+from cluster_accept.remote.channel import follow
+from cluster_accept.remote.result import NodeRefused, SessionLost, UnreachableCause
 
 JUMP_CONNECTS_IN_FLIGHT = 8
 RETRIES_ON_PROTOCOL_ERROR = 3
 AUTH_TIMEOUT_MIN_S = 30.0
 AUTH_TIMED_OUT = "authentication did not finish in time"
 KEEPALIVE_S = 30
+SESSION_ENDED = "transport shut down or saw eof"  # paramiko: the connection closed during authentication
+# Errors of the controller itself, not of the network or the node: raised, never reported as the node's.
+_CONTROLLER_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.ENOSPC})
+_NETWORK_ERRNOS = frozenset(
+    {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH}
+)
+
+# Worth another try: a dropped handshake (MaxStartups), a session that closed while it opened (a node that
+# rebooted comes back refused or timing out on the next try, which then says so).
+_TRANSIENT = frozenset({UnreachableCause.PROTOCOL, UnreachableCause.SESSION_LOST})
 
 _known_hosts_lock = threading.Lock()
 _jump_slots_lock = threading.Lock()
@@ -87,18 +100,6 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
                 handle.write(line)
 
 
-def _parse_jump(jump: str) -> tuple[str | None, str, int | None]:
-    """``user@host:port`` → (user, host, port)."""
-    user = None
-    if "@" in jump:
-        user, jump = jump.rsplit("@", 1)
-    port = None
-    if jump.count(":") == 1:
-        jump, port_text = jump.split(":")
-        port = int(port_text)
-    return user, jump, port
-
-
 def _connect_kwargs(ssh: SshSettings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "banner_timeout": ssh.connect_timeout_s,
@@ -142,11 +143,24 @@ def _connection(host: str, ssh: SshSettings, gateway: Connection | None = None) 
     return connection
 
 
+def _controller_side(exc: BaseException) -> bool:
+    """A failure of the controller, not of the node: its key file missing or unreadable, no file descriptors or
+    memory left, or a Python error of ours (not a network or SSH error)."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, MemoryError)):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in _CONTROLLER_ERRNOS
+    return not isinstance(exc, (paramiko.SSHException, EOFError, ValueError))
+
+
 def classify(exc: BaseException) -> Unreachable:
-    """Map whatever paramiko/socket raised into a cause an operator can act on."""
+    """Map whatever paramiko/socket raised into a cause an operator can act on. A failure on the controller's
+    side is no cause of the node's: it is raised again (the caller reports the tool's error)."""
     if isinstance(exc, Unreachable):
         return exc
-    text = (str(exc) or type(exc).__name__).replace("[Errno None] ", "")
+    if _controller_side(exc):
+        raise exc
+    text = _text(exc)
     if isinstance(exc, socket.gaierror):
         return Unreachable(UnreachableCause.DNS, text)
     if isinstance(exc, paramiko.BadHostKeyException):
@@ -169,6 +183,11 @@ def classify(exc: BaseException) -> Unreachable:
         return Unreachable(UnreachableCause.TIMEOUT, f"no answer within the connect timeout ({text})")
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
         return Unreachable(UnreachableCause.NO_ROUTE, text)
+    if isinstance(exc, paramiko.SSHException) and SESSION_ENDED in text.lower():
+        # The connection closed while the session opened: the node (or its sshd) went away, not a refused key.
+        return Unreachable(
+            UnreachableCause.SESSION_LOST, f"the connection closed while the session was opening ({text})"
+        )
     if isinstance(exc, paramiko.AuthenticationException) and "timeout" in text.lower():
         # Not a refused key: the node was too slow to answer (load); retried, then reported as a timeout.
         return Unreachable(UnreachableCause.TIMEOUT, f"{AUTH_TIMED_OUT} ({text})")
@@ -184,11 +203,23 @@ def classify(exc: BaseException) -> Unreachable:
         return Unreachable(UnreachableCause.PROTOCOL, text)
     if isinstance(exc, (ConnectionResetError, EOFError)):
         return Unreachable(UnreachableCause.PROTOCOL, text)
+    if isinstance(exc, OSError) and exc.errno in _NETWORK_ERRNOS:
+        return Unreachable(
+            UnreachableCause.SESSION_LOST, f"the connection broke while the session was opening ({text})"
+        )
     if isinstance(exc, ValueError) and "key" in text.lower():
         return Unreachable(UnreachableCause.AUTH, text)
-    if isinstance(exc, FileNotFoundError):
-        return Unreachable(UnreachableCause.AUTH, f"identity file missing: {text}")
+    if isinstance(exc, ValueError):
+        raise exc
     return Unreachable(UnreachableCause.ERROR, f"{type(exc).__name__}: {text}")
+
+
+def _text(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).replace("[Errno None] ", "")
+
+
+def _decoded(out: bytearray, err: bytearray) -> tuple[str, str]:
+    return out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def _jump_slot(jump: str) -> threading.BoundedSemaphore:
@@ -210,47 +241,65 @@ class SshSession:
 
         Returns (exit code or None, stdout, stderr, timed out on the client). Reads the channel directly:
         when a node dies mid-command its channel closes without an exit status, and waiting for one (as
-        Fabric's runner does) would block until the client-side timeout.
+        Fabric's runner does) would block until the client-side timeout. Raises :class:`SessionLost` when the
+        connection closes, is reset, or stops answering before the exit status comes (a node that lost power
+        sends nothing at all: after :data:`SILENCE_CHECK_S` without output, and at the client-side timeout, a
+        channel is opened beside the command to see whether the node is still there).
         """
         command_line = "sh -c " + shlex.quote(script)
         transport = self.connection.transport
         if transport is None or not transport.is_active():
-            return None, "", "the SSH session is closed", False
-        deadline = time.monotonic() + timeout_s
-        channel = transport.open_session(timeout=min(30.0, timeout_s))
+            raise SessionLost("the SSH session had closed before the command was sent")
         out, err = bytearray(), bytearray()
-        timed_out = False
         try:
-            channel.exec_command(command_line)
-            channel.shutdown_write()  # never interactive: no stdin
-            while True:
-                select.select([channel], [], [], 0.2)
-                while channel.recv_ready():
-                    out += channel.recv(1 << 16)
-                while channel.recv_stderr_ready():
-                    err += channel.recv_stderr(1 << 16)
-                # Done when both the output (EOF) and the exit status are in: sshd may send the status first.
-                finished = channel.exit_status_ready() and (channel.eof_received or channel.closed)
-                if finished and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
-                if not transport.is_active():
-                    break
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-            code = channel.recv_exit_status() if channel.status_event.is_set() else None
+            channel = transport.open_session(timeout=min(30.0, timeout_s))
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise SessionLost(f"the node did not open a channel on its session: {_text(exc)}") from exc
+        try:
+            code, timed_out = follow(channel, transport, command_line, timeout_s, (out, err))
+        except SessionLost as lost:
+            raise SessionLost(lost.detail, *_decoded(out, err)) from lost
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise SessionLost(f"the session broke mid-command: {_text(exc)}", *_decoded(out, err)) from exc
         finally:
             channel.close()
-        return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out
+        if code is None and not timed_out and not transport.is_active():
+            raise SessionLost(
+                "the connection closed before the command's exit status came: the node crashed or rebooted, or "
+                "its sshd was killed",
+                *_decoded(out, err),
+            )
+        stdout, stderr = _decoded(out, err)
+        return code, stdout, stderr, timed_out
 
     def put(self, local_path: str, remote_path: str) -> None:
-        self.connection.put(local_path, remote=remote_path)
+        """Copy a file to the node (SFTP). A session that broke raises :class:`SessionLost`; a node that
+        refused the copy (full disk, a path it cannot write) :class:`NodeRefused`."""
+        try:
+            self.connection.put(local_path, remote=remote_path)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            if not Path(local_path).is_file():
+                raise  # our own file is missing: the controller's failure
+            if self.connection.transport is None or not self.connection.transport.is_active():
+                raise SessionLost(f"the session broke while copying {Path(local_path).name}: {_text(exc)}") from exc
+            raise NodeRefused(
+                f"the node refused the copy of {Path(local_path).name} to {remote_path}: {_text(exc)}"
+            ) from exc
 
     def close(self) -> None:
         try:
             self.connection.close()
         except Exception:  # noqa: BLE001 - closing a dead session must not hide the real result
             pass
+
+
+def _after_loss(lost: Unreachable | None, failure: Unreachable) -> Unreachable:
+    """The last try's failure; but a node that went away while a session opened (it answered, then closed)
+    and is refused or silent on the next tries is named for that: it died or rebooted under us."""
+    gone = {UnreachableCause.REFUSED, UnreachableCause.TIMEOUT, UnreachableCause.NO_ROUTE}
+    if lost is None or failure.cause not in gone:
+        return failure
+    return Unreachable(UnreachableCause.SESSION_LOST, f"{lost.detail}; then {failure.cause.value}: {failure.detail}")
 
 
 def open_session(node: Node) -> SshSession | Unreachable:
@@ -265,11 +314,12 @@ def open_session(node: Node) -> SshSession | Unreachable:
     gateway = None
     jump = ssh.jump
     if jump:
-        user, host, port = _parse_jump(jump)
+        user, host, port = parse_jump(jump)
         jump_ssh = ssh.model_copy(update={"user": user or ssh.user, "port": port or 22})
         gateway = _connection(host, jump_ssh)
     connection = _connection(node.connect_host, ssh, gateway=gateway)
     attempt = 0
+    lost: Unreachable | None = None  # the session closed under us on an earlier try
     while True:
         attempt += 1
         try:
@@ -281,16 +331,17 @@ def open_session(node: Node) -> SshSession | Unreachable:
             if connection.transport is not None:
                 connection.transport.set_keepalive(KEEPALIVE_S)
             return SshSession(node, connection)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes data
-            failure = classify(exc)
-            if gateway is not None and not gateway.is_connected:
-                failure = Unreachable(UnreachableCause.JUMP, f"jump host {jump}: {failure}")
+        except Exception as exc:  # noqa: BLE001 - every failure of the node's becomes data
             try:
                 connection.close()
             except Exception:  # noqa: BLE001
                 pass
-            transient = failure.cause is UnreachableCause.PROTOCOL or failure.detail.startswith(AUTH_TIMED_OUT)
+            failure = classify(exc)  # raises again what failed on the controller's side
+            if gateway is not None and not gateway.is_connected:
+                failure = Unreachable(UnreachableCause.JUMP, f"jump host {jump}: {failure}")
+            transient = failure.cause in _TRANSIENT or failure.detail.startswith(AUTH_TIMED_OUT)
             if transient and attempt <= RETRIES_ON_PROTOCOL_ERROR:
+                lost = failure if failure.cause is UnreachableCause.SESSION_LOST else lost
                 time.sleep(random.uniform(0.2, 0.6) * attempt)  # noqa: S311 - jitter, not crypto
                 continue
-            return failure
+            return _after_loss(lost, failure)

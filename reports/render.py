@@ -4,7 +4,9 @@ function so the two formats say the same thing.
 The HTML is one self-contained file (these machines have no internet): styles, charts (inline SVG) and the
 small table filter are inside it, and its Content-Security-Policy allows nothing else to load or run. Node
 output is never trusted: Jinja2 autoescapes everything, and the policy only runs the one script whose
-hash it names, so even an escaping mistake could not run a GPU name that carries ``<script>``.
+hash it names, so even an escaping mistake could not run a GPU name that carries ``<script>``. Control
+characters in node output (ESC sequences, CR, BEL, bidi overrides) reach neither file raw: every value both
+templates print passes through :func:`~cluster_accept.analysis.text.visible`, which shows them as escapes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from cluster_accept.analysis.causes import cause_first, explain
+from cluster_accept.analysis.text import keep_head, visible
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.checks.reasons import ReasonCatalog
@@ -30,7 +33,8 @@ from cluster_accept.reports.charts import fmt
 
 TEMPLATES = Path(__file__).parent / "templates"
 EXCERPT_CHARS = 1200
-FILTER_SCRIPT = (TEMPLATES / "filter.js").read_text()
+# Hashed as printed: every printed value passes through visible(), so the script does too.
+FILTER_SCRIPT = visible((TEMPLATES / "filter.js").read_text())
 
 
 @dataclass
@@ -67,7 +71,7 @@ def _findings(
             found.setdefault(node, []).append(
                 {
                     **row.record(),
-                    "excerpt": row.raw_output[:EXCERPT_CHARS],
+                    "excerpt": keep_head(row.raw_output, EXCERPT_CHARS),
                     "action": hint.action.value,
                     "why": hint.why if not causes else f"explained by {causes[0].code}: {hint.why}",
                     "reproduce": reproduce(row, inventory, good_node) if row.status in BAD_STATUSES else [],
@@ -154,8 +158,9 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
 
 def markdown_text(value: object) -> str:
     """Every value put into the Markdown: ``<``, ``>`` and ``&`` escaped, since wherever the Markdown is
-    rendered (ticket systems, chat) raw HTML in it would be live."""
-    text = "" if value is None else str(value)
+    rendered (ticket systems, chat) raw HTML in it would be live; control characters shown as escapes, since it
+    is as often read in a terminal."""
+    text = visible("" if value is None else str(value))
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -164,13 +169,25 @@ def markdown_cell(value: object) -> str:
     return str(value if value is not None else "").replace("|", "\\|").replace("\n", " ")
 
 
+def html_text(value: object) -> object:
+    """Every value put into the HTML, before autoescaping: control characters shown as escapes. Markup (the
+    charts, the script) stays Markup: the escapes add no character that HTML treats specially."""
+    html = getattr(value, "__html__", None)
+    if html is not None:
+        return Markup(visible(html()))
+    return visible(str(value))
+
+
 def script_hash(script: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
 
 
 def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
     html_env = Environment(
-        loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]), keep_trailing_newline=True
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(["html", "j2"]),
+        keep_trailing_newline=True,
+        finalize=html_text,
     )
     md_env = Environment(  # noqa: S701 - Markdown, escaped by markdown_text on every output
         loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True, finalize=markdown_text

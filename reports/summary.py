@@ -13,7 +13,7 @@ from typing import Any
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
-VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED)
+VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED, Verdict.TOOL_ERROR)
 # Key figures exported per node: (metric in measurements, Prometheus name, help text).
 FIGURES = (
     ("gemm_bf16_tflops", "cluster_accept_gemm_bf16_tflops", "Median bf16 GEMM TFLOP/s over the node's GPUs."),
@@ -35,7 +35,7 @@ def summary(
     bad = [
         {"node": v.node, "verdict": v.verdict.value, "reasons": list(v.reasons)}
         for v in verdicts
-        if v.verdict in NOT_ACCEPTED
+        if v.verdict in NOT_ACCEPTED or v.verdict == Verdict.TOOL_ERROR
     ]
     flagged = [
         {"node": v.node, "warnings": warnings[v.node]}
@@ -52,7 +52,8 @@ def summary(
         "counts": {verdict.value: count for verdict, count in counts.items()},
         "all_accepted": counts[Verdict.ACCEPTED] > 0
         and counts[Verdict.REJECTED] == 0
-        and counts[Verdict.UNREACHABLE] == 0,
+        and counts[Verdict.UNREACHABLE] == 0
+        and counts[Verdict.TOOL_ERROR] == 0,
         "not_accepted": bad,
         "accepted_with_warnings": flagged,
     }

@@ -3,13 +3,19 @@ group that failed (or never started) says about each of its nodes, leading with 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cluster_accept.analysis.nccl_log import nccl_transports, transport_matches, why_first
+from cluster_accept.analysis.secrets import mask_secrets
+from cluster_accept.analysis.text import keep_tail
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.allreduce import UNREADABLE
+from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.launcher import GroupRun
+from cluster_accept.tasks.rows import tool_error_row
 
 
 def transport_rows(node: Node, log: str, group: str) -> list[CheckRow]:
@@ -47,6 +53,12 @@ def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
             for n in run.nodes
         ]
     unreachable = {name for name, rank in run.ranks.items() if rank.cause is not None}
+    failed_here = [(name, rank) for name, rank in run.ranks.items() if rank.status is NodeStatus.TOOL_ERROR]
+    if failed_here:  # the run's result is unknown because of the tool, not of any node
+        name, rank = failed_here[0]
+        row, raw = tool_error_row(rank.detail)
+        said = f"the all-reduce of {group} could not be judged: the controller failed on {name}'s rank ({row.detail})"
+        return [(n, replace(row, item=item, detail=said), raw) for n in run.nodes if n not in unreachable]
     lost = {
         name
         for name, rank in run.ranks.items()
@@ -69,7 +81,8 @@ def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
             status, reason, said = Status.ERROR, "collective_failed", f"exit {code}"
         if result is not None:
             why, evidence = why_first(
-                result.stdout + "\n" + result.stderr, result.stdout[-1500:] + result.stderr[-500:]
+                result.stdout + "\n" + result.stderr,
+                keep_tail(mask_secrets(result.stdout), 1500) + keep_tail(mask_secrets(result.stderr), 500),
             )
         else:
             why, evidence = "", rank.detail

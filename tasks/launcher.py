@@ -11,7 +11,8 @@ All ranks of a group must run at once, and a group may have more ranks than the 
 bound, or take 1,000 threads for 1,000 nodes. So each rank is started *detached* on its node (a short
 operation, :mod:`remote.detached`) and watched with short polls, which collect its log and exit status
 when it ends and remove its directory. The calling thread drives every rank of the groups given (an
-isolation round's disjoint groups); every SSH operation runs in one pool of ``concurrency`` threads.
+isolation round's disjoint groups); every SSH operation runs in one pool of ``concurrency`` threads. What one
+operation on one rank does (its command, start, poll) is in :mod:`tasks.ranks`.
 
 The launcher is chosen by the profile (``probes.launcher``): ``ssh`` is implemented here; ``slurm`` (srun
 in an allocation) plugs in behind the same :func:`launch_group` signature.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import math
 import queue
 import secrets
-import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,17 +33,28 @@ from typing import Any
 
 from cluster_accept.analysis.nccl_log import nccl_transports
 from cluster_accept.analysis.probe_output import parse_json_lines
+from cluster_accept.analysis.text import keep_head, keep_tail
 from cluster_accept.inventory.model import Node
-from cluster_accept.probes.scripts import gpu_count, job_env
 from cluster_accept.remote.batch import batch_timeout
 from cluster_accept.remote.detached import PollAnswer, poll_detached, tag_pattern
 from cluster_accept.remote.fanout import connect
-from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.result import (
+    CommandResult,
+    NodeStatus,
+    RemoteCommand,
+)
 from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.remote.ssh import Unreachable
-from cluster_accept.tasks.probe_dir import ProbeDirError, start_in_probe_dir
+from cluster_accept.tasks.ranks import (
+    GroupRun,
+    RankRun,
+    free_port,
+    poll_rank,
+    rank_command,
+    rendezvous_address,
+    start_rank,
+)
 
-CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
 DEFAULT_CONCURRENCY = 64
 THREAD_PREFIX = "ca-launch"  # the pool's thread names: at most ``concurrency`` of them at any time
 POLL_S = 2.0  # a running rank is looked at this often (less often when ranks outnumber threads)
@@ -53,104 +64,6 @@ STOP_RETRY_S = 3.0  # a rank that outlived a stop (a process forked while we kil
 POLL_MISSES = 3  # polls in a row without an answer (the node connects but does not reply) make it lost
 STOP_GIVE_UP_S = 60.0  # past its deadline a rank that no stop could end is given up on (the node hangs)
 ABANDON_WAIT_S = 30.0
-_PORT_SCRIPT = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
-
-
-@dataclass
-class RankRun:
-    node: str
-    status: NodeStatus
-    cause: str | None = None
-    detail: str = ""
-    result: CommandResult | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status is NodeStatus.OK and self.result is not None and self.result.ok
-
-
-@dataclass
-class GroupRun:
-    nodes: tuple[str, ...]
-    tag: str
-    ranks: dict[str, RankRun] = field(default_factory=dict)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
-    transports: dict[str, int] = field(default_factory=dict)
-    detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.ranks) and all(r.ok for r in self.ranks.values()) and bool(self.measurements)
-
-    @property
-    def busbw_gbps(self) -> float | None:
-        """Bus bandwidth at the largest message size; None when the run did not complete."""
-        if not self.ok:
-            return None
-        largest = max(self.measurements, key=lambda m: m.get("size") or 0)
-        return float(largest["value"])
-
-
-def rendezvous_address(master: Node) -> str:
-    return "127.0.0.1" if master.is_local else master.connect_host
-
-
-def _rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
-    probes = node.profile.probes
-    python = shlex.quote(probes.python)
-    run = f"{probes.command_prefix} " if probes.command_prefix else ""
-    extra = {"NCCL_DEBUG": "INFO"}
-    ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
-    if probes.device == "cpu" and ifname:
-        extra["GLOO_SOCKET_IFNAME"] = ifname
-    if probes.device == "cuda":
-        count = gpu_count(node)
-        sizes = f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
-    else:
-        count = "n=1; "
-        sizes = f"--min-bytes {CPU_BYTES} --max-bytes {CPU_BYTES} --repeats 2"
-    wait = int(probes.rendezvous_timeout_s)
-    variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
-    script = (
-        f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={world} '
-        f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
-        f"--rdzv-conf=timeout={wait} allreduce.py --device {probes.device} --label inter_node "
-        f"--tag {shlex.quote(tag)} {sizes} --init-timeout-s {wait} 2>&1"
-    )
-    return RemoteCommand("allreduce_inter", script, timeout_s=probes.timeout_s)
-
-
-def _free_port(sessions: SessionCache, master: Node) -> int | RankRun:
-    script = f"{shlex.quote(master.profile.probes.python)} -c {shlex.quote(_PORT_SCRIPT)}"
-    answer = sessions.run(master, script, 60)
-    if isinstance(answer, Unreachable):
-        return RankRun(master.name, NodeStatus.UNREACHABLE, answer.cause.value, answer.detail)
-    code, out, err, _ = answer
-    text = out.strip().splitlines()[-1] if out.strip() else ""
-    if code != 0 or not (text.isascii() and text.isdigit()):
-        return RankRun(master.name, NodeStatus.ERROR, None, f"could not pick a free port: {err.strip() or out}")
-    return int(text)
-
-
-def _start_rank(
-    sessions: SessionCache, node: Node, command: RemoteCommand, stopping: threading.Event, tag: str
-) -> tuple[str, int] | RankRun:
-    """Probe directory, wrapper, detached start: (directory, wrapper pid), or why the rank did not start."""
-    if stopping.is_set():
-        return RankRun(node.name, NodeStatus.ERROR, None, "not started: the run was stopped")
-    session, _ = sessions.take(node)
-    if isinstance(session, Unreachable):
-        return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
-    try:
-        started = start_in_probe_dir(session, node, ("allreduce.py",), command, tag)
-    except ProbeDirError as exc:
-        sessions.give(node, session)
-        return RankRun(node.name, NodeStatus.ERROR, None, str(exc))
-    except Exception as exc:  # noqa: BLE001 - one node's failure is data
-        session.close()
-        return RankRun(node.name, NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
-    sessions.give(node, session)
-    return started
 
 
 @dataclass
@@ -197,7 +110,7 @@ class _Launcher:
         abandoned = False
         try:
             for group in groups:
-                self.submit(partial(self.port_known, group), _free_port, self.sessions, group.nodes[0])
+                self.submit(partial(self.port_known, group), free_port, self.sessions, group.nodes[0])
             while True:
                 wake = self.schedule(groups, time.monotonic())
                 if not self.inflight and wake is None:
@@ -241,7 +154,7 @@ class _Launcher:
                 rank.busy = True
                 pattern = tag_pattern(group.run.tag) if group.stopping.is_set() else None
                 then = partial(self.polled, group, rank, pattern is not None)
-                self.submit(then, poll_detached, self.sessions, rank.node, rank.remote_dir, rank.pid, pattern)
+                self.submit(then, poll_rank, self.sessions, rank.node, rank.remote_dir, rank.pid, pattern)
             else:
                 wake = min(wake if wake is not None else math.inf, rank.next_poll - now)
         return wake
@@ -253,10 +166,10 @@ class _Launcher:
             return
         master, world = rendezvous_address(group.nodes[0]), len(group.nodes)
         for index, node in enumerate(group.nodes):
-            rank = _Rank(node, _rank_command(node, index, world, master, port, group.run.tag))
+            rank = _Rank(node, rank_command(node, index, world, master, port, group.run.tag))
             group.ranks.append(rank)
             then = partial(self.started, group, rank)
-            self.submit(then, _start_rank, self.sessions, node, rank.command, group.stopping, group.run.tag)
+            self.submit(then, start_rank, self.sessions, node, rank.command, group.stopping, group.run.tag)
 
     def started(self, group: _Group, rank: _Rank, outcome: tuple[str, int] | RankRun) -> None:
         now = time.monotonic()
@@ -267,11 +180,15 @@ class _Launcher:
         rank.deadline = now + batch_timeout([rank.command], rank.node.ssh.command_timeout_s or 120.0)
         rank.next_poll = now if group.stopping.is_set() else now + FIRST_POLL_S
 
-    def polled(self, group: _Group, rank: _Rank, stopped: bool, answer: PollAnswer | Unreachable | str) -> None:
+    def polled(
+        self, group: _Group, rank: _Rank, stopped: bool, answer: PollAnswer | Unreachable | RankRun | str
+    ) -> None:
         rank.busy = False
         rank.polls += 1
         now = time.monotonic()
-        if isinstance(answer, Unreachable):  # the node died, or its network did: as at start, a rank cause
+        if isinstance(answer, RankRun):  # the controller failed polling it
+            self.end(group, rank, answer)
+        elif isinstance(answer, Unreachable):  # the node died, or its network did: as at start, a rank cause
             self.end(group, rank, RankRun(rank.node.name, NodeStatus.UNREACHABLE, answer.cause.value, answer.detail))
         elif isinstance(answer, str):
             rank.misses += 1
@@ -300,7 +217,7 @@ class _Launcher:
         if rank.client_timed_out:
             return RankRun(rank.node.name, NodeStatus.OK, None, "killed at the client-side timeout", result)
         why = "stopped with the run" if group.stopping.is_set() else "ended without an exit status"
-        said = answer.stderr.strip()[-300:]
+        said = keep_tail(answer.stderr.strip(), 300)
         return RankRun(rank.node.name, NodeStatus.ERROR, None, f"{why}: {said}" if said else why, result)
 
     def end(self, group: _Group, rank: _Rank, outcome: RankRun) -> None:
@@ -355,7 +272,7 @@ def _outcome(group: _Group) -> None:
             for n, r in run.ranks.items()
             if not r.ok
         ]
-        run.detail = "; ".join(failed)[:2000] or "no all-reduce figure"
+        run.detail = keep_head("; ".join(failed), 2000) or "no all-reduce figure"
 
 
 def _refused(nodes: Sequence[Node]) -> str:

@@ -6,14 +6,17 @@ Everything an operator needs after the run is here; a crash keeps what completed
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
+import os
 import platform
 import secrets
+import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 
@@ -42,6 +45,17 @@ def tool_versions() -> dict[str, str]:
 class RunDir:
     path: Path
     run_id: str
+    lock: IO[str] | None = field(default=None, repr=False, compare=False)  # held while this process runs it
+
+    def hold(self) -> None:
+        """Take the run's lock (:func:`hold_run`) for this process; raises :class:`RunLocked`."""
+        if self.lock is None:
+            self.lock = hold_run(self.path)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
 
     @classmethod
     def create(cls, out_dir: Path, run_id: str | None = None) -> RunDir:
@@ -89,6 +103,7 @@ def runs_row(run_info: dict[str, Any], verdicts: Sequence[VerdictRow]) -> dict[s
 def start_run(out_dir: Path, run_id: str | None, run_info: dict[str, Any]) -> tuple[RunDir, dict[str, Any]]:
     """A new run directory with its ``run.json`` (``run_info`` plus id, start time and tool versions)."""
     run_dir = RunDir.create(out_dir, run_id)
+    run_dir.hold()
     info = {"run_id": run_dir.run_id, **run_info, "started": now_iso(), "ended": None, "tools": tool_versions()}
     run_dir.write_json("run.json", info)
     return run_dir, info
@@ -96,6 +111,38 @@ def start_run(out_dir: Path, run_id: str | None, run_info: dict[str, Any]) -> tu
 
 class ResumeError(ValueError):
     """A run that cannot be resumed: unknown, already finished, or its inventory changed."""
+
+
+class RunLocked(RuntimeError):
+    """Another live process holds the run directory (running or resuming it): nothing was written."""
+
+
+LOCK_FILE = "run.lock"
+
+
+def hold_run(path: Path) -> IO[str]:
+    """Hold ``path``'s lock for as long as this process runs it (the caller keeps the returned file open; the
+    kernel drops the lock when the process ends, ``kill -9`` included). Raises :class:`RunLocked` naming the
+    holder when another process has it: two controllers writing one run would interleave its tables."""
+    handle = (path / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise RunLocked(f"run {path.name} is in use by {holder}: wait for it to end, or stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def check_not_held(path: Path) -> None:
+    """Raise :class:`RunLocked` when another process holds ``path`` (the lock is taken and let go at once)."""
+    if (path / LOCK_FILE).exists():
+        hold_run(path).close()
 
 
 def resumable_info(out_dir: Path, run_id: str) -> dict[str, Any]:

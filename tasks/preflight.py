@@ -22,7 +22,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
-from cluster_accept.tasks.rows import node_row, unreachable_row
+from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node
 
 NAME = "preflight"
@@ -129,10 +129,14 @@ def evaluate_preflight(
     for outcome in outcomes:
         node = inventory.node(outcome.node)
         result = outcome.result
-        if result.status is NodeStatus.UNREACHABLE:
+        if result.status is NodeStatus.TOOL_ERROR:
+            row, raw = tool_error_row(result.detail)
+            rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, raw))
+            continue
+        lost = result.status is NodeStatus.UNREACHABLE
+        if lost:  # the checks that completed before the node went away are judged; the others are not
             row = unreachable_row(result.cause.value if result.cause else None, result.detail)
             rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, ""))
-            continue
         if result.status is NodeStatus.ERROR and not result.commands:
             row = CheckRow("ssh", "session", Status.ERROR, "session_failed", None, None, result.detail)
             rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, ""))
@@ -140,6 +144,8 @@ def evaluate_preflight(
         for check in checks:
             command = result.command(check.name)
             raw = (command.stdout + ("\n[stderr]\n" + command.stderr if command.stderr else "")) if command else ""
+            if lost and (command is None or command.exit_code is None):
+                continue
             if command is None or (command.exit_code is None and not command.timed_out):
                 check_rows = [error_row(check.name, "no_output", result.detail or "the command did not report")]
             elif command.timed_out:

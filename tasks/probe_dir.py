@@ -20,8 +20,15 @@ from pathlib import Path
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.detached import start_detached, tag_pattern
-from cluster_accept.remote.fanout import NodeSession, connect, run_batch
-from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.fanout import NodeSession, connect, run_batch, tool_error_detail
+from cluster_accept.remote.result import (
+    CommandResult,
+    NodeRefused,
+    NodeStatus,
+    RemoteCommand,
+    SessionLost,
+    UnreachableCause,
+)
 from cluster_accept.remote.ssh import Unreachable
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes" / "node"  # node-side scripts
@@ -95,24 +102,41 @@ def start_in_probe_dir(
 
 
 def run_in_probe_dir(node: Node, files: Sequence[str], commands: Sequence[RemoteCommand]) -> ProbeDirRun:
-    """Ship ``files`` (names in probes/) to a fresh directory on ``node``, run ``commands`` there, clean up."""
+    """Ship ``files`` (names in probes/) to a fresh directory on ``node``, run ``commands`` there, clean up.
+
+    Never raises: a node that went away is ``unreachable`` (``session_lost``, with what completed before), a
+    node that refused the directory or a copy is ``error``, a failure of the controller's own ``tool_error``."""
     session = connect(node)
     if isinstance(session, Unreachable):
         return ProbeDirRun(NodeStatus.UNREACHABLE, session.cause.value, session.detail)
     try:
-        try:
-            remote_dir = open_probe_dir(session, files, commands)
-        except ProbeDirError as exc:
-            return ProbeDirRun(NodeStatus.ERROR, None, str(exc))
-        try:
-            jobs = [
-                RemoteCommand(c.name, c.script, {**c.env, "CA_PROBE_DIR": remote_dir}, c.timeout_s) for c in commands
-            ]
-            status, detail, results = run_batch(session, node, jobs)
-        finally:
-            remove_probe_dir(session, remote_dir)
-    except Exception as exc:  # noqa: BLE001 - one node's failure is data
-        return ProbeDirRun(NodeStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
+        return _run_in(session, node, files, commands)
+    except SessionLost as lost:
+        return ProbeDirRun(NodeStatus.UNREACHABLE, UnreachableCause.SESSION_LOST.value, lost.detail)
+    except (ProbeDirError, NodeRefused) as exc:
+        return ProbeDirRun(NodeStatus.ERROR, None, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the controller's failure is data too, never the node's fault
+        return ProbeDirRun(NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))
     finally:
         session.close()
-    return ProbeDirRun(status, None, detail, results)
+
+
+def _run_in(session: NodeSession, node: Node, files: Sequence[str], commands: Sequence[RemoteCommand]) -> ProbeDirRun:
+    remote_dir = open_probe_dir(session, files, commands)
+    jobs = [RemoteCommand(c.name, c.script, {**c.env, "CA_PROBE_DIR": remote_dir}, c.timeout_s) for c in commands]
+    try:
+        batch = run_batch(session, node, jobs)
+    except BaseException:
+        _remove_quietly(session, remote_dir)
+        raise
+    if batch.status is not NodeStatus.UNREACHABLE:  # a lost session cannot clean up: the next run's sweep does
+        _remove_quietly(session, remote_dir)
+    cause = batch.cause.value if batch.cause else None
+    return ProbeDirRun(batch.status, cause, batch.detail, batch.results)
+
+
+def _remove_quietly(session: NodeSession, remote_dir: str) -> None:
+    try:
+        remove_probe_dir(session, remote_dir)
+    except SessionLost:
+        pass  # the run's result stands; the next run's sweep removes the directory

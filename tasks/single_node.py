@@ -24,6 +24,8 @@ from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
 from cluster_accept.analysis.regressions import figure_regressions
+from cluster_accept.analysis.secrets import mask_secrets
+from cluster_accept.analysis.text import keep_tail
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node
@@ -31,7 +33,7 @@ from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
 from cluster_accept.tasks.probe_dir import run_in_probe_dir
-from cluster_accept.tasks.rows import node_row, unreachable_row
+from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node
 
 NAME = "single-node"
@@ -122,22 +124,29 @@ def run_rows(node: Node, script: NodeScript, result: CommandResult, output: Prob
         return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
     rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
     if result.exit_code != 0 and not output.errors:
-        _, detail = why_first(result.stdout + "\n" + result.stderr, (result.stderr or result.stdout)[-2000:])
+        _, detail = why_first(
+            result.stdout + "\n" + result.stderr, keep_tail(mask_secrets(result.stderr or result.stdout), 2000)
+        )
         observed = f"exit {result.exit_code}"
         rows.append(CheckRow(check, result.name, Status.ERROR, "probe_failed", observed, "exit 0", detail))
     return rows
 
 
-def _node_session_row(outcome: NodeProbes) -> CheckRow | None:
+def _node_session_row(outcome: NodeProbes) -> tuple[CheckRow, str] | None:
+    """The row saying why a node's probes did not all run, with its evidence; None when the session held."""
+    if outcome.status is NodeStatus.TOOL_ERROR:
+        return tool_error_row(outcome.detail)
     if outcome.status is NodeStatus.UNREACHABLE:
-        return unreachable_row(outcome.cause, outcome.detail)
+        return unreachable_row(outcome.cause, outcome.detail), ""
     if outcome.status is NodeStatus.ERROR and not outcome.commands:
-        return CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail)
+        return CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail), ""
     return None
 
 
 def _raw(result: CommandResult) -> str:
-    return result.stdout[-20000:] + ("\n[stderr]\n" + result.stderr[-4000:] if result.stderr else "")
+    """A run's output as evidence: its tails, each masked before it is cut (no secret cut in two)."""
+    stderr = "\n[stderr]\n" + keep_tail(mask_secrets(result.stderr), 4000) if result.stderr else ""
+    return keep_tail(mask_secrets(result.stdout), 20000) + stderr
 
 
 @dataclass
@@ -154,9 +163,11 @@ def _evaluate_node(
     judged = _Judged()
     session = _node_session_row(outcome)
     if session is not None:
-        judged.rows.append(node_row(run_id, inventory.cluster, NAME, node.name, session))
-        return judged
-    results = {r.name: r for r in outcome.commands}
+        judged.rows.append(node_row(run_id, inventory.cluster, NAME, node.name, *session))
+        if outcome.status is not NodeStatus.UNREACHABLE:
+            return judged
+    # A node that went away mid-batch: the runs that completed before are judged, the others are not.
+    results = {r.name: r for r in outcome.commands if session is None or r.exit_code is not None}
     for script in scripts_for(node, probes, quick):
         result = results.get(script.name)
         if result is None:

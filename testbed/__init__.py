@@ -8,4 +8,5 @@ Each node is a network namespace on a bridge with its own sshd, serving real cap
 - :mod:`testbed.nodedata` — captures + faults -> a node's data dir
 - :mod:`testbed.standins` — node-side ``nvidia-smi`` and ``dmesg``
 - :mod:`testbed.net`, :mod:`testbed.sshd`, :mod:`testbed.profile` — namespaces, sshd, the inventory written
+- :mod:`testbed.claim`, :mod:`testbed.subnets` — which test-bed holds a name or state dir; a free subnet
 """

@@ -3,7 +3,9 @@
 ``up`` builds every node's data (captures + faults) first, so a bad fault plan fails before anything is
 created; then the bridge, namespaces and veths (batched), keys (in-process), and the sshds (in parallel).
 Everything is recorded in ``state.json`` as soon as it exists, and every resource is named from the
-prefix, so ``down`` can clean up after a crash, an interrupted ``up`` or a deleted state dir alike.
+prefix (the test-bed's name), so ``down`` can clean up after a crash, an interrupted ``up`` or a deleted
+state dir alike. Test-beds of different names run side by side, each on a subnet of its own (a free one
+unless given); ``up`` never replaces a running test-bed (see :mod:`testbed.claim`).
 """
 
 from __future__ import annotations
@@ -20,20 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_accept.testbed import net, sshd
+from cluster_accept.testbed import claim, net, sshd, subnets
+from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
 from cluster_accept.testbed.faults import FaultPlan, Slow, _Fault, parse_fault
 from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
 from cluster_accept.testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
 from cluster_accept.testbed.standins import write_standins
 
-DEFAULT_STATE_DIR = Path("/tmp/cluster-accept-testbed")
 STATE_VERSION = 1
 # Files a state dir holds; a dir with anything else and no state.json is not removed by down().
 _OWN_NAMES = {"state.json", "inventory.yaml", "known_hosts", "id_ed25519", "id_ed25519.pub", "nodes"}
-
-
-class TestbedError(RuntimeError):
-    """The test-bed cannot be brought up, reopened or changed as asked."""
 
 
 @dataclass
@@ -103,6 +101,13 @@ class Testbed:
             },
         }  # fmt: skip
 
+    def summary(self) -> str:
+        """What ``testbed up`` prints: name, size, subnet, state dir, inventory, and how to take it down."""
+        return (
+            f"test-bed {self.prefix}: {len(self.nodes)} nodes up on {self.subnet}; state dir: {self.state_dir}\n"
+            f"inventory: {self.inventory_path}\ntake it down with: {claim.down_command(self.prefix)}"
+        )
+
     def save(self) -> None:
         tmp = self.state_dir / "state.json.tmp"
         tmp.write_text(json.dumps(self.state(), indent=1), encoding="utf-8")
@@ -121,8 +126,8 @@ def _require_root() -> None:
         raise TestbedError("the test-bed needs iproute2 (ip) and util-linux (unshare)")
 
 
-def _node_data(tb: Testbed, node: str, faults: Sequence[_Fault]) -> NodeData:
-    return build_node(tb.base, faults, TESTBED_NCCL_ENV, node=node)
+def _node_data(base: str, node: str, faults: Sequence[_Fault]) -> NodeData:
+    return build_node(base, faults, TESTBED_NCCL_ENV, node=node)
 
 
 def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> None:
@@ -173,53 +178,80 @@ def _start_node(tb: Testbed, node: str) -> None:
         net.set_link(tb.prefix, node, tb.nodes[node], up=False)
 
 
+def _hosts(network: subnets.IPNetwork, nodes: int) -> list[str]:
+    """The host's address and one per node: the first ``nodes + 1`` of ``network``."""
+    hosts = [str(h) for _, h in zip(range(nodes + 1), network.hosts(), strict=False)]
+    if len(hosts) < nodes + 1:
+        raise TestbedError(f"subnet {network} has room for {max(len(hosts) - 1, 0)} nodes, not {nodes}")
+    return hosts
+
+
+def _claim_subnet(network: subnets.IPNetwork | None, nodes: int) -> subnets.IPNetwork:
+    """``network`` when nothing here uses it, else an error; a free subnet when none is given."""
+    used = subnets.in_use()
+    if network is None:
+        return subnets.free_subnet([n for n, _ in used], nodes)
+    clash = subnets.overlapping(network, used)
+    if clash:
+        raise TestbedError(f"subnet {network} is already in use here ({', '.join(clash)}); pick another subnet")
+    return network
+
+
 def up(
     nodes: int,
     faults: FaultPlan | None = None,
-    state_dir: Path = DEFAULT_STATE_DIR,
-    prefix: str = "ca",
-    subnet: str = "10.251.0.0/22",
+    state_dir: Path | None = None,
+    prefix: str = DEFAULT_NAME,
+    subnet: str | None = None,
     base: str = "h200x4",
 ) -> Testbed:
     """Start ``nodes`` simulated nodes (``node01``..) with ``faults`` planted; returns the running test-bed.
 
-    A test-bed already running with this state dir/prefix is taken down first. On any failure, everything
-    created so far is taken down again before the error propagates.
+    ``prefix`` is the test-bed's name; ``state_dir`` defaults to ``/tmp/cluster-accept-testbed-PREFIX`` and
+    ``subnet`` to a free one (:func:`testbed.subnets.free_subnet`). A running test-bed of this name or
+    state dir is never replaced: that raises :class:`TestbedError` naming it; a stale one (nothing of it
+    alive) is cleaned first. On any failure, everything created so far is taken down again before the
+    error propagates.
     """
     started = time.monotonic()
+    net.check_name(prefix)
     _require_root()
-    net.check_prefix(prefix)
     plan = faults or FaultPlan()
-    state_dir = Path(state_dir).resolve()
+    state_dir = Path(state_dir or default_state_dir(prefix)).resolve()
     names = node_names(nodes) if nodes >= 1 else []
     if not names:
         raise TestbedError("a test-bed needs at least one node")
     unknown = sorted(set(plan.nodes) - set(names))
     if unknown:
         raise TestbedError(f"the fault plan names {', '.join(unknown)}, not among node01..{names[-1]}")
-    network = ipaddress.ip_network(subnet)
-    hosts = [str(h) for _, h in zip(range(nodes + 1), network.hosts(), strict=False)]
-    if len(hosts) < nodes + 1:
-        raise TestbedError(f"subnet {subnet} has room for {len(hosts) - 1} nodes, not {nodes}")
+    network = ipaddress.ip_network(subnet) if subnet else None
+    if network is not None:
+        _hosts(network, nodes)
     net.veth_name(prefix, nodes)  # interface names must fit in 15 characters
-    _refuse_foreign_state(state_dir, prefix)
-    down(state_dir, prefix)
-    clash = net.addresses_overlapping(network)
-    if clash:
-        raise TestbedError(f"subnet {network} is already in use here ({', '.join(clash)}); pick another subnet")
-    tb = Testbed(
-        state_dir=state_dir, prefix=prefix, inventory_path=state_dir / "inventory.yaml",
-        known_hosts_path=state_dir / "known_hosts", identity_file=state_dir / "id_ed25519",
-        nodes=dict(zip(names, hosts[1:], strict=True)), base=base, subnet=str(network), host_ip=hosts[0],
-        faults=plan, index={n: i for i, n in enumerate(names, start=1)},
-    )  # fmt: skip
-    healthy = _node_data(tb, names[0], [])
-    data = {n: _node_data(tb, n, plan.faults(n)) if plan.faults(n) else healthy for n in names}
+    healthy = _node_data(base, names[0], [])
+    data = {n: _node_data(base, n, plan.faults(n)) if plan.faults(n) else healthy for n in names}
+    sshd.ensure_sshd()
+    with claim.host_lock():
+        claim.refuse_taken(state_dir, prefix)
+        down(state_dir, prefix)  # a stale test-bed of this name or state dir
+        claim.refuse_foreign_links(prefix)
+        network = _claim_subnet(network, nodes)
+        hosts = _hosts(network, nodes)
+        tb = Testbed(
+            state_dir=state_dir, prefix=prefix, inventory_path=state_dir / "inventory.yaml",
+            known_hosts_path=state_dir / "known_hosts", identity_file=state_dir / "id_ed25519",
+            nodes=dict(zip(names, hosts[1:], strict=True)), base=base, subnet=str(network), host_ip=hosts[0],
+            faults=plan, index={n: i for i, n in enumerate(names, start=1)},
+        )  # fmt: skip
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            tb.save()
+            net.create_bridge(prefix, f"{hosts[0]}/{network.prefixlen}", str(state_dir))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                down(state_dir, prefix)
+            raise
     try:
-        sshd.ensure_sshd()
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tb.save()
-        net.create_bridge(prefix, f"{hosts[0]}/{network.prefixlen}")
         net.create_nodes(prefix, [(n, tb.index[n], f"{tb.nodes[n]}/{network.prefixlen}") for n in names])
         client_pub = sshd.write_keypair(tb.identity_file, f"cluster-accept-testbed-{prefix}")
         net.pmap(lambda n: _prepare_node(tb, n, data[n], client_pub), names, workers=4)
@@ -236,27 +268,16 @@ def up(
     return tb
 
 
-def _read_state(state_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((state_dir / "state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def _state_dir(state_dir: Path | None, prefix: str) -> Path:
+    """The given state dir, else the one the running test-bed recorded, else the name's default."""
+    return Path(state_dir or claim.locate(prefix) or default_state_dir(prefix)).resolve()
 
 
-def _refuse_foreign_state(state_dir: Path, prefix: str) -> None:
-    state = _read_state(state_dir)
-    if state is not None and state.get("prefix") not in (None, prefix):
-        raise TestbedError(
-            f"{state_dir} holds the test-bed of prefix {state.get('prefix')!r}; take it down first "
-            f"(testbed.bed.down({str(state_dir)!r}, {state.get('prefix')!r})) or use another state dir"
-        )
-
-
-def load(state_dir: Path = DEFAULT_STATE_DIR, prefix: str = "ca") -> Testbed:
+def load(state_dir: Path | None = None, prefix: str = DEFAULT_NAME) -> Testbed:
     """Reopen a running test-bed from its ``state.json``."""
-    state_dir = Path(state_dir).resolve()
-    state = _read_state(state_dir)
+    net.check_name(prefix)
+    state_dir = _state_dir(state_dir, prefix)
+    state = claim.read_state(state_dir)
     if state is None:
         raise TestbedError(f"no test-bed state in {state_dir} (state.json missing or unreadable)")
     if state.get("prefix") != prefix:
@@ -271,30 +292,19 @@ def load(state_dir: Path = DEFAULT_STATE_DIR, prefix: str = "ca") -> Testbed:
     )  # fmt: skip
 
 
-def _own_processes(state_dir: Path) -> list[int]:
-    """Processes started from this state dir: sshd by pid file, anything whose command line names it."""
-    marker = f"{state_dir}/nodes/"
-    pids: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    pids.append(int(entry.name))
-    return pids
-
-
-def down(state_dir: Path = DEFAULT_STATE_DIR, prefix: str = "ca") -> None:
+def down(state_dir: Path | None = None, prefix: str = DEFAULT_NAME) -> None:
     """Take the test-bed down: processes, namespaces, veths, bridge, mount point, state dir. Idempotent.
 
     Works from ``state.json`` when there is one and from the prefix's resource names when there is not;
-    never touches another prefix's resources nor a state dir that is not a test-bed's.
+    never touches another prefix's resources nor a state dir that is not a test-bed's. Without
+    ``state_dir``, the one the running test-bed recorded on its bridge, else the name's default.
     """
-    net.check_prefix(prefix)
-    state_dir = Path(state_dir).resolve()
-    state = _read_state(state_dir)
+    net.check_name(prefix)
+    state_dir = _state_dir(state_dir, prefix)
+    state = claim.read_state(state_dir)
     owned = state.get("prefix") == prefix if state is not None else _looks_like_state_dir(state_dir)
     if owned:
-        net.kill_pids(_own_processes(state_dir))
+        net.kill_pids(claim.own_processes(state_dir))
     net.teardown(prefix)
     sshd.release_nccl_mountpoint()
     if owned:
@@ -328,7 +338,7 @@ def set_rate(tb: Testbed, node: str, rate_mbit: float | None) -> None:
 def set_fault(tb: Testbed, node: str, faults: Sequence[_Fault | str | dict[str, Any]]) -> None:
     """Replace the node's faults while the test-bed runs: rebuild its data, keys and sshd."""
     parsed = [parse_fault(f, f"{node}[{i}]") for i, f in enumerate(faults)]
-    data = _node_data(tb, node, parsed)
+    data = _node_data(tb.base, node, parsed)
     tb.faults = FaultPlan(nodes={**tb.faults.nodes, node: parsed})
     kill_sshd(tb, node)
     net.set_link(tb.prefix, node, tb.nodes[node], up=True)

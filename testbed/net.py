@@ -1,14 +1,18 @@
 """The test-bed's network: one namespace per node on a Linux bridge, veth pairs, tc limits, link faults.
 
-Every resource is named from the prefix (namespace ``<prefix>-nodeNN``, bridge ``<prefix>br0``, host-side
-veth ``<prefix>v<index>``) so that ``down`` can find and remove them without any state file and never
-touches another prefix's. Commands go through ``ip -batch`` where possible: one process for all host-side
+Every resource is named from the prefix, the test-bed's name (namespace ``<prefix>-nodeNN``, bridge
+``<prefix>br0``, host-side veth ``<prefix>v<index>``), so that ``down`` can find and remove them without any
+state file and never touches another prefix's: a prefix is lowercase letters and digits (no ``-``, so the
+namespace names of two prefixes never meet; a veth name ends in ``v`` + digits and a bridge name in ``br0``,
+so neither kind can be another prefix's). The bridge and veths carry the alias ``cluster-accept-testbed:<prefix>``
+(the bridge's also names the state dir): an interface of that name without it (``vmbr0``, ``virbr0``) is
+never removed. Commands go through ``ip -batch`` where possible: one process for all host-side
 links instead of hundreds keeps ``up`` of 64 nodes within seconds on two cores.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import json
 import os
 import re
 import signal
@@ -16,11 +20,13 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 IP = "ip"
 TC = "tc"
-PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+MAX_NAME = 10  # "<name>v1000" fills Linux's 15-character interface names
+NAME_RE = re.compile(rf"[a-z][a-z0-9]{{0,{MAX_NAME - 1}}}")
+MARK = "cluster-accept-testbed"
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -55,9 +61,14 @@ def pmap(fn: Callable[[T], R], items: Sequence[T], workers: int = 16) -> list[R]
         return list(pool.map(fn, items))
 
 
-def check_prefix(prefix: str) -> None:
-    if not PREFIX_RE.match(prefix):
-        raise ValueError(f"prefix {prefix!r}: use 1-8 lowercase letters/digits starting with a letter")
+def check_name(prefix: str) -> None:
+    """A test-bed name (the prefix of its resources): 1-10 lowercase letters or digits, a letter first."""
+    if not isinstance(prefix, str) or not NAME_RE.fullmatch(prefix):
+        raise ValueError(
+            f"test-bed name {prefix!r}: use 1-{MAX_NAME} lowercase letters or digits, starting with a letter "
+            "(it begins the names of the test-bed's network namespaces and interfaces, which Linux limits "
+            "to 15 characters)"
+        )
 
 
 def bridge_name(prefix: str) -> str:
@@ -75,23 +86,63 @@ def netns_name(prefix: str, node: str) -> str:
     return f"{prefix}-{node}"
 
 
+def netns_pattern(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(prefix)}-node\d+$")
+
+
+def link_pattern(prefix: str) -> re.Pattern[str]:
+    """The host-side link names of the prefix: its veths and its bridge."""
+    return re.compile(rf"^(?:{re.escape(prefix)}v\d+|{re.escape(bridge_name(prefix))})$")
+
+
+def link_alias(prefix: str) -> str:
+    return f"{MARK}:{prefix}"
+
+
 def list_netns(prefix: str) -> list[str]:
-    pattern = re.compile(rf"^{re.escape(prefix)}-node\d+$")
+    pattern = netns_pattern(prefix)
     names = [line.split()[0] for line in run([IP, "netns", "list"], check=False).splitlines() if line.strip()]
     return sorted(n for n in names if pattern.match(n))
 
 
+def ip_json(*args: str) -> list[dict[str, Any]]:
+    """``ip -j ARGS`` parsed; an empty list when ip fails or prints nothing."""
+    try:
+        data = json.loads(run([IP, "-j", *args], check=False) or "[]")
+    except ValueError:
+        return []
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+def _named_links(prefix: str) -> list[tuple[str, bool]]:
+    """Host links named as the prefix's, each with whether a test-bed of that prefix made it (its alias)."""
+    pattern, mark = link_pattern(prefix), link_alias(prefix)
+    found = []
+    for link in ip_json("link", "show"):
+        name, alias = str(link.get("ifname", "")), str(link.get("ifalias", ""))
+        if pattern.match(name):
+            found.append((name, alias == mark or alias.startswith(mark + ":")))
+    return found
+
+
 def list_links(prefix: str) -> list[str]:
-    """Host-side links of the prefix: its veths and its bridge."""
-    pattern = re.compile(rf"^({re.escape(prefix)}v\d+|{re.escape(bridge_name(prefix))})$")
-    names = []
-    for line in run([IP, "-o", "link", "show"], check=False).splitlines():
-        parts = line.split(":", 2)
-        if len(parts) > 1:
-            name = parts[1].strip().split("@")[0]
-            if pattern.match(name):
-                names.append(name)
-    return names
+    """Host-side links a test-bed of the prefix made: its veths and its bridge."""
+    return [name for name, own in _named_links(prefix) if own]
+
+
+def foreign_links(prefix: str) -> list[str]:
+    """Links with a name the prefix would use that no test-bed made (``vmbr0`` for the prefix ``vm``)."""
+    return [name for name, own in _named_links(prefix) if not own]
+
+
+def bridge_state_dir(prefix: str) -> str | None:
+    """The state dir recorded on the prefix's bridge (its alias), if the bridge is there and says."""
+    head = link_alias(prefix) + ":"
+    for link in ip_json("link", "show", "dev", bridge_name(prefix)):
+        alias = str(link.get("ifalias", ""))
+        if alias.startswith(head) and len(alias) > len(head):
+            return alias[len(head) :]
+    return None
 
 
 def netns_pids(netns: str) -> list[int]:
@@ -99,21 +150,14 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
-def addresses_overlapping(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> list[str]:
-    """Addresses already configured on this host (any interface) that fall into ``network``."""
-    found = []
-    for line in run([IP, "-o", "addr", "show"], check=False).splitlines():
-        parts = line.split()
-        if len(parts) > 3 and parts[2] in ("inet", "inet6"):
-            iface = ipaddress.ip_interface(parts[3])
-            if iface.version == network.version and iface.network.overlaps(network):
-                found.append(f"{parts[3]} on {parts[1]}")
-    return found
-
-
-def create_bridge(prefix: str, host_cidr: str) -> None:
-    br = bridge_name(prefix)
-    batch([f"link add {br} type bridge", f"addr add {host_cidr} dev {br}", f"link set {br} up"])
+def create_bridge(prefix: str, host_cidr: str, state_dir: str = "") -> None:
+    """The prefix's bridge with the host's address; its alias marks it as the prefix's and names the state dir."""
+    br, mark = bridge_name(prefix), link_alias(prefix)
+    batch([f"link add {br} type bridge", f"link set {br} alias {mark}"])
+    alias = f"{mark}:{state_dir}"
+    if state_dir and len(alias.encode()) < 256 and "\n" not in alias:
+        run([IP, "link", "set", "dev", br, "alias", alias])
+    batch([f"addr add {host_cidr} dev {br}", f"link set {br} up"])
 
 
 def create_nodes(prefix: str, nodes: Sequence[tuple[str, int, str]]) -> None:
@@ -123,7 +167,7 @@ def create_nodes(prefix: str, nodes: Sequence[tuple[str, int, str]]) -> None:
     for node, index, _ in nodes:
         ns, veth = netns_name(prefix, node), veth_name(prefix, index)
         host += [f"netns add {ns}", f"link add {veth} type veth peer name eth0 netns {ns}"]
-        host += [f"link set {veth} master {br} up"]
+        host += [f"link set {veth} master {br} alias {link_alias(prefix)} up"]
     batch(host)
 
     def inside(item: tuple[str, int, str]) -> None:
@@ -186,7 +230,8 @@ def _alive(pid: int) -> bool:
 
 
 def teardown(prefix: str) -> None:
-    """Kill every process in the prefix's namespaces, delete them, their veths and the bridge."""
+    """Kill every process in the prefix's namespaces, delete them, their veths and the bridge (only links a
+    test-bed made: see :func:`list_links`)."""
     namespaces = list_netns(prefix)
     kill_pids([pid for ns in namespaces for pid in netns_pids(ns)])
     links = list_links(prefix)

@@ -158,6 +158,11 @@ class FakeChannel:
     def recv_exit_status(self) -> int | None:
         return self.code
 
+    @property
+    def exit_status(self) -> int:
+        """paramiko's: -1 until an exit status came."""
+        return -1 if self.code is None else self.code
+
     def close(self) -> None:
         if not self.closed:
             os.close(self._read)

@@ -13,16 +13,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_run_usage_errors_exit_2(tmp_path: Path) -> None:
-    inventory = ROOT / "inventory" / "examples" / "contract.yaml"
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: node001, address: local}]\nprofiles: {p: {}}\n"
+    )
+    out = tmp_path / "out"
     for args, message in [
         (["--stages", "nonsense"], "unknown stage 'nonsense'"),
         (["--nodes", "node999"], "not in the inventory: node999"),
     ]:
-        proc = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path), *args, timeout=60)
+        proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), *args, timeout=60)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert message in proc.stderr
         assert "Traceback" not in proc.stderr
-    assert not any(tmp_path.iterdir())
+    assert not out.exists()
 
 
 def test_inventory_check_prints_names_that_look_like_markup(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def test_hostile_inventory_values_are_refused(tmp_path: Path, template: str) -> 
         ({}, {"jump": hostile}, "defaults.ssh.jump"),
         ({}, {"jump": f"root@{hostile}:22"}, "defaults.ssh.jump"),
         ({}, {"port": hostile}, "defaults.ssh.port"),
+        ({}, {"user": hostile}, "defaults.ssh.user"),
     ]:
         with pytest.raises(InventoryError) as info:
             load_inventory(inventory_file(tmp_path, ssh, **entry))
@@ -60,13 +62,18 @@ def test_hostile_inventory_values_are_refused(tmp_path: Path, template: str) -> 
 def test_hostile_users_and_paths_are_passed_as_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
 ) -> None:
-    """Users, key and known_hosts paths reach paramiko only, never a shell: they load as written, and even the
-    operator's ``Match exec`` (which a shell runs, with %h, %r, %n expanded) does not see the user."""
+    """Key and known_hosts paths reach paramiko only, never a shell: they load as written (the files' checks
+    name them as data). A hostile user is refused by the loader; even one that got past it would reach
+    paramiko only: the operator's ``Match exec`` (a shell runs it, with %h, %r, %n expanded) does not see it."""
     hostile = sandbox.hostile(HOSTILE[0])
-    ssh = {"user": hostile, "identity_file": f"/keys/{hostile}", "known_hosts": f"/kh/{hostile}"}
-    inventory = load_inventory(inventory_file(tmp_path, ssh, address="10.0.0.1"))
+    ssh = {"identity_file": f"/keys/{hostile}", "known_hosts": f"/kh/{hostile}"}
+    inventory = load_inventory(inventory_file(tmp_path, ssh, address="10.0.0.1"), check_files=False)
     target = inventory.node("node01")
-    assert (target.ssh.user, target.ssh.identity_file, target.ssh.known_hosts) == tuple(ssh.values())
+    assert (target.ssh.identity_file, target.ssh.known_hosts) == tuple(ssh.values())
+    with pytest.raises(InventoryError) as info:
+        load_inventory(inventory_file(tmp_path, ssh, address="10.0.0.1"))
+    assert f"ssh.identity_file '/keys/{hostile}' (node01): does not exist" in info.value.problems
+    target = replace(target, ssh=target.ssh.model_construct(**{**target.ssh.model_dump(), "user": hostile}))
 
     expanded = sandbox.root / "match-exec"
     (sandbox.root / "home" / ".ssh").mkdir()

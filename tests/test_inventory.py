@@ -12,6 +12,7 @@ from cluster_accept.flows.cli import app
 from cluster_accept.inventory.hostlist import HostlistError, describe_folded, expand, fold
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import MinVersion
+from tests.keys import operator_home
 from tests.processes import run_cli
 
 pytestmark = pytest.mark.pure
@@ -27,7 +28,7 @@ def test_contract_copy_is_unchanged() -> None:
 
 
 def test_contract_loads_with_every_key_meaning_what_it_says() -> None:
-    inv = load_inventory(CONTRACT)
+    inv = load_inventory(CONTRACT, check_files=False)  # its key and known_hosts are the operator's
     assert inv.cluster == "spectrumx-h200"
     names = [n.name for n in inv.nodes]
     assert names == ["node001", "node002", "node003", "node004", "node005", "node006", "node007", "node009", "node010"]
@@ -132,7 +133,8 @@ def test_broken_inventory_exits_2_naming_the_key(case: str, tmp_path: Path) -> N
     assert "Traceback" not in result.output
 
 
-def test_inventory_check_prints_folded_nodes_per_profile() -> None:
+def test_inventory_check_prints_folded_nodes_per_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(operator_home(tmp_path)))  # the key and known_hosts the contract names
     result = CliRunner().invoke(app, ["inventory", "check", str(CONTRACT)])
     assert result.exit_code == 0, result.output
     assert "node[001-003,005-007,009-010]" in result.output

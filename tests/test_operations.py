@@ -31,7 +31,7 @@ PLAIN_SUMMARY = {
     "ended": "2026-11-21T10:05:00+00:00",
     "stages": ["preflight"],
     "suite": None,
-    "counts": {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0},
+    "counts": {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0, "tool_error": 0},
     "all_accepted": False,
     "not_accepted": [
         {"node": "n2", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
@@ -55,7 +55,7 @@ VERDICTS = [
 
 def test_summary_counts_and_names_the_nodes_not_accepted() -> None:
     got = summary({**RUN, "stages": ["preflight"]}, VERDICTS, {"n4": ["gemm:regression"], "n2": ["x:y"]})
-    assert got["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0}
+    assert got["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0, "tool_error": 0}
     assert got["all_accepted"] is False
     assert got["not_accepted"] == [
         {"node": "n2", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},

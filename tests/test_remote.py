@@ -112,7 +112,8 @@ def test_fan_out_returns_every_node_in_order_even_when_one_breaks() -> None:
     assert list(results) == [f"n{i}" for i in range(6)]
     assert results["n0"].commands[0].stdout == "n0\n"
     assert results["n3"].commands[0].exit_code == 7
-    assert results["n4"].status is NodeStatus.ERROR and "BAD NAME" in results["n4"].detail
+    # The controller refused to build n4's script: its own failure (tool_error), not a fact about the node.
+    assert results["n4"].status is NodeStatus.TOOL_ERROR and "BAD NAME" in results["n4"].detail
     assert all(results[f"n{i}"].status is NodeStatus.OK for i in (0, 1, 2, 5))
 
 

@@ -24,14 +24,17 @@ def _runs(out: Path) -> list[Path]:
 
 
 def test_demo_report_in_chromium(tmp_path: Path) -> None:
+    names = []
     for attempt in (1, 2):
         proc = subprocess.run(
             ["cluster-accept", "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=400
         )
         assert proc.returncode == 1, f"demo run {attempt}: {proc.stdout}{proc.stderr}"
         assert "report:" in proc.stdout and "preflight" in proc.stdout  # the stage bars were drawn
+        names.append(proc.stdout.split("starting the 8-node test-bed ", 1)[1].split()[0])
+    assert all(name.startswith("demo") for name in names)  # a test-bed of its own, not the default "ca"
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not [line for line in netns.splitlines() if line.startswith("ca-")]
+    assert not [line for line in netns.splitlines() if line.startswith(tuple(f"{name}-" for name in names))]
     first, second = _runs(tmp_path)
     verdicts = pd.read_parquet(second / "verdicts.parquet")
     got = {r.node: (r.verdict, list(r.reasons)) for r in verdicts.itertuples()}

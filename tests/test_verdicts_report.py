@@ -67,7 +67,7 @@ def test_verdict_row_record_holds_plain_values() -> None:
         "cause": "",
     }
     assert type(record["verdict"]) is str
-    assert [v.value for v in Verdict] == ["accepted", "rejected", "unreachable", "skipped"]
+    assert [v.value for v in Verdict] == ["accepted", "rejected", "unreachable", "skipped", "tool_error"]
 
 
 def test_differences_fold_into_node_sets() -> None:
@@ -116,7 +116,7 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
     ]
     reasons = catalog((c.name, c.reasons) for c in discover())
     context = build_context(run, verdicts, ReportData(rows=rows, values=values, reasons=reasons))
-    assert context["counts"] == {"accepted": 1, "rejected": 2, "unreachable": 1, "skipped": 1}
+    assert context["counts"] == {"accepted": 1, "rejected": 2, "unreachable": 1, "skipped": 1, "tool_error": 0}
     n2 = context["findings"]["n2"][0]
     assert (n2["status"], n2["action"]) == ("fail", "fix config")
     assert n2["why"] == reasons.lookup("driver", "version_mismatch").explanation

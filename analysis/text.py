@@ -1,0 +1,56 @@
+"""Node text made safe to show, and honest about what was cut. Pure functions, standard library only.
+
+Whatever a node prints ends up on an operator's terminal, in report.html and in report.md. Raw control
+characters there are not inert: ESC starts terminal sequences (colours, window titles, cursor moves that
+overwrite earlier lines), CR lets ``progress 10%`` hide behind ``progress 100%``, BEL and NUL upset viewers,
+and bidi overrides (U+202E) make text read differently from what it is. :func:`visible` shows each one as an
+escape (``\\x1b``, ``\\r``, ``\\u202e``), so the operator still sees that something was there. Newline and tab
+are layout and stay. A backslash is left as it is: node text stays readable, at the price that a literal
+``\\x1b`` typed by a node looks like an escaped ESC.
+
+Evidence is cut to fit rows and pages; :func:`keep_head` and :func:`keep_tail` say so where they cut, with how
+much was kept of how much, so a short excerpt is never mistaken for the whole output. The note sits on its own
+line so that masking a secret up to the end of a cut line cannot hide it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls but tab and newline, DEL, C1 controls, bidi marks/embeddings/overrides/isolates, the Unicode line
+# and paragraph separators, and lone surrogates (which cannot even be written as UTF-8).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as a Python-style escape (ESC as ``\\x1b``, CR as ``\\r``,
+    U+202E as ``\\u202e``); newline and tab kept. Idempotent: the result has nothing left to escape."""
+    return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+
+
+def truncation_note(kept: int, total: int, end: str) -> str:
+    """``[truncated: kept the last 4,000 of 123,456 characters]``; ``end`` is ``first`` or ``last``."""
+    return f"[truncated: kept the {end} {kept:,} of {total:,} characters]"
+
+
+def keep_head(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text``, followed by a line saying what was cut; ``text`` itself when
+    it fits."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… {truncation_note(limit, len(text), 'first')}"
+
+
+def keep_tail(text: str, limit: int) -> str:
+    """The last ``limit`` characters of ``text``, after a line saying what was cut; ``text`` itself when it
+    fits. For output whose end says most (a failed run's traceback, the last lines of stderr)."""
+    if len(text) <= limit:
+        return text
+    return f"{truncation_note(limit, len(text), 'last')} …\n{text[-limit:] if limit else ''}"

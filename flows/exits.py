@@ -1,0 +1,49 @@
+"""The command line's exit codes, and what it does when the tool itself fails.
+
+Automation reads the exit code, so each says one thing: 0 every tested node accepted; 1 a node not accepted
+(rejected or unreachable); 2 a usage or inventory error (nothing ran); 3 the tool failed (an internal error,
+Prefect's API did not start, the run directory is in use by another controller, the disk filled mid-run, or
+the controller failed on some node: those nodes are ``tool_error``, never rejected or drained for it).
+
+A failure of the tool prints one line on stderr and keeps the traceback in a log file, so that a terminal or
+a cron mail says what happened and where to look, and a bug report has the whole story.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+import traceback
+from pathlib import Path
+
+ACCEPTED = 0
+NOT_ACCEPTED = 1
+USAGE_ERROR = 2
+TOOL_FAILURE = 3
+ERROR_LOG = "cluster-accept-errors.log"
+
+
+def log_failure(exc: BaseException, out_dir: Path | None) -> Path:
+    """Append ``exc`` with its traceback to ``OUT/cluster-accept-errors.log`` (the temporary directory when
+    ``out_dir`` cannot be written); the log's path."""
+    stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    text = f"--- {stamp} pid {os.getpid()}\n" + "".join(traceback.format_exception(exc))
+    for folder in (out_dir, Path(tempfile.gettempdir())):
+        if folder is None:
+            continue
+        path = folder / ERROR_LOG
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(text)
+            return path
+        except OSError:
+            continue
+    return Path(tempfile.gettempdir()) / ERROR_LOG
+
+
+def failure_line(exc: BaseException, log: Path) -> str:
+    """The one line a tool failure prints: what failed, and where the traceback is."""
+    said = " ".join(str(exc).split())[:300] or type(exc).__name__
+    return f"error: cluster-accept failed ({type(exc).__name__}: {said}); traceback in {log}"

@@ -1,0 +1,146 @@
+"""One rank of a multi-node run: its ``torchrun`` command, and the short SSH operations on its node (a free
+port for the rendezvous, the detached start, one poll) that the launcher (:mod:`tasks.launcher`) schedules.
+
+Each operation ends as data, never as an exception: the rank's node unreachable or lost mid-session
+(``session_lost``), the node refusing a copy (``error``), or the controller failing (``tool_error``: never a
+fact about the node).
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster_accept.inventory.model import Node
+from cluster_accept.probes.scripts import gpu_count, job_env
+from cluster_accept.remote.detached import PollAnswer, poll_detached
+from cluster_accept.remote.fanout import tool_error_detail
+from cluster_accept.remote.result import (
+    CommandResult,
+    NodeRefused,
+    NodeStatus,
+    RemoteCommand,
+    SessionLost,
+    UnreachableCause,
+)
+from cluster_accept.remote.sessions import SessionCache
+from cluster_accept.remote.ssh import Unreachable
+from cluster_accept.tasks.probe_dir import ProbeDirError, start_in_probe_dir
+
+CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
+_PORT_SCRIPT = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+
+
+@dataclass
+class RankRun:
+    node: str
+    status: NodeStatus
+    cause: str | None = None
+    detail: str = ""
+    result: CommandResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is NodeStatus.OK and self.result is not None and self.result.ok
+
+
+@dataclass
+class GroupRun:
+    nodes: tuple[str, ...]
+    tag: str
+    ranks: dict[str, RankRun] = field(default_factory=dict)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    transports: dict[str, int] = field(default_factory=dict)
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.ranks) and all(r.ok for r in self.ranks.values()) and bool(self.measurements)
+
+    @property
+    def busbw_gbps(self) -> float | None:
+        """Bus bandwidth at the largest message size; None when the run did not complete."""
+        if not self.ok:
+            return None
+        largest = max(self.measurements, key=lambda m: m.get("size") or 0)
+        return float(largest["value"])
+
+
+def rendezvous_address(master: Node) -> str:
+    return "127.0.0.1" if master.is_local else master.connect_host
+
+
+def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+    probes = node.profile.probes
+    python = shlex.quote(probes.python)
+    run = f"{probes.command_prefix} " if probes.command_prefix else ""
+    extra = {"NCCL_DEBUG": "INFO"}
+    ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
+    if probes.device == "cpu" and ifname:
+        extra["GLOO_SOCKET_IFNAME"] = ifname
+    if probes.device == "cuda":
+        count = gpu_count(node)
+        sizes = f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
+    else:
+        count = "n=1; "
+        sizes = f"--min-bytes {CPU_BYTES} --max-bytes {CPU_BYTES} --repeats 2"
+    wait = int(probes.rendezvous_timeout_s)
+    variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
+    script = (
+        f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={world} '
+        f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
+        f"--rdzv-conf=timeout={wait} allreduce.py --device {probes.device} --label inter_node "
+        f"--tag {shlex.quote(tag)} {sizes} --init-timeout-s {wait} 2>&1"
+    )
+    return RemoteCommand("allreduce_inter", script, timeout_s=probes.timeout_s)
+
+
+def free_port(sessions: SessionCache, master: Node) -> int | RankRun:
+    script = f"{shlex.quote(master.profile.probes.python)} -c {shlex.quote(_PORT_SCRIPT)}"
+    try:
+        answer = sessions.run(master, script, 60)
+    except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the node's fault
+        return RankRun(master.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))
+    if isinstance(answer, Unreachable):
+        return RankRun(master.name, NodeStatus.UNREACHABLE, answer.cause.value, answer.detail)
+    code, out, err, _ = answer
+    text = out.strip().splitlines()[-1] if out.strip() else ""
+    if code != 0 or not (text.isascii() and text.isdigit()):
+        return RankRun(master.name, NodeStatus.ERROR, None, f"could not pick a free port: {err.strip() or out}")
+    return int(text)
+
+
+def start_rank(
+    sessions: SessionCache, node: Node, command: RemoteCommand, stopping: threading.Event, tag: str
+) -> tuple[str, int] | RankRun:
+    """Probe directory, wrapper, detached start: (directory, wrapper pid), or why the rank did not start."""
+    if stopping.is_set():
+        return RankRun(node.name, NodeStatus.ERROR, None, "not started: the run was stopped")
+    session, _ = sessions.take(node)
+    if isinstance(session, Unreachable):
+        return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
+    try:
+        started = start_in_probe_dir(session, node, ("allreduce.py",), command, tag)
+    except (ProbeDirError, NodeRefused) as exc:
+        sessions.give(node, session)
+        return RankRun(node.name, NodeStatus.ERROR, None, str(exc))
+    except SessionLost as lost:
+        session.close()
+        return RankRun(node.name, NodeStatus.UNREACHABLE, UnreachableCause.SESSION_LOST.value, lost.detail)
+    except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the node's fault
+        session.close()
+        return RankRun(node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))
+    sessions.give(node, session)
+    return started
+
+
+def poll_rank(
+    sessions: SessionCache, node: Node, remote_dir: str, pid: int, kill_pattern: str | None
+) -> PollAnswer | Unreachable | RankRun | str:
+    """:func:`~remote.detached.poll_detached`, with a failure of the controller's own as the rank's end."""
+    try:
+        return poll_detached(sessions, node, remote_dir, pid, kill_pattern)
+    except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the node's fault
+        return RankRun(node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))

@@ -1,0 +1,150 @@
+"""Exit codes automation can trust (0 accepted, 1 not accepted, 2 usage, 3 the tool failed, with one line on
+stderr and the traceback in a log), a resume that is locked and faithful, and no Prefect API server left
+behind by a killed controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_accept.flows.acceptance import recorded_options, restored_options
+from cluster_accept.flows.exits import ERROR_LOG
+from cluster_accept.flows.orphans import MARK, SERVER_APP, reap_orphans
+from cluster_accept.tasks.after_run import Operations
+from cluster_accept.tasks.outputs import hold_run
+from tests.processes import run_cli, start_cli
+
+pytestmark = pytest.mark.pure
+
+
+def local_inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: here, address: local}]\nprofiles: {p: {}}\n")
+    return path
+
+
+def test_prefect_api_that_does_not_answer_is_a_tool_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens on the discard port
+    monkeypatch.setenv("PREFECT_CLIENT_MAX_RETRIES", "0")
+    out = tmp_path / "out"
+    proc = run_cli("run", "--inventory", str(local_inventory(tmp_path)), "--out", str(out), "--stages", "preflight")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("stopped ")]
+    assert len(lines) == 1 and lines[0].startswith("error: cluster-accept failed (") and ERROR_LOG in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert "Traceback (most recent call last)" in (out / ERROR_LOG).read_text()
+
+
+def interrupted_run(out: Path, inventory: Path, run_id: str = "r1") -> Path:
+    """A run directory as a killed controller leaves it: run.json without an end."""
+    from cluster_accept.inventory.load import load_inventory
+
+    digest = load_inventory(inventory).digest
+    run_dir = out / run_id
+    run_dir.mkdir(parents=True)
+    info = {
+        "run_id": run_id,
+        "cluster": "c",
+        "inventory": str(inventory),
+        "inventory_digest": digest,
+        "stages": ["preflight"],
+        "nodes_tested": ["here"],
+        "nodes_excluded": [],
+        "started": "x",
+        "ended": None,
+    }
+    (run_dir / "run.json").write_text(json.dumps(info))
+    return run_dir
+
+
+def test_a_run_held_by_another_controller_is_not_resumed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_dir = interrupted_run(out, local_inventory(tmp_path))
+    lock = hold_run(run_dir)  # a controller still running (or resuming) it
+    try:
+        proc = run_cli("run", "--resume", "r1", "--out", str(out), timeout=60)
+    finally:
+        lock.close()
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"run r1 is in use by pid {os.getpid()}" in proc.stderr
+    assert json.loads((run_dir / "run.json").read_text()).get("resumed") is None  # nothing written
+    drain = run_cli("run", "--resume", "r1", "--out", str(out), "--drain", timeout=60)
+    assert drain.returncode == 2 and "restores the interrupted run's own options" in drain.stderr
+
+
+def test_resume_restores_the_options_the_run_started_with(tmp_path: Path) -> None:
+    ops = Operations(drain=True, apply=True, prometheus="metrics/ca.prom")
+    recorded = recorded_options(tmp_path / "hist", ops, 16)
+    assert recorded["operations"]["prometheus"] == str(Path("metrics/ca.prom").resolve())
+    info = json.loads(json.dumps({"options": recorded}))  # as run.json keeps it
+    history, restored, concurrency = restored_options(info, None, Operations(), 64)
+    assert (history, concurrency) == (tmp_path / "hist", 16)
+    assert restored.drain and restored.apply and restored.prometheus == str(Path("metrics/ca.prom").resolve())
+    assert restored_options({}, None, Operations(), 64) == (None, Operations(), 64)  # an older run.json
+
+
+def fake_server(owner: int) -> subprocess.Popen[bytes]:
+    """A process that looks like the Prefect API server a controller ``owner`` started."""
+    env = {**os.environ, MARK: str(owner)}
+    script = "import time; time.sleep(120)"
+    return subprocess.Popen([sys.executable, "-c", script, SERVER_APP.decode()], env=env)
+
+
+def test_only_servers_of_dead_controllers_are_reaped() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # another live controller
+    orphan, kept, mine = fake_server(gone.pid), fake_server(other.pid), fake_server(os.getpid())
+    try:
+        time.sleep(0.3)
+        assert orphan.pid in reap_orphans()
+        assert orphan.wait(timeout=10) is not None and kept.poll() is None and mine.poll() is None
+    finally:
+        for proc in (orphan, kept, mine, other):
+            proc.kill()
+            proc.wait()
+
+
+def server_of(pid: int) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid and SERVER_APP in (entry / "cmdline").read_bytes():
+                    return int(entry.name)
+            except (OSError, IndexError, ValueError):
+                continue
+    return None
+
+
+def test_a_killed_controllers_prefect_server_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+    proc = start_cli("run", "--inventory", str(local_inventory(tmp_path)), "--out", str(tmp_path / "out"))
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        while server is None and time.monotonic() < deadline and proc.poll() is None:
+            server = server_of(proc.pid)
+            time.sleep(0.05)
+        assert server is not None, "the controller started no Prefect API server"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert Path(f"/proc/{server}").exists()  # orphaned: nobody stops it
+        later = run_cli("inventory", "check", str(local_inventory(tmp_path)), timeout=60)
+        assert later.returncode == 0 and f"pids [{server}]" in later.stderr, later.stderr
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{server}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stat = Path(f"/proc/{server}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if server is not None and Path(f"/proc/{server}").exists():
+            os.kill(server, signal.SIGKILL)
