@@ -1,13 +1,31 @@
-"""Mask secret-looking values in text that came from a node before it is stored. Pure functions.
+"""Mask secrets in text that came from a node before it is stored: by name, and by shape. Pure functions.
 
 Checks mask what they know to be secret (``checks.nccl_env`` on the node and in its parser); this is the
-second line of defence, applied where node output enters stored rows: in any ``NAME=value``,
-``NAME = value``, ``export NAME=value`` or ``NAME: value``, a value whose name contains TOKEN, KEY, SECRET
-or PASSWORD (any case) becomes ``***`` up to the end of its line; the name stays, so the operator sees
-that a value was there. ``NCCL_IB_PKEY`` (an InfiniBand partition key index) is not a secret, nor the
-nccl_env check's ``nccl_keys`` (the names of a node's NCCL variables, compared across nodes). Empty values,
-values already masked (asterisks only, like the check's own ``****``) and placeholders (``<unset>``,
-``<set> (majority)``) are left as they are.
+second line of defence, applied where node output enters stored rows. It masks:
+
+- **by name**: in any ``NAME=value``, ``NAME = value``, ``export NAME=value`` or ``NAME: value``, the value of
+  a secret name becomes ``***`` up to the end of its line; the name stays, so the operator sees that a value
+  was there. A name is secret (any case) when it holds TOKEN, KEY, SECRET, PASSWORD, PASSWD, PASSPHRASE,
+  CREDENTIAL, COOKIE, AUTH or AUTHORIZATION (each also with a plural S) not followed by another letter
+  (``API_KEY``, ``APIKEY``, ``KEYS`` and ``AUTH2`` are; ``KEYBOARD``, ``TOKENIZERS_PARALLELISM`` and
+  ``AUTHOR`` are not); or a PASS or PAT word of its own (``DB_PASS``, ``GITHUB_PAT``; not ``BYPASS``,
+  ``PATH``); or a PWD word after something else (``MYSQL_PWD``; not ``PWD`` or ``OLDPWD``, the working
+  directories). SESSION is no secret word (``XDG_SESSION_ID``): a session's token or key is caught by its TOKEN
+  or KEY. ``NCCL_IB_PKEY`` and ``UCX_IB_PKEY`` (an InfiniBand partition key index) are not secrets, nor the
+  nccl_env check's ``nccl_keys`` (the names of a node's NCCL variables, compared across nodes). Empty values,
+  values already masked (asterisks only, like the check's own ``****``) and placeholders (``<unset>``,
+  ``<set> (majority)``) are left as they are. :data:`SECRET_NAME_ERE` is a POSIX extended regular expression
+  over the upper-cased name, so that the node-side awk of ``checks.nccl_env`` applies the very same rule;
+- **by shape**, whatever the name and wherever the text holds it: the password of a URL
+  (``postgres://user:***@host/db``); tokens with a well-known prefix and a realistic length, the prefix kept
+  (``ghp_***``): GitHub (``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``), GitLab (``glpat-``), Slack
+  (``xoxa- xoxb- xoxp- xoxr- xoxs-``), AWS access key ids (``AKIA``/``ASIA`` and 16 upper-case letters or
+  digits), Hugging Face (``hf_``), OpenAI-style keys (``sk-`` and 32 or more characters with a digit), Stripe
+  live keys, npm and PyPI tokens, Google API keys and JSON Web Tokens (``eyJ….eyJ….…``); private-key blocks
+  (``-----BEGIN … PRIVATE KEY-----`` to its END line, the markers kept), whole: a block cut off before its END
+  line is masked to the end of the text, one whose BEGIN line was cut off from the start of its base64 lines.
+
+Every pattern runs in time linear in the text (node output may be long and hostile).
 """
 
 from __future__ import annotations
@@ -16,19 +34,49 @@ import re
 from collections.abc import Mapping
 
 MASK = "***"
-_SECRET_WORD = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-# NCCL_IB_PKEY: an InfiniBand partition key index; nccl_keys: the nccl_env check's set of variable names.
-_NOT_SECRET = frozenset({"NCCL_IB_PKEY", "nccl_keys"})
-# A name (not the tail of a longer word), an optional closing quote (JSON, repr) and the separator.
-_ASSIGNMENT = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_][\w.-]*)[\"']?[ \t]*[=:][ \t]*")
+_WORDS = "TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|AUTH|AUTHORIZATION"
+SECRET_NAME_ERE = f"({_WORDS})S?([^A-Z]|$)|(^|[^A-Z])(PASS|PAT)S?([^A-Z]|$)|[^A-Z]PWD([^A-Z]|$)"
+_SECRET_NAME = re.compile(SECRET_NAME_ERE)
+# NCCL_IB_PKEY, UCX_IB_PKEY: an InfiniBand partition key index; nccl_keys: the nccl_env check's set of names.
+NOT_SECRET_NAMES = frozenset({"NCCL_IB_PKEY", "UCX_IB_PKEY", "nccl_keys"})
+# A name (not the tail of a longer word, nor a URL's user; an option's dashes before it), an optional closing
+# quote (JSON, repr) and the separator.
+_ASSIGNMENT = re.compile(r"(?<![\w./-])-{0,2}(?P<name>[A-Za-z_][\w.-]*)[\"']?[ \t]*[=:][ \t]*")
 _LINE_END = re.compile(r"[\r\n]")
 # Not a value: already masked (the check's own ``****``) or a placeholder (``<unset> (majority)``, ``<value>``).
 _NOT_A_VALUE = re.compile(r"(?:\*+|<[a-z]+>)(?: \([a-z]+\))?")
 _QUOTED = re.compile(r"'[^'\r\n]*'|\"[^\"\r\n]*\"")  # how checks quote a value in a detail: repr()
 
+# A URL's password: ``scheme://user:password@``, up to the last ``@`` before a path, a space or a quote.
+_URL_PASSWORD = re.compile(r"(?<=[A-Za-z0-9+.-])(?P<user>://[^\s:/@\"'<>]*:)(?P<password>[^\s/\"'<>]+)@")
+# (prefix kept, the rest): the prefix alone is not a secret and tells the operator what was there.
+_TOKENS = (
+    ("github_pat_", r"[A-Za-z0-9_]{22,}"),
+    ("gh[pousr]_", r"[A-Za-z0-9]{30,}"),
+    ("glpat-", r"[A-Za-z0-9_-]{20,}"),
+    ("xox[abprs]-", r"[A-Za-z0-9-]{10,}"),
+    ("A(?:KI|SI)A", r"[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    ("hf_", r"[A-Za-z0-9]{30,}"),
+    ("sk-", r"[A-Za-z0-9_-]{32,}"),  # only with a digit in it (see _mask_token)
+    ("[rs]k_live_", r"[A-Za-z0-9]{24,}"),
+    ("npm_", r"[A-Za-z0-9]{36,}"),
+    ("pypi-", r"AgE[A-Za-z0-9_-]{50,}"),
+    ("AIza", r"[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+    ("eyJ", r"[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+)
+_TOKEN = re.compile(  # the lookahead (every prefix's first letter) lets most positions fail at once
+    "(?<![A-Za-z0-9])(?=[Aeghnprsx])(?:"
+    + "|".join(f"(?P<t{i}>{prefix}){rest}" for i, (prefix, rest) in enumerate(_TOKENS))
+    + ")"
+)
+_KEY_MARK = re.compile(r"-----(?P<edge>BEGIN|END) [A-Z0-9 ]{0,64}PRIVATE KEY(?: BLOCK)?-----")
+_KEY_END = re.compile(r"-----END [A-Z0-9 ]{0,64}PRIVATE KEY(?: BLOCK)?-----")
+# What a private key's body holds, line by line: base64, headers (``Proc-Type: 4,ENCRYPTED``), or the mask.
+_KEY_LINE = re.compile(r"[A-Za-z0-9+/=]*|\*+|[A-Za-z-]+: .*")
+
 
 def is_secret_name(name: str) -> bool:
-    return name not in _NOT_SECRET and bool(_SECRET_WORD.search(name))
+    return name not in NOT_SECRET_NAMES and _SECRET_NAME.search(name.upper()) is not None
 
 
 def _maskable(value: str) -> bool:
@@ -36,8 +84,57 @@ def _maskable(value: str) -> bool:
     return bool(value) and not _NOT_A_VALUE.fullmatch(value)
 
 
+def _mask_token(match: re.Match[str]) -> str:
+    prefix = next(group for group in match.groups() if group is not None)
+    token = match.group(0)
+    if prefix == "sk-" and not any(c.isdigit() for c in token):
+        return token  # a long hyphenated word, not a key
+    return prefix + MASK
+
+
+def _body_start(text: str, floor: int, end: int) -> int:
+    """Where the base64 lines before an END marker at ``end`` begin (not before ``floor``)."""
+    start = end
+    while start > floor:
+        line_start = max(text.rfind("\n", floor, start - 1) + 1, floor)
+        if not _KEY_LINE.fullmatch(text[line_start:start].rstrip("\r\n")):
+            break
+        start = line_start
+    return start
+
+
+def _mask_private_keys(text: str) -> str:
+    parts: list[str] = []
+    pos = 0
+    while (mark := _KEY_MARK.search(text, pos)) is not None:
+        if mark.group("edge") == "BEGIN":
+            end = _KEY_END.search(text, mark.end())
+            parts += [text[pos : mark.end()], "\n" + MASK]
+            if end is None:
+                return "".join(parts)
+            parts.append("\n" + end.group(0))
+        else:  # its BEGIN line was cut off (output kept from its tail)
+            start = _body_start(text, pos, mark.start())
+            parts += [text[pos:start], MASK + "\n", mark.group(0)]
+            end = mark
+        pos = end.end()
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def mask_shapes(text: str) -> str:
+    """``text`` with private-key blocks, URL passwords and well-known tokens masked, whatever their names."""
+    if "PRIVATE KEY" in text:
+        text = _mask_private_keys(text)
+    if "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m.group('user')}{MASK}@", text)
+    return _TOKEN.sub(_mask_token, text)
+
+
 def mask_secrets(text: str) -> str:
-    """``text`` with the value of every secret-looking ``NAME=value`` / ``NAME: value`` replaced by ``***``."""
+    """``text`` with secrets by shape masked (:func:`mask_shapes`), and the value of every secret-looking
+    ``NAME=value`` / ``NAME: value`` replaced by ``***``."""
+    text = mask_shapes(text)
     parts: list[str] = []
     pos = 0
     while (match := _ASSIGNMENT.search(text, pos)) is not None:
@@ -56,7 +153,7 @@ def mask_secrets(text: str) -> str:
 
 def mask_value(name: str, value: str) -> str:
     """A value stored beside its name (``key``/``value`` columns): ``***`` when the name is secret-looking
-    (a ``NAME=value`` line of that very name keeps its name)."""
+    (a ``NAME=value`` line of that very name keeps its name); otherwise its secrets by shape are masked."""
     if not is_secret_name(name):
         return mask_secrets(value)
     assignment = _ASSIGNMENT.match(value)

@@ -7,9 +7,11 @@ environment wins over the user file, which wins over ``/etc/nccl.conf``, and ins
 of a key wins. Lines starting with ``#`` are comments; the key is everything before the first ``=``, taken
 as it is, so ``NCCL_DEBUG = INFO`` sets a variable named ``NCCL_DEBUG `` that NCCL never reads.
 
-Values of keys whose names contain TOKEN, KEY, SECRET or PASSWORD are masked on the node already (the raw
-output is stored with the results) and again here. ``NCCL_IB_PKEY`` (an InfiniBand partition key index)
-is not a secret and stays readable.
+Values of keys with secret names (``analysis.secrets``: TOKEN, KEY, SECRET, PASSWORD, PASSWD, AUTH, a PAT
+word and more; not ``NCCL_IB_PKEY``, an InfiniBand partition key index) are masked on the node already, by
+an awk program that applies the same rule (the raw output is stored with the results), and again here; other
+values have their secrets by shape masked here (a URL's password, a token with a well-known prefix), and a
+pinned value is compared in the same masked form.
 
 Drift is judged for ``NCCL_*`` keys the profile does not pin (pinned keys are judged against the profile):
 :func:`cluster_values` reports each key's effective value plus the node's sorted key set under
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cluster_accept.analysis.secrets import NOT_SECRET_NAMES, SECRET_NAME_ERE, is_secret_name, mask_secrets
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -32,8 +35,6 @@ UNSET = "<unset>"
 KEYS_VALUE = "nccl_keys"  # cluster_values key holding the node's NCCL_* key set
 _PREFIXES = ("NCCL", "UCX", "CUDA_VISIBLE", "NVSHMEM", "TORCH_NCCL")
 _COLLECTED = re.compile(rf"^(?:{'|'.join(_PREFIXES)})[A-Za-z0-9_]*$")
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-_NOT_SECRET = frozenset({"NCCL_IB_PKEY"})
 ENV_SOURCE = "env"
 ETC_SOURCE = "/etc/nccl.conf"
 USER_SOURCE = "~/.nccl.conf"
@@ -41,10 +42,12 @@ _END = "### end"
 END_MARK = _END  # the line that ends the environment sections (checks reading more after it split there)
 _MARKS = {"### env": ENV_SOURCE, f"### {ETC_SOURCE}": ETC_SOURCE, f"### {USER_SOURCE}": USER_SOURCE}
 _CONF_FILE_MARK = "### NCCL_CONF_FILE"
-# awk on the node: mask the value of a secret-looking key (before anything leaves the node).
+# awk on the node: mask the value of a secret-looking key (before anything leaves the node), by the rule of
+# analysis.secrets (a POSIX ERE over the upper-cased key).
+_KEPT = " && ".join(f'k != "{name}"' for name in sorted(NOT_SECRET_NAMES) if name.isupper())  # variables only
 _MASK_AWK = (
     '{ i = index($0, "="); k = (i ? substr($0, 1, i - 1) : ""); '
-    'if (i && toupper(k) ~ /TOKEN|KEY|SECRET|PASSWORD/ && k != "NCCL_IB_PKEY") '
+    f"if (i && toupper(k) ~ /{SECRET_NAME_ERE}/ && {_KEPT}) "
     f'print k "={MASK}"; else print }}'
 )
 COMMAND = (
@@ -94,16 +97,16 @@ REASONS = declare(
 
 
 def is_secret(key: str) -> bool:
-    return key not in _NOT_SECRET and bool(_SECRET.search(key))
+    return is_secret_name(key)
 
 
 def _masked(key: str, value: str) -> str:
-    return MASK if is_secret(key) else value
+    return MASK if is_secret(key) else mask_secrets(value)
 
 
 def _mask_line(line: str) -> str:
     key, sep, _ = line.partition("=")
-    return f"{key}={MASK}" if sep and is_secret(key) else line
+    return f"{key}={MASK}" if sep and is_secret(key) else mask_secrets(line)
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def _conf(lines: list[str], source: str, ignored: list[tuple[str, str]]) -> dict
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> NcclEnv:
-    raw = "\n".join(_mask_line(line) for line in stdout.split("\n"))
+    raw = mask_secrets("\n".join(_mask_line(line) for line in stdout.split("\n")))
     sections: dict[str, list[str]] = {}
     current: str | None = None
     ended = False
@@ -242,7 +245,7 @@ def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
                     f"set {_where(setting)}; the value is masked, so it is not compared",
                 )
             )
-        elif setting.value != want:
+        elif setting.value != _masked(key, want):
             rows.append(CheckRow(NAME, key, Status.FAIL, "value_mismatch", setting.value, want, _where(setting)))
         else:
             rows.append(CheckRow(NAME, key, Status.PASS, "ok", setting.value, want, _where(setting)))

@@ -5,8 +5,9 @@ Automation reads the exit code, so each says one thing: 0 every tested node acce
 Prefect's API did not start, the run directory is in use by another controller, the disk filled mid-run, or
 the controller failed on some node: those nodes are ``tool_error``, never rejected or drained for it).
 
-A failure of the tool prints one line on stderr and keeps the traceback in a log file, so that a terminal or
-a cron mail says what happened and where to look, and a bug report has the whole story.
+A failure of the tool prints one line on stderr and keeps the traceback in a log file (secrets masked, as
+everywhere a run writes), so that a terminal or a cron mail says what happened and where to look, and a bug
+report has the whole story.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import tempfile
 import traceback
 from pathlib import Path
+
+from cluster_accept.analysis.secrets import mask_secrets
 
 ACCEPTED = 0
 NOT_ACCEPTED = 1
@@ -28,7 +31,7 @@ def log_failure(exc: BaseException, out_dir: Path | None) -> Path:
     """Append ``exc`` with its traceback to ``OUT/cluster-accept-errors.log`` (the temporary directory when
     ``out_dir`` cannot be written); the log's path."""
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    text = f"--- {stamp} pid {os.getpid()}\n" + "".join(traceback.format_exception(exc))
+    text = f"--- {stamp} pid {os.getpid()}\n" + mask_secrets("".join(traceback.format_exception(exc)))
     for folder in (out_dir, Path(tempfile.gettempdir())):
         if folder is None:
             continue

@@ -5,6 +5,8 @@ atomically), before the controller even looks at it; the multi-node stage, which
 one sequence, is saved whole when it completes. On ``--resume`` the saved results are loaded instead of
 running those nodes again, and every stage is evaluated over all of its nodes exactly as in a clean run, so
 the final tables hold the same rows, once. Only raw outputs are saved: parsing is pure and redone on load.
+A node's outputs are saved with their secrets masked (``analysis.secrets``), as the rows hold them, so that a
+run that never finishes leaves none behind; real outputs parse the same masked or not.
 
 The checkpoints are removed when the run has finished and its tables, history and report are written.
 """
@@ -17,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cluster_accept.analysis.secrets import mask_secrets
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, UnreachableCause
 
 DIRECTORY = "checkpoints"
@@ -34,7 +37,8 @@ class Checkpoints:
         self.root = run_dir / DIRECTORY
 
     def save_node(self, stage: str, node: str, data: dict[str, Any]) -> None:
-        _write_atomic(self.root / stage / f"{node}.json", data)
+        """``data``: a node's result (``detail``, ``commands`` with their ``stdout`` and ``stderr``), saved masked."""
+        _write_atomic(self.root / stage / f"{node}.json", _masked(data))
 
     def load_nodes(self, stage: str) -> dict[str, dict[str, Any]]:
         """Saved node results of ``stage`` by node; a file cut short by a crash counts as not saved."""
@@ -58,6 +62,19 @@ class Checkpoints:
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _masked(data: dict[str, Any]) -> dict[str, Any]:
+    """A node's result with the node's text in it masked: the detail, each command's output."""
+    masked = dict(data)
+    if isinstance(data.get("detail"), str):
+        masked["detail"] = mask_secrets(data["detail"])
+    if isinstance(data.get("commands"), list):
+        masked["commands"] = [
+            {k: mask_secrets(v) if k in ("stdout", "stderr") and isinstance(v, str) else v for k, v in c.items()}
+            for c in data["commands"]
+        ]
+    return masked
 
 
 def commands_to_data(commands: list[CommandResult]) -> list[dict[str, Any]]:

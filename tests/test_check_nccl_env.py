@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import cluster_accept.checks.nccl_env as nccl_env
+from cluster_accept.analysis.secrets import is_secret_name
 from cluster_accept.checks.base import Status, majority_values
 from cluster_accept.checks.nccl_env import Setting
 from cluster_accept.inventory.model import Profile
@@ -309,3 +310,42 @@ def test_good_output_parses() -> None:
     model = nccl_env.parse(GOOD, 0)
     assert model.error is None
     assert model.effective == {"NCCL_ALGO": Setting("Ring", "/etc/nccl.conf"), "NCCL_DEBUG": Setting("INFO", "env")}
+
+
+SECRET_NAMES = (
+    "NCCL_PASSWD NCCL_PASS PASS DB_PASS MYSQL_PWD NCCL_IB_AUTH Authorization GITHUB_PAT NCCL_COOKIE "
+    "SSH_KEY_PASSPHRASE AWS_CREDENTIALS APIKEY API_KEYS NCCL_TOKENS hf_token #NCCL_OLD_SECRET"
+).split() + ["NCCL_API_KEY "]
+PLAIN_NAMES = (
+    "PWD OLDPWD AUTHOR PATH PATTERN BYPASS SESSION XDG_SESSION_ID KEYBOARD TOKENIZERS_PARALLELISM NCCL_IB_PKEY "
+    "UCX_IB_PKEY NCCL_SOCKET_IFNAME"
+).split()
+
+
+def test_the_node_masks_by_the_same_name_rule_as_the_controller(tmp_path: Path) -> None:
+    """The awk that runs on the node, through sh, against ``analysis.secrets.is_secret_name``."""
+    names = SECRET_NAMES + PLAIN_NAMES
+    stdout = run_command(tmp_path, {}, user="".join(f"{name}=v4lue-{i}\n" for i, name in enumerate(names)))
+    lines = stdout.split("### ~/.nccl.conf\n", 1)[1].split("### end\n", 1)[0].splitlines()
+    masked = {line.partition("=")[0] for line in lines if line.partition("=")[2] == nccl_env.MASK}
+    assert len(lines) == len(names) and masked == set(SECRET_NAMES)
+    assert masked == {name for name in names if is_secret_name(name)}
+
+
+def test_secrets_by_shape_are_masked_by_the_parser(tmp_path: Path) -> None:
+    token = "ghp_" + "S3KR1T" + "a" * 30
+    env = {"NCCL_DB_URL": "postgres://svc:S3KR1T@db/jobs", "NCCL_NOTE": f"via {token}", "NCCL_DEBUG": "WARN"}
+    conf_file = tmp_path / "nccl.conf"
+    conf_file.write_text(
+        "NCCL_ALGO=Ring\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlS3KR1T\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    stdout = run_command(tmp_path, {**env, "NCCL_CONF_FILE": str(conf_file)})
+    model = nccl_env.parse(stdout, 0)
+    assert "S3KR1T" not in model.raw + repr(model.effective) + repr(nccl_env.cluster_values(model))
+    assert model.effective["NCCL_DB_URL"].value == "postgres://svc:***@db/jobs"
+    assert model.effective["NCCL_NOTE"].value == "via ghp_***"
+    assert "-----BEGIN OPENSSH PRIVATE KEY-----\n***\n-----END OPENSSH PRIVATE KEY-----" in model.raw
+    # A pinned value is compared in its masked form: the same URL passes, another host does not.
+    profile = Profile(nccl_env={"NCCL_DB_URL": "postgres://svc:S3KR1T@db/jobs", "NCCL_NOTE": "via ghp_other"})
+    rows = nccl_env.evaluate(model, profile, NO_CLUSTER)
+    assert [(r.item, r.reason) for r in rows] == [("NCCL_DB_URL", "ok"), ("NCCL_NOTE", "value_mismatch")]

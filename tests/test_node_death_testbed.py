@@ -1,7 +1,7 @@
 """A node that dies is called dead: unreachable, ``ssh:session_lost`` when it went away under a session — never
 a refused key, never a failed check — at each phase: before the connection, during authentication, in the
-middle of the preflight batch, and in the middle of a multi-node run (the single-node probe's case is in
-test_fault_matrix_testbed.py). "Dies" is every process of the node killed at once, sshd included."""
+middle of the preflight batch, in the middle of a single-node probe and in the middle of a multi-node run.
+"Dies" is every process of the node killed at once, sshd included."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed import net
 from tests.processes import only_run, run_verdicts, start_cli
+from tests.test_fault_matrix_testbed import no_duplicates, wait_until_clean
 
 pytestmark = pytest.mark.testbed
 HOOKS = Path("/run/cluster-accept-tests")  # sshd runs AuthorizedKeysCommand only from root-owned paths
@@ -117,3 +118,33 @@ def test_a_node_dying_mid_multi_node_run_is_unreachable_and_its_peers_are_not_bl
     assert got["node02"] == ("unreachable", ["ssh:session_lost"]), got
     assert got["node01"][0] == got["node03"][0] == "accepted", got
     assert os.path.exists(only_run(tmp_path) / "report.html")
+
+
+def test_a_node_dying_mid_probe_is_unreachable_and_the_others_complete(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bed = testbed_factory(nodes=3, faults={}, prefix="cad9", subnet="10.254.76.0/24")
+    proc = start_cli(
+        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight,single-node"
+    )
+    try:
+
+        def probing(seen: list[bytes]) -> bool:
+            return any(b"gpu_bench.py" in c or b"allreduce.py" in c for c in seen)
+
+        kill_node_when(bed, "node02", probing, 180, proc)
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        testbed.start_sshd(bed, "node02")
+    assert proc.returncode == 1, out + err
+    run_dir = only_run(tmp_path)
+    got = run_verdicts(tmp_path)
+    assert got["node02"] == ("unreachable", ["ssh:session_lost"]), got  # dead, not a failed probe
+    assert got["node01"] == got["node03"] == ("accepted", []), got
+    checks = pd.read_parquet(run_dir / "checks.parquet")
+    bad = checks[(checks.node == "node02") & (checks.stage == "single-node") & (checks.status != "pass")]
+    assert set(bad.status) == {"unreachable"}, bad[["check", "status", "reason"]]
+    measurements = pd.read_parquet(run_dir / "measurements.parquet")
+    assert {"node01", "node03"} <= set(measurements.node)
+    no_duplicates(run_dir)
+    assert wait_until_clean(bed) == {}

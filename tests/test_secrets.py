@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
-from cluster_accept.analysis.secrets import mask_secrets, mask_value
+from cluster_accept.analysis.secrets import is_secret_name, mask_secrets, mask_value
 from cluster_accept.checks import nccl_env
-from cluster_accept.checks.base import CheckRow, Status, discover
+from cluster_accept.checks.base import CheckRow, Status, discover, error_row
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
+from cluster_accept.tasks import single_node
+from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.preflight import NodePreflight, evaluate_preflight, node_values
-from cluster_accept.tasks.rows import node_row
+from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
 
 pytestmark = pytest.mark.pure
 
@@ -126,3 +131,195 @@ def test_stored_rows_hold_no_secret_even_when_the_check_does_not_mask(monkeypatc
         ("NCCL_IB_SECRET_TOKEN", "***"),
         ("NCCL_IB_PKEY", "0"),
     }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NCCL_PASSWD",
+        "PASSWD",
+        "PASS",
+        "DB_PASS",
+        "MYSQL_PWD",
+        "SSH_KEY_PASSPHRASE",
+        "AWS_CREDENTIALS",
+        "credential",
+        "AUTH",
+        "BASIC_AUTH",
+        "Authorization",
+        "X-Auth-Token",
+        "GITHUB_PAT",
+        "GH_PAT_2",
+        "COOKIE",
+        "Set-Cookie",
+        "API_KEYS",
+        "APIKEY",
+        "NCCL_TOKENS",
+        "SESSION_TOKEN",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+    assert mask_secrets(f"{name}=s3kr1t-value") == f"{name}=***"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PWD",  # the working directory
+        "OLDPWD",
+        "PATH",
+        "BYPASS",
+        "PATTERN",
+        "KEYBOARD",
+        "KEYMAP",
+        "TOKENIZERS_PARALLELISM",
+        "AUTHOR",
+        "SESSION",  # a session's id or type; its token or key is caught by TOKEN or KEY
+        "XDG_SESSION_ID",
+        "NCCL_IB_PKEY",  # an InfiniBand partition key index
+        "UCX_IB_PKEY",
+        "nccl_keys",
+        "NCCL_SOCKET_IFNAME",
+    ],
+)
+def test_names_that_are_not_secret(name: str) -> None:
+    assert not is_secret_name(name)
+    assert mask_secrets(f"{name}=/home/x") == f"{name}=/home/x"
+
+
+GH = "ghp_" + "S3KR1Tgithub" + "0" * 24
+HF = "hf_" + "S3KR1Thugging" + "a" * 21
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJTM0tSMVQifQ.S3KR1Tsig_dozjgNryP4J3jVmNHl0w5N"
+KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQS3KR1T\nAAAAC3NzaC1lZDI1NTE5AAAAIS3KR1T==\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a URL's password, whatever the name, wherever it is
+        ("DATABASE_URL=postgres://user:S3KR1T@db/jobs", "DATABASE_URL=postgres://user:***@db/jobs"),
+        (
+            "pulling https://bot:S3KR1T@registry.example/v2 (retry 2)",
+            "pulling https://bot:***@registry.example/v2 (retry 2)",
+        ),
+        ("redis://:S3KR1T@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("'https://u:p@S3KR1T@host/x'", "'https://u:***@host/x'"),  # an unencoded '@' in the password
+        ("https://x-access-token:S3KR1T@github.com/o/r", "https://x-access-token:***@github.com/o/r"),
+        # tokens with a well-known prefix, the prefix kept
+        (f"NCCL_IB_HCA={GH}", "NCCL_IB_HCA=ghp_***"),
+        (f"clone https://{GH}@github.com/o/r", "clone https://ghp_***@github.com/o/r"),
+        ("gho_S3KR1T" + "b" * 30 + " ghu_S3KR1T" + "c" * 30, "gho_*** ghu_***"),
+        ("ghs_S3KR1T" + "d" * 30 + ",ghr_S3KR1T" + "e" * 30, "ghs_***,ghr_***"),
+        ("github_pat_11S3KR1T0123456789_abcdefghijklmnopqrstuvwxyz0123456789", "github_pat_***"),
+        ("glpat-S3KR1Tgitlab012345678", "glpat-***"),
+        ("slack xoxb-123456789012-1234567890123-S3KR1TslackAbc end", "slack xoxb-*** end"),
+        (
+            "xoxp-1-S3KR1T2345 xoxa-2-S3KR1T2345 xoxr-3-S3KR1T2345 xoxs-4-S3KR1T2345",
+            "xoxp-*** xoxa-*** xoxr-*** xoxs-***",
+        ),
+        ("id AKIAS3KR1TAWS0000007 and ASIAS3KR1TAWS0000008.", "id AKIA*** and ASIA***."),
+        (f"[{HF}]", "[hf_***]"),
+        ("key sk-proj-S3KR1Topenai0123456789abcdefghijkl_-xyz", "key sk-***"),
+        ("sk_live_S3KR1Tstripe0123456789abc rk_live_S3KR1Tstripe0123456789abc", "sk_live_*** rk_live_***"),
+        ("npm_S3KR1Tnpm0123456789abcdefghijklmnopq", "npm_***"),
+        ("AIzaS3KR1Tgoogle0123456789abcdefghijklm", "AIza***"),
+        (f"token {JWT}.", "token eyJ***."),
+        # private-key blocks, whole, the markers kept
+        (
+            f"a\n-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}-----END OPENSSH PRIVATE KEY-----\nb",
+            "a\n-----BEGIN OPENSSH PRIVATE KEY-----\n***\n-----END OPENSSH PRIVATE KEY-----\nb",
+        ),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\r\nDEK-Info: AES-128-CBC,S3KR1T\r\n\r\n"
+            "MIIS3KR1T\r\n-----END RSA PRIVATE KEY-----\r\n",
+            "-----BEGIN RSA PRIVATE KEY-----\n***\n-----END RSA PRIVATE KEY-----\r\n",
+        ),
+        (
+            "-----BEGIN EC PRIVATE KEY-----\nMHcS3KR1T\n-----END EC PRIVATE KEY-----\n"
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIS3KR1T\n-----END ENCRYPTED PRIVATE KEY-----",
+            "-----BEGIN EC PRIVATE KEY-----\n***\n-----END EC PRIVATE KEY-----\n"
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\n***\n-----END ENCRYPTED PRIVATE KEY-----",
+        ),
+        (  # cut off before its END line: masked to the end
+            f"key:\n-----BEGIN PRIVATE KEY-----\n{KEY_BODY}",
+            "key:\n-----BEGIN PRIVATE KEY-----\n***",
+        ),
+        (  # its BEGIN line cut off (a tail kept): masked from its first base64 line
+            f"[stderr]\n{KEY_BODY}-----END OPENSSH PRIVATE KEY-----\nexit 1",
+            "[stderr]\n***\n-----END OPENSSH PRIVATE KEY-----\nexit 1",
+        ),
+    ],
+)
+def test_secrets_are_masked_by_shape_whatever_the_name(text: str, expected: str) -> None:
+    assert mask_secrets(text) == expected
+    assert "S3KR1T" not in mask_secrets(text)
+    assert mask_secrets(expected) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NCCL_IB_PKEY=0x8001",
+        "PWD=/home/x",
+        "KEYBOARD=us",
+        "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "GPU-5c4f2c6e-0b7c-3d5e-9a1b-2c3d4e5f6a7b deadbeefcafebabe0123456789abcdef01234567",
+        "scikit-learn, task-scheduler-with-a-very-long-hyphenated-name, ask-me-anything-about-disks-and-raid",
+        "sk-short sk-only-letters-in-a-long-hyphenated-identifier-here",
+        "http://host:8080/path https://example.com/a:b@c git@github.com:org/repo.git ssh://git@host/x",
+        "ghp_short hf_short glpat-short xoxb-short AKIA123 AKIAABCDEFGHIJKLMNOPQ eyJhbGciOiJIUzI1NiJ9",
+        "hf_hub_download cache_dir=/root/.cache/huggingface task_type: gemm",
+        "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n"
+        "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----",
+        "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+    ],
+)
+def test_what_only_looks_like_a_secret_is_left_alone(text: str) -> None:
+    assert mask_secrets(text) == text
+
+
+def test_every_pattern_is_linear_in_hostile_output() -> None:
+    hostile = [
+        "sk-" * 30_000,
+        "a-" * 50_000,
+        "x://a:" * 20_000,
+        "://" + "a:" * 50_000,
+        "-----END RSA PRIVATE KEY-----\n" * 5_000,
+        "-----BEGIN RSA PRIVATE KEY-----" * 5_000,
+        "AAAA\n" * 40_000 + "-----END RSA PRIVATE KEY-----",
+        ("eyJ" + "a" * 10 + ".") * 20_000,
+        "github_pat_" * 10_000,
+    ]
+    started = time.monotonic()
+    for text in hostile:
+        mask_secrets(text)
+    assert time.monotonic() - started < 10  # linear: well under a second; quadratic: minutes
+
+
+def test_masked_before_cut_so_no_secret_is_cut_in_two() -> None:
+    """Evidence is cut to fit a row; a cut inside a secret would leave a piece that masking no longer knows."""
+    url = "postgres://svc:S3KR1Tcutpassword@db/x\n"
+    secret_at = url.index("S3KR1T")
+    row = CheckRow("nccl_env", "NCCL_SOCKET_IFNAME", Status.FAIL, "value_mismatch", "eth9", "eth0", "")
+    head = "x" * (RAW_OUTPUT_LIMIT - secret_at - 6) + url  # kept: up to the middle of the password
+    assert "S3KR1T" not in node_row("r", "c", "preflight", "node01", row, head + "y" * 100).raw_output
+    head = "z" * (RAW_OUTPUT_LIMIT - 21) + " " + GH  # kept: 16 characters of the token
+    assert "S3KR1T" not in node_row("r", "c", "preflight", "node01", row, head).raw_output
+    head = "x" * (4_000 - len("bad\n") - secret_at - 6) + url
+    assert "S3KR1T" not in error_row("driver", "unparsable_output", "bad", head).detail
+    tail = url + "y" * (20_000 - len(url) + url.index("vc:"))  # kept: from inside the user, past '://'
+    stderr = "e" * 3_000 + " " + HF + "f" * (4_000 - len(HF) + 1)  # kept: from inside the prefix
+    assert "S3KR1T" not in single_node._raw(CommandResult("gpu_bench", 1, tail, stderr))
+
+
+def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:
+    stdout = f"### env\nNCCL_PASSWD=S3KR1T\nNCCL_DB_URL=postgres://u:S3KR1T@db/x\nNCCL_NOTE={GH}\n### end\n"
+    result = NodeResult("node01", NodeStatus.ERROR, detail=f"batch exited 1: {HF}")
+    result.commands.append(CommandResult("nccl_env", 0, stdout, f"warning: {JWT}"))
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.save_node("preflight", "node01", node_result_to_data(result))
+    saved = next((tmp_path / "checkpoints" / "preflight").iterdir()).read_text()
+    assert "S3KR1T" not in saved and "NCCL_PASSWD=***" in saved and "ghp_***" in saved
+    loaded = node_result_from_data(checkpoints.load_nodes("preflight")["node01"])
+    assert nccl_env.parse(loaded.commands[0].stdout, 0) == nccl_env.parse(stdout, 0)
