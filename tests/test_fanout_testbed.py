@@ -60,8 +60,11 @@ def test_causes_auth_dns_timeout_and_policies(testbed_factory, tmp_path: Path) -
     assert off.cause in (UnreachableCause.TIMEOUT, UnreachableCause.NO_ROUTE)
     dns = run_node(dataclasses.replace(node1, name="no-such-node.invalid", address=None), COMMANDS)
     assert (dns.status, dns.cause) == (NodeStatus.UNREACHABLE, UnreachableCause.DNS)
+    # The controller's key gone (the inventory refuses a missing one when it loads; this one vanished after):
+    # the tool's failure, not a node that refused a key.
     missing_key = run_node(with_ssh(node1, identity_file=str(tmp_path / "nope")), COMMANDS)
-    assert (missing_key.status, missing_key.cause) == (NodeStatus.UNREACHABLE, UnreachableCause.AUTH)
+    assert (missing_key.status, missing_key.cause) == (NodeStatus.TOOL_ERROR, None)
+    assert "FileNotFoundError" in missing_key.detail
 
     # An unknown key: refused under 'strict', trusted and remembered under 'accept-new'.
     empty = tmp_path / "known_hosts"
