@@ -81,6 +81,8 @@ def test_nodes_dying_before_and_during_their_session_are_unreachable(testbed_fac
                 proc.kill()
     finally:
         (bed.node_dir("node03") / "sshd_config").write_text(original)
+        for hook in HOOKS.glob(f"die-{bed.prefix}-*.sh"):
+            hook.unlink()
         for node in ("node02", "node03", "node04"):
             testbed.start_sshd(bed, node)
     assert proc.returncode == 1, out + err
