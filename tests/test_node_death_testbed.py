@@ -65,7 +65,7 @@ def die_during_auth(bed: testbed.Testbed, node: str) -> str:
 
 def test_nodes_dying_before_and_during_their_session_are_unreachable(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(
-        nodes=4, faults={"nodes": {"node04": ["nvidia_smi_hang"]}}, prefix="cak9", subnet="10.254.88.0/24"
+        nodes=4, faults={"nodes": {"node04": ["nvidia_smi_hang"]}}, prefix="cak9", subnet="10.254.100.0/24"
     )
     net.kill_pids(net.netns_pids(bed.netns("node02")))  # dead before the run: nothing answers
     original = die_during_auth(bed, "node03")
@@ -102,7 +102,7 @@ def test_nodes_dying_before_and_during_their_session_are_unreachable(testbed_fac
 def test_a_node_dying_mid_multi_node_run_is_unreachable_and_its_peers_are_not_blamed(  # type: ignore[no-untyped-def]
     testbed_factory, tmp_path: Path
 ) -> None:
-    bed = testbed_factory(nodes=3, faults={}, prefix="cam9", subnet="10.254.92.0/24")
+    bed = testbed_factory(nodes=3, faults={}, prefix="cam9", subnet="10.254.104.0/24")
     proc = start_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
     try:
 
