@@ -68,7 +68,7 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path)
     assert record["apply"] is True and [a["applied"] for a in record["actions"]] == [True, True, True]
 
     summary = json.loads((only_run(tmp_path / "applied") / "summary.json").read_text())
-    assert summary["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0}
+    assert summary["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0, "tool_error": 0}
     assert summary["not_accepted"] == [
         {"node": "node02", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
         {"node": "node03", "verdict": "unreachable", "reasons": ["ssh:refused"]},
