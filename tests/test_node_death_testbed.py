@@ -99,23 +99,32 @@ def test_nodes_dying_before_and_during_their_session_are_unreachable(testbed_fac
     assert "then refused" in checks[(checks.node == "node03") & (checks.check == "ssh")].iloc[0].detail
 
 
-def test_a_node_dying_mid_multi_node_run_is_unreachable_and_its_peers_are_not_blamed(  # type: ignore[no-untyped-def]
-    testbed_factory, tmp_path: Path
+def run_while_node02_dies(
+    bed: testbed.Testbed, out_dir: Path, stages: str, seen: Callable[[list[bytes]], bool]
 ) -> None:
-    bed = testbed_factory(nodes=3, faults={}, prefix="cam9", subnet="10.254.104.0/24")
-    proc = start_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
+    """Run ``stages`` on the test-bed, kill node02 once ``seen`` holds for its processes, start its sshd again
+    afterwards; the run must exit 1 (a node not accepted)."""
+    proc = start_cli("run", "--inventory", str(bed.inventory_path), "--out", str(out_dir), "--stages", stages)
     try:
-
-        def rank_running(seen: list[bytes]) -> bool:
-            return any(b"allreduce.py" in c and b"torch.distributed.run" not in c for c in seen)
-
-        kill_node_when(bed, "node02", rank_running, 180, proc)
+        kill_node_when(bed, "node02", seen, 180, proc)
         out, err = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
             proc.kill()
         testbed.start_sshd(bed, "node02")
     assert proc.returncode == 1, out + err
+
+
+def test_a_node_dying_mid_multi_node_run_is_unreachable_and_its_peers_are_not_blamed(  # type: ignore[no-untyped-def]
+    testbed_factory, tmp_path: Path
+) -> None:
+    bed = testbed_factory(nodes=3, faults={}, prefix="cam9", subnet="10.254.104.0/24")
+    run_while_node02_dies(
+        bed,
+        tmp_path,
+        "multi-node",
+        lambda seen: any(b"allreduce.py" in c and b"torch.distributed.run" not in c for c in seen),
+    )
     got = run_verdicts(tmp_path)
     assert got["node02"] == ("unreachable", ["ssh:session_lost"]), got
     assert got["node01"][0] == got["node03"][0] == "accepted", got
@@ -124,21 +133,12 @@ def test_a_node_dying_mid_multi_node_run_is_unreachable_and_its_peers_are_not_bl
 
 def test_a_node_dying_mid_probe_is_unreachable_and_the_others_complete(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=3, faults={}, prefix="cad9", subnet="10.254.76.0/24")
-    proc = start_cli(
-        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight,single-node"
+    run_while_node02_dies(
+        bed,
+        tmp_path,
+        "preflight,single-node",
+        lambda seen: any(b"gpu_bench.py" in c or b"allreduce.py" in c for c in seen),
     )
-    try:
-
-        def probing(seen: list[bytes]) -> bool:
-            return any(b"gpu_bench.py" in c or b"allreduce.py" in c for c in seen)
-
-        kill_node_when(bed, "node02", probing, 180, proc)
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        testbed.start_sshd(bed, "node02")
-    assert proc.returncode == 1, out + err
     run_dir = only_run(tmp_path)
     got = run_verdicts(tmp_path)
     assert got["node02"] == ("unreachable", ["ssh:session_lost"]), got  # dead, not a failed probe
