@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from cluster_accept.analysis.text import keep_head, keep_tail
+
 MASK = "***"
 _WORDS = "TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|AUTH|AUTHORIZATION"
 SECRET_NAME_ERE = f"({_WORDS})S?([^A-Z]|$)|(^|[^A-Z])(PASS|PAT)S?([^A-Z]|$)|[^A-Z]PWD([^A-Z]|$)"
@@ -149,6 +151,17 @@ def mask_secrets(text: str) -> str:
                 pos = value_end
     parts.append(text[pos:])
     return "".join(parts)
+
+
+def masked_head(text: str, limit: int) -> str:
+    """The start of ``text`` as evidence keeps it: masked first, then cut (:func:`analysis.text.keep_head`). In
+    that order only: a cut through a secret leaves a piece the mask no longer recognises."""
+    return keep_head(mask_secrets(text), limit)
+
+
+def masked_tail(text: str, limit: int) -> str:
+    """The end of ``text`` as evidence keeps it: masked first, then cut (see :func:`masked_head`)."""
+    return keep_tail(mask_secrets(text), limit)
 
 
 def mask_value(name: str, value: str) -> str:

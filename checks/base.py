@@ -33,8 +33,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from cluster_accept.analysis.secrets import mask_secrets
-from cluster_accept.analysis.text import keep_head
+from cluster_accept.analysis.secrets import masked_head
 from cluster_accept.inventory.model import Profile
 
 if TYPE_CHECKING:  # checks.reasons imports Status from here
@@ -200,5 +199,5 @@ def discover(package: str = "cluster_accept.checks") -> list[Check]:
 def error_row(check: str, reason: str, detail: str, raw: str = "") -> CheckRow:
     """A row for output we could not understand: status ``error``, the raw text kept as evidence (masked before
     it is cut, so that no secret is cut in two)."""
-    detail = keep_head(mask_secrets(detail + "\n" + raw), ERROR_DETAIL_CHARS)
+    detail = masked_head(detail + "\n" + raw, ERROR_DETAIL_CHARS)
     return CheckRow(check=check, item="output", status=Status.ERROR, reason=reason, detail=detail)

@@ -53,10 +53,15 @@ def _fail_usage(message: str) -> typer.Exit:
     return typer.Exit(USAGE_ERROR)
 
 
+def _say(line: str) -> None:
+    """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
+    err.print(visible(line), highlight=False, markup=False, soft_wrap=True)
+
+
 def _inventory_error(exc: InventoryError) -> typer.Exit:
     """One line per problem, each naming the file and the key; exit 2."""
     for problem in exc.problems:
-        err.print(visible(f"{exc.source}: {problem}"), highlight=False, markup=False, soft_wrap=True)
+        _say(f"{exc.source}: {problem}")
     return typer.Exit(USAGE_ERROR)
 
 
@@ -130,15 +135,15 @@ def _run(request: RunRequest) -> int:
     try:
         _check_request(request)
     except RunLocked as exc:
-        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
+        _say(f"error: {exc}")
         return TOOL_FAILURE
     except ResumeError as exc:
-        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
+        _say(f"error: {exc}")
         return USAGE_ERROR
     except InventoryError as exc:
         return _inventory_error(exc).exit_code
     except (ValueError, HostlistError) as exc:
-        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
+        _say(f"error: {exc}")
         return USAGE_ERROR
     bars = progress.StageBars(out)
     try:
@@ -155,24 +160,17 @@ def _run(request: RunRequest) -> int:
                 operations=request.operations,
             )
     except RunLocked as exc:
-        err.print(visible(f"error: {exc}"), highlight=False, markup=False, soft_wrap=True)
+        _say(f"error: {exc}")
         return TOOL_FAILURE
     except OSError as exc:  # the disk filled up or went read-only mid-run: what completed is on disk
         log = log_failure(exc, request.out_dir)
-        err.print(
-            visible(
-                f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
-                f"--resume RUN_ID --out {request.out_dir} once the disk is writable (traceback in {log})."
-            ),
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
+        _say(
+            f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
+            f"--resume RUN_ID --out {request.out_dir} once the disk is writable (traceback in {log})."
         )
         return TOOL_FAILURE
     except Exception as exc:  # noqa: BLE001 - the tool failed (Prefect's API, a bug): one line, the log
-        err.print(
-            visible(failure_line(exc, log_failure(exc, request.out_dir))), highlight=False, markup=False, soft_wrap=True
-        )
+        _say(failure_line(exc, log_failure(exc, request.out_dir)))
         return TOOL_FAILURE
     finally:
         bars.close()
@@ -213,12 +211,10 @@ def _print_outcome(outcome: RunOutcome) -> None:
     failed_on = [v.node for v in outcome.verdicts if v.verdict == Verdict.TOOL_ERROR]
     if failed_on:
         said = f"error: cluster-accept failed on the controller for {fold(failed_on)} (tool:internal_error): "
-        err.print(
-            visible(said + "not judged, not drained; the traceback is in their rows"), markup=False, soft_wrap=True
-        )
+        _say(said + "not judged, not drained; the traceback is in their rows")
     slurm = outcome.slurm
     if slurm.error:
-        err.print(visible(f"slurm: nothing changed: {slurm.error}"), highlight=False, markup=False, soft_wrap=True)
+        _say(f"slurm: nothing changed: {slurm.error}")
     for action in slurm.actions:
         if action.exit_code is None and not action.applied:
             dry = visible(f"slurm (dry run, add --apply): {action.command}")
@@ -360,14 +356,14 @@ def main() -> None:
     reaped = reap_orphans()
     if reaped:
         said = f"stopped {len(reaped)} Prefect API server(s) left by a killed controller (pids {reaped})"
-        err.print(said, highlight=False, markup=False, soft_wrap=True)
+        _say(said)
     try:
         app()
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the tool failed: one line here, the traceback in the log
-        err.print(visible(failure_line(exc, log_failure(exc, None))), highlight=False, markup=False, soft_wrap=True)
+        _say(failure_line(exc, log_failure(exc, None)))
         sys.exit(TOOL_FAILURE)
 
 

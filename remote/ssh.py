@@ -150,7 +150,9 @@ def _controller_side(exc: BaseException) -> bool:
         return True
     if isinstance(exc, OSError):
         return exc.errno in _CONTROLLER_ERRNOS
-    return not isinstance(exc, (paramiko.SSHException, EOFError, ValueError))
+    if isinstance(exc, ValueError):  # paramiko reads a key it cannot use as a ValueError naming the key
+        return "key" not in _text(exc).lower()
+    return not isinstance(exc, (paramiko.SSHException, EOFError))
 
 
 def classify(exc: BaseException) -> Unreachable:
@@ -207,10 +209,8 @@ def classify(exc: BaseException) -> Unreachable:
         return Unreachable(
             UnreachableCause.SESSION_LOST, f"the connection broke while the session was opening ({text})"
         )
-    if isinstance(exc, ValueError) and "key" in text.lower():
-        return Unreachable(UnreachableCause.AUTH, text)
     if isinstance(exc, ValueError):
-        raise exc
+        return Unreachable(UnreachableCause.AUTH, text)
     return Unreachable(UnreachableCause.ERROR, f"{type(exc).__name__}: {text}")
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cluster_accept.analysis.nccl_log import nccl_transports, transport_matches, why_first
-from cluster_accept.analysis.secrets import mask_secrets
-from cluster_accept.analysis.text import keep_tail
+from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
@@ -82,7 +81,7 @@ def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
         if result is not None:
             why, evidence = why_first(
                 result.stdout + "\n" + result.stderr,
-                keep_tail(mask_secrets(result.stdout), 1500) + keep_tail(mask_secrets(result.stderr), 500),
+                masked_tail(result.stdout, 1500) + masked_tail(result.stderr, 500),
             )
         else:
             why, evidence = "", rank.detail

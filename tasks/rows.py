@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from cluster_accept.analysis.secrets import mask_row, mask_secrets
-from cluster_accept.analysis.text import keep_head
+from cluster_accept.analysis.secrets import mask_row, masked_head
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import TOOL_CHECK
 
@@ -40,7 +39,7 @@ def node_row(
 def _evidence(raw: str) -> str:
     """A command's output as a row keeps it: masked, then cut (a secret cut in two would escape its mask).
     Every row of a check shares its command's output, so it is masked once."""
-    return keep_head(mask_secrets(raw), RAW_OUTPUT_LIMIT)
+    return masked_head(raw, RAW_OUTPUT_LIMIT)
 
 
 def tool_error_row(detail: str) -> tuple[CheckRow, str]:

@@ -24,8 +24,7 @@ from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
 from cluster_accept.analysis.regressions import figure_regressions
-from cluster_accept.analysis.secrets import mask_secrets
-from cluster_accept.analysis.text import keep_tail
+from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node
@@ -124,9 +123,7 @@ def run_rows(node: Node, script: NodeScript, result: CommandResult, output: Prob
         return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
     rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
     if result.exit_code != 0 and not output.errors:
-        _, detail = why_first(
-            result.stdout + "\n" + result.stderr, keep_tail(mask_secrets(result.stderr or result.stdout), 2000)
-        )
+        _, detail = why_first(result.stdout + "\n" + result.stderr, masked_tail(result.stderr or result.stdout, 2000))
         observed = f"exit {result.exit_code}"
         rows.append(CheckRow(check, result.name, Status.ERROR, "probe_failed", observed, "exit 0", detail))
     return rows
@@ -145,8 +142,8 @@ def _node_session_row(outcome: NodeProbes) -> tuple[CheckRow, str] | None:
 
 def _raw(result: CommandResult) -> str:
     """A run's output as evidence: its tails, each masked before it is cut (no secret cut in two)."""
-    stderr = "\n[stderr]\n" + keep_tail(mask_secrets(result.stderr), 4000) if result.stderr else ""
-    return keep_tail(mask_secrets(result.stdout), 20000) + stderr
+    stderr = "\n[stderr]\n" + masked_tail(result.stderr, 4000) if result.stderr else ""
+    return masked_tail(result.stdout, 20000) + stderr
 
 
 @dataclass
