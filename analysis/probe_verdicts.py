@@ -176,4 +176,5 @@ def measurement_row(
         "power_w": conditions.get("power_w"),
         "temp_c": conditions.get("temp_c"),
         "clock_event_reasons": conditions.get("clock_event_reasons"),
+        "model": record.get("model"),
     }

@@ -92,6 +92,7 @@ MEASUREMENTS = pa.schema(
         ("clock_event_reasons", pa.string()),
         ("transport", pa.string()),  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
         ("group", pa.string()),  # multi-node all-reduce: the nodes of the run, folded (node[01-04])
+        ("model", pa.string()),  # training: the model trained (analysis.training.model_text)
     ],
     metadata={"cluster_accept_schema": "measurements", "version": SCHEMA_VERSION},
 )
@@ -109,6 +110,7 @@ ISOLATION = pa.schema(
         ("busbw_gbps", pa.float64()),  # null: the run failed or timed out
         ("threshold_gbps", pa.float64()),
         ("bad", pa.bool_()),
+        ("signal", pa.string()),  # what the groups ran: allreduce (busbw_gbps) or training (tokens/s per GPU)
     ],
     metadata={"cluster_accept_schema": "isolation", "version": SCHEMA_VERSION},
 )
@@ -127,6 +129,26 @@ SCALING = pa.schema(
         ("below_min", pa.bool_()),  # under the profile's scaling_efficiency_min
     ],
     metadata={"cluster_accept_schema": "scaling", "version": SCHEMA_VERSION},
+)
+
+TRAINING_SCALING = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("nodes", pa.int32()),
+        ("gpus", pa.int32()),
+        ("group", pa.string()),  # the nodes of the run, folded
+        ("tokens_per_s", pa.float64()),
+        ("tokens_per_s_per_gpu", pa.float64()),
+        ("step_ms", pa.float64()),
+        ("tflops_per_gpu", pa.float64()),
+        ("mfu", pa.float64()),  # null: the GPU's peak is unknown (or CPU)
+        ("efficiency", pa.float64()),  # tokens/s per GPU relative to the one-node run
+        ("below_min", pa.bool_()),  # under the profile's training_scaling_efficiency_min
+        ("transport", pa.string()),  # what NCCL used between nodes (NET/IB, NET/Socket ...)
+        ("model", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "training_scaling", "version": SCHEMA_VERSION},
 )
 
 VERDICTS = pa.schema(
@@ -151,6 +173,7 @@ TABLES: dict[str, pa.Schema] = {
     "measurements": MEASUREMENTS,
     "isolation": ISOLATION,
     "scaling": SCALING,
+    "training_scaling": TRAINING_SCALING,
     "verdicts": VERDICTS,
 }
 

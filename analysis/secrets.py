@@ -11,7 +11,8 @@ second line of defence, applied where node output enters stored rows. It masks:
   ``AUTHOR`` are not); or a PASS or PAT word of its own (``DB_PASS``, ``GITHUB_PAT``; not ``BYPASS``,
   ``PATH``); or a PWD word after something else (``MYSQL_PWD``; not ``PWD`` or ``OLDPWD``, the working
   directories). SESSION is no secret word (``XDG_SESSION_ID``): a session's token or key is caught by its TOKEN
-  or KEY. ``NCCL_IB_PKEY`` and ``UCX_IB_PKEY`` (an InfiniBand partition key index) are not secrets, nor the
+  or KEY. A rate of tokens (``TOKENS_PER_…``: ``training_tokens_per_s_per_gpu``) is a throughput, not a
+  secret (on the controller; NCCL variables have no such names). ``NCCL_IB_PKEY`` and ``UCX_IB_PKEY`` (an InfiniBand partition key index) are not secrets, nor the
   nccl_env check's ``nccl_keys`` (the names of a node's NCCL variables, compared across nodes). Empty values,
   values already masked (asterisks only, like the check's own ``****``) and placeholders (``<unset>``,
   ``<set> (majority)``) are left as they are. :data:`SECRET_NAME_ERE` is a POSIX extended regular expression
@@ -41,6 +42,8 @@ SECRET_NAME_ERE = f"({_WORDS})S?([^A-Z]|$)|(^|[^A-Z])(PASS|PAT)S?([^A-Z]|$)|[^A-
 _SECRET_NAME = re.compile(SECRET_NAME_ERE)
 # NCCL_IB_PKEY, UCX_IB_PKEY: an InfiniBand partition key index; nccl_keys: the nccl_env check's set of names.
 NOT_SECRET_NAMES = frozenset({"NCCL_IB_PKEY", "UCX_IB_PKEY", "nccl_keys"})
+# A rate of tokens (``training_tokens_per_s_per_gpu``, ``tokens_per_s``) is a throughput, not a secret.
+_RATE = re.compile(r"TOKENS?_PER_")
 # A name (not the tail of a longer word, nor a URL's user; an option's dashes before it), an optional closing
 # quote (JSON, repr) and the separator.
 _ASSIGNMENT = re.compile(r"(?<![\w./-])-{0,2}(?P<name>[A-Za-z_][\w.-]*)[\"']?[ \t]*[=:][ \t]*")
@@ -78,7 +81,7 @@ _KEY_LINE = re.compile(r"[A-Za-z0-9+/=]*|\*+|[A-Za-z-]+: .*")
 
 
 def is_secret_name(name: str) -> bool:
-    return name not in NOT_SECRET_NAMES and _SECRET_NAME.search(name.upper()) is not None
+    return name not in NOT_SECRET_NAMES and _SECRET_NAME.search(_RATE.sub("_", name.upper())) is not None
 
 
 def _maskable(value: str) -> bool:

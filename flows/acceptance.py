@@ -19,7 +19,15 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
-from cluster_accept.analysis.schemas import CHECKS, ISOLATION, MEASUREMENTS, NODE_VALUES, SCALING, write_table
+from cluster_accept.analysis.schemas import (
+    CHECKS,
+    ISOLATION,
+    MEASUREMENTS,
+    NODE_VALUES,
+    SCALING,
+    TRAINING_SCALING,
+    write_table,
+)
 from cluster_accept.checks.reasons import ReasonCatalog, catalog
 from cluster_accept.flows import progress
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
@@ -49,6 +57,7 @@ TABLES = {
     "measurements": (MEASUREMENTS, lambda state: state.measurements),
     "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
     "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
+    "training_scaling": (TRAINING_SCALING, lambda state: state.tables.get("training_scaling", [])),
 }
 __all__ = [
     "ResumeError",

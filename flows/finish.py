@@ -61,7 +61,7 @@ def verdict_rows(state: RunState) -> list[VerdictRow]:
 
 def probe_sections(state: RunState, probes: list[Probe], thresholds: dict[str, dict[str, Any]]) -> list[ReportSection]:
     """Each probe's part of the report's measurements, in probe order."""
-    view = ReportView(state.measurements, state.rows, thresholds)
+    view = ReportView(state.measurements, state.rows, thresholds, state.tables)
     sections = [probe.report(view) for probe in probes if probe.report is not None]
     return [s for s in sections if s is not None]
 

@@ -8,10 +8,12 @@ digits (``driver_version: 570.860``) must be strings; the error says so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
+
+from cluster_accept.inventory.shapes import PRESETS, ModelShape, default_preset
 
 
 class _Strict(BaseModel):
@@ -150,6 +152,51 @@ class ProbeSettings(_Strict):
         return launcher
 
 
+TrainingPreset = Literal["tiny", "125m", "350m", "1.3b"]
+Count = Annotated[int, Field(ge=1)]
+
+
+class TrainingSettings(_Strict):
+    """The training-step probe: a GPT-style decoder trained on synthetic tokens on every GPU of a node, then
+    across 1, 2, 4 … nodes. A dimension left out comes from the preset; the preset left out is ``tiny`` on
+    CPU, ``125m`` for the light suite and ``350m`` otherwise (``1.3b`` when named)."""
+
+    enabled: bool = True
+    preset: TrainingPreset | None = None
+    layers: Annotated[int, Field(ge=1, le=512)] | None = None
+    width: Annotated[int, Field(ge=8, le=65536)] | None = None
+    heads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    seq_len: Annotated[int, Field(ge=8, le=1 << 20)] | None = None
+    micro_batch: Annotated[int, Field(ge=1, le=4096)] | None = None
+    vocab: Annotated[int, Field(ge=2, le=1 << 22)] | None = None
+    parallel: Literal["ddp", "fsdp"] = Field(
+        default="ddp", description="data parallel (DDP), or fully sharded (torch.distributed.fsdp.fully_shard)"
+    )
+    compile: bool = Field(default=False, description="torch.compile the model (the first steps compile it)")
+    warmup_steps: Annotated[int, Field(ge=1, le=1000)] = 5
+    steps: Annotated[int, Field(ge=3, le=10000)] = 20
+    peak_tflops: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="the GPU's dense bf16 peak for MFU, when its name is not in the built-in table"
+    )
+
+    def shape(self, device: str, quick: bool) -> ModelShape:
+        """The model this profile trains: the preset's dimensions with the profile's own over them."""
+        preset = PRESETS[self.preset or default_preset(device, quick)]
+        own = {k: getattr(self, k) for k in ("layers", "width", "heads", "seq_len", "micro_batch", "vocab")}
+        return replace(preset, **{k: v for k, v in own.items() if v is not None})
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TrainingSettings:
+        for device, quick in (("cuda", False), ("cuda", True), ("cpu", False)):
+            shape = self.shape(device, quick)
+            if shape.width % shape.heads:
+                raise ValueError(
+                    f"width {shape.width} is not a multiple of heads {shape.heads} (preset "
+                    f"{self.preset or default_preset(device, quick)} with this profile's dimensions)"
+                )
+        return self
+
+
 class Thresholds(_Strict):
     gemm_bf16_tflops_min: Annotated[float, Field(ge=0)] | None = None
     hbm_copy_gbps_min: Annotated[float, Field(ge=0)] | None = None
@@ -162,6 +209,11 @@ class Thresholds(_Strict):
         "a warning where relative figures say more about the machine than the node (CPU nodes sharing cores)",
     )
     scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = None
+    training_tokens_per_s_per_gpu_min: Annotated[float, Field(ge=0)] | None = None
+    training_mfu_min: Annotated[float, Field(ge=0, le=1)] | None = None
+    training_scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None, description="per-GPU tokens/s at n nodes over one node's, at every step of the sweep"
+    )
 
 
 _ENV_KEY = re.compile(r"(?:NCCL|UCX|CUDA_VISIBLE|NVSHMEM|TORCH_NCCL)[A-Za-z0-9_]*")
@@ -199,7 +251,16 @@ class Profile(_Strict):
         default_factory=list, description="settings this site also refuses, beside the built-in harmful ones"
     )
     probes: ProbeSettings = ProbeSettings()
+    training: TrainingSettings = TrainingSettings()
     thresholds: Thresholds = Thresholds()
+
+    @model_validator(mode="after")
+    def _training_thresholds_need_training(self) -> Profile:
+        if not self.training.enabled:
+            named = [k for k, v in self.thresholds.model_dump().items() if k.startswith("training_") and v is not None]
+            if named:
+                raise ValueError(f"thresholds {', '.join(named)} need the training probe: training.enabled is false")
+        return self
 
 
 class DefaultsFile(_Strict):

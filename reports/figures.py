@@ -28,6 +28,7 @@ class ReportView:
     measurements: Sequence[Mapping[str, Any]] = ()
     rows: Sequence[Any] = ()
     thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
+    tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)  # the run's other tables
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,16 @@ class Table:
 
 @dataclass(frozen=True)
 class ReportSection:
-    """One probe's part of the report's measurements: its charts, then its table."""
+    """One probe's part of the report's measurements: its charts, then its table (and any more)."""
 
     section_id: str
     charts: tuple[Markup, ...] = ()
     table: Table | None = None
+    more_tables: tuple[Table, ...] = ()
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        return ((self.table,) if self.table is not None else ()) + self.more_tables
 
 
 def _single_node(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

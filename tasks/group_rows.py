@@ -36,7 +36,9 @@ def transport_rows(node: Node, log: str, group: str) -> list[CheckRow]:
     return [CheckRow("transport", item, status, reason, observed, expected, said)]
 
 
-def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
+def failed_run_rows(
+    run: GroupRun, check: str = "allreduce", what: str = "all-reduce"
+) -> list[tuple[str, CheckRow, str]]:
     """(node, row, evidence) for a sweep run that hung, failed or never started, with what each rank said: a
     collective that hangs once in acceptance is a finding even when the isolation re-tests pass.
 
@@ -46,17 +48,14 @@ def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
     group = fold(run.nodes)
     item = f"inter_node {group}"
     if not run.ranks:
-        said = f"the all-reduce of {group} could not start: {run.detail or 'no rank was launched'}"
-        return [
-            (n, CheckRow("allreduce", item, Status.ERROR, "launch_failed", None, "started", said), "")
-            for n in run.nodes
-        ]
+        said = f"the {what} of {group} could not start: {run.detail or 'no rank was launched'}"
+        return [(n, CheckRow(check, item, Status.ERROR, "launch_failed", None, "started", said), "") for n in run.nodes]
     unreachable = {name for name, rank in run.ranks.items() if rank.cause is not None}
     failed_here = [(name, rank) for name, rank in run.ranks.items() if rank.status is NodeStatus.TOOL_ERROR]
     if failed_here:  # the run's result is unknown because of the tool, not of any node
         name, rank = failed_here[0]
         row, raw = tool_error_row(rank.detail)
-        said = f"the all-reduce of {group} could not be judged: the controller failed on {name}'s rank ({row.detail})"
+        said = f"the {what} of {group} could not be judged: the controller failed on {name}'s rank ({row.detail})"
         return [(n, replace(row, item=item, detail=said), raw) for n in run.nodes if n not in unreachable]
     lost = {
         name
@@ -85,8 +84,8 @@ def failed_run_rows(run: GroupRun) -> list[tuple[str, CheckRow, str]]:
             )
         else:
             why, evidence = "", rank.detail
-        detail = "; ".join(p for p in (why, f"all-reduce of {group} did not complete ({said})", run.detail) if p)
-        found.append((name, CheckRow("allreduce", item, status, reason, said, "completed", detail), evidence))
+        detail = "; ".join(p for p in (why, f"{what} of {group} did not complete ({said})", run.detail) if p)
+        found.append((name, CheckRow(check, item, status, reason, said, "completed", detail), evidence))
     return found
 
 

@@ -46,11 +46,12 @@ from cluster_accept.remote.result import (
 from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.remote.ssh import Unreachable
 from cluster_accept.tasks.ranks import (
+    ALLREDUCE_JOB,
+    GroupJob,
     GroupRun,
     RankRun,
     free_port,
     poll_rank,
-    rank_command,
     rendezvous_address,
     start_rank,
 )
@@ -89,6 +90,7 @@ class _Rank:
 class _Group:
     nodes: Sequence[Node]
     run: GroupRun
+    job: GroupJob = ALLREDUCE_JOB
     ranks: list[_Rank] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -166,10 +168,11 @@ class _Launcher:
             return
         master, world = rendezvous_address(group.nodes[0]), len(group.nodes)
         for index, node in enumerate(group.nodes):
-            rank = _Rank(node, rank_command(node, index, world, master, port, group.run.tag))
+            rank = _Rank(node, group.job.command(node, index, world, master, port, group.run.tag))
             group.ranks.append(rank)
             then = partial(self.started, group, rank)
-            self.submit(then, start_rank, self.sessions, node, rank.command, group.stopping, group.run.tag)
+            files = group.job.files
+            self.submit(then, start_rank, self.sessions, node, rank.command, group.stopping, group.run.tag, files)
 
     def started(self, group: _Group, rank: _Rank, outcome: tuple[str, int] | RankRun) -> None:
         now = time.monotonic()
@@ -261,7 +264,8 @@ def _outcome(group: _Group) -> None:
         return  # no free port: the run never started, its detail says why
     first = run.ranks.get(group.nodes[0].name)
     if first is not None and first.result is not None:
-        run.measurements = parse_json_lines(first.result.stdout).measurements
+        output = parse_json_lines(first.result.stdout)
+        run.measurements, run.info, run.stdout = output.measurements, output.info, first.result.stdout
     for rank_run in run.ranks.values():
         if rank_run.result is not None:
             for transport, count in nccl_transports(rank_run.result.stdout).items():
@@ -272,20 +276,23 @@ def _outcome(group: _Group) -> None:
             for n, r in run.ranks.items()
             if not r.ok
         ]
-        run.detail = keep_head("; ".join(failed), 2000) or "no all-reduce figure"
+        run.detail = keep_head("; ".join(failed), 2000) or f"no {group.job.name} figure"
 
 
-def _refused(nodes: Sequence[Node]) -> str:
+def _refused(nodes: Sequence[Node], job: GroupJob) -> str:
     """Why a group cannot be launched at all; empty when it can."""
-    if len(nodes) < 2:
-        return "a multi-node run needs at least two nodes"
+    if len(nodes) < job.min_nodes:
+        return f"a multi-node run needs at least {job.min_nodes} nodes" if job.min_nodes > 1 else "no node to run on"
     return ""
 
 
 def launch_groups(
-    groups: Sequence[Sequence[Node]], concurrency: int = DEFAULT_CONCURRENCY, tags: Sequence[str | None] | None = None
+    groups: Sequence[Sequence[Node]],
+    concurrency: int = DEFAULT_CONCURRENCY,
+    tags: Sequence[str | None] | None = None,
+    job: GroupJob = ALLREDUCE_JOB,
 ) -> list[GroupRun]:
-    """One all-reduce per group (rank order = list order), all groups at once: they must be disjoint.
+    """One run of ``job`` per group (rank order = list order), all groups at once: they must be disjoint.
 
     At most ``concurrency`` SSH operations are in flight for all of them together, on as many threads (named
     :data:`THREAD_PREFIX`), however many ranks the groups have. Never raises for a node's failure."""
@@ -293,11 +300,11 @@ def launch_groups(
         raise ValueError("concurrency must be at least 1")
     tags = tags if tags is not None else [None] * len(groups)
     states = [
-        _Group(nodes, GroupRun(tuple(n.name for n in nodes), tag or secrets.token_hex(6)))
+        _Group(nodes, GroupRun(tuple(n.name for n in nodes), tag or secrets.token_hex(6)), job)
         for nodes, tag in zip(groups, tags, strict=True)
     ]
     for group in states:
-        group.run.detail = _refused(group.nodes)
+        group.run.detail = _refused(group.nodes, job)
     runnable = [group for group in states if not group.run.detail]
     if runnable:
         _Launcher(concurrency).drive(runnable)
@@ -306,6 +313,9 @@ def launch_groups(
     return [group.run for group in states]
 
 
-def launch_group(nodes: Sequence[Node], tag: str | None = None, concurrency: int = DEFAULT_CONCURRENCY) -> GroupRun:
-    """One all-reduce across ``nodes`` (rank order = list order). Never raises for a node's failure."""
-    return launch_groups([nodes], concurrency, [tag])[0]
+def launch_group(
+    nodes: Sequence[Node], tag: str | None = None, concurrency: int = DEFAULT_CONCURRENCY, job: GroupJob = ALLREDUCE_JOB
+) -> GroupRun:
+    """One run of ``job`` (the all-reduce unless told) across ``nodes`` (rank order = list order). Never raises
+    for a node's failure."""
+    return launch_groups([nodes], concurrency, [tag], job)[0]

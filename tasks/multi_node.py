@@ -8,7 +8,7 @@ in parallel (disjoint groups), and turns the outcome into rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,11 @@ from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, transport_rows
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
+from cluster_accept.tasks.ranks import ALLREDUCE_JOB, GroupJob
 from cluster_accept.tasks.rows import node_row, unreachable_row
 from cluster_accept.tasks.stage import RunState
+from cluster_accept.tasks.training_sweep import REASONS as TRAINING_REASONS
+from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
 
 NAME = "multi-node"
 
@@ -37,6 +40,7 @@ class MultiNodeOutcome:
     measurements: list[dict[str, Any]] = field(default_factory=list)
     isolation: list[dict[str, Any]] = field(default_factory=list)
     scaling: list[dict[str, Any]] = field(default_factory=list)
+    training_scaling: list[dict[str, Any]] = field(default_factory=list)
     verdict: IsolationVerdict | None = None
 
 
@@ -48,9 +52,11 @@ def _policy(nodes: Sequence[Node]) -> IsolationPolicy:
 
 
 @task(name="multi-node", task_run_name="multi-node-{label}", cache_policy=NO_CACHE, persist_result=False)
-def multi_node_round(groups: Sequence[Sequence[Node]], concurrency: int, label: str) -> list[GroupRun]:
+def multi_node_round(
+    groups: Sequence[Sequence[Node]], concurrency: int, label: str, job: GroupJob = ALLREDUCE_JOB
+) -> list[GroupRun]:
     """One round of the multi-node stage: disjoint groups launched at once (``label`` names them)."""
-    return launch_groups(groups, concurrency)
+    return launch_groups(groups, concurrency, job=job)
 
 
 class _Stage:
@@ -61,26 +67,36 @@ class _Stage:
         self.out = MultiNodeOutcome()
         self.unreachable: set[str] = set()
 
+    @property
+    def cluster(self) -> str:
+        return self.inventory.cluster
+
     def row(self, node: str, row: CheckRow, raw: str = "") -> None:
         self.out.rows.append(node_row(self.run_id, self.inventory.cluster, NAME, node, row, raw))
 
-    def launch(self, nodes: Sequence[Node]) -> GroupRun:
-        return self.launch_round([nodes])[0]
+    def launch(self, nodes: Sequence[Node], job: GroupJob = ALLREDUCE_JOB) -> GroupRun:
+        return self.launch_round([nodes], job)[0]
 
-    def launch_round(self, groups: Sequence[Sequence[Node]]) -> list[GroupRun]:
+    def launch_round(self, groups: Sequence[Sequence[Node]], job: GroupJob = ALLREDUCE_JOB) -> list[GroupRun]:
         """Disjoint groups at once, all their ranks under the stage's one bound; rows in group order. Inside a
         flow run each round is a Prefect task run (``multi-node-<groups>``), like every other stage's work."""
         label = " ".join(fold([n.name for n in nodes]) for nodes in groups)
         if FlowRunContext.get() is None:
-            runs = launch_groups(groups, self.concurrency)
+            runs = launch_groups(groups, self.concurrency, job=job)
         else:
-            runs = multi_node_round.submit(groups, self.concurrency, label).result()
+            runs = multi_node_round.submit(groups, self.concurrency, f"{job.name} {label}", job).result()
         for nodes, run in zip(groups, runs, strict=True):
-            self._record(nodes, run)
+            self._record(nodes, run, job)
         return runs
 
-    def _record(self, nodes: Sequence[Node], run: GroupRun) -> None:
+    def _record(self, nodes: Sequence[Node], run: GroupRun, job: GroupJob) -> None:
         group = fold(run.nodes)
+        for name, rank in run.ranks.items():
+            if rank.cause is not None and name not in self.unreachable:
+                self.unreachable.add(name)
+                self.row(name, unreachable_row(rank.cause, rank.detail))
+        if job is not ALLREDUCE_JOB:
+            return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
             figure = measurement_row(
                 self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record
@@ -89,9 +105,6 @@ class _Stage:
             figure["transport"] = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
             self.out.measurements.append(figure)
         for name, rank in run.ranks.items():
-            if rank.cause is not None and name not in self.unreachable:
-                self.unreachable.add(name)
-                self.row(name, unreachable_row(rank.cause, rank.detail))
             if rank.result is not None and rank.result.ok:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
 
@@ -99,8 +112,8 @@ class _Stage:
         for row in transport_rows(node, log, group):
             self.row(node.name, row)
 
-    def failed_run(self, run: GroupRun) -> None:
-        for name, row, raw in failed_run_rows(run):
+    def failed_run(self, run: GroupRun, check: str = "allreduce", what: str = "all-reduce") -> None:
+        for name, row, raw in failed_run_rows(run, check, what):
             self.row(name, row, raw)
 
     def sweep(self, nodes: list[Node]) -> bool:
@@ -152,39 +165,58 @@ class _Stage:
         return trouble or any(not s.ok for s in steps)
 
     def isolate(self, nodes: list[Node], known_good: Iterable[str] = ()) -> None:
+        """Isolation by all-reduce groups: the node or pair that slows the collective."""
+        figure: Callable[[GroupRun], float | None] = lambda run: run.busbw_gbps  # noqa: E731
+        self.out.verdict = self.isolate_with(
+            nodes, ALLREDUCE_JOB, figure, _policy(nodes), "allreduce_inter", known_good
+        )
+
+    def isolate_with(
+        self,
+        nodes: list[Node],
+        job: GroupJob,
+        figure: Callable[[GroupRun], float | None],
+        policy: IsolationPolicy,
+        item: str,
+        known_good: Iterable[str] = (),
+    ) -> IsolationVerdict:
+        """Adaptive group testing with ``job`` runs judged by ``figure`` (higher is better); rows under
+        ``isolation`` with ``item`` naming the signal."""
         by_name = {n.name: n for n in self.inventory.nodes}
         candidates = [n.name for n in nodes if n.name not in self.unreachable]
-        isolator = Isolator(candidates, _policy(nodes), known_good=known_good)
+        isolator = Isolator(candidates, policy, known_good=known_good)
 
         def run_round(groups: list[tuple[str, ...]]) -> list[GroupResult]:
             """One round: its disjoint groups launched at once."""
-            runs = self.launch_round([[by_name[name] for name in g] for g in groups])
-            return [GroupResult(tuple(g), r.busbw_gbps) for g, r in zip(groups, runs, strict=True)]
+            runs = self.launch_round([[by_name[name] for name in g] for g in groups], job)
+            return [GroupResult(tuple(g), figure(r)) for g, r in zip(groups, runs, strict=True)]
 
         verdict = drive(isolator, run_round)
-        self.out.verdict = verdict
-        self.out.isolation = [
-            {"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in to_rows(isolator.rounds)
-        ]
+        signal = {"run_id": self.run_id, "cluster": self.inventory.cluster, "signal": job.name}
+        self.out.isolation += [{**signal, **r} for r in to_rows(isolator.rounds)]
         for name in verdict.bad_nodes:
             if name not in self.unreachable:
-                self.row(
-                    name, CheckRow("isolation", "allreduce_inter", Status.FAIL, "slow_node", name, None, verdict.detail)
-                )
+                self.row(name, CheckRow("isolation", item, Status.FAIL, "slow_node", name, None, verdict.detail))
         for a, b in verdict.bad_pairs:
             for name in (a, b):
-                self.row(
-                    name,
-                    CheckRow(
-                        "isolation", "allreduce_inter", Status.WARN, "slow_pair", f"{a}+{b}", None, verdict.detail
-                    ),
-                )
+                row = CheckRow("isolation", item, Status.WARN, "slow_pair", f"{a}+{b}", None, verdict.detail)
+                self.row(name, row)
         for name in verdict.unresolved:
             if name not in self.unreachable:
-                self.row(
-                    name,
-                    CheckRow("isolation", "allreduce_inter", Status.WARN, "unresolved", None, None, verdict.detail),
-                )
+                self.row(name, CheckRow("isolation", item, Status.WARN, "unresolved", None, None, verdict.detail))
+        return verdict
+
+    def train(self, nodes: list[Node]) -> None:
+        """The training sweep on the nodes that trained alone and that isolation did not pull; isolation with
+        training runs when it scales badly."""
+        bad = set(self.out.verdict.bad_nodes) if self.out.verdict else set()
+        chosen = [n for n in nodes if n.profile.training.enabled and n.name not in bad | self.unreachable]
+        if not chosen:
+            return
+        scaling, trouble = training_sweep(self, chosen)
+        self.out.training_scaling = scaling
+        if trouble:
+            isolate_training(self, chosen, scaling)
 
 
 def run_multi_node(
@@ -198,6 +230,7 @@ def run_multi_node(
         return stage.out
     if stage.sweep(nodes):
         stage.isolate(nodes)
+    stage.train(nodes)
     return stage.out
 
 
@@ -241,7 +274,8 @@ REASONS = {
         Reason(
             "slow_node",
             Status.FAIL,
-            "slows every all-reduce group it joins: check its HCAs, cables and NCCL's transport",
+            "slows every group it joins (all-reduce or training runs, as the item says): check its HCAs, cables "
+            "and NCCL's transport",
             Action.RESEAT_CABLE,
         ),
         Reason(
@@ -258,6 +292,7 @@ REASONS = {
         ),
     ),
     **GROUP_REASONS,
+    **TRAINING_REASONS,
 }
 
 
@@ -267,12 +302,14 @@ def _outcome_data(outcome: MultiNodeOutcome) -> dict[str, Any]:
         "measurements": outcome.measurements,
         "isolation": outcome.isolation,
         "scaling": outcome.scaling,
+        "training_scaling": outcome.training_scaling,
     }
 
 
 def _outcome_from(data: dict[str, Any]) -> MultiNodeOutcome:
     rows = [NodeRow.from_record(r) for r in data["rows"]]
-    return MultiNodeOutcome(rows, data["measurements"], data["isolation"], data["scaling"])
+    training = data.get("training_scaling", [])
+    return MultiNodeOutcome(rows, data["measurements"], data["isolation"], data["scaling"], training)
 
 
 class MultiNodeStage:
@@ -283,7 +320,7 @@ class MultiNodeStage:
     name = NAME
     order = 30
     suites = frozenset({"full"})
-    tables = ("checks", "measurements", "isolation", "scaling")
+    tables = ("checks", "measurements", "isolation", "scaling", "training_scaling")
 
     def run(self, state: RunState) -> None:
         state.progress.start(NAME, 1)
@@ -306,6 +343,7 @@ class MultiNodeStage:
         state.measurements += outcome.measurements
         state.tables["isolation"] = list(outcome.isolation)
         state.tables["scaling"] = list(outcome.scaling)
+        state.tables["training_scaling"] = list(outcome.training_scaling)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return list(REASONS.items())

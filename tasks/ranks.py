@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import shlex
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.scripts import gpu_count, job_env
+from cluster_accept.probes.training import ranks_per_node, train_arguments
 from cluster_accept.remote.detached import PollAnswer, poll_detached
 from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.result import (
@@ -52,7 +54,9 @@ class GroupRun:
     tag: str
     ranks: dict[str, RankRun] = field(default_factory=dict)
     measurements: list[dict[str, Any]] = field(default_factory=list)
+    info: list[dict[str, Any]] = field(default_factory=list)  # the first rank's info records
     transports: dict[str, int] = field(default_factory=dict)
+    stdout: str = ""  # the first rank's output, for the job's own parser
     detail: str = ""
 
     @property
@@ -66,6 +70,20 @@ class GroupRun:
             return None
         largest = max(self.measurements, key=lambda m: m.get("size") or 0)
         return float(largest["value"])
+
+
+RankCommand = Callable[[Node, int, int, str, int, str], RemoteCommand]
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """What a group run starts on each node: the probe files it ships, each rank's command (node, node rank,
+    nodes, rendezvous address, port, tag) and the fewest nodes it runs on."""
+
+    name: str
+    files: tuple[str, ...]
+    command: RankCommand
+    min_nodes: int = 2
 
 
 def rendezvous_address(master: Node) -> str:
@@ -97,6 +115,29 @@ def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int,
     return RemoteCommand("allreduce_inter", script, timeout_s=probes.timeout_s)
 
 
+def training_rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+    """One node's ranks of a training run across ``world`` nodes (the profile's model, every GPU)."""
+    probes = node.profile.probes
+    python = shlex.quote(probes.python)
+    run = f"{probes.command_prefix} " if probes.command_prefix else ""
+    extra = {"NCCL_DEBUG": "INFO"}
+    ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
+    if probes.device == "cpu" and ifname:
+        extra["GLOO_SOCKET_IFNAME"] = ifname
+    wait = int(probes.rendezvous_timeout_s)
+    script = (
+        f'cd "$CA_PROBE_DIR" && {ranks_per_node(node)}exec {run}{job_env(node, **extra)}{python} -m '
+        f"torch.distributed.run --nnodes={world} --nproc_per_node=$n --node_rank={rank} "
+        f"--master_addr={shlex.quote(master_addr)} --master_port={port} --rdzv-conf=timeout={wait} train_step.py "
+        f"{train_arguments(node, False)} --label inter_node --tag {shlex.quote(tag)} --init-timeout-s {wait} 2>&1"
+    )
+    return RemoteCommand("training_inter", script, timeout_s=probes.timeout_s)
+
+
+ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py",), rank_command)
+TRAINING_JOB = GroupJob("training", ("train_step.py",), training_rank_command, min_nodes=1)
+
+
 def free_port(sessions: SessionCache, master: Node) -> int | RankRun:
     script = f"{shlex.quote(master.profile.probes.python)} -c {shlex.quote(_PORT_SCRIPT)}"
     try:
@@ -113,7 +154,12 @@ def free_port(sessions: SessionCache, master: Node) -> int | RankRun:
 
 
 def start_rank(
-    sessions: SessionCache, node: Node, command: RemoteCommand, stopping: threading.Event, tag: str
+    sessions: SessionCache,
+    node: Node,
+    command: RemoteCommand,
+    stopping: threading.Event,
+    tag: str,
+    files: tuple[str, ...] = ("allreduce.py",),
 ) -> tuple[str, int] | RankRun:
     """Probe directory, wrapper, detached start: (directory, wrapper pid), or why the rank did not start."""
     if stopping.is_set():
@@ -122,7 +168,7 @@ def start_rank(
     if isinstance(session, Unreachable):
         return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
     try:
-        started = start_in_probe_dir(session, node, ("allreduce.py",), command, tag)
+        started = start_in_probe_dir(session, node, files, command, tag)
     except (ProbeDirError, NodeRefused) as exc:
         sessions.give(node, session)
         return RankRun(node.name, NodeStatus.ERROR, None, str(exc))

@@ -26,7 +26,7 @@ def profile_name(base: str) -> str:
     return f"testbed-{base}"
 
 
-def base_profile(base: str, python: str = sys.executable) -> dict[str, Any]:
+def base_profile(base: str, python: str = sys.executable, training: bool = False) -> dict[str, Any]:
     """The profile every healthy node of ``base`` meets (inventory ``profiles:`` entry)."""
     files = load_base(base).files
     table = build_table(files)
@@ -62,6 +62,9 @@ def base_profile(base: str, python: str = sys.executable) -> dict[str, Any]:
     # simulated node shares this machine's cores, so a node far below the others (or below its own history)
     # is reported as a warning: its CPU figures say more about the machine than about the node.
     profile["thresholds"] = {"straggler_pct": 90, "allreduce_inter_busbw_gbps_min": 0.03, "relative_verdict": "warn"}
+    # The training probe's tiny CPU model takes seconds per node and per sweep step on these shared cores; a
+    # test-bed trains only where asked (training=True), so that tests of other stages stay fast.
+    profile["training"] = {"enabled": training}
     return profile
 
 

@@ -1,0 +1,220 @@
+"""Training steps of a GPT-style decoder on every GPU of a node: tokens/s, MFU, the slowest rank, numerics.
+
+Clusters are accepted by training throughput, not by the parts (seed reports: per-node training TFLOPS found
+half-speed nodes, all-reduce looked healthy while training scaled at 21%). Per node this probe trains the
+profile's model (``training``: preset and dimensions) with data parallelism (or fully sharded) on all its GPUs
+and reports tokens/s per GPU, achieved TFLOP/s and MFU (:mod:`analysis.training` says how they are counted),
+peak memory, the loss on the fixed batch, and each rank's own forward+backward time: under data parallelism a
+slow GPU holds every step of every rank, so only the solo time names it.
+
+Judged: tokens/s per GPU against ``training_tokens_per_s_per_gpu_min`` and the cluster's median per node (the
+seed's per-node table); each GPU's solo throughput against the cluster's GPUs; MFU against
+``training_mfu_min``; the loss (finite, falling); the slowest rank against its node's median. Across nodes the
+multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.training_sweep`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.training import (
+    FLOP_FORMULA,
+    derived_figures,
+    info_peak,
+    loss_check,
+    model_text,
+    slowest_rank,
+)
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Node, Profile
+from cluster_accept.probes.base import NodeScript, cluster_judgement
+from cluster_accept.probes.scripts import LOOPBACK_PORT, gpu_count, job_env
+from cluster_accept.reports.figures import ReportSection, ReportView
+from cluster_accept.reports.training_figures import training_section
+
+NAME = "training"
+ORDER = 50
+PER_GPU = "training_tokens_per_s_per_gpu"
+SOLO = "training_solo_tokens_per_s"
+METRICS = {
+    PER_GPU: MetricRule(NAME, "training_tokens_per_s_per_gpu_min", False),
+    SOLO: MetricRule(NAME, None, True),
+}
+REASONS = declare(
+    Reason(
+        "below_threshold",
+        Status.FAIL,
+        "training throughput below the profile's minimum: compare its GEMM, clocks and the slowest rank first",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "straggler",
+        Status.FAIL,
+        "trains far slower than its peers: look at the slowest rank, clocks and power in the evidence",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "slow_rank",
+        Status.FAIL,
+        "one GPU's own forward+backward is far slower than the node's others, and every step waits for it: "
+        "check that GPU's clocks, power and throttle reasons",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "numerics",
+        Status.FAIL,
+        "the loss on the fixed batch went NaN/Inf or did not fall: suspect a GPU computing wrongly (run the "
+        "GPU's memory and compute diagnostics) or a broken torch/CUDA install",
+        Action.REPLACE_GPU,
+    ),
+    Reason("single_rank", Status.SKIP, "one rank: no other GPU of the node to compare its speed with"),
+    Reason(
+        "peak_unknown",
+        Status.SKIP,
+        "MFU needs the GPU's dense bf16 peak: set the profile's training.peak_tflops for this GPU",
+        Action.FIX_CONFIG,
+    ),
+    Reason("not_measured", Status.SKIP, "the probe ran on CPU (the test-bed): no GPU peak to take MFU against"),
+    Reason(
+        "probe_timeout",
+        Status.TIMEOUT,
+        "the training steps hung and were killed with their process group: look for a hung GPU or NCCL",
+        Action.CHECK_NODE,
+    ),
+    Reason("probe_error", Status.ERROR, "the training probe reported an error (out of memory?): see the detail"),
+    Reason(
+        "probe_failed",
+        Status.ERROR,
+        "the training steps did not finish (see the output): check the probe interpreter, torch and NCCL",
+        Action.RERUN,
+    ),
+)
+
+
+def train_arguments(node: Node, quick: bool) -> str:
+    """The node script's arguments for the profile's model (``--label`` and timeouts are the caller's)."""
+    training, device = node.profile.training, node.profile.probes.device
+    shape = training.shape(device, quick)
+    args = (
+        f"--device {device} --layers {shape.layers} --width {shape.width} --heads {shape.heads} "
+        f"--seq-len {shape.seq_len} --micro-batch {shape.micro_batch} --vocab {shape.vocab} "
+        f"--parallel {training.parallel} --warmup-steps {training.warmup_steps} --steps {training.steps}"
+    )
+    if training.compile:
+        args += " --compile"
+    if training.peak_tflops is not None:
+        args += f" --peak-tflops {training.peak_tflops:g}"
+    return args
+
+
+def ranks_per_node(node: Node) -> str:
+    """``n=…; ``: every GPU of the node (or the profile's partition); one process on a CPU node."""
+    return gpu_count(node) if node.profile.probes.device == "cuda" else "n=1; "
+
+
+def command(node: Node, quick: bool = False) -> str | None:
+    """torchrun on every GPU of the node, meeting on loopback, giving up after ``rendezvous_timeout_s``."""
+    if not node.profile.training.enabled:
+        return None
+    probes = node.profile.probes
+    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
+    python = shlex.quote(probes.python)
+    wait = int(probes.rendezvous_timeout_s)
+    extra = {"NCCL_DEBUG": "INFO"} if probes.device == "cuda" else {"GLOO_SOCKET_IFNAME": "lo"}
+    return (
+        f'cd "$CA_PROBE_DIR" && {ranks_per_node(node)}'
+        f"port=$({prefix}{python} -c {shlex.quote(LOOPBACK_PORT)}) && "
+        f"exec {prefix}{job_env(node, **extra)}{python} -m torch.distributed.run --nnodes=1 "
+        f"--nproc_per_node=$n --master_addr=127.0.0.1 --master_port=$port --rdzv-conf=timeout={wait} train_step.py "
+        f"{train_arguments(node, quick)} --label intra_node --init-timeout-s {wait} 2>&1"
+    )
+
+
+SCRIPT = NodeScript(NAME, ("train_step.py",), NAME, command)
+
+
+def model_info(output: ProbeOutput) -> dict[str, Any] | None:
+    return next((i for i in output.info if i.get("info") == "training"), None)
+
+
+def rank_infos(output: ProbeOutput) -> list[dict[str, Any]]:
+    return [i for i in output.info if i.get("info") == "training_rank"]
+
+
+def parse(stdout: str) -> ProbeOutput:
+    """Its figures (``training_*``), TFLOP/s and MFU derived from tokens/s per GPU, each carrying the model."""
+    output = parse_json_lines(stdout)
+    figures = [m for m in output.measurements if str(m.get("metric", "")).startswith("training_")]
+    info = model_info(output)
+    if info is not None:
+        per_gpu = next((m for m in figures if m["metric"] == PER_GPU), None)
+        figures += derived_figures(info, float(per_gpu["value"])) if per_gpu is not None else []
+        described = model_text(info)
+        figures = [{**m, "model": described} for m in figures]
+    output.measurements = figures
+    return output
+
+
+def _loss_row(ranks: list[dict[str, Any]]) -> CheckRow:
+    checks = [
+        (r, loss_check(r["loss_initial"], r["loss_first"], r["loss_last"], bool(r["loss_finite"]))) for r in ranks
+    ]
+    bad = [(r, c) for r, c in checks if not c.ok]
+    rank, check = bad[0] if bad else checks[0]
+    where = f"rank {rank['rank']} (gpu {rank['local_rank']})"
+    detail = f"{where}: {check.detail}" + (f"; {len(bad)} of {len(ranks)} ranks" if bad else "")
+    status, reason = (Status.FAIL, "numerics") if bad else (Status.PASS, "ok")
+    return CheckRow(NAME, "loss", status, reason, check.observed, "finite, falling", detail)
+
+
+def _slow_rank_row(ranks: list[dict[str, Any]], profile: Profile) -> CheckRow:
+    margin = profile.thresholds.straggler_pct
+    solo = {f"gpu {r['local_rank']}": float(r["solo_ms_median"]) for r in ranks}
+    slow = slowest_rank(solo, margin)
+    if slow is None:
+        return CheckRow(NAME, "slowest_rank", Status.SKIP, "single_rank", None, None, "one rank on this node")
+    said = f"{slow.label}: {slow.solo_ms:.4g} ms"
+    expected = f"<= {slow.median_ms * (1 + margin / 100):.4g} ms (median {slow.median_ms:.4g} + {margin:g}%)"
+    detail = f"own forward+backward {slow.over_pct:.1f}% over the ranks' median ({len(solo)} ranks)"
+    status, reason = (Status.FAIL, "slow_rank") if slow.slow else (Status.PASS, "ok")
+    gpu = int(slow.label.split()[-1])
+    return CheckRow(NAME, "slowest_rank", status, reason, said, expected, detail, gpu)
+
+
+def _mfu_row(output: ProbeOutput, info: dict[str, Any], profile: Profile) -> CheckRow | None:
+    minimum = profile.thresholds.training_mfu_min
+    if minimum is None:
+        return None
+    if profile.probes.device != "cuda":
+        return CheckRow(NAME, "mfu", Status.SKIP, "not_measured", None, f">= {minimum:g}", "probes run on CPU")
+    mfu = next((m for m in output.measurements if m["metric"] == "training_mfu"), None)
+    if mfu is None:
+        said = f"no dense bf16 peak known for {info.get('device_name')!r}"
+        return CheckRow(NAME, "mfu", Status.SKIP, "peak_unknown", None, f">= {minimum:g}", said)
+    value = float(mfu["value"])
+    detail = f"{FLOP_FORMULA}; peak {info_peak(info):g} TFLOP/s ({info.get('device_name')}); {model_text(info)}"
+    status, reason = (Status.PASS, "ok") if value >= minimum else (Status.FAIL, "below_threshold")
+    return CheckRow(NAME, "mfu", status, reason, f"{value:.3f}", f">= {minimum:g}", detail)
+
+
+def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
+    """The model trained (recorded), the loss, the slowest rank and MFU; nothing when the run printed no rank
+    (its own row says why it failed)."""
+    info, ranks = model_info(output), rank_infos(output)
+    if info is None or not ranks:
+        return []
+    model = CheckRow(NAME, "model", Status.PASS, "recorded", model_text(info), None, FLOP_FORMULA)
+    rows = [model, _loss_row(ranks), _slow_rank_row(ranks, profile)]
+    mfu = _mfu_row(output, info, profile)
+    return rows + ([mfu] if mfu is not None else [])
+
+
+evaluate = cluster_judgement(METRICS)
+
+
+def report(view: ReportView) -> ReportSection | None:
+    return training_section(view)
