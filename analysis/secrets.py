@@ -11,12 +11,13 @@ second line of defence, applied where node output enters stored rows. It masks:
   ``AUTHOR`` are not); or a PASS or PAT word of its own (``DB_PASS``, ``GITHUB_PAT``; not ``BYPASS``,
   ``PATH``); or a PWD word after something else (``MYSQL_PWD``; not ``PWD`` or ``OLDPWD``, the working
   directories). SESSION is no secret word (``XDG_SESSION_ID``): a session's token or key is caught by its TOKEN
-  or KEY. A rate of tokens (``TOKENS_PER_…``: ``training_tokens_per_s_per_gpu``) is a throughput, not a
-  secret (on the controller; NCCL variables have no such names). ``NCCL_IB_PKEY`` and ``UCX_IB_PKEY`` (an InfiniBand partition key index) are not secrets, nor the
-  nccl_env check's ``nccl_keys`` (the names of a node's NCCL variables, compared across nodes). Empty values,
-  values already masked (asterisks only, like the check's own ``****``) and placeholders (``<unset>``,
-  ``<set> (majority)``) are left as they are. :data:`SECRET_NAME_ERE` is a POSIX extended regular expression
-  over the upper-cased name, so that the node-side awk of ``checks.nccl_env`` applies the very same rule;
+  or KEY. A rate of tokens (``TOKENS_PER_…``: ``training_tokens_per_s_per_gpu``) is a throughput, not a secret (on
+  the controller; NCCL variables have no such names). ``NCCL_IB_PKEY`` and ``UCX_IB_PKEY`` (an InfiniBand partition
+  key index) are not secrets, nor the nccl_env check's ``nccl_keys`` (the names of a node's NCCL variables, compared
+  across nodes). Empty values, values already masked (asterisks only, like the check's own ``****``) and
+  placeholders (``<unset>``, ``<set> (majority)``) are left as they are. :data:`SECRET_NAME_ERE` is a POSIX extended
+  regular expression over the upper-cased name, so that the node-side awk of ``checks.nccl_env`` applies the very
+  same rule;
 - **by shape**, whatever the name and wherever the text holds it: the password of a URL
   (``postgres://user:***@host/db``); tokens with a well-known prefix and a realistic length, the prefix kept
   (``ghp_***``): GitHub (``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``), GitLab (``glpat-``), Slack

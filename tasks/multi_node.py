@@ -227,6 +227,12 @@ def run_multi_node(
     if len(nodes) < 2:
         for node in nodes:
             stage.row(node.name, CheckRow("allreduce", "inter_node", Status.SKIP, "fewer_than_two_nodes", None, None))
+            if node.profile.training.enabled:
+                said = "one node: the single-node stage measured its training"
+                stage.row(
+                    node.name,
+                    CheckRow("training_scaling", "sweep", Status.SKIP, "fewer_than_two_nodes", None, None, said),
+                )
         return stage.out
     if stage.sweep(nodes):
         stage.isolate(nodes)

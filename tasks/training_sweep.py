@@ -175,6 +175,7 @@ REASONS = {
             Action.FIX_CONFIG,
         ),
         Reason("not_reached", Status.SKIP, "no training run across nodes completed with this node"),
+        Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages: nothing to scale"),
         Reason(
             "collective_timeout",
             Status.TIMEOUT,

@@ -19,6 +19,7 @@ from cluster_accept.inventory.model import (
     ProbeSettings,
     Profile,
     Thresholds,
+    TrainingSettings,
 )
 
 pytestmark = pytest.mark.pure
@@ -35,12 +36,13 @@ NOT_EXPECTATIONS = {
     "probes.launcher",
     "probes.max_parallel_nodes",
     "probes.nccl_tests_all_reduce",
+    *(f"training.{key}" for key in TrainingSettings.model_fields if key != "enabled"),
     "thresholds.straggler_pct",
     "thresholds.relative_verdict",
     "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile
 }
 # Where the coverage table names an expectation differently from the model's path.
-ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node"}
+ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node", "training.enabled": "training"}
 ALIASES["probes.expected_transport.inter_node"] = "expected_transport.inter_node"
 
 
@@ -72,6 +74,7 @@ PROFILE = Profile(
     nccl_env={"NCCL_NVLS_ENABLE": "0"},
     probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="P2P")),
     thresholds=Thresholds(gemm_bf16_tflops_min=600),
+    training=TrainingSettings(enabled=False),
 )
 
 
@@ -108,6 +111,21 @@ def test_a_transport_expectation_is_settled_by_its_row_or_by_a_failed_probe_only
     assert coverage.missing("single-node", tested, failed_probe) == []
     read = base + [_row("n1", "single-node", "transport", "intra_node", Status.WARN)]
     assert coverage.missing("single-node", tested, read) == []
+
+
+def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> None:
+    profile = Profile.model_validate({"thresholds": {"training_mfu_min": 0.3, "training_scaling_efficiency_min": 0.9}})
+    tested = {"n1": profile}
+    model = _row("n1", "single-node", "training", "model")
+    assert [e.name for _, e in coverage.missing("single-node", tested, [model])] == ["training_mfu_min"]
+    assert coverage.missing("single-node", tested, [model, _row("n1", "single-node", "training", "mfu")]) == []
+    failed = _row("n1", "single-node", "training", "training", Status.ERROR)
+    assert coverage.missing("single-node", tested, [failed]) == []
+    allreduce = _row("n1", "multi-node", "scaling", "2 nodes")
+    names = [e.name for _, e in coverage.missing("multi-node", tested, [allreduce])]
+    assert names == ["multi-node training", "training_scaling_efficiency_min"]
+    step = _row("n1", "multi-node", "training_scaling", "2 nodes")
+    assert coverage.missing("multi-node", tested, [allreduce, step]) == []
 
 
 def test_every_multi_node_step_is_judged_against_the_smaller_groups() -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from cluster_accept.checks.base import discover
 from cluster_accept.probes.scripts import LOOPBACK_PORT
+from cluster_accept.probes.training import train_arguments
 from cluster_accept.remote.result import NodeStatus, RemoteCommand
 from cluster_accept.tasks.launcher import launch_group
 from cluster_accept.tasks.preflight import run_preflight_on_node
@@ -57,6 +58,10 @@ def test_single_node_probe_paths_are_one_word(sandbox: Sandbox, template: str, v
         expected.append(nccl_tests)
     else:  # a free loopback port first, from the probe's own interpreter
         expected += [[python, "-c", LOOPBACK_PORT], [*torch_run, "--device", device, "--init-timeout-s", "120"]]
+    trainer = [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={1 if device == 'cpu' else 2}"]
+    trainer += ["--master_addr=127.0.0.1", "--master_port=12345", "--rdzv-conf=timeout=120", "train_step.py"]
+    trainer += [*train_arguments(target, False).split(), "--label", "intra_node", "--init-timeout-s", "120"]
+    expected += [[python, "-c", LOOPBACK_PORT], trainer]
     records = sandbox.records()
     assert sorted(r.argv for r in records) == sorted(expected)
     probe_dir = records[0].env["CA_PROBE_DIR"]

@@ -83,6 +83,7 @@ def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
         ("host_bw", "host_bw", "gpu_bench"),
         ("allreduce", "allreduce", "allreduce"),
         ("nccl_tests", "allreduce", "allreduce"),
+        ("training", "training", "training"),
     ]
 
 

@@ -323,3 +323,13 @@ def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:
     assert "S3KR1T" not in saved and "NCCL_PASSWD=***" in saved and "ghp_***" in saved
     loaded = node_result_from_data(checkpoints.load_nodes("preflight")["node01"])
     assert nccl_env.parse(loaded.commands[0].stdout, 0) == nccl_env.parse(stdout, 0)
+
+
+def test_a_rate_of_tokens_is_a_throughput_not_a_secret() -> None:
+    from cluster_accept.analysis.secrets import is_secret_name, mask_row
+
+    assert not is_secret_name("training_tokens_per_s_per_gpu_vs_cluster")
+    assert not is_secret_name("tokens_per_s")
+    assert is_secret_name("HF_TOKEN") and is_secret_name("API_TOKENS") and is_secret_name("tokens_file")
+    row = mask_row("training_tokens_per_s_per_gpu", {"observed": "143572.3", "expected": ">= 100000 tokens/s"})
+    assert row == {"observed": "143572.3", "expected": ">= 100000 tokens/s"}
