@@ -79,17 +79,18 @@ def point_of(run: GroupRun, size: int) -> TrainingPoint | None:
 
 def _step_row(record: dict[str, Any], base: float | None, minimum: float | None) -> CheckRow:
     nodes, efficiency = int(record["nodes"]), record["efficiency"]
+    item = "1 node" if nodes == 1 else f"{nodes} nodes"
     said = f"{record['tokens_per_s_per_gpu']:.4g} tokens/s per GPU at {nodes} nodes ({record['gpus']} GPUs)"
     between = f"; NCCL between nodes: {record['transport']}" if record.get("transport") else ""
     if efficiency is None:
         detail = f"{said}{between}; {record.get('model')}"
-        return CheckRow(CHECK, f"{nodes} nodes", Status.PASS, "recorded", f"{said}", None, detail)
+        return CheckRow(CHECK, item, Status.PASS, "recorded", said, None, detail)
     detail = f"{said} against {base:.4g} on one node{between}; {record.get('model')}"
     observed = f"{efficiency:.1%}"
     if minimum is None:
-        return CheckRow(CHECK, f"{nodes} nodes", Status.PASS, "recorded", observed, None, detail)
+        return CheckRow(CHECK, item, Status.PASS, "recorded", observed, None, detail)
     status, reason = (Status.WARN, "efficiency_low") if record["below_min"] else (Status.PASS, "ok")
-    return CheckRow(CHECK, f"{nodes} nodes", status, reason, observed, f">= {minimum:.0%}", detail)
+    return CheckRow(CHECK, item, status, reason, observed, f">= {minimum:.0%}", detail)
 
 
 def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str, Any]], bool]:
