@@ -146,6 +146,8 @@ def scaling_chart(scaling: Sequence[Mapping[str, Any]], efficiency_min: float | 
 
 
 def isolation_chart(isolation: Sequence[Mapping[str, Any]]) -> Markup | None:
+    """Bus bandwidth per all-reduce isolation group (training isolation rounds are in the table: tokens/s)."""
+    isolation = [r for r in isolation if (r.get("signal") or "allreduce") == "allreduce"]
     if not isolation:
         return None
     bars = [
