@@ -16,8 +16,10 @@ from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 
 _NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP})
 _INTRA = frozenset({"allreduce", "transport"})
-_INTER = frozenset({"allreduce", "transport", "scaling", "isolation"})
+_INTER = frozenset({"allreduce", "transport", "scaling", "isolation", "training_scaling"})
 _GPU_FIGURES = frozenset({"gemm", "hbm", "host_bw"})
+_TRAINING = frozenset({"training"})
+_SLOW_TRAINING = frozenset({"slow_rank", "straggler", "below_threshold"})  # not numerics: no co-tenant makes NaN
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ _DID_NOT_RUN = frozenset({"collective_failed", "collective_timeout", "launch_fai
 # In priority order: the mechanism a log shows first, then the setting or state behind it.
 LINKS: tuple[Link, ...] = (
     Link("gpu", _GPU_FIGURES | _INTRA, "single-node", frozenset({"busy"}), same_gpu=True),
+    Link("gpu", _TRAINING, "single-node", frozenset({"busy"}), same_gpu=True, symptom_reasons=_SLOW_TRAINING),
     Link("transport", frozenset({"allreduce"}), "single-node", frozenset({"unexpected", "unreadable"})),
     Link("nccl_harmful", _INTRA, "single-node", _INTRA_SETTINGS),
     Link("nccl_env", _INTRA, "single-node", _PINNED),
@@ -59,6 +62,8 @@ LINKS: tuple[Link, ...] = (
     Link("topology", _INTRA, "single-node"),
     Link("gpu", _GPU_FIGURES, "single-node", frozenset({"clocks_low"}), same_gpu=True),
     Link("clock_events", _GPU_FIGURES, "single-node", same_gpu=True),
+    Link("gpu", _TRAINING, "single-node", frozenset({"clocks_low"}), same_gpu=True, symptom_reasons=_SLOW_TRAINING),
+    Link("clock_events", _TRAINING, "single-node", same_gpu=True, symptom_reasons=_SLOW_TRAINING),
     Link("pcie", frozenset({"host_bw"}), "single-node", same_gpu=True),
     Link("transport", _INTER - {"transport"}, "multi-node", frozenset({"unexpected_inter_node"})),
     Link("nccl_harmful", _INTER, "multi-node", _INTER_SETTINGS),

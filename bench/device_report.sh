@@ -5,13 +5,7 @@
 #   bash bench/device_report.sh INVENTORY
 set -u
 inv=$1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 3
-fi
+. bench/device_env.sh
 log=$OUT/device_report.log
 {
   echo "### machine"; nvidia-smi -L

@@ -5,13 +5,8 @@
 #   bash bench/device_run.sh INVENTORY   (results under $OUT)
 set -u
 inv=$1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/runs
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 3
-fi
+. bench/device_env.sh
+mkdir -p /tmp/runs
 log=$OUT/device_run.log
 {
   echo "### machine"; nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"

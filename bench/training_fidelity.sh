@@ -5,13 +5,7 @@
 # rank. Usage on the machine, from the repo root, with the wheels carried in .whl:
 #   bash bench/training_fidelity.sh            (logs and JSON lines under $OUT; ratios printed)
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 3
-fi
+. bench/device_env.sh
 N=$(nvidia-smi -L | grep -c '^GPU')
 MODEL="--layers 24 --width 1024 --heads 16 --seq-len 2048 --micro-batch 8 --vocab 50304 --warmup-steps 5 --steps 20"
 run() {  # run GPUS SCRIPT NAME [extra args]: the whole output kept, JSON lines for the figures

@@ -2,9 +2,7 @@
 # The training probe's other modes on a lent GPU machine: torch.compile on one GPU, fully sharded (FSDP2) on
 # every GPU; the 350M model, as bench/training_fidelity.sh runs it eagerly with DDP. Figures under $OUT.
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+. bench/device_env.sh
 N=$(nvidia-smi -L | grep -c '^GPU')
 MODEL="--layers 24 --width 1024 --heads 16 --seq-len 2048 --micro-batch 8 --vocab 50304 --steps 20"
 run() {

@@ -6,14 +6,7 @@
 # the multi-node stage again with P2P and SHM off (NCCL's network path). Prints each run's training scaling
 # table, training rows and verdicts; the run directories come back as $OUT/runs.tgz.
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD || exit 3
-fi
+. bench/device_env.sh
 INVENTORY=${1:-bench/inventories/h200x2-two-nodes.yaml}
 show() {
   python3 - "$1" <<'PY'

@@ -72,15 +72,23 @@ def allreduce_command(node: Node, quick: bool = False) -> str | None:
         return None
     top = node.profile.probes.allreduce_max_bytes  # light suite or not (see QUICK_BENCH)
     max_bytes = f" --max-bytes {top}" if top else ""
+    return loopback_torchrun(node, _gpus_or_skip(node), f"allreduce.py --device {probes.device}{max_bytes}")
+
+
+def loopback_torchrun(node: Node, count: str, script: str) -> str:
+    """``torchrun`` of ``script`` (file and arguments) on ``count`` (``n=…; ``) processes of the node, meeting on
+    loopback at a port the probe's interpreter finds free: NCCL's log on (it names the transport), gloo on
+    loopback on CPU, the rendezvous given up after ``probes.rendezvous_timeout_s``."""
+    probes = node.profile.probes
     python = shlex.quote(probes.python)
     wait = int(probes.rendezvous_timeout_s)
     extra = {"NCCL_DEBUG": "INFO"} if probes.device == "cuda" else {"GLOO_SOCKET_IFNAME": "lo"}
     return (
-        f'cd "$CA_PROBE_DIR" && {_gpus_or_skip(node)}'
+        f'cd "$CA_PROBE_DIR" && {count}'
         f"port=$({_prefix(node)}{python} -c {shlex.quote(LOOPBACK_PORT)}) && "
         f"exec {_prefix(node)}{job_env(node, **extra)}{python} -m torch.distributed.run --nnodes=1 "
-        f"--nproc_per_node=$n --master_addr=127.0.0.1 --master_port=$port --rdzv-conf=timeout={wait} allreduce.py "
-        f"--device {probes.device}{max_bytes} --init-timeout-s {wait} 2>&1"
+        f"--nproc_per_node=$n --master_addr=127.0.0.1 --master_port=$port --rdzv-conf=timeout={wait} {script} "
+        f"--init-timeout-s {wait} 2>&1"
     )
 
 

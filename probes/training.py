@@ -15,7 +15,6 @@ multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.training_
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
@@ -32,7 +31,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Node, Profile
 from cluster_accept.probes.base import NodeScript, cluster_judgement
-from cluster_accept.probes.scripts import LOOPBACK_PORT, gpu_count, job_env
+from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.training_figures import training_section
 
@@ -120,18 +119,8 @@ def command(node: Node, quick: bool = False) -> str | None:
     """torchrun on every GPU of the node, meeting on loopback, giving up after ``rendezvous_timeout_s``."""
     if not node.profile.training.enabled:
         return None
-    probes = node.profile.probes
-    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
-    python = shlex.quote(probes.python)
-    wait = int(probes.rendezvous_timeout_s)
-    extra = {"NCCL_DEBUG": "INFO"} if probes.device == "cuda" else {"GLOO_SOCKET_IFNAME": "lo"}
-    return (
-        f'cd "$CA_PROBE_DIR" && {ranks_per_node(node)}'
-        f"port=$({prefix}{python} -c {shlex.quote(LOOPBACK_PORT)}) && "
-        f"exec {prefix}{job_env(node, **extra)}{python} -m torch.distributed.run --nnodes=1 "
-        f"--nproc_per_node=$n --master_addr=127.0.0.1 --master_port=$port --rdzv-conf=timeout={wait} train_step.py "
-        f"{train_arguments(node, quick)} --label intra_node --init-timeout-s {wait} 2>&1"
-    )
+    script = f"train_step.py {train_arguments(node, quick)} --label intra_node"
+    return loopback_torchrun(node, ranks_per_node(node), script)
 
 
 SCRIPT = NodeScript(NAME, ("train_step.py",), NAME, command)

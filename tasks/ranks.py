@@ -90,7 +90,10 @@ def rendezvous_address(master: Node) -> str:
     return "127.0.0.1" if master.is_local else master.connect_host
 
 
-def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+def torchrun_rank(node: Node, count: str, rank: int, world: int, master_addr: str, port: int, script: str) -> str:
+    """One node's ``torchrun`` of a run across ``world`` nodes: ``count`` (``n=…; ``) processes running
+    ``script`` (the file and its arguments); NCCL's log on (it names the transport between nodes), gloo on the
+    profile's socket interface on CPU, the rendezvous given up after ``probes.rendezvous_timeout_s``."""
     probes = node.profile.probes
     python = shlex.quote(probes.python)
     run = f"{probes.command_prefix} " if probes.command_prefix else ""
@@ -98,40 +101,33 @@ def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int,
     ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
     if probes.device == "cpu" and ifname:
         extra["GLOO_SOCKET_IFNAME"] = ifname
+    wait = int(probes.rendezvous_timeout_s)
+    variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
+    return (
+        f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={world} '
+        f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
+        f"--rdzv-conf=timeout={wait} {script} --init-timeout-s {wait} 2>&1"
+    )
+
+
+def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+    probes = node.profile.probes
     if probes.device == "cuda":
         count = gpu_count(node)
         sizes = f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
     else:
         count = "n=1; "
         sizes = f"--min-bytes {CPU_BYTES} --max-bytes {CPU_BYTES} --repeats 2"
-    wait = int(probes.rendezvous_timeout_s)
-    variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
-    script = (
-        f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={world} '
-        f"--nproc_per_node=$n --node_rank={rank} --master_addr={shlex.quote(master_addr)} --master_port={port} "
-        f"--rdzv-conf=timeout={wait} allreduce.py --device {probes.device} --label inter_node "
-        f"--tag {shlex.quote(tag)} {sizes} --init-timeout-s {wait} 2>&1"
-    )
-    return RemoteCommand("allreduce_inter", script, timeout_s=probes.timeout_s)
+    script = f"allreduce.py --device {probes.device} --label inter_node --tag {shlex.quote(tag)} {sizes}"
+    line = torchrun_rank(node, count, rank, world, master_addr, port, script)
+    return RemoteCommand("allreduce_inter", line, timeout_s=probes.timeout_s)
 
 
 def training_rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
     """One node's ranks of a training run across ``world`` nodes (the profile's model, every GPU)."""
-    probes = node.profile.probes
-    python = shlex.quote(probes.python)
-    run = f"{probes.command_prefix} " if probes.command_prefix else ""
-    extra = {"NCCL_DEBUG": "INFO"}
-    ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
-    if probes.device == "cpu" and ifname:
-        extra["GLOO_SOCKET_IFNAME"] = ifname
-    wait = int(probes.rendezvous_timeout_s)
-    script = (
-        f'cd "$CA_PROBE_DIR" && {ranks_per_node(node)}exec {run}{job_env(node, **extra)}{python} -m '
-        f"torch.distributed.run --nnodes={world} --nproc_per_node=$n --node_rank={rank} "
-        f"--master_addr={shlex.quote(master_addr)} --master_port={port} --rdzv-conf=timeout={wait} train_step.py "
-        f"{train_arguments(node, False)} --label inter_node --tag {shlex.quote(tag)} --init-timeout-s {wait} 2>&1"
-    )
-    return RemoteCommand("training_inter", script, timeout_s=probes.timeout_s)
+    script = f"train_step.py {train_arguments(node, False)} --label inter_node --tag {shlex.quote(tag)}"
+    line = torchrun_rank(node, ranks_per_node(node), rank, world, master_addr, port, script)
+    return RemoteCommand("training_inter", line, timeout_s=node.profile.probes.timeout_s)
 
 
 ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py",), rank_command)

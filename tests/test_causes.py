@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_accept.analysis.causes import cause_first, node_cause
+from cluster_accept.analysis.causes import cause_first, causes_of, node_cause
 from cluster_accept.analysis.verdicts import Verdict, node_verdict
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.reasons import Action
@@ -88,3 +88,18 @@ def test_a_slow_node_is_not_blamed_on_its_name_or_a_drift_warning() -> None:
     assert node_cause([slow, loopback, drift, hca]).startswith(
         "isolation allreduce_inter node08 (expected -): nccl_harmful"
     )
+
+
+def test_a_co_tenant_explains_a_slow_training_rank_on_its_gpu_but_not_bad_numerics() -> None:
+    busy = NodeRow("r", "c", "single-node", "n1", "gpu", "processes", Status.FAIL, "busy", gpu=1)
+    slow = NodeRow("r", "c", "single-node", "n1", "training", "slowest_rank", Status.FAIL, "slow_rank", gpu=1)
+    other = NodeRow("r", "c", "single-node", "n1", "training", "slowest_rank", Status.FAIL, "slow_rank", gpu=0)
+    nan = NodeRow("r", "c", "single-node", "n1", "training", "loss", Status.FAIL, "numerics")
+    assert causes_of(slow, [busy, slow]) == [busy]
+    assert causes_of(other, [busy, other]) == []
+    assert causes_of(nan, [busy, nan]) == []
+    socket = NodeRow(
+        "r", "c", "multi-node", "n1", "transport", "inter_node n[1-2]", Status.FAIL, "unexpected_inter_node"
+    )
+    step = NodeRow("r", "c", "multi-node", "n1", "training_scaling", "2 nodes", Status.FAIL, "unattributed")
+    assert causes_of(step, [socket, step]) == [socket]
