@@ -84,6 +84,9 @@ def _step_row(record: dict[str, Any], base: float | None, minimum: float | None)
     between = f"; NCCL between nodes: {record['transport']}" if record.get("transport") else ""
     if efficiency is None:
         detail = f"{said}{between}; {record.get('model')}"
+        if minimum is not None:  # the expectation is answered, with why it could not be judged
+            why = f"no one-node run completed to take efficiency against; {detail}"
+            return CheckRow(CHECK, item, Status.SKIP, "no_baseline", said, f">= {minimum:.0%}", why)
         return CheckRow(CHECK, item, Status.PASS, "recorded", said, None, detail)
     detail = f"{said} against {base:.4g} on one node{between}; {record.get('model')}"
     observed = f"{efficiency:.1%}"
@@ -176,6 +179,7 @@ REASONS = {
             Action.FIX_CONFIG,
         ),
         Reason("not_reached", Status.SKIP, "no training run across nodes completed with this node"),
+        Reason("no_baseline", Status.SKIP, "the one-node training run failed (see its row): no efficiency to judge"),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages: nothing to scale"),
         Reason(
             "collective_timeout",

@@ -117,3 +117,12 @@ def test_a_failed_run_is_trouble_and_nodes_it_left_out_are_skipped_with_why() ->
     reasons = {(n, r.reason) for n, r in stage.rows}
     assert ("n1", "collective_failed") in reasons and ("n3", "collective_failed") in reasons
     assert ("n2", "collective_failed") in reasons
+
+
+def test_without_a_one_node_run_the_minimum_is_answered_with_why() -> None:
+    stage = FakeStage({1: None, 2: 140_000.0, 3: 139_000.0}, NOTHING)
+    table, trouble = training_sweep(stage, nodes(3))
+    assert trouble and [r["efficiency"] for r in table] == [None, None]
+    steps = {(n, r.item): (r.status, r.reason) for n, r in stage.rows if r.check == "training_scaling"}
+    assert steps[("n1", "inter_node")] == (Status.ERROR, "collective_failed")
+    assert steps[("n3", "3 nodes")] == (Status.SKIP, "no_baseline")
