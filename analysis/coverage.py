@@ -40,11 +40,15 @@ class Expectation:
     stated: Callable[[Profile], bool]
     item: str | None = None
     settled_by: tuple[str, ...] = ()
+    settling_reasons: frozenset[str] = frozenset()  # when given, only these reasons of settled_by settle it
 
 
 def _set(get: Callable[[Profile], object]) -> Callable[[Profile], bool]:
     return lambda profile: get(profile) is not None
 
+
+# The training run itself failed: nothing it would have measured can be judged (its own row says why).
+_TRAINING_RUN_FAILED = frozenset({"probe_failed", "probe_error", "probe_timeout"})
 
 EXPECTATIONS: tuple[Expectation, ...] = (
     Expectation("gpu", "preflight", "gpu_count", _set(lambda p: p.gpu)),
@@ -95,6 +99,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         _set(lambda p: p.thresholds.training_tokens_per_s_per_gpu_min),
         "training_tokens_per_s_per_gpu",
         ("training",),
+        _TRAINING_RUN_FAILED,
     ),
     Expectation(
         "training_mfu_min",
@@ -103,6 +108,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         _set(lambda p: p.thresholds.training_mfu_min),
         "mfu",
         ("training",),
+        _TRAINING_RUN_FAILED,
     ),
     Expectation(
         "multi-node training",
@@ -142,7 +148,11 @@ def stated(profile: Profile, stage: str) -> list[Expectation]:
 def _judged(rows: Iterable[NodeRow], expectation: Expectation) -> bool:
     return any(
         (r.check == expectation.check and (expectation.item is None or r.item.startswith(expectation.item)))
-        or (r.check in expectation.settled_by and r.status != Status.PASS)
+        or (
+            r.check in expectation.settled_by
+            and r.status != Status.PASS
+            and (not expectation.settling_reasons or r.reason in expectation.settling_reasons)
+        )
         for r in rows
     )
 

@@ -65,8 +65,10 @@ def load(history: Path, table: str, cluster: str | None = None) -> pd.DataFrame:
 
 def key_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> pd.DataFrame:
     """Per run, node and judged metric: the node's figure (median over its GPUs; all-reduce at its largest
-    size). Columns: run_id, node, metric, unit, value. Multi-node runs are left out (they belong to groups)."""
-    columns = ["run_id", "node", "metric", "unit", "value"]
+    size). Columns: run_id, node, metric, unit, model, value; ``model`` is the model a training figure was
+    measured on ("" for other figures): a figure is only compared with figures of the same model. Multi-node
+    runs are left out (they belong to groups)."""
+    columns = ["run_id", "node", "metric", "unit", "model", "value"]
     if measurements.empty:
         return pd.DataFrame(columns=columns)
     df = measurements[measurements["stage"] == "single-node"] if "stage" in measurements else measurements
@@ -74,7 +76,9 @@ def key_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> 
     df = pd.concat(parts) if parts else pd.DataFrame(columns=list(measurements.columns))
     if df.empty:
         return pd.DataFrame(columns=columns)
-    grouped = df.groupby(["run_id", "node", "metric", "unit"])["value"].median().reset_index()
+    model = df["model"].fillna("").astype(str) if "model" in df.columns else ""
+    df = df.assign(model=model)
+    grouped = df.groupby(["run_id", "node", "metric", "unit", "model"])["value"].median().reset_index()
     return grouped[columns]
 
 
@@ -111,6 +115,9 @@ def node_trends(
     now = now[now["node"].isin(wanted)]
     now = now.assign(started=now["run_id"].astype(str))
     before = past[past["node"].isin(wanted)] if not past.empty else past
+    if not before.empty and "model" in before.columns:  # past figures of another model are not this figure's
+        same = before.merge(now[["node", "metric", "model"]].drop_duplicates(), on=["node", "metric", "model"])
+        before = same
     frames = [frame.assign(current=flag) for frame, flag in ((before, False), (now, True)) if not frame.empty]
     if not frames:
         return pd.DataFrame(columns=columns)

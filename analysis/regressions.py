@@ -44,7 +44,10 @@ def figure_regressions(
         rule = rules.get(metric)
         if rule is None:
             continue
-        mine = past[(past["node"] == node) & (past["metric"] == metric)]["value"].tolist()[-last_k:]
+        same = (past["node"] == node) & (past["metric"] == metric)
+        if "model" in past.columns:  # a training figure is compared with the same model's only
+            same &= past["model"] == str(record.get("model") or "")
+        mine = past[same]["value"].tolist()[-last_k:]
         if len(mine) < MIN_PAST_RUNS:
             continue
         median = statistics.median(float(v) for v in mine)

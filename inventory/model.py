@@ -185,16 +185,15 @@ class TrainingSettings(_Strict):
         own = {k: getattr(self, k) for k in ("layers", "width", "heads", "seq_len", "micro_batch", "vocab")}
         return replace(preset, **{k: v for k, v in own.items() if v is not None})
 
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> TrainingSettings:
-        for device, quick in (("cuda", False), ("cuda", True), ("cpu", False)):
+    def shape_problem(self, device: str) -> str | None:
+        """Why the model this profile trains on ``device`` cannot be built (either suite); None when it can."""
+        for quick in (False, True):
             shape = self.shape(device, quick)
             if shape.width % shape.heads:
-                raise ValueError(
-                    f"width {shape.width} is not a multiple of heads {shape.heads} (preset "
-                    f"{self.preset or default_preset(device, quick)} with this profile's dimensions)"
-                )
-        return self
+                preset = self.preset or default_preset(device, quick)
+                said = f"(preset {preset} with these dimensions)"
+                return f"width {shape.width} is not a multiple of heads {shape.heads} {said}"
+        return None
 
 
 class Thresholds(_Strict):
@@ -253,6 +252,13 @@ class Profile(_Strict):
     probes: ProbeSettings = ProbeSettings()
     training: TrainingSettings = TrainingSettings()
     thresholds: Thresholds = Thresholds()
+
+    @model_validator(mode="after")
+    def _training_model_builds(self) -> Profile:
+        problem = self.training.shape_problem(self.probes.device) if self.training.enabled else None
+        if problem:
+            raise ValueError(f"training: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _training_thresholds_need_training(self) -> Profile:

@@ -15,7 +15,10 @@ multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.training_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import pandas as pd
 
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
@@ -78,6 +81,12 @@ REASONS = declare(
         Action.FIX_CONFIG,
     ),
     Reason("not_measured", Status.SKIP, "the probe ran on CPU (the test-bed): no GPU peak to take MFU against"),
+    Reason(
+        "other_model",
+        Status.SKIP,
+        "the light suite trained a smaller model than the one the profile's minimum is for: judged against the "
+        "cluster and the node's history here, against the minimum in the full suite",
+    ),
     Reason(
         "probe_timeout",
         Status.TIMEOUT,
@@ -184,6 +193,8 @@ def _mfu_row(output: ProbeOutput, info: dict[str, Any], profile: Profile) -> Che
     if mfu is None:
         said = f"no dense bf16 peak known for {info.get('device_name')!r}"
         return CheckRow(NAME, "mfu", Status.SKIP, "peak_unknown", None, f">= {minimum:g}", said)
+    if not trains_profile_model(model_text(info), profile):
+        return _other_model(CheckRow(NAME, "mfu", Status.SKIP, "", None, f">= {minimum:g}"), model_text(info), profile)
     value = float(mfu["value"])
     detail = f"{FLOP_FORMULA}; peak {info_peak(info):g} TFLOP/s ({info.get('device_name')}); {model_text(info)}"
     status, reason = (Status.PASS, "ok") if value >= minimum else (Status.FAIL, "below_threshold")
@@ -202,7 +213,41 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     return rows + ([mfu] if mfu is not None else [])
 
 
-evaluate = cluster_judgement(METRICS)
+def profile_model_tag(profile: Profile) -> str:
+    """The dimensions of the model the profile's thresholds are for: its full-suite model."""
+    shape = profile.training.shape(profile.probes.device, False)
+    return f"L{shape.layers} d{shape.width} h{shape.heads} s{shape.seq_len} mb{shape.micro_batch} v{shape.vocab}"
+
+
+def trains_profile_model(model: str, profile: Profile) -> bool:
+    return f" {profile_model_tag(profile)} " in f" {model} "
+
+
+def _other_model(row: CheckRow, model: str, profile: Profile) -> CheckRow:
+    said = (
+        f"this run trained {model} (the light suite's default); the profile's minimum is for its own model "
+        f"({profile_model_tag(profile)}), judged by the full suite"
+    )
+    return CheckRow(NAME, row.item, Status.SKIP, "other_model", row.observed, row.expected, said, row.gpu)
+
+
+_judge = cluster_judgement(METRICS)
+
+
+def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+    """Against the cluster's median and the profile's minimum; a minimum is only held against the model it is
+    for (the light suite trains a smaller model unless the profile names a preset)."""
+    models = {}
+    if "model" in figures.columns:
+        models = {str(n): str(m) for n, m in zip(figures["node"], figures["model"], strict=True) if isinstance(m, str)}
+    out = []
+    for node, row in _judge(figures, profiles):
+        model = models.get(node)
+        threshold_row = row.item in METRICS and row.reason in ("ok", "below_threshold")
+        if threshold_row and model and node in profiles and not trains_profile_model(model, profiles[node]):
+            row = _other_model(row, model, profiles[node])
+        out.append((node, row))
+    return out
 
 
 def report(view: ReportView) -> ReportSection | None:

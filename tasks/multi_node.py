@@ -23,6 +23,7 @@ from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.probes.training import train_arguments
 from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, transport_rows
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
 from cluster_accept.tasks.ranks import ALLREDUCE_JOB, GroupJob
@@ -213,10 +214,15 @@ class _Stage:
         chosen = [n for n in nodes if n.profile.training.enabled and n.name not in bad | self.unreachable]
         if not chosen:
             return
-        scaling, trouble = training_sweep(self, chosen)
-        self.out.training_scaling = scaling
-        if trouble:
-            isolate_training(self, chosen, scaling)
+        # Ranks of one run must train one model the same way: nodes whose profiles differ sweep apart.
+        groups: dict[tuple[str, str], list[Node]] = {}
+        for node in chosen:
+            groups.setdefault((train_arguments(node, False), node.profile.probes.device), []).append(node)
+        for group in groups.values():
+            scaling, trouble = training_sweep(self, group)
+            self.out.training_scaling += scaling
+            if trouble:
+                isolate_training(self, group, scaling)
 
 
 def run_multi_node(

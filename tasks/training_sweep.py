@@ -102,6 +102,7 @@ def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str,
     thresholds = nodes[0].profile.thresholds
     minimum = thresholds.training_scaling_efficiency_min
     points, groups, trouble = [], {}, False
+    failed: set[str] = set()
     for size in [1, *sweep_sizes(len(nodes))]:
         group = [n for n in nodes if n.name not in stage.unreachable][:size]
         if len(group) < size:
@@ -110,6 +111,7 @@ def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str,
         point = point_of(run, size) if run.ok else None
         if point is None:
             stage.failed_run(run, CHECK, "training run")
+            failed.update(run.nodes)
             trouble = True
             continue
         points.append(point)
@@ -121,7 +123,7 @@ def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str,
         trouble = trouble or row.reason == "efficiency_low"
         for node in groups[int(record["nodes"])]:
             stage.row(node.name, row)
-    answered = {n.name for g in groups.values() for n in g} | stage.unreachable
+    answered = {n.name for g in groups.values() for n in g} | stage.unreachable | failed
     for node in nodes:
         if node.name not in answered:
             said = "no training run completed with this node (see the failed runs)"
@@ -142,15 +144,15 @@ def isolate_training(stage: SweepStage, nodes: list[Node], scaling: list[dict[st
         return
     policy = IsolationPolicy(min_busbw_gbps=floor, straggler_pct=thresholds.straggler_pct)
     verdict = stage.isolate_with(candidates, TRAINING_JOB, per_gpu, policy, ITEM)
-    if verdict.bad_nodes or verdict.bad_pairs:
-        return
+    if verdict.bad_nodes:
+        return  # named: each fails its isolation row
     for record in scaling:
         if not record["below_min"]:
             continue
         said = (
             f"training keeps {record['efficiency']:.1%} of one node's tokens/s per GPU at {record['nodes']} nodes, "
-            f"and isolation blames no node or pair ({verdict.detail}): every node is as slow together; check the "
-            f"transport between nodes ({record.get('transport') or 'not read'}), NCCL's environment and the fabric"
+            f"and isolation blames no node ({verdict.detail}): the nodes are slow together; check the transport "
+            f"between nodes ({record.get('transport') or 'not read'}), NCCL's environment and the fabric"
         )
         for name in _names(record["group"], candidates):
             stage.row(name, CheckRow(CHECK, f"{record['nodes']} nodes", Status.FAIL, "unattributed", None, None, said))
@@ -174,8 +176,8 @@ REASONS = {
         Reason(
             "unattributed",
             Status.FAIL,
-            "training scales below the profile's minimum and no node or pair is to blame: the fabric, the "
-            "transport NCCL chose between nodes or its environment (NCCL_SOCKET_IFNAME, NCCL_IB_HCA …)",
+            "training scales below the profile's minimum and isolation names no node (at most a slow pair): the "
+            "fabric, the transport NCCL chose between nodes or its environment (NCCL_SOCKET_IFNAME, NCCL_IB_HCA …)",
             Action.FIX_CONFIG,
         ),
         Reason("not_reached", Status.SKIP, "no training run across nodes completed with this node"),

@@ -119,8 +119,10 @@ def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> 
     model = _row("n1", "single-node", "training", "model")
     assert [e.name for _, e in coverage.missing("single-node", tested, [model])] == ["training_mfu_min"]
     assert coverage.missing("single-node", tested, [model, _row("n1", "single-node", "training", "mfu")]) == []
-    failed = _row("n1", "single-node", "training", "training", Status.ERROR)
+    failed = NodeRow("r", "c", "single-node", "n1", "training", "training", Status.ERROR, "probe_failed")
     assert coverage.missing("single-node", tested, [failed]) == []
+    unrelated = NodeRow("r", "c", "single-node", "n1", "training", "slowest_rank", Status.SKIP, "single_rank")
+    assert [e.name for _, e in coverage.missing("single-node", tested, [unrelated])] == ["training_mfu_min"]
     allreduce = _row("n1", "multi-node", "scaling", "2 nodes")
     names = [e.name for _, e in coverage.missing("multi-node", tested, [allreduce])]
     assert names == ["multi-node training", "training_scaling_efficiency_min"]

@@ -91,9 +91,28 @@ def test_key_figures_take_the_median_gpu_and_the_largest_all_reduce() -> None:
     )
     got = key_figures(figures, RULES).sort_values("metric").to_dict("records")
     assert got == [
-        {"run_id": "r1", "node": "n1", "metric": "allreduce_busbw_gbps", "unit": "GB/s", "value": 360.0},
-        {"run_id": "r1", "node": "n1", "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": 700.0},
+        {"run_id": "r1", "node": "n1", "metric": "allreduce_busbw_gbps", "unit": "GB/s", "model": "", "value": 360.0},
+        {"run_id": "r1", "node": "n1", "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "model": "", "value": 700.0},
     ]
+
+
+def test_a_training_figure_is_compared_only_with_the_same_models_history() -> None:
+    from cluster_accept.analysis.probe_verdicts import MetricRule
+    from cluster_accept.analysis.regressions import figure_regressions
+    from cluster_accept.inventory.model import Thresholds
+
+    rules = {"training_tokens_per_s_per_gpu": MetricRule("training", None, False)}
+
+    def figure(run: str, model: str, value: float) -> dict[str, object]:
+        return {**_figure(run, "n1", "training_tokens_per_s_per_gpu", value, None), "model": model, "unit": "tokens/s"}
+
+    light = [figure(f"r{i}", "gpt 125.2M", 324_000.0) for i in range(3)]
+    past = key_figures(pd.DataFrame(light), rules)
+    current = key_figures(pd.DataFrame([figure("now", "gpt 355.7M", 150_000.0)]), rules)
+    assert figure_regressions(current, past, {"n1": Thresholds()}, rules) == []  # no 355.7M history yet
+    slow = key_figures(pd.DataFrame([figure("now", "gpt 125.2M", 150_000.0)]), rules)
+    found = figure_regressions(slow, past, {"n1": Thresholds()}, rules)
+    assert [(n, r.reason) for n, r in found] == [("n1", "regression")]
 
 
 def test_node_trends_hold_the_last_k_past_runs_and_the_current_one(tmp_path: Path) -> None:

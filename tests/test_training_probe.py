@@ -63,6 +63,7 @@ def test_flops_per_token_and_mfu_against_hand_computed_values() -> None:
         ("NVIDIA H100 PCIe", 756.0),
         ("NVIDIA H100 NVL", 835.0),
         ("NVIDIA H200", 989.4),
+        ("NVIDIA H200 NVL", 835.0),
         ("NVIDIA GH200 480GB", 989.4),
         ("NVIDIA A100-SXM4-80GB", 312.0),
         ("NVIDIA A10", 125.0),
@@ -185,7 +186,9 @@ def test_profile_settings_are_checked_when_loaded() -> None:
     assert TrainingSettings().shape("cuda", True) == PRESETS["125m"]
     assert TrainingSettings().shape("cpu", False) == PRESETS["tiny"]
     with pytest.raises(ValidationError, match="width 1000 is not a multiple of heads 16"):
-        TrainingSettings(width=1000)
+        Profile.model_validate({"training": {"width": 1000}})
+    cpu = Profile.model_validate({"probes": {"device": "cpu"}, "training": {"width": 200}})  # tiny: 4 heads
+    assert cpu.training.shape("cpu", False).width == 200
     with pytest.raises(ValidationError, match="training_mfu_min need the training probe"):
         Profile.model_validate({"training": {"enabled": False}, "thresholds": {"training_mfu_min": 0.3}})
     with pytest.raises(ValidationError, match="micro_batchs"):
@@ -201,3 +204,18 @@ def test_command_runs_the_profiles_model_on_every_gpu() -> None:
     assert "--compile" in line and "--peak-tflops 400" in line and "NCCL_DEBUG=INFO" in line
     off = Profile.model_validate({"training": {"enabled": False}})
     assert training.command(InventoryNode("n1", SshSettings(), "p", off)) is None
+
+
+def test_the_light_suites_model_is_not_held_to_the_full_models_minimum() -> None:
+    light = H200X2.replace('"layers": 24, "width": 1024, "heads": 16', '"layers": 12, "width": 768, "heads": 12')
+    profile = gpu_profile(training_mfu_min=0.5, training_tokens_per_s_per_gpu_min=200_000)
+    rows = {r.item: r for r in training.inspect(training.parse(light), profile)}
+    assert (rows["mfu"].status, rows["mfu"].reason) == (Status.SKIP, "other_model")
+    assert "L24 d1024 h16 s2048 mb8 v50304" in rows["mfu"].detail
+    frame = pd.DataFrame([{**m, "node": "n1", "profile": "p"} for m in training.parse(light).measurements])
+    judged = {r.item: r for _, r in training.evaluate(frame, {"n1": profile})}
+    assert judged[training.PER_GPU].reason == "other_model"
+    full = pd.DataFrame([{**m, "node": "n1", "profile": "p"} for m in training.parse(H200X2).measurements])
+    assert {r.item: r for _, r in training.evaluate(full, {"n1": profile})}[
+        training.PER_GPU
+    ].reason == "below_threshold"

@@ -126,3 +126,15 @@ def test_without_a_one_node_run_the_minimum_is_answered_with_why() -> None:
     steps = {(n, r.item): (r.status, r.reason) for n, r in stage.rows if r.check == "training_scaling"}
     assert steps[("n1", "inter_node")] == (Status.ERROR, "collective_failed")
     assert steps[("n3", "3 nodes")] == (Status.SKIP, "no_baseline")
+
+
+def test_a_slow_pair_alone_still_fails_the_slow_steps() -> None:
+    pair = IsolationVerdict([], [("n1", "n2")], [], ["n3"], 3, "n1+n2 slow together")
+    stage = FakeStage({1: 41_480.0, 2: 8_561.0, 3: 8_000.0}, pair)
+    group = nodes(3)
+    table, _ = training_sweep(stage, group)
+    isolate_training(stage, group, table)
+    failed = {n for n, r in stage.rows if r.reason == "unattributed"}
+    assert failed == {"n1", "n2", "n3"} and all(
+        "n1+n2 slow together" in r.detail for _, r in stage.rows if r.reason == "unattributed"
+    )

@@ -248,7 +248,8 @@ def main() -> int:
         dist.barrier()
         times, losses = train(_wrap(model, args, device, cuda), tokens, targets, args, cuda)
     except torch.cuda.OutOfMemoryError as exc:
-        print(json.dumps({"error": f"out of memory at micro-batch {args.micro_batch}: {exc}"[:500]}), flush=True)
+        said = f"out of memory at micro-batch {args.micro_batch} (lower training.micro_batch): {exc}"[:500]
+        print(json.dumps({"gpu": local, "error": said}), flush=True)
         return 1
     gathered: list = [None] * world
     dist.all_gather_object(gathered, _rank_record(args, times, losses, solo, cuda))
