@@ -138,3 +138,25 @@ def test_a_slow_pair_alone_still_fails_the_slow_steps() -> None:
     assert failed == {"n1", "n2", "n3"} and all(
         "n1+n2 slow together" in r.detail for _, r in stage.rows if r.reason == "unattributed"
     )
+
+
+def test_nodes_that_train_differently_sweep_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster_accept.inventory.model import Inventory
+    from cluster_accept.tasks import multi_node
+
+    small = Profile.model_validate({"training": {"preset": "125m"}})
+    big = Profile.model_validate({"training": {"preset": "350m"}})
+    off = Profile.model_validate({"training": {"enabled": False}})
+    members = [Node(f"n{i}", SshSettings(), "p", p) for i, p in enumerate([small, big, small, off, big], 1)]
+    inventory = Inventory("c", members, {}, "inv.yaml", "d")
+    swept: list[list[str]] = []
+
+    def sweep(stage: object, group: list[Node]) -> tuple[list[dict[str, Any]], bool]:
+        swept.append([n.name for n in group])
+        return [{"nodes": 1, "group": group[0].name}], False
+
+    monkeypatch.setattr(multi_node, "training_sweep", sweep)
+    stage = multi_node._Stage("r", inventory)
+    stage.train(members)
+    assert swept == [["n1", "n3"], ["n2", "n5"]]  # n4 does not train
+    assert [r["group"] for r in stage.out.training_scaling] == ["n1", "n2"]
