@@ -162,7 +162,8 @@ def derived_figures(info: Mapping[str, Any], per_gpu_tokens_per_s: float) -> lis
     out = [{**common, "metric": "training_tflops_per_gpu", "value": round(tflops, 3), "unit": "TFLOP/s"}]
     peak = info_peak(info)
     if peak is not None:
-        out.append({**common, "metric": "training_mfu", "value": round(tflops / peak, 4), "unit": "ratio"})
+        share = mfu(per_gpu_tokens_per_s, flops, peak)
+        out.append({**common, "metric": "training_mfu", "value": round(share, 4), "unit": "ratio"})
     return out
 
 

@@ -16,6 +16,7 @@ multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.training_
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -194,7 +195,8 @@ def _mfu_row(output: ProbeOutput, info: dict[str, Any], profile: Profile) -> Che
         said = f"no dense bf16 peak known for {info.get('device_name')!r}"
         return CheckRow(NAME, "mfu", Status.SKIP, "peak_unknown", None, f">= {minimum:g}", said)
     if not trains_profile_model(model_text(info), profile):
-        return _other_model(CheckRow(NAME, "mfu", Status.SKIP, "", None, f">= {minimum:g}"), model_text(info), profile)
+        said = other_model_detail(model_text(info), profile)
+        return CheckRow(NAME, "mfu", Status.SKIP, "other_model", None, f">= {minimum:g}", said)
     value = float(mfu["value"])
     detail = f"{FLOP_FORMULA}; peak {info_peak(info):g} TFLOP/s ({info.get('device_name')}); {model_text(info)}"
     status, reason = (Status.PASS, "ok") if value >= minimum else (Status.FAIL, "below_threshold")
@@ -223,12 +225,11 @@ def trains_profile_model(model: str, profile: Profile) -> bool:
     return f" {profile_model_tag(profile)} " in f" {model} "
 
 
-def _other_model(row: CheckRow, model: str, profile: Profile) -> CheckRow:
-    said = (
+def other_model_detail(model: str, profile: Profile) -> str:
+    return (
         f"this run trained {model} (the light suite's default); the profile's minimum is for its own model "
         f"({profile_model_tag(profile)}), judged by the full suite"
     )
-    return CheckRow(NAME, row.item, Status.SKIP, "other_model", row.observed, row.expected, said, row.gpu)
 
 
 _judge = cluster_judgement(METRICS)
@@ -245,7 +246,8 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
         model = models.get(node)
         threshold_row = row.item in METRICS and row.reason in ("ok", "below_threshold")
         if threshold_row and model and node in profiles and not trains_profile_model(model, profiles[node]):
-            row = _other_model(row, model, profiles[node])
+            said = other_model_detail(model, profiles[node])
+            row = replace(row, status=Status.SKIP, reason="other_model", detail=said)
         out.append((node, row))
     return out
 

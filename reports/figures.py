@@ -129,20 +129,22 @@ def size_sweep_chart(
     )
 
 
-def scaling_chart(scaling: Sequence[Mapping[str, Any]], efficiency_min: float | None) -> Markup | None:
+def scaling_chart(
+    scaling: Sequence[Mapping[str, Any]],
+    efficiency_min: float | None,
+    chart_id: str = "scaling",
+    title: str = "Scaling efficiency (bus bandwidth relative to 2 nodes)",
+    name: str = "efficiency",
+    min_points: int = 1,
+) -> Markup | None:
+    """Efficiency (%) against node count from scaling rows (``nodes``, ``efficiency``, ``below_min``), the
+    profile's minimum as a line; None with fewer than ``min_points`` points."""
     points = [(float(r["nodes"]), 100 * float(r["efficiency"])) for r in scaling if r.get("efficiency") is not None]
-    if not points:
+    if len(points) < max(1, min_points):
         return None
     refs = [Ref("minimum", 100 * efficiency_min, "threshold")] if efficiency_min is not None else []
     bad = any(r.get("below_min") for r in scaling)
-    return line_chart(
-        "scaling",
-        "Scaling efficiency (bus bandwidth relative to 2 nodes)",
-        [Series("efficiency", tuple(points), bad)],
-        "%",
-        "nodes",
-        refs=refs,
-    )
+    return line_chart(chart_id, title, [Series(name, tuple(sorted(points)), bad)], "%", "nodes", refs=refs)
 
 
 def isolation_chart(isolation: Sequence[Mapping[str, Any]]) -> Markup | None:

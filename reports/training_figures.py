@@ -11,7 +11,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from cluster_accept.reports.charts import Bar, Ref, Series, bar_chart, line_chart
+from cluster_accept.reports import figures
+from cluster_accept.reports.charts import Bar, Ref, bar_chart
 from cluster_accept.reports.figures import GOOD, ReportSection, ReportView, Table
 
 CHECK = "training"
@@ -110,14 +111,9 @@ def scaling_table(scaling: Sequence[Mapping[str, Any]]) -> Table | None:
 
 
 def scaling_chart(scaling: Sequence[Mapping[str, Any]], efficiency_min: float | None) -> Markup | None:
-    points = [(float(r["nodes"]), 100 * float(r["efficiency"])) for r in scaling if r.get("efficiency") is not None]
-    if len(points) < 2:
-        return None
-    refs = [Ref("minimum", 100 * efficiency_min, "threshold")] if efficiency_min is not None else []
-    bad = any(r.get("below_min") for r in scaling)
-    series = [Series("training", tuple(sorted(points)), bad)]
+    """The sweep's efficiency against one node: drawn from two points on (one point is the baseline itself)."""
     title = "Training scaling efficiency (tokens/s per GPU relative to one node)"
-    return line_chart("training-scaling", title, series, "%", "nodes", refs=refs)
+    return figures.scaling_chart(scaling, efficiency_min, "training-scaling", title, "training", min_points=2)
 
 
 def training_section(view: ReportView) -> ReportSection | None:

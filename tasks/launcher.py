@@ -264,8 +264,7 @@ def _outcome(group: _Group) -> None:
         return  # no free port: the run never started, its detail says why
     first = run.ranks.get(group.nodes[0].name)
     if first is not None and first.result is not None:
-        output = parse_json_lines(first.result.stdout)
-        run.measurements, run.info, run.stdout = output.measurements, output.info, first.result.stdout
+        run.measurements, run.stdout = parse_json_lines(first.result.stdout).measurements, first.result.stdout
     for rank_run in run.ranks.values():
         if rank_run.result is not None:
             for transport, count in nccl_transports(rank_run.result.stdout).items():

@@ -54,7 +54,6 @@ class GroupRun:
     tag: str
     ranks: dict[str, RankRun] = field(default_factory=dict)
     measurements: list[dict[str, Any]] = field(default_factory=list)
-    info: list[dict[str, Any]] = field(default_factory=list)  # the first rank's info records
     transports: dict[str, int] = field(default_factory=dict)
     stdout: str = ""  # the first rank's output, for the job's own parser
     detail: str = ""

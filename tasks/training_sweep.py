@@ -120,7 +120,7 @@ def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str,
     base = next((p.tokens_per_s_per_gpu for p in points if p.nodes == 1), None)
     for record in table:
         row = _step_row(record, base, minimum)
-        trouble = trouble or row.reason == "efficiency_low"
+        trouble = trouble or bool(record["below_min"])
         for node in groups[int(record["nodes"])]:
             stage.row(node.name, row)
     answered = {n.name for g in groups.values() for n in g} | stage.unreachable | failed

@@ -32,7 +32,7 @@ def run_of(nodes: Sequence[Node], per_gpu: float | None) -> GroupRun:
     ok = CommandResult("training_inter", 0, stdout, "")
     ranks = {n: RankRun(n, NodeStatus.OK, None, "", ok) for n in names}
     between = {"NET/IB": 8} if len(nodes) > 1 else {}
-    return GroupRun(names, "t", ranks, parse_json_lines(stdout).measurements, [], between, stdout)
+    return GroupRun(names, "t", ranks, parse_json_lines(stdout).measurements, between, stdout)
 
 
 class FakeStage:
