@@ -58,7 +58,11 @@ EXPECTATIONS: tuple[Expectation, ...] = (
     Expectation("nvlink", "preflight", "nvlink", _set(lambda p: p.nvlink)),
     Expectation("pcie", "preflight", "pcie", _set(lambda p: p.pcie)),
     Expectation("harmful NCCL settings", "preflight", "nccl_harmful", lambda p: True),
+    Expectation("probes.python", "preflight", "probe", lambda p: True),
     Expectation("gemm_bf16_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_bf16_tflops_min)),
+    Expectation("gemm_fp16_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_fp16_tflops_min)),
+    Expectation("gemm_tf32_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_tf32_tflops_min)),
+    Expectation("gemm_fp8_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_fp8_tflops_min)),
     Expectation("hbm_copy_gbps_min", "single-node", "hbm", _set(lambda p: p.thresholds.hbm_copy_gbps_min)),
     Expectation(
         "allreduce_intra_busbw_gbps_min",

@@ -12,6 +12,8 @@ A check is one module in ``checks/`` that defines:
 - optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift;
 - optionally ``counters(model) -> dict[str, int]``: error counters compared with the node's previous run
   (a counter that grew is flagged by scheduled checks);
+- optionally ``command_for(profile) -> str``: the command for a node of that profile, where it depends on the
+  profile (the probe interpreter's path); ``COMMAND`` is then only its shape;
 - optionally ``JOB_VIEW = True``: the check describes what a job sees (its environment, NCCL and CUDA), so
   with ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
 - ``REASONS``: every reason code its rows carry beyond the common ones, declared beside the code that emits
@@ -147,6 +149,11 @@ class Check:
     counters: Callable[[Any], dict[str, int]] | None = None
     job_view: bool = False  # describes a job's environment: runs behind the profile's probes.command_prefix
     reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    command_for: Callable[[Profile], str] | None = None
+
+    def command_on(self, profile: Profile | None) -> str:
+        """What this check runs on a node of ``profile`` (its generic ``COMMAND`` without one)."""
+        return self.command_for(profile) if self.command_for is not None and profile is not None else self.command
 
 
 def _declared_reasons(module: ModuleType) -> Mapping[str, Reason]:
@@ -179,6 +186,7 @@ def _as_check(module: ModuleType) -> Check | None:
         counters=getattr(module, "counters", None),
         job_view=bool(getattr(module, "JOB_VIEW", False)),
         reasons=_declared_reasons(module),
+        command_for=getattr(module, "command_for", None),
     )
 
 

@@ -5,6 +5,10 @@
 HW power brake) and SW thermal slowdown fail: the GPU runs at a fraction of its clocks. SW power cap only
 warns (an idle GPU should not hit it, a loaded one may). Idle, applications clocks, sync boost and display
 clock settings are normal states and pass; the observed value lists them.
+
+Drivers before the rename (R535) know only the ``clocks_throttle_reasons`` name, which carries the same bits:
+the query falls back to it (:class:`~cluster_accept.checks.sections.GpuQuery`) rather than fail the node, and
+the row's detail says which name answered.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, GpuQuery, not_available
 from cluster_accept.inventory.model import Profile
 
 NAME = "clock_events"
-FIELDS = ["index", "clocks_event_reasons.active"]
-COMMAND = query_gpu_command(FIELDS)
+MASK = "clocks_event_reasons.active"
+FIELDS = ["index", MASK]
+QUERY = GpuQuery(FIELDS)
+COMMAND = QUERY.command
 
 # nvml.h nvmlClocksEventReason* bits
 EVENT_BITS: dict[int, str] = {
@@ -79,24 +85,27 @@ class ClockEvents:
     failure: str | None = None  # nvidia-smi could not talk to the driver
     error: str | None = None  # output we could not read
     raw: str = ""
+    source: str = MASK  # the field name the driver answered to (clocks_throttle_reasons.active before R535)
+    note: str = ""  # why it answered to another name ('' when it answered to MASK)
 
 
 def _read(stdout: str, exit_code: int | None) -> ClockEvents:
-    rows, failure, error = read_gpu_query(stdout, exit_code, FIELDS)
-    if failure:
-        return ClockEvents(failure=failure, raw=stdout)
-    if error:
-        return ClockEvents(error=error, raw=stdout)
+    answer = QUERY.read(stdout, exit_code)
+    if answer.failure:
+        return ClockEvents(failure=answer.failure, raw=stdout)
+    if answer.error:
+        return ClockEvents(error=answer.error, raw=stdout)
+    source, note = answer.name(MASK), answer.note(MASK)
     gpus = []
-    for row in rows:
-        index, text = row["index"], row["clocks_event_reasons.active"]
+    for row in answer.rows:
+        index, text = row["index"], row[MASK]
         if not_available(text):
             gpus.append(GpuClockEvents(int(index), None, text))
         elif re.fullmatch(r"0x[0-9A-Fa-f]{1,16}", text):
             gpus.append(GpuClockEvents(int(index), int(text, 16), text))
         else:
-            return ClockEvents(error=f"GPU {index}: unexpected clocks_event_reasons.active {text!r}", raw=stdout)
-    return ClockEvents(gpus=gpus, raw=stdout)
+            return ClockEvents(error=f"GPU {index}: unexpected {source} {text!r}", raw=stdout)
+    return ClockEvents(gpus=gpus, raw=stdout, source=source, note=note)
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> ClockEvents:
@@ -106,13 +115,13 @@ def parse(stdout: str, exit_code: int | None = 0) -> ClockEvents:
         return ClockEvents(error=f"unreadable output ({type(exc).__name__}: {exc})", raw=stdout)
 
 
-def _gpu_rows(gpu: GpuClockEvents) -> list[CheckRow]:
+def _gpu_rows(gpu: GpuClockEvents, source: str, note: str) -> list[CheckRow]:
     item = "event_reasons"
+    detail = f"{source}={gpu.text}" + (f" ({note})" if note else "")
     if gpu.mask is None:
-        return [CheckRow(NAME, item, Status.SKIP, "not_available", gpu.text, _EXPECTED, gpu=gpu.index)]
+        return [CheckRow(NAME, item, Status.SKIP, "not_available", gpu.text, _EXPECTED, detail, gpu.index)]
     names = gpu.names
     observed = ", ".join(names) or "none"
-    detail = f"clocks_event_reasons.active={gpu.text}"
     rows = [
         CheckRow(NAME, item, Status.FAIL, f"throttle_{name}", observed, _EXPECTED, detail, gpu.index)
         for name in FAILING
@@ -136,4 +145,4 @@ def evaluate(model: ClockEvents, profile: Profile, cluster: ClusterView) -> list
         return [CheckRow(NAME, "nvidia-smi", Status.SKIP, "nvidia_smi_failed", model.failure, None, detail)]
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
-    return [row for gpu in model.gpus for row in _gpu_rows(gpu)]
+    return [row for gpu in model.gpus for row in _gpu_rows(gpu, model.source, model.note)]

@@ -98,7 +98,7 @@ def evaluate(model: GpuList, profile: Profile, cluster: ClusterView) -> list[Che
         rows.append(CheckRow(NAME, "count", Status.WARN, "count_high", str(count), str(expected)))
     else:
         rows.append(CheckRow(NAME, "count", Status.PASS, "ok", str(count), str(expected)))
-    if profile.gpu:
+    if profile.gpu and profile.gpu.model is not None:
         for gpu in model.gpus:
             if gpu.name != profile.gpu.model:
                 rows.append(

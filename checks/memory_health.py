@@ -10,6 +10,11 @@ Field names as ``nvidia-smi --help-query-gpu`` (driver 580) lists them:
 
 ``[N/A]`` is not a failure: an H200/H100 reports ``retired_pages.pending`` as ``[N/A]`` because it uses row
 remapping instead of page retirement, and counters read ``[N/A]`` with ECC off (which fails on its own).
+
+The ``remapped_rows.*`` fields are recent in ``--query-gpu`` (older drivers read row remapping only through
+``--query-remapped-rows``): on a driver that refuses them the query runs without them
+(:class:`~cluster_accept.checks.sections.GpuQuery`), the other fields are judged, and each of theirs is a
+``field_not_in_driver`` skip, so an older driver neither fails the node nor passes what it cannot report.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
+from cluster_accept.checks.sections import FIELD_NOT_IN_DRIVER, NVIDIA_SMI_SKIPPED, GpuQuery, not_available
 from cluster_accept.inventory.model import Profile
 
 NAME = "memory"
@@ -31,7 +36,8 @@ FIELDS = [
     "remapped_rows.failure",
     "retired_pages.pending",
 ]
-COMMAND = query_gpu_command(FIELDS)
+QUERY = GpuQuery(FIELDS)
+COMMAND = QUERY.command
 
 # field -> (item, pattern of a readable value, the healthy value, fail reason when it differs)
 _JUDGED: dict[str, tuple[str, str, str, str]] = {
@@ -50,6 +56,7 @@ _DETAILS = {
 }
 REASONS = declare(
     NVIDIA_SMI_SKIPPED,
+    FIELD_NOT_IN_DRIVER,
     Reason("ecc_disabled", Status.FAIL, "ECC is off: nvidia-smi -e 1 and reboot", Action.FIX_CONFIG),
     Reason("uncorrected_ecc", Status.FAIL, "uncorrected ECC errors since the driver was loaded", Action.REPLACE_GPU),
     Reason("remap_pending", Status.FAIL, "a row remap waits for a GPU reset: reset, then rerun", Action.CHECK_NODE),
@@ -71,7 +78,7 @@ REASONS = declare(
 @dataclass(frozen=True)
 class GpuMemory:
     index: int
-    values: dict[str, str]  # field -> nvidia-smi's value ('Enabled', '0', 'No', '[N/A]', ...)
+    values: dict[str, str]  # field -> nvidia-smi's value ('Enabled', '0', 'No', '[N/A]', ...); reported ones only
 
 
 @dataclass(frozen=True)
@@ -80,21 +87,24 @@ class MemoryHealth:
     failure: str | None = None  # nvidia-smi could not talk to the driver
     error: str | None = None  # output we could not read
     raw: str = ""
+    missing: dict[str, str] = field(default_factory=dict)  # field the driver is too old to report -> why
 
 
 def _read(stdout: str, exit_code: int | None) -> MemoryHealth:
-    rows, failure, error = read_gpu_query(stdout, exit_code, FIELDS)
-    if failure:
-        return MemoryHealth(failure=failure, raw=stdout)
-    if error:
-        return MemoryHealth(error=error, raw=stdout)
+    answer = QUERY.read(stdout, exit_code)
+    if answer.failure:
+        return MemoryHealth(failure=answer.failure, raw=stdout)
+    if answer.error:
+        return MemoryHealth(error=answer.error, raw=stdout)
+    judged = {name: spec for name, spec in _JUDGED.items() if name not in answer.missing}
     gpus = []
-    for row in rows:
-        for name, (_, pattern, _, _) in _JUDGED.items():
+    for row in answer.rows:
+        for name, (_, pattern, _, _) in judged.items():
             if not re.fullmatch(pattern, row[name]) and not not_available(row[name]):
                 return MemoryHealth(error=f"GPU {row['index']}: unexpected {name} {row[name]!r}", raw=stdout)
-        gpus.append(GpuMemory(int(row["index"]), {name: row[name] for name in _JUDGED}))
-    return MemoryHealth(gpus=gpus, raw=stdout)
+        gpus.append(GpuMemory(int(row["index"]), {name: row[name] for name in judged}))
+    missing = {name: answer.note(name) for name in answer.missing}
+    return MemoryHealth(gpus=gpus, raw=stdout, missing=missing)
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> MemoryHealth:
@@ -123,6 +133,10 @@ def evaluate(model: MemoryHealth, profile: Profile, cluster: ClusterView) -> lis
     rows: list[CheckRow] = []
     for gpu in model.gpus:
         for name, (item, _, expected, bad_reason) in _JUDGED.items():
+            if name in model.missing:
+                why = model.missing[name]
+                rows.append(CheckRow(NAME, item, Status.SKIP, "field_not_in_driver", None, expected, why, gpu.index))
+                continue
             value = gpu.values[name]
             if not_available(value):
                 status, reason, detail = Status.SKIP, "not_available", f"{name} not reported"

@@ -31,6 +31,7 @@ from cluster_accept.analysis.schemas import (
 from cluster_accept.checks.reasons import ReasonCatalog, catalog
 from cluster_accept.flows import progress
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
+from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory
@@ -244,11 +245,23 @@ def acceptance(
         return _acceptance(inventory, run_dir, run_info, past, ops, concurrency)
     inventory = select_nodes(load_inventory(inventory_path), nodes)
     chosen, quick = resolve_suite(suite, stages)
+    refuse_unresolved_auto(inventory, chosen)
     run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
     run_info["quick_probes"] = quick
     run_info["options"] = recorded_options(history_dir(out_dir, history), ops, concurrency)
     run_dir.write_json("run.json", run_info)
     return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
+
+
+def refuse_unresolved_auto(inventory: Inventory, stages: list[str]) -> None:
+    """``profile: auto`` is resolved from the GPU model preflight reads: without preflight there is no profile
+    to judge by, and the nodes would be probed against nothing."""
+    auto = [n.name for n in inventory.tested if is_auto(n.profile)]
+    if auto and "preflight" not in stages:
+        raise ValueError(
+            f"nodes {fold(auto)} use profile auto, which the preflight stage resolves from each node's GPU model: "
+            "add preflight to --stages, or name their built-in profile (e.g. profile: h100-sxm)"
+        )
 
 
 def resolve_suite(suite: str | None, stages: list[str] | None) -> tuple[list[str], bool]:
@@ -275,6 +288,7 @@ def bisect(
 ) -> RunOutcome:
     """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
     inventory = load_inventory(inventory_path)
+    refuse_unresolved_auto(inventory, [])
     suspect_nodes = select_nodes(inventory, suspects).tested
     good_nodes = select_nodes(inventory, good).tested if good else []
     scope = replace(inventory, nodes=suspect_nodes + [n for n in good_nodes if n not in suspect_nodes])

@@ -22,6 +22,7 @@ from cluster_accept.analysis.text import visible
 from cluster_accept.flows import testbed_commands
 from cluster_accept.flows.exits import TOOL_FAILURE, USAGE_ERROR, failure_line, log_failure
 from cluster_accept.flows.orphans import mark_controller, reap_orphans
+from cluster_accept.flows.profile_commands import profile_app
 from cluster_accept.inventory.hostlist import HostlistError, fold
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ inventory_app = typer.Typer(no_args_is_help=True, help="Inventory files.")
 testbed_app = typer.Typer(no_args_is_help=True, help="A simulated cluster of real sshd nodes on this machine (root).")
 app.add_typer(inventory_app, name="inventory")
 app.add_typer(testbed_app, name="testbed")
+app.add_typer(profile_app, name="profile")
 
 out = Console()
 err = Console(stderr=True)
@@ -105,7 +107,7 @@ class RunRequest:
 
 def _check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
-    from cluster_accept.flows.acceptance import resolve_suite, resumable, select_nodes
+    from cluster_accept.flows.acceptance import refuse_unresolved_auto, resolve_suite, resumable, select_nodes
     from cluster_accept.tasks.outputs import check_not_held
 
     if request.resume:
@@ -121,8 +123,8 @@ def _check_request(request: RunRequest) -> None:
         return
     if request.inventory is None:
         raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
-    select_nodes(load_inventory(request.inventory), request.nodes)
-    resolve_suite(request.suite, request.stages)
+    inventory = select_nodes(load_inventory(request.inventory), request.nodes)
+    refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
     why = unwritable(request.out_dir)
     if why:
         raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")
@@ -312,11 +314,11 @@ def bisect_command(
     ] = None,
 ) -> None:
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
-    from cluster_accept.flows.acceptance import bisect, select_nodes
+    from cluster_accept.flows.acceptance import bisect, refuse_unresolved_auto, select_nodes
 
     try:
         inv = load_inventory(inventory)
-        select_nodes(inv, nodes)
+        refuse_unresolved_auto(select_nodes(inv, nodes), [])
         if good:
             select_nodes(inv, good)
     except InventoryError as exc:

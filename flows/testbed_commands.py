@@ -7,6 +7,8 @@ names run side by side, and a running one is never replaced: an ``up`` onto its 
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -81,6 +83,15 @@ def demo_testbed(name: str | None, state_dir: Path | None) -> Testbed:
     from cluster_accept.testbed.net import check_name
 
     name = name or demo_name()
+    if importlib.util.find_spec("torch") is None:
+        err.print(
+            f"warning: torch is not installed for {sys.executable}: the demo's nodes run their probes with it, so "
+            "preflight will reject them (probe:torch_missing). Install the CPU build: "
+            "python3 -m pip install 'torch==2.13.0+cpu'",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     try:
         check_name(name)
         out.print(

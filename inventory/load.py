@@ -2,7 +2,9 @@
 
 Every problem is reported as ``FILE: key.path: what was expected``, all of them at once, so an operator
 fixes a broken inventory in one pass. Profiles are taken inline (``profiles:``) or by name from a
-``profiles/NAME.yaml`` beside the inventory file, then from the profiles shipped in ``inventory/profiles/``.
+``profiles/NAME.yaml`` beside the inventory file, then from the built-in GPU profiles (:mod:`inventory.gpus`;
+``auto`` picks one per node from the GPU model preflight reads). A profile with ``base:`` is its base with its
+own keys over it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from cluster_accept.inventory.builtin import builtin_names, builtin_profile, with_base
 from cluster_accept.inventory.files import ssh_file_problems
+from cluster_accept.inventory.gpus import AUTO
 from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand
 from cluster_accept.inventory.model import (
     DEFAULT_SSH,
@@ -26,7 +30,6 @@ from cluster_accept.inventory.model import (
     Profile,
 )
 
-SHIPPED_PROFILES = Path(__file__).parent / "profiles"
 # A profile looked up as profiles/NAME.yaml: a plain file name, so that '../x' or an over-long name is not a path.
 _PROFILE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -147,28 +150,47 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
 
     problems: list[str] = []
     digest = hashlib.sha256(path.read_bytes())
-    profiles: dict[str, Profile] = dict(parsed.profiles)
+    profiles: dict[str, Profile] = {}
+
+    def based(name: str, profile: Profile, key: str) -> Profile | None:
+        if name == AUTO and profile.base is None:
+            profile = profile.model_copy(update={"base": AUTO})  # the inline 'auto' profile overrides the pick
+        try:
+            profiles[name] = with_base(profile)
+        except ValueError as exc:
+            problems.append(f"{key}: profile {name!r}: {exc}")
+            return None
+        return profiles[name]
 
     def resolve_profile(name: str, key: str) -> Profile | None:
         if name in profiles:
             return profiles[name]
+        if name in parsed.profiles:
+            return None  # its base was refused: reported under profiles.NAME
         if not _PROFILE_FILE_NAME.fullmatch(name):
             problems.append(f"{key}: profile {name!r} is not defined under 'profiles' (and is not a file name)")
             return None
-        for folder in (path.parent / "profiles", SHIPPED_PROFILES):
-            candidate = folder / f"{name}.yaml"
-            if candidate.is_file():
-                try:
-                    profile = _load_profile_file(candidate)
-                except InventoryError as exc:
-                    problems.extend(f"{key} -> {line}" for line in str(exc).splitlines())
-                    return None
-                digest.update(candidate.read_bytes())
-                profiles[name] = profile
-                return profile
-        problems.append(f"{key}: profile {name!r} is not defined under 'profiles' nor in profiles/{name}.yaml")
+        candidate = path.parent / "profiles" / f"{name}.yaml"
+        if candidate.is_file():
+            try:
+                profile = _load_profile_file(candidate)
+            except InventoryError as exc:
+                problems.extend(f"{key} -> {line}" for line in str(exc).splitlines())
+                return None
+            digest.update(candidate.read_bytes())
+            return based(name, profile, key)
+        builtin = builtin_profile(name)
+        if builtin is not None:
+            profiles[name] = builtin
+            return builtin
+        problems.append(
+            f"{key}: profile {name!r} is not defined under 'profiles' nor in profiles/{name}.yaml, and is not "
+            f"built in ({', '.join(builtin_names())})"
+        )
         return None
 
+    for name, own in parsed.profiles.items():
+        based(name, own, f"profiles.{name}")
     if not parsed.nodes:
         problems.append("nodes: empty list; at least one node entry is required")
 

@@ -100,8 +100,10 @@ class MinVersion(_Strict):
 
 
 class GpuSpec(_Strict):
-    model: StrictStr
-    count: Annotated[int, Field(ge=1, le=64)]
+    model: StrictStr | None = Field(default=None, description="as nvidia-smi prints it; left out: not checked")
+    count: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="GPUs per node; left out: the cluster's majority is expected"
+    )
 
 
 class NvlinkSpec(_Strict):
@@ -198,6 +200,9 @@ class TrainingSettings(_Strict):
 
 class Thresholds(_Strict):
     gemm_bf16_tflops_min: Annotated[float, Field(ge=0)] | None = None
+    gemm_fp16_tflops_min: Annotated[float, Field(ge=0)] | None = None
+    gemm_tf32_tflops_min: Annotated[float, Field(ge=0)] | None = None
+    gemm_fp8_tflops_min: Annotated[float, Field(ge=0)] | None = None
     hbm_copy_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allreduce_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allreduce_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
@@ -237,8 +242,13 @@ class HarmfulSetting(_Strict):
 
 
 class Profile(_Strict):
-    """What a node must be. A key left out is not checked."""
+    """What a node must be. A key left out is not checked, unless ``base`` names a built-in profile
+    (:mod:`inventory.gpus`) whose keys this profile's own override, or ``auto``: the built-in profile of the GPU
+    model preflight reads on each node."""
 
+    base: StrictStr | None = Field(
+        default=None, description="a built-in profile (h100-sxm, h200-sxm, …) or 'auto'; the keys given here win"
+    )
     gpu: GpuSpec | None = None
     driver_version: StrictStr | MinVersion | None = None
     cuda_version: StrictStr | None = None

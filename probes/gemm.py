@@ -1,9 +1,10 @@
 """GEMM throughput per GPU (bf16, fp16, tf32, fp8; GFLOP/s on a CPU node), every GPU of the node loaded at
 once, as a training job loads it: power and thermal limits show only then.
 
-Judged against the profile's ``gemm_bf16_tflops_min`` and against the cluster's median per GPU (a GPU can
-pass its threshold and still run at half its peers' speed: the seed reports found such nodes only by
-comparing per-node TFLOPS). The report shows the figure per GPU and the per-node table, worst node first.
+Judged against the profile's ``gemm_bf16_tflops_min`` (and the fp16, tf32 and fp8 minimums) and against the
+cluster's median per GPU (a GPU can pass its threshold and still run at half its peers' speed: the seed reports
+found such nodes only by comparing per-node TFLOPS). The report shows the figure per GPU and the per-node
+table, worst node first.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ ORDER = 10
 SCRIPT = GPU_BENCH
 METRICS = {
     "gemm_bf16_tflops": MetricRule(NAME, "gemm_bf16_tflops_min", True),
-    "gemm_fp16_tflops": MetricRule(NAME, None, True),
-    "gemm_tf32_tflops": MetricRule(NAME, None, True),
-    "gemm_fp8_tflops": MetricRule(NAME, None, True),
+    "gemm_fp16_tflops": MetricRule(NAME, "gemm_fp16_tflops_min", True),
+    "gemm_tf32_tflops": MetricRule(NAME, "gemm_tf32_tflops_min", True),
+    "gemm_fp8_tflops": MetricRule(NAME, "gemm_fp8_tflops_min", True),
     "gemm_fp32_gflops": MetricRule(NAME, None, True),
     "gemm_bf16_gflops": MetricRule(NAME, None, True),
 }

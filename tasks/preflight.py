@@ -21,6 +21,9 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.tasks.auto_profile import CHECK as AUTO_CHECK
+from cluster_accept.tasks.auto_profile import GPU_CHECK, resolve_auto_nodes
+from cluster_accept.tasks.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node
@@ -40,11 +43,12 @@ class NodePreflight:
 def commands_for(checks: list[Check], node: Node | None = None) -> list[RemoteCommand]:
     """Each check's command; those describing a job's environment run behind the node's
     ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads."""
-    prefix = node.profile.probes.command_prefix if node is not None else None
+    profile = node.profile if node is not None else None
+    prefix = profile.probes.command_prefix if profile is not None else None
     return [
         RemoteCommand(
             c.name,
-            f"{prefix} sh -c {shlex.quote(c.command)}" if prefix and c.job_view else c.command,
+            f"{prefix} sh -c {shlex.quote(c.command_on(profile))}" if prefix and c.job_view else c.command_on(profile),
             timeout_s=c.timeout_s,
         )
         for c in checks
@@ -164,7 +168,8 @@ def evaluate_preflight(
                 check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
             else:
                 check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
-            rows.extend(node_row(run_id, inventory.cluster, NAME, node.name, r, raw, check.command) for r in check_rows)
+            command_text = check.command_on(node.profile)
+            rows.extend(node_row(run_id, inventory.cluster, NAME, node.name, r, raw, command_text) for r in check_rows)
     return rows
 
 
@@ -212,12 +217,16 @@ class PreflightStage:
             saved,
             lambda node: preflight_node.submit(node, checks, state.checkpoints),
         )
+        answered = [o.node for o in outcomes if o.result.status is not NodeStatus.TOOL_ERROR]
+        gpu_models = {o.node: o.models.get(GPU_CHECK) for o in outcomes}
+        state.inventory, picked = resolve_auto_nodes(state.run_id, state.inventory, gpu_models, answered)
+        state.rows += picked
         state.rows += evaluate_preflight(state.run_id, state.inventory, outcomes, checks)
         state.values += node_values(state.run_id, state.cluster, outcomes, checks)
         state.rows += counter_rows(state, checks)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
-        return [(check.name, check.reasons) for check in discover()]
+        return [(check.name, check.reasons) for check in discover()] + [(AUTO_CHECK, AUTO_REASONS)]
 
 
 STAGE = PreflightStage()

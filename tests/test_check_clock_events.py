@@ -19,9 +19,11 @@ def one_gpu(mask: str) -> list[tuple[object, ...]]:
 
 
 def test_command_and_field_names() -> None:
-    assert clock_events.COMMAND == (
-        "nvidia-smi --query-gpu=index,clocks_event_reasons.active --format=csv,noheader,nounits"
-    )
+    # today's name first; the older one only after a refusal (tests/test_check_driver_fallback.py)
+    assert clock_events.COMMAND == clock_events.QUERY.command
+    assert clock_events.COMMAND.startswith("q0=clocks_event_reasons.active; ")
+    assert 'nvidia-smi --query-gpu="$q" --format=csv,noheader,nounits' in clock_events.COMMAND
+    assert dict(clock_events.QUERY.older) == {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
     help_text, _ = captured("h200x4", "help-query-gpu.txt")
     assert '"clocks_event_reasons.active" or "clocks_throttle_reasons.active"' in help_text
 

@@ -26,7 +26,6 @@ pytestmark = pytest.mark.pure
 
 # Profile keys that configure how the tool runs, not what a node must be (so no row judges them).
 NOT_EXPECTATIONS = {
-    "probes.python",
     "probes.device",
     "probes.command_prefix",
     "probes.timeout_s",
@@ -39,6 +38,7 @@ NOT_EXPECTATIONS = {
     *(f"training.{key}" for key in TrainingSettings.model_fields if key != "enabled"),
     "thresholds.straggler_pct",
     "thresholds.relative_verdict",
+    "base",  # resolved into the profile's own keys when loaded (auto: in preflight, with a profile:auto row)
     "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile
 }
 # Where the coverage table names an expectation differently from the model's path.
@@ -83,8 +83,10 @@ def test_a_stage_that_left_an_expectation_unjudged_is_named() -> None:
         _row("n1", "preflight", "gpu_count", "count"),
         _row("n1", "preflight", "nccl_harmful", "settings"),
         _row("n1", "preflight", "nccl_env", "NCCL_NVLS_ENABLE"),
+        _row("n1", "preflight", "probe", "torch"),
         _row("n2", "preflight", "gpu_count", "count"),
         _row("n2", "preflight", "nccl_harmful", "settings"),
+        _row("n2", "preflight", "probe", "python", Status.FAIL),
         _row("n3", "preflight", "ssh", "connect", Status.UNREACHABLE),
     ]
     tested = {"n1": PROFILE, "n2": PROFILE, "n3": PROFILE}

@@ -36,6 +36,7 @@ from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, noheader
 from tests.test_check_reasons import assert_declared
 
 pytestmark = pytest.mark.pure
+DATA = Path(__file__).resolve().parent / "data"
 
 FUZZ = settings(
     max_examples=200,
@@ -153,6 +154,8 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         "nvlink": _nvlink,
         "topology": lambda m: _capture(m, "topo-m.txt"),
         "gpu_count": lambda m: _capture(m, "query-gpu-noheader.txt"),
+        # what the probe interpreter check printed on a node with a CPU build of torch, on a CUDA profile
+        "probe": lambda m: (DATA / "probe_python" / "cpu_torch_cuda_profile.txt").read_text(),
     }
     if name in per_machine:
         seeds: list[tuple[str, int | None]] = [(per_machine[name](m), 0) for m in MACHINES]
@@ -162,7 +165,7 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         seeds = [(_xid(), 0)]
     else:  # the --query-gpu checks
         seeds = [(noheader(m, module.FIELDS), 0) for m in MACHINES]
-    if name not in ("infiniband", "nccl_env", "nccl_harmful", "hostname", "xid"):
+    if name not in ("infiniband", "nccl_env", "nccl_harmful", "hostname", "xid", "probe"):
         seeds.append((DRIVER_FAILURE, 9))
     return seeds
 

@@ -21,7 +21,8 @@ def _node(prefix: str | None) -> Node:
 
 
 def test_job_view_checks_are_the_environment_and_version_checks() -> None:
-    assert {c.name for c in CHECKS.values() if c.job_view} == {"cuda", "nccl_env", "nccl_harmful"}
+    # and the probe interpreter: the probes run behind the prefix, so their Python and torch are the ones there
+    assert {c.name for c in CHECKS.values() if c.job_view} == {"cuda", "nccl_env", "nccl_harmful", "probe"}
     commands = {c.name: c.script for c in commands_for(list(CHECKS.values()), _node("docker exec trainer"))}
     assert commands["nccl_env"].startswith("docker exec trainer sh -c ")
     assert commands["driver"] == CHECKS["driver"].command  # the host's driver is the host's

@@ -20,4 +20,4 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_readme_demo_command_installs_and_runs_the_demo() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert "python3 -m pip install -e . && cluster-accept demo\n" in readme
+    assert "python3 -m pip install 'torch==2.13.0+cpu' -e . && cluster-accept demo\n" in readme

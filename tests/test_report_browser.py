@@ -1,9 +1,16 @@
-"""The report as an operator sees it: the demo's report (run twice, so the second has history) rendered in
-headless Chromium; and a node whose output carries HTML, which must appear as text and never run."""
+"""The README's first command on a fresh machine, and the report as an operator sees it.
+
+The demo runs twice: first as the README's first command, verbatim, in a fresh virtual environment with
+nothing installed (a copy of the working tree; the install takes only the CPU build of torch); then again from
+that environment, so that its report has history, rendered in headless Chromium. And a node whose output
+carries HTML, which must appear as text and never run."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import venv
 from pathlib import Path
 
 import pandas as pd
@@ -23,19 +30,73 @@ def _runs(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir() and p.name != "history")
 
 
-def test_demo_report_in_chromium(tmp_path: Path) -> None:
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_first_command() -> str:
+    """The README's quick-start line: install, then ``cluster-accept demo``."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.endswith("&& cluster-accept demo")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _copy_tree(target: Path) -> None:
+    """The working tree as git sees it (tracked and new files, not ignored ones), symlinks kept."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source, copy = ROOT / name, target / name
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the working tree
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            copy.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, copy)
+
+
+def _fresh_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the project and a new virtual environment with nothing installed, first on PATH."""
+    tree, env_dir = tmp_path / "cluster-accept", tmp_path / "venv"
+    _copy_tree(tree)
+    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME"}}
+    env.update(PATH=f"{env_dir / 'bin'}:{env['PATH']}", VIRTUAL_ENV=str(env_dir), DEBIAN_FRONTEND="noninteractive")
+    listed = subprocess.run([env_dir / "bin" / "python3", "-m", "pip", "list"], capture_output=True, text=True, env=env)
+    assert "torch" not in listed.stdout and "prefect" not in listed.stdout  # nothing preinstalled
+    return tree, env
+
+
+def test_readme_first_command_then_demo_report_in_chromium(tmp_path: Path) -> None:
+    tree, env = _fresh_environment(tmp_path)
+    out = tree / "runs"
+    first = subprocess.run(
+        ["bash", "-c", readme_first_command()], cwd=tree, env=env, capture_output=True, text=True, timeout=1200
+    )
+    again = subprocess.run(
+        ["cluster-accept", "demo", "--out", str(out)], cwd=tree, env=env, capture_output=True, text=True, timeout=400
+    )
     names = []
-    for attempt in (1, 2):
-        proc = subprocess.run(
-            ["cluster-accept", "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=400
-        )
-        assert proc.returncode == 1, f"demo run {attempt}: {proc.stdout}{proc.stderr}"
+    for attempt, proc in enumerate((first, again), start=1):
+        assert proc.returncode == 1, f"demo run {attempt}: {proc.stdout[-4000:]}{proc.stderr[-4000:]}"
         assert "report:" in proc.stdout and "preflight" in proc.stdout  # the stage bars were drawn
         names.append(proc.stdout.split("starting the 8-node test-bed ", 1)[1].split()[0])
+    installed = subprocess.run(
+        ["python3", "-c", "import torch; print(torch.__version__)"], env=env, capture_output=True, text=True
+    )
+    assert installed.stdout.strip().endswith("+cpu")  # the CPU build, never the CUDA one
+    for node, reasons in {
+        "node02": "ssh:refused", "node03": "ssh:host-key", "node04": "driver:version_mismatch",
+        "node05": "gpu_count:count_low", "node06": "driver:nvidia_smi_failed", "node08": "isolation:slow_node",
+    }.items():  # fmt: skip
+        assert any(line.startswith(f"│ {node}") and reasons in line for line in first.stdout.splitlines()), first.stdout
+    assert "accepted 2 / rejected 4 / unreachable 2" in first.stdout
     assert all(name.startswith("demo") for name in names)  # a test-bed of its own, not the default "ca"
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [line for line in netns.splitlines() if line.startswith(tuple(f"{name}-" for name in names))]
-    first, second = _runs(tmp_path)
+    earlier, second = _runs(out)
     verdicts = pd.read_parquet(second / "verdicts.parquet")
     got = {r.node: (r.verdict, list(r.reasons)) for r in verdicts.itertuples()}
     assert got["node08"] == ("rejected", ["isolation:slow_node"])
@@ -71,8 +132,8 @@ def test_demo_report_in_chromium(tmp_path: Path) -> None:
     assert values["rows"] == 8
     assert values["rejected_shown"] == ["node04", "node05", "node06", "node08"]
     assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    history = pd.read_parquet(tmp_path / "history" / "runs")
-    assert sorted(history.run_id) == [first.name, second.name]
+    history = pd.read_parquet(out / "history" / "runs")
+    assert sorted(history.run_id) == [earlier.name, second.name]
 
 
 HOSTILE_NAME = "NVIDIA H200 <script>window.__pwned = 1</script>"

@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
-SAMPLE_FIELDS = "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
+# clocks_throttle_reasons.active: the older name of clocks_event_reasons.active (the same NVML bitmask), which
+# drivers from before the rename know and 580 still answers; the new name fails every sample on an old driver.
+SAMPLE_FIELDS = "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
 APP_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 IDLE_MIB = 256.0  # GPU memory an idle GPU may show in use (driver reservations) before anything runs on it
 

@@ -106,10 +106,16 @@ def parse_args(argv: list[str]) -> Args:
 
 
 class Node:
-    """The node's data dir: served files and the ``--query-gpu`` field table."""
+    """The node's data dir: served files and the ``--query-gpu`` field table.
 
-    def __init__(self, data_dir: Path):
+    ``refused`` are ``--query-gpu`` names the simulated driver does not know (``behavior.json``'s
+    ``refused_fields``): an older driver refuses ``clocks_event_reasons.active`` yet answers its older alias
+    ``clocks_throttle_reasons.active``, so the names are refused as asked, not after alias resolution.
+    """
+
+    def __init__(self, data_dir: Path, refused: list[str] | None = None):
         self.dir = data_dir
+        self.refused = set(refused or ())
         table = json.loads((data_dir / "fields.json").read_text(encoding="utf-8"))
         self.order: list[str] = table["order"]
         self.headers: dict[str, str] = table["headers"]
@@ -121,6 +127,8 @@ class Node:
         return (self.dir / name).read_text(encoding="utf-8")
 
     def canonical(self, name: str) -> str | None:
+        if name in self.refused:
+            return None
         name = self.aliases.get(name, name)
         return name if name in self.headers else None
 
@@ -330,7 +338,7 @@ def main(argv: list[str] | None = None, data_dir: str | Path | None = None) -> i
         sys.stdout.write(DRIVER_FAILED)
         return 9
     try:
-        text, code = answer(Node(folder), parse_args(argv)), 0
+        text, code = answer(Node(folder, behavior.get("refused_fields")), parse_args(argv)), 0
     except Exit as stop:
         text, code = stop.text, stop.code
     if "garbage" in modes:

@@ -1,0 +1,215 @@
+"""The interpreter the probes will run (``probes.python``): there, with torch, built for the node's driver.
+
+Checked in preflight, before any probe runs, because a probe that cannot start fails with a traceback on every
+GPU and says nothing an operator can act on. Each way it goes wrong is its own reason with its action:
+
+- ``python_missing``: ``probes.python`` names no interpreter on the node (a typo, a venv not on this node);
+- ``torch_missing`` / ``torch_broken``: torch is not installed there, or does not import;
+- ``torch_no_cuda``: a CPU-only build of torch on a node the profile probes with CUDA;
+- ``cuda_driver_too_old``: torch was built for a CUDA major version newer than the driver supports
+  (``nvidia-smi``'s ``CUDA Version``); a newer *minor* version runs through CUDA's minor-version compatibility
+  and is only a warning (``cuda_minor_newer``);
+- ``cuda_unavailable``: a CUDA build that still sees no GPU (torch's own warning says why).
+
+torch's version and CUDA build are read from ``torch/version.py`` without importing it (a tenth of a second);
+on a CUDA profile torch is also imported and asked for its GPUs, since only that finds a broken install. Runs
+behind ``probes.command_prefix`` (the container the probes run in), as the probes do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Profile
+
+NAME = "probe"
+JOB_VIEW = True
+TIMEOUT_S = 90.0  # importing torch on a loaded node can take tens of seconds
+_MARK = "### probe-python "
+_DRIVER_CUDA = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
+_CUDA = re.compile(r"(\d+)\.(\d+)")
+# Reads torch's version file without importing torch; with argv[1] == 'import', imports it and asks CUDA.
+_SCRIPT = """
+import importlib.util, json, sys, warnings
+out = {"python": sys.version.split()[0], "executable": sys.executable}
+try:
+    spec = importlib.util.find_spec("torch")
+except Exception as exc:
+    spec, out["torch_error"] = None, f"{type(exc).__name__}: {exc}"
+if spec is not None and spec.submodule_search_locations:
+    where = list(spec.submodule_search_locations)[0]
+    out["torch_path"] = where
+    scope = {}
+    try:
+        exec(open(where + "/version.py").read(), scope)
+        out["torch"], out["cuda_build"] = scope.get("__version__"), scope.get("cuda")
+    except Exception as exc:
+        out["torch_error"] = f"{type(exc).__name__}: {exc}"
+    if sys.argv[1:] == ["import"] and "torch_error" not in out:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                import torch
+                out["cuda_available"] = torch.cuda.is_available()
+                out["cuda_devices"] = torch.cuda.device_count() if out["cuda_available"] else 0
+            except Exception as exc:
+                out["torch_error"] = f"{type(exc).__name__}: {exc}"
+        out["warnings"] = [str(w.message)[:500] for w in caught][:3]
+print(json.dumps(out))
+"""
+COMMAND = "python3 -c SCRIPT"  # the shape; each profile's interpreter is in command_for(profile)
+
+REASONS = declare(
+    Reason(
+        "python_missing",
+        Status.FAIL,
+        "probes.python names no interpreter on the node: set it to the Python that has torch (a venv's bin/python3)",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "torch_missing",
+        Status.FAIL,
+        "torch is not installed for probes.python: install a build for the node's driver (pip install torch) "
+        "or point probes.python at the interpreter that has it",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "torch_broken",
+        Status.FAIL,
+        "torch is there but does not import: reinstall it (the error names the missing library)",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "torch_no_cuda",
+        Status.FAIL,
+        "a CPU-only build of torch on a CUDA node: install a CUDA build (e.g. pip install torch from the cu12x index)",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "cuda_driver_too_old",
+        Status.FAIL,
+        "torch is built for a newer CUDA than the driver supports: install a torch built for the driver's CUDA, "
+        "or upgrade the driver",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "cuda_minor_newer",
+        Status.WARN,
+        "torch's CUDA minor version is newer than the driver's: it runs through minor-version compatibility, but "
+        "kernels that need PTX JIT compilation fail; match them when you can",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "cuda_unavailable",
+        Status.FAIL,
+        "a CUDA build of torch that sees no GPU: read torch's warning (driver, CUDA_VISIBLE_DEVICES, device nodes)",
+        Action.CHECK_NODE,
+    ),
+    Reason("cuda_unknown", Status.SKIP, "the driver's CUDA version is unknown (nvidia-smi fails or prints none)"),
+    Reason("cpu_device", Status.SKIP, "the profile probes on the CPU (probes.device: cpu): CUDA is not needed"),
+)
+
+
+def command_for(profile: Profile) -> str:
+    """The node-side command for ``profile``'s interpreter: whether it exists, torch's version and build, and on
+    a CUDA profile the driver's CUDA version and whether torch sees the GPUs."""
+    python = shlex.quote(profile.probes.python)
+    cuda = profile.probes.device == "cuda"
+    smi = "nvidia-smi 2>/dev/null | grep -m1 -o 'CUDA Version: *[0-9.]*'; " if cuda else ""
+    run = f"{python} -c {shlex.quote(_SCRIPT)}{' import' if cuda else ''} 2>&1"
+    return (
+        f"{smi}if command -v {python} >/dev/null 2>&1; then printf '{_MARK}found\\n'; {run}; "
+        f"else printf '{_MARK}missing\\n'; fi"
+    )
+
+
+@dataclass(frozen=True)
+class ProbePython:
+    found: bool = False
+    info: dict[str, object] | None = None  # what the interpreter printed
+    driver_cuda: tuple[int, int] | None = None
+    error: str | None = None
+    raw: str = ""
+
+
+def parse(stdout: str, exit_code: int | None) -> ProbePython:
+    driver = _DRIVER_CUDA.search(stdout.partition(_MARK)[0])
+    driver_cuda = (int(driver.group(1)), int(driver.group(2))) if driver else None
+    _, mark, rest = stdout.partition(_MARK)
+    if not mark:
+        return ProbePython(driver_cuda=driver_cuda, error="no answer from the interpreter check", raw=stdout)
+    state, _, body = rest.partition("\n")
+    if state.strip() == "missing":
+        return ProbePython(found=False, driver_cuda=driver_cuda, raw=stdout)
+    for line in reversed(body.splitlines()):
+        if line.startswith("{"):
+            try:
+                info = json.loads(line)
+            except ValueError:
+                break
+            if isinstance(info, dict):
+                return ProbePython(found=True, info=info, driver_cuda=driver_cuda, raw=stdout)
+    return ProbePython(found=True, driver_cuda=driver_cuda, error="the interpreter printed no report", raw=stdout)
+
+
+def _text(info: dict[str, object], key: str) -> str | None:
+    value = info.get(key)
+    return str(value) if value is not None else None
+
+
+def _cuda_row(info: dict[str, object], driver: tuple[int, int] | None) -> CheckRow:
+    build = _text(info, "cuda_build")
+    if build is None:
+        return CheckRow(NAME, "cuda", Status.FAIL, "torch_no_cuda", f"torch {info.get('torch')} (CPU build)", "CUDA")
+    match = _CUDA.match(build)
+    if driver is None or match is None:
+        return CheckRow(NAME, "cuda", Status.SKIP, "cuda_unknown", build, None)
+    wanted = f"<= {driver[0]}.{driver[1]} (the driver's CUDA)"
+    built = (int(match.group(1)), int(match.group(2)))
+    if built[0] > driver[0]:
+        return CheckRow(NAME, "cuda", Status.FAIL, "cuda_driver_too_old", f"torch built for CUDA {build}", wanted)
+    if info.get("cuda_available") is False:
+        said = "; ".join(str(w) for w in info.get("warnings") or []) or "torch.cuda.is_available() is False"  # type: ignore[attr-defined]
+        return CheckRow(NAME, "cuda", Status.FAIL, "cuda_unavailable", f"CUDA {build}, no GPU seen", wanted, said)
+    if built > driver:
+        return CheckRow(NAME, "cuda", Status.WARN, "cuda_minor_newer", f"torch built for CUDA {build}", wanted)
+    devices = info.get("cuda_devices")
+    detail = f"torch sees {devices} GPUs" if devices is not None else ""
+    return CheckRow(NAME, "cuda", Status.PASS, "ok", f"CUDA {build}", wanted, detail)
+
+
+def evaluate(model: ProbePython, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    python = profile.probes.python
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    if not model.found or model.info is None:
+        return [CheckRow(NAME, "python", Status.FAIL, "python_missing", "not found", python)]
+    info = model.info
+    rows = [
+        CheckRow(NAME, "python", Status.PASS, "ok", f"Python {info.get('python')}", python, str(info.get("executable")))
+    ]
+    error = _text(info, "torch_error")
+    if info.get("torch") is None and error is None:
+        rows.append(CheckRow(NAME, "torch", Status.FAIL, "torch_missing", "not installed", f"torch for {python}"))
+        return rows
+    if error is not None:
+        reason = "torch_missing" if "No module named 'torch'" in error else "torch_broken"
+        rows.append(CheckRow(NAME, "torch", Status.FAIL, reason, _text(info, "torch"), "torch imports", error))
+        return rows
+    rows.append(CheckRow(NAME, "torch", Status.PASS, "ok", f"torch {info['torch']}", None, str(info.get("torch_path"))))
+    if profile.probes.device != "cuda":
+        rows.append(CheckRow(NAME, "cuda", Status.SKIP, "cpu_device", _text(info, "cuda_build"), None))
+    else:
+        rows.append(_cuda_row(info, model.driver_cuda))
+    return rows
+
+
+def cluster_values(model: ProbePython) -> dict[str, str]:
+    if model.info is None:
+        return {}
+    return {"torch": str(model.info.get("torch")), "torch_cuda": str(model.info.get("cuda_build"))}

@@ -1,0 +1,80 @@
+"""``cluster-accept profile suggest``: a commented profile to start from, read off the nodes.
+
+:mod:`flows.cli` registers the ``profile`` sub-app. The profile goes to stdout alone (``> profile.yaml``);
+what the command does meanwhile (each node as it answers, the nodes not read) goes to stderr. Exit codes as
+everywhere (:mod:`flows.exits`): 0 a profile was printed, 1 no node answered, 2 a usage or inventory error.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from cluster_accept.analysis.text import visible
+from cluster_accept.flows.exits import NOT_ACCEPTED, USAGE_ERROR
+from cluster_accept.inventory.hostlist import HostlistError
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.remote.result import NodeResult, NodeStatus
+
+profile_app = typer.Typer(no_args_is_help=True, help="Profiles: suggest one from what the nodes have.")
+err = Console(stderr=True)
+
+
+class Device(str, enum.Enum):
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+def _say(line: str) -> None:
+    """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
+    err.print(visible(line), highlight=False, markup=False, soft_wrap=True)
+
+
+def _progress(result: NodeResult) -> None:
+    if result.status is NodeStatus.OK:
+        _say(f"{result.node}: read ({result.duration_s:.1f} s)")
+    else:
+        cause = f" ({result.cause.value})" if result.cause else ""
+        _say(f"{result.node}: {result.status.value}{cause}")
+
+
+@profile_app.command("suggest")
+def suggest(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file (how to reach the nodes)")],
+    nodes: Annotated[str | None, typer.Option("--nodes", help="read only these nodes (hostlist)")] = None,
+    device: Annotated[
+        Device | None, typer.Option("--device", help="what the probes run on (default: cuda when nodes list GPUs)")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
+) -> None:
+    """Read driver, CUDA, GPUs, NVLink, PCIe, persistence mode, the NCCL environment and the probe interpreter
+    from the nodes, and print a commented profile of what most of them have, marking where nodes disagree."""
+    from cluster_accept.tasks.suggest import nodes_to_read, read_cluster
+
+    try:
+        inv = load_inventory(inventory)
+        chosen = nodes_to_read(inv, nodes)
+    except InventoryError as exc:
+        for problem in exc.problems:
+            _say(f"{exc.source}: {problem}")
+        raise typer.Exit(USAGE_ERROR) from None
+    except (ValueError, HostlistError) as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(USAGE_ERROR) from None
+    if not chosen:
+        _say("error: no node to read (all excluded, or --nodes names only excluded nodes)")
+        raise typer.Exit(USAGE_ERROR)
+    started = time.monotonic()
+    reading = read_cluster(inv, chosen, concurrency, _progress)
+    if not reading.models:
+        _say(f"error: no node answered, so there is nothing to suggest ({len(reading.unread)} not read)")
+        raise typer.Exit(NOT_ACCEPTED)
+    _say(f"read {len(reading.models)} of {len(chosen)} nodes in {time.monotonic() - started:.1f} s")
+    sys.stdout.write(reading.profile_text(device.value if device else None))
+    sys.stdout.flush()
