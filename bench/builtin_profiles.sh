@@ -30,6 +30,17 @@ print(keep[keep.status != "pass"][cols].to_string()); print(keep[cols].head(80).
 m = pd.read_parquet(run / "measurements.parquet")
 print(m.groupby("metric")["value"].agg(["min", "max", "count"]).to_string())
 PY
-  tar czf "$OUT/runs.tgz" -C "$OUT" runs && rm -rf "$OUT/runs"
+  echo "### run with the suggested profile, unchanged"
+  python3 - "$INVENTORY" "$OUT/suggested.yaml" "$OUT/suggested-inventory.yaml" <<'PY'
+import sys, yaml
+inventory = yaml.safe_load(open(sys.argv[1]))
+inventory["defaults"]["profile"] = "suggested"
+inventory["profiles"] = {"suggested": yaml.safe_load(open(sys.argv[2]))}
+yaml.safe_dump(inventory, open(sys.argv[3], "w"), sort_keys=False)
+PY
+  python3 -m cluster_accept.flows.cli run -i "$OUT/suggested-inventory.yaml" --out "$OUT/runs-suggested" \
+    --stages preflight,single-node --history -
+  echo "run exit $?"
+  tar czf "$OUT/runs.tgz" -C "$OUT" runs runs-suggested && rm -rf "$OUT/runs" "$OUT/runs-suggested"
 } > "$OUT/builtin_profiles.log" 2>&1
 tail -c 12000 "$OUT/builtin_profiles.log"

@@ -106,3 +106,19 @@ def test_the_command_runs_here_and_is_quoted(tmp_path: Path) -> None:
     assert _rows(done.stdout, odd)[0][1:3] == (Status.FAIL, "python_missing")
     done = subprocess.run(["sh", "-c", probe_python.command_for(CPU)], capture_output=True, text=True, check=False)
     assert [row[1] for row in _rows(done.stdout, CPU)] == [Status.PASS, Status.PASS, Status.SKIP]
+
+
+@pytest.mark.parametrize(("capture", "devices"), [("h200x2_cuda_profile.txt", 2), ("h100x1_cuda_profile.txt", 1)])
+def test_real_gpu_nodes_pass(capture: str, devices: int) -> None:
+    """Captured on lent H200 and H100 machines (bench/results/*-builtin): torch 2.11.0+cu130 on driver 580's
+    CUDA 13.0, every GPU seen."""
+    model = probe_python.parse(_data(capture), 0)
+    assert model.driver_cuda == (13, 0)
+    rows = probe_python.evaluate(model, CUDA, NOBODY)
+    assert [(r.item, r.status, r.reason, r.observed) for r in rows] == [
+        ("python", Status.PASS, "ok", "Python 3.12.3"),
+        ("torch", Status.PASS, "ok", "torch 2.11.0+cu130"),
+        ("cuda", Status.PASS, "ok", "CUDA 13.0"),
+    ]
+    assert rows[-1].detail == f"torch sees {devices} GPUs"
+    assert rows[0].detail == "/opt/torch/.venv/bin/python3"
