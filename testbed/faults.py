@@ -181,6 +181,23 @@ class GpuField(_Fault):
     gpu: GpuIndex | None = None
 
 
+class OldDriver(_Fault):
+    """A driver branch older than some ``--query-gpu`` field names (535 and before): nvidia-smi refuses each of
+    ``refuse`` as asked, the whole query failing as a real driver's does, yet answers older aliases."""
+
+    kind: Literal["old_driver"] = "old_driver"
+    refuse: list[StrictStr] = Field(
+        default_factory=lambda: [
+            "clocks_event_reasons.active",
+            "clocks_event_reasons.supported",
+            "remapped_rows.pending",
+            "remapped_rows.failure",
+            "remapped_rows.correctable",
+            "remapped_rows.uncorrectable",
+        ]
+    )
+
+
 Fault = (
     Down
     | Off
@@ -201,6 +218,7 @@ Fault = (
     | Xid
     | Replace
     | GpuField
+    | OldDriver
 )
 
 # How a fault may be written: a model, a bare kind, or a one-key mapping kind -> parameters.
@@ -211,7 +229,7 @@ KINDS: dict[str, type[_Fault]] = {
     for cls in (
         Down, Off, HostKeyChanged, AuthRefused, Slow, NvidiaSmiFail, NvidiaSmiHang, Garbage, Truncated,
         DriverVersion, GpuMissing, PersistenceDisabled, NvlinkInactive, NvlinkErrors, PcieWidth, NcclEnv,
-        Xid, Replace, GpuField,
+        Xid, Replace, GpuField, OldDriver,
     )
 }  # fmt: skip
 

@@ -21,6 +21,7 @@ from cluster_accept.testbed.faults import (
     NcclEnv,
     NvlinkErrors,
     NvlinkInactive,
+    OldDriver,
     PcieWidth,
     PersistenceDisabled,
     Replace,
@@ -61,6 +62,7 @@ class NodeData:
     env: dict[str, str] = field(default_factory=dict)
     nccl_conf: dict[str, str] = field(default_factory=dict)
     dmesg: str = ""
+    refused_fields: list[str] = field(default_factory=list)  # --query-gpu names the simulated driver refuses
 
 
 def _q_files(files: dict[str, str]) -> list[str]:
@@ -280,6 +282,7 @@ def build_node(
     except FaultApplyError as exc:
         raise FaultApplyError(f"{node}: {exc}") from exc
     data.modes = [k for k in MODE_KINDS if any(f.kind == k for f in faults)]
+    data.refused_fields = sorted({name for f in faults if isinstance(f, OldDriver) for name in f.refuse})
     return data
 
 
@@ -289,7 +292,7 @@ def write_node_data(data: NodeData, data_dir: Path, seed: str = "") -> None:
     for name, text in data.files.items():
         (data_dir / name).write_text(text, encoding="utf-8")
     (data_dir / "fields.json").write_text(json.dumps(data.table.to_json()), encoding="utf-8")
-    behavior = {"modes": data.modes, "seed": seed or data_dir.as_posix()}
+    behavior = {"modes": data.modes, "seed": seed or data_dir.as_posix(), "refused_fields": data.refused_fields}
     (data_dir / "behavior.json").write_text(json.dumps(behavior), encoding="utf-8")
     (data_dir / "dmesg.txt").write_text(data.dmesg, encoding="utf-8")
     (data_dir / "nccl.conf").write_text("".join(f"{k}={v}\n" for k, v in data.nccl_conf.items()), encoding="utf-8")

@@ -24,6 +24,9 @@ PLAN = {
             {"nvlink_errors": {"gpu": 0, "link": 3, "crc": 12}},
             {"nccl_env": {"NCCL_P2P_DISABLE": "1"}},  # a leftover from debugging: SHM instead of NVLink
         ],
+        # A driver from before the rename of clock throttle reasons, without the recent remapped_rows fields:
+        # still accepted, the clock events read under their older name, the missing fields skipped with why.
+        "node08": ["old_driver"],
         "node07": [
             {"gpu_field": {"field": "clocks_event_reasons.active", "gpu": 2, "value": "0x0000000000000008"}},
             {"gpu_field": {"field": "remapped_rows.pending", "gpu": 3, "value": "Yes"}},
@@ -76,6 +79,14 @@ def test_every_planted_fault_is_found_with_its_reason(testbed_factory, tmp_path:
     harmful = checks[(checks.check == "nccl_harmful") & (checks.status == "fail")]
     said = {(r.node, r.item): r.detail for r in harmful.itertuples()}
     assert set(said) == {("node03", "NCCL_SOCKET_IFNAME"), ("node06", "NCCL_P2P_DISABLE")}
+    old = checks[checks.node == "node08"]
+    events = old[old.check == "clock_events"]
+    gpus = int(old[(old.check == "gpu_count") & (old.item == "count")].observed.iloc[0])
+    assert set(events.status) == {"pass"} and sorted(events.gpu) == list(range(gpus))
+    assert all(d.endswith("(driver before clocks_event_reasons)") for d in events.detail), list(events.detail)
+    assert all(d.startswith("clocks_throttle_reasons.active=0x") for d in events.detail)
+    remapped = old[(old.check == "memory") & (old.reason == "field_not_in_driver")]
+    assert len(remapped) > 0 and set(remapped.status) == {"skip"}
     assert said[("node03", "NCCL_SOCKET_IFNAME")].startswith("set in the job environment: no interface matches 'eth9'")
     assert "it has eth0, lo" in said[("node03", "NCCL_SOCKET_IFNAME")]
     assert said[("node06", "NCCL_P2P_DISABLE")].startswith("set in the job environment: NCCL uses shared memory")
