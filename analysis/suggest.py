@@ -82,8 +82,14 @@ def _pcie(model: Any) -> dict[str, str | None]:
     return {"pcie.gen": _one(g.gen_max for g in model.gpus), "pcie.width": _one(g.width_max for g in model.gpus)}
 
 
+# Set by NVIDIA's containers to name the NCCL they ship: a version (the cuda check reports it), not a setting;
+# pinned, it would fail every node at the next container upgrade.
+_NOT_SETTINGS = frozenset({"NCCL_VERSION"})
+
+
 def _nccl(model: Any) -> dict[str, str | None]:
-    return {f"nccl_env.{key}": model.effective[key].value for key in model.nccl_keys()}
+    keys = [key for key in model.nccl_keys() if key not in _NOT_SETTINGS]
+    return {f"nccl_env.{key}": model.effective[key].value for key in keys}
 
 
 def _probe(model: Any) -> dict[str, str | None]:
