@@ -62,3 +62,9 @@ def only_run(out_dir: Path) -> Path:
     runs = [p for p in out_dir.iterdir() if p.is_dir() and p.name != "history"]
     assert len(runs) == 1, f"expected one run directory in {out_dir}, found {sorted(p.name for p in runs)}"
     return runs[0]
+
+
+def interpreter_stand_in(body: str) -> str:
+    """A shell script to put in ``probes.python`` that answers preflight's probe interpreter check (``python -c
+    ...``) with this machine's Python, so the node reaches the probes, and runs ``body`` for the probes."""
+    return f'#!/bin/sh\ncase "$1" in -c) exec {sys.executable} "$@";; esac\n{body}\n'

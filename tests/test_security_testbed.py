@@ -20,7 +20,7 @@ import yaml
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeStatus, RemoteCommand, UnreachableCause
-from tests.processes import only_run, run_cli
+from tests.processes import interpreter_stand_in, only_run, run_cli
 
 pytestmark = pytest.mark.testbed
 
@@ -58,7 +58,8 @@ def test_secrets_host_keys_and_probe_directories_in_one_run(testbed_factory, tmp
     records = tmp_path / "probe-dirs"
     records.mkdir()
     recorder = tmp_path / "record-probe-dir"
-    recorder.write_text(f'#!/bin/sh\nf=$(mktemp {records}/dir.XXXXXXXX)\n{{ pwd; stat -c %a .; ls; }} > "$f"\n')
+    record = f'f=$(mktemp {records}/dir.XXXXXXXX)\n{{ pwd; stat -c %a .; ls; }} > "$f"'
+    recorder.write_text(interpreter_stand_in(record))
     recorder.chmod(0o755)
     inventory = inventory_without_opt_in(bed, tmp_path)
     next(iter(inventory["profiles"].values()))["probes"]["python"] = str(recorder)
@@ -96,9 +97,10 @@ def test_secrets_host_keys_and_probe_directories_in_one_run(testbed_factory, tmp
 
     # (d) Probes ran in a private mktemp -d directory per node, gone after the stage.
     seen = [path.read_text().splitlines() for path in sorted(records.iterdir())]
-    # gpu_bench, the loopback port and the all-reduce on node01-03: node01's wrong NCCL_SOCKET_IFNAME is its
-    # job environment's finding, so its hardware is still measured.
-    assert len(seen) == 9, seen
+    # gpu_bench and the all-reduce on node01-03 (the stand-in hands every `python -c` — preflight's interpreter
+    # check, the loopback port — to this machine's Python): node01's wrong NCCL_SOCKET_IFNAME is its job
+    # environment's finding, so its hardware is still measured.
+    assert len(seen) == 6, seen
     dirs = {lines[0] for lines in seen}
     assert len(dirs) == 3 and all(PROBE_DIR.match(d) for d in dirs), dirs
     assert all(lines[1] == "700" and {"allreduce.py", "gpu_bench.py"} <= set(lines[2:]) for lines in seen), seen

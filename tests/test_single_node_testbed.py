@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cluster_accept.testbed.faults import fault_plan_from_data
-from tests.processes import only_run, processes_matching, run_cli
+from tests.processes import interpreter_stand_in, only_run, processes_matching, run_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path
         subnet="10.254.24.0/24",
     )
     hang = tmp_path / "hanging-python"
-    hang.write_text("#!/bin/sh\nexec sleep 600.4242\n")
+    hang.write_text(interpreter_stand_in("exec sleep 600.4242"))
     hang.chmod(0o755)
     inventory = yaml.safe_load(bed.inventory_path.read_text())
     profile = inventory["profiles"]["testbed-h200x4"]
