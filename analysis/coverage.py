@@ -49,6 +49,8 @@ def _set(get: Callable[[Profile], object]) -> Callable[[Profile], bool]:
 
 # The training run itself failed: nothing it would have measured can be judged (its own row says why).
 _TRAINING_RUN_FAILED = frozenset({"probe_failed", "probe_error", "probe_timeout"})
+# The same for a probe that measures several figures: its own failure row judges every one of them.
+_PROBE_RUN_FAILED = _TRAINING_RUN_FAILED
 
 EXPECTATIONS: tuple[Expectation, ...] = (
     Expectation("gpu", "preflight", "gpu_count", _set(lambda p: p.gpu)),
@@ -59,10 +61,19 @@ EXPECTATIONS: tuple[Expectation, ...] = (
     Expectation("pcie", "preflight", "pcie", _set(lambda p: p.pcie)),
     Expectation("harmful NCCL settings", "preflight", "nccl_harmful", lambda p: True),
     Expectation("probes.python", "preflight", "probe", lambda p: True),
-    Expectation("gemm_bf16_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_bf16_tflops_min)),
-    Expectation("gemm_fp16_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_fp16_tflops_min)),
-    Expectation("gemm_tf32_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_tf32_tflops_min)),
-    Expectation("gemm_fp8_tflops_min", "single-node", "gemm", _set(lambda p: p.thresholds.gemm_fp8_tflops_min)),
+    *(
+        # each GEMM minimum needs its own figure's row (a bf16 row says nothing of fp8), unless the bench failed
+        Expectation(
+            f"gemm_{dtype}_tflops_min",
+            "single-node",
+            "gemm",
+            _set(lambda p, d=dtype: getattr(p.thresholds, f"gemm_{d}_tflops_min")),
+            f"gemm_{dtype}_tflops",
+            ("gemm",),
+            _PROBE_RUN_FAILED,
+        )
+        for dtype in ("bf16", "fp16", "tf32", "fp8")
+    ),
     Expectation("hbm_copy_gbps_min", "single-node", "hbm", _set(lambda p: p.thresholds.hbm_copy_gbps_min)),
     Expectation(
         "allreduce_intra_busbw_gbps_min",

@@ -167,15 +167,15 @@ def _cuda_row(info: dict[str, object], driver: tuple[int, int] | None) -> CheckR
     if build is None:
         return CheckRow(NAME, "cuda", Status.FAIL, "torch_no_cuda", f"torch {info.get('torch')} (CPU build)", "CUDA")
     match = _CUDA.match(build)
-    if driver is None or match is None:
-        return CheckRow(NAME, "cuda", Status.SKIP, "cuda_unknown", build, None)
-    wanted = f"<= {driver[0]}.{driver[1]} (the driver's CUDA)"
-    built = (int(match.group(1)), int(match.group(2)))
-    if built[0] > driver[0]:
+    wanted = f"<= {driver[0]}.{driver[1]} (the driver's CUDA)" if driver else None
+    built = (int(match.group(1)), int(match.group(2))) if match else None
+    if driver is not None and built is not None and built[0] > driver[0]:
         return CheckRow(NAME, "cuda", Status.FAIL, "cuda_driver_too_old", f"torch built for CUDA {build}", wanted)
-    if info.get("cuda_available") is False:
+    if info.get("cuda_available") is False:  # judged even where nvidia-smi is absent (inside a container)
         said = "; ".join(str(w) for w in info.get("warnings") or []) or "torch.cuda.is_available() is False"  # type: ignore[attr-defined]
         return CheckRow(NAME, "cuda", Status.FAIL, "cuda_unavailable", f"CUDA {build}, no GPU seen", wanted, said)
+    if driver is None or built is None:
+        return CheckRow(NAME, "cuda", Status.SKIP, "cuda_unknown", build, None)
     if built > driver:
         return CheckRow(NAME, "cuda", Status.WARN, "cuda_minor_newer", f"torch built for CUDA {build}", wanted)
     devices = info.get("cuda_devices")

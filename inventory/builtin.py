@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from cluster_accept.inventory.gpus import AUTO, BY_KEY, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.model import Profile
 
+NVLINK_THRESHOLD = "allreduce_intra_busbw_gbps_min"
+
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
@@ -26,10 +28,22 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _without_nvlink_figures(base_data: dict[str, Any]) -> dict[str, Any]:
+    """``base_data`` less what follows from NVLink: the all-reduce minimum and the expected P2P transport."""
+    trimmed = dict(base_data)
+    trimmed["thresholds"] = {k: v for k, v in base_data.get("thresholds", {}).items() if k != NVLINK_THRESHOLD}
+    trimmed.pop("probes", None)  # built-in profiles set only the NVLink transport under probes
+    return trimmed
+
+
 def merged_profile(base_data: dict[str, Any], own: Profile) -> Profile:
     """``own``'s keys (only those it sets) over ``base_data``; raises ValueError when the result is not a
-    valid profile (naming the problem)."""
+    valid profile (naming the problem). A profile that says its nodes have no NVLink (``nvlink: null`` or
+    ``links_per_gpu: 0``) drops what the base derived from NVLink unless it sets those keys itself. Blocks
+    with required keys (``nvlink``, ``pcie``) are written whole."""
     over = own.model_dump(exclude_unset=True, exclude={"base"})
+    if "nvlink" in over and (own.nvlink is None or own.nvlink.links_per_gpu == 0):
+        base_data = _without_nvlink_figures(base_data)
     try:
         return Profile.model_validate(_deep_merge(base_data, over))
     except ValidationError as exc:

@@ -46,8 +46,9 @@ class GpuModel:
     nvlink_link_gbps: float  # per link, per direction, as nvidia-smi prints it
     pcie_gen: int | None  # None: the GPU does not hang off PCIe (NVLink-C2C to the CPU)
     pcie_width: int
-    gpus_per_node: int | None  # None: servers differ; the cluster's majority is expected
+    gpus_per_node: int | None  # None: boards or servers differ (4- and 8-GPU HGX); the cluster's majority
     source: str
+    nvlink_bridged: bool = False  # NVLink bridges join pairs or small groups only, not every GPU of the node
 
     @property
     def nvlink_gbps(self) -> float:
@@ -68,27 +69,30 @@ class GpuModel:
 #         4.8 TB/s; NVL bf16 1,671 / fp8 3,341 / tf32 835 sparse, 4.8 TB/s, NVLink bridge 900 GB/s.
 #   B200 / GB200: "NVIDIA Blackwell" datasheets (HGX B200: nvidia.com/en-us/data-center/hgx; GB200 NVL72:
 #         nvidia.com/en-us/data-center/gb200-nvl72): per GPU bf16 4.5 / 5 PFLOP/s, fp8 9 / 10, tf32 2.2 / 2.5
-#         with sparsity (halved here), HBM3e 8 TB/s, NVLink 5 1.8 TB/s (18 links x 50 GB/s per direction); the
-#         HGX B200 board is PCIe Gen5 x16 to the host, GB200 reaches its Grace CPU over NVLink-C2C.
+#         with sparsity (halved here), HBM3e 8 TB/s, NVLink 5 1.8 TB/s (18 links x 50 GB/s per direction, a
+#         minimum: the check passes any link at or above it); the HGX B200 board is PCIe Gen5 x16 to the host,
+#         GB200 reaches its Grace CPU over NVLink-C2C.
+# Calibration: the fractions below were measured on Hopper (H100 SXM, H200) only; on A100, B200, GB200 and L40S
+# they are the same fractions of those datasheets' peaks, not yet checked against a measurement there.
 #   L40S: "NVIDIA L40S" datasheet (nvidia.com/en-us/data-center/l40s): bf16/fp16 733, fp8 1,466, tf32 366 with
 #         sparsity (halved here), GDDR6 864 GB/s, PCIe Gen4 x16, no NVLink.
 MODELS: tuple[GpuModel, ...] = (
-    GpuModel("a100-sxm4-40gb", "NVIDIA A100-SXM4-40GB", 312.0, 312.0, 156.0, None, 1555.0, 12, 25.0, 4, 16, 8,
+    GpuModel("a100-sxm4-40gb", "NVIDIA A100-SXM4-40GB", 312.0, 312.0, 156.0, None, 1555.0, 12, 25.0, 4, 16, None,
              "A100 datasheet (SXM4 40GB)"),
-    GpuModel("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB", 312.0, 312.0, 156.0, None, 2039.0, 12, 25.0, 4, 16, 8,
+    GpuModel("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB", 312.0, 312.0, 156.0, None, 2039.0, 12, 25.0, 4, 16, None,
              "A100 datasheet (SXM4 80GB)"),
-    GpuModel("h100-sxm", "NVIDIA H100 80GB HBM3", 989.4, 989.4, 494.7, 1978.9, 3350.0, 18, 26.562, 5, 16, 8,
+    GpuModel("h100-sxm", "NVIDIA H100 80GB HBM3", 989.4, 989.4, 494.7, 1978.9, 3350.0, 18, 26.562, 5, 16, None,
              "H100 datasheet (SXM)"),
     GpuModel("h100-pcie", "NVIDIA H100 PCIe", 756.0, 756.0, 378.0, 1513.0, 2000.0, 0, 26.562, 5, 16, None,
              "H100 datasheet (PCIe)"),
     GpuModel("h100-nvl", "NVIDIA H100 NVL", 835.5, 835.5, 417.5, 1670.5, 3900.0, 12, 26.562, 5, 16, None,
-             "H100 datasheet (NVL)"),
-    GpuModel("h200-sxm", "NVIDIA H200", 989.4, 989.4, 494.7, 1978.9, 4800.0, 18, 26.562, 5, 16, 8,
+             "H100 datasheet (NVL)", nvlink_bridged=True),
+    GpuModel("h200-sxm", "NVIDIA H200", 989.4, 989.4, 494.7, 1978.9, 4800.0, 18, 26.562, 5, 16, None,
              "H200 datasheet (SXM)"),
     GpuModel("h200-nvl", "NVIDIA H200 NVL", 835.5, 835.5, 417.5, 1670.5, 4800.0, 18, 26.562, 5, 16, None,
-             "H200 datasheet (NVL)"),
-    GpuModel("b200", "NVIDIA B200", 2250.0, 2250.0, 1100.0, 4500.0, 8000.0, 18, 50.0, 5, 16, 8,
-             "HGX B200 datasheet"),
+             "H200 datasheet (NVL)", nvlink_bridged=True),
+    GpuModel("b200", "NVIDIA B200", 2250.0, 2250.0, 1125.0, 4500.0, 8000.0, 18, 50.0, 5, 16, 8,
+             "HGX B200 datasheet (8-GPU boards only)"),
     GpuModel("gb200", "NVIDIA GB200", 2500.0, 2500.0, 1250.0, 5000.0, 8000.0, 18, 50.0, None, 16, 4,
              "GB200 NVL72 datasheet (per GPU; 4 GPUs per compute tray)"),
     GpuModel("l40s", "NVIDIA L40S", 362.05, 362.05, 183.0, 733.0, 864.0, 0, 0.0, 4, 16, None,
@@ -127,6 +131,7 @@ def profile_data(model: GpuModel) -> dict[str, Any]:
     data: dict[str, Any] = {"gpu": gpu, "persistence_mode": "enabled"}
     if model.nvlink_links:
         data["nvlink"] = {"links_per_gpu": model.nvlink_links, "link_speed_gbps": model.nvlink_link_gbps}
+    if model.nvlink_links and not model.nvlink_bridged:  # bridged pairs: a node-wide all-reduce crosses PCIe
         thresholds["allreduce_intra_busbw_gbps_min"] = _round(model.nvlink_gbps * ALLREDUCE_NVLINK_FRACTION)
         # NVLink peers: NCCL's P2P transport (P2P/CUMEM or P2P/IPC); SHM means P2P was disabled or refused.
         data["probes"] = {"expected_transport": {"intra_node": "P2P"}}

@@ -217,7 +217,7 @@ class PreflightStage:
             saved,
             lambda node: preflight_node.submit(node, checks, state.checkpoints),
         )
-        answered = [o.node for o in outcomes if o.result.status is not NodeStatus.TOOL_ERROR]
+        answered = [o.node for o in outcomes if o.result.status not in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE)]
         gpu_models = {o.node: o.models.get(GPU_CHECK) for o in outcomes}
         state.inventory, picked = resolve_auto_nodes(state.run_id, state.inventory, gpu_models, answered)
         state.rows += picked

@@ -135,8 +135,10 @@ def discover(package: str = "cluster_accept.tasks") -> list[Stage]:
 def run_stage(state: RunState, stage: Stage) -> None:
     """Run ``stage`` on the nodes still accepted, then hold it to the profile: an expectation the stage left
     without a row on a node it tested becomes a ``coverage:no_row`` error there, never a silent pass."""
-    entering = {node.name: node.profile for node in state.still_accepted()}
+    entering = [node.name for node in state.still_accepted()]
     stage.run(state)
-    for node, expectation in coverage.missing(stage.name, entering, state.rows):
+    # the profiles after the stage: preflight puts ``profile: auto`` nodes on the profile their GPUs picked
+    judged_by = {name: state.inventory.node(name).profile for name in entering}
+    for node, expectation in coverage.missing(stage.name, judged_by, state.rows):
         row = coverage.gap_row(expectation)
         state.rows.append(node_row(state.run_id, state.inventory.cluster, stage.name, node, row))

@@ -34,14 +34,47 @@ def test_captured_gpu_names_pick_their_profile(machine: str, key: str) -> None:
     assert model is not None and model.key == key
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.key)
-def test_every_builtin_profile_is_picked_by_its_nvidia_smi_name(model: object) -> None:
-    smi_name = model.smi_name  # type: ignore[attr-defined]
+# The names nvidia-smi --query-gpu=name prints for each product (the H100 SXM and H200 ones are in the captures).
+SMI_NAMES = {
+    "NVIDIA A100-SXM4-40GB": ("a100-sxm4-40gb", 187.0),
+    "NVIDIA A100-SXM4-80GB": ("a100-sxm4-80gb", 187.0),
+    "NVIDIA H100 80GB HBM3": ("h100-sxm", 594.0),
+    "NVIDIA H100 PCIe": ("h100-pcie", 454.0),
+    "NVIDIA H100 NVL": ("h100-nvl", 501.0),
+    "NVIDIA H200": ("h200-sxm", 594.0),
+    "NVIDIA H200 NVL": ("h200-nvl", 501.0),
+    "NVIDIA B200": ("b200", 1350.0),
+    "NVIDIA GB200": ("gb200", 1500.0),
+    "NVIDIA L40S": ("l40s", 217.0),
+}
+
+
+def test_every_builtin_profile_has_a_name_to_be_picked_by() -> None:
+    assert sorted(m.key for m in MODELS) == sorted(key for key, _ in SMI_NAMES.values())
+
+
+@pytest.mark.parametrize(("smi_name", "expected"), SMI_NAMES.items())
+def test_every_builtin_profile_is_picked_by_its_nvidia_smi_name(smi_name: str, expected: tuple[str, float]) -> None:
     choice = resolve_auto(Profile(base="auto"), [smi_name] * 4)
-    assert choice.problem is None and choice.name == model.key  # type: ignore[attr-defined]
+    assert choice.problem is None and choice.name == expected[0]
     assert choice.profile.gpu is not None and choice.profile.gpu.model == smi_name
     assert choice.profile.persistence_mode == "enabled"
-    assert choice.profile.thresholds.gemm_bf16_tflops_min == round(model.bf16_tflops * 0.6)  # type: ignore[attr-defined]
+    assert choice.profile.thresholds.gemm_bf16_tflops_min == expected[1]
+
+
+def test_nvlink_bridged_cards_and_nodes_without_nvlink_expect_no_nvlink_all_reduce() -> None:
+    nvl = Profile.model_validate(profile_data(model_for_name("NVIDIA H200 NVL")))  # type: ignore[arg-type]
+    assert nvl.nvlink is not None and nvl.nvlink.links_per_gpu == 18  # the links are still checked per GPU
+    assert nvl.thresholds.allreduce_intra_busbw_gbps_min is None  # a node-wide all-reduce crosses PCIe
+    assert nvl.probes.expected_transport.intra_node is None
+    no_links = Profile.model_validate({"base": "auto", "nvlink": {"links_per_gpu": 0, "link_speed_gbps": 26.562}})
+    vm = resolve_auto(no_links, ["NVIDIA H100 80GB HBM3"]).profile
+    assert vm.thresholds.allreduce_intra_busbw_gbps_min is None and vm.probes.expected_transport.intra_node is None
+    assert vm.thresholds.gemm_bf16_tflops_min == 594.0  # everything else of the base stays
+    kept = Profile.model_validate(
+        {"base": "h100-sxm", "nvlink": None, "thresholds": {"allreduce_intra_busbw_gbps_min": 40}}
+    )
+    assert with_base(kept).thresholds.allreduce_intra_busbw_gbps_min == 40  # the profile's own key wins
 
 
 def test_h100_sxm_thresholds_sit_under_what_was_measured() -> None:
@@ -56,7 +89,7 @@ def test_h100_sxm_thresholds_sit_under_what_was_measured() -> None:
     }
     assert data["nvlink"] == {"links_per_gpu": 18, "link_speed_gbps": 26.562}
     assert data["pcie"] == {"gen": 5, "width": 16}
-    assert data["gpu"] == {"model": "NVIDIA H100 80GB HBM3", "count": 8}
+    assert data["gpu"] == {"model": "NVIDIA H100 80GB HBM3"}  # 4- and 8-GPU HGX boards: the cluster's majority
     h200 = profile_data(model_for_name("NVIDIA H200"))  # type: ignore[arg-type]
     assert h200["thresholds"]["hbm_copy_gbps_min"] == 3840.0  # measured 4,223-4,273
 

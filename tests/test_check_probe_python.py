@@ -88,6 +88,12 @@ def test_cuda_build_that_sees_no_gpu_says_torchs_warning() -> None:
     assert (row.status, row.reason, row.detail) == (Status.FAIL, "cuda_unavailable", warning)
 
 
+def test_a_cuda_build_that_sees_no_gpu_fails_even_without_nvidia_smi() -> None:
+    """Inside a container without nvidia-smi the driver's CUDA is unknown; torch seeing no GPU still fails."""
+    out = _cuda_output("12.8", "N/A", cuda_available=False, cuda_devices=0, warnings=[])
+    assert _rows(out, CUDA)[-1][1:3] == (Status.FAIL, "cuda_unavailable")
+
+
 def test_torch_that_does_not_import_is_broken() -> None:
     out = _cuda_output("12.8", "12.8", torch_error="OSError: libcudnn.so.9: cannot open shared object file")
     rows = _rows(out, CUDA)

@@ -102,7 +102,7 @@ def test_a_stage_that_left_an_expectation_unjudged_is_named() -> None:
 
 
 def test_a_transport_expectation_is_settled_by_its_row_or_by_a_failed_probe_only() -> None:
-    base = [_row("n1", "single-node", "gemm", "gpu0")]
+    base = [_row("n1", "single-node", "gemm", "gemm_bf16_tflops")]
     tested = {"n1": PROFILE}
     assert [e.name for _, e in coverage.missing("single-node", tested, base)] == ["expected_transport.intra_node"]
     passing_probe = base + [_row("n1", "single-node", "allreduce", "nccl_version")]
@@ -113,6 +113,20 @@ def test_a_transport_expectation_is_settled_by_its_row_or_by_a_failed_probe_only
     assert coverage.missing("single-node", tested, failed_probe) == []
     read = base + [_row("n1", "single-node", "transport", "intra_node", Status.WARN)]
     assert coverage.missing("single-node", tested, read) == []
+
+
+def test_each_gemm_minimum_needs_its_own_figure_or_a_failed_bench() -> None:
+    profile = Profile.model_validate({"thresholds": {"gemm_bf16_tflops_min": 594, "gemm_fp8_tflops_min": 989}})
+    tested = {"n1": profile}
+    bf16 = _row("n1", "single-node", "gemm", "gemm_bf16_tflops")
+    gaps = [e.name for _, e in coverage.missing("single-node", tested, [bf16])]
+    assert "gemm_fp8_tflops_min" in gaps and "gemm_bf16_tflops_min" not in gaps  # fp8 never measured: a gap
+    fp8 = _row("n1", "single-node", "gemm", "gemm_fp8_tflops_vs_cluster")
+    assert "gemm_fp8_tflops_min" not in [e.name for _, e in coverage.missing("single-node", tested, [bf16, fp8])]
+    failed = NodeRow("r", "c", "single-node", "n1", "gemm", "gpu_bench", Status.ERROR, "probe_failed")
+    assert not [e.name for _, e in coverage.missing("single-node", tested, [failed]) if e.check == "gemm"]
+    slow = NodeRow("r", "c", "single-node", "n1", "gemm", "gemm_bf16_tflops", Status.FAIL, "below_threshold")
+    assert "gemm_fp8_tflops_min" in [e.name for _, e in coverage.missing("single-node", tested, [slow])]
 
 
 def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> None:
