@@ -47,6 +47,10 @@ def _set(get: Callable[[Profile], object]) -> Callable[[Profile], bool]:
     return lambda profile: get(profile) is not None
 
 
+def _threshold_set(key: str) -> Callable[[Profile], bool]:
+    return lambda profile: getattr(profile.thresholds, key) is not None
+
+
 # The training run itself failed: nothing it would have measured can be judged (its own row says why).
 _TRAINING_RUN_FAILED = frozenset({"probe_failed", "probe_error", "probe_timeout"})
 # The same for a probe that measures several figures: its own failure row judges every one of them.
@@ -67,7 +71,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
             f"gemm_{dtype}_tflops_min",
             "single-node",
             "gemm",
-            _set(lambda p, d=dtype: getattr(p.thresholds, f"gemm_{d}_tflops_min")),
+            _threshold_set(f"gemm_{dtype}_tflops_min"),
             f"gemm_{dtype}_tflops",
             ("gemm",),
             _PROBE_RUN_FAILED,
