@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from cluster_accept.analysis.text import visible
+from cluster_accept.checks.base import plurality
 from cluster_accept.inventory.gpus import GpuModel, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.hostlist import describe_folded, fold
 
@@ -137,10 +138,7 @@ class Agreement:
     @property
     def value(self) -> str | None:
         """The value of the largest group; None when the largest groups tie (or no node gave one)."""
-        ranked = Counter(self.values.values()).most_common(2)
-        if not ranked or (len(ranked) == 2 and ranked[0][1] == ranked[1][1]):
-            return None
-        return ranked[0][0]
+        return plurality(Counter(self.values.values()))
 
     def comment(self) -> str:
         """``3 of 4 nodes; DISAGREE: 580.95.05 on node[01-02,04]; 570.86.15 on node03``."""

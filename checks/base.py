@@ -129,10 +129,18 @@ def majority_values(per_node: Mapping[str, Mapping[str, str]]) -> ClusterView:
             counts.setdefault(key, Counter())[value] += 1
     majority: dict[str, str] = {}
     for key, counter in counts.items():
-        ranked = counter.most_common(2)
-        if len(ranked) == 1 or ranked[0][1] > ranked[1][1]:
-            majority[key] = ranked[0][0]
+        winner = plurality(counter)
+        if winner is not None:
+            majority[key] = winner
     return ClusterView(majority=majority, nodes_compared=len(per_node))
+
+
+def plurality(counter: Counter[str]) -> str | None:
+    """The most common value; None when the two most common tie, or there is none."""
+    ranked = counter.most_common(2)
+    if ranked and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
+        return ranked[0][0]
+    return None
 
 
 @dataclass(frozen=True)

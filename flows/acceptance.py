@@ -32,8 +32,8 @@ from cluster_accept.checks.reasons import ReasonCatalog, catalog
 from cluster_accept.flows import progress
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.builtin import is_auto
-from cluster_accept.inventory.hostlist import expand, fold
-from cluster_accept.inventory.load import load_inventory
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.load import load_inventory, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.tasks.after_run import Operations
@@ -198,19 +198,6 @@ def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
     if history == "-":
         return None
     return Path(history) if history else Path(out_dir) / "history"
-
-
-def select_nodes(inventory: Inventory, expression: str | None) -> Inventory:
-    """Restrict the tested nodes to ``expression`` (a hostlist); naming a node not in the inventory is an error."""
-    if not expression:
-        return inventory
-    wanted = set(expand(expression))
-    known = {n.name for n in inventory.nodes}
-    unknown = sorted(wanted - known)
-    if unknown:
-        raise ValueError(f"--nodes names nodes not in the inventory: {fold(unknown)}")
-    nodes = [n for n in inventory.nodes if n.name in wanted]
-    return replace(inventory, nodes=nodes)
 
 
 # Threads bounded by default (a served deployment runs the flow as declared); run_acceptance sets its own.

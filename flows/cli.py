@@ -21,6 +21,8 @@ from rich.text import Text
 from cluster_accept.analysis.text import visible
 from cluster_accept.flows import testbed_commands
 from cluster_accept.flows.exits import TOOL_FAILURE, USAGE_ERROR, failure_line, log_failure
+from cluster_accept.flows.exits import inventory_error as _inventory_error
+from cluster_accept.flows.exits import say as _say
 from cluster_accept.flows.orphans import mark_controller, reap_orphans
 from cluster_accept.flows.profile_commands import profile_app
 from cluster_accept.inventory.hostlist import HostlistError, fold
@@ -52,18 +54,6 @@ def _quiet_prefect() -> None:
 
 def _fail_usage(message: str) -> typer.Exit:
     err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
-    return typer.Exit(USAGE_ERROR)
-
-
-def _say(line: str) -> None:
-    """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
-    err.print(visible(line), highlight=False, markup=False, soft_wrap=True)
-
-
-def _inventory_error(exc: InventoryError) -> typer.Exit:
-    """One line per problem, each naming the file and the key; exit 2."""
-    for problem in exc.problems:
-        _say(f"{exc.source}: {problem}")
     return typer.Exit(USAGE_ERROR)
 
 

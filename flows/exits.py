@@ -18,13 +18,31 @@ import tempfile
 import traceback
 from pathlib import Path
 
+import typer
+from rich.console import Console
+
 from cluster_accept.analysis.secrets import mask_secrets
+from cluster_accept.analysis.text import visible
+from cluster_accept.inventory.load import InventoryError
 
 ACCEPTED = 0
 NOT_ACCEPTED = 1
 USAGE_ERROR = 2
 TOOL_FAILURE = 3
 ERROR_LOG = "cluster-accept-errors.log"
+_stderr = Console(stderr=True)
+
+
+def say(line: str) -> None:
+    """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
+    _stderr.print(visible(line), highlight=False, markup=False, soft_wrap=True)
+
+
+def inventory_error(exc: InventoryError) -> typer.Exit:
+    """One line per problem, each naming the file and the key; exit 2."""
+    for problem in exc.problems:
+        say(f"{exc.source}: {problem}")
+    return typer.Exit(USAGE_ERROR)
 
 
 def log_failure(exc: BaseException, out_dir: Path | None) -> Path:

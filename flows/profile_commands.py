@@ -14,26 +14,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from cluster_accept.analysis.text import visible
-from cluster_accept.flows.exits import NOT_ACCEPTED, USAGE_ERROR
+from cluster_accept.flows.exits import NOT_ACCEPTED, USAGE_ERROR, inventory_error
+from cluster_accept.flows.exits import say as _say
 from cluster_accept.inventory.hostlist import HostlistError
-from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.inventory.load import InventoryError, load_inventory, select_nodes
 from cluster_accept.remote.result import NodeResult, NodeStatus
 
 profile_app = typer.Typer(no_args_is_help=True, help="Profiles: suggest one from what the nodes have.")
-err = Console(stderr=True)
 
 
 class Device(str, enum.Enum):
     cuda = "cuda"
     cpu = "cpu"
-
-
-def _say(line: str) -> None:
-    """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
-    err.print(visible(line), highlight=False, markup=False, soft_wrap=True)
 
 
 def _progress(result: NodeResult) -> None:
@@ -55,15 +48,13 @@ def suggest(
 ) -> None:
     """Read driver, CUDA, GPUs, NVLink, PCIe, persistence mode, the NCCL environment and the probe interpreter
     from the nodes, and print a commented profile of what most of them have, marking where nodes disagree."""
-    from cluster_accept.tasks.suggest import nodes_to_read, read_cluster
+    from cluster_accept.tasks.suggest import read_cluster
 
     try:
         inv = load_inventory(inventory)
-        chosen = nodes_to_read(inv, nodes)
+        chosen = select_nodes(inv, nodes).tested
     except InventoryError as exc:
-        for problem in exc.problems:
-            _say(f"{exc.source}: {problem}")
-        raise typer.Exit(USAGE_ERROR) from None
+        raise inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(USAGE_ERROR) from None

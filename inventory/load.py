@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import reprlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 from cluster_accept.inventory.builtin import builtin_names, builtin_profile, with_base
 from cluster_accept.inventory.files import ssh_file_problems
 from cluster_accept.inventory.gpus import AUTO
-from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand
+from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand, fold
 from cluster_accept.inventory.model import (
     DEFAULT_SSH,
     Inventory,
@@ -284,3 +285,16 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
         source=source,
         digest=digest.hexdigest(),
     )
+
+
+def select_nodes(inventory: Inventory, expression: str | None) -> Inventory:
+    """Restrict the tested nodes to ``expression`` (a hostlist); naming a node not in the inventory is an error."""
+    if not expression:
+        return inventory
+    wanted = set(expand(expression))
+    known = {n.name for n in inventory.nodes}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ValueError(f"--nodes names nodes not in the inventory: {fold(unknown)}")
+    nodes = [n for n in inventory.nodes if n.name in wanted]
+    return replace(inventory, nodes=nodes)

@@ -6,9 +6,7 @@ the node answers; evaluation waits for every node because drift is judged agains
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import task
@@ -19,59 +17,17 @@ from cluster_accept.analysis.secrets import mask_value
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, discover, error_row, majority_values
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.remote.fanout import run_node
-from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.auto_profile import CHECK as AUTO_CHECK
 from cluster_accept.tasks.auto_profile import GPU_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.auto_profile import REASONS as AUTO_REASONS
+from cluster_accept.tasks.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node
 
 NAME = "preflight"
 COUNTER = "counter:"  # node_values keys holding error counters (compared with the node's previous run)
-
-
-@dataclass
-class NodePreflight:
-    node: str
-    result: NodeResult
-    models: dict[str, Any] = field(default_factory=dict)
-    parse_errors: dict[str, str] = field(default_factory=dict)
-
-
-def commands_for(checks: list[Check], node: Node | None = None) -> list[RemoteCommand]:
-    """Each check's command; those describing a job's environment run behind the node's
-    ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads."""
-    profile = node.profile if node is not None else None
-    prefix = profile.probes.command_prefix if profile is not None else None
-    return [
-        RemoteCommand(
-            c.name,
-            f"{prefix} sh -c {shlex.quote(c.command_on(profile))}" if prefix and c.job_view else c.command_on(profile),
-            timeout_s=c.timeout_s,
-        )
-        for c in checks
-    ]
-
-
-def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
-    """Parse what came back from a node (fresh, or loaded from a checkpoint). Never raises."""
-    outcome = NodePreflight(result.node, result)
-    for check in checks:
-        command = result.command(check.name)
-        if command is None or command.exit_code is None:
-            continue
-        try:
-            outcome.models[check.name] = check.parse(command.stdout, command.exit_code)
-        except Exception as exc:  # noqa: BLE001 - a parser bug is an 'error' row, not a lost node
-            outcome.parse_errors[check.name] = f"parser raised {type(exc).__name__}: {exc}"
-    return outcome
-
-
-def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
-    """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
-    return parse_node_result(run_node(node, commands_for(checks, node)), checks)
 
 
 @task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)

@@ -13,8 +13,9 @@ from cluster_accept.checks.base import CheckRow, Status, discover, error_row
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
 from cluster_accept.tasks import single_node
+from cluster_accept.tasks.check_batch import NodePreflight
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
-from cluster_accept.tasks.preflight import NodePreflight, evaluate_preflight, node_values
+from cluster_accept.tasks.preflight import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
 
 pytestmark = pytest.mark.pure

@@ -21,7 +21,8 @@ from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.batch import parse_batch
 from cluster_accept.remote.fanout import run_batch
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand, SessionLost, UnreachableCause
-from cluster_accept.tasks.preflight import commands_for, evaluate_preflight, parse_node_result
+from cluster_accept.tasks.check_batch import commands_for, parse_node_result
+from cluster_accept.tasks.preflight import evaluate_preflight
 from cluster_accept.tasks.slurm import SlurmNode, plan
 
 pytestmark = pytest.mark.pure

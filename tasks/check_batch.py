@@ -1,0 +1,57 @@
+"""A node's preflight checks as one batch, and what came back parsed: without Prefect, so that commands that
+only read the nodes (``profile suggest``) use them without starting it, and the preflight stage wraps them in
+its tasks (:mod:`tasks.preflight`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster_accept.checks.base import Check
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.fanout import run_node
+from cluster_accept.remote.result import NodeResult, RemoteCommand
+
+
+@dataclass
+class NodePreflight:
+    node: str
+    result: NodeResult
+    models: dict[str, Any] = field(default_factory=dict)
+    parse_errors: dict[str, str] = field(default_factory=dict)
+
+
+def commands_for(checks: list[Check], node: Node | None = None) -> list[RemoteCommand]:
+    """Each check's command; those describing a job's environment run behind the node's
+    ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads."""
+    profile = node.profile if node is not None else None
+    prefix = profile.probes.command_prefix if profile is not None else None
+    return [
+        RemoteCommand(
+            c.name,
+            f"{prefix} sh -c {shlex.quote(c.command_on(profile))}" if prefix and c.job_view else c.command_on(profile),
+            timeout_s=c.timeout_s,
+        )
+        for c in checks
+    ]
+
+
+def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
+    """Parse what came back from a node (fresh, or loaded from a checkpoint). Never raises."""
+    outcome = NodePreflight(result.node, result)
+    for check in checks:
+        command = result.command(check.name)
+        if command is None or command.exit_code is None:
+            continue
+        try:
+            outcome.models[check.name] = check.parse(command.stdout, command.exit_code)
+        except Exception as exc:  # noqa: BLE001 - a parser bug is an 'error' row, not a lost node
+            outcome.parse_errors[check.name] = f"parser raised {type(exc).__name__}: {exc}"
+    return outcome
+
+
+def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
+    """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
+    return parse_node_result(run_node(node, commands_for(checks, node)), checks)
