@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import get_args
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
-from cluster_accept.inventory.model import Profile
+from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
 
 NAME = "coverage"
 REASONS = declare(
@@ -49,6 +50,20 @@ def _set(get: Callable[[Profile], object]) -> Callable[[Profile], bool]:
 
 def _threshold_set(key: str) -> Callable[[Profile], bool]:
     return lambda profile: getattr(profile.thresholds, key) is not None
+
+
+def _collective_across_nodes(op: str) -> Callable[[Profile], bool]:
+    return lambda profile: op in profile.probes.collectives
+
+
+# A multi-node run that failed, a node isolation pulled, a sweep that stopped: their rows settle what the node
+# would have been measured for across nodes.
+_ACROSS_NODES = ("allreduce", "isolation", "scaling")
+
+
+def _collective_listed(op: str) -> Callable[[Profile], bool]:
+    """The profile lists ``op`` and the torch sweep runs (nccl-tests' variant measures all-reduce only)."""
+    return lambda profile: op in profile.probes.collectives and not profile.probes.nccl_tests_all_reduce
 
 
 # The training run itself failed: nothing it would have measured can be judged (its own row says why).
@@ -93,6 +108,46 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         "intra_node",
         ("allreduce",),
     ),
+    *(
+        # every collective the profile lists gets its row inside the node (measured, or why not)
+        Expectation(
+            f"probes.collectives.{op}",
+            "single-node",
+            "collectives",
+            _collective_listed(op),
+            f"{op}_intra",
+            ("allreduce",),
+            _PROBE_RUN_FAILED,
+        )
+        for op in get_args(ExtraCollective)
+    ),
+    *(
+        Expectation(
+            busbw_threshold(op, "intra"),
+            "single-node",
+            "collectives",
+            _threshold_set(busbw_threshold(op, "intra")),
+            COLLECTIVE_METRICS[op],
+            ("allreduce", "collectives"),
+            _PROBE_RUN_FAILED | {"single_gpu", "unsupported", "not_measured"},
+        )
+        for op in get_args(ExtraCollective)
+    ),
+    Expectation(
+        "probes.gpu_pairs",
+        "single-node",
+        "gpu_pairs",
+        lambda p: p.probes.gpu_pairs and p.probes.device == "cuda",
+    ),
+    Expectation(
+        "gpu_pair_copy_gbps_min",
+        "single-node",
+        "gpu_pairs",
+        lambda p: p.thresholds.gpu_pair_copy_gbps_min is not None and p.probes.device == "cuda",
+        None,
+        ("gpu_pairs",),
+        _PROBE_RUN_FAILED,
+    ),
     Expectation("multi-node all-reduce", "multi-node", "scaling", lambda p: True, None, ("allreduce", "isolation")),
     Expectation(
         "allreduce_inter_busbw_gbps_min",
@@ -109,6 +164,37 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         _set(lambda p: p.thresholds.scaling_efficiency_min),
         None,
         ("allreduce", "isolation"),
+    ),
+    *(
+        Expectation(
+            f"probes.collectives.{op} across nodes",
+            "multi-node",
+            "collectives",
+            _collective_across_nodes(op),
+            f"{op}_inter",
+            _ACROSS_NODES,
+        )
+        for op in get_args(ExtraCollective)
+    ),
+    *(
+        Expectation(
+            busbw_threshold(op, "inter"),
+            "multi-node",
+            "collectives",
+            _threshold_set(busbw_threshold(op, "inter")),
+            f"{op}_inter",
+            _ACROSS_NODES,
+        )
+        for op in get_args(ExtraCollective)
+    ),
+    Expectation("probes.rails", "multi-node", "rails", lambda p: bool(p.probes.rails), None, _ACROSS_NODES),
+    Expectation(
+        "rail_busbw_gbps_min",
+        "multi-node",
+        "rails",
+        _set(lambda p: p.thresholds.rail_busbw_gbps_min),
+        None,
+        _ACROSS_NODES,
     ),
     Expectation("training", "single-node", "training", lambda p: p.training.enabled),
     Expectation(

@@ -21,8 +21,11 @@ class ProbeOutput:
     nccl_version: str | None = None
 
     def skip_reason(self) -> str | None:
-        """Why the probe did not measure (``{"info": "skip", "reason": …}``), if it said so."""
-        return next((str(i.get("reason")) for i in self.info if i.get("info") == "skip"), None)
+        """Why the probe did not measure (``{"info": "skip", "reason": …}``), if it said so; a skip naming one
+        ``collective`` is that collective's, not the run's."""
+        return next(
+            (str(i.get("reason")) for i in self.info if i.get("info") == "skip" and "collective" not in i), None
+        )
 
 
 def parse_json_lines(text: str) -> ProbeOutput:

@@ -46,15 +46,15 @@ def _fmt(value: float) -> str:
 
 
 def judged_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> pd.DataFrame:
-    """One figure per (node, gpu, metric): all-reduce only at its largest size (where bandwidth saturates)."""
+    """One figure per (node, gpu, metric): collectives only at their largest size (where bandwidth saturates)."""
     if measurements.empty:
         return measurements
     df = measurements[measurements["metric"].isin(list(rules))].copy()
-    allreduce = df["metric"] == "allreduce_busbw_gbps"
-    if allreduce.any():
-        largest = df[allreduce].groupby("node")["size"].transform("max")
-        keep = df[allreduce]["size"] == largest
-        df = pd.concat([df[~allreduce], df[allreduce][keep]])
+    swept = df["metric"].astype(str).str.endswith("_busbw_gbps")
+    if swept.any():
+        largest = df[swept].groupby(["node", "metric"])["size"].transform("max")
+        keep = df[swept]["size"] == largest
+        df = pd.concat([df[~swept], df[swept][keep]])
     return df
 
 

@@ -42,6 +42,9 @@ def testbed_up(
     ] = "ca",
     state_dir: StateDir = None,
     subnet: Annotated[str | None, typer.Option("--subnet", help="the nodes' subnet (default: a free one)")] = None,
+    rails: Annotated[
+        int, typer.Option("--rails", min=0, max=8, help="rail networks per node, each with a simulated HCA")
+    ] = 0,
 ) -> None:
     """Start N simulated GPU nodes (network namespaces with real sshd) and write their inventory.
 
@@ -50,7 +53,7 @@ def testbed_up(
     from cluster_accept.testbed.faults import load_fault_plan
 
     try:
-        bed = up(nodes, load_fault_plan(faults) if faults else None, state_dir, name, subnet)
+        bed = up(nodes, load_fault_plan(faults) if faults else None, state_dir, name, subnet, rails=rails)
     except (TestbedError, ValueError) as exc:
         raise _usage_error(exc) from None
     out.print(bed.summary(), highlight=False, markup=False, soft_wrap=True)

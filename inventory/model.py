@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
+from cluster_accept.inventory.probe_settings import (  # noqa: F401 - part of the profile model
+    COLLECTIVE_METRICS,
+    ExpectedTransport,
+    ExtraCollective,
+    ProbeSettings,
+    Rail,
+    busbw_threshold,
+)
 from cluster_accept.inventory.shapes import PRESETS, ModelShape, default_preset
 
 
@@ -116,44 +124,6 @@ class PcieSpec(_Strict):
     width: Literal[1, 2, 4, 8, 16, 32]
 
 
-class ExpectedTransport(_Strict):
-    intra_node: StrictStr | None = None
-    inter_node: StrictStr | None = None
-
-
-class ProbeSettings(_Strict):
-    python: StrictStr = "python3"
-    device: Literal["cuda", "cpu"] = "cuda"
-    expected_transport: ExpectedTransport = ExpectedTransport()
-    command_prefix: StrictStr | None = Field(
-        default=None, description="runs probes inside a container, e.g. 'docker exec trainer'"
-    )
-    timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
-    rendezvous_timeout_s: Annotated[float, Field(ge=10, le=3600)] = Field(
-        default=120.0, description="how long ranks wait for each other and for NCCL to initialise before failing"
-    )
-    allreduce_max_bytes: Annotated[int, Field(ge=1 << 20)] | None = None
-    cuda_visible_devices: StrictStr | None = Field(
-        default=None, description="probe only these GPUs (CUDA_VISIBLE_DEVICES), e.g. a partition of a node"
-    )
-    launcher: Literal["ssh", "slurm"] = Field(
-        default="ssh", description="how multi-node runs start: torchrun over SSH on every node ('slurm': srun)"
-    )
-    max_parallel_nodes: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="probe at most this many nodes at once (shared power, storage, or cores)"
-    )
-    nccl_tests_all_reduce: StrictStr | None = Field(
-        default=None, description="path of nccl-tests' all_reduce_perf on the node: used instead of torch"
-    )
-
-    @field_validator("launcher")
-    @classmethod
-    def _launcher_exists(cls, launcher: str) -> str:
-        if launcher != "ssh":  # accepted silently, every multi-node group would fail to start
-            raise ValueError(f"launcher {launcher!r} is not implemented yet: use 'ssh' (torchrun over SSH)")
-        return launcher
-
-
 TrainingPreset = Literal["tiny", "125m", "350m", "1.3b"]
 Count = Annotated[int, Field(ge=1)]
 
@@ -206,6 +176,20 @@ class Thresholds(_Strict):
     hbm_copy_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allreduce_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allreduce_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    allgather_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    allgather_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    reducescatter_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    reducescatter_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    alltoall_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    alltoall_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    sendrecv_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    sendrecv_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    gpu_pair_copy_gbps_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="copy bandwidth from each GPU to each other GPU of the node"
+    )
+    rail_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="all-reduce bus bandwidth of one rail across nodes (one rank per node)"
+    )
     straggler_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
     relative_verdict: Literal["fail", "warn"] = Field(
         default="fail",
@@ -268,6 +252,35 @@ class Profile(_Strict):
         problem = self.training.shape_problem(self.probes.device) if self.training.enabled else None
         if problem:
             raise ValueError(f"training: {problem}")
+        return self
+
+    @model_validator(mode="after")
+    def _collective_thresholds_need_their_collective(self) -> Profile:
+        measured = set(self.probes.collectives)
+        named = [
+            busbw_threshold(op, scope)
+            for op in get_args(ExtraCollective)
+            if op not in measured
+            for scope in ("intra", "inter")
+            if getattr(self.thresholds, busbw_threshold(op, scope)) is not None
+        ]
+        if named:
+            raise ValueError(f"thresholds {', '.join(named)} name a collective not in probes.collectives")
+        if self.probes.nccl_tests_all_reduce:
+            named = [
+                busbw_threshold(op, "intra")
+                for op in get_args(ExtraCollective)
+                if getattr(self.thresholds, busbw_threshold(op, "intra")) is not None
+            ]
+            if named:
+                raise ValueError(
+                    f"thresholds {', '.join(named)}: probes.nccl_tests_all_reduce measures all-reduce only inside "
+                    "the node; leave them out or drop nccl_tests_all_reduce"
+                )
+        if self.thresholds.gpu_pair_copy_gbps_min is not None and not self.probes.gpu_pairs:
+            raise ValueError("thresholds gpu_pair_copy_gbps_min needs probes.gpu_pairs: true")
+        if self.thresholds.rail_busbw_gbps_min is not None and not self.probes.rails:
+            raise ValueError("thresholds rail_busbw_gbps_min needs probes.rails")
         return self
 
     @model_validator(mode="after")

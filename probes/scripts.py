@@ -26,9 +26,10 @@ def _prefix(node: Node) -> str:
 def job_env(node: Node, **extra: str) -> str:
     """``env K=V … `` placed after the command prefix, so the variables reach the probe inside a container too
     (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``."""
-    values = dict(extra)
+    values = {}
     if node.profile.probes.cuda_visible_devices:
         values["CUDA_VISIBLE_DEVICES"] = node.profile.probes.cuda_visible_devices
+    values.update(extra)  # a run's own choice (one rail's GPU) over the profile's partition
     return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items()) + " " if values else ""
 
 
@@ -72,7 +73,9 @@ def allreduce_command(node: Node, quick: bool = False) -> str | None:
         return None
     top = node.profile.probes.allreduce_max_bytes  # light suite or not (see QUICK_BENCH)
     max_bytes = f" --max-bytes {top}" if top else ""
-    return loopback_torchrun(node, _gpus_or_skip(node), f"allreduce.py --device {probes.device}{max_bytes}")
+    ops = ",".join(["all_reduce", *probes.collectives])
+    script = f"allreduce.py --device {probes.device} --ops {ops}{max_bytes}"
+    return loopback_torchrun(node, _gpus_or_skip(node), script)
 
 
 def loopback_torchrun(node: Node, count: str, script: str) -> str:

@@ -26,7 +26,9 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.training import train_arguments
 from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, transport_rows
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
-from cluster_accept.tasks.ranks import ALLREDUCE_JOB, GroupJob
+from cluster_accept.tasks.rails import REASONS as RAIL_REASONS
+from cluster_accept.tasks.rails import collective_rows, collectives_not_reached, rail_runs
+from cluster_accept.tasks.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, GroupJob
 from cluster_accept.tasks.rows import node_row, unreachable_row
 from cluster_accept.tasks.stage import RunState
 from cluster_accept.tasks.training_sweep import REASONS as TRAINING_REASONS
@@ -96,13 +98,14 @@ class _Stage:
             if rank.cause is not None and name not in self.unreachable:
                 self.unreachable.add(name)
                 self.row(name, unreachable_row(rank.cause, rank.detail))
-        if job is not ALLREDUCE_JOB:
+        if not job.collective:
             return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
             figure = measurement_row(
                 self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record
             )
             figure["group"] = group
+            figure["probe"] = job.name  # allreduce, collectives, rail0 …: which run measured it
             figure["transport"] = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
             self.out.measurements.append(figure)
         for name, rank in run.ranks.items():
@@ -112,6 +115,12 @@ class _Stage:
     def _transport(self, node: Node, log: str, group: str) -> None:
         for row in transport_rows(node, log, group):
             self.row(node.name, row)
+
+    def rows_from(self, rows: list[CheckRow], nodes: Sequence[Node]) -> None:
+        """The same rows (a group's finding) on every node of the group."""
+        for node in nodes:
+            for row in rows:
+                self.row(node.name, row)
 
     def failed_run(self, run: GroupRun, check: str = "allreduce", what: str = "all-reduce") -> None:
         for name, row, raw in failed_run_rows(run, check, what):
@@ -123,11 +132,16 @@ class _Stage:
         scaling efficiency. Every step is a judged row on each node of its group."""
         points, trouble, groups = [], False, {}
         thresholds = nodes[0].profile.thresholds
-        for size in sweep_sizes(len(nodes)):
+        sizes = sweep_sizes(len(nodes))
+        for size in sizes:
             group = [n for n in nodes if n.name not in self.unreachable][:size]
             if len(group) < size:
                 break
-            run = self.launch(group)
+            # the largest group also measures the profile's other collectives (once, where it costs least)
+            largest = size == sizes[-1] and bool(group[0].profile.probes.collectives)
+            run = self.launch(group, COLLECTIVES_JOB if largest else ALLREDUCE_JOB)
+            if largest:
+                self.rows_from(collective_rows(run, group[0].profile), group)
             if run.busbw_gbps is None:
                 self.failed_run(run)
                 trouble = True
@@ -135,6 +149,7 @@ class _Stage:
             gpus = int(run.measurements[-1].get("world_size") or size) // size
             points.append(ScalingPoint(nodes=size, busbw_gbps=run.busbw_gbps, gpus_per_node=max(1, gpus)))
             groups[size] = group
+        collectives_not_reached(self, nodes)
         table = scaling_table(points, thresholds.scaling_efficiency_min)
         self.out.scaling = [{"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in table.rows]
         steps = judge_steps(
@@ -180,6 +195,8 @@ class _Stage:
         policy: IsolationPolicy,
         item: str,
         known_good: Iterable[str] = (),
+        reason: str = "slow_node",
+        named: Callable[[str], str] = str,
     ) -> IsolationVerdict:
         """Adaptive group testing with ``job`` runs judged by ``figure`` (higher is better); rows under
         ``isolation`` with ``item`` naming the signal."""
@@ -197,7 +214,7 @@ class _Stage:
         self.out.isolation += [{**signal, **r} for r in to_rows(isolator.rounds)]
         for name in verdict.bad_nodes:
             if name not in self.unreachable:
-                self.row(name, CheckRow("isolation", item, Status.FAIL, "slow_node", name, None, verdict.detail))
+                self.row(name, CheckRow("isolation", item, Status.FAIL, reason, named(name), None, verdict.detail))
         for a, b in verdict.bad_pairs:
             for name in (a, b):
                 row = CheckRow("isolation", item, Status.WARN, "slow_pair", f"{a}+{b}", None, verdict.detail)
@@ -242,6 +259,7 @@ def run_multi_node(
         return stage.out
     if stage.sweep(nodes):
         stage.isolate(nodes)
+    rail_runs(stage, nodes)
     stage.train(nodes)
     return stage.out
 
@@ -291,6 +309,13 @@ REASONS = {
             Action.RESEAT_CABLE,
         ),
         Reason(
+            "slow_rail",
+            Status.FAIL,
+            "slows every group on this rail and only on it: this node's NIC, transceiver or cable of that rail (the "
+            "item names the rail, the value its NIC); reseat it, then swap the optic",
+            Action.RESEAT_CABLE,
+        ),
+        Reason(
             "slow_pair",
             Status.WARN,
             "slow only with one partner: check the link (and switch path) between the two",
@@ -305,6 +330,7 @@ REASONS = {
     ),
     **GROUP_REASONS,
     **TRAINING_REASONS,
+    **RAIL_REASONS,
 }
 
 

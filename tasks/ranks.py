@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import shlex
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_accept.inventory.model import Node
+from cluster_accept.inventory.model import Node, Rail
 from cluster_accept.probes.scripts import gpu_count, job_env
 from cluster_accept.probes.training import ranks_per_node, train_arguments
 from cluster_accept.remote.detached import PollAnswer, poll_detached
@@ -64,11 +64,16 @@ class GroupRun:
 
     @property
     def busbw_gbps(self) -> float | None:
-        """Bus bandwidth at the largest message size; None when the run did not complete."""
-        if not self.ok:
+        """All-reduce bus bandwidth at the largest message size; None when the run did not complete."""
+        return self.busbw_of("allreduce_busbw_gbps")
+
+    def busbw_of(self, metric: str) -> float | None:
+        """``metric`` (a collective's bus bandwidth) at its largest size; None when the run did not complete or
+        did not measure it."""
+        figures = [m for m in self.measurements if m.get("metric") == metric]
+        if not self.ok or not figures:
             return None
-        largest = max(self.measurements, key=lambda m: m.get("size") or 0)
-        return float(largest["value"])
+        return float(max(figures, key=lambda m: m.get("size") or 0)["value"])
 
 
 RankCommand = Callable[[Node, int, int, str, int, str], RemoteCommand]
@@ -83,16 +88,27 @@ class GroupJob:
     files: tuple[str, ...]
     command: RankCommand
     min_nodes: int = 2
+    collective: bool = False  # runs the collectives script: the stage records its figures and transports
 
 
 def rendezvous_address(master: Node) -> str:
     return "127.0.0.1" if master.is_local else master.connect_host
 
 
-def torchrun_rank(node: Node, count: str, rank: int, world: int, master_addr: str, port: int, script: str) -> str:
+def torchrun_rank(
+    node: Node,
+    count: str,
+    rank: int,
+    world: int,
+    master_addr: str,
+    port: int,
+    script: str,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """One node's ``torchrun`` of a run across ``world`` nodes: ``count`` (``n=…; ``) processes running
     ``script`` (the file and its arguments); NCCL's log on (it names the transport between nodes), gloo on the
-    profile's socket interface on CPU, the rendezvous given up after ``probes.rendezvous_timeout_s``."""
+    profile's socket interface on CPU, the rendezvous given up after ``probes.rendezvous_timeout_s``; ``env``
+    over those (a rail's GPU and NIC)."""
     probes = node.profile.probes
     python = shlex.quote(probes.python)
     run = f"{probes.command_prefix} " if probes.command_prefix else ""
@@ -100,6 +116,7 @@ def torchrun_rank(node: Node, count: str, rank: int, world: int, master_addr: st
     ifname = node.profile.nccl_env.get("NCCL_SOCKET_IFNAME")
     if probes.device == "cpu" and ifname:
         extra["GLOO_SOCKET_IFNAME"] = ifname
+    extra.update(env or {})
     wait = int(probes.rendezvous_timeout_s)
     variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
     return (
@@ -109,17 +126,64 @@ def torchrun_rank(node: Node, count: str, rank: int, world: int, master_addr: st
     )
 
 
-def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+def _sizes(node: Node, cpu_bytes: int = CPU_BYTES) -> str:
     probes = node.profile.probes
     if probes.device == "cuda":
-        count = gpu_count(node)
-        sizes = f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
-    else:
-        count = "n=1; "
-        sizes = f"--min-bytes {CPU_BYTES} --max-bytes {CPU_BYTES} --repeats 2"
-    script = f"allreduce.py --device {probes.device} --label inter_node --tag {shlex.quote(tag)} {sizes}"
+        return f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
+    return f"--min-bytes {cpu_bytes} --max-bytes {cpu_bytes} --repeats 2"
+
+
+def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+    probes = node.profile.probes
+    count = gpu_count(node) if probes.device == "cuda" else "n=1; "
+    script = f"allreduce.py --device {probes.device} --label inter_node --tag {shlex.quote(tag)} {_sizes(node)}"
     line = torchrun_rank(node, count, rank, world, master_addr, port, script)
     return RemoteCommand("allreduce_inter", line, timeout_s=probes.timeout_s)
+
+
+def collectives_rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+    """All-reduce and the profile's other collectives across the nodes, every GPU of each."""
+    probes = node.profile.probes
+    count = gpu_count(node) if probes.device == "cuda" else "n=1; "
+    ops = ",".join(["all_reduce", *probes.collectives])
+    script = (
+        f"allreduce.py --device {probes.device} --ops {ops} --label inter_node --tag {shlex.quote(tag)} {_sizes(node)}"
+    )
+    line = torchrun_rank(node, count, rank, world, master_addr, port, script)
+    return RemoteCommand("collectives_inter", line, timeout_s=probes.timeout_s)
+
+
+def rail_env(node: Node, rail: Rail) -> dict[str, str]:
+    """What holds a rank to ``rail``: its GPU, NCCL to its HCA (and interface), gloo to its interface."""
+    env = {}
+    if node.profile.probes.device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = str(rail.gpu)
+        if rail.nic:
+            env["NCCL_IB_HCA"] = f"={rail.nic}"  # '=': exactly this HCA, not every name it prefixes
+        if rail.ifname:
+            env["NCCL_SOCKET_IFNAME"] = f"={rail.ifname}"
+    if rail.ifname:
+        env["GLOO_SOCKET_IFNAME"] = rail.ifname
+    return env
+
+
+# A rail's run on CPU: small enough that a rail held to tens of Mbit/s still ends in seconds.
+RAIL_CPU_BYTES = 1 << 18
+
+
+def rail_job(rail: Rail) -> GroupJob:
+    """One rank per node on ``rail``'s GPU and NIC: the all-reduce of that rail alone across the nodes."""
+
+    def command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
+        probes = node.profile.probes
+        script = (
+            f"allreduce.py --device {probes.device} --label {rail.name} --tag {shlex.quote(tag)} "
+            f"{_sizes(node, RAIL_CPU_BYTES)}"
+        )
+        line = torchrun_rank(node, "n=1; ", rank, world, master_addr, port, script, rail_env(node, rail))
+        return RemoteCommand(f"{rail.name}_inter", line, timeout_s=probes.timeout_s)
+
+    return GroupJob(rail.name, ("allreduce.py",), command, collective=True)
 
 
 def training_rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
@@ -129,7 +193,8 @@ def training_rank_command(node: Node, rank: int, world: int, master_addr: str, p
     return RemoteCommand("training_inter", line, timeout_s=node.profile.probes.timeout_s)
 
 
-ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py",), rank_command)
+ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py",), rank_command, collective=True)
+COLLECTIVES_JOB = GroupJob("collectives", ("allreduce.py",), collectives_rank_command, collective=True)
 TRAINING_JOB = GroupJob("training", ("train_step.py",), training_rank_command, min_nodes=1)
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from cluster_accept.testbed import claim, net, sshd, subnets
 from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
-from cluster_accept.testbed.faults import FaultPlan, Slow, _Fault, parse_fault
+from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
+from cluster_accept.testbed.ibsys import write_ib_sysfs
 from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
 from cluster_accept.testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
 from cluster_accept.testbed.standins import write_standins
@@ -52,6 +53,10 @@ class Testbed:
     faults: FaultPlan = field(default_factory=FaultPlan)
     index: dict[str, int] = field(default_factory=dict)
     up_seconds: float = 0.0
+    rails: int = 0  # rail networks beside eth0, each with one simulated HCA per node
+
+    def sysfs_dir(self, node: str) -> Path:
+        return self.node_dir(node) / "sys"
 
     @property
     def bridge(self) -> str:
@@ -93,6 +98,7 @@ class Testbed:
             "identity_file": str(self.identity_file),
             "faults": self.faults.as_yaml(),
             "up_seconds": round(self.up_seconds, 3),
+            "rails": self.rails,
             "nodes": {
                 node: {"ip": ip, "index": self.index[node], "netns": self.netns(node),
                        "veth": net.veth_name(self.prefix, self.index[node]), "dir": str(self.node_dir(node)),
@@ -154,6 +160,9 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
         **data.env,
         "CLUSTER_ACCEPT_TESTBED_NODE": node,
     }
+    if tb.rails:
+        write_ib_sysfs(tb.sysfs_dir(node), tb.rails, faults)
+        env["CLUSTER_ACCEPT_SYSFS"] = str(tb.sysfs_dir(node))
     config = sshd.sshd_config(ndir, tb.nodes[node], served, ndir / "authorized_keys", env)
     (ndir / "sshd_config").write_text(config)
     (ndir / "start.sh").write_text(sshd.start_script(ndir, tb.data_dir(node)))
@@ -174,6 +183,8 @@ def _start_node(tb: Testbed, node: str) -> None:
     for fault in faults:
         if isinstance(fault, Slow):
             net.set_rate(tb.prefix, node, tb.index[node], fault.rate_mbit)
+        if isinstance(fault, SlowRail):
+            net.set_rail_rate(tb.prefix, tb.index[node], node, fault.rail, fault.rate_mbit)
     if "off" in kinds:
         net.set_link(tb.prefix, node, tb.nodes[node], up=False)
 
@@ -204,14 +215,17 @@ def up(
     prefix: str = DEFAULT_NAME,
     subnet: str | None = None,
     base: str = "h200x4",
+    rails: int = 0,
 ) -> Testbed:
     """Start ``nodes`` simulated nodes (``node01``..) with ``faults`` planted; returns the running test-bed.
 
     ``prefix`` is the test-bed's name; ``state_dir`` defaults to ``/tmp/cluster-accept-testbed-PREFIX`` and
-    ``subnet`` to a free one (:func:`testbed.subnets.free_subnet`). A running test-bed of this name or
-    state dir is never replaced: that raises :class:`TestbedError` naming it; a stale one (nothing of it
-    alive) is cleaned first. On any failure, everything created so far is taken down again before the
-    error propagates.
+    ``subnet`` to a free one (:func:`testbed.subnets.free_subnet`). ``rails`` adds that many rail networks
+    (``rail<k>`` in every node, one simulated HCA ``mlx5_<k>`` each) and names them in the profile.
+
+    A running test-bed of this name or state dir is never replaced: that raises :class:`TestbedError` naming
+    it; a stale one (nothing of it alive) is cleaned first. On any failure, everything created so far is taken
+    down again before the error propagates.
     """
     started = time.monotonic()
     net.check_name(prefix)
@@ -241,7 +255,7 @@ def up(
             state_dir=state_dir, prefix=prefix, inventory_path=state_dir / "inventory.yaml",
             known_hosts_path=state_dir / "known_hosts", identity_file=state_dir / "id_ed25519",
             nodes=dict(zip(names, hosts[1:], strict=True)), base=base, subnet=str(network), host_ip=hosts[0],
-            faults=plan, index={n: i for i, n in enumerate(names, start=1)},
+            faults=plan, index={n: i for i, n in enumerate(names, start=1)}, rails=rails,
         )  # fmt: skip
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
@@ -253,12 +267,15 @@ def up(
             raise
     try:
         net.create_nodes(prefix, [(n, tb.index[n], f"{tb.nodes[n]}/{network.prefixlen}") for n in names])
+        net.create_rails(prefix, rails, [(n, tb.index[n]) for n in names])
         client_pub = sshd.write_keypair(tb.identity_file, f"cluster-accept-testbed-{prefix}")
         net.pmap(lambda n: _prepare_node(tb, n, data[n], client_pub), names, workers=4)
         _write_known_hosts(tb)
         sshd.ensure_nccl_mountpoint()
         net.pmap(lambda n: _start_node(tb, n), names, workers=16)
-        write_inventory(tb.inventory_path, inventory(base, tb.nodes, tb.identity_file, tb.known_hosts_path))
+        write_inventory(
+            tb.inventory_path, inventory(base, tb.nodes, tb.identity_file, tb.known_hosts_path, rails=rails)
+        )
         tb.up_seconds = time.monotonic() - started
         tb.save()
     except BaseException:
@@ -289,6 +306,7 @@ def load(state_dir: Path | None = None, prefix: str = DEFAULT_NAME) -> Testbed:
         nodes={n: v["ip"] for n, v in nodes.items()}, base=state["base"], subnet=state["subnet"],
         host_ip=state["host_ip"], faults=FaultPlan(nodes=state["faults"].get("nodes", {})),
         index={n: int(v["index"]) for n, v in nodes.items()}, up_seconds=float(state.get("up_seconds", 0)),
+        rails=int(state.get("rails", 0)),
     )  # fmt: skip
 
 
@@ -343,6 +361,8 @@ def set_fault(tb: Testbed, node: str, faults: Sequence[_Fault | str | dict[str, 
     kill_sshd(tb, node)
     net.set_link(tb.prefix, node, tb.nodes[node], up=True)
     net.set_rate(tb.prefix, node, tb.index[node], None)
+    for rail in range(tb.rails):
+        net.set_rail_rate(tb.prefix, tb.index[node], node, rail, None)
     _prepare_node(tb, node, data, tb.identity_file.with_name("id_ed25519.pub").read_text().strip())
     _write_known_hosts(tb)
     _start_node(tb, node)

@@ -198,6 +198,23 @@ class OldDriver(_Fault):
     )
 
 
+class SlowRail(_Fault):
+    """A tbf limit both ways on the node's ``rail<k>`` link (a slow NIC or cable); needs ``up(rails=…)``."""
+
+    kind: Literal["slow_rail"] = "slow_rail"
+    rail: Annotated[int, Field(ge=0, le=15)]
+    rate_mbit: Annotated[float, Field(gt=0)]
+
+
+class IbCounter(_Fault):
+    """An error counter of HCA ``mlx5_<rail>`` port 1 set to ``value`` (raised between runs: it grew)."""
+
+    kind: Literal["ib_counter"] = "ib_counter"
+    rail: Annotated[int, Field(ge=0, le=15)] = 0
+    counter: Literal["symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors"] = "symbol_error"
+    value: Annotated[int, Field(ge=0)]
+
+
 Fault = (
     Down
     | Off
@@ -219,6 +236,8 @@ Fault = (
     | Replace
     | GpuField
     | OldDriver
+    | SlowRail
+    | IbCounter
 )
 
 # How a fault may be written: a model, a bare kind, or a one-key mapping kind -> parameters.
@@ -229,7 +248,7 @@ KINDS: dict[str, type[_Fault]] = {
     for cls in (
         Down, Off, HostKeyChanged, AuthRefused, Slow, NvidiaSmiFail, NvidiaSmiHang, Garbage, Truncated,
         DriverVersion, GpuMissing, PersistenceDisabled, NvlinkInactive, NvlinkErrors, PcieWidth, NcclEnv,
-        Xid, Replace, GpuField, OldDriver,
+        Xid, Replace, GpuField, OldDriver, SlowRail, IbCounter,
     )
 }  # fmt: skip
 

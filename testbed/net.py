@@ -86,8 +86,13 @@ def netns_name(prefix: str, node: str) -> str:
     return f"{prefix}-{node}"
 
 
+def rails_netns(prefix: str) -> str:
+    """The namespace holding the prefix's rail switches (one bridge per rail)."""
+    return f"{prefix}-rails"
+
+
 def netns_pattern(prefix: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(prefix)}-node\d+$")
+    return re.compile(rf"^{re.escape(prefix)}-(?:node\d+|rails)$")
 
 
 def link_pattern(prefix: str) -> re.Pattern[str]:
@@ -177,17 +182,61 @@ def create_nodes(prefix: str, nodes: Sequence[tuple[str, int, str]]) -> None:
     pmap(inside, list(nodes))
 
 
+RAIL_NET = "192.168.{rail}.{host}/24"  # inside the namespaces only: never routed from the host
+
+
+def rail_ifname(rail: int) -> str:
+    return f"rail{rail}"
+
+
+def create_rails(prefix: str, rails: int, nodes: Sequence[tuple[str, int]]) -> None:
+    """``rails`` more networks, each a bridge in the prefix's rails namespace with one veth to every node:
+    ``rail<k>`` inside the node at 192.168.<100+k>.<index>. A rail is a node's NIC and cable of one GPU index;
+    shaping one node's ``rail<k>`` (:func:`set_rail_rate`) is a slow NIC or cable on that rail."""
+    if rails < 1:
+        return
+    switch = rails_netns(prefix)
+    batch([f"netns add {switch}"])
+    batch([f"link add {rail_ifname(k)} type bridge" for k in range(rails)], netns=switch)
+    batch([f"link set {rail_ifname(k)} up" for k in range(rails)] + ["link set lo up"], netns=switch)
+    lines = []
+    for node, index in nodes:
+        for k in range(rails):
+            lines.append(f"link add r{k}n{index} type veth peer name {rail_ifname(k)} netns {netns_name(prefix, node)}")
+            lines.append(f"link set r{k}n{index} master {rail_ifname(k)} up")
+    batch(lines, netns=switch)
+
+    def inside(item: tuple[str, int]) -> None:
+        node, index = item
+        cmds = []
+        for k in range(rails):
+            cmds += [f"addr add {RAIL_NET.format(rail=100 + k, host=index)} dev {rail_ifname(k)}"]
+            cmds += [f"link set {rail_ifname(k)} up"]
+        batch(cmds, netns=netns_name(prefix, node))
+
+    pmap(inside, list(nodes))
+
+
+def set_rail_rate(prefix: str, index: int, node: str, rail: int, rate_mbit: float | None) -> None:
+    """A tbf limit both ways on one node's ``rail<k>`` (its end and the switch's end of the veth)."""
+    for netns, dev in ((netns_name(prefix, node), rail_ifname(rail)), (rails_netns(prefix), f"r{rail}n{index}")):
+        _shape([TC, "-n", netns], dev, rate_mbit)
+
+
+def _shape(cmd: list[str], dev: str, rate_mbit: float | None) -> None:
+    if rate_mbit is None:
+        run(cmd + ["qdisc", "del", "dev", dev, "root"], check=False)
+        return
+    burst = max(1600, int(rate_mbit * 1e6 / 8 / 250))  # ~4 ms of traffic, at least one packet
+    run(cmd + ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate_mbit}mbit",
+               "burst", str(burst), "latency", "100ms"])  # fmt: skip
+
+
 def set_rate(prefix: str, node: str, index: int, rate_mbit: float | None) -> None:
     """A tbf limit both ways on the node's link (host-side veth egress and the node's eth0 egress)."""
     ns, veth = netns_name(prefix, node), veth_name(prefix, index)
     for cmd in ([TC], [TC, "-n", ns]):
-        dev = veth if len(cmd) == 1 else "eth0"
-        if rate_mbit is None:
-            run(cmd + ["qdisc", "del", "dev", dev, "root"], check=False)
-        else:
-            burst = max(1600, int(rate_mbit * 1e6 / 8 / 250))  # ~4 ms of traffic, at least one packet
-            run(cmd + ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate_mbit}mbit",
-                       "burst", str(burst), "latency", "100ms"])  # fmt: skip
+        _shape(cmd, veth if len(cmd) == 1 else "eth0", rate_mbit)
 
 
 def set_link(prefix: str, node: str, ip: str, up: bool) -> None:

@@ -26,7 +26,7 @@ def profile_name(base: str) -> str:
     return f"testbed-{base}"
 
 
-def base_profile(base: str, python: str = sys.executable, training: bool = False) -> dict[str, Any]:
+def base_profile(base: str, python: str = sys.executable, training: bool = False, rails: int = 0) -> dict[str, Any]:
     """The profile every healthy node of ``base`` meets (inventory ``profiles:`` entry)."""
     files = load_base(base).files
     table = build_table(files)
@@ -55,6 +55,10 @@ def base_profile(base: str, python: str = sys.executable, training: bool = False
         # Every simulated node runs on this machine's cores: probing them one at a time keeps their CPU
         # figures comparable, and CPU timings on a shared machine still vary more than GPUs do.
         "max_parallel_nodes": 1,
+        # gloo's collectives beside all-reduce cost seconds per node here: tests that want them list them.
+        "collectives": [],
+        # One rank per node on each rail, held to the rail's interface (its simulated HCA named beside it).
+        "rails": [{"gpu": k, "nic": f"mlx5_{k}", "ifname": f"rail{k}"} for k in range(rails)],
     }
     # gloo over this machine's veths moves ~0.1-0.4 GB/s per rank; a node limited to tens of Mbit/s, ~0.006.
     # Groups measured at once share two cores (a slow group's ranks spin too), so relative figures swing
@@ -79,6 +83,7 @@ def inventory(
     identity_file: Path,
     known_hosts: Path,
     cluster: str = "testbed",
+    rails: int = 0,
 ) -> dict[str, Any]:
     name = profile_name(base)
     return {
@@ -99,7 +104,7 @@ def inventory(
             {"hosts": node, "address": ip, "labels": {"rack": rack(i)}}
             for i, (node, ip) in enumerate(nodes.items(), start=1)
         ],
-        "profiles": {name: base_profile(base)},
+        "profiles": {name: base_profile(base, rails=rails)},
     }
 
 

@@ -72,7 +72,7 @@ def _sshds_alive(tb: bed.Testbed) -> bool:
 
 @pytest.fixture(scope="session")
 def testbed_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedFactory]:
-    """``testbed_factory(nodes=8, faults=plan, prefix="cax", subnet="10.254.40.0/24", base="h200x4")``."""
+    """``testbed_factory(nodes=8, faults=plan, prefix="cax", subnet="10.254.40.0/24", base="h200x4", rails=0)``."""
     reason = testbed_unavailable()
     if reason:
         pytest.skip(reason)
@@ -95,9 +95,10 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbe
         prefix: str = "cat",
         subnet: str = "10.254.200.0/24",
         base: str = "h200x4",
+        rails: int = 0,
     ) -> bed.Testbed:
         plan = faults if isinstance(faults, FaultPlan) else fault_plan_from_data(faults)
-        key = json.dumps([nodes, plan.as_yaml(), subnet, base], sort_keys=True)
+        key = json.dumps([nodes, plan.as_yaml(), subnet, base, rails], sort_keys=True)
         if prefix in running:
             old_key, tb = running.pop(prefix)
             if old_key == key and _sshds_alive(tb):
@@ -107,7 +108,7 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbe
         state_dir = root / prefix
         bed.down(state_dir, prefix)  # leftovers with the same names, e.g. from an interrupted session
         try:
-            tb = bed.up(nodes, plan, state_dir=state_dir, prefix=prefix, subnet=subnet, base=base)
+            tb = bed.up(nodes, plan, state_dir=state_dir, prefix=prefix, subnet=subnet, base=base, rails=rails)
         except BaseException:
             bed.down(state_dir, prefix)
             raise

@@ -3,6 +3,7 @@ ACTIVE/DOWN ports, rate and port-count drift, the COMMAND against a fake sysfs t
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def test_ports_present_but_not_expected_are_recorded() -> None:
 
 
 def test_command_against_a_fake_sysfs_tree(tmp_path: Path) -> None:
-    sysfs = tmp_path / "infiniband"
+    sysfs = tmp_path / "sys" / "class" / "infiniband"  # read under $CLUSTER_ACCEPT_SYSFS (a container's /host/sys)
     for device, port, state, rate, layer in [
         ("mlx5_0", 1, "4: ACTIVE", NDR, "InfiniBand"),
         ("mlx5_1", 1, "1: DOWN", "10 Gb/sec (4X SDR)", "InfiniBand"),
@@ -166,9 +167,10 @@ def test_command_against_a_fake_sysfs_tree(tmp_path: Path) -> None:
         if layer:
             (folder / "link_layer").write_text(layer + "\n")
     (tmp_path / "module" / "nvidia_peermem").mkdir(parents=True)
-    command = ib.COMMAND.replace("/sys/class/infiniband", str(sysfs)).replace("/sys/module", str(tmp_path / "module"))
-    assert str(sysfs) in command and str(tmp_path / "module") in command
-    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False)
+    command = ib.COMMAND.replace("/sys/module", str(tmp_path / "module"))
+    assert str(tmp_path / "module") in command
+    env = {**os.environ, "CLUSTER_ACCEPT_SYSFS": str(tmp_path / "sys")}
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False, env=env)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout == (
         f"### ports\n{sysfs}/mlx5_0/ports/1 4: ACTIVE {NDR} InfiniBand\n"

@@ -62,7 +62,8 @@ def test_every_profile_key_is_an_expectation_or_named_as_a_setting() -> None:
     named = {e.name for e in coverage.EXPECTATIONS}
     for path in _leaves(Profile):
         short = ALIASES.get(path, path.removeprefix("thresholds."))
-        assert short in named or path in NOT_EXPECTATIONS or path == "nccl_env", path
+        per_item = any(name.startswith(f"{short}.") for name in named)  # probes.collectives.all_gather, …
+        assert short in named or per_item or path in NOT_EXPECTATIONS or path == "nccl_env", path
 
 
 def _row(node: str, stage: str, check: str, item: str, status: Status = Status.PASS) -> NodeRow:
@@ -72,7 +73,8 @@ def _row(node: str, stage: str, check: str, item: str, status: Status = Status.P
 PROFILE = Profile(
     gpu=GpuSpec(model="H200", count=4),
     nccl_env={"NCCL_NVLS_ENABLE": "0"},
-    probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="P2P")),
+    # the collectives and the pair matrix have their own expectations, tested below
+    probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="P2P"), collectives=[], gpu_pairs=False),
     thresholds=Thresholds(gemm_bf16_tflops_min=600),
     training=TrainingSettings(enabled=False),
 )
@@ -130,7 +132,12 @@ def test_each_gemm_minimum_needs_its_own_figure_or_a_failed_bench() -> None:
 
 
 def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> None:
-    profile = Profile.model_validate({"thresholds": {"training_mfu_min": 0.3, "training_scaling_efficiency_min": 0.9}})
+    profile = Profile.model_validate(
+        {
+            "thresholds": {"training_mfu_min": 0.3, "training_scaling_efficiency_min": 0.9},
+            "probes": {"collectives": [], "gpu_pairs": False},  # their own expectations are tested apart
+        }
+    )
     tested = {"n1": profile}
     model = _row("n1", "single-node", "training", "model")
     assert [e.name for _, e in coverage.missing("single-node", tested, [model])] == ["training_mfu_min"]
@@ -194,3 +201,33 @@ def test_a_straggler_measured_again_alone_is_confirmed_or_not() -> None:
     assert kept[0].detail.endswith("still below 644.1: confirmed")
     lost = confirm(rows, before, pd.DataFrame(), gemm.METRICS, limits)
     assert lost[0].reason == "straggler" and lost[0].detail.endswith("no figure (not confirmed)")
+
+
+def test_each_listed_collective_and_the_pair_matrix_need_their_rows() -> None:
+    profile = Profile.model_validate(
+        {
+            "probes": {"collectives": ["all_to_all"], "rails": [{"gpu": 0, "nic": "mlx5_0"}]},
+            "thresholds": {"alltoall_intra_busbw_gbps_min": 300, "gpu_pair_copy_gbps_min": 250},
+            "training": {"enabled": False},
+        }
+    )
+    tested = {"n1": profile}
+    single = [e.name for _, e in coverage.missing("single-node", tested, [])]
+    assert {"probes.collectives.all_to_all", "alltoall_intra_busbw_gbps_min", "probes.gpu_pairs"} <= set(single)
+    assert "gpu_pair_copy_gbps_min" in single and "probes.collectives.all_gather" not in single
+    rows = [
+        _row("n1", "single-node", "collectives", "all_to_all_intra"),
+        _row("n1", "single-node", "collectives", "alltoall_busbw_gbps"),
+        _row("n1", "single-node", "gpu_pairs", "pairs"),
+    ]
+    assert not [e.name for _, e in coverage.missing("single-node", tested, rows) if e.check != "allreduce"]
+    # A collective the backend lacks: its skip row judges the listing, and settles its minimum
+    skipped = [NodeRow("r", "c", "single-node", "n1", "collectives", "all_to_all_intra", Status.SKIP, "unsupported")]
+    assert "alltoall_intra_busbw_gbps_min" not in [e.name for _, e in coverage.missing("single-node", tested, skipped)]
+    across = [
+        e.name for _, e in coverage.missing("multi-node", tested, [_row("n1", "multi-node", "scaling", "2 nodes")])
+    ]
+    assert across == ["probes.collectives.all_to_all across nodes", "probes.rails"]
+    done = [_row("n1", "multi-node", "scaling", "2 nodes"), _row("n1", "multi-node", "collectives", "all_to_all_inter")]
+    done.append(_row("n1", "multi-node", "rails", "rail0"))
+    assert coverage.missing("multi-node", tested, done) == []

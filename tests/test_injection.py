@@ -57,7 +57,13 @@ def test_single_node_probe_paths_are_one_word(sandbox: Sandbox, template: str, v
     if variant == "nccl-tests":
         expected.append(nccl_tests)
     else:  # a free loopback port first, from the probe's own interpreter
-        expected += [[python, "-c", LOOPBACK_PORT], [*torch_run, "--device", device, "--init-timeout-s", "120"]]
+        ops = "all_reduce,all_gather,reduce_scatter,all_to_all"  # the profile's default collectives
+        expected += [
+            [python, "-c", LOOPBACK_PORT],
+            [*torch_run, "--device", device, "--ops", ops, "--init-timeout-s", "120"],
+        ]
+    if device == "cuda":
+        expected.append([python, "gpu_pairs.py"])  # the GPU-pair matrix, on CUDA profiles only
     trainer = [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={1 if device == 'cpu' else 2}"]
     trainer += ["--master_addr=127.0.0.1", "--master_port=12345", "--rdzv-conf=timeout=120", "train_step.py"]
     trainer += [*train_arguments(target, False).split(), "--label", "intra_node", "--init-timeout-s", "120"]

@@ -82,7 +82,9 @@ def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
         ("hbm", "hbm", "gpu_bench"),
         ("host_bw", "host_bw", "gpu_bench"),
         ("allreduce", "allreduce", "allreduce"),
+        ("collectives", "collectives", "allreduce"),
         ("nccl_tests", "allreduce", "allreduce"),
+        ("gpu_pairs", "gpu_pairs", "gpu_pairs"),
         ("training", "training", "training"),
     ]
 

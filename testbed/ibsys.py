@@ -1,0 +1,37 @@
+"""A simulated node's InfiniBand ports: a sysfs-shaped tree (``class/infiniband/mlx5_<k>/ports/1``) with the
+state, rate, link layer and error counters a real HCA exposes, one HCA per rail.
+
+The checks read ``$CLUSTER_ACCEPT_SYSFS`` (default ``/sys``); a test-bed with rails points it at this tree in
+each node's sshd environment. Counter values come from the node's ``ib_counter`` faults, so planting a higher
+value between two runs is a counter that grew.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from cluster_accept.checks.ib_counters import ERROR_COUNTERS
+from cluster_accept.testbed.faults import IbCounter, _Fault
+
+RATE = "400 Gb/sec (4X NDR)"
+
+
+def hca_name(rail: int) -> str:
+    return f"mlx5_{rail}"
+
+
+def write_ib_sysfs(root: Path, rails: int, faults: Sequence[_Fault]) -> None:
+    """``root/class/infiniband``, rebuilt: one active NDR port per rail, every counter 0 unless a fault sets it."""
+    base = root / "class" / "infiniband"
+    shutil.rmtree(base, ignore_errors=True)
+    planted: dict[tuple[int, str], int] = {(f.rail, f.counter): f.value for f in faults if isinstance(f, IbCounter)}
+    for rail in range(rails):
+        port = base / hca_name(rail) / "ports" / "1"
+        (port / "counters").mkdir(parents=True)
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "rate").write_text(f"{RATE}\n")
+        (port / "link_layer").write_text("InfiniBand\n")
+        for counter in ERROR_COUNTERS:
+            (port / "counters" / counter).write_text(f"{planted.get((rail, counter), 0)}\n")
