@@ -24,7 +24,7 @@ _PEERMEM_MARK = "### peermem "
 _END = "### end"
 COMMAND = (
     f"echo '{_PORTS_MARK}'; "
-    "for d in \"${CLUSTER_ACCEPT_SYSFS:-/sys}\"/class/infiniband/*/ports/*; do "
+    'for d in "${CLUSTER_ACCEPT_SYSFS:-/sys}"/class/infiniband/*/ports/*; do '
     '[ -d "$d" ] || continue; '
     'echo "$d $(cat "$d/state" 2>/dev/null) $(cat "$d/rate" 2>/dev/null) $(cat "$d/link_layer" 2>/dev/null)"; '
     "done; "

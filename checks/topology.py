@@ -24,10 +24,26 @@ COMMAND = "nvidia-smi topo -m 2>&1"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _DEVICE = re.compile(r"^(GPU|NIC)(\d{1,9})$")
 _CELL = re.compile(r"^(X|NV\d+|[A-Z][A-Z0-9]{1,7})$")  # X, NV18, SYS, NODE, PHB, PXB, PIX, ...
+_NIC_NAME = re.compile(r"^NIC(\d{1,4}):\s*(\S{1,64})$")
+# nvidia-smi's path kinds from nearest to farthest; SYS crosses the CPUs' interconnect (QPI/UPI/xGMI).
+NEAREST_FIRST = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _AFFINITY_HEADERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 REASONS = declare(
     NVIDIA_SMI_SKIPPED,
     Reason("single_gpu", Status.PASS, "one GPU: no GPU pairs to judge"),
+    Reason(
+        "nic_across_cpu",
+        Status.FAIL,
+        "every NIC of this GPU is across the CPU interconnect (SYS): its inter-node traffic crosses the other socket; "
+        "check the NIC slots, the BIOS and NCCL_IB_HCA",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "rail_nic_not_nearest",
+        Status.WARN,
+        "the NIC the profile's rail gives this GPU is farther than another NIC: check probes.rails and NCCL_IB_HCA",
+        Action.FIX_CONFIG,
+    ),
     Reason(
         "nvlink_pairs",
         Status.FAIL,
@@ -44,11 +60,13 @@ class GpuTopo:
     cpu_affinity: str = ""
     numa_affinity: str = ""
     gpu_numa_id: str = ""
+    nics: dict[int, str] = field(default_factory=dict)  # NIC index -> connection (PIX, PXB, PHB, NODE, SYS)
 
 
 @dataclass(frozen=True)
 class Topology:
     gpus: list[GpuTopo] = field(default_factory=list)
+    nic_names: dict[int, str] = field(default_factory=dict)  # NIC index -> device (the "NIC Legend")
     failure: str | None = None  # nvidia-smi could not talk to the driver
     error: str | None = None  # output we could not read
     raw: str = ""
@@ -90,6 +108,7 @@ def _read(text: str) -> list[GpuTopo]:
     if any(cell not in _AFFINITY_HEADERS for cell in extra):
         raise _Unreadable(f"unknown header columns: {extra}")
     columns = {pos: int(m.group(2)) for pos, m in enumerate(_DEVICE.match(c) for c in devices) if m and m[1] == "GPU"}
+    nic_columns = {pos: int(m[2]) for pos, m in enumerate(_DEVICE.match(c) for c in devices) if m and m[1] == "NIC"}
     gpus: list[GpuTopo] = []
     end = start + 1
     for end in range(start + 1, len(lines)):
@@ -116,6 +135,7 @@ def _read(text: str) -> list[GpuTopo]:
                 cpu_affinity=affinity.get("CPU Affinity", ""),
                 numa_affinity=affinity.get("NUMA Affinity", ""),
                 gpu_numa_id=affinity.get("GPU NUMA ID", ""),
+                nics={nic: device_cells[pos] for pos, nic in nic_columns.items()},
             )
         )
     if not any(line.strip() == "Legend:" for line in lines[end:]):
@@ -127,6 +147,15 @@ def _read(text: str) -> list[GpuTopo]:
     return sorted(gpus, key=lambda g: g.index)
 
 
+def _nic_legend(text: str) -> dict[int, str]:
+    """``NIC0: mlx5_0`` lines after ``NIC Legend:``."""
+    lines = [_ANSI.sub("", line).strip() for line in text.splitlines()]
+    if "NIC Legend:" not in lines:
+        return {}
+    names = (_NIC_NAME.match(line) for line in lines[lines.index("NIC Legend:") + 1 :])
+    return {int(m[1]): m[2] for m in names if m}
+
+
 def parse(stdout: str, exit_code: int | None = 0) -> Topology:
     failure = driver_failure(stdout, exit_code)
     if failure:
@@ -134,7 +163,7 @@ def parse(stdout: str, exit_code: int | None = 0) -> Topology:
     if exit_code not in (0, None):
         return Topology(error=f"nvidia-smi topo -m exited {exit_code}", raw=stdout)
     try:
-        return Topology(gpus=_read(stdout), raw=stdout)
+        return Topology(gpus=_read(stdout), nic_names=_nic_legend(stdout), raw=stdout)
     except _Unreadable as exc:
         return Topology(error=str(exc), raw=stdout)
 
@@ -175,7 +204,13 @@ def evaluate(model: Topology, profile: Profile, cluster: ClusterView) -> list[Ch
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
     matrix = _matrix_text(model)
     if len(model.gpus) == 1:
-        return [CheckRow(NAME, "matrix", Status.PASS, "single_gpu", matrix, None, gpu=model.gpus[0].index)]
+        return [CheckRow(NAME, "matrix", Status.PASS, "single_gpu", matrix, None, gpu=model.gpus[0].index)] + nic_rows(
+            model, profile
+        )
+    return _pair_rows(model, profile, matrix) + nic_rows(model, profile)
+
+
+def _pair_rows(model: Topology, profile: Profile, matrix: str) -> list[CheckRow]:
     links = profile.nvlink.links_per_gpu if profile.nvlink else 0
     if links == 0:
         return [CheckRow(NAME, "matrix", Status.PASS, "recorded", matrix)]
@@ -189,4 +224,65 @@ def evaluate(model: Topology, profile: Profile, cluster: ClusterView) -> list[Ch
     if not rows:
         every = f"{len(pairs)} x {expected}"
         rows.append(CheckRow(NAME, "pairs", Status.PASS, "ok", every, every, matrix))
+    return rows
+
+
+def _distance(connection: str) -> int:
+    return NEAREST_FIRST.index(connection) if connection in NEAREST_FIRST else len(NEAREST_FIRST)
+
+
+def nic_rows(model: Topology, profile: Profile) -> list[CheckRow]:
+    """Each GPU's nearest NIC (recorded: the NIC its traffic should use), a GPU with only NICs across the CPU
+    interconnect named, and a rail whose NIC is not the GPU's nearest. Nothing when the node shows no NIC."""
+    rails = {rail.gpu: rail.nic for rail in profile.probes.rails if rail.nic}
+    rows = []
+    for gpu in model.gpus:
+        if not gpu.nics:
+            continue
+        best = min(_distance(c) for c in gpu.nics.values())
+        nearest = sorted(model.nic_names.get(n, f"NIC{n}") for n, c in gpu.nics.items() if _distance(c) == best)
+        seen = ", ".join(f"{model.nic_names.get(n, f'NIC{n}')} {c}" for n, c in sorted(gpu.nics.items()))
+        kind = NEAREST_FIRST[best] if best < len(NEAREST_FIRST) else "?"
+        if kind == "SYS":
+            rows.append(
+                CheckRow(
+                    NAME,
+                    f"GPU{gpu.index} NIC",
+                    Status.FAIL,
+                    "nic_across_cpu",
+                    f"{'/'.join(nearest)} SYS",
+                    "PIX, PXB, PHB or NODE",
+                    seen,
+                    gpu=gpu.index,
+                )
+            )
+        else:
+            rows.append(
+                CheckRow(
+                    NAME,
+                    f"GPU{gpu.index} NIC",
+                    Status.PASS,
+                    "recorded",
+                    f"{'/'.join(nearest)} {kind}",
+                    None,
+                    seen,
+                    gpu=gpu.index,
+                )
+            )
+        named = rails.get(gpu.index)
+        by_name = {model.nic_names.get(n, f"NIC{n}"): c for n, c in gpu.nics.items()}
+        if named in by_name and _distance(by_name[named]) > best:
+            said = f"rail{gpu.index} uses {named} ({by_name[named]}); nearest: {', '.join(nearest)} ({kind})"
+            rows.append(
+                CheckRow(
+                    NAME,
+                    f"rail{gpu.index}",
+                    Status.WARN,
+                    "rail_nic_not_nearest",
+                    named,
+                    "/".join(nearest),
+                    said,
+                    gpu=gpu.index,
+                )
+            )
     return rows

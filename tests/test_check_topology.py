@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cluster_accept.checks.topology as topology
-from cluster_accept.checks.base import CheckRow, discover
+from cluster_accept.checks.base import CheckRow, Status, discover
 from cluster_accept.inventory.model import GpuSpec, NvlinkSpec, Profile
 from cluster_accept.testbed import textops
 from cluster_accept.testbed.faults import parse_fault
@@ -125,7 +125,7 @@ def test_gpu_missing_leaves_a_3x3_matrix() -> None:
     assert topology.cluster_values(model) == {"topology": "3xNV18", "gpu_cpu_affinity": "0-63"}
 
 
-def test_nic_columns_and_rows_are_read_past() -> None:
+def test_nic_columns_are_read_beside_the_gpu_pairs() -> None:
     stdout, code = h200()
     lines = stdout.splitlines(keepends=True)
     lines[0] = lines[0].replace("GPU3\t", "GPU3\tNIC0\t")
@@ -140,7 +140,10 @@ def test_nic_columns_and_rows_are_read_past() -> None:
         (i, "NV18", "0-63", "N/A") for i in range(4)
     ]
     assert rows_of(topology.evaluate(model, H200, NO_CLUSTER)) == [
-        ("pairs", "pass", "ok", None, "6 x NV18", "6 x NV18")
+        ("pairs", "pass", "ok", None, "6 x NV18", "6 x NV18"),
+        ("GPU0 NIC", "pass", "recorded", 0, "mlx5_0 PIX", None),
+        # one NIC, on GPU0's side: the other GPUs' inter-node traffic crosses the CPU interconnect
+        *[(f"GPU{i} NIC", "fail", "nic_across_cpu", i, "mlx5_0 SYS", "PIX, PXB, PHB or NODE") for i in (1, 2, 3)],
     ]
 
 
@@ -251,3 +254,40 @@ def test_standin_faults(tmp_path: Path, fault: object, expected: list[tuple[obje
 def test_standin_h100_node(tmp_path: Path) -> None:
     rows = evaluate(*run_on_standin(tmp_path, [], base="h100x1"))
     assert rows_of(rows) == [("matrix", "pass", "single_gpu", 0, "GPU0: X cpu=0-15 numa=0", None)]
+
+
+NIC_DATA = Path(__file__).parent / "data" / "topology"
+RAIL1_ON_MLX5_1 = Profile.model_validate(
+    {
+        "nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562},
+        "probes": {"rails": [{"gpu": 2, "nic": "mlx5_1"}, {"gpu": 1, "nic": "mlx5_1"}]},
+    }
+)
+
+
+def test_each_gpus_nearest_nic_is_recorded_and_a_rail_on_a_farther_nic_is_named() -> None:
+    """Derived from the 4 x H200 capture: two NICs as nvidia-smi prints them on HGX boards (NIC columns, NIC
+    rows, the NIC Legend)."""
+    model = topology.parse((NIC_DATA / "h200x4_two_nics.txt").read_text(), 0)
+    assert model.error is None and model.nic_names == {0: "mlx5_0", 1: "mlx5_1"}
+    assert model.gpus[1].nics == {0: "PXB", 1: "SYS"}
+    rows = [(r.item, r.status, r.reason, r.observed) for r in topology.evaluate(model, RAIL1_ON_MLX5_1, NO_CLUSTER)]
+    assert rows == [
+        ("pairs", Status.PASS, "ok", "6 x NV18"),
+        ("GPU0 NIC", Status.PASS, "recorded", "mlx5_0 PIX"),
+        ("GPU1 NIC", Status.PASS, "recorded", "mlx5_0 PXB"),
+        ("rail1", Status.WARN, "rail_nic_not_nearest", "mlx5_1"),  # GPU1's rail names the NIC across the sockets
+        ("GPU2 NIC", Status.PASS, "recorded", "mlx5_1 PIX"),
+        ("GPU3 NIC", Status.PASS, "recorded", "mlx5_1 PXB"),
+    ]
+
+
+def test_a_gpu_whose_every_nic_is_across_the_cpu_interconnect_fails() -> None:
+    model = topology.parse((NIC_DATA / "h200x4_nic_across_cpu.txt").read_text(), 0)
+    failed = [
+        (r.item, r.observed, r.gpu) for r in topology.evaluate(model, Profile(), NO_CLUSTER) if r.status == Status.FAIL
+    ]
+    assert failed == [("GPU2 NIC", "mlx5_0/mlx5_1 SYS", 2), ("GPU3 NIC", "mlx5_0/mlx5_1 SYS", 3)]
+    # the captured machines have no NIC: nothing is said about NICs there
+    plain = topology.parse(captured("h200x4", "topo-m.txt")[0], 0)
+    assert not [r for r in topology.evaluate(plain, Profile(), NO_CLUSTER) if "NIC" in r.item]
