@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 
 _NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP})
-_INTRA = frozenset({"allreduce", "transport"})
-_INTER = frozenset({"allreduce", "transport", "scaling", "isolation", "training_scaling"})
+_INTRA = frozenset({"allreduce", "transport", "collectives", "gpu_pairs"})
+_INTER = frozenset({"allreduce", "transport", "scaling", "isolation", "training_scaling", "collectives", "rails"})
 _GPU_FIGURES = frozenset({"gemm", "hbm", "host_bw"})
 _TRAINING = frozenset({"training"})
 _SLOW_TRAINING = frozenset({"slow_rank", "straggler", "below_threshold"})  # not numerics: no co-tenant makes NaN
@@ -59,7 +59,7 @@ LINKS: tuple[Link, ...] = (
     Link("nccl_harmful", _INTRA, "single-node", _INTRA_SETTINGS),
     Link("nccl_env", _INTRA, "single-node", _PINNED),
     Link("nvlink", _INTRA, "single-node"),
-    Link("topology", _INTRA, "single-node"),
+    Link("topology", _INTRA, "single-node", frozenset({"nvlink_pairs"})),
     Link("gpu", _GPU_FIGURES, "single-node", frozenset({"clocks_low"}), same_gpu=True),
     Link("clock_events", _GPU_FIGURES, "single-node", same_gpu=True),
     Link("gpu", _TRAINING, "single-node", frozenset({"clocks_low"}), same_gpu=True, symptom_reasons=_SLOW_TRAINING),
@@ -70,6 +70,9 @@ LINKS: tuple[Link, ...] = (
     # A name that does not resolve breaks a rendezvous; it does not slow a ring that started.
     Link("hostname", _INTER, "multi-node", symptom_reasons=_DID_NOT_RUN),
     Link("infiniband", _INTER, "multi-node"),
+    # A port counting errors (or still counting: grown since the last run) is the cable a slow rail crosses.
+    Link("ib_counters", _INTER, "multi-node"),
+    Link("topology", _INTER, "multi-node", frozenset({"nic_across_cpu", "rail_nic_not_nearest"})),
     Link("nccl_env", _INTER, "multi-node", _PINNED),
 )
 

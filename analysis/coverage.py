@@ -78,6 +78,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
     Expectation("persistence_mode", "preflight", "persistence", _set(lambda p: p.persistence_mode)),
     Expectation("nvlink", "preflight", "nvlink", _set(lambda p: p.nvlink)),
     Expectation("pcie", "preflight", "pcie", _set(lambda p: p.pcie)),
+    Expectation("infiniband", "preflight", "infiniband", _set(lambda p: p.infiniband)),
     Expectation("harmful NCCL settings", "preflight", "nccl_harmful", lambda p: True),
     Expectation("probes.python", "preflight", "probe", lambda p: True),
     *(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.model import Profile
+from cluster_accept.inventory.model import InfinibandSpec, Profile
 
 NAME = "infiniband"
 _PORTS_MARK = "### ports"
@@ -43,6 +43,25 @@ REASONS = declare(
         Action.CHECK_NODE,
     ),
     Reason("port_down", Status.FAIL, "an HCA port is down: check the cable and switch port", Action.RESEAT_CABLE),
+    Reason(
+        "rate_low",
+        Status.FAIL,
+        "an active port trained below the profile's rate (a cable, transceiver or switch port that fell back): "
+        "reseat or swap it",
+        Action.RESEAT_CABLE,
+    ),
+    Reason(
+        "width_low",
+        Status.FAIL,
+        "an active port runs on fewer lanes than the profile's width (4X NDR at 1X): reseat or swap the cable",
+        Action.RESEAT_CABLE,
+    ),
+    Reason(
+        "ports_missing",
+        Status.FAIL,
+        "fewer active HCA ports than the profile's infiniband.ports: check the HCAs, cables and driver",
+        Action.CHECK_NODE,
+    ),
     Reason(
         "peermem_missing",
         Status.FAIL,
@@ -132,16 +151,58 @@ def cluster_values(model: IbPorts) -> dict[str, str]:
 
 
 def _ib_expected(profile: Profile) -> bool:
-    return (profile.probes.expected_transport.inter_node or "").startswith("NET/IB")
+    """NET/IB between nodes, or an ``infiniband`` block: the ports are judged, not only recorded."""
+    return profile.infiniband is not None or (profile.probes.expected_transport.inter_node or "").startswith("NET/IB")
 
 
 def _describe(port: IbPort) -> str:
     return f"state {port.state or 'unreadable'}, rate {port.rate or 'unreadable'}, link layer {port.link_layer or '?'}"
 
 
+_RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec(?: \((\d+X)\b)?")
+
+
+def _spec_rows(model: IbPorts, spec: InfinibandSpec) -> list[CheckRow]:
+    """The profile's ``infiniband`` block: active port count, each active port's rate and width."""
+    active = [p for p in model.ports if p.active]
+    rows = []
+    if spec.ports is not None:
+        ok = len(active) >= spec.ports
+        said = ", ".join(p.name for p in active) or "no active port"
+        status, reason = (Status.PASS, "ok") if ok else (Status.FAIL, "ports_missing")
+        rows.append(CheckRow(NAME, "active_ports", status, reason, str(len(active)), f">= {spec.ports}", said))
+    for port in active:
+        match = _RATE.match(port.rate)
+        rate, width = (float(match[1]), match[2]) if match else (None, None)
+        if spec.rate_gbps is not None and (rate is None or rate < spec.rate_gbps):
+            want = f">= {spec.rate_gbps:g} Gb/sec"
+            rows.append(
+                CheckRow(NAME, f"{port.name} rate", Status.FAIL, "rate_low", port.rate or None, want, _describe(port))
+            )
+        if spec.width is not None and width != spec.width:
+            rows.append(
+                CheckRow(NAME, f"{port.name} width", Status.FAIL, "width_low", width, spec.width, _describe(port))
+            )
+    if active and not [r for r in rows if r.status != Status.PASS] and (spec.rate_gbps or spec.width):
+        want = " ".join(x for x in (f"{spec.rate_gbps:g} Gb/sec" if spec.rate_gbps else "", spec.width or "") if x)
+        rows.append(CheckRow(NAME, "rate_width", Status.PASS, "ok", f"{len(active)} ports", want))
+    return rows
+
+
 def evaluate(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    spec = profile.infiniband
+    if spec is not None and not model.ports:
+        said = "the profile's infiniband block expects HCA ports"
+        return [
+            CheckRow(NAME, "ports", Status.FAIL, "no_ib_ports", "0 ports", "ports under /sys/class/infiniband", said)
+        ]
+    own = _spec_rows(model, spec) if spec is not None else []
+    return own + _ports_rows(model, profile, cluster)
+
+
+def _ports_rows(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
     peermem = "loaded" if model.peermem else "not loaded"
     if not _ib_expected(profile):
         transport = profile.probes.expected_transport.inter_node or "not set"

@@ -124,6 +124,14 @@ class PcieSpec(_Strict):
     width: Literal[1, 2, 4, 8, 16, 32]
 
 
+class InfinibandSpec(_Strict):
+    """The HCA ports every node must show active, at this rate and width (``400 Gb/sec (4X NDR)``)."""
+
+    ports: Annotated[int, Field(ge=1, le=64)] | None = None
+    rate_gbps: Annotated[float, Field(gt=0)] | None = None
+    width: Literal["1X", "2X", "4X", "8X", "12X"] | None = None
+
+
 TrainingPreset = Literal["tiny", "125m", "350m", "1.3b"]
 Count = Annotated[int, Field(ge=1)]
 
@@ -239,6 +247,7 @@ class Profile(_Strict):
     persistence_mode: Literal["enabled", "disabled"] | None = None
     nvlink: NvlinkSpec | None = None
     pcie: PcieSpec | None = None
+    infiniband: InfinibandSpec | None = None
     nccl_env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     nccl_harmful: list[HarmfulSetting] = Field(
         default_factory=list, description="settings this site also refuses, beside the built-in harmful ones"

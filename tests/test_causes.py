@@ -103,3 +103,21 @@ def test_a_co_tenant_explains_a_slow_training_rank_on_its_gpu_but_not_bad_numeri
     )
     step = NodeRow("r", "c", "multi-node", "n1", "training_scaling", "2 nodes", Status.FAIL, "unattributed")
     assert causes_of(step, [socket, step]) == [socket]
+
+
+def test_a_growing_port_counter_comes_before_the_slow_rail_it_explains() -> None:
+    grew = row(
+        "preflight", "ib_counters", "counter:mlx5_1/1.symbol_error", Status.WARN, "counter_grew", "212", "<= 3",
+        "mlx5_1/1.symbol_error went from 3 to 212 since the previous run",
+    )  # fmt: skip
+    rail = row("multi-node", "rails", "rail1", Status.WARN, "below_other_rails", "21", ">= 45.6 GB/s")
+    slow = row("multi-node", "isolation", "rail1", Status.FAIL, "slow_rail", "n1 rail1 (mlx5_1)")
+    assert [r.code for r in cause_first([slow, rail, grew])] == [
+        "ib_counters:counter_grew",
+        "isolation:slow_rail",
+        "rails:below_other_rails",
+    ]
+    far = row("preflight", "topology", "GPU2 NIC", Status.FAIL, "nic_across_cpu", "mlx5_0/mlx5_1 SYS", gpu=2)
+    weak_pair = row("single-node", "gpu_pairs", "GPU1->GPU2", Status.FAIL, "weak_direction", "200.0")
+    assert causes_of(weak_pair, [far, weak_pair]) == []  # a NIC's place explains nothing inside the node
+    assert causes_of(slow, [far, slow]) == [far]

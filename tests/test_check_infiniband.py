@@ -223,3 +223,22 @@ def test_garbage_and_truncated_output_are_error_rows(stdout: str) -> None:
     rows = ib.evaluate(model, IB, NO_CLUSTER)
     assert [(r.item, r.status, r.reason) for r in rows] == [("output", Status.ERROR, "unparsable_output")]
     assert stdout[:10] in rows[0].detail
+
+
+def test_the_profiles_rate_width_and_port_count_are_judged_on_active_ports() -> None:
+    spec = Profile.model_validate({"infiniband": {"ports": 3, "rate_gbps": 400, "width": "4X"}})
+    text = output([port_line("mlx5_0"), port_line("mlx5_1", rate="200 Gb/sec (4X HDR)"),
+                   port_line("mlx5_2", rate="100 Gb/sec (1X NDR)"), port_line("mlx5_3", state="1: DOWN")])  # fmt: skip
+    rows = [(r.item, r.status.value, r.reason, r.observed) for r in ib.evaluate(ib.parse(text, 0), spec, NO_CLUSTER)]
+    assert rows[:4] == [
+        ("active_ports", "pass", "ok", "3"),
+        ("mlx5_1/1 rate", "fail", "rate_low", "200 Gb/sec (4X HDR)"),
+        ("mlx5_2/1 rate", "fail", "rate_low", "100 Gb/sec (1X NDR)"),
+        ("mlx5_2/1 width", "fail", "width_low", "1X"),
+    ]
+    assert ("mlx5_3/1", "fail", "port_down", "1: DOWN") in rows  # the usual port rows follow
+    healthy = output([port_line(f"mlx5_{i}") for i in range(3)])
+    got = [(r.item, r.reason) for r in ib.evaluate(ib.parse(healthy, 0), spec, NO_CLUSTER)][:2]
+    assert got == [("active_ports", "ok"), ("rate_width", "ok")]
+    none = [(r.status.value, r.reason) for r in ib.evaluate(ib.parse(output([]), 0), spec, NO_CLUSTER)]
+    assert none == [("fail", "no_ib_ports")]  # stated, nothing to look at: a failure, never a pass

@@ -51,7 +51,11 @@ def _leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
         inner: Any = info.annotation
-        if isinstance(inner, type) and issubclass(inner, BaseModel) and path not in ("gpu", "nvlink", "pcie"):
+        if (
+            isinstance(inner, type)
+            and issubclass(inner, BaseModel)
+            and path not in ("gpu", "nvlink", "pcie", "infiniband")
+        ):
             found += _leaves(inner, f"{path}.")
         else:
             found.append(path)

@@ -48,4 +48,4 @@ def test_the_profiles_gpu_partition_reaches_every_probe_inside_the_prefix() -> N
     assert "exec docker exec trainer env CUDA_VISIBLE_DEVICES=2,3 python3 gpu_bench.py" in bench
     allreduce = allreduce_command(node)
     assert allreduce is not None and "n=2; " in allreduce  # two GPUs of the partition, not the node's count
-    assert "exec docker exec trainer env NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=2,3 python3 -m torch" in allreduce
+    assert "exec docker exec trainer env CUDA_VISIBLE_DEVICES=2,3 NCCL_DEBUG=INFO python3 -m torch" in allreduce

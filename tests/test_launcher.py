@@ -23,7 +23,7 @@ from tests.processes import processes_matching
 
 pytestmark = pytest.mark.pure
 
-MEASUREMENT = '{"metric": "busbw_gbps", "value": 1.5, "size": 1048576, "world_size": %s}\\n'
+MEASUREMENT = '{"metric": "allreduce_busbw_gbps", "value": 1.5, "size": 1048576, "world_size": %s}\\n'
 NCCL_LINE = "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0"
 
 
