@@ -126,11 +126,11 @@ def torchrun_rank(
     )
 
 
-def _sizes(node: Node, cpu_bytes: int = CPU_BYTES) -> str:
+def _sizes(node: Node, cpu_bytes: int = CPU_BYTES, cpu_repeats: int = 2) -> str:
     probes = node.profile.probes
     if probes.device == "cuda":
         return f"--min-bytes {1 << 20} --max-bytes {probes.allreduce_max_bytes or 1 << 30}"
-    return f"--min-bytes {cpu_bytes} --max-bytes {cpu_bytes} --repeats 2"
+    return f"--min-bytes {cpu_bytes} --max-bytes {cpu_bytes} --repeats {cpu_repeats}"
 
 
 def rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
@@ -167,7 +167,7 @@ def rail_env(node: Node, rail: Rail) -> dict[str, str]:
     return env
 
 
-# A rail's run on CPU: small enough that a rail held to tens of Mbit/s still ends in seconds.
+# A rail's run on CPU: small enough, and timed once, so that a rail held to a few Mbit/s still ends in seconds.
 RAIL_CPU_BYTES = 1 << 18
 
 
@@ -178,7 +178,7 @@ def rail_job(rail: Rail) -> GroupJob:
         probes = node.profile.probes
         script = (
             f"allreduce.py --device {probes.device} --label {rail.name} --tag {shlex.quote(tag)} "
-            f"{_sizes(node, RAIL_CPU_BYTES)}"
+            f"{_sizes(node, RAIL_CPU_BYTES, 1)}"
         )
         line = torchrun_rank(node, "n=1; ", rank, world, master_addr, port, script, rail_env(node, rail))
         return RemoteCommand(f"{rail.name}_inter", line, timeout_s=probes.timeout_s)

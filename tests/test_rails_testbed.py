@@ -26,6 +26,7 @@ def _inventory(bed: testbed.Testbed, tmp_path: Path) -> Path:
     data = yaml.safe_load(bed.inventory_path.read_text())
     profile = data["profiles"]["testbed-h200x4"]
     profile["probes"]["collectives"] = OPS
+    profile["probes"]["max_parallel_nodes"] = 4  # single-node figures are not under test here: no waves
     assert [r["ifname"] for r in profile["probes"]["rails"]] == ["rail0", "rail1"]
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump(data))
