@@ -232,6 +232,11 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         None,
         ("allreduce", "isolation"),
     ),
+    # the burn: a row per node (each GPU's, or the suite's skip); the digests and DCGM's tests, unless the burn
+    # run itself failed (its row says why)
+    Expectation("burn.minutes", "burn", "burn", lambda p: p.burn.minutes > 0 or p.burn.light_minutes > 0),
+    Expectation("burn.sdc", "burn", "sdc", lambda p: p.burn.sdc, None, ("burn",), _PROBE_RUN_FAILED),
+    Expectation("burn.dcgm_level", "burn", "dcgm", lambda p: p.burn.dcgm_level is not None),
     Expectation(
         "expected_transport.inter_node",
         "multi-node",

@@ -97,6 +97,27 @@ MEASUREMENTS = pa.schema(
     metadata={"cluster_accept_schema": "measurements", "version": SCHEMA_VERSION},
 )
 
+BURN = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("node", pa.string()),
+        ("gpu", pa.int32()),
+        ("kind", pa.string()),  # throughput (one window of the GPU's load) or sample (nvidia-smi)
+        ("t_s", pa.float64()),  # seconds since the burn started
+        ("value", pa.float64()),  # throughput: GEMM rate over the window
+        ("unit", pa.string()),
+        ("sm_clock_mhz", pa.float64()),
+        ("mem_clock_mhz", pa.float64()),
+        ("power_w", pa.float64()),
+        ("temp_c", pa.float64()),
+        ("reasons", pa.string()),  # active clock event reasons, NVML's bitmask in hex
+        ("ecc_corrected", pa.float64()),  # volatile totals
+        ("ecc_uncorrected", pa.float64()),
+    ],
+    metadata={"cluster_accept_schema": "burn", "version": SCHEMA_VERSION},
+)
+
 ISOLATION = pa.schema(
     [
         ("run_id", pa.string()),
@@ -175,6 +196,7 @@ TABLES: dict[str, pa.Schema] = {
     "scaling": SCALING,
     "training_scaling": TRAINING_SCALING,
     "verdicts": VERDICTS,
+    "burn": BURN,
 }
 
 

@@ -20,6 +20,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
 from cluster_accept.analysis.schemas import (
+    BURN,
     CHECKS,
     ISOLATION,
     MEASUREMENTS,
@@ -46,10 +47,12 @@ from cluster_accept.tasks.stage import discover as discover_stages
 
 STAGE_LIST: list[Stage] = discover_stages()
 STAGES = tuple(s.name for s in STAGE_LIST)
-# Suites for scheduled checks: light is minutes (its stages with short probes), full is every stage.
+# Suites for scheduled checks: light is minutes (its stages with short probes and a short burn), full is every
+# stage, burn is preflight and the burn (idle nodes burned in, DCGM's diagnostics run).
 SUITES: dict[str, tuple[tuple[str, ...], bool]] = {
     "light": (tuple(s.name for s in STAGE_LIST if "light" in s.suites), True),
     "full": (tuple(s.name for s in STAGE_LIST if "full" in s.suites), False),
+    "burn": (tuple(s.name for s in STAGE_LIST if "burn" in s.suites), False),
 }
 # The tables each part of a run fills, and where they come from in the run's state.
 TABLES = {
@@ -59,6 +62,7 @@ TABLES = {
     "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
     "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
     "training_scaling": (TRAINING_SCALING, lambda state: state.tables.get("training_scaling", [])),
+    "burn": (BURN, lambda state: state.tables.get("burn", [])),
 }
 __all__ = [
     "ResumeError",

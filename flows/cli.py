@@ -216,7 +216,10 @@ def _print_outcome(outcome: RunOutcome) -> None:
             out.print(visible(f"slurm: {action.command}: {said}"), highlight=False, markup=False, soft_wrap=True)
 
 
-SUITE_HELP = "light (preflight and short probes) or full (every stage), instead of --stages"
+SUITE_HELP = (
+    "light (preflight, short probes, a short burn), full (every stage) or burn (preflight and the burn-in), "
+    "instead of --stages"
+)
 
 
 def _operations(drain: bool, resume_passing: bool, apply: bool, scontrol: str, prometheus: Path | None) -> Operations:
@@ -235,7 +238,7 @@ def run(
     out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
     nodes: Annotated[str | None, typer.Option("--nodes", help="test only these nodes (hostlist)")] = None,
     stages: Annotated[
-        str | None, typer.Option("--stages", help="comma-separated: preflight,single-node,multi-node")
+        str | None, typer.Option("--stages", help="comma-separated: preflight,single-node,burn,multi-node")
     ] = None,
     suite: Annotated[str | None, typer.Option("--suite", help=SUITE_HELP)] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
@@ -269,7 +272,7 @@ def run(
 def serve(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
     cron: Annotated[str, typer.Option("--cron", help='schedule, e.g. "0 */6 * * *"')],
-    suite: Annotated[str, typer.Option("--suite", help="light or full")] = "light",
+    suite: Annotated[str, typer.Option("--suite", help="light, full or burn")] = "light",
     out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
     name: Annotated[str | None, typer.Option("--name", help="deployment name (default CLUSTER-SUITE)")] = None,
     history: Annotated[str | None, typer.Option("--history", help="history dataset directory")] = None,

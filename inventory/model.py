@@ -13,6 +13,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
+from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.probe_settings import (  # noqa: F401 - part of the profile model
     COLLECTIVE_METRICS,
     ExpectedTransport,
@@ -254,6 +255,7 @@ class Profile(_Strict):
     )
     probes: ProbeSettings = ProbeSettings()
     training: TrainingSettings = TrainingSettings()
+    burn: BurnSettings = BurnSettings()
     thresholds: Thresholds = Thresholds()
 
     @model_validator(mode="after")

@@ -14,7 +14,9 @@ A probe is one module in ``probes/`` (controller side) that defines:
 - optionally ``inspect(output, profile) -> [CheckRow]``: per-node rows read off the output (the transport
   NCCL used, a skip);
 - optionally ``report(view) -> ReportSection | None``: its chart and table in the report's measurements;
-- optionally ``ORDER`` (its place in the report) and ``STAGE`` (default ``single-node``).
+- optionally ``compare(outputs, profiles) -> [(node, CheckRow)]``: pure, over every node's output, for what is
+  judged across nodes without being a figure (the silent-data-corruption digests);
+- optionally ``ORDER`` (its place in the report) and ``STAGE`` (default ``single-node``; ``burn``).
 
 Adding a probe is adding a module (and its node-side script under ``probes/node/`` when it needs a new
 one): :func:`discover` finds it by walking the package, as checks are found. Third-party probes can be
@@ -49,12 +51,18 @@ class NodeScript:
 
     ``command(node, quick)`` is the line run in the node's probe directory (``$CA_PROBE_DIR``), or None when
     this run is not for the node's profile (the nccl-tests variant runs only where a profile names it).
-    ``owner`` is the check whose rows report the run itself failing (a timeout, a crash), once per run."""
+    ``owner`` is the check whose rows report the run itself failing (a timeout, a crash), once per run;
+    ``timeout_s(node, quick)`` its node-side limit when it is not the profile's ``probes.timeout_s``."""
 
     name: str
     files: tuple[str, ...]
     owner: str
     command: Callable[[Node, bool], str | None]
+    timeout_s: Callable[[Node, bool], float] | None = None  # default: the profile's probes.timeout_s
+
+    def timeout_for(self, node: Node, quick: bool) -> float:
+        """How long the run may take on ``node``: a burn lasts its minutes plus the usual margin."""
+        return self.timeout_s(node, quick) if self.timeout_s else node.profile.probes.timeout_s
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class Probe:
     parse: Callable[[str], ProbeOutput]
     evaluate: Callable[[pd.DataFrame, Mapping[str, Profile]], list[tuple[str, CheckRow]]]
     inspect: Callable[[ProbeOutput, Profile], list[CheckRow]] | None
+    compare: Callable[[Mapping[str, ProbeOutput], Mapping[str, Profile]], list[tuple[str, CheckRow]]] | None
     report: Callable[[Any], Any] | None
     module: ModuleType
 
@@ -98,6 +107,7 @@ def _as_probe(module: ModuleType) -> Probe | None:
         parse=module.parse,
         evaluate=module.evaluate,
         inspect=getattr(module, "inspect", None),
+        compare=getattr(module, "compare", None),
         report=getattr(module, "report", None),
         module=module,
     )

@@ -89,7 +89,7 @@ OTHER_REASONS = {
 }
 
 
-def _busy_rows(output: ProbeOutput) -> list[CheckRow]:
+def busy_rows(output: ProbeOutput) -> list[CheckRow]:
     rows = []
     for info in output.info:
         if info.get("info") != "foreign_process" or not isinstance(info.get("gpu"), int):
@@ -123,7 +123,7 @@ def _clock_rows(output: ProbeOutput) -> list[CheckRow]:
 
 def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     """Other processes seen on the GPUs during the bench, and GPUs clocked well below their neighbours."""
-    return _busy_rows(output) + _clock_rows(output)
+    return busy_rows(output) + _clock_rows(output)
 
 
 def report(view: ReportView) -> ReportSection | None:

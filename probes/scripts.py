@@ -104,7 +104,49 @@ def nccl_tests_command(node: Node, quick: bool = False) -> str | None:
     return f"{_gpus_or_skip(node)}exec {run} -b 1M -e {top} -f 4 -g $n 2>&1"
 
 
+def burn_command(node: Node, quick: bool = False) -> str | None:
+    """The burn on every GPU of the node at once for the suite's minutes, then the silent-data-corruption
+    check; None where the profile asks for neither."""
+    burn = node.profile.burn
+    seconds = burn.seconds(quick)
+    if seconds <= 0 and not burn.sdc:
+        return None
+    python = shlex.quote(node.profile.probes.python)
+    return (
+        f'cd "$CA_PROBE_DIR" && exec {_prefix(node)}{job_env(node)}{python} burn.py '
+        f"--device {node.profile.probes.device} --seconds {seconds:g} --sample-s {burn.sample_interval_s:g} "
+        f"--sdc-repeats {burn.sdc_repeats if burn.sdc else 0}"
+    )
+
+
+def burn_timeout_s(node: Node, quick: bool) -> float:
+    return node.profile.burn.seconds(quick) + node.profile.probes.timeout_s
+
+
+# What ``dcgmi diag`` prints when the node has no DCGM: a skip, with the reason, never a silent pass.
+DCGM_MISSING = '{"info": "skip", "reason": "dcgmi is not installed on this node (no DCGM diagnostics)"}'
+
+
+def dcgm_command(node: Node, quick: bool = False) -> str | None:
+    """``dcgmi diag -r LEVEL -j`` where the node has dcgmi (inside the operator's container when it runs one);
+    a skip line where it has not. Its exit status is kept: dcgmi exits non-zero when a test fails."""
+    level = node.profile.burn.dcgm(quick)
+    if level is None:
+        return None
+    prefix = _prefix(node)
+    return (
+        f"if ! {prefix}sh -c 'command -v dcgmi' >/dev/null 2>&1; then echo {shlex.quote(DCGM_MISSING)}; exit 0; fi; "
+        f"{prefix}{job_env(node)}dcgmi diag -r {level} -j 2>&1"
+    )
+
+
+def dcgm_timeout_s(node: Node, quick: bool) -> float:
+    return node.profile.burn.dcgm_timeout_s
+
+
 GPU_BENCH = NodeScript("gpu_bench", ("gpu_bench.py",), "gemm", gpu_bench_command)
+BURN = NodeScript("burn", ("burn.py", "gpu_bench.py"), "burn", burn_command, burn_timeout_s)
+DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s)
 # The torch sweep and the nccl-tests variant never run on the same node (a profile picks one): one name, so a
 # run's results and checkpoints read the same whichever ran.
 ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_command)

@@ -160,7 +160,7 @@ class PreflightStage:
 
     name = NAME
     order = 10
-    suites = frozenset({"light", "full"})
+    suites = frozenset({"light", "full", "burn"})
     tables = ("checks", "node_values")
 
     def run(self, state: RunState) -> None:

@@ -10,7 +10,7 @@ are judged against the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from cluster_accept.analysis.regressions import figure_regressions
 from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
@@ -62,9 +62,8 @@ def probes_of_stage() -> list[Probe]:
 def probe_commands(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> list[RemoteCommand]:
     """The node-side runs for ``node``, each once. ``command_prefix`` is the operator's own."""
     chosen = probes_of_stage() if probes is None else probes
-    timeout_s = node.profile.probes.timeout_s
     return [
-        RemoteCommand(script.name, script.command(node, quick) or "", timeout_s=timeout_s)
+        RemoteCommand(script.name, script.command(node, quick) or "", timeout_s=script.timeout_for(node, quick))
         for script in scripts_for(node, chosen, quick)
     ]
 
@@ -93,32 +92,39 @@ def single_node_probes(
 ) -> NodeProbes:
     outcome = run_probes_on_node(node, quick, probes)
     if checkpoints is not None:
-        data = {
-            "node": outcome.node,
-            "status": outcome.status.value,
-            "detail": outcome.detail,
-            "cause": outcome.cause,
-            "commands": commands_to_data(outcome.commands),
-        }
-        checkpoints.save_node(NAME, node.name, data)
+        save_outcome(checkpoints, NAME, outcome)
     return outcome
 
 
-def saved_probes(checkpoints: Checkpoints) -> dict[str, NodeProbes]:
+def save_outcome(checkpoints: Checkpoints, stage: str, outcome: NodeProbes) -> None:
+    """A node's raw runs on disk as soon as they are back: a resumed run parses them again, never reruns them."""
+    data = {
+        "node": outcome.node,
+        "status": outcome.status.value,
+        "detail": outcome.detail,
+        "cause": outcome.cause,
+        "commands": commands_to_data(outcome.commands),
+    }
+    checkpoints.save_node(stage, outcome.node, data)
+
+
+def saved_probes(checkpoints: Checkpoints, stage: str = NAME) -> dict[str, NodeProbes]:
     """Nodes whose probes finished before the run was interrupted (raw outputs; parsing is redone)."""
     saved = {}
-    for name, data in checkpoints.load_nodes(NAME).items():
+    for name, data in checkpoints.load_nodes(stage).items():
         commands = commands_from_data(data["commands"])
         saved[name] = NodeProbes(name, NodeStatus(data["status"]), data["detail"], data["cause"], commands)
     return saved
 
 
-def run_rows(node: Node, script: NodeScript, result: CommandResult, output: ProbeOutput) -> list[CheckRow]:
+def run_rows(
+    node: Node, script: NodeScript, result: CommandResult, output: ProbeOutput, quick: bool = False
+) -> list[CheckRow]:
     """What the run itself says, under the check that owns it: killed at its timeout, errors it reported,
     or an exit status other than 0."""
     check = script.owner
     if result.timed_out:
-        expected = f"done within {node.profile.probes.timeout_s:g} s"
+        expected = f"done within {script.timeout_for(node, quick):g} s"
         said = "killed on the node with its whole process group"
         return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
     rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
@@ -150,17 +156,18 @@ def _raw(result: CommandResult) -> str:
 class _Judged:
     rows: list[NodeRow] = field(default_factory=list)
     measurements: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, dict[str, ProbeOutput]] = field(default_factory=dict)  # probe -> node -> its output
 
 
 def _evaluate_node(
-    run_id: str, inventory: Inventory, outcome: NodeProbes, probes: Sequence[Probe], quick: bool
+    run_id: str, inventory: Inventory, outcome: NodeProbes, probes: Sequence[Probe], quick: bool, stage: str = NAME
 ) -> _Judged:
-    """One node's rows read off its runs, and its figures as measurement rows."""
+    """One node's rows read off its runs, its figures as measurement rows, and each probe's output."""
     node = inventory.node(outcome.node)
     judged = _Judged()
     session = _node_session_row(outcome)
     if session is not None:
-        judged.rows.append(node_row(run_id, inventory.cluster, NAME, node.name, *session))
+        judged.rows.append(node_row(run_id, inventory.cluster, stage, node.name, *session))
         if outcome.status is not NodeStatus.UNREACHABLE:
             return judged
     # A node that went away mid-batch: the runs that completed before are judged, the others are not.
@@ -172,13 +179,14 @@ def _evaluate_node(
         sharing = [p for p in probes if p.script.name == script.name and p.command(node, quick) is not None]
         outputs = [(probe, probe.parse(result.stdout)) for probe in sharing]
         command, raw = script.command(node, quick) or "", _raw(result)
-        rows = run_rows(node, script, result, outputs[0][1])  # the run's errors, once: each output carries them
+        rows = run_rows(node, script, result, outputs[0][1], quick)  # the run's errors, once: each output carries them
         for probe, output in outputs:
             rows += probe.inspect(output, node.profile) if probe.inspect else []
+            judged.outputs.setdefault(probe.name, {})[node.name] = output
             for record in output.measurements:
-                figure = measurement_row(run_id, inventory.cluster, NAME, node.name, node.profile_name, record)
+                figure = measurement_row(run_id, inventory.cluster, stage, node.name, node.profile_name, record)
                 judged.measurements.append({**figure, "transport": record.get("transport")})
-        judged.rows += [node_row(run_id, inventory.cluster, NAME, node.name, r, raw, command) for r in rows]
+        judged.rows += [node_row(run_id, inventory.cluster, stage, node.name, r, raw, command) for r in rows]
     return judged
 
 
@@ -188,26 +196,48 @@ def evaluate_single_node(
     outcomes: list[NodeProbes],
     quick: bool = False,
     probes: Sequence[Probe] | None = None,
+    stage: str = NAME,
+    keep: Callable[[str, ProbeOutput], None] | None = None,
 ) -> tuple[list[NodeRow], list[dict[str, Any]]]:
     """(check rows, measurement rows) for the stage: each node's own rows, then each probe's judgement over
-    the whole cluster's figures."""
+    the whole cluster's figures (and its comparison of their outputs). ``keep(node, output)`` sees each node's
+    output of the stage's first probe (the burn's time series go to their own table)."""
     chosen = probes_of_stage() if probes is None else probes
     judged = _Judged()
     for outcome in outcomes:
-        node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick)
+        node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick, stage)
         judged.rows += node_part.rows
         judged.measurements += node_part.measurements
+        for probe_name, by_node in node_part.outputs.items():
+            judged.outputs.setdefault(probe_name, {}).update(by_node)
+    if keep is not None and chosen:
+        for node_name, output in judged.outputs.get(chosen[0].name, {}).items():
+            keep(node_name, output)
     frame = pd.DataFrame(judged.measurements)
     profiles = {n.name: n.profile for n in inventory.nodes}
     for probe in chosen:
-        if frame.empty:
-            break
-        ran = [n.name for n in inventory.tested if probe.command(n, quick) is not None]
-        mine = frame[frame["metric"].isin(list(probe.metrics)) & frame["node"].isin(ran)]
-        for node_name, row in probe.evaluate(mine, profiles) if not mine.empty else []:
+        found = _cluster_rows(probe, frame, judged.outputs.get(probe.name, {}), inventory, quick, profiles)
+        for node_name, row in found:
             command = probe.command(inventory.node(node_name), quick) or ""
-            judged.rows.append(node_row(run_id, inventory.cluster, NAME, node_name, row, "", command))
+            judged.rows.append(node_row(run_id, inventory.cluster, stage, node_name, row, "", command))
     return judged.rows, judged.measurements
+
+
+def _cluster_rows(
+    probe: Probe,
+    frame: pd.DataFrame,
+    outputs: Mapping[str, ProbeOutput],
+    inventory: Inventory,
+    quick: bool,
+    profiles: Mapping[str, Profile],
+) -> list[tuple[str, CheckRow]]:
+    """A probe's judgement across nodes: its figures against the cluster's, and its outputs compared."""
+    found = list(probe.compare(outputs, profiles)) if probe.compare is not None and outputs else []
+    if frame.empty:
+        return found
+    ran = [n.name for n in inventory.tested if probe.command(n, quick) is not None]
+    mine = frame[frame["metric"].isin(list(probe.metrics)) & frame["node"].isin(ran)]
+    return found + (probe.evaluate(mine, profiles) if not mine.empty else [])
 
 
 def confirm_stragglers(

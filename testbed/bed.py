@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from cluster_accept.testbed import claim, net, sshd, subnets
+from cluster_accept.testbed.burn_faults import NoDcgm, SdcFlip
 from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
 from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
 from cluster_accept.testbed.ibsys import write_ib_sysfs
 from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
 from cluster_accept.testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
+from cluster_accept.testbed.sdcflip import write_sitecustomize
 from cluster_accept.testbed.standins import write_standins
 
 STATE_VERSION = 1
@@ -163,6 +165,11 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
     if tb.rails:
         write_ib_sysfs(tb.sysfs_dir(node), tb.rails, faults)
         env["CLUSTER_ACCEPT_SYSFS"] = str(tb.sysfs_dir(node))
+    for fault in faults:
+        if isinstance(fault, SdcFlip):
+            env["PYTHONPATH"] = str(write_sitecustomize(ndir / "sdc", fault.gpu).parent)
+        if isinstance(fault, NoDcgm):
+            (tb.bin_dir(node) / "dcgmi").unlink(missing_ok=True)
     config = sshd.sshd_config(ndir, tb.nodes[node], served, ndir / "authorized_keys", env)
     (ndir / "sshd_config").write_text(config)
     (ndir / "start.sh").write_text(sshd.start_script(ndir, tb.data_dir(node)))

@@ -12,24 +12,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, cast, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
+from cluster_accept.testbed.burn_faults import DcgmFail, NoDcgm, SdcFlip, Throttle
+from cluster_accept.testbed.fault_base import _Fault
+
 GpuIndex = Annotated[StrictInt, Field(ge=0, le=63)]
 LinkIndex = Annotated[StrictInt, Field(ge=0, le=63)]
 Count = Annotated[StrictInt, Field(ge=0)]
-
-
-class _Fault(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: str
-
-    def as_yaml(self) -> Any:
-        """The plan-file form of this fault (bare kind when it has no parameters)."""
-        params = self.model_dump(exclude={"kind"}, exclude_defaults=True)
-        return self.kind if not params else {self.kind: params}
 
 
 class Down(_Fault):
@@ -238,19 +231,16 @@ Fault = (
     | OldDriver
     | SlowRail
     | IbCounter
+    | Throttle
+    | SdcFlip
+    | DcgmFail
+    | NoDcgm
 )
 
 # How a fault may be written: a model, a bare kind, or a one-key mapping kind -> parameters.
 FaultSpec = Fault | str | dict[str, Any]
 
-KINDS: dict[str, type[_Fault]] = {
-    cls.model_fields["kind"].default: cls
-    for cls in (
-        Down, Off, HostKeyChanged, AuthRefused, Slow, NvidiaSmiFail, NvidiaSmiHang, Garbage, Truncated,
-        DriverVersion, GpuMissing, PersistenceDisabled, NvlinkInactive, NvlinkErrors, PcieWidth, NcclEnv,
-        Xid, Replace, GpuField, OldDriver, SlowRail, IbCounter,
-    )
-}  # fmt: skip
+KINDS: dict[str, type[_Fault]] = {cls.model_fields["kind"].default: cls for cls in get_args(Fault)}
 
 
 class FaultPlanError(ValueError):

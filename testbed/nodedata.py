@@ -25,6 +25,7 @@ from cluster_accept.testbed.faults import (
     PcieWidth,
     PersistenceDisabled,
     Replace,
+    Throttle,
     Xid,
     _Fault,
 )
@@ -63,6 +64,7 @@ class NodeData:
     nccl_conf: dict[str, str] = field(default_factory=dict)
     dmesg: str = ""
     refused_fields: list[str] = field(default_factory=list)  # --query-gpu names the simulated driver refuses
+    under_load: dict[str, dict[str, str]] = field(default_factory=dict)  # GPU -> --query-gpu answers while loaded
 
 
 def _q_files(files: dict[str, str]) -> list[str]:
@@ -283,7 +285,24 @@ def build_node(
         raise FaultApplyError(f"{node}: {exc}") from exc
     data.modes = [k for k in MODE_KINDS if any(f.kind == k for f in faults)]
     data.refused_fields = sorted({name for f in faults if isinstance(f, OldDriver) for name in f.refuse})
+    data.under_load = loaded_answers(data, [f for f in faults if isinstance(f, Throttle)])
     return data
+
+
+def loaded_answers(data: NodeData, throttles: Sequence[Throttle]) -> dict[str, dict[str, str]]:
+    """What nvidia-smi answers while the GPUs are loaded: every GPU at its maximum SM clock with no reason
+    active (the captures are of idle GPUs), a throttled GPU at its fault's clock with its fault's reasons."""
+    maxima = data.table.values.get("clocks.max.sm", [])
+    loaded = {
+        str(gpu): {"clocks.current.sm": clock, "clocks_event_reasons.active": "0x0000000000000000"}
+        for gpu, clock in enumerate(maxima)
+    }
+    for fault in throttles:
+        loaded[str(fault.gpu)] = {
+            "clocks.current.sm": f"{fault.sm_clock_mhz} MHz",
+            "clocks_event_reasons.active": f"0x{int(fault.reasons, 16):016x}",
+        }
+    return loaded
 
 
 def write_node_data(data: NodeData, data_dir: Path, seed: str = "") -> None:
@@ -292,7 +311,12 @@ def write_node_data(data: NodeData, data_dir: Path, seed: str = "") -> None:
     for name, text in data.files.items():
         (data_dir / name).write_text(text, encoding="utf-8")
     (data_dir / "fields.json").write_text(json.dumps(data.table.to_json()), encoding="utf-8")
-    behavior = {"modes": data.modes, "seed": seed or data_dir.as_posix(), "refused_fields": data.refused_fields}
+    behavior = {
+        "modes": data.modes,
+        "seed": seed or data_dir.as_posix(),
+        "refused_fields": data.refused_fields,
+        "under_load": data.under_load,
+    }
     (data_dir / "behavior.json").write_text(json.dumps(behavior), encoding="utf-8")
     (data_dir / "dmesg.txt").write_text(data.dmesg, encoding="utf-8")
     (data_dir / "nccl.conf").write_text("".join(f"{k}={v}\n" for k, v in data.nccl_conf.items()), encoding="utf-8")

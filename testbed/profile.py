@@ -69,6 +69,8 @@ def base_profile(base: str, python: str = sys.executable, training: bool = False
     # The training probe's tiny CPU model takes seconds per node and per sweep step on these shared cores; a
     # test-bed trains only where asked (training=True), so that tests of other stages stay fast.
     profile["training"] = {"enabled": training}
+    # The burn loads every simulated node's cores for minutes: a test-bed burns only where a test asks for it.
+    profile["burn"] = {"minutes": 0, "light_minutes": 0, "sdc": False}
     return profile
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from cluster_accept.analysis import coverage
 from cluster_accept.analysis.scaling import ScalingPoint, judge_steps
 from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.model import (
     ExpectedTransport,
     GpuSpec,
@@ -40,10 +41,15 @@ NOT_EXPECTATIONS = {
     "thresholds.relative_verdict",
     "base",  # resolved into the profile's own keys when loaded (auto: in preflight, with a profile:auto row)
     "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile
+    "burn.sample_interval_s",
+    "burn.sdc_repeats",
+    "burn.dcgm_timeout_s",
 }
 # Where the coverage table names an expectation differently from the model's path.
 ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node", "training.enabled": "training"}
 ALIASES["probes.expected_transport.inter_node"] = "expected_transport.inter_node"
+# the burn's length in the light suite and its limits are judged by the same per-GPU burn rows
+ALIASES |= {f"burn.{k}": "burn.minutes" for k in ("light_minutes", "throughput_drop_max_pct", "clock_drop_max_pct")}
 
 
 def _leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -235,3 +241,19 @@ def test_each_listed_collective_and_the_pair_matrix_need_their_rows() -> None:
     done = [_row("n1", "multi-node", "scaling", "2 nodes"), _row("n1", "multi-node", "collectives", "all_to_all_inter")]
     done.append(_row("n1", "multi-node", "rails", "rail0"))
     assert coverage.missing("multi-node", tested, done) == []
+
+
+def test_the_burn_needs_a_row_per_node_and_its_digests_and_dcgm_theirs() -> None:
+    profile = PROFILE.model_copy(update={"burn": BurnSettings(dcgm_level=2)})
+    rows = [
+        _row("n1", "burn", "burn", "gpu0"),
+        _row("n1", "burn", "sdc", "gpu0"),
+        _row("n1", "burn", "dcgm", "Memory"),
+        NodeRow("r", "c", "burn", "n2", "burn", "burn", Status.TIMEOUT, "probe_timeout"),  # killed: no digest came
+        _row("n3", "burn", "burn", "gpu0"),
+    ]
+    tested = {"n1": profile, "n2": profile, "n3": profile}
+    gaps = [(node, e.name) for node, e in coverage.missing("burn", tested, rows)]
+    assert gaps == [("n2", "burn.dcgm_level"), ("n3", "burn.sdc"), ("n3", "burn.dcgm_level")]
+    off = PROFILE.model_copy(update={"burn": BurnSettings(minutes=0, light_minutes=0, sdc=False)})
+    assert coverage.missing("burn", {"n4": off}, []) == []

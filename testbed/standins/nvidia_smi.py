@@ -113,9 +113,12 @@ class Node:
     ``clocks_throttle_reasons.active``, so the names are refused as asked, not after alias resolution.
     """
 
-    def __init__(self, data_dir: Path, refused: list[str] | None = None):
+    def __init__(
+        self, data_dir: Path, refused: list[str] | None = None, loaded: dict[str, dict[str, str]] | None = None
+    ):
         self.dir = data_dir
         self.refused = set(refused or ())
+        self.loaded = loaded or {}  # GPU -> field answers while loaded (``behavior.json``'s ``under_load``)
         table = json.loads((data_dir / "fields.json").read_text(encoding="utf-8"))
         self.order: list[str] = table["order"]
         self.headers: dict[str, str] = table["headers"]
@@ -135,7 +138,7 @@ class Node:
     def value(self, name: str, gpu: int) -> str:
         if name == "timestamp":
             return datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
-        return self.values[name][gpu]
+        return self.loaded.get(str(gpu), {}).get(name, self.values[name][gpu])
 
     def select(self, spec: str | None) -> list[int]:
         """``-i`` (index, UUID or PCI bus id; comma-separated) -> GPU indices, in the node's order."""
@@ -327,6 +330,14 @@ def _garbage(seed: str) -> str:
     return "".join("".join(rng.choice(chars) for _ in range(rng.randint(0, 90))) + "\n" for _ in range(24))
 
 
+def called_by_burn() -> bool:
+    """Whether the GPUs are under load: the caller is the burn probe, sampling while its workers load them."""
+    try:
+        return b"burn.py" in Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None, data_dir: str | Path | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     folder = Path(data_dir or os.environ.get("CLUSTER_ACCEPT_TESTBED_DATA", "."))
@@ -338,7 +349,8 @@ def main(argv: list[str] | None = None, data_dir: str | Path | None = None) -> i
         sys.stdout.write(DRIVER_FAILED)
         return 9
     try:
-        text, code = answer(Node(folder, behavior.get("refused_fields")), parse_args(argv)), 0
+        loaded = behavior.get("under_load") if called_by_burn() else None
+        text, code = answer(Node(folder, behavior.get("refused_fields"), loaded), parse_args(argv)), 0
     except Exit as stop:
         text, code = stop.text, stop.code
     if "garbage" in modes:

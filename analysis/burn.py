@@ -1,0 +1,238 @@
+"""The burn-in judged: each GPU's throughput and clocks over minutes of sustained load, its ECC counters and the
+XIDs the driver logged meanwhile. Pure functions over the run's time series (data frames).
+
+A one-minute benchmark sees a cold GPU. Under minutes of load a GPU with a failing fan, a clogged heat sink or a
+weak power supply heats, and the driver lowers its clocks with a thermal or power reason: its throughput falls
+from its first minute while its neighbours keep theirs. Each GPU is judged against its own first part and its
+node's other GPUs over the same time, so a node whose GPUs all throttle (its cooling) is named as well as one
+GPU among healthy ones.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from cluster_accept.inventory.burn_settings import BurnSettings
+
+# NVML clock event reasons that mean heat or power, not the application: SW power cap, HW slowdown, SW thermal
+# slowdown, HW thermal slowdown, HW power brake.
+THERMAL_OR_POWER = {
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake",
+}
+PART_MAX_S = 60.0  # the first and last parts compared: a minute each, a quarter of a shorter burn
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)")
+
+
+@dataclass(frozen=True)
+class GpuBurn:
+    """One GPU's burn summarised: throughput in the first and last parts, clocks, and what was active."""
+
+    gpu: int
+    first: float | None  # median throughput in the first part
+    last: float | None  # … and in the last part
+    unit: str
+    first_clock_mhz: float | None
+    late_clock_mhz: float | None  # median SM clock after the first part
+    reasons_seen: int  # thermal/power reason bits active in the late samples where the clock was low
+    reason_samples: int  # late samples with such a bit active
+    late_samples: int
+    temp_max_c: float | None
+    power_median_w: float | None
+    ecc_corrected_grew: float
+    ecc_uncorrected_grew: float
+
+    @property
+    def drop_pct(self) -> float | None:
+        if not self.first or self.last is None:
+            return None
+        return 100.0 * (1.0 - self.last / self.first)
+
+
+def part_s(duration_s: float) -> float:
+    return min(PART_MAX_S, duration_s / 4)
+
+
+def reason_names(bits: int) -> str:
+    return ", ".join(name for bit, name in THERMAL_OR_POWER.items() if bits & bit) or "none"
+
+
+def _median(values: Iterable[float]) -> float | None:
+    kept = [float(v) for v in values if v is not None and v == v]
+    return statistics.median(kept) if kept else None
+
+
+def _bits(text: object) -> int:
+    try:
+        return int(str(text), 16)
+    except ValueError:
+        return 0
+
+
+def _grew(samples: pd.DataFrame, column: str) -> float:
+    values = [v for v in samples[column] if v is not None and v == v] if column in samples else []
+    return max(0.0, float(values[-1]) - float(values[0])) if len(values) >= 2 else 0.0
+
+
+def summarise(windows: pd.DataFrame, samples: pd.DataFrame, duration_s: float, unit: str) -> list[GpuBurn]:
+    """Per GPU: ``windows`` (gpu, t_s, value: throughput per window) and ``samples`` (gpu, t_s, sm_clock_mhz,
+    power_w, temp_c, reasons, ecc_corrected, ecc_uncorrected) from one node's burn of ``duration_s``."""
+    part = part_s(duration_s)
+    gpus = sorted(set(windows.get("gpu", pd.Series(dtype=int))) | set(samples.get("gpu", pd.Series(dtype=int))))
+    late_clocks = {}
+    for gpu in gpus:
+        mine = samples[samples.gpu == gpu] if not samples.empty else samples
+        late_clocks[gpu] = _median(mine[mine.t_s > part].sm_clock_mhz) if not mine.empty else None
+    out = []
+    for gpu in gpus:
+        w = windows[windows.gpu == gpu] if not windows.empty else windows
+        s = samples[samples.gpu == gpu].sort_values("t_s") if not samples.empty else samples
+        first = _median(w[w.t_s <= part].value) if not w.empty else None
+        last = _median(w[w.t_s > duration_s - part].value) if not w.empty else None
+        late = s[s.t_s > part] if not s.empty else s
+        reference = _reference_clock(s, part, late_clocks, gpu)
+        low = late[late.sm_clock_mhz < reference] if reference is not None and not late.empty else late.iloc[0:0]
+        bits = [_bits(r) & sum(THERMAL_OR_POWER) for r in (low.reasons if not low.empty else [])]
+        reasons_seen = 0
+        for b in bits:
+            reasons_seen |= b
+        out.append(
+            GpuBurn(
+                gpu=int(gpu),
+                first=first,
+                last=last,
+                unit=unit,
+                first_clock_mhz=_median(s[s.t_s <= part].sm_clock_mhz) if not s.empty else None,
+                late_clock_mhz=late_clocks[gpu],
+                reasons_seen=reasons_seen,
+                reason_samples=sum(1 for b in bits if b),
+                late_samples=len(late),
+                temp_max_c=max((float(t) for t in s.temp_c if t == t and t is not None), default=None)
+                if not s.empty
+                else None,
+                power_median_w=_median(s.power_w) if not s.empty else None,
+                ecc_corrected_grew=_grew(s, "ecc_corrected") if not s.empty else 0.0,
+                ecc_uncorrected_grew=_grew(s, "ecc_uncorrected") if not s.empty else 0.0,
+            )
+        )
+    return out
+
+
+def _reference_clock(
+    samples: pd.DataFrame, part: float, late_clocks: dict[int, float | None], gpu: int
+) -> float | None:
+    """The clock a healthy GPU keeps: the higher of its own first part's and its node's other GPUs' late median
+    (a GPU throttled from the start has no good first part; a node throttled as a whole has no good peers)."""
+    own = _median(samples[samples.t_s <= part].sm_clock_mhz) if not samples.empty else None
+    peers = _median(c for g, c in late_clocks.items() if g != gpu and c is not None)
+    known = [c for c in (own, peers) if c is not None]
+    return max(known) if known else None
+
+
+def clock_fell(burn: GpuBurn, peers: list[GpuBurn], max_drop_pct: float) -> tuple[bool, float | None]:
+    """(fell, the clock expected at least) for ``burn`` against its first part and its ``peers``' late clocks."""
+    others = _median(p.late_clock_mhz for p in peers if p.gpu != burn.gpu and p.late_clock_mhz is not None)
+    known = [c for c in (burn.first_clock_mhz, others) if c is not None]
+    if burn.late_clock_mhz is None or not known:
+        return False, None
+    floor = max(known) * (1 - max_drop_pct / 100)
+    return burn.late_clock_mhz < floor, floor
+
+
+@dataclass(frozen=True)
+class BurnFinding:
+    """One judged GPU: ``reason`` (``sustained``, ``throughput_dropped``, ``throttled``, ``clocks_fell``,
+    ``ecc_uncorrected_grew``, ``ecc_corrected_grew``, ``no_windows``), the measured value and what was expected."""
+
+    gpu: int
+    reason: str
+    observed: str
+    expected: str
+    detail: str
+
+
+def judge(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
+    """Every GPU's findings; a GPU with none gets its ``sustained`` row, the figures it held."""
+    out: list[BurnFinding] = []
+    for burn in burns:
+        if burn.first is None or burn.last is None:
+            out.append(BurnFinding(burn.gpu, "no_windows", "no throughput reported", "throughput per window", ""))
+            continue
+        found = _findings(burn, burns, settings)
+        if not found:
+            drop = burn.drop_pct
+            said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit}" + (f" ({-drop:+.1f} %)" if drop else "")
+            found = [
+                BurnFinding(
+                    burn.gpu, "sustained", said, f"≤ {settings.throughput_drop_max_pct:g} % drop", _conditions(burn)
+                )
+            ]
+        out += found
+    return out
+
+
+def _findings(burn: GpuBurn, burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
+    found = []
+    drop = burn.drop_pct
+    if drop is not None and drop > settings.throughput_drop_max_pct:
+        said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit} (-{drop:.1f} %)"
+        found.append(
+            BurnFinding(
+                burn.gpu,
+                "throughput_dropped",
+                said,
+                f"≤ {settings.throughput_drop_max_pct:g} % drop",
+                _conditions(burn),
+            )
+        )
+    fell, floor = clock_fell(burn, burns, settings.clock_drop_max_pct)
+    if fell and floor is not None:
+        why = (
+            f"{reason_names(burn.reasons_seen)} active in {burn.reason_samples} of {burn.late_samples} samples"
+            if burn.reasons_seen
+            else "no thermal or power reason active: application clocks, or another process"
+        )
+        said = f"{_fmt(burn.late_clock_mhz)} MHz under load ({why})"
+        expected = f"≥ {floor:.0f} MHz (first part or the node's other GPUs, - {settings.clock_drop_max_pct:g} %)"
+        reason = "throttled" if burn.reasons_seen else "clocks_fell"
+        found.append(BurnFinding(burn.gpu, reason, said, expected, _conditions(burn)))
+    if burn.ecc_uncorrected_grew:
+        said = f"+{burn.ecc_uncorrected_grew:g} uncorrected ECC errors during the burn"
+        found.append(
+            BurnFinding(burn.gpu, "ecc_uncorrected_grew", said, "no new uncorrected errors", _conditions(burn))
+        )
+    if burn.ecc_corrected_grew:
+        said = f"+{burn.ecc_corrected_grew:g} corrected ECC errors during the burn"
+        found.append(BurnFinding(burn.gpu, "ecc_corrected_grew", said, "no new corrected errors", _conditions(burn)))
+    return found
+
+
+def _fmt(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.4g}"
+
+
+def _conditions(burn: GpuBurn) -> str:
+    if burn.first_clock_mhz is None and burn.temp_max_c is None:
+        return "no nvidia-smi samples (a CPU node, or the sampler failed)"
+    return (
+        f"SM clock {_fmt(burn.first_clock_mhz)} MHz first, {_fmt(burn.late_clock_mhz)} MHz later; "
+        f"temperature max {_fmt(burn.temp_max_c)} C; power median {_fmt(burn.power_median_w)} W"
+    )
+
+
+def xid_codes(lines: Iterable[str]) -> list[tuple[int, str, str]]:
+    """(code, PCI address, line) of each NVRM Xid line logged during the burn."""
+    found = []
+    for line in lines:
+        match = _XID.search(line)
+        if match:
+            found.append((int(match.group("code")), match.group("pci").strip(), line.strip()))
+    return found

@@ -1,0 +1,70 @@
+"""A profile's ``burn`` block: the burn-in, the silent-data-corruption check and DCGM's diagnostics.
+
+A node that passes a one-minute benchmark can still fail a week into a job; the burn stage loads every GPU at
+once for minutes, watching clocks, throttle reasons, XIDs and ECC counters, then checks that every GPU computes
+bitwise the same product, and runs ``dcgmi diag`` where the node has DCGM. Strict like the rest of the profile:
+a setting that would leave the burn unjudgeable is refused when loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MIN_SAMPLES = 8  # fewer samples than this over a burn cannot tell its first part from its last
+
+
+class BurnSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    minutes: Annotated[float, Field(ge=0, le=1440)] = Field(
+        default=10.0, description="sustained load per node in acceptance (full) and in the burn suite; 0: none"
+    )
+    light_minutes: Annotated[float, Field(ge=0, le=1440)] = Field(
+        default=2.0, description="sustained load in the light suite (scheduled checks of idle nodes); 0: none"
+    )
+    sample_interval_s: Annotated[float, Field(ge=0.2, le=60)] = Field(
+        default=1.0, description="how often clocks, power, temperature, throttle reasons and ECC are sampled"
+    )
+    throughput_drop_max_pct: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=10.0, description="a GPU whose throughput in the burn's last part falls more below its first part fails"
+    )
+    clock_drop_max_pct: Annotated[float, Field(ge=0, le=100)] = Field(
+        default=10.0,
+        description="a GPU whose SM clock falls more than this under its first part or its node's other GPUs, "
+        "with a thermal or power reason active, fails",
+    )
+    sdc: bool = Field(default=True, description="check that every GPU computes bitwise the same product")
+    sdc_repeats: Annotated[int, Field(ge=1, le=100)] = 3
+    dcgm_level: Literal[1, 2, 3, 4] | None = Field(
+        default=None,
+        description="run `dcgmi diag -r LEVEL -j` where the node has DCGM (1 quick … 4 extended; the light suite "
+        "runs level 1); nodes without dcgmi get a skip row",
+    )
+    dcgm_timeout_s: Annotated[float, Field(gt=0, le=86400)] = Field(
+        default=3600.0, description="how long dcgmi diag may run on a node before it is killed"
+    )
+
+    def seconds(self, quick: bool) -> float:
+        """The burn's length in the light suite (``quick``) or otherwise."""
+        return 60.0 * (self.light_minutes if quick else self.minutes)
+
+    def dcgm(self, quick: bool) -> int | None:
+        """The DCGM level the suite runs: level 1 in the light suite, the profile's otherwise."""
+        return None if self.dcgm_level is None else (1 if quick else self.dcgm_level)
+
+    @property
+    def runs(self) -> bool:
+        """Whether the burn stage has anything to do on a node of this profile."""
+        return self.minutes > 0 or self.light_minutes > 0 or self.sdc or self.dcgm_level is not None
+
+    @model_validator(mode="after")
+    def _enough_samples(self) -> BurnSettings:
+        for key, minutes in (("minutes", self.minutes), ("light_minutes", self.light_minutes)):
+            if 0 < minutes * 60 < MIN_SAMPLES * self.sample_interval_s:
+                raise ValueError(
+                    f"burn.{key} {minutes:g} gives fewer than {MIN_SAMPLES} samples at sample_interval_s "
+                    f"{self.sample_interval_s:g}: burn longer or sample more often"
+                )
+        return self

@@ -1,0 +1,231 @@
+"""The burn-in: minutes of GEMM and memory load on every GPU of a node at once, clocks, power, temperature,
+throttle reasons and ECC sampled every second, the kernel log read for XIDs before and after.
+
+Fails a GPU whose clocks fall under load with a thermal or power reason active (``throttled``), whose sustained
+throughput in the burn's last part falls from its first by more than the profile allows (``throughput_dropped``:
+a GPU heating up, or a co-tenant that started half-way), that grows uncorrected ECC errors, or whose driver logs
+an XID meanwhile. Each GPU's median throughput over the burn is also judged against its peers across the cluster
+(a GPU at half its peers' speed under sustained load). The per-second series go to ``burn.parquet`` and a chart
+per node into the report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from cluster_accept.analysis import burn as judgement
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.gpu_processes import BUSY
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.xid import XIDS
+from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.base import cluster_judgement
+from cluster_accept.probes.gemm import busy_rows
+from cluster_accept.probes.scripts import BURN
+from cluster_accept.reports.burn import burn_section
+from cluster_accept.reports.figures import ReportSection, ReportView
+
+NAME = "burn"
+STAGE = "burn"
+ORDER = 60
+SCRIPT = BURN
+METRICS = {
+    "burn_tflops": MetricRule(NAME, None, True),
+    "burn_gflops": MetricRule(NAME, None, True),
+}
+REASONS = declare(
+    Reason("sustained", Status.PASS, "held its throughput and clocks through the burn", Action.NONE),
+    Reason(
+        "throughput_dropped",
+        Status.FAIL,
+        "its throughput in the burn's last part fell from its first part by more than the profile allows: a GPU "
+        "heating up (see clocks and reasons) or another process that started meanwhile",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "throttled",
+        Status.FAIL,
+        "its SM clock fell under sustained load with a thermal or power reason active: check the node's cooling "
+        "(fans, airflow, heat sink) and power; replace the GPU if it repeats",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "clocks_fell",
+        Status.WARN,
+        "its SM clock fell under sustained load without a thermal or power reason: application clocks or "
+        "another process",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "ecc_uncorrected_grew",
+        Status.FAIL,
+        "uncorrected ECC errors appeared during the burn: failing GPU memory",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "ecc_corrected_grew",
+        Status.WARN,
+        "corrected ECC errors appeared during the burn: watch it; replace the GPU if they keep growing",
+        Action.CHECK_NODE,
+    ),
+    Reason("xid", Status.FAIL, "the driver logged an XID during the burn (see the line)", Action.CHECK_NODE),
+    Reason(
+        "kernel_log_unreadable",
+        Status.SKIP,
+        "the kernel log could not be read on the node, so XIDs during the burn were not looked for",
+        Action.NONE,
+    ),
+    Reason(
+        "sampler_failed",
+        Status.ERROR,
+        "nvidia-smi could not be sampled during the burn, so clocks and throttle reasons were not judged",
+        Action.CHECK_NODE,
+    ),
+    Reason("not_in_suite", Status.SKIP, "this suite runs no burn (its minutes are 0 in the profile)", Action.NONE),
+    Reason("no_windows", Status.ERROR, "the burn reported no throughput for this GPU (see its errors)", Action.RERUN),
+    Reason(
+        "straggler", Status.FAIL, "far below its peers under sustained load: see clocks and power", Action.REPLACE_GPU
+    ),
+    Reason("probe_timeout", Status.TIMEOUT, "the burn hung and was killed with its process group", Action.CHECK_NODE),
+    Reason(
+        "probe_error",
+        Status.ERROR,
+        "the burn reported an error for a GPU: rerun; if it repeats, check it",
+        Action.RERUN,
+    ),
+    Reason("probe_failed", Status.ERROR, "the burn did not finish (see its output): rerun", Action.RERUN),
+)
+OTHER_REASONS = {"gpu": declare(BUSY)}
+_SAMPLE_COLUMNS = ["gpu", "t_s", "sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "reasons", "ecc_corrected",
+                   "ecc_uncorrected"]  # fmt: skip
+
+
+def run_info(output: ProbeOutput) -> dict[str, Any]:
+    return next((i for i in output.info if i.get("info") == "probe"), {})
+
+
+def series(output: ProbeOutput) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(windows, samples) of one node's burn: throughput per window and nvidia-smi's samples, per GPU."""
+    windows = pd.DataFrame([i for i in output.info if i.get("info") == "window"], columns=["gpu", "t_s", "value"])
+    samples = pd.DataFrame([i for i in output.info if i.get("info") == "sample"], columns=_SAMPLE_COLUMNS)
+    windows = windows[pd.to_numeric(windows.gpu, errors="coerce").notna()]
+    samples = samples[pd.to_numeric(samples.gpu, errors="coerce").notna()]
+    return windows.astype({"gpu": int}), samples.astype({"gpu": int})
+
+
+def unit_of(output: ProbeOutput) -> str:
+    return "TFLOP/s" if run_info(output).get("device", "cuda") == "cuda" else "GFLOP/s"
+
+
+def parse(stdout: str) -> ProbeOutput:
+    """The run's records, and per GPU its median throughput over the burn as a figure judged across the cluster."""
+    output = parse_json_lines(stdout)
+    windows, samples = series(output)
+    unit = unit_of(output)
+    metric = "burn_tflops" if unit == "TFLOP/s" else "burn_gflops"
+    for gpu in sorted(set(windows.gpu)):
+        mine = windows[windows.gpu == gpu]
+        conditions = {}
+        theirs = samples[samples.gpu == gpu]
+        if not theirs.empty:
+            conditions = {
+                "sm_clock_mhz": float(theirs.sm_clock_mhz.median()),
+                "power_w": float(theirs.power_w.median()),
+                "temp_c": float(theirs.temp_c.max()),
+            }
+        output.measurements.append(
+            {
+                "probe": NAME,
+                "metric": metric,
+                "value": round(float(mine.value.median()), 3),
+                "unit": unit,
+                "gpu": int(gpu),
+                "iterations": len(mine),
+                "conditions": conditions,
+            }
+        )
+    return output
+
+
+evaluate = cluster_judgement(METRICS)
+
+
+def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
+    """Each GPU's burn judged, XIDs logged meanwhile, other processes seen on the GPUs."""
+    info = run_info(output)
+    seconds = float(info.get("seconds") or 0)
+    if info and seconds <= 0:
+        return [
+            CheckRow(NAME, "burn", Status.SKIP, "not_in_suite", "0 minutes", None, "the silent-data check still ran")
+        ]
+    windows, samples = series(output)
+    rows = _judged_rows(windows, samples, seconds, unit_of(output), profile, info.get("gpus"))
+    rows += _log_rows(output, info.get("device") == "cuda")
+    return rows + busy_rows(output)
+
+
+def _judged_rows(
+    windows: pd.DataFrame, samples: pd.DataFrame, seconds: float, unit: str, profile: Profile, gpus: object
+) -> list[CheckRow]:
+    burns = judgement.summarise(windows, samples, seconds, unit)
+    rows = []
+    for finding in judgement.judge(burns, profile.burn):
+        status = REASONS[finding.reason].severity
+        rows.append(
+            CheckRow(
+                NAME,
+                f"gpu{finding.gpu}",
+                status,
+                finding.reason,
+                finding.observed,
+                finding.expected,
+                finding.detail,
+                finding.gpu,
+            )  # fmt: skip
+        )
+    have = {b.gpu for b in burns}
+    for gpu in range(int(gpus) if isinstance(gpus, int) else 0):
+        if gpu not in have:
+            rows.append(CheckRow(NAME, f"gpu{gpu}", Status.ERROR, "no_windows", None, "throughput per window", "", gpu))
+    return rows
+
+
+def _log_rows(output: ProbeOutput, cuda: bool) -> list[CheckRow]:
+    rows = []
+    for info in output.info:
+        kind = info.get("info")
+        if kind == "xid":
+            for code, pci, line in judgement.xid_codes([str(info.get("line", ""))]):
+                meaning = XIDS[code].meaning if code in XIDS else "see NVIDIA's XID catalog"
+                rows.append(
+                    CheckRow(NAME, f"xid {code} {pci}", Status.FAIL, "xid", f"Xid {code}: {meaning}", "no XID", line)
+                )
+        elif kind == "xid_unreadable":
+            rows.append(
+                CheckRow(NAME, "kernel_log", Status.SKIP, "kernel_log_unreadable", None, None, str(info.get("reason")))
+            )
+        elif kind == "sampler_failed" and cuda:
+            rows.append(CheckRow(NAME, "samples", Status.ERROR, "sampler_failed", None, None, str(info.get("reason"))))
+    return rows
+
+
+def time_series(node: str, output: ProbeOutput) -> list[dict[str, Any]]:
+    """The burn's per-second rows for ``burn.parquet``: one per GPU and second, throughput beside the sample."""
+    windows, samples = series(output)
+    unit = unit_of(output)
+    rows: list[dict[str, Any]] = []
+    for record in samples.to_dict("records"):
+        rows.append(
+            {"node": node, "kind": "sample", "unit": None, "value": None, **{str(k): v for k, v in record.items()}}
+        )
+    for record in windows.to_dict("records"):
+        rows.append({"node": node, "kind": "throughput", "unit": unit, **{str(k): v for k, v in record.items()}})
+    return rows
+
+
+def report(view: ReportView) -> ReportSection | None:
+    return burn_section(view, REASONS)

@@ -1,0 +1,97 @@
+"""Silent data corruption: the burn's closing product, compared bit for bit across every GPU of the cluster.
+
+The burn's node-side run ends with every GPU multiplying the same seeded inputs (TF32 off) a few times and
+printing digests of the product and of its sum. They are judged across nodes (:func:`compare`), GPUs grouped by
+platform (model, torch, CUDA): a GPU whose digest differs from the majority is named ``sdc:mismatch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from cluster_accept.analysis import sdc
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.scripts import BURN
+
+NAME = "sdc"
+STAGE = "burn"
+ORDER = 61
+SCRIPT = BURN
+METRICS: dict[str, MetricRule] = {}
+REASONS = declare(
+    Reason("same", Status.PASS, "computed the same bits as its peers", Action.NONE),
+    Reason(
+        "mismatch",
+        Status.FAIL,
+        "computed different bits from its peers for the same product: silent data corruption; take the GPU out "
+        "of service and replace it",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "unstable",
+        Status.FAIL,
+        "gave different bits for the same product on repeats: silent data corruption; replace the GPU",
+        Action.REPLACE_GPU,
+    ),
+    Reason(
+        "no_majority",
+        Status.ERROR,
+        "the GPUs of this platform split evenly between answers, so the wrong ones cannot be named: rerun on more "
+        "GPUs of the same model",
+        Action.RERUN,
+    ),
+    Reason(
+        "not_reported",
+        Status.ERROR,
+        "the burn run gave no digest for this GPU (see the burn's errors)",
+        Action.RERUN,
+    ),
+)
+
+
+def parse(stdout: str) -> ProbeOutput:
+    output = parse_json_lines(stdout)
+    return ProbeOutput(info=output.info, errors=output.errors)
+
+
+def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+    return []  # no figure: the digests are judged across nodes by :func:`compare`
+
+
+def digests(node: str, output: ProbeOutput) -> list[dict[str, object]]:
+    platform = next((str(i["platform"]) for i in output.info if i.get("info") == "sdc_platform"), "unknown")
+    rows = []
+    for info in output.info:
+        products, sums = info.get("products"), info.get("sums")
+        if info.get("info") != "sdc" or not isinstance(products, list) or not isinstance(sums, list) or not products:
+            continue
+        stable = len(set(products)) == 1 and len(set(sums)) == 1
+        rows.append({"node": node, "gpu": info.get("gpu"), "platform": platform, "size": info.get("size"),
+                     "product": products[0], "sum": sums[0], "stable": stable})  # fmt: skip
+    return rows
+
+
+def compare(outputs: Mapping[str, ProbeOutput], profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
+    """Every GPU's digest against its platform's majority across the cluster; a GPU the run reported without a
+    digest is named too."""
+    found = [d for node, output in outputs.items() if profiles[node].burn.sdc for d in digests(node, output)]
+    rows = []
+    for f in sdc.judge(pd.DataFrame(found, columns=list(sdc.COLUMNS))) if found else []:
+        status = REASONS[f.reason].severity
+        rows.append((f.node, CheckRow(NAME, f"gpu{f.gpu}", status, f.reason, f.observed, f.expected, f.detail, f.gpu)))
+    reported = {(str(d["node"]), d["gpu"]) for d in found}
+    for node, output in outputs.items():
+        info = next((i for i in output.info if i.get("info") == "probe"), {})
+        count = info.get("gpus") if profiles[node].burn.sdc else 0
+        for gpu in range(count if isinstance(count, int) else 0):
+            if (node, gpu) not in reported:
+                rows.append(
+                    (node, CheckRow(NAME, f"gpu{gpu}", Status.ERROR, "not_reported", None, "a digest", "", gpu))
+                )
+    return rows

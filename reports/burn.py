@@ -1,0 +1,75 @@
+"""The burn in the report: a chart per node of each GPU's throughput over the burn (the GPUs judged bad drawn on
+top), and a table of every GPU that did not hold, worst first. Pure; the drawing is in :mod:`reports.charts`.
+
+A cluster of thousands of nodes would give thousands of charts: up to :data:`ALL_CHARTS_UP_TO` nodes each gets
+its chart; beyond that only nodes with a finding do, the healthy ones counted in the caption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from markupsafe import Markup
+
+from cluster_accept.checks.base import Status
+from cluster_accept.checks.reasons import Reason
+from cluster_accept.reports.charts import Series, line_chart
+from cluster_accept.reports.figures import ReportSection, ReportView, Table
+
+CHECK = "burn"
+ALL_CHARTS_UP_TO = 64
+POINTS_PER_LINE = 60  # a ten-minute burn sampled every second is drawn from at most this many points per GPU
+
+
+def _thinned(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    step = max(1, -(-len(points) // POINTS_PER_LINE))
+    return tuple(points[::step])
+
+
+def _bad_gpus(rows: Sequence[Any]) -> dict[str, set[int]]:
+    bad: dict[str, set[int]] = {}
+    for row in rows:
+        if row.check == CHECK and row.status not in (Status.PASS, Status.SKIP) and row.gpu is not None:
+            bad.setdefault(row.node, set()).add(int(row.gpu))
+    return bad
+
+
+def node_chart(node: str, series: Sequence[Mapping[str, Any]], bad: set[int]) -> Markup | None:
+    lines: dict[int, list[tuple[float, float]]] = {}
+    unit = ""
+    for record in series:
+        if record.get("kind") == "throughput" and record.get("value") is not None:
+            lines.setdefault(int(record["gpu"]), []).append((float(record["t_s"]), float(record["value"])))
+            unit = str(record.get("unit") or unit)
+    if not lines:
+        return None
+    drawn = [Series(f"GPU {g}", _thinned(sorted(p)), g in bad) for g, p in sorted(lines.items())]
+    title = f"{node}: throughput per GPU under sustained load" + (
+        f" (GPU {', '.join(map(str, sorted(bad)))} judged bad)" if bad else ""
+    )
+    return line_chart(f"burn-{node}", title, drawn, unit, "seconds into the burn")
+
+
+def burn_section(view: ReportView, reasons: Mapping[str, Reason]) -> ReportSection | None:
+    """Charts per node and the table of GPUs that did not hold; None when no burn ran."""
+    rows = [r for r in view.rows if r.check == CHECK]
+    if not rows:
+        return None
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for record in view.tables.get("burn", ()):
+        by_node.setdefault(str(record["node"]), []).append(record)
+    bad = _bad_gpus(rows)
+    chosen = sorted(by_node) if len(by_node) <= ALL_CHARTS_UP_TO else sorted(bad)
+    charts = tuple(c for node in chosen if (c := node_chart(node, by_node[node], bad.get(node, set()))) is not None)
+    findings = sorted(
+        (r for r in rows if r.status not in (Status.PASS, Status.SKIP)),
+        key=lambda r: (reasons[r.reason].severity != Status.FAIL if r.reason in reasons else True, r.node, r.gpu or 0),
+    )
+    table = Table(
+        f"Burn: GPUs that did not hold ({len(findings)}; charts for {len(charts)} of {len(by_node)} nodes)",
+        ("node", "GPU", "reason", "measured", "expected"),
+        tuple((r.node, r.gpu, r.reason, r.observed, r.expected) for r in findings),
+        "burn-table",
+    )
+    return ReportSection("burn", charts, table)

@@ -1,0 +1,94 @@
+"""The burn stage: sustained load on every node still accepted, the silent-data-corruption check after it, and
+DCGM's diagnostics where the node has DCGM.
+
+Runs after the short single-node probes (a node that already failed them is not burned) and before the
+multi-node stage. Every node burns at once (up to the profile's ``max_parallel_nodes``): a burn is minutes, and a
+cluster burned a node at a time would take days. Per node one Prefect task ships the burn script, runs it and
+``dcgmi diag`` in the node's private probe directory, each under its own node-side limit (the burn's minutes
+plus the usual margin; DCGM's own), and brings the raw output back, checkpointed. The judgement is the
+single-node stage's, over the ``burn`` probes; the per-second series go to ``burn.parquet``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cluster_accept.analysis.probe_output import ProbeOutput
+from cluster_accept.checks.reasons import Reason
+from cluster_accept.inventory.model import Node
+from cluster_accept.probes import burn as burn_probe
+from cluster_accept.probes.base import Probe, discover
+from cluster_accept.tasks.checkpoints import Checkpoints
+from cluster_accept.tasks.single_node import (
+    SESSION_REASONS,
+    NodeProbes,
+    evaluate_single_node,
+    run_probes_on_node,
+    save_outcome,
+    saved_probes,
+)
+from cluster_accept.tasks.stage import RunState, per_node
+
+NAME = "burn"
+
+
+def burn_probes() -> list[Probe]:
+    return discover(stage=NAME)
+
+
+@task(name="burn", task_run_name="burn-{node.name}", cache_policy=NO_CACHE, persist_result=False)
+def burn_node(node: Node, checkpoints: Checkpoints, quick: bool, probes: Sequence[Probe]) -> NodeProbes:
+    outcome = run_probes_on_node(node, quick, probes)
+    save_outcome(checkpoints, NAME, outcome)
+    return outcome
+
+
+class BurnStage:
+    """The burn-in, the silent-data-corruption check and DCGM on the nodes still accepted whose profile asks for
+    any of them; in the light suite a short burn and DCGM's level 1."""
+
+    name = NAME
+    order = 25
+    suites = frozenset({"light", "full", "burn"})
+    tables = ("checks", "measurements", "burn")
+
+    def run(self, state: RunState) -> None:
+        probes = burn_probes()
+        nodes = [n for n in state.still_accepted() if n.profile.burn.runs]
+        if not nodes:
+            return
+        limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
+        outcomes = per_node(
+            state,
+            NAME,
+            nodes,
+            saved_probes(state.checkpoints, NAME),
+            lambda node: burn_node.submit(node, state.checkpoints, state.quick, probes),
+            wave=min(limits) if limits else None,
+        )
+        series: list[dict[str, Any]] = []
+
+        def keep(node: str, output: ProbeOutput) -> None:
+            for record in burn_probe.time_series(node, output):
+                series.append({"run_id": state.run_id, "cluster": state.cluster, **record})
+
+        rows, measurements = evaluate_single_node(
+            state.run_id, state.inventory, outcomes, state.quick, probes, stage=NAME, keep=keep
+        )
+        state.rows += rows
+        state.measurements += measurements
+        state.tables.setdefault("burn", []).extend(series)
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
+        found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
+        for probe in burn_probes():
+            found.append((probe.check, probe.reasons))
+            found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
+        return found
+
+
+STAGE = BurnStage()

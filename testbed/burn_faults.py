@@ -1,0 +1,43 @@
+"""Faults for the burn stage: a GPU that throttles under load, a GPU that flips a bit of its product, a DCGM
+diagnostic that fails, a node without DCGM. Kept beside :mod:`testbed.faults`, which lists them in its plan."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt, StrictStr
+
+from cluster_accept.testbed.fault_base import _Fault
+
+GpuIndex = Annotated[StrictInt, Field(ge=0, le=63)]
+
+
+class Throttle(_Fault):
+    """Under load (while the burn samples it) one GPU's SM clock falls to ``sm_clock_mhz`` with ``reasons`` active
+    (NVML's clock event bitmask; 0x40 is HW thermal slowdown); idle, it answers as before."""
+
+    kind: Literal["throttle"] = "throttle"
+    gpu: GpuIndex = 0
+    sm_clock_mhz: Annotated[StrictInt, Field(ge=0, le=5000)] = 900
+    reasons: Annotated[StrictStr, Field(pattern=r"^0x[0-9A-Fa-f]{1,16}$")] = "0x0000000000000040"
+
+
+class SdcFlip(_Fault):
+    """One bit of one GPU's product flipped (the burn's silent-data-corruption check must name that GPU)."""
+
+    kind: Literal["sdc"] = "sdc"
+    gpu: GpuIndex = 0
+
+
+class DcgmFail(_Fault):
+    """``dcgmi diag`` reports ``test`` failed on one GPU, with DCGM's error for it."""
+
+    kind: Literal["dcgm_fail"] = "dcgm_fail"
+    test: Literal["memory", "diagnostic", "pcie", "targeted_power", "targeted_stress", "memory_bandwidth"] = "memory"
+    gpu: GpuIndex = 0
+
+
+class NoDcgm(_Fault):
+    """The node has no ``dcgmi``."""
+
+    kind: Literal["no_dcgm"] = "no_dcgm"

@@ -1,0 +1,190 @@
+"""The burn judged on synthetic series: a GPU that throttles with a thermal reason, one whose throughput falls
+half-way (a co-tenant), one whose clock falls with no reason, ECC counters that grow, XIDs logged meanwhile; the
+probe's rows on a captured run; its command and the profile's refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from cluster_accept.analysis import burn as judgement
+from cluster_accept.checks.base import Status
+from cluster_accept.inventory.burn_settings import BurnSettings
+from cluster_accept.inventory.model import Node, Profile, SshSettings
+from cluster_accept.probes import burn
+from cluster_accept.probes.scripts import burn_command, burn_timeout_s
+
+pytestmark = pytest.mark.pure
+DATA = Path(__file__).parent / "data" / "burn"
+SETTINGS = BurnSettings(minutes=2)
+
+
+def windows(gpus: int, seconds: int, rate: float = 600.0, slow: dict[int, tuple[int, float]] | None = None) -> pd.DataFrame:
+    """Throughput per second per GPU; ``slow[gpu] = (from_s, rate)``."""
+    slow = slow or {}
+    rows = []
+    for g in range(gpus):
+        for t in range(1, seconds + 1):
+            start, low = slow.get(g, (seconds + 1, rate))
+            rows.append({"gpu": g, "t_s": float(t), "value": (low if t >= start else rate) + (g % 3) * 0.5})
+    return pd.DataFrame(rows)
+
+
+def samples(gpus: int, seconds: int, throttle: dict[int, tuple[int, float, str]] | None = None,
+            ecc: dict[int, tuple[float, float]] | None = None) -> pd.DataFrame:  # fmt: skip
+    """nvidia-smi samples per second; ``throttle[gpu] = (from_s, clock, reasons)``, ``ecc[gpu] = (corr, uncorr)``
+    grown by the end."""
+    throttle, ecc = throttle or {}, ecc or {}
+    rows = []
+    for g in range(gpus):
+        for t in range(1, seconds + 1):
+            start, clock, reasons = throttle.get(g, (seconds + 1, 1980.0, "0x0000000000000000"))
+            late = t >= start
+            corr, uncorr = ecc.get(g, (0.0, 0.0)) if t == seconds else (0.0, 0.0)
+            rows.append({"gpu": g, "t_s": float(t), "sm_clock_mhz": clock if late else 1980.0,
+                         "mem_clock_mhz": 2619.0, "power_w": 690.0, "temp_c": 88.0 if late else 61.0,
+                         "reasons": reasons if late else "0x0000000000000004", "ecc_corrected": corr,
+                         "ecc_uncorrected": uncorr})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def judged(w: pd.DataFrame, s: pd.DataFrame, seconds: int = 120) -> dict[tuple[int, str], judgement.BurnFinding]:
+    burns = judgement.summarise(w, s, seconds, "TFLOP/s")
+    return {(f.gpu, f.reason): f for f in judgement.judge(burns, SETTINGS)}
+
+
+def test_healthy_gpus_are_each_sustained_with_their_figures():
+    found = judged(windows(4, 120), samples(4, 120))
+    assert sorted(found) == [(g, "sustained") for g in range(4)]
+    assert found[(1, "sustained")].observed == "600.5 → 600.5 TFLOP/s"
+    assert "SM clock 1,980 MHz first, 1,980 MHz later" in found[(1, "sustained")].detail
+
+
+def test_a_gpu_throttled_for_heat_is_named_with_its_reason_and_clock():
+    found = judged(windows(4, 120, slow={2: (40, 420.0)}), samples(4, 120, throttle={2: (40, 1005.0, "0x40")}))
+    throttled = found[(2, "throttled")]
+    assert throttled.observed.startswith("1,005 MHz under load (HW thermal slowdown active in 81 of 90 samples")
+    assert throttled.expected.startswith("≥ 1782 MHz")
+    assert found[(2, "throughput_dropped")].observed == "601 → 421 TFLOP/s (-30.0 %)"
+    assert {(g, r) for g, r in found if g != 2} == {(0, "sustained"), (1, "sustained"), (3, "sustained")}
+
+
+def test_a_gpu_throttled_from_the_start_is_named_against_its_node():
+    found = judged(windows(4, 120), samples(4, 120, throttle={1: (0, 900.0, "0x0000000000000020")}))
+    assert "SW thermal slowdown" in found[(1, "throttled")].observed
+    assert (1, "throughput_dropped") not in found  # it was slow from the start: its clock names it
+
+
+def test_a_co_tenant_half_way_drops_throughput_without_a_thermal_reason():
+    found = judged(windows(2, 120, slow={1: (60, 290.0)}), samples(2, 120))
+    assert found[(1, "throughput_dropped")].observed == "600.5 → 290.5 TFLOP/s (-51.6 %)"
+    assert (1, "throttled") not in found and (0, "sustained") in found
+
+
+def test_a_clock_fall_without_thermal_or_power_reason_is_a_warning():
+    found = judged(windows(2, 120), samples(2, 120, throttle={0: (30, 1400.0, "0x0000000000000002")}))
+    assert "no thermal or power reason" in found[(0, "clocks_fell")].observed
+    assert burn.REASONS["clocks_fell"].severity is Status.WARN
+
+
+def test_a_node_whose_gpus_all_throttle_is_named_against_their_first_part():
+    throttle = {g: (50, 1200.0, "0x0000000000000040") for g in range(4)}
+    found = judged(windows(4, 120), samples(4, 120, throttle=throttle))
+    assert sorted(g for g, r in found if r == "throttled") == [0, 1, 2, 3]
+
+
+def test_ecc_counters_that_grow_during_the_burn():
+    found = judged(windows(2, 120), samples(2, 120, ecc={1: (3.0, 1.0)}))
+    assert found[(1, "ecc_uncorrected_grew")].observed == "+1 uncorrected ECC errors during the burn"
+    assert found[(1, "ecc_corrected_grew")].observed == "+3 corrected ECC errors during the burn"
+    assert (1, "sustained") not in found
+
+
+def test_xid_lines_are_read_for_code_and_address():
+    line = "[ 1234.5] NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus."
+    assert judgement.xid_codes([line, "unrelated"]) == [(79, "0000:18:00", line)]
+
+
+def run_text(records: list[dict]) -> str:
+    return "\n".join(json.dumps(r) for r in records) + "\n"
+
+
+def captured_run(**changes: object) -> list[dict]:
+    probe = {"info": "probe", "probe": "burn", "gpus": 2, "device": "cuda", "seconds": 120.0, "sample_s": 1.0}
+    records: list[dict] = [{**probe, **changes}]
+    for frame, kind in ((windows(2, 120, slow={1: (60, 290.0)}), "window"), (samples(2, 120), "sample")):
+        records += [{"info": kind, **r} for r in frame.to_dict("records")]
+    return records
+
+
+def test_probe_rows_and_figures_from_a_run():
+    extra = [{"info": "xid", "line": "NVRM: Xid (PCI:0000:2a:00): 48, pid=77, DBE"},
+             {"info": "foreign_process", "gpu": 1, "pid": 4242, "name": "python", "used_memory_mib": 30000.0,
+              "seen_samples": 60, "samples": 120}]  # fmt: skip
+    output = burn.parse(run_text(captured_run() + extra))
+    figures = {m["gpu"]: m["value"] for m in output.measurements}
+    assert [m["metric"] for m in output.measurements] == ["burn_tflops", "burn_tflops"]
+    assert figures == {0: 600.0, 1: 290.5}  # the median window: it ran at half speed for most of the burn
+    rows = {(r.check, r.item, r.reason): r for r in burn.inspect(output, Profile(burn=SETTINGS))}
+    assert rows[("burn", "gpu1", "throughput_dropped")].status is Status.FAIL
+    assert rows[("burn", "gpu0", "sustained")].status is Status.PASS
+    assert rows[("burn", "xid 48 0000:2a:00", "xid")].observed == "Xid 48: double-bit ECC error"
+    assert rows[("gpu", "compute_apps", "busy")].gpu == 1
+    series = burn.time_series("node01", output)
+    assert len(series) == 2 * 120 * 2 and {r["kind"] for r in series} == {"sample", "throughput"}
+
+
+def test_a_gpu_without_windows_and_a_suite_without_burn():
+    records = [r for r in captured_run() if not (r.get("info") == "window" and r.get("gpu") == 1)]
+    rows = burn.inspect(burn.parse(run_text(records)), Profile(burn=SETTINGS))
+    assert [(r.item, r.reason, r.status) for r in rows if r.gpu == 1] == [("gpu1", "no_windows", Status.ERROR)]
+    skipped = burn.inspect(burn.parse(run_text(captured_run(seconds=0.0)[:1])), Profile())
+    assert [(r.reason, r.status) for r in skipped] == [("not_in_suite", Status.SKIP)]
+
+
+def test_the_sampler_failing_is_an_error_on_gpus_only():
+    failed = {"info": "sampler_failed", "reason": "nvidia-smi: not found"}
+    cuda = burn.inspect(burn.parse(run_text(captured_run() + [failed])), Profile(burn=SETTINGS))
+    assert [r.reason for r in cuda if r.item == "samples"] == ["sampler_failed"]
+    cpu = burn.inspect(burn.parse(run_text(captured_run(device="cpu") + [failed])), Profile(burn=SETTINGS))
+    assert not [r for r in cpu if r.item == "samples"]
+
+
+def test_a_captured_cpu_run_parses_to_one_sustained_gpu():
+    output = burn.parse((DATA / "cpu_2s.txt").read_text())
+    assert [(m["metric"], m["gpu"], m["iterations"]) for m in output.measurements] == [("burn_gflops", 0, 7)]
+    assert output.measurements[0]["value"] == 23.182
+    rows = burn.inspect(output, Profile(burn=BurnSettings(minutes=0.05, sample_interval_s=0.25)))
+    assert [(r.item, r.reason) for r in rows] == [("gpu0", "sustained")]
+
+
+def node(**burn_settings: object) -> Node:
+    profile = Profile(burn=BurnSettings(**burn_settings))  # type: ignore[arg-type]
+    return Node("node01", SshSettings(), "p", profile)
+
+
+def test_command_and_timeout_follow_the_suite():
+    full, light = burn_command(node(), False), burn_command(node(), True)
+    assert full is not None and "--seconds 600 --sample-s 1 --sdc-repeats 3" in full
+    assert light is not None and "--seconds 120 " in light
+    assert burn_timeout_s(node(), False) == 600 + 900
+    assert burn_command(node(minutes=0, light_minutes=0, sdc=False), False) is None
+    assert "--seconds 0 " in (burn_command(node(minutes=0), False) or "")
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"minutes": 0.05}, "burn.minutes 0.05 gives fewer than 8 samples"),
+        ({"light_minutes": 0.1, "sample_interval_s": 2}, "burn.light_minutes 0.1 gives fewer than 8 samples"),
+        ({"dcgm_level": 5}, "dcgm_level"),
+        ({"throughput_drop_pct": 5}, "throughput_drop_pct"),
+    ],
+)
+def test_settings_that_cannot_be_judged_are_refused(settings: dict, words: str):
+    with pytest.raises(ValidationError, match=words.replace(".", r"\.")):
+        BurnSettings(**settings)
