@@ -23,7 +23,9 @@ DATA = Path(__file__).parent / "data" / "burn"
 SETTINGS = BurnSettings(minutes=2)
 
 
-def windows(gpus: int, seconds: int, rate: float = 600.0, slow: dict[int, tuple[int, float]] | None = None) -> pd.DataFrame:
+def windows(
+    gpus: int, seconds: int, rate: float = 600.0, slow: dict[int, tuple[int, float]] | None = None
+) -> pd.DataFrame:
     """Throughput per second per GPU; ``slow[gpu] = (from_s, rate)``."""
     slow = slow or {}
     rows = []
