@@ -125,18 +125,22 @@ def burn_timeout_s(node: Node, quick: bool) -> float:
 
 # What ``dcgmi diag`` prints when the node has no DCGM: a skip, with the reason, never a silent pass.
 DCGM_MISSING = '{"info": "skip", "reason": "dcgmi is not installed on this node (no DCGM diagnostics)"}'
+DCGM_EXIT = "### dcgmi exit "  # dcgmi exits 226 (205: isolate the GPU) when a test fails: read, not a crash
 
 
 def dcgm_command(node: Node, quick: bool = False) -> str | None:
     """``dcgmi diag -r LEVEL -j`` where the node has dcgmi (inside the operator's container when it runs one);
-    a skip line where it has not. Its exit status is kept: dcgmi exits non-zero when a test fails."""
+    a skip line where it has not. Its exit status is printed after its JSON: dcgmi exits non-zero when a test
+    fails, which is DCGM's verdict, not the run failing. The profile's GPU partition becomes ``-i``."""
     level = node.profile.burn.dcgm(quick)
     if level is None:
         return None
     prefix = _prefix(node)
+    devices = node.profile.probes.cuda_visible_devices
+    gpus = f" -i {shlex.quote(devices)}" if devices else ""
     return (
         f"if ! {prefix}sh -c 'command -v dcgmi' >/dev/null 2>&1; then echo {shlex.quote(DCGM_MISSING)}; exit 0; fi; "
-        f"{prefix}{job_env(node)}dcgmi diag -r {level} -j 2>&1"
+        f'{prefix}dcgmi diag -r {level}{gpus} -j 2>&1; echo "{DCGM_EXIT}$?"'
     )
 
 

@@ -182,6 +182,13 @@ def script_hash(script: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
 
 
+def number_or_text(value: Any) -> str:
+    """A table cell: a number formatted, text (a reason, a measured value with its unit) as it is."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else fmt(float(value))
+
+
 def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
     html_env = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -193,8 +200,8 @@ def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
         loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True, finalize=markdown_text
     )
     md_env.filters["cell"] = markdown_cell
-    for env in (html_env, md_env):
-        env.filters["num"] = lambda v: "" if v is None else fmt(float(v))
+    html_env.filters["num"] = number_or_text
+    md_env.filters["num"] = lambda v: markdown_cell(v) if isinstance(v, str) else number_or_text(v)
     html_path = out_dir / "report.html"
     md_path = out_dir / "report.md"
     page = html_env.get_template("report.html.j2").render(

@@ -59,8 +59,6 @@ class BurnStage:
     def run(self, state: RunState) -> None:
         probes = burn_probes()
         nodes = [n for n in state.still_accepted() if n.profile.burn.runs]
-        if not nodes:
-            return
         limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
         outcomes = per_node(
             state,

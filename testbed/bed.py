@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_accept.testbed import claim, net, sshd, subnets
-from cluster_accept.testbed.burn_faults import NoDcgm, SdcFlip
+from cluster_accept.testbed.burn_faults import DcgmFail, NoDcgm, SdcFlip
 from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
 from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
 from cluster_accept.testbed.ibsys import write_ib_sysfs
@@ -170,6 +170,9 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
             env["PYTHONPATH"] = str(write_sitecustomize(ndir / "sdc", fault.gpu).parent)
         if isinstance(fault, NoDcgm):
             (tb.bin_dir(node) / "dcgmi").unlink(missing_ok=True)
+    planted = [{"test": f.test, "gpu": f.gpu} for f in faults if isinstance(f, DcgmFail)]
+    if planted:
+        (tb.data_dir(node) / "dcgm.json").write_text(json.dumps(planted), encoding="utf-8")
     config = sshd.sshd_config(ndir, tb.nodes[node], served, ndir / "authorized_keys", env)
     (ndir / "sshd_config").write_text(config)
     (ndir / "start.sh").write_text(sshd.start_script(ndir, tb.data_dir(node)))

@@ -30,10 +30,11 @@ class SdcFlip(_Fault):
 
 
 class DcgmFail(_Fault):
-    """``dcgmi diag`` reports ``test`` failed on one GPU, with DCGM's error for it."""
+    """``dcgmi diag`` reports ``test`` failed on one GPU, with the error DCGM's plugin reports (pcie: link width,
+    from level 2; nvbandwidth: memory copy utilisation, from level 3)."""
 
     kind: Literal["dcgm_fail"] = "dcgm_fail"
-    test: Literal["memory", "diagnostic", "pcie", "targeted_power", "targeted_stress", "memory_bandwidth"] = "memory"
+    test: Literal["pcie", "nvbandwidth"] = "pcie"
     gpu: GpuIndex = 0
 
 

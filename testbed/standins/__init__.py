@@ -15,7 +15,11 @@ import cluster_accept
 
 # The directory holding the ``cluster_accept`` package (site-packages, or the checkout for an editable install).
 PROJECT_ROOT = Path(cluster_accept.__file__).absolute().parent.parent
-TOOLS = {"nvidia-smi": "cluster_accept.testbed.standins.nvidia_smi", "dmesg": "cluster_accept.testbed.standins.dmesg"}
+TOOLS = {
+    "nvidia-smi": "cluster_accept.testbed.standins.nvidia_smi",
+    "dmesg": "cluster_accept.testbed.standins.dmesg",
+    "dcgmi": "cluster_accept.testbed.standins.dcgmi",
+}
 
 
 def _wrapper(path: Path, module: str, data_dir: Path, python: str) -> Path:
