@@ -190,3 +190,34 @@ def test_command_and_timeout_follow_the_suite():
 def test_settings_that_cannot_be_judged_are_refused(settings: dict, words: str):
     with pytest.raises(ValidationError, match=words.replace(".", r"\.")):
         BurnSettings(**settings)
+
+
+H100_20S = (DATA / "h100_20s.txt").read_text()
+
+
+def test_a_captured_h100_burn_holds_its_throughput_and_clocks():
+    output = burn.parse(H100_20S)
+    [figure] = output.measurements
+    assert (figure["metric"], figure["value"], figure["iterations"]) == ("burn_tflops", 623.774, 19)
+    assert figure["conditions"] == {"sm_clock_mhz": 1410.0, "power_w": 698.96, "temp_c": 63.0}
+    [row] = burn.inspect(output, Profile(burn=BurnSettings(minutes=20 / 60)))
+    assert (row.reason, row.observed) == ("sustained", "622 → 623.9 TFLOP/s (+0.3 %)")
+    assert row.detail == "SM clock 1,380 MHz first, 1,418 MHz later; temperature max 63 C; power median 699 W"
+
+
+def test_the_h100_burn_throttled_half_way_is_named():
+    """The captured run with its second half rewritten as a hot GPU's: 900 MHz, HW thermal slowdown, 60 % speed."""
+    lines = []
+    for line in H100_20S.splitlines():
+        record = json.loads(line)
+        if record.get("info") == "sample" and record["t_s"] > 10:
+            record.update(sm_clock_mhz=900.0, reasons="0x0000000000000040", temp_c=91.0)
+        if record.get("info") == "window" and record["t_s"] > 10:
+            record["value"] = round(record["value"] * 0.6, 3)
+        lines.append(json.dumps(record))
+    rows = burn.inspect(burn.parse("\n".join(lines)), Profile(burn=BurnSettings(minutes=20 / 60)))
+    found = {r.reason: r for r in rows}
+    assert sorted(found) == ["throttled", "throughput_dropped"]
+    assert found["throttled"].observed == "900 MHz under load (HW thermal slowdown active in 11 of 16 samples)"
+    assert found["throttled"].expected.startswith("≥ 1242 MHz")
+    assert found["throughput_dropped"].observed == "622 → 374.3 TFLOP/s (-39.8 %)"

@@ -178,8 +178,9 @@ def test_counters_that_grew_since_the_previous_run_are_flagged() -> None:
 
 
 def test_suites_choose_stages_and_probe_length() -> None:
-    assert resolve_suite("light", None) == (["preflight", "single-node"], True)
-    assert resolve_suite("full", None) == (["preflight", "single-node", "multi-node"], False)
+    assert resolve_suite("light", None) == (["preflight", "single-node", "burn"], True)
+    assert resolve_suite("full", None) == (["preflight", "single-node", "burn", "multi-node"], False)
+    assert resolve_suite("burn", None) == (["preflight", "burn"], False)
     assert resolve_suite(None, ["multi-node", "preflight"]) == (["preflight", "multi-node"], False)
     with pytest.raises(ValueError, match="unknown suite 'weekly'"):
         resolve_suite("weekly", None)

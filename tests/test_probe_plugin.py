@@ -86,6 +86,9 @@ def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
         ("nccl_tests", "allreduce", "allreduce"),
         ("gpu_pairs", "gpu_pairs", "gpu_pairs"),
         ("training", "training", "training"),
+        ("burn", "burn", "burn"),
+        ("sdc", "sdc", "burn"),
+        ("dcgm", "dcgm", "dcgm"),
     ]
 
 

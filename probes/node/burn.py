@@ -29,11 +29,7 @@ import time
 from typing import Any
 
 import torch
-
-try:  # imported from the package (tests, type checking)
-    from cluster_accept.probes.node.gpu_bench import ConditionSampler, emit
-except ImportError:  # on the node: the scripts sit side by side in the probe directory
-    from gpu_bench import ConditionSampler, emit  # type: ignore[import-not-found,no-redef]
+from gpu_bench import ConditionSampler, emit  # shipped beside this script (probes.scripts.BURN)
 
 SAMPLE_FIELDS = (
     "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active,"
