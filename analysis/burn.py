@@ -28,6 +28,10 @@ THERMAL_OR_POWER = {
     0x40: "HW thermal slowdown",
     0x80: "HW power brake",
 }
+# Of those, the ones a healthy GPU never shows under load: SW power cap (0x4) is normal for a GPU at full GEMM
+# load (a captured H100 shows it in nearly every loaded sample), thermal and hardware slowdowns are not.
+HARDWARE = 0x8 | 0x20 | 0x40 | 0x80
+HARDWARE_SHARE_MAX = 0.10  # a slowdown active in more of the late samples than this fails, whatever the clock
 PART_MAX_S = 60.0  # the first and last parts compared: a minute each, a quarter of a shorter burn
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)")
 
@@ -42,8 +46,11 @@ class GpuBurn:
     unit: str
     first_clock_mhz: float | None
     late_clock_mhz: float | None  # median SM clock after the first part
-    reasons_seen: int  # thermal/power reason bits active in the late samples where the clock was low
-    reason_samples: int  # late samples with such a bit active
+    floor_mhz: float | None  # the clock it must keep: its first part's or its peers', less the allowed drop
+    reasons_seen: int  # thermal/power reason bits active in the late samples below the floor
+    reason_samples: int  # late samples below the floor with such a bit active
+    hardware_bits: int  # thermal and hardware slowdown bits active in any late sample
+    hardware_samples: int  # late samples with one of them active
     late_samples: int
     temp_max_c: float | None
     power_median_w: float | None
@@ -82,7 +89,9 @@ def _grew(samples: pd.DataFrame, column: str) -> float:
     return max(0.0, float(values[-1]) - float(values[0])) if len(values) >= 2 else 0.0
 
 
-def summarise(windows: pd.DataFrame, samples: pd.DataFrame, duration_s: float, unit: str) -> list[GpuBurn]:
+def summarise(
+    windows: pd.DataFrame, samples: pd.DataFrame, duration_s: float, unit: str, clock_drop_max_pct: float = 10.0
+) -> list[GpuBurn]:
     """Per GPU: ``windows`` (gpu, t_s, value: throughput per window) and ``samples`` (gpu, t_s, sm_clock_mhz,
     power_w, temp_c, reasons, ecc_corrected, ecc_uncorrected) from one node's burn of ``duration_s``."""
     part = part_s(duration_s)
@@ -91,39 +100,45 @@ def summarise(windows: pd.DataFrame, samples: pd.DataFrame, duration_s: float, u
     for gpu in gpus:
         mine = samples[samples.gpu == gpu] if not samples.empty else samples
         late_clocks[gpu] = _median(mine[mine.t_s > part].sm_clock_mhz) if not mine.empty else None
-    out = []
-    for gpu in gpus:
-        w = windows[windows.gpu == gpu] if not windows.empty else windows
-        s = samples[samples.gpu == gpu].sort_values("t_s") if not samples.empty else samples
-        first = _median(w[w.t_s <= part].value) if not w.empty else None
-        last = _median(w[w.t_s > duration_s - part].value) if not w.empty else None
-        late = s[s.t_s > part] if not s.empty else s
-        reference = _reference_clock(s, part, late_clocks, gpu)
-        low = late[late.sm_clock_mhz < reference] if reference is not None and not late.empty else late.iloc[0:0]
-        bits = [_bits(r) & sum(THERMAL_OR_POWER) for r in (low.reasons if not low.empty else [])]
-        reasons_seen = 0
-        for b in bits:
-            reasons_seen |= b
-        out.append(
-            GpuBurn(
-                gpu=int(gpu),
-                first=first,
-                last=last,
-                unit=unit,
-                first_clock_mhz=_median(s[s.t_s <= part].sm_clock_mhz) if not s.empty else None,
-                late_clock_mhz=late_clocks[gpu],
-                reasons_seen=reasons_seen,
-                reason_samples=sum(1 for b in bits if b),
-                late_samples=len(late),
-                temp_max_c=max((float(t) for t in s.temp_c if t == t and t is not None), default=None)
-                if not s.empty
-                else None,
-                power_median_w=_median(s.power_w) if not s.empty else None,
-                ecc_corrected_grew=_grew(s, "ecc_corrected") if not s.empty else 0.0,
-                ecc_uncorrected_grew=_grew(s, "ecc_uncorrected") if not s.empty else 0.0,
-            )
-        )
-    return out
+    return [_summary(int(gpu), windows, samples, duration_s, unit, late_clocks, clock_drop_max_pct) for gpu in gpus]
+
+
+def _summary(
+    gpu: int,
+    windows: pd.DataFrame,
+    samples: pd.DataFrame,
+    duration_s: float,
+    unit: str,
+    late_clocks: dict[int, float | None],
+    clock_drop_max_pct: float,
+) -> GpuBurn:
+    part = part_s(duration_s)
+    w = windows[windows.gpu == gpu] if not windows.empty else windows
+    s = samples[samples.gpu == gpu].sort_values("t_s") if not samples.empty else samples
+    late = s[s.t_s > part] if not s.empty else s
+    reference = _reference_clock(s, part, late_clocks, gpu)
+    floor = reference * (1 - clock_drop_max_pct / 100) if reference is not None else None
+    low = late[late.sm_clock_mhz < floor] if floor is not None and not late.empty else late.iloc[0:0]
+    bits = [_bits(r) & sum(THERMAL_OR_POWER) for r in low.reasons] if not low.empty else []
+    hardware = [_bits(r) & HARDWARE for r in late.reasons] if not late.empty else []
+    return GpuBurn(
+        gpu=gpu,
+        first=_median(w[w.t_s <= part].value) if not w.empty else None,
+        last=_median(w[w.t_s > duration_s - part].value) if not w.empty else None,
+        unit=unit,
+        first_clock_mhz=_median(s[s.t_s <= part].sm_clock_mhz) if not s.empty else None,
+        late_clock_mhz=late_clocks[gpu],
+        floor_mhz=floor,
+        reasons_seen=_union(bits),
+        reason_samples=sum(1 for b in bits if b),
+        hardware_bits=_union(hardware),
+        hardware_samples=sum(1 for b in hardware if b),
+        late_samples=len(late),
+        temp_max_c=max((float(t) for t in s.temp_c if t == t and t is not None), default=None) if not s.empty else None,
+        power_median_w=_median(s.power_w) if not s.empty else None,
+        ecc_corrected_grew=_grew(s, "ecc_corrected") if not s.empty else 0.0,
+        ecc_uncorrected_grew=_grew(s, "ecc_uncorrected") if not s.empty else 0.0,
+    )
 
 
 def _reference_clock(
@@ -137,14 +152,11 @@ def _reference_clock(
     return max(known) if known else None
 
 
-def clock_fell(burn: GpuBurn, peers: list[GpuBurn], max_drop_pct: float) -> tuple[bool, float | None]:
-    """(fell, the clock expected at least) for ``burn`` against its first part and its ``peers``' late clocks."""
-    others = _median(p.late_clock_mhz for p in peers if p.gpu != burn.gpu and p.late_clock_mhz is not None)
-    known = [c for c in (burn.first_clock_mhz, others) if c is not None]
-    if burn.late_clock_mhz is None or not known:
-        return False, None
-    floor = max(known) * (1 - max_drop_pct / 100)
-    return burn.late_clock_mhz < floor, floor
+def _union(bits: list[int]) -> int:
+    found = 0
+    for b in bits:
+        found |= b
+    return found
 
 
 @dataclass(frozen=True)
@@ -160,14 +172,14 @@ class BurnFinding:
 
 
 def judge(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
-    """Every GPU's findings; a GPU with none gets its ``sustained`` row, the figures it held."""
+    """Every GPU's findings; a GPU with none gets its ``sustained`` row, the figures it held. A GPU whose
+    throughput was not reported gets ``no_windows``, and its clocks and ECC counters are still judged."""
     out: list[BurnFinding] = []
     for burn in burns:
+        found = _findings(burn, settings)
         if burn.first is None or burn.last is None:
-            out.append(BurnFinding(burn.gpu, "no_windows", "no throughput reported", "throughput per window", ""))
-            continue
-        found = _findings(burn, burns, settings)
-        if not found:
+            found.insert(0, BurnFinding(burn.gpu, "no_windows", "no throughput reported", "throughput per window", ""))
+        elif not found:
             drop = burn.drop_pct
             said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit}" + (f" ({-drop:+.1f} %)" if drop else "")
             found = [
@@ -179,31 +191,16 @@ def judge(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
     return out
 
 
-def _findings(burn: GpuBurn, burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
+def _findings(burn: GpuBurn, settings: BurnSettings) -> list[BurnFinding]:
     found = []
     drop = burn.drop_pct
     if drop is not None and drop > settings.throughput_drop_max_pct:
         said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit} (-{drop:.1f} %)"
-        found.append(
-            BurnFinding(
-                burn.gpu,
-                "throughput_dropped",
-                said,
-                f"≤ {settings.throughput_drop_max_pct:g} % drop",
-                _conditions(burn),
-            )
-        )
-    fell, floor = clock_fell(burn, burns, settings.clock_drop_max_pct)
-    if fell and floor is not None:
-        why = (
-            f"{reason_names(burn.reasons_seen)} active in {burn.reason_samples} of {burn.late_samples} samples"
-            if burn.reasons_seen
-            else "no thermal or power reason active: application clocks, or another process"
-        )
-        said = f"{_fmt(burn.late_clock_mhz)} MHz under load ({why})"
-        expected = f"≥ {floor:.0f} MHz (first part or the node's other GPUs, - {settings.clock_drop_max_pct:g} %)"
-        reason = "throttled" if burn.reasons_seen else "clocks_fell"
-        found.append(BurnFinding(burn.gpu, reason, said, expected, _conditions(burn)))
+        expected = f"≤ {settings.throughput_drop_max_pct:g} % drop"
+        found.append(BurnFinding(burn.gpu, "throughput_dropped", said, expected, _conditions(burn)))
+    clock = _clock_finding(burn, settings)
+    if clock is not None:
+        found.append(clock)
     if burn.ecc_uncorrected_grew:
         said = f"+{burn.ecc_uncorrected_grew:g} uncorrected ECC errors during the burn"
         found.append(
@@ -213,6 +210,26 @@ def _findings(burn: GpuBurn, burns: list[GpuBurn], settings: BurnSettings) -> li
         said = f"+{burn.ecc_corrected_grew:g} corrected ECC errors during the burn"
         found.append(BurnFinding(burn.gpu, "ecc_corrected_grew", said, "no new corrected errors", _conditions(burn)))
     return found
+
+
+def _clock_finding(burn: GpuBurn, settings: BurnSettings) -> BurnFinding | None:
+    """Throttled: a thermal or hardware slowdown through the burn (even from its start, on every GPU of the node),
+    or a clock under its floor with a thermal or power reason; a clock under its floor with no such reason warns."""
+    late = f"{_fmt(burn.late_clock_mhz)} MHz under load"
+    if burn.late_samples and burn.hardware_samples > HARDWARE_SHARE_MAX * burn.late_samples:
+        active = f"{reason_names(burn.hardware_bits)} active in {burn.hardware_samples} of {burn.late_samples} samples"
+        said = f"{late} ({active})"
+        expected = f"no thermal or hardware slowdown in more than {HARDWARE_SHARE_MAX:.0%} of the samples"
+        expected += f"; ≥ {burn.floor_mhz:.0f} MHz" if burn.floor_mhz is not None else ""
+        return BurnFinding(burn.gpu, "throttled", said, expected, _conditions(burn))
+    if burn.floor_mhz is None or burn.late_clock_mhz is None or burn.late_clock_mhz >= burn.floor_mhz:
+        return None
+    expected = f"≥ {burn.floor_mhz:.0f} MHz (first part or the node's other GPUs, - {settings.clock_drop_max_pct:g} %)"
+    if burn.reasons_seen:
+        why = f"{reason_names(burn.reasons_seen)} active in {burn.reason_samples} of {burn.late_samples} samples"
+        return BurnFinding(burn.gpu, "throttled", f"{late} ({why})", expected, _conditions(burn))
+    why = "no thermal or power reason active: application clocks, or another process"
+    return BurnFinding(burn.gpu, "clocks_fell", f"{late} ({why})", expected, _conditions(burn))
 
 
 def _fmt(value: float | None) -> str:

@@ -171,7 +171,7 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
 def _judged_rows(
     windows: pd.DataFrame, samples: pd.DataFrame, seconds: float, unit: str, profile: Profile, gpus: object
 ) -> list[CheckRow]:
-    burns = judgement.summarise(windows, samples, seconds, unit)
+    burns = judgement.summarise(windows, samples, seconds, unit, profile.burn.clock_drop_max_pct)
     rows = []
     for finding in judgement.judge(burns, profile.burn):
         status = REASONS[finding.reason].severity

@@ -78,6 +78,13 @@ REASONS = declare(
         "DCGM marked these GPUs failed with a test whose error names another GPU (see that GPU's row)",
         Action.NONE,
     ),
+    Reason("unknown_status", Status.ERROR, "DCGM gave a result status we do not know (see the row)", Action.RERUN),
+    Reason(
+        "exit_without_failure",
+        Status.ERROR,
+        "dcgmi diag exited non-zero yet its JSON names no failed test: read DCGM's log on the node",
+        Action.CHECK_NODE,
+    ),
     Reason("not_installed", Status.SKIP, "no dcgmi on this node: DCGM's diagnostics were not run", Action.NONE),
     Reason("runtime_error", Status.ERROR, "dcgmi diag could not run its tests (see its message)", Action.CHECK_NODE),
     Reason("unreadable", Status.ERROR, "dcgmi diag printed no JSON we could read (see the output)", Action.RERUN),
@@ -158,6 +165,9 @@ def parse(stdout: str) -> ProbeOutput:
     out.info.append({"info": "dcgm_run", "exit": exit_code, **run, "runtime_error": root.get("runtime_error")})
     for category in root.get("test_categories") or []:
         for test in category.get("tests") or []:
+            summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
+            out.info.append({"info": "dcgm_test", "test": test.get("name"), "status": summary.get("status"),
+                             "warnings": _warnings(summary.get("warnings"))})  # fmt: skip
             for result in test.get("results") or []:
                 out.info.append({"info": "dcgm_result", "category": category.get("category"), "test": test.get("name"),
                                  "gpu": _gpu(result), "status": result.get("status"),
@@ -232,4 +242,26 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
         if info.get("info") == "dcgm_result":
             by_test.setdefault(str(info.get("test")), []).append(info)
     rows = [row for test, results in by_test.items() for row in _test_rows(test, results, run)]
+    rows += _summary_rows(output, by_test, run)
+    if run_info.get("exit") not in (0, None) and not any(r.status in (Status.FAIL, Status.ERROR) for r in rows):
+        said = f"exit {run_info.get('exit')}"
+        rows.append(
+            CheckRow(NAME, "dcgmi", Status.ERROR, "exit_without_failure", said, "exit 0 when every test passed", run)
+        )
     return rows or [CheckRow(NAME, "dcgmi", Status.ERROR, "unreadable", "no test results", "DCGM's tests", run)]
+
+
+def _summary_rows(output: ProbeOutput, by_test: Mapping[str, list[dict[str, Any]]], run: str) -> list[CheckRow]:
+    """A test whose summary says Fail though none of its results does (an error tied to no GPU), and results
+    whose status is none of Pass, Skip, Fail."""
+    rows = []
+    for info in output.info:
+        test = str(info.get("test"))
+        if info.get("info") == "dcgm_test" and info.get("status") == "Fail":
+            if not any(r["status"] == "Fail" or r["warnings"] for r in by_test.get(test, [])):
+                text = "; ".join(w["text"] for w in info.get("warnings") or []) or "no message"
+                rows.append(CheckRow(NAME, test, Status.FAIL, "test_failed", f"Fail: {text}"[:500], "Pass", run))
+        if info.get("info") == "dcgm_result" and info.get("status") not in ("Pass", "Skip", "Fail"):
+            said = f"status {info.get('status')!r}"
+            rows.append(CheckRow(NAME, test, Status.ERROR, "unknown_status", said, "Pass", run, info.get("gpu")))
+    return rows

@@ -55,9 +55,12 @@ REASONS = declare(
 )
 
 
+KEPT = ("probe", "sdc", "sdc_platform")  # the burn's output is mostly its series: only these are compared
+
+
 def parse(stdout: str) -> ProbeOutput:
     output = parse_json_lines(stdout)
-    return ProbeOutput(info=output.info, errors=output.errors)
+    return ProbeOutput(info=[i for i in output.info if i.get("info") in KEPT], errors=output.errors)
 
 
 def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
@@ -65,7 +68,8 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
 
 
 def digests(node: str, output: ProbeOutput) -> list[dict[str, object]]:
-    platform = next((str(i["platform"]) for i in output.info if i.get("info") == "sdc_platform"), "unknown")
+    said = [str(i["platform"]) for i in output.info if i.get("info") in ("sdc_platform", "probe") and i.get("platform")]
+    platform = said[0] if said else "unknown"  # the probe line says it too, should the run stop before its end
     rows = []
     for info in output.info:
         products, sums = info.get("products"), info.get("sums")

@@ -160,7 +160,13 @@ class _Judged:
 
 
 def _evaluate_node(
-    run_id: str, inventory: Inventory, outcome: NodeProbes, probes: Sequence[Probe], quick: bool, stage: str = NAME
+    run_id: str,
+    inventory: Inventory,
+    outcome: NodeProbes,
+    probes: Sequence[Probe],
+    quick: bool,
+    stage: str = NAME,
+    keep: Callable[[str, ProbeOutput], None] | None = None,
 ) -> _Judged:
     """One node's rows read off its runs, its figures as measurement rows, and each probe's output."""
     node = inventory.node(outcome.node)
@@ -182,7 +188,8 @@ def _evaluate_node(
         rows = run_rows(node, script, result, outputs[0][1], quick)  # the run's errors, once: each output carries them
         for probe, output in outputs:
             rows += probe.inspect(output, node.profile) if probe.inspect else []
-            judged.outputs.setdefault(probe.name, {})[node.name] = output
+            if probe.compare is not None or keep is not None and probe is outputs[0][0]:
+                judged.outputs.setdefault(probe.name, {})[node.name] = output  # compared across nodes, or kept
             for record in output.measurements:
                 figure = measurement_row(run_id, inventory.cluster, stage, node.name, node.profile_name, record)
                 judged.measurements.append({**figure, "transport": record.get("transport")})
@@ -205,14 +212,15 @@ def evaluate_single_node(
     chosen = probes_of_stage() if probes is None else probes
     judged = _Judged()
     for outcome in outcomes:
-        node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick, stage)
+        node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick, stage, keep)
         judged.rows += node_part.rows
         judged.measurements += node_part.measurements
-        for probe_name, by_node in node_part.outputs.items():
-            judged.outputs.setdefault(probe_name, {}).update(by_node)
-    if keep is not None and chosen:
-        for node_name, output in judged.outputs.get(chosen[0].name, {}).items():
-            keep(node_name, output)
+        for probe in chosen:  # a node's outputs are held only as long as they are needed
+            output = node_part.outputs.get(probe.name, {}).get(outcome.node)
+            if output is not None and keep is not None and probe is chosen[0]:
+                keep(outcome.node, output)
+            if output is not None and probe.compare is not None:
+                judged.outputs.setdefault(probe.name, {})[outcome.node] = output
     frame = pd.DataFrame(judged.measurements)
     profiles = {n.name: n.profile for n in inventory.nodes}
     for probe in chosen:

@@ -86,3 +86,19 @@ def test_command_per_suite_and_partition():
     assert light is not None and "dcgmi diag -r 1 -j" in light
     assert "dcgmi diag -r 3 -i 2,3 -j" in (dcgm_command(node(cuda_visible_devices="2,3"), False) or "")
     assert dcgm_command(Node("n1", SshSettings(), "p", Profile()), False) is None
+
+
+def test_failures_dcgm_ties_to_no_gpu_unknown_statuses_and_a_bare_exit_status():
+    summary_only = {"name": "memory", "results": [], "test_summary": {"status": "Fail", "warnings": [
+        {"warning": "Unable to allocate", "error_id": 51, "error_category": 6, "error_severity": 4}]}}  # fmt: skip
+    odd = {"name": "pcie", "results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Warn"}]}
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [summary_only, odd]}]}}
+    found = {
+        (r.item, r.reason): r for r in dcgm.inspect(dcgm.parse(json.dumps(doc) + f"\n{DCGM_EXIT}226\n"), Profile())
+    }
+    assert found[("memory", "test_failed")].observed == "Fail: Unable to allocate"
+    assert found[("pcie", "unknown_status")].observed == "status 'Warn'"
+    passing = {"name": "software", "results": [{"entity_id": 0, "entity_group": "GPU", "status": "Pass"}]}
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [passing]}]}}
+    rows = dcgm.inspect(dcgm.parse(json.dumps(doc) + f"\n{DCGM_EXIT}226\n"), Profile())
+    assert [(r.reason, r.observed) for r in rows] == [("passed", "Pass on GPU 0"), ("exit_without_failure", "exit 226")]

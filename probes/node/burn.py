@@ -26,6 +26,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from queue import Empty
 from typing import Any
 
 import torch
@@ -38,6 +40,8 @@ SAMPLE_FIELDS = (
 SAMPLE_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "reasons", "ecc_corrected", "ecc_uncorrected")
 SDC_SEED = 20261123
 COPY_EVERY = 4  # one memory copy per this many GEMMs: HBM and SMs loaded together, as in training
+SAMPLER_RETRIES = 3
+GRACE_S = 120.0  # past the burn's end, how long a silent worker is waited for before it is reported hung
 
 
 def number(text: str) -> float | None:
@@ -51,13 +55,16 @@ class SeriesSampler(ConditionSampler):
     """Samples nvidia-smi every ``interval_s`` and prints each sample at once (a long burn keeps what it saw
     even when it is killed), with the seconds since the burn started."""
 
-    def __init__(self, interval_s: float, started: float):
+    def __init__(self, interval_s: float, started: float, visible: dict[int, int]):
         super().__init__(interval_s)
         self.started = started
+        self.visible = visible
         self.failed: str | None = None
 
     def run(self) -> None:
+        failures = 0
         while not self.stop_event.is_set():
+            due = time.monotonic() + self.interval_s
             try:
                 result = subprocess.run(
                     ["nvidia-smi", f"--query-gpu={SAMPLE_FIELDS}", "--format=csv,noheader,nounits"],
@@ -66,20 +73,37 @@ class SeriesSampler(ConditionSampler):
                     timeout=10,
                 )
                 self._sample_apps()
+                why = None if result.returncode == 0 else (result.stdout + result.stderr).strip()[:300]
             except (OSError, subprocess.TimeoutExpired) as exc:
-                self.failed = f"{type(exc).__name__}: {exc}"
-                return
-            if result.returncode != 0:
-                self.failed = (result.stdout + result.stderr).strip()[:300]
-                return
-            t_s = round(time.monotonic() - self.started, 2)
-            for line in result.stdout.splitlines():
-                cells = [c.strip() for c in line.split(",")]
-                if len(cells) == 8 and cells[0].isdigit():
-                    values: dict[str, Any] = {k: number(v) for k, v in zip(SAMPLE_KEYS, cells[1:], strict=True)}
-                    values["reasons"] = cells[5] if cells[5].startswith("0x") else None
-                    emit({"info": "sample", "gpu": int(cells[0]), "t_s": t_s, **values})
-            self.stop_event.wait(self.interval_s)
+                result, why = None, f"{type(exc).__name__}: {exc}"
+            if why is not None or result is None:
+                failures += 1
+                if failures >= SAMPLER_RETRIES:  # one slow answer is not a broken nvidia-smi; three in a row are
+                    self.failed = why
+                    return
+            else:
+                failures = 0
+                self._emit_samples(result.stdout)
+            self.stop_event.wait(max(0.0, due - time.monotonic()))
+
+    def _emit_samples(self, text: str) -> None:
+        t_s = round(time.monotonic() - self.started, 2)
+        for line in text.splitlines():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) != 8 or not cells[0].isdigit() or int(cells[0]) not in self.visible:
+                continue
+            values: dict[str, Any] = {k: number(v) for k, v in zip(SAMPLE_KEYS, cells[1:], strict=True)}
+            values["reasons"] = cells[5] if cells[5].startswith("0x") else None
+            emit({"info": "sample", "gpu": self.visible[int(cells[0])], "t_s": t_s, **values})
+
+
+def visible_gpus(count: int) -> dict[int, int]:
+    """nvidia-smi's index -> the worker's (CUDA's) index: under ``CUDA_VISIBLE_DEVICES=4,5`` nvidia-smi's GPU 4 is
+    worker 0; the GPUs outside the partition are not sampled. Without a partition (or with UUIDs) they are the same."""
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if listed and all(d.isdigit() for d in listed):
+        return {int(d): i for i, d in enumerate(listed[:count])}
+    return {i: i for i in range(count)}
 
 
 def xid_lines() -> tuple[list[str] | None, str]:
@@ -216,17 +240,43 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def collect(queue: Any, gpus: list[int]) -> bool:
-    """Print what the workers put on the queue until each is done; True when one reported an error."""
-    pending, failed = set(gpus), False
+def collect(queue: Any, procs: list[Any], deadline: float) -> bool:
+    """Print what the workers put on the queue until each is done, died, or ``deadline`` passed; True when one
+    reported an error or was lost (a worker killed by the kernel or hung in the driver never says it is done:
+    its GPU is reported, the others' results and the kernel log are still printed)."""
+    pending, failed = {int(p.name.removeprefix("gpu")): p for p in procs}, False
     while pending:
-        item = queue.get()
+        try:
+            item = queue.get(timeout=1.0)
+        except Empty:
+            for gpu, proc in list(pending.items()):
+                late = time.monotonic() > deadline
+                if late or (not proc.is_alive() and proc.exitcode not in (0, None)):
+                    said = "still running past the burn's end" if late else f"exited with {proc.exitcode}"
+                    emit({"error": f"worker {said} without reporting (killed, or hung in the driver)", "gpu": gpu})
+                    failed = True
+                    if late:
+                        proc.kill()
+                    del pending[gpu]
+            continue
         if "done" in item:
-            pending.discard(item["done"])
+            pending.pop(item["done"], None)
             continue
         failed = failed or "error" in item
         emit(item)
     return failed
+
+
+def new_xid_lines(before: list[str], after: list[str]) -> list[str]:
+    """Lines in ``after`` beyond those already in ``before`` (a repeat of an earlier identical line counts)."""
+    seen = Counter(before)
+    fresh = []
+    for line in after:
+        if seen[line]:
+            seen[line] -= 1
+        else:
+            fresh.append(line)
+    return fresh
 
 
 def main() -> int:
@@ -247,30 +297,32 @@ def main() -> int:
     for p in procs:
         p.start()
     started = time.monotonic()
-    sampler = SeriesSampler(args.sample_s, started)
+    sampler = SeriesSampler(args.sample_s, started, visible_gpus(len(gpus)) if cuda else {g: g for g in gpus})
     sampler.own_pids.update(p.pid or 0 for p in procs)
     sampler.take_baseline()
     try:
-        barrier.wait()
+        barrier.wait(timeout=GRACE_S)
     except threading.BrokenBarrierError:
-        pass  # a worker failed to start: its error is on the queue
+        pass  # a worker failed to start: its error is on the queue, or collect() names it
     sampler.started = time.monotonic()
     if args.seconds > 0:
         sampler.start()
-    failed = collect(queue, gpus)
+    try:
+        failed = collect(queue, procs, sampler.started + args.seconds + GRACE_S + 60 * (args.sdc_repeats > 0))
+    finally:
+        sampler.stop_event.set()
+        if sampler.is_alive():
+            sampler.join(timeout=15)
+        if sampler.failed:
+            emit({"info": "sampler_failed", "reason": sampler.failed})
+        after, why_after = xid_lines()
+        if before is None or after is None:
+            emit({"info": "xid_unreadable", "reason": why or why_after})
+        else:
+            for line in new_xid_lines(before, after):
+                emit({"info": "xid", "line": line[:500]})
     for p in procs:
-        p.join()
-    sampler.stop_event.set()
-    if sampler.is_alive():
-        sampler.join(timeout=15)
-    if sampler.failed:
-        emit({"info": "sampler_failed", "reason": sampler.failed})
-    after, why_after = xid_lines()
-    if before is None or after is None:
-        emit({"info": "xid_unreadable", "reason": why or why_after})
-    else:
-        for line in [ln for ln in after if ln not in set(before)]:
-            emit({"info": "xid", "line": line[:500]})
+        p.join(timeout=10)
     for process in sampler.foreign():
         emit(process)
     emit({"info": "sdc_platform", "platform": platform_text})

@@ -33,8 +33,15 @@ APP_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 IDLE_MIB = 256.0  # GPU memory an idle GPU may show in use (driver reservations) before anything runs on it
 
 
+_EMIT = threading.Lock()
+
+
 def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record, sort_keys=True), flush=True)
+    """One JSON line, written whole: the sampler thread and the main thread print at once."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with _EMIT:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class ConditionSampler(threading.Thread):
