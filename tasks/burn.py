@@ -24,9 +24,9 @@ from cluster_accept.probes import burn as burn_probe
 from cluster_accept.probes.base import Probe, discover
 from cluster_accept.tasks.checkpoints import Checkpoints
 from cluster_accept.tasks.single_node import (
-    SESSION_REASONS,
     NodeProbes,
     evaluate_single_node,
+    probe_reasons,
     run_probes_on_node,
     save_outcome,
     saved_probes,
@@ -82,11 +82,7 @@ class BurnStage:
         state.tables.setdefault("burn", []).extend(series)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
-        found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
-        for probe in burn_probes():
-            found.append((probe.check, probe.reasons))
-            found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
-        return found
+        return probe_reasons(burn_probes())
 
 
 STAGE = BurnStage()

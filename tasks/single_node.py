@@ -326,11 +326,16 @@ class SingleNodeStage:
             state.trends = [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
-        found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
-        for probe in probes_of_stage():
-            found.append((probe.check, probe.reasons))
-            found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
-        return found
+        return probe_reasons(probes_of_stage())
+
+
+def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:
+    """The reasons a probe stage's rows carry: the session's, each probe's, and those it writes under other checks."""
+    found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
+    for probe in probes:
+        found.append((probe.check, probe.reasons))
+        found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
+    return found
 
 
 STAGE = SingleNodeStage()
