@@ -20,7 +20,6 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
 from cluster_accept.analysis.schemas import (
-    BURN,
     CHECKS,
     ISOLATION,
     MEASUREMENTS,
@@ -62,7 +61,6 @@ TABLES = {
     "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
     "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
     "training_scaling": (TRAINING_SCALING, lambda state: state.tables.get("training_scaling", [])),
-    "burn": (BURN, lambda state: state.tables.get("burn", [])),
 }
 __all__ = [
     "ResumeError",

@@ -5,8 +5,8 @@ Fails a GPU whose clocks fall under load with a thermal or power reason active (
 throughput in the burn's last part falls from its first by more than the profile allows (``throughput_dropped``:
 a GPU heating up, or a co-tenant that started half-way), that grows uncorrected ECC errors, or whose driver logs
 an XID meanwhile. Each GPU's median throughput over the burn is also judged against its peers across the cluster
-(a GPU at half its peers' speed under sustained load). The per-second series go to ``burn.parquet`` and a chart
-per node into the report.
+(a GPU at half its peers' speed under sustained load). The per-second series go to ``burn/<node>.parquet`` and a
+chart per node into the report.
 """
 
 from __future__ import annotations
@@ -213,10 +213,15 @@ def _log_rows(output: ProbeOutput, cuda: bool) -> list[CheckRow]:
     return rows
 
 
-def time_series(node: str, output: ProbeOutput) -> list[dict[str, Any]]:
-    """The burn's per-second rows for ``burn.parquet``: one per GPU and second, throughput beside the sample."""
+def time_series(node: str, output: ProbeOutput, points: int | None = None) -> list[dict[str, Any]]:
+    """The burn's rows for ``burn/<node>.parquet``: per GPU, its throughput windows and its samples; with
+    ``points``, the throughput windows only, at most that many per GPU (what a chart draws)."""
     windows, samples = series(output)
     unit = unit_of(output)
+    if points is not None:
+        thinned = [g.iloc[:: max(1, -(-len(g) // points))] for _, g in windows.groupby("gpu")]
+        windows = pd.concat(thinned) if thinned else windows
+        samples = samples.iloc[0:0]
     rows: list[dict[str, Any]] = []
     for record in samples.to_dict("records"):
         rows.append(

@@ -6,7 +6,8 @@ multi-node stage. Every node burns at once (up to the profile's ``max_parallel_n
 cluster burned a node at a time would take days. Per node one Prefect task ships the burn script, runs it and
 ``dcgmi diag`` in the node's private probe directory, each under its own node-side limit (the burn's minutes
 plus the usual margin; DCGM's own), and brings the raw output back, checkpointed. The judgement is the
-single-node stage's, over the ``burn`` probes; the per-second series go to ``burn.parquet``.
+single-node stage's, over the ``burn`` probes; the per-second series go to ``burn/<node>.parquet`` as each node is
+judged (a cluster's series never sit in memory at once), the report keeps a thinned copy for its charts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis.probe_output import ProbeOutput
+from cluster_accept.analysis.schemas import BURN, write_table
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import burn as burn_probe
@@ -34,6 +36,8 @@ from cluster_accept.tasks.single_node import (
 from cluster_accept.tasks.stage import RunState, per_node
 
 NAME = "burn"
+SERIES_DIR = "burn"  # one Parquet file per node: a 10-minute burn of 8 GPUs is ~10,000 rows, 1,000 nodes ~10 M
+CHART_POINTS = 60  # per GPU, what the report's chart draws
 
 
 def burn_probes() -> list[Probe]:
@@ -54,7 +58,7 @@ class BurnStage:
     name = NAME
     order = 25
     suites = frozenset({"light", "full", "burn"})
-    tables = ("checks", "measurements", "burn")
+    tables = ("checks", "measurements")  # and burn/<node>.parquet, written as each node is judged
 
     def run(self, state: RunState) -> None:
         probes = burn_probes()
@@ -68,18 +72,22 @@ class BurnStage:
             lambda node: burn_node.submit(node, state.checkpoints, state.quick, probes),
             wave=min(limits) if limits else None,
         )
-        series: list[dict[str, Any]] = []
+        charted: list[dict[str, Any]] = []
+        folder = state.run_dir.path / SERIES_DIR
+        folder.mkdir(exist_ok=True)
 
         def keep(node: str, output: ProbeOutput) -> None:
-            for record in burn_probe.time_series(node, output):
-                series.append({"run_id": state.run_id, "cluster": state.cluster, **record})
+            """The node's whole series to its own Parquet file at once; only the report's thinned lines stay."""
+            tags = {"run_id": state.run_id, "cluster": state.cluster}
+            write_table(folder / f"{node}.parquet", [{**tags, **r} for r in burn_probe.time_series(node, output)], BURN)
+            charted.extend({**tags, **r} for r in burn_probe.time_series(node, output, points=CHART_POINTS))
 
         rows, measurements = evaluate_single_node(
             state.run_id, state.inventory, outcomes, state.quick, probes, stage=NAME, keep=keep
         )
         state.rows += rows
         state.measurements += measurements
-        state.tables.setdefault("burn", []).extend(series)
+        state.tables.setdefault("burn", []).extend(charted)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(burn_probes())

@@ -2,7 +2,7 @@
 
 node02's GPU 1 throttles under load (its nvidia-smi answers 900 MHz with HW thermal slowdown while the burn
 samples it), node03's GPU 2 flips a bit of its product, node04's ``dcgmi diag`` fails PCIe on GPU 0: each is named
-with its reason, node01 is accepted, the per-second series are in ``burn.parquet`` and a chart per node is in the
+with its reason, node01 is accepted, the per-second series are in ``burn/<node>.parquet`` and a chart per node is in the
 report. A second run on a node without dcgmi says so in a skip row.
 """
 
@@ -61,7 +61,7 @@ def test_burn_names_throttling_bit_flips_and_dcgm_failures(testbed_factory, tmp_
     assert len(sustained) == 4 * 4 - 1  # every other GPU of the four nodes held
     same = checks[(checks.check == "sdc") & (checks.reason == "same")]
     assert len(same) == 15 and same.expected.iloc[0] == "as 15 of 16 GPUs"
-    series = pd.read_parquet(run_dir / "burn.parquet")
+    series = pd.read_parquet(run_dir / "burn")
     loaded = series[(series.kind == "sample") & (series.node == "node02")]
     assert set(loaded[loaded.gpu == 1].sm_clock_mhz) == {900.0} and set(loaded[loaded.gpu == 0].sm_clock_mhz) == {
         1980.0
