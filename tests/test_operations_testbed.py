@@ -197,7 +197,7 @@ def test_served_deployment_runs_against_the_testbed(testbed_factory, tmp_path: P
                     finished = info
             time.sleep(1)
         assert finished is not None, "the triggered run did not finish"
-        assert finished["suite"] == "light" and finished["stages"] == ["preflight", "single-node"]
+        assert finished["suite"] == "light" and finished["stages"] == ["preflight", "single-node", "burn"]
         run_dir = only_run(out)
         verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
         assert set(verdicts.verdict) == {"accepted"} and len(verdicts) == 2
