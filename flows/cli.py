@@ -207,6 +207,8 @@ def _print_outcome(outcome: RunOutcome) -> None:
     slurm = outcome.slurm
     if slurm.error:
         _say(f"slurm: nothing changed: {slurm.error}")
+    if slurm.unknown:
+        _say(f"slurm: not drained, Slurm does not know {fold(slurm.unknown)} (check slurm.node_names)")
     for action in slurm.actions:
         if action.exit_code is None and not action.applied:
             dry = visible(f"slurm (dry run, add --apply): {action.command}")

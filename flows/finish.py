@@ -93,7 +93,10 @@ def finish(
         append_run(history, state.run_dir.path, state.run_id, str(run_info["started"])[:10])
     html_path, _ = render_report(state, run_info, verdicts, context)
     publish(run_info, verdicts, html_path)
-    slurm = after_run(state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations)
+    names = {n.name: n.slurm_node for n in state.inventory.nodes if n.slurm_name}
+    slurm = after_run(
+        state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations, slurm_names=names
+    )
     state.run_dir.write_json("run.json", run_info)
     Checkpoints(state.run_dir.path).clear()
     state.run_dir.release()

@@ -45,16 +45,28 @@ def testbed_up(
     rails: Annotated[
         int, typer.Option("--rails", min=0, max=8, help="rail networks per node, each with a simulated HCA")
     ] = 0,
+    slurm: Annotated[
+        bool, typer.Option("--slurm", help="also run a real Slurm: munged and slurmctld here, slurmd in every node")
+    ] = False,
+    health_check: Annotated[
+        Path | None, typer.Option("--health-check", help="with --slurm: Slurm's HealthCheckProgram for every node")
+    ] = None,
 ) -> None:
     """Start N simulated GPU nodes (network namespaces with real sshd) and write their inventory.
 
-    Test-beds of different --name run side by side; a running test-bed of the same name is never replaced."""
+    Test-beds of different --name run side by side; a running test-bed of the same name is never replaced.
+    With --slurm, Slurm's clients reach the test-bed's Slurm with the SLURM_CONF printed at the end."""
     from cluster_accept.testbed.bed import TestbedError, up
     from cluster_accept.testbed.faults import load_fault_plan
+    from cluster_accept.testbed.slurm import SlurmBedError
 
     try:
-        bed = up(nodes, load_fault_plan(faults) if faults else None, state_dir, name, subnet, rails=rails)
-    except (TestbedError, ValueError) as exc:
+        if health_check is not None and not slurm:
+            raise ValueError("--health-check needs --slurm")
+        program = str(health_check.resolve()) if health_check else None
+        plan = load_fault_plan(faults) if faults else None
+        bed = up(nodes, plan, state_dir, name, subnet, rails=rails, slurm_on=slurm, health_check=program)
+    except (TestbedError, SlurmBedError, ValueError) as exc:
         raise _usage_error(exc) from None
     out.print(bed.summary(), highlight=False, markup=False, soft_wrap=True)
 

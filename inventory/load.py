@@ -30,6 +30,7 @@ from cluster_accept.inventory.model import (
     Node,
     Profile,
 )
+from cluster_accept.inventory.slurm_settings import slurm_names
 
 # A profile looked up as profiles/NAME.yaml: a plain file name, so that '../x' or an over-long name is not a path.
 _PROFILE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -259,6 +260,8 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
                 problems.append(f"exclude[{j}]: node {name} is not listed under nodes")
             excluded.add(name)
 
+    in_slurm, naming_problems = slurm_names(parsed.slurm.node_names, [(n.name, n.labels) for n in nodes])
+    problems += naming_problems
     if problems:
         raise InventoryError(source, problems)
 
@@ -271,6 +274,7 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
             address=n.address,
             labels=n.labels,
             excluded=n.name in excluded,
+            slurm_name=in_slurm[n.name] if in_slurm[n.name] != n.name else "",
         )
         for n in nodes
     ]

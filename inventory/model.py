@@ -23,6 +23,7 @@ from cluster_accept.inventory.probe_settings import (  # noqa: F401 - part of th
     busbw_threshold,
 )
 from cluster_accept.inventory.shapes import PRESETS, ModelShape, default_preset
+from cluster_accept.inventory.slurm_settings import SlurmSettings
 
 
 class _Strict(BaseModel):
@@ -332,6 +333,7 @@ class InventoryFile(_Strict):
     nodes: list[NodeEntryFile]
     exclude: list[StrictStr] = Field(default_factory=list)
     profiles: dict[StrictStr, Profile] = Field(default_factory=dict)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
 
 
 # Resolved ---------------------------------------------------------------------------------------------
@@ -356,6 +358,11 @@ class Node:
     address: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     excluded: bool = False
+    slurm_name: str = ""  # the node's name in Slurm, where the inventory's slurm.node_names rule gives another
+
+    @property
+    def slurm_node(self) -> str:
+        return self.slurm_name or self.name
 
     @property
     def is_local(self) -> bool:

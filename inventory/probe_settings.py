@@ -11,6 +11,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
+from cluster_accept.inventory.slurm_settings import SrunSettings
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,8 +76,9 @@ class ProbeSettings(_Strict):
         default=None, description="probe only these GPUs (CUDA_VISIBLE_DEVICES), e.g. a partition of a node"
     )
     launcher: Literal["ssh", "slurm"] = Field(
-        default="ssh", description="how multi-node runs start: torchrun over SSH on every node ('slurm': srun)"
+        default="ssh", description="how multi-node runs start: torchrun over SSH on every node, or under srun"
     )
+    slurm: SrunSettings = Field(default_factory=SrunSettings, description="the allocation and srun, for 'slurm'")
     max_parallel_nodes: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="probe at most this many nodes at once (shared power, storage, or cores)"
     )
@@ -116,10 +119,3 @@ class ProbeSettings(_Strict):
             if lacking:
                 raise ValueError(f"rails {', '.join(lacking)}: name the rail's nic (NCCL_IB_HCA) or ifname")
         return self
-
-    @field_validator("launcher")
-    @classmethod
-    def _launcher_exists(cls, launcher: str) -> str:
-        if launcher != "ssh":  # accepted silently, every multi-node group would fail to start
-            raise ValueError(f"launcher {launcher!r} is not implemented yet: use 'ssh' (torchrun over SSH)")
-        return launcher

@@ -63,11 +63,12 @@ def after_run(
     measurements: Sequence[Mapping[str, Any]],
     operations: Operations,
     rules: Mapping[str, MetricRule] | None = None,
+    slurm_names: Mapping[str, str] | None = None,
 ) -> SlurmPlan:
     """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json``.
 
     ``rules``: the judged figures (the probes' ``METRICS``) the Prometheus file's key figures come from;
-    every discovered probe's when not given."""
+    every discovered probe's when not given. ``slurm_names``: inventory name -> Slurm name, where they differ."""
     _write_atomic(
         run_dir / "summary.json",
         json.dumps(summary(run_info, verdicts, warnings_by_node(rows)), indent=2, default=str) + "\n",
@@ -86,8 +87,14 @@ def after_run(
         operations.resume_passing,
         operations.apply,
         operations.scontrol,
+        slurm_names,
     )
     if operations.drain or operations.resume_passing:
-        record = {"apply": operations.apply, "error": plan.error, "actions": [asdict(a) for a in plan.actions]}
+        record = {
+            "apply": operations.apply,
+            "error": plan.error,
+            "actions": [asdict(a) for a in plan.actions],
+            "unknown_to_slurm": plan.unknown,
+        }
         _write_atomic(run_dir / "slurm.json", json.dumps(record, indent=2) + "\n")
     return plan

@@ -15,7 +15,7 @@ isolation round's disjoint groups); every SSH operation runs in one pool of ``co
 operation on one rank does (its command, start, poll) is in :mod:`tasks.ranks`.
 
 The launcher is chosen by the profile (``probes.launcher``): ``ssh`` is implemented here; ``slurm`` (srun
-in an allocation) plugs in behind the same :func:`launch_group` signature.
+in an allocation, :mod:`tasks.srun`) runs behind the same :func:`launch_groups`, its records summarized alike.
 """
 
 from __future__ import annotations
@@ -256,13 +256,18 @@ class _Launcher:
 
 
 def _outcome(group: _Group) -> None:
-    """Each rank's record, the figures from the first rank's log, transports from every rank's log."""
+    """Each rank's record, then what the run measured (:func:`summarize`)."""
     run = group.run
     for rank in group.ranks:
         run.ranks[rank.node.name] = rank.done or RankRun(rank.node.name, NodeStatus.ERROR, None, "abandoned")
-    if not group.ranks:
-        return  # no free port: the run never started, its detail says why
-    first = run.ranks.get(group.nodes[0].name)
+    if group.ranks:  # else no free port: the run never started, its detail says why
+        summarize(run, group.nodes, group.job)
+
+
+def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
+    """The figures from the first rank's log, transports from every rank's log, and why a failed run failed
+    (whichever launcher started it)."""
+    first = run.ranks.get(nodes[0].name)
     if first is not None and first.result is not None:
         run.measurements, run.stdout = parse_json_lines(first.result.stdout).measurements, first.result.stdout
     for rank_run in run.ranks.values():
@@ -275,7 +280,7 @@ def _outcome(group: _Group) -> None:
             for n, r in run.ranks.items()
             if not r.ok
         ]
-        run.detail = keep_head("; ".join(failed), 2000) or f"no {group.job.name} figure"
+        run.detail = keep_head("; ".join(failed), 2000) or run.detail or f"no {job.name} figure"
 
 
 def _refused(nodes: Sequence[Node], job: GroupJob) -> str:
@@ -305,6 +310,13 @@ def launch_groups(
     for group in states:
         group.run.detail = _refused(group.nodes, job)
     runnable = [group for group in states if not group.run.detail]
+    if runnable and runnable[0].nodes[0].profile.probes.launcher == "slurm":
+        from cluster_accept.tasks import srun  # the srun launcher builds on this module's records
+
+        srun.launch_groups([g.nodes for g in runnable], [g.run for g in runnable], job, concurrency)
+        for group in runnable:
+            summarize(group.run, group.nodes, group.job)
+        return [group.run for group in states]
     if runnable:
         _Launcher(concurrency).drive(runnable)
     for group in runnable:

@@ -4,7 +4,9 @@
 field (``cluster-accept: gpu_count:count_low``), so ``sinfo -R`` says why. ``--resume-passing`` resumes
 nodes that are drained *by us* (their reason starts with :data:`REASON_PREFIX`) and now pass; a node an
 administrator drained for another reason is never touched. Without ``apply`` the commands are only
-returned, for the operator to read (a dry run). Node names are the inventory's names.
+returned, for the operator to read (a dry run). Slurm is told its own node names (the inventory's
+``slurm.node_names`` rule); every action also names the inventory node. A node Slurm does not know is listed
+in the plan, never silently skipped.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
@@ -31,6 +33,7 @@ class SlurmAction:
     applied: bool = False
     exit_code: int | None = None
     output: str = ""
+    slurm_node: str = ""  # the node's name in Slurm (the inventory's name unless a rule maps it)
 
     @property
     def command(self) -> str:
@@ -56,6 +59,7 @@ class SlurmNode:
 class SlurmPlan:
     actions: list[SlurmAction] = field(default_factory=list)
     error: str = ""  # scontrol could not be asked: nothing was changed
+    unknown: list[str] = field(default_factory=list)  # nodes to act on that Slurm does not know (inventory names)
 
 
 _FIELD = re.compile(r"(?:^|\s)(\w+)=")
@@ -93,21 +97,30 @@ def plan(
     drain: bool,
     resume_passing: bool,
     scontrol: str = "scontrol",
-) -> list[SlurmAction]:
-    """What to ask Slurm, per node; pure. Nodes Slurm does not know are left out (and reported by the caller)."""
-    actions: list[SlurmAction] = []
+    names: Mapping[str, str] | None = None,
+) -> SlurmPlan:
+    """What to ask Slurm, per node; pure. ``names``: inventory name -> Slurm name (the same when absent).
+    Nodes Slurm does not know are listed in ``unknown`` when there was something to do for them."""
+    result = SlurmPlan()
     for verdict in verdicts:
         name, outcome = verdict.node, verdict.verdict
-        known = slurm_nodes.get(name)
+        slurm_name = (names or {}).get(name, name)
+        known = slurm_nodes.get(slurm_name)
+        wanted = (drain and outcome in BAD) or (resume_passing and outcome == Verdict.ACCEPTED)
         if known is None:
+            if drain and outcome in BAD:
+                result.unknown.append(name)
             continue
+        if not wanted:
+            continue
+        update = [scontrol, "update", f"nodename={slurm_name}"]
         if drain and outcome in BAD and not known.drained:
             reason = drain_reason(verdict.reasons, run_id)
-            argv = [scontrol, "update", f"nodename={name}", "state=drain", f"reason={reason}"]
-            actions.append(SlurmAction(name, "drain", argv, reason))
+            action = SlurmAction(name, "drain", [*update, "state=drain", f"reason={reason}"], reason)
+            result.actions.append(replace(action, slurm_node=slurm_name))
         elif resume_passing and outcome == Verdict.ACCEPTED and known.drained_by_us:
-            actions.append(SlurmAction(name, "resume", [scontrol, "update", f"nodename={name}", "state=resume"]))
-    return actions
+            result.actions.append(SlurmAction(name, "resume", [*update, "state=resume"], slurm_node=slurm_name))
+    return result
 
 
 def slurm_step(
@@ -117,6 +130,7 @@ def slurm_step(
     resume_passing: bool,
     apply: bool,
     scontrol: str = "scontrol",
+    names: Mapping[str, str] | None = None,
 ) -> SlurmPlan:
     """Ask Slurm for its nodes, plan, and (with ``apply``) run each command; every outcome is data."""
     if not (drain or resume_passing):
@@ -127,7 +141,7 @@ def slurm_step(
         return SlurmPlan(error=f"could not run {scontrol} show node: {exc}")
     if shown.returncode != 0:
         return SlurmPlan(error=f"{scontrol} show node failed (exit {shown.returncode}): {shown.stderr.strip()}")
-    result = SlurmPlan(plan(verdicts, parse_show_nodes(shown.stdout), run_id, drain, resume_passing, scontrol))
+    result = plan(verdicts, parse_show_nodes(shown.stdout), run_id, drain, resume_passing, scontrol, names)
     if apply:
         for action in result.actions:
             try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_accept.testbed import claim, net, sshd, subnets
+from cluster_accept.testbed import claim, net, slurm, sshd, subnets
 from cluster_accept.testbed.burn_faults import DcgmFail, NoDcgm, SdcFlip
 from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
 from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
@@ -30,11 +30,12 @@ from cluster_accept.testbed.ibsys import write_ib_sysfs
 from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
 from cluster_accept.testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
 from cluster_accept.testbed.sdcflip import write_sitecustomize
+from cluster_accept.testbed.slurm_nodes import start_slurm, start_slurmd
 from cluster_accept.testbed.standins import write_standins
 
 STATE_VERSION = 1
 # Files a state dir holds; a dir with anything else and no state.json is not removed by down().
-_OWN_NAMES = {"state.json", "inventory.yaml", "known_hosts", "id_ed25519", "id_ed25519.pub", "nodes"}
+_OWN_NAMES = {"state.json", "inventory.yaml", "known_hosts", "id_ed25519", "id_ed25519.pub", "nodes", "slurm"}
 
 
 @dataclass
@@ -56,6 +57,17 @@ class Testbed:
     index: dict[str, int] = field(default_factory=dict)
     up_seconds: float = 0.0
     rails: int = 0  # rail networks beside eth0, each with one simulated HCA per node
+    slurm: bool = False  # a real Slurm runs: slurmctld here, slurmd in every node (testbed.slurm)
+    slurm_names: dict[str, str] = field(default_factory=dict)  # node -> its Slurm name, where they differ
+    health_check: str = ""  # Slurm's HealthCheckProgram, run in the node's environment
+
+    def slurm_name(self, node: str) -> str:
+        return self.slurm_names.get(node, node)
+
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        """What Slurm's clients need to reach this test-bed's Slurm (``SLURM_CONF``)."""
+        return slurm.client_env(self.state_dir)
 
     def sysfs_dir(self, node: str) -> Path:
         return self.node_dir(node) / "sys"
@@ -101,6 +113,7 @@ class Testbed:
             "faults": self.faults.as_yaml(),
             "up_seconds": round(self.up_seconds, 3),
             "rails": self.rails,
+            "slurm": {"on": self.slurm, "names": self.slurm_names, "health_check": self.health_check},
             "nodes": {
                 node: {"ip": ip, "index": self.index[node], "netns": self.netns(node),
                        "veth": net.veth_name(self.prefix, self.index[node]), "dir": str(self.node_dir(node)),
@@ -111,10 +124,13 @@ class Testbed:
 
     def summary(self) -> str:
         """What ``testbed up`` prints: name, size, subnet, state dir, inventory, and how to take it down."""
-        return (
+        text = (
             f"test-bed {self.prefix}: {len(self.nodes)} nodes up on {self.subnet}; state dir: {self.state_dir}\n"
-            f"inventory: {self.inventory_path}\ntake it down with: {claim.down_command(self.prefix)}"
+            f"inventory: {self.inventory_path}\n"
         )
+        if self.slurm:
+            text += f"Slurm: export SLURM_CONF={slurm.conf_path(self.state_dir)}\n"
+        return text + f"take it down with: {claim.down_command(self.prefix)}"
 
     def save(self) -> None:
         tmp = self.state_dir / "state.json.tmp"
@@ -173,6 +189,7 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
     planted = [{"test": f.test, "gpu": f.gpu} for f in faults if isinstance(f, DcgmFail)]
     if planted:
         (tb.data_dir(node) / "dcgm.json").write_text(json.dumps(planted), encoding="utf-8")
+    (ndir / "env.json").write_text(json.dumps(env), encoding="utf-8")  # for the programs Slurm starts
     config = sshd.sshd_config(ndir, tb.nodes[node], served, ndir / "authorized_keys", env)
     (ndir / "sshd_config").write_text(config)
     (ndir / "start.sh").write_text(sshd.start_script(ndir, tb.data_dir(node)))
@@ -199,25 +216,6 @@ def _start_node(tb: Testbed, node: str) -> None:
         net.set_link(tb.prefix, node, tb.nodes[node], up=False)
 
 
-def _hosts(network: subnets.IPNetwork, nodes: int) -> list[str]:
-    """The host's address and one per node: the first ``nodes + 1`` of ``network``."""
-    hosts = [str(h) for _, h in zip(range(nodes + 1), network.hosts(), strict=False)]
-    if len(hosts) < nodes + 1:
-        raise TestbedError(f"subnet {network} has room for {max(len(hosts) - 1, 0)} nodes, not {nodes}")
-    return hosts
-
-
-def _claim_subnet(network: subnets.IPNetwork | None, nodes: int) -> subnets.IPNetwork:
-    """``network`` when nothing here uses it, else an error; a free subnet when none is given."""
-    used = subnets.in_use()
-    if network is None:
-        return subnets.free_subnet([n for n, _ in used], nodes)
-    clash = subnets.overlapping(network, used)
-    if clash:
-        raise TestbedError(f"subnet {network} is already in use here ({', '.join(clash)}); pick another subnet")
-    return network
-
-
 def up(
     nodes: int,
     faults: FaultPlan | None = None,
@@ -226,12 +224,17 @@ def up(
     subnet: str | None = None,
     base: str = "h200x4",
     rails: int = 0,
+    slurm_on: bool = False,
+    slurm_names: dict[str, str] | None = None,
+    health_check: str | None = None,
 ) -> Testbed:
     """Start ``nodes`` simulated nodes (``node01``..) with ``faults`` planted; returns the running test-bed.
 
     ``prefix`` is the test-bed's name; ``state_dir`` defaults to ``/tmp/cluster-accept-testbed-PREFIX`` and
     ``subnet`` to a free one (:func:`testbed.subnets.free_subnet`). ``rails`` adds that many rail networks
     (``rail<k>`` in every node, one simulated HCA ``mlx5_<k>`` each) and names them in the profile.
+    ``slurm_on`` starts a real Slurm (:mod:`testbed.slurm`) with node names ``slurm_names`` (node -> Slurm name;
+    the node's own name otherwise) and ``health_check`` as its ``HealthCheckProgram``.
 
     A running test-bed of this name or state dir is never replaced: that raises :class:`TestbedError` naming
     it; a stale one (nothing of it alive) is cleaned first. On any failure, everything created so far is taken
@@ -250,7 +253,7 @@ def up(
         raise TestbedError(f"the fault plan names {', '.join(unknown)}, not among node01..{names[-1]}")
     network = ipaddress.ip_network(subnet) if subnet else None
     if network is not None:
-        _hosts(network, nodes)
+        subnets.hosts(network, nodes)
     net.veth_name(prefix, nodes)  # interface names must fit in 15 characters
     healthy = _node_data(base, names[0], [])
     data = {n: _node_data(base, n, plan.faults(n)) if plan.faults(n) else healthy for n in names}
@@ -259,13 +262,14 @@ def up(
         claim.refuse_taken(state_dir, prefix)
         down(state_dir, prefix)  # a stale test-bed of this name or state dir
         claim.refuse_foreign_links(prefix)
-        network = _claim_subnet(network, nodes)
-        hosts = _hosts(network, nodes)
+        network = subnets.claim(network, nodes)
+        hosts = subnets.hosts(network, nodes)
         tb = Testbed(
             state_dir=state_dir, prefix=prefix, inventory_path=state_dir / "inventory.yaml",
             known_hosts_path=state_dir / "known_hosts", identity_file=state_dir / "id_ed25519",
             nodes=dict(zip(names, hosts[1:], strict=True)), base=base, subnet=str(network), host_ip=hosts[0],
-            faults=plan, index={n: i for i, n in enumerate(names, start=1)}, rails=rails,
+            faults=plan, index={n: i for i, n in enumerate(names, start=1)}, rails=rails, slurm=slurm_on,
+            slurm_names=dict(slurm_names or {}), health_check=health_check or "",
         )  # fmt: skip
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
@@ -286,6 +290,8 @@ def up(
         write_inventory(
             tb.inventory_path, inventory(base, tb.nodes, tb.identity_file, tb.known_hosts_path, rails=rails)
         )
+        if slurm_on:
+            start_slurm(tb)
         tb.up_seconds = time.monotonic() - started
         tb.save()
     except BaseException:
@@ -316,7 +322,9 @@ def load(state_dir: Path | None = None, prefix: str = DEFAULT_NAME) -> Testbed:
         nodes={n: v["ip"] for n, v in nodes.items()}, base=state["base"], subnet=state["subnet"],
         host_ip=state["host_ip"], faults=FaultPlan(nodes=state["faults"].get("nodes", {})),
         index={n: int(v["index"]) for n, v in nodes.items()}, up_seconds=float(state.get("up_seconds", 0)),
-        rails=int(state.get("rails", 0)),
+        rails=int(state.get("rails", 0)), slurm=bool(state.get("slurm", {}).get("on")),
+        slurm_names=dict(state.get("slurm", {}).get("names", {})),
+        health_check=str(state.get("slurm", {}).get("health_check", "")),
     )  # fmt: skip
 
 
@@ -356,6 +364,8 @@ def start_sshd(tb: Testbed, node: str) -> None:
     kill_sshd(tb, node)
     sshd.start(tb.netns(node), tb.node_dir(node))
     sshd.wait_listening(tb.nodes[node])
+    if tb.slurm:
+        start_slurmd(tb, node)
 
 
 def set_rate(tb: Testbed, node: str, rate_mbit: float | None) -> None:
@@ -376,4 +386,6 @@ def set_fault(tb: Testbed, node: str, faults: Sequence[_Fault | str | dict[str, 
     _prepare_node(tb, node, data, tb.identity_file.with_name("id_ed25519.pub").read_text().strip())
     _write_known_hosts(tb)
     _start_node(tb, node)
+    if tb.slurm and not {"down", "off"} & {f.kind for f in parsed}:
+        start_slurmd(tb, node)
     tb.save()

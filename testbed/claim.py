@@ -67,13 +67,15 @@ def read_state(state_dir: Path) -> dict[str, Any] | None:
 
 
 def own_processes(state_dir: Path) -> list[int]:
-    """Processes started from this state dir: anything whose command line names one of its node dirs."""
-    marker = f"{state_dir}/nodes/"
+    """Processes started from this state dir: anything whose command line names one of its node dirs or its
+    Slurm dir (munged, slurmctld)."""
+    markers = (f"{state_dir}/nodes/", f"{state_dir}/slurm/")
     pids: list[int] = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             with contextlib.suppress(OSError):
-                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if any(marker in line for marker in markers):
                     pids.append(int(entry.name))
     return pids
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cluster_accept.testbed import net
+from cluster_accept.testbed.claim import TestbedError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 POOLS: tuple[ipaddress.IPv4Network, ...] = tuple(
@@ -86,3 +87,22 @@ def in_use() -> list[tuple[IPNetwork, str]]:
 def overlapping(network: IPNetwork, used: Iterable[tuple[IPNetwork, str]]) -> list[str]:
     """What in ``used`` overlaps ``network``."""
     return [what for taken, what in used if taken.version == network.version and taken.overlaps(network)]
+
+
+def hosts(network: IPNetwork, nodes: int) -> list[str]:
+    """The host's address and one per node: the first ``nodes + 1`` of ``network``."""
+    hosts = [str(h) for _, h in zip(range(nodes + 1), network.hosts(), strict=False)]
+    if len(hosts) < nodes + 1:
+        raise TestbedError(f"subnet {network} has room for {max(len(hosts) - 1, 0)} nodes, not {nodes}")
+    return hosts
+
+
+def claim(network: IPNetwork | None, nodes: int) -> IPNetwork:
+    """``network`` when nothing here uses it, else an error; a free subnet when none is given."""
+    used = in_use()
+    if network is None:
+        return free_subnet([n for n, _ in used], nodes)
+    clash = overlapping(network, used)
+    if clash:
+        raise TestbedError(f"subnet {network} is already in use here ({', '.join(clash)}); pick another subnet")
+    return network

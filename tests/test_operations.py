@@ -18,7 +18,7 @@ from cluster_accept.inventory.model import Thresholds
 from cluster_accept.probes.gemm import METRICS as RULES
 from cluster_accept.reports.summary import prometheus_text, summary
 from cluster_accept.tasks.after_run import Operations, warnings_by_node
-from cluster_accept.tasks.slurm import REASON_PREFIX, SlurmNode, drain_reason, parse_show_nodes, plan
+from cluster_accept.tasks.slurm import REASON_PREFIX, SlurmNode, SlurmPlan, drain_reason, parse_show_nodes, plan
 
 pytestmark = pytest.mark.pure
 
@@ -113,7 +113,8 @@ def test_parse_show_nodes_reads_state_and_reason() -> None:
 def test_plan_drains_bad_nodes_and_resumes_only_what_we_drained() -> None:
     nodes = parse_show_nodes(SHOW)
     verdicts = VERDICTS + [verdict("n5", Verdict.ACCEPTED)]
-    actions = plan(verdicts, nodes, "r9", drain=True, resume_passing=True, scontrol="/usr/bin/scontrol")
+    planned = plan(verdicts, nodes, "r9", drain=True, resume_passing=True, scontrol="/usr/bin/scontrol")
+    actions = planned.actions
     assert [(a.node, a.action, a.command) for a in actions] == [
         (
             "n2",
@@ -121,10 +122,25 @@ def test_plan_drains_bad_nodes_and_resumes_only_what_we_drained() -> None:
             "/usr/bin/scontrol update nodename=n2 state=drain 'reason=cluster-accept: gpu_count:count_low (run r9)'",
         ),
         ("n4", "resume", "/usr/bin/scontrol update nodename=n4 state=resume"),
-    ]  # n3 is unknown to Slurm; n5 was drained by an administrator and stays drained
-    assert plan(verdicts, nodes, "r9", drain=False, resume_passing=False) == []
+    ]  # n5 was drained by an administrator and stays drained
+    assert planned.unknown == ["n3"]  # rejected, but Slurm has no such node: named, not silently skipped
+    assert plan(verdicts, nodes, "r9", drain=False, resume_passing=False) == SlurmPlan()
     long = drain_reason([f"check{i}:reason" for i in range(40)], "r9")
     assert long.startswith(REASON_PREFIX) and len(long) == 200 and long.endswith("...")
+
+
+def test_plan_tells_slurm_its_own_node_names() -> None:
+    """With a name rule, Slurm is asked about (and told to drain) its own name; the action keeps both names."""
+    shown = parse_show_nodes("NodeName=gpu-n2 State=IDLE\nNodeName=gpu-n4 State=IDLE+DRAIN Reason=cluster-accept: x\n")
+    verdicts = [verdict("n2", Verdict.REJECTED, ["gpu_count:count_low"]), verdict("n4", Verdict.ACCEPTED)]
+    names = {"n2": "gpu-n2", "n4": "gpu-n4"}
+    planned = plan(verdicts, shown, "r1", drain=True, resume_passing=True, names=names)
+    assert [(a.node, a.slurm_node, a.argv[2], a.action) for a in planned.actions] == [
+        ("n2", "gpu-n2", "nodename=gpu-n2", "drain"),
+        ("n4", "gpu-n4", "nodename=gpu-n4", "resume"),
+    ]
+    unmapped = plan(verdicts, shown, "r1", drain=True, resume_passing=True)
+    assert unmapped.actions == [] and unmapped.unknown == ["n2"]
 
 
 def test_regression_against_the_nodes_own_history() -> None:

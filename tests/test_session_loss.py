@@ -171,7 +171,7 @@ def test_a_tool_failure_is_its_own_verdict_exit_code_and_never_drained() -> None
 
     verdicts = [row("n1", Verdict.TOOL_ERROR), row("n2", Verdict.REJECTED), row("n3", Verdict.ACCEPTED)]
     slurm = {n: SlurmNode(n, "IDLE") for n in ("n1", "n2", "n3")}
-    assert [a.node for a in plan(verdicts, slurm, "r", drain=True, resume_passing=False)] == ["n2"]
+    assert [a.node for a in plan(verdicts, slurm, "r", drain=True, resume_passing=False).actions] == ["n2"]
     assert RunOutcome("r", Path("."), verdicts).exit_code == 3
     assert RunOutcome("r", Path("."), verdicts[1:]).exit_code == 1
     assert RunOutcome("r", Path("."), verdicts[2:]).exit_code == 0

@@ -1,0 +1,205 @@
+"""``launcher: slurm``: multi-node runs started by Slurm's ``srun`` instead of torchrun over SSH.
+
+Each group gets an allocation of exactly its nodes — the one the operator holds (cluster-accept run inside
+``sbatch``/``salloc``: ``SLURM_JOB_ID`` is set and must cover the group) or one made here with ``salloc
+--no-shell`` and cancelled afterwards — then two steps: a one-task step on the first node that picks a free
+rendezvous port, and the run itself, one task per node (:mod:`tasks.srun_script`). Every node runs the same
+``torchrun`` line as under the SSH launcher, so the figures, logs and rows are the same; only what can go
+wrong in Slurm is new, and it is named on the node it concerns: a node Slurm would not allocate, a task that
+did not start there, a step that ran past its time.
+
+Groups of one round run at once (they are disjoint), each in a thread of its own waiting on its srun.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster_accept.analysis.text import keep_tail
+from cluster_accept.inventory.hostlist import HostlistError, expand
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.result import CommandResult, NodeStatus
+from cluster_accept.tasks.probe_dir import PROBES_DIR
+from cluster_accept.tasks.ranks import _PORT_SCRIPT, GroupJob, GroupRun, RankRun, rendezvous_address
+from cluster_accept.tasks.srun_script import (
+    granted_job,
+    probe_script,
+    salloc_argv,
+    split_tasks,
+    srun_argv,
+    srun_errors_for,
+)
+
+SLURM_TIMEOUT_S = 120.0  # salloc, scancel and the port step: Slurm answers these in seconds
+STOP_WAIT_S = 15.0
+
+
+@dataclass
+class Allocation:
+    job_id: str = ""
+    ours: bool = False  # made here: cancelled when the group is done
+    error: str = ""
+    culprits: tuple[str, ...] = ()  # Slurm names of the nodes that kept it from being granted
+
+
+def _run(argv: Sequence[str], timeout_s: float, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client; on the timeout it is interrupted twice (srun then cancels its step) and reaped."""
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout_s)
+        return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err += f"\ncluster-accept: {argv[0]} ran past {timeout_s:.0f} s and was stopped"
+        return subprocess.CompletedProcess(list(argv), None, out, err)  # type: ignore[arg-type]
+
+
+def _held_allocation(slurm_names: Sequence[str]) -> Allocation | None:
+    """The allocation this process runs in (SLURM_JOB_ID), when there is one; an error when it lacks nodes."""
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    try:
+        held = set(expand(os.environ.get("SLURM_JOB_NODELIST", "")))
+    except HostlistError:
+        held = set()
+    missing = tuple(n for n in slurm_names if n not in held)
+    if missing:
+        return Allocation(job_id, error=f"not in the held allocation {job_id}: {', '.join(missing)}", culprits=missing)
+    return Allocation(job_id)
+
+
+UNAVAILABLE = ("down", "drain", "fail", "unk", "maint", "reserved", "not_responding", "inval", "future")
+
+
+def unavailable(slurm_names: Sequence[str]) -> dict[str, str]:
+    """Slurm name -> state for the nodes Slurm would not allocate now (down, drained, failing, unknown)."""
+    done = _run(["sinfo", "-h", "-N", "-n", ",".join(slurm_names), "-o", "%N %T"], SLURM_TIMEOUT_S)
+    states = dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if len(line.split()) == 2)
+    missing = {name: "unknown to Slurm" for name in slurm_names if name not in states}
+    bad = {n: s for n, s in states.items() if n in slurm_names and any(w in s.lower() for w in UNAVAILABLE)}
+    return {**missing, **bad} if done.returncode == 0 else {}
+
+
+def allocate(nodes: Sequence[Node], tag: str) -> Allocation:
+    """The held allocation, or a new one of exactly these nodes (``salloc --no-shell``)."""
+    names = [n.slurm_node for n in nodes]
+    held = _held_allocation(names)
+    if held is not None:
+        return held
+    profile = nodes[0].profile
+    gpus = profile.gpu.count if profile.gpu is not None and profile.probes.device == "cuda" else None
+    argv = salloc_argv(names, profile.probes.slurm, f"cluster-accept-{tag}", gpus)
+    done = _run(argv, profile.probes.slurm.allocation_wait_s + SLURM_TIMEOUT_S)
+    job_id = granted_job(done.stderr)
+    if done.returncode != 0 or job_id is None:
+        said = keep_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
+        states = unavailable(names)
+        if states:
+            named = ", ".join(f"{n} is {s}" for n, s in states.items())
+            return Allocation(error=f"Slurm cannot allocate it: {named} (salloc: {said})", culprits=tuple(states))
+        return Allocation(error=f"salloc refused {','.join(names)}: {said}")
+    return Allocation(job_id, ours=True)
+
+
+def release(allocation: Allocation) -> None:
+    if allocation.ours and allocation.job_id:
+        _run(["scancel", allocation.job_id], SLURM_TIMEOUT_S)
+
+
+def _port(job_id: str, master: Node) -> int | str:
+    """A free port on the first node, from a one-task step there; or why there is none."""
+    python = shlex.quote(master.profile.probes.python)
+    argv = [
+        "srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={master.slurm_node}", "--overlap",
+        "/bin/sh", "-c", f"{python} -c {shlex.quote(_PORT_SCRIPT)}",
+    ]  # fmt: skip
+    done = _run(argv, SLURM_TIMEOUT_S)
+    text = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if done.returncode != 0 or not (text.isascii() and text.isdigit()):
+        return f"could not pick a free port on {master.name} through srun: {keep_tail(done.stderr.strip(), 400)}"
+    return int(text)
+
+
+def _file_bytes(files: Sequence[str]) -> dict[str, bytes]:
+    return {Path(name).name: (PROBES_DIR / name).read_bytes() for name in files}
+
+
+def _not_started(run: GroupRun, nodes: Sequence[Node], why: str, at: Sequence[str] = ()) -> None:
+    """The run never started: each node named in ``at`` carries ``why``; the rest say which node stopped it."""
+    for node in nodes:
+        detail = why if (not at or node.name in at) else f"not started because of {', '.join(at)}: {why}"
+        run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, detail)
+    run.detail = why
+
+
+def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str) -> None:
+    """The run itself, in ``job_id``: one task per node, each with its own node's command."""
+    port = _port(job_id, nodes[0])
+    if isinstance(port, str):
+        _not_started(run, nodes, port, [nodes[0].name])
+        return
+    master, world = rendezvous_address(nodes[0]), len(nodes)
+    commands = {n.slurm_node: job.command(n, i, world, master, port, run.tag) for i, n in enumerate(nodes)}
+    script = probe_script(_file_bytes(job.files), {k: (c.script, c.timeout_s) for k, c in commands.items()})
+    longest = max((c.timeout_s or 3600.0) for c in commands.values())
+    minutes = int(longest // 60) + 2
+    settings = nodes[0].profile.probes.slurm
+    argv = srun_argv(job_id, [n.slurm_node for n in nodes], settings, minutes)
+    done = _run(argv, longest + SLURM_TIMEOUT_S, script)
+    tasks = split_tasks(done.stdout)
+    stopped = done.returncode is None
+    for node in nodes:
+        command = commands[node.slurm_node]
+        task = tasks.get(node.slurm_node)
+        if task is None:
+            said = srun_errors_for(done.stderr, node.slurm_node) or keep_tail(done.stderr.strip(), 400)
+            detail = f"srun did not start it: {said}" if said else "srun did not start it"
+            run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, detail)
+            continue
+        code = task.exit_code
+        stdout = "\n".join(task.lines) + "\n"
+        result = CommandResult(command.name, code, stdout, "", timed_out=code in (124, 137) or stopped)
+        if code is None:
+            why = "ran past its time and was stopped" if stopped else "stopped with the run"
+            run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, why, result)
+        else:
+            run.ranks[node.name] = RankRun(node.name, NodeStatus.OK, None, "", result)
+
+
+def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun) -> None:
+    """Allocate, run and release one group; every outcome is recorded in ``run``, never raised."""
+    allocation = allocate(nodes, run.tag)
+    if allocation.error:
+        _not_started(run, nodes, allocation.error, [n.name for n in nodes if n.slurm_node in allocation.culprits])
+        return
+    try:
+        _step(job, nodes, run, allocation.job_id)
+    finally:
+        release(allocation)
+
+
+def launch_groups(groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob, workers: int) -> None:
+    """Every group at once (disjoint groups), each recorded in its run."""
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups))), thread_name_prefix="ca-srun") as pool:
+        list(pool.map(lambda pair: launch_group(job, *pair), zip(groups, runs, strict=True)))
+
+
+def new_tag() -> str:
+    return secrets.token_hex(6)

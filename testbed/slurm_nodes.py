@@ -1,0 +1,40 @@
+"""Slurm on a running test-bed (:mod:`testbed.slurm`), started for its nodes: which nodes' slurmd can run, the
+environment Slurm's own programs get on each node, and a node's slurmd started again after its sshd."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from cluster_accept.testbed import slurm, sshd
+
+if TYPE_CHECKING:
+    from cluster_accept.testbed.bed import Testbed
+
+
+def _slurm_live(tb: Testbed) -> list[str]:
+    """The nodes whose slurmd can start and register: sshd running and the link up."""
+    return [n for n in tb.nodes if not {"down", "off"} & {f.kind for f in tb.faults.faults(n)}]
+
+
+def node_env(tb: Testbed, node: str) -> dict[str, str]:
+    env: dict[str, str] = json.loads((tb.node_dir(node) / "env.json").read_text(encoding="utf-8"))
+    return {**env, "HOME": "/root", "PREFECT_HOME": str(tb.node_dir(node) / "prefect")}
+
+
+def start_slurm(tb: Testbed) -> None:
+    live = _slurm_live(tb)
+    pids = {tb.slurm_name(n): sshd.read_pid(tb.node_dir(n)) for n in live}
+    slurm.up(
+        tb.state_dir, tb.prefix, tb.host_ip, {tb.slurm_name(n): ip for n, ip in tb.nodes.items()},
+        {name: pid for name, pid in pids.items() if pid}, {tb.slurm_name(n): node_env(tb, n) for n in tb.nodes},
+        tb.health_check or None,
+    )  # fmt: skip
+
+
+def start_slurmd(tb: Testbed, node: str) -> None:
+    """The node's slurmd again (after its sshd came back): same namespaces as the new sshd."""
+    pid = sshd.read_pid(tb.node_dir(node))
+    if pid:
+        slurm.write_node_env(tb.state_dir, tb.slurm_name(node), node_env(tb, node))
+        slurm.start_slurmd(tb.state_dir, pid, tb.slurm_name(node))
