@@ -33,7 +33,7 @@ from cluster_accept.flows import progress
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.load import load_inventory, select_nodes
+from cluster_accept.inventory.load import as_local, load_inventory, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.tasks.after_run import Operations
@@ -218,6 +218,7 @@ def acceptance(
     suite: str | None = None,
     operations: Operations | None = None,
     concurrency: int = 64,
+    local: bool = False,
 ) -> RunOutcome:
     """Run the requested stages over the inventory's tested nodes; write the run directory and append it
     to the history (``history``: a directory, default ``OUT/history``; ``-`` for none).
@@ -226,17 +227,21 @@ def acceptance(
     ``resume``: the id of an interrupted run under ``out_dir`` to finish instead (its inventory, nodes,
     stages and suite; ``inventory_path``, ``stages``, ``suite`` and ``nodes`` are then ignored).
     ``operations``: summary files and the Slurm step after the verdicts. ``concurrency``: the bound on
-    nodes worked on at once where a stage fans out by itself (the multi-node stage's ranks)."""
+    nodes worked on at once where a stage fans out by itself (the multi-node stage's ranks). ``local``: the one
+    selected node is this machine, checked without SSH (a node's own health check)."""
     ops = operations or Operations()
     if resume:
         run_dir, run_info, inventory = reopen(Path(out_dir), resume)
         past, ops, concurrency = restored_options(run_info, history_dir(out_dir, history), ops, concurrency)
+        inventory = as_local(inventory) if run_info.get("local") else inventory
         return _acceptance(inventory, run_dir, run_info, past, ops, concurrency)
     inventory = select_nodes(load_inventory(inventory_path), nodes)
+    inventory = as_local(inventory) if local else inventory
     chosen, quick = resolve_suite(suite, stages)
     refuse_unresolved_auto(inventory, chosen)
     run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
     run_info["quick_probes"] = quick
+    run_info["local"] = local
     run_info["options"] = recorded_options(history_dir(out_dir, history), ops, concurrency)
     run_dir.write_json("run.json", run_info)
     return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
@@ -300,6 +305,7 @@ def run_acceptance(
     resume: str | None = None,
     suite: str | None = None,
     operations: Operations | None = None,
+    local: bool = False,
 ) -> RunOutcome:
     """The flow with a task runner bounded to ``concurrency`` threads (unbounded threads by default)."""
     task_runner: Any = ThreadPoolTaskRunner(max_workers=concurrency)
@@ -315,5 +321,6 @@ def run_acceptance(
         suite=suite,
         operations=operations,
         concurrency=concurrency,
+        local=local,
     )
     return result

@@ -29,7 +29,7 @@ from cluster_accept.inventory.hostlist import HostlistError, fold
 
 if TYPE_CHECKING:
     from cluster_accept.flows.acceptance import RunOutcome
-from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.inventory.load import InventoryError, as_local, from_slurm_names, load_inventory
 from cluster_accept.tasks.after_run import Operations
 
 app = typer.Typer(
@@ -93,6 +93,8 @@ class RunRequest:
     resume: str | None = None
     suite: str | None = None
     operations: Operations = field(default_factory=Operations)
+    slurm_nodes: str | None = None  # the nodes by their Slurm names (a job's SLURM_JOB_NODELIST)
+    local: bool = False  # the one selected node is this machine: no SSH
 
 
 def _check_request(request: RunRequest) -> None:
@@ -101,7 +103,14 @@ def _check_request(request: RunRequest) -> None:
     from cluster_accept.tasks.outputs import check_not_held
 
     if request.resume:
-        if request.inventory or request.nodes or request.stages or request.suite:
+        if (
+            request.inventory
+            or request.nodes
+            or request.stages
+            or request.suite
+            or request.slurm_nodes
+            or request.local
+        ):
             raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
         if request.history or request.operations != Operations() or request.concurrency != RunRequest.concurrency:
             raise ValueError(
@@ -113,7 +122,13 @@ def _check_request(request: RunRequest) -> None:
         return
     if request.inventory is None:
         raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
+    if request.slurm_nodes is not None:
+        if request.nodes:
+            raise ValueError("give --nodes or --slurm-nodes, not both")
+        request.nodes = from_slurm_names(load_inventory(request.inventory), request.slurm_nodes)
     inventory = select_nodes(load_inventory(request.inventory), request.nodes)
+    if request.local:
+        as_local(inventory)
     refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
     why = unwritable(request.out_dir)
     if why:
@@ -150,6 +165,7 @@ def _run(request: RunRequest) -> int:
                 resume=request.resume,
                 suite=request.suite,
                 operations=request.operations,
+                local=request.local,
             )
     except RunLocked as exc:
         _say(f"error: {exc}")
@@ -259,6 +275,13 @@ def run(
     prometheus: Annotated[
         Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
     ] = None,
+    slurm_nodes: Annotated[
+        str | None,
+        typer.Option("--slurm-nodes", help='test these nodes, by Slurm name (e.g. "$SLURM_JOB_NODELIST")'),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="the one selected node is this machine: check it without SSH")
+    ] = False,
 ) -> None:
     """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report, summary.json); append to
     the history.
@@ -267,6 +290,7 @@ def run(
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
     request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
+    request.slurm_nodes, request.local = slurm_nodes, local
     raise typer.Exit(_run(request))
 
 

@@ -25,6 +25,7 @@ from cluster_accept.inventory.gpus import AUTO
 from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand, fold
 from cluster_accept.inventory.model import (
     DEFAULT_SSH,
+    LOCAL_ADDRESS,
     Inventory,
     InventoryFile,
     Node,
@@ -302,3 +303,27 @@ def select_nodes(inventory: Inventory, expression: str | None) -> Inventory:
         raise ValueError(f"--nodes names nodes not in the inventory: {fold(unknown)}")
     nodes = [n for n in inventory.nodes if n.name in wanted]
     return replace(inventory, nodes=nodes)
+
+
+def from_slurm_names(inventory: Inventory, expression: str) -> str:
+    """The inventory nodes (a folded hostlist) that Slurm calls ``expression`` (a Slurm hostlist, e.g. a job's
+    ``SLURM_JOB_NODELIST``); a Slurm name no inventory node maps to is an error."""
+    by_slurm = {n.slurm_node: n.name for n in inventory.nodes}
+    wanted = expand(expression)
+    unknown = [name for name in wanted if name not in by_slurm]
+    if unknown:
+        raise ValueError(
+            f"--slurm-nodes names Slurm nodes no inventory node maps to: {fold(unknown)} (see slurm.node_names)"
+        )
+    return fold([by_slurm[name] for name in wanted])
+
+
+def as_local(inventory: Inventory) -> Inventory:
+    """The one tested node reached without SSH: a node checking itself (Slurm's health check, a prolog)."""
+    tested = inventory.tested
+    if len(tested) != 1:
+        raise ValueError(
+            f"--local checks this machine: select exactly one node (--nodes or --slurm-nodes), not {len(tested)}"
+        )
+    local = replace(tested[0], address=LOCAL_ADDRESS)
+    return replace(inventory, nodes=[local if n is tested[0] else n for n in inventory.nodes])

@@ -227,6 +227,7 @@ def up(
     slurm_on: bool = False,
     slurm_names: dict[str, str] | None = None,
     health_check: str | None = None,
+    health_check_env: dict[str, str] | None = None,
 ) -> Testbed:
     """Start ``nodes`` simulated nodes (``node01``..) with ``faults`` planted; returns the running test-bed.
 
@@ -234,7 +235,8 @@ def up(
     ``subnet`` to a free one (:func:`testbed.subnets.free_subnet`). ``rails`` adds that many rail networks
     (``rail<k>`` in every node, one simulated HCA ``mlx5_<k>`` each) and names them in the profile.
     ``slurm_on`` starts a real Slurm (:mod:`testbed.slurm`) with node names ``slurm_names`` (node -> Slurm name;
-    the node's own name otherwise) and ``health_check`` as its ``HealthCheckProgram``.
+    the node's own name otherwise) and ``health_check`` as its ``HealthCheckProgram`` (``health_check_env``: the
+    site's settings it reads).
 
     A running test-bed of this name or state dir is never replaced: that raises :class:`TestbedError` naming
     it; a stale one (nothing of it alive) is cleaned first. On any failure, everything created so far is taken
@@ -291,7 +293,7 @@ def up(
             tb.inventory_path, inventory(base, tb.nodes, tb.identity_file, tb.known_hosts_path, rails=rails)
         )
         if slurm_on:
-            start_slurm(tb)
+            start_slurm(tb, health_check_env)
         tb.up_seconds = time.monotonic() - started
         tb.save()
     except BaseException:

@@ -27,6 +27,7 @@ SLURM_DIR = "slurm"
 PACKAGES = ["slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge"]
 DAEMONS = ("slurmctld", "slurmd", "munged", "sinfo", "srun")
 IDLE_WAIT_S = 30.0
+HEALTH_CHECK_WAIT_S = 300.0
 
 
 class SlurmBedError(RuntimeError):
@@ -120,15 +121,21 @@ def write_node_env(state_dir: Path, node: str, env: Mapping[str, str]) -> Path:
     return path
 
 
-def health_check_wrapper(state_dir: Path, program: str) -> Path:
-    """The test-bed's ``HealthCheckProgram``: the node's environment (by ``SLURMD_NODENAME``), then ``program``
-    — what a site's own node image provides (PATH, the tools) before its health check runs."""
+def health_check_wrapper(state_dir: Path, program: str, site_env: Mapping[str, str]) -> Path:
+    """The test-bed's ``HealthCheckProgram``: the node's environment (by ``SLURMD_NODENAME``) and ``site_env``
+    (``slurm/site.sh``), then ``program``: what a site's node image provides (PATH, the tools, its settings)
+    before its health check runs."""
     env_dir = slurm_dir(state_dir) / "env"
+    site = slurm_dir(state_dir) / "site.sh"
+    site.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in site_env.items()), encoding="utf-8")
     path = slurm_dir(state_dir) / "healthcheck"
-    path.write_text(
-        f'#!/bin/sh\n. {shlex.quote(str(env_dir))}/"$SLURMD_NODENAME".sh\nexec {shlex.quote(program)} "$@"\n',
-        encoding="utf-8",
-    )
+    lines = [
+        "#!/bin/sh",
+        f'. {shlex.quote(str(env_dir))}/"$SLURMD_NODENAME".sh',
+        f". {shlex.quote(str(site))}",
+        f'exec {shlex.quote(program)} "$@"',
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     path.chmod(0o755)
     return path
 
@@ -197,6 +204,7 @@ def _host_cgroup_mounts() -> list[tuple[str, str, str]]:
 
 def start_slurmd(state_dir: Path, sshd_pid: int, slurm_name: str) -> None:
     """slurmd for ``slurm_name`` in the namespaces of the node's sshd (pid ``sshd_pid``)."""
+    (slurm_dir(state_dir) / "spool" / slurm_name).mkdir(parents=True, exist_ok=True)
     script = _cgroup_script() + f"exec slurmd -f {shlex.quote(str(conf_path(state_dir)))} -N {shlex.quote(slurm_name)}"
     log = slurm_dir(state_dir) / "log" / f"slurmd-{slurm_name}.log"
     _run(["nsenter", "-t", str(sshd_pid), "-m", "-n", "/bin/sh", "-c", script], f"slurmd of {slurm_name}", log)
@@ -239,13 +247,17 @@ def up(
     sshd_pids: Mapping[str, int],
     envs: Mapping[str, Mapping[str, str]],
     health_check: str | None = None,
+    site_env: Mapping[str, str] | None = None,
 ) -> None:
-    """Start Slurm for the nodes (``addresses``: Slurm name -> address; ``sshd_pids``/``envs`` by Slurm name)."""
+    """Start Slurm for the nodes (``addresses``: Slurm name -> address; ``sshd_pids``/``envs`` by Slurm name);
+    ``health_check`` runs with each node's environment and ``site_env``."""
     ensure_slurm()
+    slurm_dir(state_dir).mkdir(parents=True, exist_ok=True)
     for name, env in envs.items():
         write_node_env(state_dir, name, env)
-    program = str(health_check_wrapper(state_dir, health_check)) if health_check else None
+    program = str(health_check_wrapper(state_dir, health_check, site_env or {})) if health_check else None
     start_controller(state_dir, slurm_conf(state_dir, cluster, host_ip, addresses, _free_port(), program))
     for name, pid in sshd_pids.items():
         start_slurmd(state_dir, pid, name)
-    wait_registered(state_dir, list(sshd_pids))
+    # slurmd runs the health check before it registers: a check of its own takes tens of seconds per node
+    wait_registered(state_dir, list(sshd_pids), IDLE_WAIT_S + (HEALTH_CHECK_WAIT_S if health_check else 0))

@@ -72,7 +72,8 @@ def _sshds_alive(tb: bed.Testbed) -> bool:
 
 @pytest.fixture(scope="session")
 def testbed_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedFactory]:
-    """``testbed_factory(nodes=8, faults=plan, prefix="cax", subnet="10.254.40.0/24", base="h200x4", rails=0)``."""
+    """``testbed_factory(nodes=8, faults=plan, prefix="cax", subnet="10.254.40.0/24", base="h200x4", rails=0)``;
+    ``slurm=True`` (with ``slurm_names``, ``health_check``, ``health_check_env``) runs a real Slurm on it."""
     reason = testbed_unavailable()
     if reason:
         pytest.skip(reason)
@@ -96,9 +97,14 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbe
         subnet: str = "10.254.200.0/24",
         base: str = "h200x4",
         rails: int = 0,
+        slurm: bool = False,
+        slurm_names: dict[str, str] | None = None,
+        health_check: str | None = None,
+        health_check_env: dict[str, str] | None = None,
     ) -> bed.Testbed:
         plan = faults if isinstance(faults, FaultPlan) else fault_plan_from_data(faults)
-        key = json.dumps([nodes, plan.as_yaml(), subnet, base, rails], sort_keys=True)
+        slurm_key = [slurm, slurm_names, health_check, health_check_env]
+        key = json.dumps([nodes, plan.as_yaml(), subnet, base, rails, slurm_key], sort_keys=True)
         if prefix in running:
             old_key, tb = running.pop(prefix)
             if old_key == key and _sshds_alive(tb):
@@ -108,7 +114,10 @@ def testbed_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbe
         state_dir = root / prefix
         bed.down(state_dir, prefix)  # leftovers with the same names, e.g. from an interrupted session
         try:
-            tb = bed.up(nodes, plan, state_dir=state_dir, prefix=prefix, subnet=subnet, base=base, rails=rails)
+            tb = bed.up(
+                nodes, plan, state_dir=state_dir, prefix=prefix, subnet=subnet, base=base, rails=rails,
+                slurm_on=slurm, slurm_names=slurm_names, health_check=health_check, health_check_env=health_check_env,
+            )  # fmt: skip
         except BaseException:
             bed.down(state_dir, prefix)
             raise

@@ -1,4 +1,4 @@
-"""No launch failure ends as accepted: a launcher this version cannot run is refused when the inventory loads
+"""No launch failure ends as accepted: launcher settings that cannot work are refused when the inventory loads
 (exit 2, the key named), and a multi-node group that never started fails every one of its nodes with why."""
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ profiles:
 """
 
 
-def test_a_launcher_that_does_not_exist_yet_is_refused_at_load(tmp_path: Path) -> None:
+def test_slurm_settings_the_launcher_cannot_act_on_are_refused_at_load(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(INVENTORY)
+    inventory.write_text(INVENTORY.replace("launcher: slurm}", "launcher: slurm, slurm: {srun_args: [mpi=none]}}"))
     proc = run_cli("inventory", "check", str(inventory), timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    said = proc.stdout + proc.stderr
-    assert "launcher" in said and "not implemented yet: use 'ssh'" in said
-    ssh = tmp_path / "ssh.yaml"
-    ssh.write_text(INVENTORY.replace("launcher: slurm", "launcher: ssh"))
-    assert run_cli("inventory", "check", str(ssh), timeout=120).returncode == 0
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "probes.slurm.srun_args" in said and "holds options only" in said
+    good = tmp_path / "good.yaml"
+    good.write_text(INVENTORY)
+    assert run_cli("inventory", "check", str(good), timeout=120).returncode == 0
 
 
 def test_a_group_that_never_started_fails_each_of_its_nodes_with_why() -> None:

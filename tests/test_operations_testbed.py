@@ -1,6 +1,5 @@
-"""Scheduled-check operations end to end on the test-bed: Slurm drain (dry run and applied) against a
-stand-in ``scontrol`` that records what it was asked, resume of nodes we drained, summary.json and the
-Prometheus file, a planted regression against a node's own history, and a served deployment's run."""
+"""Scheduled-check operations end to end on the test-bed: a planted regression against a node's own history,
+and a served deployment's run. Drain and resume run against a real Slurm (tests/test_slurm_testbed.py)."""
 
 from __future__ import annotations
 
@@ -19,63 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster_accept.analysis.schemas import MEASUREMENTS, NODE_VALUES, RUNS, write_table
-from cluster_accept.testbed.standins import write_scontrol
 from tests.processes import ROOT, only_run, run_cli
 
 pytestmark = pytest.mark.testbed
-
-FAULTS = {"nodes": {"node02": ["gpu_missing"], "node03": ["down"]}}
-
-
-def scontrol_calls(directory: Path) -> list[list[str]]:
-    return [json.loads(line) for line in (directory / "scontrol.log").read_text().splitlines()]
-
-
-def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    bed = testbed_factory(nodes=4, faults=FAULTS, prefix="cao", subnet="10.254.88.0/24")
-    slurm = tmp_path / "slurm"
-    nodes = {f"node0{i}": {"state": "IDLE", "reason": ""} for i in range(1, 5)}
-    nodes["node04"] = {"state": "IDLE+DRAIN", "reason": "cluster-accept: gemm:straggler (run old)"}
-    nodes["node01"] = {"state": "MIXED+DRAIN", "reason": "bad fan, ticket 42"}
-    scontrol = write_scontrol(slurm, nodes)
-    common = ["--inventory", str(bed.inventory_path), "--stages", "preflight", "--scontrol", str(scontrol)]
-
-    dry = run_cli("run", *common, "--out", str(tmp_path / "dry"), "--drain", "--resume-passing")
-    assert dry.returncode == 1, dry.stdout + dry.stderr
-    assert "slurm (dry run, add --apply):" in dry.stdout
-    assert "state=drain 'reason=cluster-accept: gpu_count:count_low" in dry.stdout
-    assert scontrol_calls(slurm) == [["show", "node", "-o"]]  # a dry run only asks
-    state = json.loads((slurm / "slurm-nodes.json").read_text())
-    assert state == nodes
-
-    prom = tmp_path / "textfile" / "cluster_accept.prom"
-    applied = run_cli(
-        "run", *common, "--out", str(tmp_path / "applied"), "--drain", "--resume-passing", "--apply",
-        "--prometheus", str(prom),
-    )  # fmt: skip
-    assert applied.returncode == 1, applied.stdout + applied.stderr
-    updates = [c for c in scontrol_calls(slurm) if c[0] == "update"]
-    run_id = only_run(tmp_path / "applied").name
-    assert updates == [
-        ["update", "nodename=node02", "state=drain", f"reason=cluster-accept: gpu_count:count_low (run {run_id})"],
-        ["update", "nodename=node03", "state=drain", f"reason=cluster-accept: ssh:refused (run {run_id})"],
-        ["update", "nodename=node04", "state=resume"],
-    ]  # node01 passes but an administrator drained it: left alone
-    state = json.loads((slurm / "slurm-nodes.json").read_text())
-    assert state["node02"]["state"] == "IDLE+DRAIN" and state["node04"] == {"state": "IDLE", "reason": ""}
-    assert state["node01"] == nodes["node01"]
-    record = json.loads((only_run(tmp_path / "applied") / "slurm.json").read_text())
-    assert record["apply"] is True and [a["applied"] for a in record["actions"]] == [True, True, True]
-
-    summary = json.loads((only_run(tmp_path / "applied") / "summary.json").read_text())
-    assert summary["counts"] == {"accepted": 2, "rejected": 1, "unreachable": 1, "skipped": 0, "tool_error": 0}
-    assert summary["not_accepted"] == [
-        {"node": "node02", "verdict": "rejected", "reasons": ["gpu_count:count_low"]},
-        {"node": "node03", "verdict": "unreachable", "reasons": ["ssh:refused"]},
-    ]
-    text = prom.read_text()
-    assert 'cluster_accept_node_verdict{cluster="testbed",node="node02",verdict="rejected"} 1' in text
-    assert 'cluster_accept_node_verdict{cluster="testbed",node="node01",verdict="accepted"} 1' in text
 
 
 def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,6 @@ environment variable or working directory is needed on the node side.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -40,11 +39,3 @@ def write_standins(bin_dir: Path, data_dir: Path, python: str = sys.executable) 
     """Install every stand-in into ``bin_dir`` answering from ``data_dir``; returns tool -> path."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     return {tool: _wrapper(bin_dir / tool, module, data_dir, python) for tool, module in TOOLS.items()}
-
-
-def write_scontrol(directory: Path, nodes: dict[str, dict[str, str]], python: str = sys.executable) -> Path:
-    """A controller-side ``scontrol`` in ``directory`` knowing ``nodes`` (name -> {"state", "reason"}); it
-    records every call in ``directory/scontrol.log``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "slurm-nodes.json").write_text(json.dumps(nodes, indent=1))
-    return _wrapper(directory / "scontrol", "cluster_accept.testbed.standins.scontrol", directory, python)

@@ -1,0 +1,195 @@
+"""Slurm for real on the test-bed (Debian's munged, slurmctld, and a slurmd in every simulated node): drain and
+resume as Slurm itself reports them, multi-node probes launched by srun under Slurm's own node names, the
+health-check example run by slurmd, and the sbatch example run in an allocation."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.tasks.launcher import launch_group
+from cluster_accept.tasks.slurm import SlurmNode, parse_show_nodes
+from cluster_accept.testbed import bed as testbed
+from cluster_accept.testbed.slurm import node_states
+from tests.processes import ROOT, only_run, run_cli, run_verdicts
+
+pytestmark = pytest.mark.testbed
+
+EXAMPLES = ROOT / "docs" / "slurm"
+MAPPED = {"node01": "gpu-a1", "node02": "gpu-a2", "node03": "gpu-a3"}
+
+
+def scontrol(*args: str) -> str:
+    done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def slurm_nodes() -> dict[str, SlurmNode]:
+    return parse_show_nodes(scontrol("show", "node", "-o"))
+
+
+def drains() -> dict[str, tuple[bool, str]]:
+    """node -> (drained, reason): what an operator changes; Slurm's own view of a dead node changes alone."""
+    return {name: (node.drained, node.reason) for name, node in slurm_nodes().items()}
+
+
+def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}: {slurm_nodes()}"
+        time.sleep(1.0)
+
+
+def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    faults = {"nodes": {"node02": ["gpu_missing"], "node03": ["down"]}}
+    bed = testbed_factory(nodes=4, faults=faults, prefix="csl", subnet="10.254.124.0/24", slurm=True)
+    for key, value in bed.slurm_env.items():
+        monkeypatch.setenv(key, value)
+    scontrol("update", "nodename=node04", "state=drain", "reason=cluster-accept: gemm:straggler (run old)")
+    scontrol("update", "nodename=node01", "state=drain", "reason=bad fan, ticket 42")
+    before = slurm_nodes()
+    marked = drains()
+    assert before["node04"].drained_by_us and before["node01"].drained and not before["node01"].drained_by_us
+    common = ["--inventory", str(bed.inventory_path), "--stages", "preflight"]
+
+    dry = run_cli("run", *common, "--out", str(tmp_path / "dry"), "--drain", "--resume-passing")
+    assert dry.returncode == 1, dry.stdout + dry.stderr
+    assert "slurm (dry run, add --apply):" in dry.stdout
+    assert "state=drain 'reason=cluster-accept: gpu_count:count_low" in dry.stdout
+    assert drains() == marked  # a dry run only asks
+
+    prom = tmp_path / "textfile" / "cluster_accept.prom"
+    applied = run_cli(
+        "run", *common, "--out", str(tmp_path / "applied"), "--drain", "--resume-passing", "--apply",
+        "--prometheus", str(prom),
+    )  # fmt: skip
+    assert applied.returncode == 1, applied.stdout + applied.stderr
+    run_id = only_run(tmp_path / "applied").name
+    after = slurm_nodes()
+    assert after["node02"].drained and after["node02"].reason == f"cluster-accept: gpu_count:count_low (run {run_id})"
+    assert after["node03"].drained and after["node03"].reason == f"cluster-accept: ssh:refused (run {run_id})"
+    assert not after["node04"].drained and after["node04"].reason == ""  # ours, passing now: resumed
+    assert drains()["node01"] == marked["node01"]  # passes, but an administrator drained it: left alone
+    wait_for("node04 in service", lambda: node_states(bed.state_dir)["node04"] == "idle", 60)  # idle* until pinged
+    states = node_states(bed.state_dir)
+    assert states["node02"] == "drained" and states["node01"] == "drained"
+    reasons = subprocess.run(["sinfo", "-R", "-h", "-o", "%N|%E"], capture_output=True, text=True, check=True)
+    assert f"node02|cluster-accept: gpu_count:count_low (run {run_id})" in reasons.stdout.splitlines()
+
+    summary = (only_run(tmp_path / "applied") / "summary.json").read_text()
+    assert '"not_accepted"' in summary and "gpu_count:count_low" in summary
+    text = prom.read_text()
+    assert 'cluster_accept_node_verdict{cluster="testbed",node="node02",verdict="rejected"} 1' in text
+    assert 'cluster_accept_node_verdict{cluster="testbed",node="node01",verdict="accepted"} 1' in text
+
+
+def _slurm_inventory(bed: testbed.Testbed, path: Path, training: bool = True) -> Path:
+    """The test-bed's inventory with launcher: slurm, Slurm's names by a rule, and the training probe on."""
+    inventory = yaml.safe_load(bed.inventory_path.read_text())
+    inventory["slurm"] = {"node_names": {"match": r"node0(\d)", "replace": r"gpu-a\1"}}
+    profile = inventory["profiles"]["testbed-h200x4"]
+    profile["probes"]["launcher"] = "slurm"
+    profile["probes"]["slurm"] = {"partition": "gpu", "allocation_wait_s": 10, "time_limit_min": 30}
+    if training:
+        profile["training"] = {"enabled": True, "steps": 6, "warmup_steps": 2}
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+@pytest.fixture
+def mapped_bed(testbed_factory, monkeypatch) -> testbed.Testbed:  # type: ignore[no-untyped-def]
+    bed = testbed_factory(nodes=3, prefix="csn", subnet="10.254.128.0/24", slurm=True, slurm_names=MAPPED)
+    for key, value in bed.slurm_env.items():
+        monkeypatch.setenv(key, value)
+    assert set(node_states(bed.state_dir)) == set(MAPPED.values())
+    return bed
+
+
+def test_launcher_slurm_runs_all_reduce_and_training_through_srun(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inventory = _slurm_inventory(mapped_bed, tmp_path / "inventory.yaml")
+    out = tmp_path / "runs"
+    proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), "--stages", "multi-node", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run(out)
+    figures = pd.read_parquet(run_dir / "measurements.parquet")
+    inter = figures[(figures.stage == "multi-node") & (figures.metric == "allreduce_busbw_gbps")]
+    assert set(inter.group) >= {"node[01-03]"} and (inter.value > 0).all()
+    scaling = pd.read_parquet(run_dir / "training_scaling.parquet")  # the training probe, 1 to 3 nodes
+    assert list(scaling.nodes) == [1, 2, 3] and list(scaling.group) == ["node01", "node[01-02]", "node[01-03]"]
+    assert (scaling.tokens_per_s > 0).all()
+    assert set(run_verdicts(out)) == {"node01", "node02", "node03"}
+    jobs = scontrol("show", "job", "-o").splitlines()  # the allocations made for the runs, kept a while after
+    assert jobs and all(re.search(r"JobName=cluster-accept-[0-9a-f]+ ", job) for job in jobs), jobs
+    assert any(" NodeList=gpu-a[1-3] " in job for job in jobs)  # under Slurm's own names
+    assert not [job for job in jobs if "JobState=RUNNING" in job or "JobState=PENDING" in job]  # all given back
+
+
+def test_a_node_slurm_will_not_allocate_is_named(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inventory = load_inventory(_slurm_inventory(mapped_bed, tmp_path / "inventory.yaml", training=False))
+    scontrol("update", "nodename=gpu-a3", "state=drain", "reason=cabling, ticket 7")
+    try:
+        run = launch_group(inventory.tested)
+    finally:
+        scontrol("update", "nodename=gpu-a3", "state=resume")
+    assert not run.ok
+    assert "gpu-a3 is drained" in run.ranks["node03"].detail, run.ranks["node03"].detail
+    assert run.ranks["node01"].detail.startswith("not started because of node03:"), run.ranks["node01"].detail
+    good = launch_group(inventory.tested[:2])
+    assert good.ok and good.busbw_gbps is not None and good.busbw_gbps > 0, good.detail
+
+
+def test_the_sbatch_example_checks_its_allocation(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inventory = _slurm_inventory(mapped_bed, tmp_path / "inventory.yaml", training=False)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "CLUSTER_ACCEPT_INVENTORY": str(inventory),
+        "CLUSTER_ACCEPT_OUT": str(tmp_path / "runs"),
+        "CLUSTER_ACCEPT_STAGES": "preflight,multi-node",
+    }
+    batch = subprocess.run(
+        ["sbatch", "--wait", "--nodes=2", "--nodelist=gpu-a[1-2]", f"--chdir={tmp_path}",
+         str(EXAMPLES / "acceptance.sbatch")],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    (output,) = tmp_path.glob("cluster-accept-*.out")
+    said = output.read_text()
+    assert batch.returncode == 0, batch.stdout + batch.stderr + said
+    assert "accepted 2 / rejected 0 / unreachable 0" in said, said
+    run_dir = only_run(tmp_path / "runs")
+    figures = pd.read_parquet(run_dir / "measurements.parquet")
+    inter = figures[(figures.stage == "multi-node") & (figures.metric == "allreduce_busbw_gbps")]
+    assert set(inter.group) == {"node[01-02]"} and (inter.value > 0).all()  # srun inside the held allocation
+
+
+def test_the_health_check_example_drains_a_failing_node_and_resumes_it(testbed_factory, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """slurmd runs the example (as HealthCheckProgram) when it starts, with an empty environment: the faulty
+    node drains itself with the reason, the healthy one stays in service; repaired, the node resumes itself."""
+    runs = tmp_path / "runs"
+    bed = testbed_factory(
+        nodes=2, faults={"nodes": {"node02": ["gpu_missing"]}}, prefix="csh", subnet="10.254.132.0/24", slurm=True,
+        health_check=str(EXAMPLES / "healthcheck.sh"), health_check_env={"CLUSTER_ACCEPT_OUT": str(runs)},
+    )  # fmt: skip
+    for key, value in bed.slurm_env.items():
+        monkeypatch.setenv(key, value)
+    wait_for("node02 drained by its health check", lambda: slurm_nodes()["node02"].drained_by_us)
+    assert slurm_nodes()["node02"].reason.startswith("cluster-accept: gpu_count:count_low (run ")
+    wait_for("both nodes' checks", lambda: len(list(runs.glob("*/summary.json"))) == 2)
+    assert not slurm_nodes()["node01"].drained
+    frames = [pd.read_parquet(path) for path in runs.glob("*/verdicts.parquet")]
+    verdicts = {r.node: (r.verdict, list(r.reasons)) for frame in frames for r in frame.itertuples()}
+    assert verdicts == {"node01": ("accepted", []), "node02": ("rejected", ["gpu_count:count_low"])}
+    testbed.set_fault(bed, "node02", [])  # repaired: its slurmd starts again and runs the check, which passes
+    wait_for("node02 resumed by its health check", lambda: not slurm_nodes()["node02"].drained)
+    wait_for("node02 in service", lambda: node_states(bed.state_dir)["node02"] == "idle", 60)
