@@ -96,6 +96,15 @@ class ProbeSettings(_Strict):
         description="per-rail runs across nodes: one rank per node on each rail's GPU and NIC (empty: none)",
     )
 
+    @model_validator(mode="after")
+    def _allocation_outlasts_a_run(self) -> ProbeSettings:
+        if self.launcher == "slurm" and self.slurm.time_limit_min * 60 < self.timeout_s:
+            raise ValueError(
+                f"slurm.time_limit_min {self.slurm.time_limit_min} is shorter than timeout_s {self.timeout_s:g}: "
+                "Slurm would end the allocation under a run still allowed to go on"
+            )
+        return self
+
     @field_validator("collectives")
     @classmethod
     def _collectives_once(cls, ops: list[str]) -> list[str]:

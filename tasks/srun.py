@@ -18,6 +18,7 @@ import secrets
 import shlex
 import signal
 import subprocess
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from cluster_accept.analysis.text import keep_tail
 from cluster_accept.inventory.hostlist import HostlistError, expand
 from cluster_accept.inventory.model import Node
+from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.probe_dir import PROBES_DIR
 from cluster_accept.tasks.ranks import _PORT_SCRIPT, GroupJob, GroupRun, RankRun, rendezvous_address
@@ -50,17 +52,47 @@ class Allocation:
     culprits: tuple[str, ...] = ()  # Slurm names of the nodes that kept it from being granted
 
 
-def _run(argv: Sequence[str], timeout_s: float, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+class Live:
+    """What one launch has running in Slurm (srun processes, allocations it made), so that a launch the
+    controller abandons (an interrupt, an error) stops its steps and gives its allocations back at once
+    instead of leaving them to their time limit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen[str]] = set()
+        self.jobs: set[str] = set()
+
+    def stop_all(self) -> None:
+        with self.lock:
+            procs, jobs = list(self.procs), list(self.jobs)
+        for proc in procs:
+            _interrupt(proc)
+        for job_id in jobs:
+            subprocess.run(["scancel", job_id], capture_output=True, timeout=SLURM_TIMEOUT_S, check=False)
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """srun cancels its step on a second interrupt within a second."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+
+
+def _run(
+    argv: Sequence[str], timeout_s: float, stdin: str | None = None, live: Live | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a Slurm client; on the timeout it is interrupted twice (srun then cancels its step) and reaped."""
     proc = subprocess.Popen(
         list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    if live is not None:
+        with live.lock:
+            live.procs.add(proc)
     try:
         out, err = proc.communicate(stdin, timeout=timeout_s)
         return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        proc.send_signal(signal.SIGINT)
+        _interrupt(proc)
         try:
             out, err = proc.communicate(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -68,6 +100,10 @@ def _run(argv: Sequence[str], timeout_s: float, stdin: str | None = None) -> sub
             out, err = proc.communicate()
         err += f"\ncluster-accept: {argv[0]} ran past {timeout_s:.0f} s and was stopped"
         return subprocess.CompletedProcess(list(argv), None, out, err)  # type: ignore[arg-type]
+    finally:
+        if live is not None:
+            with live.lock:
+                live.procs.discard(proc)
 
 
 def _held_allocation(slurm_names: Sequence[str]) -> Allocation | None:
@@ -97,7 +133,7 @@ def unavailable(slurm_names: Sequence[str]) -> dict[str, str]:
     return {**missing, **bad} if done.returncode == 0 else {}
 
 
-def allocate(nodes: Sequence[Node], tag: str) -> Allocation:
+def allocate(nodes: Sequence[Node], tag: str, live: Live | None = None) -> Allocation:
     """The held allocation, or a new one of exactly these nodes (``salloc --no-shell``)."""
     names = [n.slurm_node for n in nodes]
     held = _held_allocation(names)
@@ -106,8 +142,11 @@ def allocate(nodes: Sequence[Node], tag: str) -> Allocation:
     profile = nodes[0].profile
     gpus = profile.gpu.count if profile.gpu is not None and profile.probes.device == "cuda" else None
     argv = salloc_argv(names, profile.probes.slurm, f"cluster-accept-{tag}", gpus)
-    done = _run(argv, profile.probes.slurm.allocation_wait_s + SLURM_TIMEOUT_S)
+    done = _run(argv, profile.probes.slurm.allocation_wait_s + SLURM_TIMEOUT_S, live=live)
     job_id = granted_job(done.stderr)
+    if job_id is not None and live is not None:
+        with live.lock:
+            live.jobs.add(job_id)
     if done.returncode != 0 or job_id is None:
         said = keep_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
         states = unavailable(names)
@@ -118,19 +157,22 @@ def allocate(nodes: Sequence[Node], tag: str) -> Allocation:
     return Allocation(job_id, ours=True)
 
 
-def release(allocation: Allocation) -> None:
+def release(allocation: Allocation, live: Live | None = None) -> None:
     if allocation.ours and allocation.job_id:
         _run(["scancel", allocation.job_id], SLURM_TIMEOUT_S)
+        if live is not None:
+            with live.lock:
+                live.jobs.discard(allocation.job_id)
 
 
-def _port(job_id: str, master: Node) -> int | str:
+def _port(job_id: str, master: Node, live: Live | None = None) -> int | str:
     """A free port on the first node, from a one-task step there; or why there is none."""
     python = shlex.quote(master.profile.probes.python)
     argv = [
         "srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={master.slurm_node}", "--overlap",
         "/bin/sh", "-c", f"{python} -c {shlex.quote(_PORT_SCRIPT)}",
     ]  # fmt: skip
-    done = _run(argv, SLURM_TIMEOUT_S)
+    done = _run(argv, SLURM_TIMEOUT_S, live=live)
     text = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if done.returncode != 0 or not (text.isascii() and text.isdigit()):
         return f"could not pick a free port on {master.name} through srun: {keep_tail(done.stderr.strip(), 400)}"
@@ -149,9 +191,9 @@ def _not_started(run: GroupRun, nodes: Sequence[Node], why: str, at: Sequence[st
     run.detail = why
 
 
-def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str) -> None:
+def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str, live: Live | None = None) -> None:
     """The run itself, in ``job_id``: one task per node, each with its own node's command."""
-    port = _port(job_id, nodes[0])
+    port = _port(job_id, nodes[0], live)
     if isinstance(port, str):
         _not_started(run, nodes, port, [nodes[0].name])
         return
@@ -162,7 +204,7 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str) -> N
     minutes = int(longest // 60) + 2
     settings = nodes[0].profile.probes.slurm
     argv = srun_argv(job_id, [n.slurm_node for n in nodes], settings, minutes)
-    done = _run(argv, longest + SLURM_TIMEOUT_S, script)
+    done = _run(argv, longest + SLURM_TIMEOUT_S, script, live)
     tasks = split_tasks(done.stdout)
     stopped = done.returncode is None
     for node in nodes:
@@ -183,22 +225,33 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str) -> N
             run.ranks[node.name] = RankRun(node.name, NodeStatus.OK, None, "", result)
 
 
-def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun) -> None:
+def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun, live: Live | None = None) -> None:
     """Allocate, run and release one group; every outcome is recorded in ``run``, never raised."""
-    allocation = allocate(nodes, run.tag)
+    allocation = allocate(nodes, run.tag, live)
     if allocation.error:
         _not_started(run, nodes, allocation.error, [n.name for n in nodes if n.slurm_node in allocation.culprits])
         return
     try:
-        _step(job, nodes, run, allocation.job_id)
+        _step(job, nodes, run, allocation.job_id, live)
+    except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the nodes' fault
+        for node in nodes:
+            run.ranks[node.name] = RankRun(node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))
     finally:
-        release(allocation)
+        release(allocation, live)
 
 
 def launch_groups(groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob, workers: int) -> None:
-    """Every group at once (disjoint groups), each recorded in its run."""
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups))), thread_name_prefix="ca-srun") as pool:
-        list(pool.map(lambda pair: launch_group(job, *pair), zip(groups, runs, strict=True)))
+    """Every group at once (disjoint groups), each recorded in its run; abandoned (an interrupt), every step
+    is stopped and every allocation made here cancelled before the exception goes on."""
+    live = Live()
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups))), thread_name_prefix="ca-srun")
+    try:
+        list(pool.map(lambda nodes, run: launch_group(job, nodes, run, live), groups, runs))
+    except BaseException:
+        live.stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def new_tag() -> str:

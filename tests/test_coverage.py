@@ -22,6 +22,7 @@ from cluster_accept.inventory.model import (
     Thresholds,
     TrainingSettings,
 )
+from cluster_accept.inventory.slurm_settings import SrunSettings
 
 pytestmark = pytest.mark.pure
 
@@ -44,6 +45,7 @@ NOT_EXPECTATIONS = {
     "burn.sample_interval_s",
     "burn.sdc_repeats",
     "burn.dcgm_timeout_s",
+    *(f"probes.slurm.{key}" for key in SrunSettings.model_fields),  # how multi-node runs are launched
 }
 # Where the coverage table names an expectation differently from the model's path.
 ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node", "training.enabled": "training"}

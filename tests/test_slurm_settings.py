@@ -163,3 +163,10 @@ def test_srun_settings_that_cannot_work_are_refused(tmp_path: Path, setting: str
     with pytest.raises(InventoryError) as error:
         load(tmp_path, text)
     assert said in str(error.value) and "probes.slurm" in str(error.value)
+
+
+def test_an_allocation_shorter_than_a_run_is_refused(tmp_path: Path) -> None:
+    text = INVENTORY.replace("launcher: slurm}", "launcher: slurm, timeout_s: 900, slurm: {time_limit_min: 5}}")
+    with pytest.raises(InventoryError, match="slurm.time_limit_min 5 is shorter than timeout_s 900"):
+        load(tmp_path, text)
+    assert load(tmp_path, text.replace("time_limit_min: 5", "time_limit_min: 15")).nodes

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from cluster_accept.inventory.load import load_inventory
+from cluster_accept.tasks import srun
 from cluster_accept.tasks.launcher import launch_group
 from cluster_accept.tasks.slurm import SlurmNode, parse_show_nodes
 from cluster_accept.testbed import bed as testbed
@@ -146,6 +148,22 @@ def test_a_node_slurm_will_not_allocate_is_named(mapped_bed, tmp_path: Path) -> 
     assert run.ranks["node01"].detail.startswith("not started because of node03:"), run.ranks["node01"].detail
     good = launch_group(inventory.tested[:2])
     assert good.ok and good.busbw_gbps is not None and good.busbw_gbps > 0, good.detail
+
+
+def test_an_abandoned_launch_stops_its_step_and_gives_its_allocation_back(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    nodes = load_inventory(_slurm_inventory(mapped_bed, tmp_path / "inventory.yaml", training=False)).tested[:2]
+    live = srun.Live()
+    allocation = srun.allocate(nodes, "abandoned", live)
+    assert allocation.ours and allocation.job_id in live.jobs, allocation.error
+    argv = ["srun", f"--jobid={allocation.job_id}", "--nodes=2", "--ntasks=2", "--overlap", "sleep", "300"]
+    step = threading.Thread(target=srun._run, args=(argv, 600.0, None, live))
+    step.start()
+    wait_for("the step to run", lambda: f"{allocation.job_id}.0" in subprocess.run(
+        ["squeue", "-h", "-s", "-o", "%i"], capture_output=True, text=True, check=True).stdout, 30)  # fmt: skip
+    live.stop_all()  # what launch_groups does when the controller abandons the launch
+    step.join(30)
+    assert not step.is_alive()
+    wait_for("the allocation to end", lambda: "JobState=CANCELLED" in scontrol("show", "job", allocation.job_id), 30)
 
 
 def test_the_sbatch_example_checks_its_allocation(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
