@@ -242,14 +242,26 @@ def acceptance(
     run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
     run_info["quick_probes"] = quick
     run_info["local"] = local
+    run_info["simulated"] = any(n.simulated is not None for n in inventory.tested)  # scale work, not a cluster
     run_info["options"] = recorded_options(history_dir(out_dir, history), ops, concurrency)
     run_dir.write_json("run.json", run_info)
     return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
 
 
+SIMULATED_STAGES = ("preflight", "single-node")  # what a recording answers (remote.simulated)
+
+
 def refuse_unresolved_auto(inventory: Inventory, stages: list[str]) -> None:
     """``profile: auto`` is resolved from the GPU model preflight reads: without preflight there is no profile
-    to judge by, and the nodes would be probed against nothing."""
+    to judge by, and the nodes would be probed against nothing. A simulated inventory runs only the stages its
+    recording answers (bisect included: it runs the multi-node launcher)."""
+    simulated = [n.name for n in inventory.tested if n.simulated is not None]
+    beyond = [s for s in (stages or ["bisect"]) if s not in SIMULATED_STAGES]
+    if simulated and beyond:
+        raise ValueError(
+            f"nodes {fold(simulated)} are simulated (the inventory's simulation block): their recording answers "
+            f"{' and '.join(SIMULATED_STAGES)} only, not {', '.join(beyond)}"
+        )
     auto = [n.name for n in inventory.tested if is_auto(n.profile)]
     if auto and "preflight" not in stages:
         raise ValueError(

@@ -50,6 +50,9 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    # Prefect gives its ephemeral API 20 s to start; a busy controller, or a node checking itself while it
+    # works, can need more, and a run that never starts checks nothing.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 def _fail_usage(message: str) -> typer.Exit:
@@ -225,6 +228,8 @@ def _print_outcome(outcome: RunOutcome) -> None:
         _say(f"slurm: nothing changed: {slurm.error}")
     if slurm.unknown:
         _say(f"slurm: not drained, Slurm does not know {fold(slurm.unknown)} (check slurm.node_names)")
+    for node, why in slurm.kept:
+        out.print(visible(f"slurm: {node} stays drained: {why}"), highlight=False, markup=False, soft_wrap=True)
     for action in slurm.actions:
         if action.exit_code is None and not action.applied:
             dry = visible(f"slurm (dry run, add --apply): {action.command}")

@@ -31,6 +31,7 @@ from cluster_accept.inventory.model import (
     Node,
     Profile,
 )
+from cluster_accept.inventory.simulation_settings import SimulatedAs, simulated_as
 from cluster_accept.inventory.slurm_settings import slurm_names
 
 # A profile looked up as profiles/NAME.yaml: a plain file name, so that '../x' or an over-long name is not a path.
@@ -263,6 +264,10 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
 
     in_slurm, naming_problems = slurm_names(parsed.slurm.node_names, [(n.name, n.labels) for n in nodes])
     problems += naming_problems
+    simulated: dict[str, SimulatedAs] = {}
+    if parsed.simulation is not None:
+        simulated, simulation_problems = simulated_as(parsed.simulation, path.parent, [n.name for n in nodes])
+        problems += simulation_problems
     if problems:
         raise InventoryError(source, problems)
 
@@ -276,11 +281,12 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
             labels=n.labels,
             excluded=n.name in excluded,
             slurm_name=in_slurm[n.name] if in_slurm[n.name] != n.name else "",
+            simulated=simulated.get(n.name),
         )
         for n in nodes
     ]
     if check_files:
-        problems = ssh_file_problems(n for n in nodes if not n.excluded)
+        problems = ssh_file_problems(n for n in nodes if not n.excluded and n.simulated is None)
         if problems:
             raise InventoryError(source, problems)
     return Inventory(

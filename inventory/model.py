@@ -1,8 +1,7 @@
 """Typed inventory: the file as an operator writes it (``*File`` models) and the resolved nodes.
 
-Every model forbids unknown keys, so a typo (``comand_timeout_s``) is an error naming the key instead of a
-setting silently ignored. Units are in the key names. Values that YAML would turn into numbers and lose
-digits (``driver_version: 570.860``) must be strings; the error says so.
+Every model forbids unknown keys, so a typo (``comand_timeout_s``) is an error naming the key, never ignored.
+Units are in the key names. Values YAML would turn into numbers losing digits must be strings.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from cluster_accept.inventory.probe_settings import (  # noqa: F401 - part of th
     busbw_threshold,
 )
 from cluster_accept.inventory.shapes import PRESETS, ModelShape, default_preset
+from cluster_accept.inventory.simulation_settings import SimulatedAs, SimulationSettings
 from cluster_accept.inventory.slurm_settings import SlurmSettings
 
 
@@ -334,6 +334,7 @@ class InventoryFile(_Strict):
     exclude: list[StrictStr] = Field(default_factory=list)
     profiles: dict[StrictStr, Profile] = Field(default_factory=dict)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    simulation: SimulationSettings | None = Field(default=None, description="scale work: simulated nodes")
 
 
 # Resolved ---------------------------------------------------------------------------------------------
@@ -359,6 +360,7 @@ class Node:
     labels: dict[str, str] = field(default_factory=dict)
     excluded: bool = False
     slurm_name: str = ""  # the node's name in Slurm, where the inventory's slurm.node_names rule gives another
+    simulated: SimulatedAs | None = None  # answered in-process from a recording (scale work)
 
     @property
     def slurm_node(self) -> str:

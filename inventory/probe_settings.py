@@ -6,12 +6,15 @@ an unknown key, a rail that names no NIC or interface, or a collective named twi
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from cluster_accept.inventory.slurm_settings import SrunSettings
+
+ALLOCATION_MARGIN_S = 180  # an allocation outlives its longest run by this: port step, start-up, kill grace
 
 
 class _Strict(BaseModel):
@@ -98,10 +101,12 @@ class ProbeSettings(_Strict):
 
     @model_validator(mode="after")
     def _allocation_outlasts_a_run(self) -> ProbeSettings:
-        if self.launcher == "slurm" and self.slurm.time_limit_min * 60 < self.timeout_s:
+        needed_s = self.timeout_s + ALLOCATION_MARGIN_S
+        if self.launcher == "slurm" and self.slurm.time_limit_min * 60 < needed_s:
             raise ValueError(
-                f"slurm.time_limit_min {self.slurm.time_limit_min} is shorter than timeout_s {self.timeout_s:g}: "
-                "Slurm would end the allocation under a run still allowed to go on"
+                f"slurm.time_limit_min {self.slurm.time_limit_min} is shorter than timeout_s {self.timeout_s:g} "
+                f"and {ALLOCATION_MARGIN_S} s for the port step, start-up and kill grace: Slurm would end the "
+                f"allocation under a run still allowed to go on (give at least {math.ceil(needed_s / 60)})"
             )
         return self
 

@@ -57,6 +57,10 @@ class LocalSession:
 
 
 def connect(node: Node) -> NodeSession | Unreachable:
+    if node.simulated is not None:  # only an inventory's simulation block sets it: scale work
+        from cluster_accept.remote.simulated import simulated_session
+
+        return simulated_session(node.name, node.simulated)
     if node.is_local:
         return LocalSession(node)
     return open_session(node)

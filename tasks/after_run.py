@@ -55,6 +55,14 @@ def warnings_by_node(rows: Sequence[NodeRow]) -> dict[str, list[str]]:
     return found
 
 
+def judged_checks(rows: Sequence[NodeRow]) -> dict[str, set[str]]:
+    """node -> the checks this run judged on it (a row of any status)."""
+    judged: dict[str, set[str]] = {}
+    for row in rows:
+        judged.setdefault(row.node, set()).add(row.check)
+    return judged
+
+
 def after_run(
     run_dir: Path,
     run_info: Mapping[str, Any],
@@ -88,6 +96,7 @@ def after_run(
         operations.apply,
         operations.scontrol,
         slurm_names,
+        judged_checks(rows),
     )
     if operations.drain or operations.resume_passing:
         record = {
@@ -95,6 +104,7 @@ def after_run(
             "error": plan.error,
             "actions": [asdict(a) for a in plan.actions],
             "unknown_to_slurm": plan.unknown,
+            "kept_drained": [{"node": node, "why": why} for node, why in plan.kept],
         }
         _write_atomic(run_dir / "slurm.json", json.dumps(record, indent=2) + "\n")
     return plan

@@ -60,6 +60,7 @@ class SlurmPlan:
     actions: list[SlurmAction] = field(default_factory=list)
     error: str = ""  # scontrol could not be asked: nothing was changed
     unknown: list[str] = field(default_factory=list)  # nodes to act on that Slurm does not know (inventory names)
+    kept: list[tuple[str, str]] = field(default_factory=list)  # (node, why) drained by us, passing, not resumed
 
 
 _FIELD = re.compile(r"(?:^|\s)(\w+)=")
@@ -85,6 +86,24 @@ def parse_show_nodes(text: str) -> dict[str, SlurmNode]:
     return nodes
 
 
+def drain_codes(reason: str) -> list[str] | None:
+    """The reason codes in a drain reason cluster-accept wrote; None when it was cut short (not all known)."""
+    body = reason[len(REASON_PREFIX) :] if reason.startswith(REASON_PREFIX) else reason
+    body = re.sub(r"\s*\(run [^)]*\)$", "", body.strip())
+    if body.endswith("..."):
+        return None
+    return [code.strip() for code in body.split(",") if code.strip()]
+
+
+def unchecked_codes(reason: str, judged: set[str]) -> list[str] | None:
+    """The codes of ``reason`` whose check this run did not judge (``ssh`` counts as judged: the node was
+    reached); None when the reason was cut short. Empty: every code was looked at again."""
+    codes = drain_codes(reason)
+    if codes is None:
+        return None
+    return [c for c in codes if c != "not accepted" and c.split(":")[0] not in judged | {"ssh"}]
+
+
 def drain_reason(reasons: Sequence[str], run_id: str) -> str:
     text = f"{REASON_PREFIX}{', '.join(reasons) or 'not accepted'} (run {run_id})"
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
@@ -98,9 +117,12 @@ def plan(
     resume_passing: bool,
     scontrol: str = "scontrol",
     names: Mapping[str, str] | None = None,
+    judged: Mapping[str, set[str]] | None = None,
 ) -> SlurmPlan:
     """What to ask Slurm, per node; pure. ``names``: inventory name -> Slurm name (the same when absent).
-    Nodes Slurm does not know are listed in ``unknown`` when there was something to do for them."""
+    Nodes Slurm does not know are listed in ``unknown`` when there was something to do for them. ``judged``:
+    node -> the checks this run judged on it; a node drained for a finding this run did not look at again
+    (a preflight-only health check, a node drained for its all-reduce) stays drained, listed in ``kept``."""
     result = SlurmPlan()
     for verdict in verdicts:
         name, outcome = verdict.node, verdict.verdict
@@ -119,6 +141,15 @@ def plan(
             action = SlurmAction(name, "drain", [*update, "state=drain", f"reason={reason}"], reason)
             result.actions.append(replace(action, slurm_node=slurm_name))
         elif resume_passing and outcome == Verdict.ACCEPTED and known.drained_by_us:
+            left = unchecked_codes(known.reason, judged.get(name, set())) if judged is not None else []
+            if left is None or left:
+                why = (
+                    f"drained for {', '.join(left)}, which this run did not check"
+                    if left
+                    else "its drain reason was cut short, so this run cannot tell it checked every finding"
+                )
+                result.kept.append((name, why))
+                continue
             result.actions.append(SlurmAction(name, "resume", [*update, "state=resume"], slurm_node=slurm_name))
     return result
 
@@ -131,6 +162,7 @@ def slurm_step(
     apply: bool,
     scontrol: str = "scontrol",
     names: Mapping[str, str] | None = None,
+    judged: Mapping[str, set[str]] | None = None,
 ) -> SlurmPlan:
     """Ask Slurm for its nodes, plan, and (with ``apply``) run each command; every outcome is data."""
     if not (drain or resume_passing):
@@ -141,7 +173,7 @@ def slurm_step(
         return SlurmPlan(error=f"could not run {scontrol} show node: {exc}")
     if shown.returncode != 0:
         return SlurmPlan(error=f"{scontrol} show node failed (exit {shown.returncode}): {shown.stderr.strip()}")
-    result = plan(verdicts, parse_show_nodes(shown.stdout), run_id, drain, resume_passing, scontrol, names)
+    result = plan(verdicts, parse_show_nodes(shown.stdout), run_id, drain, resume_passing, scontrol, names, judged)
     if apply:
         for action in result.actions:
             try:

@@ -61,9 +61,11 @@ class Live:
         self.lock = threading.Lock()
         self.procs: set[subprocess.Popen[str]] = set()
         self.jobs: set[str] = set()
+        self.stopping = False  # set once: nothing new starts
 
     def stop_all(self) -> None:
         with self.lock:
+            self.stopping = True
             procs, jobs = list(self.procs), list(self.jobs)
         for proc in procs:
             _interrupt(proc)
@@ -72,22 +74,26 @@ class Live:
 
 
 def _interrupt(proc: subprocess.Popen[str]) -> None:
-    """srun cancels its step on a second interrupt within a second."""
+    """srun (``--quit-on-interrupt``) ends its step on an interrupt; salloc and the rest end on it too."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGINT)
 
 
 def _run(
     argv: Sequence[str], timeout_s: float, stdin: str | None = None, live: Live | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm client; on the timeout it is interrupted twice (srun then cancels its step) and reaped."""
+    """Run a Slurm client; on the timeout it is interrupted (srun then ends its step) and reaped. A launch being
+    abandoned starts nothing new."""
+    if live is not None and live.stopping:
+        return subprocess.CompletedProcess(list(argv), None, "", "cluster-accept: the launch was abandoned")  # type: ignore[arg-type]
     proc = subprocess.Popen(
         list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     if live is not None:
         with live.lock:
             live.procs.add(proc)
+            if live.stopping:
+                _interrupt(proc)
     try:
         out, err = proc.communicate(stdin, timeout=timeout_s)
         return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
@@ -147,6 +153,8 @@ def allocate(nodes: Sequence[Node], tag: str, live: Live | None = None) -> Alloc
     if job_id is not None and live is not None:
         with live.lock:
             live.jobs.add(job_id)
+    if job_id is not None and done.returncode != 0:
+        release(Allocation(job_id, ours=True), live)  # granted, then salloc failed: never keep it
     if done.returncode != 0 or job_id is None:
         said = keep_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
         states = unavailable(names)
@@ -157,12 +165,21 @@ def allocate(nodes: Sequence[Node], tag: str, live: Live | None = None) -> Alloc
     return Allocation(job_id, ours=True)
 
 
-def release(allocation: Allocation, live: Live | None = None) -> None:
-    if allocation.ours and allocation.job_id:
-        _run(["scancel", allocation.job_id], SLURM_TIMEOUT_S)
-        if live is not None:
-            with live.lock:
-                live.jobs.discard(allocation.job_id)
+def release(allocation: Allocation, live: Live | None = None) -> str:
+    """Cancel an allocation made here (tried twice); what went wrong, empty when it is gone."""
+    if not (allocation.ours and allocation.job_id):
+        return ""
+    said = ""
+    for _ in range(2):
+        done = subprocess.run(["scancel", allocation.job_id], capture_output=True, text=True, timeout=SLURM_TIMEOUT_S)
+        if done.returncode == 0:
+            said = ""
+            break
+        said = f"scancel {allocation.job_id} failed (exit {done.returncode}): {done.stderr.strip()}"
+    if live is not None and not said:
+        with live.lock:
+            live.jobs.discard(allocation.job_id)
+    return said
 
 
 def _port(job_id: str, master: Node, live: Live | None = None) -> int | str:
@@ -217,7 +234,9 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str, live
             continue
         code = task.exit_code
         stdout = "\n".join(task.lines) + "\n"
-        result = CommandResult(command.name, code, stdout, "", timed_out=code in (124, 137) or stopped)
+        result = CommandResult(
+            command.name, code, stdout, "", timed_out=code in (124, 137) or (code is None and stopped)
+        )
         if code is None:
             why = "ran past its time and was stopped" if stopped else "stopped with the run"
             run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, why, result)
@@ -226,18 +245,35 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str, live
 
 
 def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun, live: Live | None = None) -> None:
-    """Allocate, run and release one group; every outcome is recorded in ``run``, never raised."""
-    allocation = allocate(nodes, run.tag, live)
-    if allocation.error:
-        _not_started(run, nodes, allocation.error, [n.name for n in nodes if n.slurm_node in allocation.culprits])
-        return
+    """Allocate, run and release one group; every outcome is recorded in ``run``, never raised.
+
+    Slurm not granting the allocation is not a finding about the nodes (another job holds them, an
+    administrator drained one, the account or QOS is wrong): the group is not judged (a tool error, never
+    drained), each node saying what Slurm said of it."""
+    allocation = Allocation()
     try:
+        allocation = allocate(nodes, run.tag, live)
+        if allocation.error:
+            _not_judged(run, nodes, allocation)
+            return
         _step(job, nodes, run, allocation.job_id, live)
     except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the nodes' fault
         for node in nodes:
             run.ranks[node.name] = RankRun(node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))
     finally:
-        release(allocation, live)
+        left = release(allocation, live)
+        if left:
+            run.detail = f"{run.detail}; {left}" if run.detail else left
+
+
+def _not_judged(run: GroupRun, nodes: Sequence[Node], allocation: Allocation) -> None:
+    at = [n.name for n in nodes if n.slurm_node in allocation.culprits]
+    for node in nodes:
+        why = allocation.error if (not at or node.name in at) else f"not started because of {', '.join(at)}"
+        run.ranks[node.name] = RankRun(
+            node.name, NodeStatus.TOOL_ERROR, None, f"{why}: {allocation.error}" if node.name not in at and at else why
+        )
+    run.detail = allocation.error
 
 
 def launch_groups(groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob, workers: int) -> None:

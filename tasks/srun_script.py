@@ -44,7 +44,7 @@ def probe_script(files: Mapping[str, bytes], commands: Mapping[str, tuple[str, f
     lines += [
         '  *) echo "cluster-accept: $SLURMD_NODENAME is not in this run"; code=97 ;;',
         "esac",
-        f'echo "{EXIT_MARK}$code"',
+        f"printf '\\n%s%s\\n' '{EXIT_MARK}' \"$code\"",  # on a line of its own, whatever came before
         'exit "$code"',
     ]
     return "\n".join(lines) + "\n"
@@ -64,7 +64,7 @@ def split_tasks(stdout: str) -> dict[str, TaskOutput]:
     """srun ``--label`` output -> Slurm node name -> what its task printed (markers removed) and its exit
     status; tasks that never printed their node marker are left out (they never started)."""
     tasks: dict[int, TaskOutput] = {}
-    for line in stdout.splitlines():
+    for line in stdout.split("\n"):  # only newlines end lines: a probe's carriage returns stay in its line
         found = _LABELED.match(line)
         if not found:
             continue
@@ -117,14 +117,19 @@ def granted_job(salloc_stderr: str) -> str | None:
 
 
 def srun_argv(
-    job_id: str, nodelist: Sequence[str], settings: SrunSettings, time_limit_min: int | None, srun: str = "srun"
+    job_id: str,
+    nodelist: Sequence[str],
+    settings: SrunSettings,
+    time_limit_min: int | None,
+    srun: str = "srun",
+    job_name: str = "cluster-accept",
 ) -> list[str]:
     """One task per node of ``nodelist`` in job ``job_id``, the script on standard input, output labelled; the
     step is killed as soon as any task fails (its peers would wait for it until their own timeout)."""
     argv = [
         srun, f"--jobid={job_id}", f"--nodes={len(nodelist)}", f"--ntasks={len(nodelist)}", "--ntasks-per-node=1",
         f"--nodelist={','.join(nodelist)}", "--overlap", "--label", "--input=all", "--kill-on-bad-exit=1",
-        "--export=ALL", "--job-name=cluster-accept",
+        "--export=ALL", "--quit-on-interrupt", f"--job-name={job_name}",
     ]  # fmt: skip
     if time_limit_min:
         argv.append(f"--time={time_limit_min}")

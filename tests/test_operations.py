@@ -18,7 +18,15 @@ from cluster_accept.inventory.model import Thresholds
 from cluster_accept.probes.gemm import METRICS as RULES
 from cluster_accept.reports.summary import prometheus_text, summary
 from cluster_accept.tasks.after_run import Operations, warnings_by_node
-from cluster_accept.tasks.slurm import REASON_PREFIX, SlurmNode, SlurmPlan, drain_reason, parse_show_nodes, plan
+from cluster_accept.tasks.slurm import (
+    REASON_PREFIX,
+    SlurmNode,
+    SlurmPlan,
+    drain_codes,
+    drain_reason,
+    parse_show_nodes,
+    plan,
+)
 
 pytestmark = pytest.mark.pure
 
@@ -141,6 +149,28 @@ def test_plan_tells_slurm_its_own_node_names() -> None:
     ]
     unmapped = plan(verdicts, shown, "r1", drain=True, resume_passing=True)
     assert unmapped.actions == [] and unmapped.unknown == ["n2"]
+
+
+def test_a_node_drained_for_what_this_run_did_not_check_stays_drained() -> None:
+    """A preflight-only run (Slurm's health check) passes a node drained for its all-reduce: it stays drained;
+    a node drained for a preflight finding that passes now is resumed."""
+    shown = parse_show_nodes(
+        "NodeName=n1 State=IDLE+DRAIN Reason=cluster-accept: allreduce:below_min, gpu_count:count_low (run r1)\n"
+        "NodeName=n2 State=IDLE+DRAIN Reason=cluster-accept: gpu_count:count_low, ssh:refused (run r1)\n"
+        "NodeName=n3 State=IDLE+DRAIN Reason=cluster-accept: a:b, c:d, e:f...\n"
+    )
+    verdicts = [verdict(n, Verdict.ACCEPTED) for n in ("n1", "n2", "n3")]
+    judged = {n: {"gpu_count", "driver"} for n in ("n1", "n2", "n3")}
+    planned = plan(verdicts, shown, "r2", drain=True, resume_passing=True, judged=judged)
+    assert [(a.node, a.action) for a in planned.actions] == [("n2", "resume")]
+    assert planned.kept == [
+        ("n1", "drained for allreduce:below_min, which this run did not check"),
+        ("n3", "its drain reason was cut short, so this run cannot tell it checked every finding"),
+    ]
+    assert drain_codes("cluster-accept: gpu_count:count_low, ssh:refused (run r1)") == [
+        "gpu_count:count_low",
+        "ssh:refused",
+    ]
 
 
 def test_regression_against_the_nodes_own_history() -> None:

@@ -99,11 +99,16 @@ def test_each_task_runs_its_own_nodes_command_among_the_shipped_files(tmp_path: 
     )
     assert lines[1:4] == ["print('from the probe')", " 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f", "rank0"]
     second = run_task(script, "gpu-a2", tmp_path)
-    assert second.returncode == 3 and second.stdout.splitlines()[1:] == ["rank1", "@@cluster-accept-exit 3"]
+    assert second.returncode == 3 and second.stdout.splitlines()[1:] == ["rank1", "", "@@cluster-accept-exit 3"]
     slow = run_task(script, "gpu-a3", tmp_path)
     assert slow.returncode == 124 and slow.stdout.splitlines()[-1] == "@@cluster-accept-exit 124"  # timed out
     stranger = run_task(script, "gpu-b9", tmp_path)
     assert stranger.returncode == 97 and "gpu-b9 is not in this run" in stranger.stdout
+    half = probe_script(files, {"gpu-a1": ("printf 'no newline at the end'", None)})
+    assert run_task(half, "gpu-a1", tmp_path).stdout.splitlines()[-2:] == [
+        "no newline at the end",
+        "@@cluster-accept-exit 0",
+    ]  # the exit marker is on a line of its own
     assert list(tmp_path.iterdir()) == []  # every task removed its probe directory
 
 
@@ -167,6 +172,8 @@ def test_srun_settings_that_cannot_work_are_refused(tmp_path: Path, setting: str
 
 def test_an_allocation_shorter_than_a_run_is_refused(tmp_path: Path) -> None:
     text = INVENTORY.replace("launcher: slurm}", "launcher: slurm, timeout_s: 900, slurm: {time_limit_min: 5}}")
-    with pytest.raises(InventoryError, match="slurm.time_limit_min 5 is shorter than timeout_s 900"):
+    with pytest.raises(InventoryError, match=r"slurm.time_limit_min 5 is shorter than timeout_s 900.*at least 18"):
         load(tmp_path, text)
-    assert load(tmp_path, text.replace("time_limit_min: 5", "time_limit_min: 15")).nodes
+    with pytest.raises(InventoryError, match="time_limit_min 15 is shorter"):  # no room for start-up and kill
+        load(tmp_path, text.replace("time_limit_min: 5", "time_limit_min: 15"))
+    assert load(tmp_path, text.replace("time_limit_min: 5", "time_limit_min: 18")).nodes

@@ -4,6 +4,7 @@ health-check example run by slurmd, and the sbatch example run in an allocation.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from cluster_accept.inventory.load import load_inventory
+from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks import srun
 from cluster_accept.tasks.launcher import launch_group
 from cluster_accept.tasks.slurm import SlurmNode, parse_show_nodes
@@ -57,7 +59,7 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path,
     bed = testbed_factory(nodes=4, faults=faults, prefix="csl", subnet="10.254.124.0/24", slurm=True)
     for key, value in bed.slurm_env.items():
         monkeypatch.setenv(key, value)
-    scontrol("update", "nodename=node04", "state=drain", "reason=cluster-accept: gemm:straggler (run old)")
+    scontrol("update", "nodename=node04", "state=drain", "reason=cluster-accept: gpu_count:count_low (run old)")
     scontrol("update", "nodename=node01", "state=drain", "reason=bad fan, ticket 42")
     before = slurm_nodes()
     marked = drains()
@@ -88,6 +90,10 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path,
     reasons = subprocess.run(["sinfo", "-R", "-h", "-o", "%N|%E"], capture_output=True, text=True, check=True)
     assert f"node02|cluster-accept: gpu_count:count_low (run {run_id})" in reasons.stdout.splitlines()
 
+    record = json.loads((only_run(tmp_path / "applied") / "slurm.json").read_text())
+    assert record["apply"] is True and [(a["node"], a["action"], a["applied"]) for a in record["actions"]] == [
+        ("node02", "drain", True), ("node03", "drain", True), ("node04", "resume", True),
+    ]  # fmt: skip
     summary = (only_run(tmp_path / "applied") / "summary.json").read_text()
     assert '"not_accepted"' in summary and "gpu_count:count_low" in summary
     text = prom.read_text()
@@ -143,7 +149,8 @@ def test_a_node_slurm_will_not_allocate_is_named(mapped_bed, tmp_path: Path) -> 
         run = launch_group(inventory.tested)
     finally:
         scontrol("update", "nodename=gpu-a3", "state=resume")
-    assert not run.ok
+    assert not run.ok  # not judged: Slurm's refusal is no finding about the nodes, never a reason to drain them
+    assert {rank.status for rank in run.ranks.values()} == {NodeStatus.TOOL_ERROR}
     assert "gpu-a3 is drained" in run.ranks["node03"].detail, run.ranks["node03"].detail
     assert run.ranks["node01"].detail.startswith("not started because of node03:"), run.ranks["node01"].detail
     good = launch_group(inventory.tested[:2])

@@ -9,6 +9,11 @@
 #   HealthCheckInterval=3600
 #   HealthCheckNodeState=IDLE,CYCLE
 #
+# slurmd waits a limited time for a health check (kills it after about a minute), and a check with Prefect
+# and every preflight command can take longer on a busy node: so the check runs detached (setsid), one at a
+# time per node (flock: a check still running makes the next one a no-op), logging to
+# $CLUSTER_ACCEPT_OUT/healthcheck-<node>.log, and drains the node itself when it fails.
+#
 # slurmd starts it as root with an empty environment (only SLURMD_NODENAME is set), so everything it needs
 # comes from here or from the site file /etc/default/cluster-accept (CLUSTER_ACCEPT_ENV names another):
 #   PATH                       where cluster-accept, nvidia-smi and scontrol are
@@ -23,8 +28,9 @@ HOME=${HOME:-/root}
 PREFECT_HOME=${PREFECT_HOME:-/var/lib/cluster-accept/prefect}
 export PATH HOME PREFECT_HOME
 node=${SLURMD_NODENAME:-$(hostname -s)}
-exec cluster-accept run \
+out=${CLUSTER_ACCEPT_OUT:-/var/lib/cluster-accept/runs}
+mkdir -p "$out" || exit 1
+exec setsid -f flock -n "$out/.healthcheck-$node.lock" cluster-accept run \
     --inventory "${CLUSTER_ACCEPT_INVENTORY:-/etc/cluster-accept/inventory.yaml}" \
-    --slurm-nodes "$node" --local --stages preflight \
-    --out "${CLUSTER_ACCEPT_OUT:-/var/lib/cluster-accept/runs}" --history - \
-    --drain --resume-passing --apply
+    --slurm-nodes "$node" --local --stages preflight --out "$out" --history - \
+    --drain --resume-passing --apply >>"$out/healthcheck-$node.log" 2>&1 </dev/null

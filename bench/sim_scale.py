@@ -1,0 +1,157 @@
+"""Scale on simulated nodes: the real CLI (Prefect, checks, probes, evaluation, Parquet, report) on N = 1,024,
+4,096, … in-process nodes answering from a recording of real test-bed nodes (:mod:`remote.simulated`).
+
+For each N (5 % of the nodes faulty, every recorded fault and ``slow`` in turn; answers after a log-normal
+latency around 20 ms), one ``cluster-accept run --stages preflight,single-node`` in a child process, and:
+
+- wall time per stage (``run.json``), the whole run's wall time;
+- the controller's CPU seconds and peak memory (the child's rusage), each per node;
+- Prefect's share: the same preflight without Prefect (a thread pool, the same per-node function, the same
+  evaluation and Parquet, :func:`bench.scale.bare_run`) against the CLI's preflight stage;
+- the Parquet files' and the report's sizes, and the report's load time in headless Chromium;
+- how each per-node figure grows from the smallest N to the largest (1.0: linear in N).
+
+``python3 bench/sim_scale.py [--sizes 1024,4096] [--faulty-pct 5] [--out bench/results/sim-scale]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from cluster_accept.testbed.profile import base_profile  # noqa: E402
+
+RECORDING = ROOT / "bench" / "sim" / "testbed-h200x4.json"
+FAULTS = ["gpu_missing", "driver_version", "nvlink_inactive", "nvlink_errors", "pcie_width",
+          "persistence_disabled", "xid", "nvidia_smi_fail", "slow"]  # fmt: skip
+
+
+def inventory(path: Path, nodes: int, faulty_pct: float) -> Path:
+    width = max(4, len(str(nodes)))
+    names = [f"gpu{i:0{width}d}" for i in range(1, nodes + 1)]
+    step = max(1, round(100 / faulty_pct)) if faulty_pct else 0
+    faults = {name: FAULTS[k % len(FAULTS)] for k, name in enumerate(names[::step])} if step else {}
+    data = {
+        "cluster": f"sim{nodes}",
+        "defaults": {"profile": "testbed-h200x4"},
+        "nodes": [{"hosts": f"gpu[{1:0{width}d}-{nodes:0{width}d}]"}],
+        "simulation": {"recording": str(RECORDING), "faults": faults, "latency_ms": 20, "spread_pct": 2},
+        "profiles": {"testbed-h200x4": base_profile("h200x4")},
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def cli_run(inv: Path, out: Path) -> dict[str, float]:
+    """The CLI in a child process: wall, CPU seconds and peak RSS from its rusage."""
+    started = time.perf_counter()
+    argv = [sys.executable, "-m", "cluster_accept.flows.cli", "run", "--inventory", str(inv), "--out", str(out),
+            "--stages", "preflight,single-node", "--history", "-"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    said = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"the run failed: {said.decode(errors='replace')[-3000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}
+
+
+def bare_preflight(inv: Path, out: Path) -> float:
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; from bench.scale import bare_run; "
+        f"print(bare_run(Path({str(inv)!r}), None, Path({str(out)!r})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def render_s(report: Path) -> float | None:
+    if not Path("/usr/bin/chromium").exists():
+        return None
+    from tests.browser import load_page
+
+    started = time.perf_counter()
+    load_page(report, timeout_s=300)
+    return time.perf_counter() - started
+
+
+def measure(nodes: int, faulty_pct: float, work: Path) -> dict[str, object]:
+    inv = inventory(work / f"inventory-{nodes}.yaml", nodes, faulty_pct)
+    out = work / f"runs-{nodes}"
+    figures: dict[str, object] = {"nodes": nodes, **cli_run(inv, out)}
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    info = json.loads((run_dir / "run.json").read_text())
+    figures["stage_s"] = info.get("stage_seconds", {})
+    bare_dir = work / f"bare-{nodes}"
+    bare_dir.mkdir()
+    figures["bare_preflight_s"] = bare_preflight(inv, bare_dir)
+    preflight = float(info.get("stage_seconds", {}).get("preflight", 0.0))
+    figures["prefect_share"] = 1 - figures["bare_preflight_s"] / preflight if preflight else None  # type: ignore[operator]
+    figures["parquet_mib"] = {p.name: p.stat().st_size / 2**20 for p in sorted(run_dir.glob("*.parquet"))}
+    report = run_dir / "report.html"
+    figures["report_mib"] = report.stat().st_size / 2**20
+    figures["render_s"] = render_s(report)
+    verdicts = json.loads((run_dir / "summary.json").read_text())["counts"]
+    figures["verdicts"] = verdicts
+    return figures
+
+
+def table(results: list[dict[str, object]]) -> str:
+    head = ("| nodes | wall s | preflight s | single-node s | CPU ms/node | peak MiB | KiB/node | Prefect share "
+            "| Parquet MiB | report MiB | render s | rejected |")  # fmt: skip
+    lines = [head, "|" + "---|" * 12]
+    for r in results:
+        n = int(r["nodes"])  # type: ignore[call-overload]
+        stage = r["stage_s"]
+        assert isinstance(stage, dict)
+        parquet = sum(r["parquet_mib"].values())  # type: ignore[attr-defined]
+        share = r["prefect_share"]
+        render = r["render_s"]
+        lines.append(
+            f"| {n:,} | {r['wall_s']:.1f} | {stage.get('preflight', 0):.1f} | {stage.get('single-node', 0):.1f} "
+            f"| {1000 * r['cpu_s'] / n:.1f} | {r['peak_mib']:.0f} | {1024 * r['peak_mib'] / n:.1f} "  # type: ignore[operator]
+            f"| {'-' if share is None else f'{share:.0%}'} | {parquet:.1f} | {r['report_mib']:.1f} "
+            f"| {'-' if render is None else f'{render:.1f}'} | {r['verdicts']['rejected']} |"  # type: ignore[index]
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1024,4096")
+    parser.add_argument("--faulty-pct", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sim-scale")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="sim-scale-") as work:
+        for nodes in [int(s) for s in args.sizes.split(",")]:
+            results.append(measure(nodes, args.faulty_pct, Path(work)))
+            print(table(results[-1:]).splitlines()[-1], flush=True)
+    text = table(results)
+    if len(results) > 1:
+        first, last = results[0], results[-1]
+        grow = int(last["nodes"]) / int(first["nodes"])  # type: ignore[call-overload]
+        cpu = (last["cpu_s"] / first["cpu_s"]) / grow  # type: ignore[operator]
+        wall = (last["wall_s"] / first["wall_s"]) / grow  # type: ignore[operator]
+        text += f"\n\nper-node growth from {first['nodes']:,} to {last['nodes']:,} nodes (1.0 = linear): "
+        text += f"CPU {cpu:.2f}, wall {wall:.2f}"
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "table.md").write_text(text + "\n")
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The simulated transport (scale work): batches answered in-process from a recording of real test-bed nodes,
+framed as a node's shell frames them, so the real checks judge simulated nodes as they judge real ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster_accept.checks.base import Status, discover
+from cluster_accept.flows.acceptance import refuse_unresolved_auto
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.remote.batch import build_batch, parse_batch
+from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.remote.simulated import (
+    NODE_TOKEN,
+    Answer,
+    Recording,
+    SimulatedNode,
+    SimulatedSession,
+    batch_commands,
+    frame,
+    scale_figures,
+)
+from cluster_accept.tasks.check_batch import run_preflight_on_node
+from cluster_accept.tasks.preflight import evaluate_preflight
+
+pytestmark = pytest.mark.pure
+
+RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
+
+
+def test_a_batch_round_trips_through_the_simulated_shell() -> None:
+    commands = [
+        RemoteCommand("multi", "nvidia-smi -q | grep 'Persistence Mode'\necho \"$HOME\" 'a '\"'\"'b'"),
+        RemoteCommand("probe", 'cd "$CA_PROBE_DIR" && python3 gemm.py', {"CA_PROBE_DIR": "/tmp/x y"}),
+    ]
+    script = build_batch(commands, 30, "0123abcd")
+    found = batch_commands(script)
+    assert found == ("0123abcd", [c.script for c in commands])
+    stdout, stderr = frame("0123abcd", [Answer(0, "line 1\nline 2"), Answer(2, "", "no such file")])
+    results = parse_batch(commands, stdout, stderr, "0123abcd")
+    assert [(r.exit_code, r.stdout, r.stderr) for r in results] == [(0, "line 1\nline 2", ""), (2, "", "no such file")]
+    assert batch_commands('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"') is None
+
+
+def test_a_recording_keeps_faulty_answers_that_differ_and_names_the_answering_node(tmp_path: Path) -> None:
+    recording = Recording()
+    recording.add("healthy", "node01", "hostname", Answer(0, "node01\n"))
+    recording.add("healthy", "node01", "cat v", Answer(0, "580.159.04\n"))
+    recording.add("old", "node07", "hostname", Answer(0, "node07\n"))  # the same once the name is a token
+    recording.add("old", "node07", "cat v", Answer(0, "570.86.15\n"))
+    assert recording.variants == {
+        "healthy": {"hostname": Answer(0, f"{NODE_TOKEN}\n"), "cat v": Answer(0, "580.159.04\n")},
+        "old": {"cat v": Answer(0, "570.86.15\n")},
+    }
+    recording.save(tmp_path / "r.json")
+    loaded = Recording.load(tmp_path / "r.json")
+    assert loaded.variants == recording.variants
+    session = SimulatedSession(SimulatedNode("gpu-0042", "old"), loaded)
+    script = build_batch(
+        [RemoteCommand("h", "hostname"), RemoteCommand("v", "cat v"), RemoteCommand("x", "lspci")], 9, "ff"
+    )
+    code, out, err, timed_out = session.run_script(script, 60)
+    results = parse_batch([RemoteCommand(n, "") for n in "hvx"], out, err, "ff")
+    assert (code, timed_out) == (0, False)
+    assert [(r.exit_code, r.stdout) for r in results] == [(0, "gpu-0042\n"), (0, "570.86.15\n"), (127, "")]
+    assert "no recorded answer to 'lspci'" in results[2].stderr  # never a silent pass
+
+
+def test_figures_scale_and_everything_else_is_kept() -> None:
+    line = json.dumps({"probe": "gemm", "metric": "gemm_bf16_tflops", "value": 600.0, "size": 8192, "gpu": 0})
+    scaled = scale_figures(f"start\n{line}\nnot json {{\n", 0.5).split("\n")
+    assert scaled[0] == "start" and scaled[2] == "not json {"
+    assert json.loads(scaled[1]) == {
+        "probe": "gemm",
+        "metric": "gemm_bf16_tflops",
+        "value": 300.0,
+        "size": 8192,
+        "gpu": 0,
+    }
+
+
+def _inventory(tmp_path: Path, faults: str = "") -> Path:
+    path = tmp_path / "sim.yaml"
+    path.write_text(
+        "cluster: sim\ndefaults: {profile: testbed-h200x4}\nnodes:\n  - hosts: gpu[0001-0012]\n"
+        f"simulation:\n  recording: {RECORDING}\n  latency_ms: 0\n  faults: {{{faults}}}\n"
+        f"profiles:\n  testbed-h200x4:\n{_testbed_profile()}"
+    )
+    return path
+
+
+def _testbed_profile() -> str:
+    """The profile the recording was made against (the test-bed's), indented under ``profiles``."""
+    import yaml
+
+    from cluster_accept.testbed.profile import base_profile
+
+    text = yaml.safe_dump(base_profile("h200x4"))
+    return "".join(f"    {line}\n" for line in text.splitlines())
+
+
+def test_simulated_nodes_are_judged_by_the_real_checks(tmp_path: Path) -> None:
+    inventory = load_inventory(
+        _inventory(tmp_path, "gpu0002: gpu_missing, gpu0003: driver_version, gpu0004: nvlink_inactive")
+    )
+    checks = discover()
+    outcomes = [run_preflight_on_node(node, checks) for node in inventory.tested[:5]]
+    rows = evaluate_preflight("sim", inventory, outcomes, checks)
+    bad = {(r.node, f"{r.check}:{r.reason}") for r in rows if r.status in (Status.FAIL, Status.ERROR)}
+    assert {node for node, _ in bad} == {"gpu0002", "gpu0003", "gpu0004"}, bad
+    assert ("gpu0002", "gpu_count:count_low") in bad and ("gpu0003", "driver:version_mismatch") in bad
+    assert any(node == "gpu0004" and code.startswith("nvlink:") for node, code in bad)
+    healthy = [{(r.check, r.item, r.status, r.reason) for r in rows if r.node == n} for n in ("gpu0001", "gpu0005")]
+    assert healthy[0] and healthy[0] == healthy[1]  # two healthy nodes, judged alike
+
+
+@pytest.mark.parametrize(
+    ("faults", "said"),
+    [
+        ("gpu0002: melted", "'melted' is not a variant of the recording"),
+        ("gpu0099: gpu_missing", "not in the inventory: gpu0099"),
+    ],
+)
+def test_a_simulation_the_recording_cannot_answer_is_refused(tmp_path: Path, faults: str, said: str) -> None:
+    with pytest.raises(InventoryError, match=said):
+        load_inventory(_inventory(tmp_path, faults))
+
+
+def test_a_missing_recording_and_stages_it_cannot_answer_are_refused(tmp_path: Path) -> None:
+    path = _inventory(tmp_path)
+    path.write_text(path.read_text().replace(str(RECORDING), "nowhere.json"))
+    with pytest.raises(InventoryError, match="not a readable recording"):
+        load_inventory(path)
+    inventory = load_inventory(_inventory(tmp_path))
+    refuse_unresolved_auto(inventory, ["preflight", "single-node"])
+    with pytest.raises(ValueError, match="answers preflight and single-node only, not multi-node"):
+        refuse_unresolved_auto(inventory, ["preflight", "multi-node"])
