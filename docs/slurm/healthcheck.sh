@@ -10,8 +10,8 @@
 #   HealthCheckNodeState=IDLE,CYCLE
 #
 # slurmd waits a limited time for a health check (kills it after about a minute), and a check with Prefect
-# and every preflight command can take longer on a busy node: so the check runs detached (setsid), one at a
-# time per node (flock: a check still running makes the next one a no-op), logging to
+# and every preflight command can take longer on a busy node: so the check runs detached (a session of its
+# own), one at a time per node (flock: a check still running makes the next one a no-op), logging to
 # $CLUSTER_ACCEPT_OUT/healthcheck-<node>.log, and drains the node itself when it fails.
 #
 # slurmd starts it as root with an empty environment (only SLURMD_NODENAME is set), so everything it needs
@@ -30,7 +30,16 @@ export PATH HOME PREFECT_HOME
 node=${SLURMD_NODENAME:-$(hostname -s)}
 out=${CLUSTER_ACCEPT_OUT:-/var/lib/cluster-accept/runs}
 mkdir -p "$out" || exit 1
-exec setsid -f flock -n "$out/.healthcheck-$node.lock" cluster-accept run \
+started="$out/.healthcheck-$node.started"
+rm -f "$started"
+# shellcheck disable=SC2016 # expanded by the inner shell, from its arguments
+setsid sh -c 'touch "$1"; shift; exec flock -n "$@"' sh "$started" "$out/.healthcheck-$node.lock" \
+    cluster-accept run \
     --inventory "${CLUSTER_ACCEPT_INVENTORY:-/etc/cluster-accept/inventory.yaml}" \
     --slurm-nodes "$node" --local --stages preflight --out "$out" --history - \
-    --drain --resume-passing --apply >>"$out/healthcheck-$node.log" 2>&1 </dev/null
+    --drain --resume-passing --apply >>"$out/healthcheck-$node.log" 2>&1 </dev/null &
+# slurmd ends the health check's process group once this returns: return only when the check runs in a
+# session of its own (it says so by touching $started), or after 10 s.
+n=0
+while [ ! -e "$started" ] && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+exit 0
