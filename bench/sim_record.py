@@ -58,7 +58,7 @@ def record(out: Path) -> Recording:
     try:
         inventory = load_inventory(tb.inventory_path)
         checks = discover()
-        recording = Recording()
+        recording = Recording(python=sys.executable)  # the test-bed profile's probes.python
         for node, variant in zip(inventory.tested, names, strict=True):
             started = time.perf_counter()
             commands = commands_for(checks, node)

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from cluster_accept.remote.simulated import Recording  # noqa: E402
 from cluster_accept.testbed.profile import base_profile  # noqa: E402
 
 RECORDING = ROOT / "bench" / "sim" / "testbed-h200x4.json"
@@ -47,7 +48,7 @@ def inventory(path: Path, nodes: int, faulty_pct: float) -> Path:
         "defaults": {"profile": "testbed-h200x4"},
         "nodes": [{"hosts": f"gpu[{1:0{width}d}-{nodes:0{width}d}]"}],
         "simulation": {"recording": str(RECORDING), "faults": faults, "latency_ms": 20, "spread_pct": 2},
-        "profiles": {"testbed-h200x4": base_profile("h200x4")},
+        "profiles": {"testbed-h200x4": base_profile("h200x4", python=Recording.load(RECORDING).python)},
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -52,6 +52,7 @@ class Recording:
     the rest it answers as a healthy node does."""
 
     variants: dict[str, dict[str, Answer]] = field(default_factory=dict)
+    python: str = ""  # the profile's probe interpreter when recorded: it is part of the commands' text
 
     def add(self, variant: str, node: str, script: str, answer: Answer) -> None:
         """What ``node`` (of ``variant``) answered to ``script``, its own name replaced by :data:`NODE_TOKEN`."""
@@ -66,6 +67,7 @@ class Recording:
 
     def save(self, path: Path) -> None:
         data = {
+            "python": self.python,
             "variants": {
                 v: {s: [a.exit_code, a.stdout, a.stderr] for s, a in answers.items()}
                 for v, answers in sorted(self.variants.items())
@@ -80,7 +82,7 @@ class Recording:
             v: {s: Answer(int(a[0]), str(a[1]), str(a[2])) for s, a in answers.items()}
             for v, answers in data["variants"].items()
         }
-        return cls(variants)
+        return cls(variants, str(data.get("python", "")))
 
 
 _NONCE = re.compile(r"@@CA:([0-9a-f]+):0:out")

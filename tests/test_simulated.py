@@ -98,7 +98,8 @@ def _testbed_profile() -> str:
 
     from cluster_accept.testbed.profile import base_profile
 
-    text = yaml.safe_dump(base_profile("h200x4"))
+    python = Recording.load(RECORDING).python  # the interpreter is part of the recorded commands' text
+    text = yaml.safe_dump(base_profile("h200x4", python=python))
     return "".join(f"    {line}\n" for line in text.splitlines())
 
 
