@@ -14,7 +14,6 @@ Groups of one round run at once (they are disjoint), each in a thread of its own
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
 import signal
 import subprocess
@@ -200,11 +199,14 @@ def _file_bytes(files: Sequence[str]) -> dict[str, bytes]:
     return {Path(name).name: (PROBES_DIR / name).read_bytes() for name in files}
 
 
-def _not_started(run: GroupRun, nodes: Sequence[Node], why: str, at: Sequence[str] = ()) -> None:
-    """The run never started: each node named in ``at`` carries ``why``; the rest say which node stopped it."""
+def _not_started(
+    run: GroupRun, nodes: Sequence[Node], why: str, at: Sequence[str] = (), status: NodeStatus = NodeStatus.ERROR
+) -> None:
+    """The run never started: each node named in ``at`` carries ``why``; the rest say which node stopped it.
+    ``status``: ``TOOL_ERROR`` where it is no finding about the nodes (Slurm did not grant the allocation)."""
     for node in nodes:
         detail = why if (not at or node.name in at) else f"not started because of {', '.join(at)}: {why}"
-        run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, detail)
+        run.ranks[node.name] = RankRun(node.name, status, None, detail)
     run.detail = why
 
 
@@ -254,7 +256,8 @@ def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun, live: Live
     try:
         allocation = allocate(nodes, run.tag, live)
         if allocation.error:
-            _not_judged(run, nodes, allocation)
+            culprits = [n.name for n in nodes if n.slurm_node in allocation.culprits]
+            _not_started(run, nodes, allocation.error, culprits, NodeStatus.TOOL_ERROR)
             return
         _step(job, nodes, run, allocation.job_id, live)
     except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the nodes' fault
@@ -264,16 +267,6 @@ def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun, live: Live
         left = release(allocation, live)
         if left:
             run.detail = f"{run.detail}; {left}" if run.detail else left
-
-
-def _not_judged(run: GroupRun, nodes: Sequence[Node], allocation: Allocation) -> None:
-    at = [n.name for n in nodes if n.slurm_node in allocation.culprits]
-    for node in nodes:
-        why = allocation.error if (not at or node.name in at) else f"not started because of {', '.join(at)}"
-        run.ranks[node.name] = RankRun(
-            node.name, NodeStatus.TOOL_ERROR, None, f"{why}: {allocation.error}" if node.name not in at and at else why
-        )
-    run.detail = allocation.error
 
 
 def launch_groups(groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob, workers: int) -> None:
@@ -288,7 +281,3 @@ def launch_groups(groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], jo
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def new_tag() -> str:
-    return secrets.token_hex(6)
