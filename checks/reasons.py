@@ -184,6 +184,14 @@ TOOL_REASONS = declare(
         "the row's output): the node was not judged; rerun, and report the traceback if it repeats",
         Action.RERUN,
     ),
+    Reason(
+        "shard_not_finished",
+        Status.ERROR,
+        "the node's shard of a sharded run (run --shard-by) did not finish on the controller that ran it, or its "
+        "results are not readable here (the detail says which shard, its Prefect state and its worker): the node "
+        "was not judged; see that flow run in Prefect, check the worker and that --out is shared, then rerun",
+        Action.RERUN,
+    ),
 )
 
 UNDECLARED = Reason("undeclared", Status.ERROR, "a reason no module declares: rerun and compare", Action.RERUN)

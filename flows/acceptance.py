@@ -9,6 +9,7 @@ up at 1,000 nodes). Runs on Prefect's ephemeral local API by default and against
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -99,6 +100,7 @@ def _start(
             "suite": suite,
             "nodes_tested": [n.name for n in inventory.tested],
             "nodes_excluded": [n.name for n in inventory.excluded],
+            "controller": socket.gethostname(),  # the host that ran it: shards of one run may run on several
         },
     )
 
@@ -106,6 +108,11 @@ def _start(
 def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
     """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing."""
     run_info = resumable_info(out_dir, run_id)
+    if run_info.get("sharded"):
+        raise ResumeError(
+            f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
+            "(the finished shards' results stay under its shards/)"
+        )
     inventory = load_inventory(run_info["inventory"])
     if inventory.digest != run_info.get("inventory_digest"):
         raise ResumeError(
@@ -178,9 +185,11 @@ def _acceptance(
     history: Path | None,
     operations: Operations,
     concurrency: int = 64,
+    record_history: bool = True,
 ) -> RunOutcome:
     """The chosen stages in order, each timed, its tables written when it ends; nodes with a checkpoint (a
-    resumed run) are loaded, not run again."""
+    resumed run) are loaded, not run again. ``record_history``: False for a shard of a sharded run, which
+    compares with the history but leaves recording the run to the parent that merges it."""
     state = new_state(inventory, run_dir, history, bool(run_info.get("quick_probes")), concurrency)
     timings: dict[str, float] = run_info.setdefault("stage_seconds", {})
     for stage in STAGE_LIST:
@@ -192,7 +201,7 @@ def _acceptance(
         timings[stage.name] = round(timings.get(stage.name, 0.0) + time.perf_counter() - began, 3)
         state.progress.finish(stage.name)
     context = ReportContext(reason_catalog(), discover_probes())
-    return finish(state, run_info, history, operations, context)
+    return finish(state, run_info, history if record_history else None, operations, context)
 
 
 def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
@@ -219,6 +228,7 @@ def acceptance(
     operations: Operations | None = None,
     concurrency: int = 64,
     local: bool = False,
+    record_history: bool = True,
 ) -> RunOutcome:
     """Run the requested stages over the inventory's tested nodes; write the run directory and append it
     to the history (``history``: a directory, default ``OUT/history``; ``-`` for none).
@@ -228,13 +238,14 @@ def acceptance(
     stages and suite; ``inventory_path``, ``stages``, ``suite`` and ``nodes`` are then ignored).
     ``operations``: summary files and the Slurm step after the verdicts. ``concurrency``: the bound on
     nodes worked on at once where a stage fans out by itself (the multi-node stage's ranks). ``local``: the one
-    selected node is this machine, checked without SSH (a node's own health check)."""
+    selected node is this machine, checked without SSH (a node's own health check). ``record_history``: False
+    for a shard of a sharded run (:mod:`flows.sharding`): the history is read, the parent records the run."""
     ops = operations or Operations()
     if resume:
         run_dir, run_info, inventory = reopen(Path(out_dir), resume)
         past, ops, concurrency = restored_options(run_info, history_dir(out_dir, history), ops, concurrency)
         inventory = as_local(inventory) if run_info.get("local") else inventory
-        return _acceptance(inventory, run_dir, run_info, past, ops, concurrency)
+        return _acceptance(inventory, run_dir, run_info, past, ops, concurrency, record_history)
     inventory = select_nodes(load_inventory(inventory_path), nodes)
     inventory = as_local(inventory) if local else inventory
     chosen, quick = resolve_suite(suite, stages)
@@ -245,7 +256,7 @@ def acceptance(
     run_info["simulated"] = any(n.simulated is not None for n in inventory.tested)  # scale work, not a cluster
     run_info["options"] = recorded_options(history_dir(out_dir, history), ops, concurrency)
     run_dir.write_json("run.json", run_info)
-    return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency)
+    return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency, record_history)
 
 
 SIMULATED_STAGES = ("preflight", "single-node")  # what a recording answers (remote.simulated)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,12 +24,13 @@ from cluster_accept.flows.exits import inventory_error as _inventory_error
 from cluster_accept.flows.exits import say as _say
 from cluster_accept.flows.orphans import mark_controller, reap_orphans
 from cluster_accept.flows.profile_commands import profile_app
+from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_request, outcome_of
 from cluster_accept.inventory.hostlist import HostlistError, fold
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.tasks.after_run import Operations
 
 if TYPE_CHECKING:
-    from cluster_accept.flows.acceptance import RunOutcome
-from cluster_accept.inventory.load import InventoryError, as_local, from_slurm_names, load_inventory
-from cluster_accept.tasks.after_run import Operations
+    pass
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
@@ -83,67 +83,13 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
         out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False, markup=False)
 
 
-@dataclass
-class RunRequest:
-    """What ``run`` (and ``demo``) were asked to do."""
-
-    inventory: Path | None
-    out_dir: Path = Path("runs")
-    nodes: str | None = None
-    stages: list[str] | None = None
-    concurrency: int = 64
-    history: str | None = None
-    resume: str | None = None
-    suite: str | None = None
-    operations: Operations = field(default_factory=Operations)
-    slurm_nodes: str | None = None  # the nodes by their Slurm names (a job's SLURM_JOB_NODELIST)
-    local: bool = False  # the one selected node is this machine: no SSH
-
-
-def _check_request(request: RunRequest) -> None:
-    """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
-    from cluster_accept.flows.acceptance import refuse_unresolved_auto, resolve_suite, resumable, select_nodes
-    from cluster_accept.tasks.outputs import check_not_held
-
-    if request.resume:
-        if (
-            request.inventory
-            or request.nodes
-            or request.stages
-            or request.suite
-            or request.slurm_nodes
-            or request.local
-        ):
-            raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
-        if request.history or request.operations != Operations() or request.concurrency != RunRequest.concurrency:
-            raise ValueError(
-                "--resume restores the interrupted run's own options (--history, --drain, --resume-passing, "
-                "--apply, --prometheus, --concurrency): give only --out"
-            )
-        resumable(request.out_dir, request.resume)
-        check_not_held(request.out_dir / request.resume)
-        return
-    if request.inventory is None:
-        raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
-    if request.slurm_nodes is not None:
-        if request.nodes:
-            raise ValueError("give --nodes or --slurm-nodes, not both")
-        request.nodes = from_slurm_names(load_inventory(request.inventory), request.slurm_nodes)
-    inventory = select_nodes(load_inventory(request.inventory), request.nodes)
-    if request.local:
-        as_local(inventory)
-    refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
-    why = unwritable(request.out_dir)
-    if why:
-        raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")
-
-
 def _run(request: RunRequest) -> int:
     from cluster_accept.flows import progress
-    from cluster_accept.flows.acceptance import ResumeError, RunLocked, run_acceptance
+    from cluster_accept.flows.acceptance import ResumeError, RunLocked
+    from cluster_accept.flows.outcome_text import print_outcome
 
     try:
-        _check_request(request)
+        check_request(request)
     except RunLocked as exc:
         _say(f"error: {exc}")
         return TOOL_FAILURE
@@ -158,18 +104,7 @@ def _run(request: RunRequest) -> int:
     bars = progress.StageBars(out)
     try:
         with progress.use(bars):
-            outcome = run_acceptance(
-                request.inventory or "",
-                request.out_dir,
-                request.stages,
-                request.nodes,
-                concurrency=request.concurrency,
-                history=request.history,
-                resume=request.resume,
-                suite=request.suite,
-                operations=request.operations,
-                local=request.local,
-            )
+            outcome = outcome_of(request)
     except RunLocked as exc:
         _say(f"error: {exc}")
         return TOOL_FAILURE
@@ -185,58 +120,8 @@ def _run(request: RunRequest) -> int:
         return TOOL_FAILURE
     finally:
         bars.close()
-    _print_outcome(outcome)
+    print_outcome(outcome)
     return outcome.exit_code
-
-
-def unwritable(out_dir: Path) -> str | None:
-    """Why run directories cannot be written under ``out_dir`` (None when they can): checked before any
-    node is touched, so a read-only or full disk is one clear line, not a traceback after an hour."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
-
-
-def _print_outcome(outcome: RunOutcome) -> None:
-    from cluster_accept.analysis.verdicts import Verdict
-
-    table = Table(title=Text(visible(f"run {outcome.run_id}")))
-    for column in ("node", "verdict", "reasons"):
-        table.add_column(column)
-    for verdict in outcome.verdicts:
-        if verdict.verdict != Verdict.ACCEPTED:
-            table.add_row(Text(visible(verdict.node)), verdict.verdict.value, Text(visible(", ".join(verdict.reasons))))
-    if table.row_count:
-        out.print(table)
-    out.print(
-        f"accepted {outcome.count(Verdict.ACCEPTED)} / rejected {outcome.count(Verdict.REJECTED)} / "
-        f"unreachable {outcome.count(Verdict.UNREACHABLE)} / skipped {outcome.count(Verdict.SKIPPED)}",
-        highlight=False,
-    )
-    out.print(f"report: {outcome.run_dir / 'report.html'}", highlight=False, soft_wrap=True)
-    failed_on = [v.node for v in outcome.verdicts if v.verdict == Verdict.TOOL_ERROR]
-    if failed_on:
-        said = f"error: cluster-accept failed on the controller for {fold(failed_on)} (tool:internal_error): "
-        _say(said + "not judged, not drained; the traceback is in their rows")
-    slurm = outcome.slurm
-    if slurm.error:
-        _say(f"slurm: nothing changed: {slurm.error}")
-    if slurm.unknown:
-        _say(f"slurm: not drained, Slurm does not know {fold(slurm.unknown)} (check slurm.node_names)")
-    for node, why in slurm.kept:
-        out.print(visible(f"slurm: {node} stays drained: {why}"), highlight=False, markup=False, soft_wrap=True)
-    for action in slurm.actions:
-        if action.exit_code is None and not action.applied:
-            dry = visible(f"slurm (dry run, add --apply): {action.command}")
-            out.print(dry, highlight=False, markup=False, soft_wrap=True)
-        else:
-            said = "done" if action.applied else f"failed (exit {action.exit_code}): {action.output}"
-            out.print(visible(f"slurm: {action.command}: {said}"), highlight=False, markup=False, soft_wrap=True)
 
 
 SUITE_HELP = (
@@ -287,6 +172,18 @@ def run(
     local: Annotated[
         bool, typer.Option("--local", help="the one selected node is this machine: check it without SSH")
     ] = False,
+    shard_by: Annotated[
+        str | None, typer.Option("--shard-by", help="split the run by this node label (rack, pod) over Prefect workers")
+    ] = None,
+    work_pool: Annotated[
+        str | None, typer.Option("--work-pool", help="the work pool whose workers run the shards")
+    ] = None,
+    queue_per_shard: Annotated[
+        bool, typer.Option("--queue-per-shard", help="send each shard to the work queue named after its label value")
+    ] = False,
+    shard_start_wait: Annotated[
+        float, typer.Option("--shard-start-wait", min=1, help="seconds a shard may wait for a worker")
+    ] = 900.0,
 ) -> None:
     """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report, summary.json); append to
     the history.
@@ -296,6 +193,10 @@ def run(
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
     request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
     request.slurm_nodes, request.local = slurm_nodes, local
+    if shard_by is not None:
+        request.shards = ShardRequest(shard_by, work_pool, queue_per_shard, shard_start_wait)
+    elif work_pool or queue_per_shard:
+        raise _fail_usage("--work-pool and --queue-per-shard go with --shard-by LABEL")
     raise typer.Exit(_run(request))
 
 
@@ -319,7 +220,7 @@ def serve(
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
     try:
         request = RunRequest(inventory, out_dir, suite=suite, history=history, operations=ops)
-        _check_request(request)
+        check_request(request)
         serve_deployment(inventory, cron, suite, out_dir, name, history, ops)
     except InventoryError as exc:
         raise _inventory_error(exc) from None
@@ -339,6 +240,7 @@ def bisect_command(
 ) -> None:
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
     from cluster_accept.flows.acceptance import bisect, refuse_unresolved_auto, select_nodes
+    from cluster_accept.flows.outcome_text import print_outcome
 
     try:
         inv = load_inventory(inventory)
@@ -350,7 +252,7 @@ def bisect_command(
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
     outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir), history=history)
-    _print_outcome(outcome)
+    print_outcome(outcome)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -319,14 +319,20 @@ class SingleNodeStage:
         state.measurements += measurements
         rules = judged_rules(probes)
         state.rows += regression_rows(state, probes, rules)
-        if state.history is not None:
-            current = pd.DataFrame(state.measurements)
-            names = [n.name for n in state.inventory.tested]
-            trends = node_trends(state.history.figures, current, names, rules)
-            state.trends = [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
+        state.trends = trend_records(state)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(probes_of_stage())
+
+
+def trend_records(state: RunState) -> list[dict[str, Any]]:
+    """Each tested node's figures against its earlier runs (the report's history table); none without a history."""
+    if state.history is None:
+        return []
+    current = pd.DataFrame(state.measurements)
+    names = [n.name for n in state.inventory.tested]
+    trends = node_trends(state.history.figures, current, names, judged_rules(probes_of_stage()))
+    return [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
 
 
 def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:

@@ -4,9 +4,7 @@ and a served deployment's run. Drain and resume run against a real Slurm (tests/
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster_accept.analysis.schemas import MEASUREMENTS, NODE_VALUES, RUNS, write_table
+from tests.prefect_server import prefect_server, stop
 from tests.processes import ROOT, only_run, run_cli
 
 pytestmark = pytest.mark.testbed
@@ -78,80 +77,47 @@ def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path:
     assert 'id="history-table"' in html and "node01" in html and "regression" in html
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_served_deployment_runs_against_the_testbed(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=2, faults={}, prefix="cav", subnet="10.254.96.0/24")
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    served = None
     out = tmp_path / "runs"
-    try:
-        api_call = [
-            sys.executable,
-            "-c",
-            "import httpx,sys; httpx.get(sys.argv[1] + '/health').raise_for_status()",
-            api,
-        ]
-        deadline = time.monotonic() + 120
-        while subprocess.run(api_call, capture_output=True).returncode != 0:
-            assert time.monotonic() < deadline, "Prefect server did not come up"
-            time.sleep(1)
-        served = subprocess.Popen(
-            [sys.executable, "-m", "cluster_accept.flows.cli", "serve", "--inventory", str(bed.inventory_path),
-             "--cron", "*/30 * * * *", "--suite", "light", "--out", str(out), "--name", "testbed-light"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
-        deployment = None
-        while deployment is None:
-            assert time.monotonic() < deadline + 60, "the deployment was never registered"
-            got = subprocess.run(
-                [sys.executable, "-m", "prefect", "deployment", "inspect", "acceptance/testbed-light"],
+    served = None
+    extra = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
+    with prefect_server(tmp_path / "prefect-home", extra) as env:
+        try:
+            deadline = time.monotonic() + 120
+            served = subprocess.Popen(
+                [sys.executable, "-m", "cluster_accept.flows.cli", "serve", "--inventory", str(bed.inventory_path),
+                 "--cron", "*/30 * * * *", "--suite", "light", "--out", str(out), "--name", "testbed-light"],
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            )  # fmt: skip
+            deployment = None
+            while deployment is None:
+                assert time.monotonic() < deadline + 60, "the deployment was never registered"
+                got = subprocess.run(
+                    [sys.executable, "-m", "prefect", "deployment", "inspect", "acceptance/testbed-light"],
+                    env=env, capture_output=True, text=True,
+                )  # fmt: skip
+                deployment = got.stdout if got.returncode == 0 else None
+                time.sleep(1)
+            assert "*/30 * * * *" in deployment and "'suite': 'light'" in deployment
+            trigger = subprocess.run(
+                [sys.executable, "-m", "prefect", "deployment", "run", "acceptance/testbed-light"],
                 env=env, capture_output=True, text=True,
             )  # fmt: skip
-            deployment = got.stdout if got.returncode == 0 else None
-            time.sleep(1)
-        assert "*/30 * * * *" in deployment and "'suite': 'light'" in deployment
-        trigger = subprocess.run(
-            [sys.executable, "-m", "prefect", "deployment", "run", "acceptance/testbed-light"],
-            env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        assert trigger.returncode == 0, trigger.stdout + trigger.stderr
-        finished = None
-        deadline = time.monotonic() + 300
-        while finished is None and time.monotonic() < deadline:
-            for run_json in out.glob("*/run.json"):
-                info = json.loads(run_json.read_text())
-                if info.get("ended"):
-                    finished = info
-            time.sleep(1)
-        assert finished is not None, "the triggered run did not finish"
-        assert finished["suite"] == "light" and finished["stages"] == ["preflight", "single-node", "burn"]
-        run_dir = only_run(out)
-        verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
-        assert set(verdicts.verdict) == {"accepted"} and len(verdicts) == 2
-        assert (run_dir / "summary.json").exists()
-    finally:
-        for proc in (served, server):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, 15)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
+            assert trigger.returncode == 0, trigger.stdout + trigger.stderr
+            finished = None
+            deadline = time.monotonic() + 300
+            while finished is None and time.monotonic() < deadline:
+                for run_json in out.glob("*/run.json"):
+                    info = json.loads(run_json.read_text())
+                    if info.get("ended"):
+                        finished = info
+                time.sleep(1)
+            assert finished is not None, "the triggered run did not finish"
+            assert finished["suite"] == "light" and finished["stages"] == ["preflight", "single-node", "burn"]
+            run_dir = only_run(out)
+            verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
+            assert set(verdicts.verdict) == {"accepted"} and len(verdicts) == 2
+            assert (run_dir / "summary.json").exists()
+        finally:
+            stop(served)

@@ -1,0 +1,152 @@
+"""What ``run`` (and ``demo``) were asked to do, every usage and inventory error found before Prefect starts,
+and the run itself: on this controller, or sharded over Prefect workers (:mod:`flows.sharding`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cluster_accept.inventory.load import as_local, from_slurm_names, load_inventory
+from cluster_accept.inventory.model import Inventory
+from cluster_accept.tasks.after_run import Operations
+
+if TYPE_CHECKING:
+    from cluster_accept.flows.finish import RunOutcome
+
+
+@dataclass
+class RunRequest:
+    """What ``run`` (and ``demo``) were asked to do."""
+
+    inventory: Path | None
+    out_dir: Path = Path("runs")
+    nodes: str | None = None
+    stages: list[str] | None = None
+    concurrency: int = 64
+    history: str | None = None
+    resume: str | None = None
+    suite: str | None = None
+    operations: Operations = field(default_factory=Operations)
+    slurm_nodes: str | None = None  # the nodes by their Slurm names (a job's SLURM_JOB_NODELIST)
+    local: bool = False  # the one selected node is this machine: no SSH
+    shards: ShardRequest | None = None  # split over Prefect workers by a node label
+
+
+@dataclass
+class ShardRequest:
+    """``run --shard-by LABEL --work-pool POOL``: one shard per label value, each run by a Prefect worker."""
+
+    by: str
+    work_pool: str | None
+    queue_per_shard: bool = False
+    start_wait_s: float = 900.0
+
+
+def check_request(request: RunRequest) -> None:
+    """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
+    from cluster_accept.flows.acceptance import refuse_unresolved_auto, resolve_suite, resumable, select_nodes
+    from cluster_accept.tasks.outputs import check_not_held
+
+    if request.resume:
+        if (
+            request.inventory
+            or request.nodes
+            or request.stages
+            or request.suite
+            or request.slurm_nodes
+            or request.local
+            or request.shards
+        ):
+            raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
+        if request.history or request.operations != Operations() or request.concurrency != RunRequest.concurrency:
+            raise ValueError(
+                "--resume restores the interrupted run's own options (--history, --drain, --resume-passing, "
+                "--apply, --prometheus, --concurrency): give only --out"
+            )
+        resumable(request.out_dir, request.resume)
+        check_not_held(request.out_dir / request.resume)
+        return
+    if request.inventory is None:
+        raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
+    if request.shards is not None:
+        check_shards(request)
+    if request.slurm_nodes is not None:
+        if request.nodes:
+            raise ValueError("give --nodes or --slurm-nodes, not both")
+        request.nodes = from_slurm_names(load_inventory(request.inventory), request.slurm_nodes)
+    inventory = select_nodes(load_inventory(request.inventory), request.nodes)
+    if request.local:
+        as_local(inventory)
+    refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
+    why = unwritable(request.out_dir)
+    if why:
+        raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")
+
+
+def check_shards(request: RunRequest) -> None:
+    from cluster_accept.flows.sharding import require_pool
+    from cluster_accept.tasks.shards import shard_plan
+
+    if request.shards is None:
+        return
+    if request.local:
+        raise ValueError("--local checks this machine itself: it cannot be sharded (--shard-by)")
+    if not request.shards.work_pool:
+        raise ValueError("--shard-by needs --work-pool POOL: the Prefect work pool whose workers run the shards")
+    require_pool(request.shards.work_pool)
+    shard_plan(select_nodes_of(request), request.shards.by)
+
+
+def select_nodes_of(request: RunRequest) -> Inventory:
+    from cluster_accept.flows.acceptance import select_nodes
+
+    return select_nodes(load_inventory(request.inventory or ""), request.nodes)
+
+
+def outcome_of(request: RunRequest) -> RunOutcome:
+    """The run itself: on this controller, or sharded over Prefect workers."""
+    from cluster_accept.flows.acceptance import run_acceptance
+    from cluster_accept.flows.sharding import sharded_acceptance
+
+    if request.shards is not None:
+        return sharded_acceptance(
+            inventory_path=str(request.inventory),
+            shard_by=request.shards.by,
+            work_pool=str(request.shards.work_pool),
+            out_dir=str(request.out_dir),
+            stages=request.stages,
+            suite=request.suite,
+            nodes=request.nodes,
+            history=request.history,
+            operations=request.operations,
+            concurrency=request.concurrency,
+            queue_per_shard=request.shards.queue_per_shard,
+            start_wait_s=request.shards.start_wait_s,
+        )
+    return run_acceptance(
+        request.inventory or "",
+        request.out_dir,
+        request.stages,
+        request.nodes,
+        concurrency=request.concurrency,
+        history=request.history,
+        resume=request.resume,
+        suite=request.suite,
+        operations=request.operations,
+        local=request.local,
+    )
+
+
+def unwritable(out_dir: Path) -> str | None:
+    """Why run directories cannot be written under ``out_dir`` (None when they can): checked before any
+    node is touched, so a read-only or full disk is one clear line, not a traceback after an hour."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

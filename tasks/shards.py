@@ -1,0 +1,126 @@
+"""A run split into shards by a node label (rack, pod), and the shards' run directories merged back into one
+run: the parts of a sharded run that need no Prefect (:mod:`flows.sharding` starts and watches the shards).
+
+Each shard is an ordinary acceptance run of its nodes, written under the parent run's ``shards/<key>/`` by
+whichever controller host ran it; the parent reads the shards' tables back, gives them its own run id, and
+finishes the run as one (verdicts, report, history, Slurm). A shard that did not finish, or whose directory
+this host cannot read, is no finding about its nodes: each of them gets a ``tool:shard_not_finished`` row
+saying which shard, where it ran and what became of it, so every node still has a verdict and none is drained
+for a controller's failure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.checks.reasons import TOOL_CHECK
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.model import Inventory
+from cluster_accept.tasks.stage import RunState
+
+SHARDS_DIR = "shards"
+SHARD_NOT_FINISHED = "shard_not_finished"
+# The tables a shard's stages write, and where the parent's state keeps them.
+STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling")
+SERIES_DIRS = ("burn",)  # per-node files a stage writes beside its tables
+_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def shard_key(value: str) -> str:
+    """A label value as a shard's directory name and work-queue name: letters, digits, ``_.-``."""
+    return _KEY.sub("-", value).strip("-.") or "unnamed"
+
+
+def shard_plan(inventory: Inventory, label: str) -> dict[str, list[str]]:
+    """``key -> node names`` of the inventory's tested nodes by the value of ``label``; a ValueError names the
+    nodes without the label, and values that would share one key, since such a split cannot be run as asked."""
+    plan: dict[str, list[str]] = {}
+    values: dict[str, set[str]] = {}
+    missing = [n.name for n in inventory.tested if label not in n.labels]
+    if missing:
+        raise ValueError(f"--shard-by {label}: nodes {fold(missing)} have no label {label!r} in the inventory")
+    for node in inventory.tested:
+        value = node.labels[label]
+        plan.setdefault(shard_key(value), []).append(node.name)
+        values.setdefault(shard_key(value), set()).add(value)
+    clashing = {key: sorted(v) for key, v in values.items() if len(v) > 1}
+    if clashing:
+        key, names = next(iter(clashing.items()))
+        raise ValueError(f"--shard-by {label}: values {', '.join(map(repr, names))} would share the shard {key!r}")
+    if not plan:
+        raise ValueError(f"--shard-by {label}: no node to test")
+    return dict(sorted(plan.items()))
+
+
+@dataclass
+class ShardTables:
+    """What one shard's run directory holds, as the parent's state keeps it."""
+
+    info: dict[str, Any]
+    rows: list[NodeRow] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """A table's records with their own types (nulls stay None, integers stay integers); none when absent."""
+    return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+def read_shard(shard_dir: Path) -> ShardTables | str:
+    """The shard's tables, or why they cannot be read: no ``run.json``, or a run that never ended."""
+    try:
+        info = json.loads((shard_dir / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        return f"its run directory {shard_dir} is not readable from this host ({exc})"
+    if not info.get("ended"):
+        return f"its run {shard_dir} did not end (started {info.get('started')}, no 'ended' in run.json)"
+    tables = {name: read_table(shard_dir / f"{name}.parquet") for name in STATE_TABLES}
+    rows = [NodeRow.from_record(r) for r in tables.pop("checks")]
+    return ShardTables(info, rows, tables)
+
+
+def _own(records: Sequence[Mapping[str, Any]], run_id: str) -> list[dict[str, Any]]:
+    return [{**r, "run_id": run_id} if "run_id" in r else dict(r) for r in records]
+
+
+def merge_shard(state: RunState, shard: ShardTables, shard_dir: Path) -> None:
+    """Add a shard's rows and tables to the parent's state, under the parent's run id, and its per-node series
+    files to the parent's run directory."""
+    state.rows += [replace(r, run_id=state.run_id) for r in shard.rows]
+    state.values += _own(shard.tables.get("node_values", []), state.run_id)
+    state.measurements += _own(shard.tables.get("measurements", []), state.run_id)
+    for name in ("isolation", "scaling", "training_scaling"):
+        state.tables.setdefault(name, []).extend(_own(shard.tables.get(name, []), state.run_id))
+    for series in SERIES_DIRS:
+        source = shard_dir / series
+        if source.is_dir():
+            shutil.copytree(source, state.run_dir.path / series, dirs_exist_ok=True)
+
+
+def not_finished_rows(state: RunState, nodes: Sequence[str], key: str, why: str) -> list[NodeRow]:
+    """One ``tool:shard_not_finished`` row per node of a shard whose results are missing."""
+    return [
+        NodeRow(
+            run_id=state.run_id,
+            cluster=state.cluster,
+            stage=SHARDS_DIR,
+            node=node,
+            check=TOOL_CHECK,
+            item=f"shard {key}",
+            status=Status.ERROR,
+            reason=SHARD_NOT_FINISHED,
+            observed=why,
+            expected="the shard's run finished",
+            detail=f"shard {key} ({fold(nodes)}): {why}",
+        )
+        for node in nodes
+    ]
