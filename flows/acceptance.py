@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from cluster_accept.analysis.schemas import (
     TRAINING_SCALING,
     write_table,
 )
-from cluster_accept.checks.reasons import ReasonCatalog, catalog
+from cluster_accept.checks.reasons import Reason, ReasonCatalog, catalog
 from cluster_accept.flows import progress
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.builtin import is_auto
@@ -160,9 +161,11 @@ def restored_options(
     return Path(kept) if kept else None, Operations.model_validate(recorded["operations"]), int(recorded["concurrency"])
 
 
-def reason_catalog() -> ReasonCatalog:
-    """Every reason the stages and their checks and probes declare: what the report's wording reads."""
-    return catalog([*(pair for stage in STAGE_LIST for pair in stage.reasons()), (coverage.NAME, coverage.REASONS)])
+def reason_catalog(extra: Sequence[tuple[str, Mapping[str, Reason]]] = ()) -> ReasonCatalog:
+    """Every reason the stages and their checks and probes declare (and ``extra``, a sharded run's own): what
+    the report's wording reads."""
+    stages = [pair for stage in STAGE_LIST for pair in stage.reasons()]
+    return catalog([*stages, (coverage.NAME, coverage.REASONS), *extra])
 
 
 def write_tables(state: RunState, names: tuple[str, ...]) -> None:

@@ -51,7 +51,16 @@ from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.load import load_inventory, select_nodes
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.tasks.after_run import Operations
-from cluster_accept.tasks.shards import SHARDS_DIR, merge_shard, not_finished_rows, read_shard, shard_plan
+from cluster_accept.tasks.shards import (
+    SHARD_CHECK,
+    SHARD_REASONS,
+    SHARDS_DIR,
+    drift_across_shards,
+    merge_shard,
+    not_finished_rows,
+    read_shard,
+    shard_plan,
+)
 from cluster_accept.tasks.single_node import trend_records
 from cluster_accept.tasks.stage import RunState
 
@@ -268,6 +277,8 @@ def sharded_acceptance(
     state = new_state(inventory, run_dir, history_path, quick, concurrency)
     merge(state, shards, shards_dir, run_info)
     run_info["stage_seconds"] = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
+    state.rows += drift_across_shards(state, plan)
     write_tables(state, tuple(TABLES))
     state.trends = trend_records(state)
-    return finish(state, run_info, history_path, ops, ReportContext(reason_catalog(), discover_probes()))
+    reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
+    return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes()))

@@ -21,8 +21,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from cluster_accept.checks.base import NodeRow, Status
-from cluster_accept.checks.reasons import TOOL_CHECK
+from cluster_accept.checks.base import NodeRow, Status, majority_values
+from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.tasks.stage import RunState
@@ -33,6 +33,18 @@ SHARD_NOT_FINISHED = "shard_not_finished"
 STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling")
 SERIES_DIRS = ("burn",)  # per-node files a stage writes beside its tables
 _KEY = re.compile(r"[^A-Za-z0-9_.-]+")
+# Check ``shards``: what only the parent of a sharded run can see. Each shard judges drift within itself; a value
+# a whole shard agrees on, that the rest of the cluster has otherwise, is seen here and reported.
+SHARD_CHECK = "shards"
+SHARD_REASONS = declare(
+    Reason(
+        "drift",
+        Status.WARN,
+        "every node of this shard has a value the cluster's majority has otherwise (each shard judges drift "
+        "within itself, so the shard did not flag it): align the configuration, or pin the value in the profile",
+        Action.FIX_CONFIG,
+    ),
+)
 
 
 def shard_key(value: str) -> str:
@@ -124,3 +136,33 @@ def not_finished_rows(state: RunState, nodes: Sequence[str], key: str, why: str)
         )
         for node in nodes
     ]
+
+
+def _compared_values(state: RunState) -> dict[str, dict[str, str]]:
+    per_node: dict[str, dict[str, str]] = {}
+    for value in state.values:
+        if not str(value["key"]).startswith("counter:"):  # counters differ between healthy nodes
+            per_node.setdefault(str(value["node"]), {})[f"{value['check']}.{value['key']}"] = str(value["value"])
+    return per_node
+
+
+def drift_across_shards(state: RunState, plan: Mapping[str, Sequence[str]]) -> list[NodeRow]:
+    """A ``shards:drift`` warning for each node holding its shard's majority value of a compared key when the
+    whole cluster's majority differs: the drift no single shard could see."""
+    per_node = _compared_values(state)
+    cluster = majority_values(per_node)
+    found: list[NodeRow] = []
+    for key, names in plan.items():
+        shard = majority_values({n: per_node[n] for n in names if n in per_node})
+        for item, value in sorted(shard.majority.items()):
+            majority = cluster.majority_of(item)
+            if majority is None or majority == value:
+                continue
+            for node in (n for n in names if per_node.get(n, {}).get(item) == value):
+                found.append(
+                    NodeRow(
+                        state.run_id, state.cluster, SHARDS_DIR, node, SHARD_CHECK, item, Status.WARN, "drift",
+                        value, f"{majority} (cluster majority)", f"shard {key} agrees on {value}",
+                    )  # fmt: skip
+                )
+    return found
