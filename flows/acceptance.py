@@ -36,7 +36,7 @@ from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.load import as_local, load_inventory, select_nodes
-from cluster_accept.inventory.model import Inventory
+from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.checkpoints import Checkpoints
@@ -262,19 +262,28 @@ def acceptance(
     return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency, record_history)
 
 
-SIMULATED_STAGES = ("preflight", "single-node")  # what a recording answers (remote.simulated)
+# What a recording answers (remote.simulated, remote.simulated_launch): bisect runs the multi-node launcher.
+SIMULATED_STAGES = ("preflight", "single-node", "multi-node", "bisect")
 
 
 def refuse_unresolved_auto(inventory: Inventory, stages: list[str]) -> None:
     """``profile: auto`` is resolved from the GPU model preflight reads: without preflight there is no profile
     to judge by, and the nodes would be probed against nothing. A simulated inventory runs only the stages its
-    recording answers (bisect included: it runs the multi-node launcher)."""
-    simulated = [n.name for n in inventory.tested if n.simulated is not None]
-    beyond = [s for s in (stages or ["bisect"]) if s not in SIMULATED_STAGES]
+    recording answers (no burn), and multi-node runs only as the recording's all-reduce (no training, rails or
+    other collectives between nodes)."""
+    simulated = [n for n in inventory.tested if n.simulated is not None]
+    wanted = stages or ["bisect"]
+    beyond = [s for s in wanted if s not in SIMULATED_STAGES]
     if simulated and beyond:
         raise ValueError(
-            f"nodes {fold(simulated)} are simulated (the inventory's simulation block): their recording answers "
-            f"{' and '.join(SIMULATED_STAGES)} only, not {', '.join(beyond)}"
+            f"nodes {fold([n.name for n in simulated])} are simulated (the inventory's simulation block): their "
+            f"recording answers {', '.join(SIMULATED_STAGES)} only, not {', '.join(beyond)}"
+        )
+    unrecorded = [n.name for n in simulated if _beyond_allreduce(n)]
+    if unrecorded and {"multi-node", "bisect"} & set(wanted):
+        raise ValueError(
+            f"nodes {fold(unrecorded)} are simulated and their profile asks the multi-node stage for training, rails "
+            "or collectives beside the all-reduce, which the recording does not answer: turn those off in the profile"
         )
     auto = [n.name for n in inventory.tested if is_auto(n.profile)]
     if auto and "preflight" not in stages:
@@ -282,6 +291,11 @@ def refuse_unresolved_auto(inventory: Inventory, stages: list[str]) -> None:
             f"nodes {fold(auto)} use profile auto, which the preflight stage resolves from each node's GPU model: "
             "add preflight to --stages, or name their built-in profile (e.g. profile: h100-sxm)"
         )
+
+
+def _beyond_allreduce(node: Node) -> bool:
+    probes = node.profile.probes
+    return node.profile.training.enabled or bool(probes.rails) or bool(probes.collectives)
 
 
 def resolve_suite(suite: str | None, stages: list[str] | None) -> tuple[list[str], bool]:

@@ -50,7 +50,7 @@ def recording_variants(path: Path) -> set[str]:
     """The variants a recording holds; ValueError when it cannot be read as one."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return set(data["variants"])
+        return set(data["variants"]) | set(data.get("launches", {}))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"simulation.recording {path}: not a readable recording ({exc})") from None
 

@@ -31,7 +31,6 @@ from typing import Any
 from cluster_accept.inventory.simulation_settings import SLOW, SimulatedAs
 
 UNKNOWN_EXIT = 127
-_TMP_DIR = "/tmp/cluster-accept-probe.simulated"
 # The figures a probe prints that a slower (or faster) node changes; everything else is kept as recorded.
 _SCALED = re.compile(r"^(value|.*_gbps|.*_tflops|.*tokens_per_s.*)$")
 
@@ -53,6 +52,9 @@ class Recording:
 
     variants: dict[str, dict[str, Answer]] = field(default_factory=dict)
     python: str = ""  # the profile's probe interpreter when recorded: it is part of the commands' text
+    # variant -> "<nodes>:<role> <rank command with its run's values as tokens>" -> a recorded multi-node rank's
+    # answer (:mod:`remote.simulated_launch`); a recording made before multi-node runs has none
+    launches: dict[str, dict[str, Answer]] = field(default_factory=dict)
 
     def add(self, variant: str, node: str, script: str, answer: Answer) -> None:
         """What ``node`` (of ``variant``) answered to ``script``, its own name replaced by :data:`NODE_TOKEN`."""
@@ -72,17 +74,24 @@ class Recording:
                 v: {s: [a.exit_code, a.stdout, a.stderr] for s, a in answers.items()}
                 for v, answers in sorted(self.variants.items())
             },
+            "launches": {
+                v: {k: [a.exit_code, a.stdout, a.stderr] for k, a in answers.items()}
+                for v, answers in sorted(self.launches.items())
+            },
         }
         path.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: Path) -> Recording:
         data = json.loads(path.read_text(encoding="utf-8"))
-        variants = {
-            v: {s: Answer(int(a[0]), str(a[1]), str(a[2])) for s, a in answers.items()}
-            for v, answers in data["variants"].items()
-        }
-        return cls(variants, str(data.get("python", "")))
+        variants, launches = (
+            {
+                v: {s: Answer(int(a[0]), str(a[1]), str(a[2])) for s, a in answers.items()}
+                for v, answers in data.get(part, {}).items()
+            }
+            for part in ("variants", "launches")
+        )
+        return cls(variants, str(data.get("python", "")), launches)
 
 
 _NONCE = re.compile(r"@@CA:([0-9a-f]+):0:out")
@@ -143,12 +152,14 @@ def scale_figures(stdout: str, factor: float) -> str:
 
 @dataclass(frozen=True)
 class SimulatedNode:
-    """How one simulated node answers: its recorded variant, its figures' factor, its latency per batch."""
+    """How one simulated node answers: its recorded variant, its figures' factor, its latency per batch (and
+    the median latency it was drawn around, which a multi-node run's length is drawn around too)."""
 
     name: str
     variant: str = "healthy"
     factor: float = 1.0
     latency_s: float = 0.0
+    median_latency_s: float = 0.0
 
 
 class SimulatedSession:
@@ -172,14 +183,18 @@ class SimulatedSession:
         if self.node.latency_s:
             time.sleep(self.node.latency_s)
         batch = batch_commands(script)
-        if batch is None:  # a probe directory made or removed
-            return 0, (_TMP_DIR + "\n" if "mktemp" in script else ""), "", False
+        if batch is None:  # a probe directory, a multi-node rank's start or poll (remote.simulated_launch)
+            from cluster_accept.remote.simulated_launch import answer_operation
+
+            return answer_operation(self.node, self.recording, script)
         nonce, commands = batch
         stdout, stderr = frame(nonce, [self._answer(c) for c in commands])
         return 0, stdout, stderr, False
 
     def put(self, local_path: str, remote_path: str) -> None:
-        return None
+        from cluster_accept.remote.simulated_launch import put_file
+
+        put_file(self.node.name, local_path, remote_path)
 
     def close(self) -> None:
         return None
@@ -196,4 +211,5 @@ def simulated_session(name: str, spec: SimulatedAs) -> SimulatedSession:
     factor = spread(f"{spec.seed}:{name}", spec.spread_pct) * (0.5 if spec.variant == SLOW else 1.0)
     draw = random.Random(f"{spec.seed}:{name}:latency")
     latency_s = draw.lognormvariate(0.0, 0.5) * spec.latency_ms / 1000.0 if spec.latency_ms else 0.0
-    return SimulatedSession(SimulatedNode(name, spec.variant, factor, latency_s), load_recording(spec.recording))
+    node = SimulatedNode(name, spec.variant, factor, latency_s, spec.latency_ms / 1000.0)
+    return SimulatedSession(node, load_recording(spec.recording))

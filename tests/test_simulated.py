@@ -136,6 +136,6 @@ def test_a_missing_recording_and_stages_it_cannot_answer_are_refused(tmp_path: P
     with pytest.raises(InventoryError, match="not a readable recording"):
         load_inventory(path)
     inventory = load_inventory(_inventory(tmp_path))
-    refuse_unresolved_auto(inventory, ["preflight", "single-node"])
-    with pytest.raises(ValueError, match="answers preflight and single-node only, not multi-node"):
-        refuse_unresolved_auto(inventory, ["preflight", "multi-node"])
+    refuse_unresolved_auto(inventory, ["preflight", "single-node", "multi-node"])
+    with pytest.raises(ValueError, match="answers preflight, single-node, multi-node, bisect only, not burn"):
+        refuse_unresolved_auto(inventory, ["preflight", "burn"])
