@@ -179,6 +179,15 @@ def _figures(node: str, index: int, slow: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _trends(node: str, index: int) -> list[dict[str, Any]]:
+    """The node's GEMM figure in two earlier runs and this one, as the history gives it."""
+    now = 780.0 + index % 13
+    return [
+        {"node": node, "metric": "gemm_bf16_tflops", "unit": "TFLOP/s", "value": value, "current": current}
+        for value, current in ((now + 4, False), (now + 2, False), (now, True))
+    ]
+
+
 def _values(node: str, fault: str | None) -> list[dict[str, Any]]:
     driver = OTHER_DRIVER if fault == "driver_version" else DRIVER
     return [
@@ -200,12 +209,14 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     rows: list[NodeRow] = []
     measurements: list[dict[str, Any]] = []
     values: list[dict[str, Any]] = []
+    trends: list[dict[str, Any]] = []
     verdicts = []
     for index, node in enumerate(names):
         fault = faults.get(node)
         own = _faulty_rows(node, index, fault)
         if fault is None or fault in MEASURED_FAULTS:
             measurements += _figures(node, index, fault == "slow")
+            trends += _trends(node, index)
         if fault != "unreachable":
             values += _values(node, fault)
         rows += own
@@ -214,7 +225,9 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     sections = [s for p in discover_probes() if p.report is not None and (s := p.report(view)) is not None]
     run = {"run_id": "r-scale", "cluster": "sim", "stages": ["preflight", "single-node"], "started": "s",
            "ended": "e", "inventory": f"sim{nodes}.yaml", "inventory_digest": "0" * 64}  # fmt: skip
-    data = ReportData(rows, values, measurements, thresholds=THRESHOLDS, reasons=reasons(), sections=sections)
+    data = ReportData(
+        rows, values, measurements, trends=trends, thresholds=THRESHOLDS, reasons=reasons(), sections=sections
+    )
     return SyntheticRun(run, verdicts, data)
 
 

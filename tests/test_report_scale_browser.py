@@ -55,6 +55,10 @@ def test_a_4096_node_report_is_small_folded_and_pages_in_chromium(tmp_path: Path
             ".getBoundingClientRect().top)",
             "summary": "document.getElementById('verdict').innerText",
             "every_row": EVERY_NODE_ROW,
+            # The history's second page, drawn by the script: a sparkline per row, as on the first.
+            "history_page_2": "(() => { document.querySelector(\"p.pager[data-for='history-table'] [data-role=next]\")"
+            ".click(); return [...document.querySelectorAll('#history-table tbody tr')].map(r => "
+            "r.querySelectorAll('svg.sparkline circle').length); })()",
             # A node's link filters the findings to that node, wherever its finding sits in the table's pages.
             "last_findings": f"(() => {{ location.hash = '#node-{last}'; return new Promise(done => setTimeout("
             "() => done([...document.querySelectorAll('#findings-table tbody tr')].map(r => r.cells[0].innerText"
@@ -78,6 +82,7 @@ def test_a_4096_node_report_is_small_folded_and_pages_in_chromium(tmp_path: Path
     assert [(node, evidence.strip()) for verdict, node, _, evidence in every["rows"] if verdict == "accepted"] == [
         (fold(accepted), f"{len(accepted):,} nodes")
     ]
+    assert values["history_page_2"] == [1] * PAGE_ROWS
     reasons = {code.split(":")[1] for code in not_accepted[last].reasons}
     assert reasons and all(any(f":{reason}" in found for found in values["last_findings"]) for reason in reasons)
     text = md.read_text()
