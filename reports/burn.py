@@ -2,7 +2,8 @@
 top), and a table of every GPU that did not hold, worst first. Pure; the drawing is in :mod:`reports.charts`.
 
 A cluster of thousands of nodes would give thousands of charts: up to :data:`ALL_CHARTS_UP_TO` nodes each gets
-its chart; beyond that only nodes with a finding do, the healthy ones counted in the caption.
+its chart; beyond that only nodes with a finding do, at most that many (the rest counted in the caption; the
+table names every GPU that did not hold).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def burn_section(view: ReportView, reasons: Mapping[str, Reason]) -> ReportSecti
     for record in view.tables.get("burn", ()):
         by_node.setdefault(str(record["node"]), []).append(record)
     bad = _bad_gpus(rows)
-    chosen = sorted(by_node) if len(by_node) <= ALL_CHARTS_UP_TO else sorted(bad)
+    chosen = sorted(by_node) if len(by_node) <= ALL_CHARTS_UP_TO else sorted(bad)[:ALL_CHARTS_UP_TO]
     charts = tuple(c for node in chosen if (c := node_chart(node, by_node[node], bad.get(node, set()))) is not None)
     findings = sorted(
         (r for r in rows if r.status not in (Status.PASS, Status.SKIP)),

@@ -5,12 +5,18 @@ Bars and lines carry a ``<title>`` (the browser's tooltip) with the exact value.
 with ``data-chart`` naming it, so tests and readers can find it. Large clusters stay legible: a bar chart
 with more bars than :data:`MAX_LABELLED` sorts them ascending and labels only the lowest, where the
 problems are.
+
+A chart's size does not grow with the cluster: past :data:`MAX_BARS` bars, the lowest stay bars of their own
+and the others are drawn in bins of neighbours (each bin at its lowest value, bad when any of its bars is); past
+:data:`MAX_LINES` lines, the bad lines are drawn (the lowest first) and the others as one band, their range and
+median at each point. The tooltips say how many each mark stands for.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -18,7 +24,12 @@ from markupsafe import Markup, escape
 WIDTH, HEIGHT = 900, 320
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 34, 90
 MAX_LABELLED = 48
-COLOURS = {"ok": "#4a7fb5", "bad": "#c0392b", "median": "#2c3e50", "threshold": "#c0392b", "current": "#e67e22"}
+MAX_BARS = 240
+MAX_LINES = 24
+COLOURS = {
+    "ok": "#4a7fb5", "bad": "#c0392b", "median": "#2c3e50", "threshold": "#c0392b", "current": "#e67e22",
+    "band": "#4a7fb5",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,11 +124,15 @@ def _refs(refs: Sequence[Ref], top: float) -> list[str]:
 
 
 def bar_chart(chart_id: str, title: str, bars: Sequence[Bar], unit: str, refs: Sequence[Ref] = ()) -> Markup:
-    """One bar per item (GPU, node, group). More than :data:`MAX_LABELLED` bars: sorted, lowest labelled."""
+    """One bar per item (GPU, node, group). More than :data:`MAX_LABELLED` bars: sorted, lowest labelled; more
+    than :data:`MAX_BARS`: the lowest alone, the others in bins (:func:`binned`)."""
     items = list(bars)
-    many = len(items) > MAX_LABELLED
+    count = len(items)
+    many = count > MAX_LABELLED
     if many:
         items.sort(key=lambda b: b.value)
+    if count > MAX_BARS:
+        items = binned(items, unit)
     top = _nice_top(max([b.value for b in items] + [r.value for r in refs] + [0.0]) * 1.05)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(1, len(items))
@@ -139,10 +154,35 @@ def bar_chart(chart_id: str, title: str, bars: Sequence[Bar], unit: str, refs: S
             )
     if many:
         body.append(
-            f'<text x="{LEFT}" y="{HEIGHT - 6}" font-size="11">{len(items)} bars sorted ascending; '
-            f"the lowest {MAX_LABELLED // 4} are labelled</text>"
+            f'<text x="{LEFT}" y="{HEIGHT - 6}" font-size="11">{count:,} bars sorted ascending; '
+            f"the lowest {MAX_LABELLED // 4} are labelled"
+            + (f"; past them, each bar the lowest of a bin of {bin_size(count):,}" if count > MAX_BARS else "")
+            + "</text>"
         )
     return _frame(chart_id, title, unit, top, body + _refs(refs, top))
+
+
+def bin_size(count: int) -> int:
+    """How many sorted bars one bin holds so that ``count`` bars make at most :data:`MAX_BARS` marks."""
+    alone = MAX_LABELLED // 4
+    return -(-(count - alone) // (MAX_BARS - alone))
+
+
+def binned(ordered: Sequence[Bar], unit: str) -> list[Bar]:
+    """Bars sorted ascending → the lowest :data:`MAX_LABELLED` // 4 as they are, the rest in bins of
+    :func:`bin_size` neighbours: a bin is drawn at its lowest value (the chart still shows the worst), bad when
+    any of its bars is, its label naming its range."""
+    alone = MAX_LABELLED // 4
+    size = bin_size(len(ordered))
+    out = list(ordered[:alone])
+    for start in range(alone, len(ordered), size):
+        members = ordered[start : start + size]
+        low, high = members[0], members[-1]
+        bad = sum(b.bad for b in members)
+        said = f", {bad} bad" if bad else ""
+        label = f"{len(members)} bars, {low.label} … {high.label} (highest {fmt(high.value)} {unit}){said}; lowest"
+        out.append(Bar(label, low.value, bad > 0))
+    return out
 
 
 def line_chart(
@@ -155,7 +195,9 @@ def line_chart(
     refs: Sequence[Ref] = (),
     x_text: str = "number",
 ) -> Markup:
-    """Lines over a shared x axis (message size in bytes on a log2 axis, or node counts)."""
+    """Lines over a shared x axis (message size in bytes on a log2 axis, or node counts). More than
+    :data:`MAX_LINES` lines: the bad ones drawn (lowest first, at most that many), the others as a band."""
+    drawn, banded = split_lines(series)
     xs = sorted({x for s in series for x, _ in s.points})
     ys = [y for s in series for _, y in s.points] + [r.value for r in refs] + [0.0]
     top = _nice_top(max(ys) * 1.05)
@@ -179,7 +221,9 @@ def line_chart(
         f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h + 34}" font-size="11" text-anchor="middle">'
         f"{escape(x_label)}</text>"
     )
-    ordered = sorted(series, key=lambda s: s.bad)  # bad lines drawn last, on top
+    if banded:
+        body.append(_band(banded, unit, pos, ypos))
+    ordered = sorted(drawn, key=lambda s: s.bad)  # bad lines drawn last, on top
     for s in ordered:
         colour = COLOURS["bad" if s.bad else "ok"]
         points = " ".join(f"{pos(x):.1f},{ypos(y):.1f}" for x, y in sorted(s.points))
@@ -200,7 +244,46 @@ def line_chart(
             f'<text x="{LEFT + 10 + 150 * (i % 5)}" y="{HEIGHT - 30 + 14 * (i // 5)}" font-size="11" '
             f'fill="{colour}">— {escape(s.name)}</text>'
         )
+    if banded:
+        body.append(
+            f'<text x="{LEFT}" y="{HEIGHT - 2}" font-size="11">{len(series):,} lines: {len(drawn)} drawn, '
+            f"the other {len(banded):,} as a band (their range) and its median</text>"
+        )
     return _frame(chart_id, title, unit, top, body + _refs(refs, top))
+
+
+def split_lines(series: Sequence[Series]) -> tuple[list[Series], list[Series]]:
+    """(lines drawn one by one, lines drawn as a band): all drawn up to :data:`MAX_LINES`; beyond, the bad
+    lines with the lowest points, at most :data:`MAX_LINES`, and every other line in the band."""
+    if len(series) <= MAX_LINES:
+        return list(series), []
+    bad = sorted((s for s in series if s.bad), key=lambda s: (min(y for _, y in s.points), s.name))
+    drawn = bad[:MAX_LINES]
+    chosen = {id(s) for s in drawn}
+    return drawn, [s for s in series if id(s) not in chosen]
+
+
+def _band(series: Sequence[Series], unit: str, pos: Callable[[float], float], ypos: Callable[[float], float]) -> str:
+    """Many lines as one mark: the range of their values at each x (a shaded polygon) and the median line."""
+    at: dict[float, list[float]] = {}
+    for s in series:
+        for x, y in s.points:
+            at.setdefault(x, []).append(y)
+    xs = sorted(at)
+    low = [f"{pos(x):.1f},{ypos(min(at[x])):.1f}" for x in xs]
+    high = [f"{pos(x):.1f},{ypos(max(at[x])):.1f}" for x in reversed(xs)]
+    middle = [(x, statistics.median(at[x])) for x in xs]
+    median = " ".join(f"{pos(x):.1f},{ypos(y):.1f}" for x, y in middle)
+    dots = "".join(
+        f'<circle cx="{pos(x):.1f}" cy="{ypos(y):.1f}" r="2.5" fill="{COLOURS["median"]}"><title>median of '
+        f"{len(at[x]):,}: {fmt(y)} {escape(unit)} (range {fmt(min(at[x]))} to {fmt(max(at[x]))})</title></circle>"
+        for x, y in middle
+    )
+    return (
+        f'<g class="band"><title>{len(series):,} lines: their range and median</title>'
+        f'<polygon points="{" ".join(low + high)}" fill="{COLOURS["band"]}" fill-opacity="0.25" stroke="none"/>'
+        f'<polyline points="{median}" fill="none" stroke="{COLOURS["median"]}" stroke-width="1.5"/>{dots}</g>'
+    )
 
 
 def sparkline(values: Sequence[float], current_last: bool = True, width: int = 160, height: int = 28) -> Markup:

@@ -208,6 +208,7 @@ def history_rows(trends: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "previous_median": previous,
                 "current": current,
                 "change_pct": change,
+                "values": past + ([current] if current is not None else []),
                 "sparkline": sparkline(past + ([current] if current is not None else []), current is not None),
             }
         )

@@ -21,18 +21,18 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from cluster_accept.analysis.causes import cause_first, explain
-from cluster_accept.analysis.text import keep_head, visible
+from cluster_accept.analysis.text import visible
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by
-from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
+from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.reports import figures
-from cluster_accept.reports.actions import reproduce, suggest
-from cluster_accept.reports.charts import fmt
+from cluster_accept.reports import evidence, figures, paging
+from cluster_accept.reports.charts import fmt, sparkline
+from cluster_accept.reports.evidence import EXCERPT_CHARS
 
 TEMPLATES = Path(__file__).parent / "templates"
-EXCERPT_CHARS = 1200
+__all__ = ["EXCERPT_CHARS", "ReportData", "build_context", "render"]
+MARKDOWN_ROWS = 50  # a probe's table in the Markdown: its first (worst) rows; every row is in the HTML and Parquet
 # Hashed as printed: every printed value passes through visible(), so the script does too.
 FILTER_SCRIPT = visible((TEMPLATES / "filter.js").read_text())
 
@@ -50,60 +50,6 @@ class ReportData:
     thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
     reasons: ReasonCatalog = field(default_factory=ReasonCatalog)  # what each row's reason means, its action
     sections: Sequence[figures.ReportSection] = ()  # each probe's charts and table, in probe order
-
-
-def _findings(
-    rows: Sequence[NodeRow], inventory: str, good_node: str | None, reasons: ReasonCatalog
-) -> dict[str, list[dict[str, Any]]]:
-    """Every row that did not pass or skip, per node, as a record for the templates (plain values), with the
-    declared action and explanation of its reason."""
-    by_node: dict[str, list[NodeRow]] = {}
-    for row in rows:
-        by_node.setdefault(row.node, []).append(row)
-    found: dict[str, list[dict[str, Any]]] = {}
-    for node, own in sorted(by_node.items()):
-        by_index = explain(own)
-        explained = {id(own[i]): causes for i, causes in by_index.items()}
-        for row in cause_first(own, by_index):  # causes first, then the findings they explain
-            causes = explained.get(id(row), [])
-            # A finding with a cause takes the cause's action: a GPU slowed by a co-tenant is not sent back.
-            hint = suggest(causes[0] if causes else row, reasons)
-            found.setdefault(node, []).append(
-                {
-                    **row.record(),
-                    "excerpt": keep_head(row.raw_output, EXCERPT_CHARS),
-                    "action": hint.action.value,
-                    "why": hint.why if not causes else f"explained by {causes[0].code}: {hint.why}",
-                    "reproduce": reproduce(row, inventory, good_node) if row.status in BAD_STATUSES else [],
-                }
-            )
-    return found
-
-
-def _node_rows(verdicts: Sequence[VerdictRow], findings: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
-    """The per-node table: verdict, reasons, the first evidence, the actions and one reproducing command."""
-    out = []
-    for v in sorted(verdicts, key=lambda v: (v.verdict == Verdict.ACCEPTED, v.node)):
-        bad = [
-            f
-            for f in findings.get(v.node, [])
-            if Status(f["status"]) in BAD_STATUSES or f"{f['check']}:{f['reason']}" in v.reasons
-        ]
-        actions = list(dict.fromkeys(f["action"] for f in bad))
-        out.append(
-            {
-                **v.record(),
-                "evidence": [
-                    f"{f['check']} {f['item']}{'' if f.get('gpu') is None else ' gpu ' + str(f['gpu'])}: "
-                    f"{f.get('observed') or '-'} (expected {f.get('expected') or '-'})"
-                    for f in bad[:3]
-                ],
-                "more": max(0, len(bad) - 3),
-                "actions": actions,
-                "reproduce": bad[0]["reproduce"][-1] if bad and bad[0]["reproduce"] else "",
-            }
-        )
-    return out
 
 
 def charts(data: ReportData) -> dict[str, Markup]:
@@ -135,15 +81,24 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
     unreachable = {r.node: r.reason for r in rows if r.status == Status.UNREACHABLE}
     tested = [v for v in verdicts if v.verdict != Verdict.SKIPPED]
     good_node = next((v.node for v in verdicts if v.verdict == Verdict.ACCEPTED), None)
-    findings = _findings(rows, str(run.get("inventory") or "INVENTORY"), good_node, data.reasons)
+    inventory = str(run.get("inventory") or "INVENTORY")
+    findings = evidence.findings_by_node(rows, inventory, good_node, data.reasons)
+    folded = evidence.fold_findings(findings, inventory)
+    node_rows = evidence.node_records(verdicts, findings)
+    history = figures.history_rows(data.trends)
     return {
         "run": run,
         "counts": counts,
         "tested": len(tested),
         "all_accepted": bool(tested) and all(v.verdict == Verdict.ACCEPTED for v in tested),
-        "node_rows": _node_rows(verdicts, findings),
+        "node_rows": node_rows,
+        "node_table": evidence.node_table(node_rows),
+        "node_count": len(verdicts),
         "verdict_sets": fold_by({v.node: v.verdict.value for v in verdicts}),
         "findings": findings,
+        "folded_findings": folded,
+        "findings_count": sum(len(f.nodes) for f in folded),
+        "findings_table": evidence.findings_table(folded),
         "scaling": list(data.scaling),
         "isolation": list(data.isolation),
         "skipped": sorted((what, fold(sorted(set(nodes)))) for what, nodes in skipped.items()),
@@ -151,9 +106,20 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
         "unreachable_sets": fold_by(unreachable),
         "rejected_nodes": fold([v.node for v in verdicts if v.verdict not in (Verdict.ACCEPTED, Verdict.SKIPPED)]),
         "charts": charts(data),
-        "sections": list(data.sections),
-        "history": figures.history_rows(data.trends),
+        "sections": [shown_section(s) for s in data.sections],
+        "history": history,
+        "history_table": paging.history_table(history),
+        "md_rows": MARKDOWN_ROWS,
     }
+
+
+def shown_section(section: figures.ReportSection) -> dict[str, Any]:
+    """A probe's section as the templates show it: its charts, each table with its paged form."""
+    shown = [
+        (table, paging.from_table(table.table_id or f"{section.section_id}-table-{i}", table.columns, table.rows))
+        for i, table in enumerate(section.tables)
+    ]
+    return {"section_id": section.section_id, "charts": section.charts, "tables": shown}
 
 
 def markdown_text(value: object) -> str:
@@ -201,6 +167,7 @@ def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
     )
     md_env.filters["cell"] = markdown_cell
     html_env.filters["num"] = number_or_text
+    html_env.filters["sparkline"] = lambda cell: sparkline(cell[0], cell[1])
     md_env.filters["num"] = lambda v: markdown_cell(v) if isinstance(v, str) else number_or_text(v)
     html_path = out_dir / "report.html"
     md_path = out_dir / "report.md"
