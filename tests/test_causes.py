@@ -10,7 +10,7 @@ from cluster_accept.analysis.verdicts import Verdict, node_verdict
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.reasons import Action
 from cluster_accept.flows.acceptance import reason_catalog
-from cluster_accept.reports.render import _findings
+from cluster_accept.reports.evidence import findings_by_node
 
 pytestmark = pytest.mark.pure
 
@@ -56,7 +56,7 @@ def test_a_co_tenant_explains_only_the_gpu_it_ran_on() -> None:
     slow2 = row("single-node", "gemm", "gemm_bf16_tflops_vs_cluster", Status.FAIL, "straggler", "300", gpu=2)
     rows = [slow2, slow1, busy]
     assert node_cause(rows).startswith("gemm gemm_bf16_tflops_vs_cluster gpu 1 505 (expected -): gpu:busy pid 4242")
-    findings = {(f["check"], f["gpu"]): f for f in _findings(rows, "inv.yaml", None, reason_catalog())["n1"]}
+    findings = {(f["check"], f["gpu"]): f for f in findings_by_node(rows, "inv.yaml", None, reason_catalog())["n1"]}
     # The slow GPU with a co-tenant is not sent back: its action is the co-tenant's.
     assert findings[("gemm", 1)]["action"] == Action.CHECK_NODE.value
     assert findings[("gemm", 1)]["why"].startswith("explained by gpu:busy")
