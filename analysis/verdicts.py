@@ -96,6 +96,20 @@ def is_accepted(rows: Iterable[NodeRow]) -> bool:
     return not any(r.status in BAD_STATUSES for r in rows)
 
 
+COUNTER = "counter:"  # node_values keys holding error counters (compared with each node's previous run)
+
+
+def values_by_node(records: Iterable[Mapping[Any, Any]], counters: bool = False) -> dict[str, dict[str, str]]:
+    """node -> {``check.key``: value} of ``node_values`` records: the values compared across nodes, or with
+    ``counters`` the error counters (``counter:`` keys), which differ between healthy nodes and are compared
+    with each node's own history instead."""
+    found: dict[str, dict[str, str]] = {}
+    for v in records:
+        if str(v["key"]).startswith(COUNTER) == counters:
+            found.setdefault(str(v["node"]), {})[f"{v['check']}.{v['key']}"] = str(v["value"])
+    return found
+
+
 def differences(per_node: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str]]:
     """Keys whose value is not the same on every node: ``[("driver_version", "580.159.04 on node[1-7]; …")]``."""
     keys = sorted({key for values in per_node.values() for key in values})

@@ -22,7 +22,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from cluster_accept.analysis.text import visible
-from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by, values_by_node
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.inventory.hostlist import fold
@@ -73,11 +73,7 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
     for row in rows:
         if row.status == Status.SKIP:
             skipped.setdefault(f"{row.check}: {row.reason}", []).append(row.node)
-    per_item: dict[str, dict[str, str]] = {}
-    for value in data.values:
-        if str(value["key"]).startswith("counter:"):
-            continue  # error counters differ between healthy nodes; they are compared with history instead
-        per_item.setdefault(value["node"], {})[f"{value['check']}.{value['key']}"] = str(value["value"])
+    per_item = values_by_node(data.values)
     unreachable = {r.node: r.reason for r in rows if r.status == Status.UNREACHABLE}
     tested = [v for v in verdicts if v.verdict != Verdict.SKIPPED]
     good_node = next((v.node for v in verdicts if v.verdict == Verdict.ACCEPTED), None)

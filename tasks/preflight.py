@@ -6,7 +6,7 @@ the node answers; evaluation waits for every node because drift is judged agains
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prefect import task
@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.secrets import mask_value
+from cluster_accept.analysis.verdicts import COUNTER, values_by_node
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, discover, error_row, majority_values
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
@@ -27,7 +28,6 @@ from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node
 
 NAME = "preflight"
-COUNTER = "counter:"  # node_values keys holding error counters (compared with the node's previous run)
 
 
 @task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)
@@ -129,15 +129,6 @@ def evaluate_preflight(
     return rows
 
 
-def _counters(records: Iterable[Mapping[Any, Any]]) -> dict[str, dict[str, str]]:
-    """node -> {``check.counter:…``: value} from ``node_values`` records."""
-    found: dict[str, dict[str, str]] = {}
-    for v in records:
-        if str(v["key"]).startswith(COUNTER):
-            found.setdefault(str(v["node"]), {})[f"{v['check']}.{v['key']}"] = str(v["value"])
-    return found
-
-
 def counter_rows(state: RunState, checks: list[Check]) -> list[NodeRow]:
     """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
     if state.history is None:
@@ -146,11 +137,11 @@ def counter_rows(state: RunState, checks: list[Check]) -> list[NodeRow]:
     previous: dict[str, dict[str, str]] = {}
     if not past.empty:
         latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
-        previous = _counters(past[past["run_id"] == past["node"].map(latest)].to_dict("records"))
+        previous = values_by_node(past[past["run_id"] == past["node"].map(latest)].to_dict("records"), counters=True)
     commands = {c.name: c.command for c in checks}
     return [
         node_row(state.run_id, state.cluster, NAME, node, row, "", commands.get(row.check, ""))
-        for node, row in counter_growth(_counters(state.values), previous)
+        for node, row in counter_growth(values_by_node(state.values, counters=True), previous)
     ]
 
 

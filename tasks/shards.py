@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from cluster_accept.analysis.verdicts import values_by_node
 from cluster_accept.checks.base import NodeRow, Status, majority_values
 from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
@@ -138,18 +139,10 @@ def not_finished_rows(state: RunState, nodes: Sequence[str], key: str, why: str)
     ]
 
 
-def _compared_values(state: RunState) -> dict[str, dict[str, str]]:
-    per_node: dict[str, dict[str, str]] = {}
-    for value in state.values:
-        if not str(value["key"]).startswith("counter:"):  # counters differ between healthy nodes
-            per_node.setdefault(str(value["node"]), {})[f"{value['check']}.{value['key']}"] = str(value["value"])
-    return per_node
-
-
 def drift_across_shards(state: RunState, plan: Mapping[str, Sequence[str]]) -> list[NodeRow]:
     """A ``shards:drift`` warning for each node holding its shard's majority value of a compared key when the
     whole cluster's majority differs: the drift no single shard could see."""
-    per_node = _compared_values(state)
+    per_node = values_by_node(state.values)
     cluster = majority_values(per_node)
     found: list[NodeRow] = []
     for key, names in plan.items():
