@@ -70,8 +70,6 @@ def check_request(request: RunRequest) -> None:
         return
     if request.inventory is None:
         raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
-    if request.shards is not None:
-        check_shards(request)
     if request.slurm_nodes is not None:
         if request.nodes:
             raise ValueError("give --nodes or --slurm-nodes, not both")
@@ -79,30 +77,25 @@ def check_request(request: RunRequest) -> None:
     inventory = select_nodes(load_inventory(request.inventory), request.nodes)
     if request.local:
         as_local(inventory)
+    if request.shards is not None:
+        check_shards(request.shards, request.local, inventory)
     refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
     why = unwritable(request.out_dir)
     if why:
         raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")
 
 
-def check_shards(request: RunRequest) -> None:
+def check_shards(shards: ShardRequest, local: bool, inventory: Inventory) -> None:
+    """A sharded run's errors, on the selected nodes (``--nodes`` or ``--slurm-nodes`` already applied)."""
     from cluster_accept.flows.sharding import require_pool
     from cluster_accept.tasks.shards import shard_plan
 
-    if request.shards is None:
-        return
-    if request.local:
+    if local:
         raise ValueError("--local checks this machine itself: it cannot be sharded (--shard-by)")
-    if not request.shards.work_pool:
+    if not shards.work_pool:
         raise ValueError("--shard-by needs --work-pool POOL: the Prefect work pool whose workers run the shards")
-    require_pool(request.shards.work_pool)
-    shard_plan(select_nodes_of(request), request.shards.by)
-
-
-def select_nodes_of(request: RunRequest) -> Inventory:
-    from cluster_accept.flows.acceptance import select_nodes
-
-    return select_nodes(load_inventory(request.inventory or ""), request.nodes)
+    require_pool(shards.work_pool)
+    shard_plan(inventory, shards.by)
 
 
 def outcome_of(request: RunRequest) -> RunOutcome:

@@ -198,10 +198,10 @@ def cancel(client: SyncPrefectClient, shards: list[Shard]) -> None:
 
 
 def _state_said(shard: Shard) -> str:
-    state = shard.ended.state if shard.ended is not None else None
-    if state is None:
+    if shard.ended is None or shard.ended.state is None:
         return "no state"
-    said = f"flow run {shard.ended.name if shard.ended else ''} {state.name}"
+    state = shard.ended.state
+    said = f"flow run {shard.ended.name} {state.name}"
     return f"{said}: {state.message}" if state.message else said
 
 
