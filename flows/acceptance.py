@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,12 @@ def resolve_stages(requested: list[str] | None) -> list[str]:
 
 
 def _start(
-    inventory: Inventory, out_dir: Path, stages: list[str], run_id: str | None, suite: str | None = None
+    inventory: Inventory,
+    out_dir: Path,
+    stages: list[str],
+    run_id: str | None,
+    suite: str | None = None,
+    more: Mapping[str, Any] | None = None,
 ) -> tuple[RunDir, dict[str, Any]]:
     return start_run(
         out_dir,
@@ -102,8 +107,35 @@ def _start(
             "nodes_tested": [n.name for n in inventory.tested],
             "nodes_excluded": [n.name for n in inventory.excluded],
             "controller": socket.gethostname(),  # the host that ran it: shards of one run may run on several
+            **(more or {}),
         },
     )
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    """How a new acceptance run goes, as its ``run.json`` keeps it (a resume does as the run did)."""
+
+    stages: list[str]
+    quick: bool
+    history: Path | None
+    operations: Operations
+    concurrency: int
+    local: bool = False
+
+
+def start_acceptance_run(
+    inventory: Inventory, out_dir: Path, run_id: str | None, suite: str | None, choices: RunChoices, **more: Any
+) -> tuple[RunDir, dict[str, Any]]:
+    """A new run directory whose ``run.json`` holds the choices (and ``more``, e.g. a sharded run's shards)."""
+    recorded = {
+        "quick_probes": choices.quick,
+        "local": choices.local,
+        "simulated": any(n.simulated is not None for n in inventory.tested),  # scale work, not a cluster
+        "options": recorded_options(choices.history, choices.operations, choices.concurrency),
+        **more,
+    }
+    return _start(inventory, out_dir, choices.stages, run_id, suite, recorded)
 
 
 def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
@@ -253,13 +285,10 @@ def acceptance(
     inventory = as_local(inventory) if local else inventory
     chosen, quick = resolve_suite(suite, stages)
     refuse_unresolved_auto(inventory, chosen)
-    run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
-    run_info["quick_probes"] = quick
-    run_info["local"] = local
-    run_info["simulated"] = any(n.simulated is not None for n in inventory.tested)  # scale work, not a cluster
-    run_info["options"] = recorded_options(history_dir(out_dir, history), ops, concurrency)
-    run_dir.write_json("run.json", run_info)
-    return _acceptance(inventory, run_dir, run_info, history_dir(out_dir, history), ops, concurrency, record_history)
+    past = history_dir(out_dir, history)
+    choices = RunChoices(chosen, quick, past, ops, concurrency, local)
+    run_dir, run_info = start_acceptance_run(inventory, Path(out_dir), run_id, suite, choices)
+    return _acceptance(inventory, run_dir, run_info, past, ops, concurrency, record_history)
 
 
 # What a recording answers (remote.simulated, remote.simulated_launch): bisect runs the multi-node launcher.

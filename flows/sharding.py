@@ -36,14 +36,14 @@ from prefect.types.entrypoint import EntrypointType
 from cluster_accept.flows import progress
 from cluster_accept.flows.acceptance import (
     TABLES,
-    _start,
+    RunChoices,
     acceptance,
     history_dir,
     new_state,
     reason_catalog,
-    recorded_options,
     refuse_unresolved_auto,
     resolve_suite,
+    start_acceptance_run,
     write_tables,
 )
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
@@ -253,16 +253,14 @@ def sharded_acceptance(
         if queue_per_shard:
             ensure_queues(client, work_pool, list(plan))
         name = register_shard_deployment(work_pool)
-        run_dir, run_info = _start(inventory, Path(out_dir), chosen, run_id, suite)
         history_path = history_dir(out_dir, history)
-        run_info.update(quick_probes=quick, local=False, options=recorded_options(history_path, ops, concurrency))
-        run_info["simulated"] = any(n.simulated is not None for n in inventory.tested)
-        run_info["sharded"] = {
+        sharded = {
             "by": shard_by,
             "work_pool": work_pool,
             "shards": {s.key: {"nodes": fold(s.nodes), "queue": s.queue} for s in shards},
         }
-        run_dir.write_json("run.json", run_info)
+        choices = RunChoices(chosen, quick, history_path, ops, concurrency)
+        run_dir, run_info = start_acceptance_run(inventory, Path(out_dir), run_id, suite, choices, sharded=sharded)
         shards_dir = (run_dir.path / SHARDS_DIR).resolve()
         parameters = {
             "inventory_path": str(Path(inventory_path).resolve()),
