@@ -32,6 +32,7 @@ Every pattern runs in time linear in the text (node output may be long and hosti
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -81,6 +82,7 @@ _KEY_END = re.compile(r"-----END [A-Z0-9 ]{0,64}PRIVATE KEY(?: BLOCK)?-----")
 _KEY_LINE = re.compile(r"[A-Za-z0-9+/=]*|\*+|[A-Za-z-]+: .*")
 
 
+@functools.lru_cache(maxsize=8192)  # the same few names on every node
 def is_secret_name(name: str) -> bool:
     return name not in NOT_SECRET_NAMES and _SECRET_NAME.search(_RATE.sub("_", name.upper())) is not None
 

@@ -104,6 +104,17 @@ def batch_commands(script: str) -> tuple[str, list[str]] | None:
     found = _NONCE.search(script)
     if found is None:
         return None
+    nonce = found.group(1)
+    # Batches differ by their nonce only: each node's batch is split once per stage, not once per node.
+    commands = _commands_of(script.replace(nonce, _NONCE_HOLDER))
+    return nonce, [command.replace(_NONCE_HOLDER, nonce) for command in commands]
+
+
+_NONCE_HOLDER = "\x00"
+
+
+@functools.lru_cache(maxsize=256)
+def _commands_of(script: str) -> tuple[str, ...]:
     commands: list[str] = []
     at = script.find(_COMMAND_AT)
     while at >= 0:
@@ -111,7 +122,7 @@ def batch_commands(script: str) -> tuple[str, list[str]] | None:
         lexer.whitespace_split = True
         commands.append(next(iter(lexer)))
         at = script.find(_COMMAND_AT, at + 1)
-    return found.group(1), commands
+    return tuple(commands)
 
 
 def frame(nonce: str, answers: Sequence[Answer]) -> tuple[str, str]:

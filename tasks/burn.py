@@ -33,7 +33,7 @@ from cluster_accept.tasks.single_node import (
     save_outcome,
     saved_probes,
 )
-from cluster_accept.tasks.stage import RunState, per_node
+from cluster_accept.tasks.stage import RunState, per_node, unwalked
 
 NAME = "burn"
 SERIES_DIR = "burn"  # one Parquet file per node: a 10-minute burn of 8 GPUs is ~10,000 rows, 1,000 nodes ~10 M
@@ -69,7 +69,7 @@ class BurnStage:
             NAME,
             nodes,
             saved_probes(state.checkpoints, NAME),
-            lambda node: burn_node.submit(node, state.checkpoints, state.quick, probes),
+            lambda node: burn_node.submit(unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)),
             wave=min(limits) if limits else None,
         )
         charted: list[dict[str, Any]] = []

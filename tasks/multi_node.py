@@ -30,7 +30,7 @@ from cluster_accept.tasks.rails import REASONS as RAIL_REASONS
 from cluster_accept.tasks.rails import collective_rows, collectives_not_reached, rail_runs
 from cluster_accept.tasks.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, GroupJob
 from cluster_accept.tasks.rows import node_row, unreachable_row
-from cluster_accept.tasks.stage import RunState
+from cluster_accept.tasks.stage import RunState, unwalked
 from cluster_accept.tasks.training_sweep import REASONS as TRAINING_REASONS
 from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
 
@@ -87,7 +87,9 @@ class _Stage:
         if FlowRunContext.get() is None:
             runs = launch_groups(groups, self.concurrency, job=job)
         else:
-            runs = multi_node_round.submit(groups, self.concurrency, f"{job.name} {label}", job).result()
+            runs = multi_node_round.submit(
+                unwalked(groups), self.concurrency, f"{job.name} {label}", unwalked(job)
+            ).result()
         for nodes, run in zip(groups, runs, strict=True):
             self._record(nodes, run, job)
         return runs

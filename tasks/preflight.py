@@ -25,7 +25,7 @@ from cluster_accept.tasks.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
-from cluster_accept.tasks.stage import RunState, per_node
+from cluster_accept.tasks.stage import RunState, per_node, unwalked
 
 NAME = "preflight"
 
@@ -162,7 +162,7 @@ class PreflightStage:
             NAME,
             state.inventory.tested,
             saved,
-            lambda node: preflight_node.submit(node, checks, state.checkpoints),
+            lambda node: preflight_node.submit(unwalked(node), unwalked(checks), unwalked(state.checkpoints)),
         )
         answered = [o.node for o in outcomes if o.result.status not in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE)]
         gpu_models = {o.node: o.models.get(GPU_CHECK) for o in outcomes}

@@ -33,7 +33,7 @@ from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteComman
 from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
 from cluster_accept.tasks.probe_dir import run_in_probe_dir
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
-from cluster_accept.tasks.stage import RunState, per_node
+from cluster_accept.tasks.stage import RunState, per_node, unwalked
 
 NAME = "single-node"
 SESSION_REASONS = declare(
@@ -311,7 +311,9 @@ class SingleNodeStage:
             NAME,
             nodes,
             saved_probes(state.checkpoints),
-            lambda node: single_node_probes.submit(node, state.checkpoints, state.quick, probes),
+            lambda node: single_node_probes.submit(
+                unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)
+            ),
             wave=min(limits) if limits else None,
         )
         rows, measurements = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
