@@ -22,6 +22,7 @@ process, and:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -189,12 +190,17 @@ def isolation_table(runs: list[dict[str, object]]) -> str:
 
 
 def growth(results: list[dict[str, object]]) -> str:
-    first, last = results[0], results[-1]
-    grow = int(last["nodes"]) / int(first["nodes"])  # type: ignore[call-overload]
-    cpu = (last["cpu_s"] / first["cpu_s"]) / grow  # type: ignore[operator]
-    wall = (last["wall_s"] / first["wall_s"]) / grow  # type: ignore[operator]
-    span = f"{first['nodes']:,} to {last['nodes']:,} nodes"
-    return f"per-node growth from {span} (1.0 = linear): CPU {cpu:.2f}, wall {wall:.2f}"
+    """Each step's growth per node (1.0: the per-node cost stays the same; above 1: it grows with N)."""
+    lines = []
+    for first, last in itertools.pairwise(results):
+        grow = int(last["nodes"]) / int(first["nodes"])  # type: ignore[call-overload]
+        ratios = {key: (last[key] / first[key]) / grow for key in ("cpu_s", "wall_s", "peak_mib")}  # type: ignore[operator]
+        span = f"{first['nodes']:,} to {last['nodes']:,} nodes"
+        lines.append(
+            f"per-node growth from {span} (1.0 = linear): CPU {ratios['cpu_s']:.2f}, wall {ratios['wall_s']:.2f}, "
+            f"peak memory {ratios['peak_mib']:.2f}"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -205,22 +211,29 @@ def main() -> None:
     parser.add_argument("--no-isolation", action="store_true", help="no runs with 1 and 1 %% slow nodes")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sim-scale")
     args = parser.parse_args()
-    results, isolation = [], []
+    results: list[dict[str, object]] = []
+    isolation: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="sim-scale-") as work:
         for nodes in [int(s) for s in args.sizes.split(",")]:
             results.append(measure(nodes, args.faulty_pct, Path(work), args.stages))
             print(table(results[-1:]).splitlines()[-1], flush=True)
+            save(args.out, results, isolation)  # a long run keeps every size it finished
             for bad in [] if args.no_isolation else sorted({1, max(1, math.ceil(nodes / 100))}):
                 isolation.append(isolation_run(nodes, bad, Path(work)))
                 print(isolation_table(isolation[-1:]).splitlines()[-1], flush=True)
+                save(args.out, results, isolation)
+    print(save(args.out, results, isolation))
+
+
+def save(out: Path, results: list[dict[str, object]], isolation: list[dict[str, object]]) -> str:
     text = table(results) + (f"\n\n{growth(results)}" if len(results) > 1 else "")
     if isolation:
         text += "\n\nIsolation (the multi-node stage alone, slow nodes spread evenly):\n\n" + isolation_table(isolation)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text(text + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(text + "\n")
     data = {"runs": results, "isolation": isolation}
-    (args.out / "results.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    (out / "results.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    return text
 
 
 if __name__ == "__main__":
