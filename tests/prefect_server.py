@@ -3,13 +3,16 @@ a free port, waited for, and stopped with everything it started; helpers for pro
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 
@@ -41,7 +44,7 @@ def prefect_server(home: Path, extra: dict[str, str] | None = None) -> Iterator[
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "CLUSTER_ACCEPT_CONTROLLER"},  # not a controller's server
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -74,3 +77,21 @@ def start_worker(env: dict[str, str], pool: str, queue: str, hostname: str, log:
             ["unshare", "--uts", "sh", "-c", command],
             env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+
+
+_SESSION: dict[str, str] = {}
+
+
+def session_api() -> str:
+    """The URL of one Prefect server shared by the test session's CLI runs, started on first use and stopped
+    at exit. A CLI run in ephemeral mode starts its own API server first (~10–25 s of a 2-core machine, most
+    of a short run); the suite runs the CLI some sixty times. Tests of the ephemeral mode itself (a killed
+    controller's orphaned server, the README's first command) keep it."""
+    if "url" not in _SESSION:
+        home = Path(tempfile.mkdtemp(prefix="ca-prefect-"))
+        stack = ExitStack()
+        env = stack.enter_context(prefect_server(home))
+        atexit.register(shutil.rmtree, home, True)
+        atexit.register(stack.close)
+        _SESSION["url"] = env["PREFECT_API_URL"]
+    return _SESSION["url"]

@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pandas as pd
 
+from tests.prefect_server import session_api
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def cli_env(ephemeral: bool = False) -> dict[str, str] | None:
+    """A CLI run's environment: this one, pointed at the session's Prefect server
+    (:func:`tests.prefect_server.session_api`) unless the test set ``PREFECT_API_URL`` itself or asks for
+    Prefect's ephemeral mode (``ephemeral``: the controller starts an API server of its own)."""
+    if ephemeral or "PREFECT_API_URL" in os.environ:
+        return None
+    return {**os.environ, "PREFECT_API_URL": session_api()}
+
+
+def run_cli(*args: str, timeout: float = 240, ephemeral: bool = False) -> subprocess.CompletedProcess[str]:
     """``cluster-accept ARGS`` as a separate process (real Prefect, real exit code), from the repo root."""
     return subprocess.run(
         [sys.executable, "-m", "cluster_accept.flows.cli", *args],
@@ -20,13 +31,14 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
         text=True,
         cwd=ROOT,
         timeout=timeout,
+        env=cli_env(ephemeral),
     )
 
 
-def start_cli(*args: str, session: bool = False) -> subprocess.Popen[str]:
+def start_cli(*args: str, session: bool = False, ephemeral: bool = False) -> subprocess.Popen[str]:
     """``cluster-accept ARGS`` started in the background (stdout and stderr piped), for tests that act on
-    the run while it goes; ``session``: in its own session, so the controller with its Prefect server can
-    be killed as one (``os.killpg``), like a crashed host."""
+    the run while it goes; ``session``: in its own session, so the controller can be killed as one
+    (``os.killpg``), like a crashed host."""
     return subprocess.Popen(
         [sys.executable, "-m", "cluster_accept.flows.cli", *args],
         cwd=ROOT,
@@ -34,6 +46,7 @@ def start_cli(*args: str, session: bool = False) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=session,
+        env=cli_env(ephemeral),
     )
 
 

@@ -125,7 +125,9 @@ def server_of(pid: int) -> int | None:
 
 
 def test_a_killed_controllers_prefect_server_is_stopped_by_the_next_start(tmp_path: Path) -> None:
-    proc = start_cli("run", "--inventory", str(local_inventory(tmp_path)), "--out", str(tmp_path / "out"))
+    proc = start_cli(
+        "run", "--inventory", str(local_inventory(tmp_path)), "--out", str(tmp_path / "out"), ephemeral=True
+    )
     server = None
     try:
         deadline = time.monotonic() + 60
