@@ -14,6 +14,7 @@ Every daemon's command line names the state dir, so ``down`` finds and kills the
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -208,6 +209,48 @@ def start_slurmd(state_dir: Path, sshd_pid: int, slurm_name: str) -> None:
     script = _cgroup_script() + f"exec slurmd -f {shlex.quote(str(conf_path(state_dir)))} -N {shlex.quote(slurm_name)}"
     log = slurm_dir(state_dir) / "log" / f"slurmd-{slurm_name}.log"
     _run(["nsenter", "-t", str(sshd_pid), "-m", "-n", "/bin/sh", "-c", script], f"slurmd of {slurm_name}", log)
+
+
+def slurmd_started(state_dir: Path, slurm_name: str) -> str | None:
+    """When slurmctld last saw ``slurm_name``'s slurmd start (``SlurmdStartTime``), None when unknown."""
+    proc = subprocess.run(
+        ["scontrol", "-o", "show", "node", slurm_name], capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, **client_env(state_dir)},
+    )  # fmt: skip
+    found = re.search(r"SlurmdStartTime=(\S+)", proc.stdout)
+    return found.group(1) if found else None
+
+
+def _kill_slurmd(state_dir: Path, slurm_name: str) -> None:
+    """Every slurmd of ``slurm_name`` on this test-bed (one that never registered, before it starts again)."""
+    argv = f"slurmd -f {conf_path(state_dir)} -N {slurm_name}".encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == argv:
+                os.kill(int(entry.name), 9)
+        except OSError:
+            continue
+
+
+def restart_slurmd(state_dir: Path, sshd_pid: int, slurm_name: str, timeout_s: float = 60.0) -> None:
+    """A node's slurmd started again (its old one was killed with the node's processes), and registered:
+    until slurmctld reports a new start time and the node responding, a test would see the old slurmd's
+    state. A slurmd that has not registered in ``timeout_s`` is started once more; then it is an error
+    with its log."""
+    before = slurmd_started(state_dir, slurm_name)
+    for attempt in (1, 2):
+        if attempt == 2:
+            _kill_slurmd(state_dir, slurm_name)
+        start_slurmd(state_dir, sshd_pid, slurm_name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = node_states(state_dir).get(slurm_name, "")
+            if slurmd_started(state_dir, slurm_name) not in (None, before) and not state.endswith("*"):
+                return
+            time.sleep(0.5)
+    log = slurm_dir(state_dir) / "log" / f"slurmd-{slurm_name}.log"
+    said = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
+    raise SlurmBedError(f"slurmd of {slurm_name} started twice did not register in {timeout_s:.0f} s: {said}")
 
 
 def node_states(state_dir: Path) -> dict[str, str]:

@@ -49,4 +49,4 @@ def start_slurmd(tb: Testbed, node: str) -> None:
     pid = sshd.read_pid(tb.node_dir(node))
     if pid:
         slurm.write_node_env(tb.state_dir, tb.slurm_name(node), node_env(tb, node))
-        slurm.start_slurmd(tb.state_dir, pid, tb.slurm_name(node))
+        slurm.restart_slurmd(tb.state_dir, pid, tb.slurm_name(node))
