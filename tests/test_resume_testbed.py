@@ -41,7 +41,7 @@ def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_
     bed = testbed_factory(nodes=6, faults=FAULTS, prefix="car", subnet="10.254.68.0/24")
     out = tmp_path / "resumed"
     out.mkdir()
-    # The controller with its Prefect server in one session: killed together, like a crashed host.
+    # The controller in a session of its own: killed as one, like a crashed host.
     controller = start_cli(
         "run", "--inventory", str(bed.inventory_path), "--out", str(out), "--stages", STAGES, session=True
     )
