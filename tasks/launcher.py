@@ -59,12 +59,17 @@ from cluster_accept.tasks.ranks import (
 DEFAULT_CONCURRENCY = 64
 THREAD_PREFIX = "ca-launch"  # the pool's thread names: at most ``concurrency`` of them at any time
 POLL_S = 2.0  # a running rank is looked at this often (less often when ranks outnumber threads)
+# Polls a thread may make per second, all ranks together: a poll is a short command on an open session (~50 ms),
+# so polling keeps ~10 % of the pool and leaves the rest to starts and collection. Bounding the rate by the pool
+# alone (concurrency / POLL_S, 32/s for 64 threads) made collecting a round of 16,384 ranks take 8 minutes.
+THREAD_POLLS_PER_S = 2.0
 FIRST_POLL_S = 0.25  # the first looks come sooner, doubling up to the poll interval: short runs end fast
 FOLLOW_S = 0.5  # once a rank has ended well its peers are looked at this soon: ranks end together
 STOP_RETRY_S = 3.0  # a rank that outlived a stop (a process forked while we killed) is stopped again
 POLL_MISSES = 3  # polls in a row without an answer (the node connects but does not reply) make it lost
 STOP_GIVE_UP_S = 60.0  # past its deadline a rank that no stop could end is given up on (the node hangs)
 ABANDON_WAIT_S = 30.0
+SCAN_SHARE = 0.2  # the most of the driving thread's time spent walking every rank for due polls and deadlines
 
 
 @dataclass
@@ -114,15 +119,11 @@ class _Launcher:
             for group in groups:
                 self.submit(partial(self.port_known, group), free_port, self.sessions, group.nodes[0])
             while True:
-                wake = self.schedule(groups, time.monotonic())
+                scanned = time.monotonic()
+                wake = self.schedule(groups, scanned)
                 if not self.inflight and wake is None:
                     break
-                try:
-                    future, then = self.finished.get(timeout=wake)
-                except queue.Empty:
-                    continue  # a poll is due
-                self.inflight.discard(future)
-                then(future.result())
+                self.handle_finished(wake, scanned + (time.monotonic() - scanned) / SCAN_SHARE)
         except BaseException:
             abandoned = True
             self.abandon(groups)
@@ -130,6 +131,24 @@ class _Launcher:
         finally:
             self.pool.shutdown(wait=not abandoned, cancel_futures=True)
             self.sessions.close()
+
+    def handle_finished(self, wake: float | None, until: float) -> None:
+        """The operations that finish before a poll is due (in ``wake`` s; None: no poll waits), and every
+        one that finishes until ``until``. A scan (:meth:`schedule`) walks every rank: one scan per finished
+        operation would make a round of R ranks cost R² of this thread's time; the scans take at most
+        ``SCAN_SHARE`` of it, and a poll due meanwhile waits for the next scan."""
+        try:
+            future, then = self.finished.get(timeout=wake)
+        except queue.Empty:
+            return  # a poll is due
+        while True:
+            self.inflight.discard(future)
+            then(future.result())
+            left = until - time.monotonic()
+            try:
+                future, then = self.finished.get(timeout=left) if left > 0 else self.finished.get_nowait()
+            except queue.Empty:
+                return
 
     def submit(self, then: Callable[[Any], None], fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` in the pool; ``then`` gets its result here, in the driving thread."""
@@ -140,7 +159,7 @@ class _Launcher:
     def schedule(self, groups: list[_Group], now: float) -> float | None:
         """Client-side deadlines, then the polls that are due; seconds until the next one (None: no rank left)."""
         live = [(group, rank) for group in groups for rank in group.ranks if rank.live]
-        self.interval = POLL_S * max(1.0, len(live) / self.concurrency)  # at most ~concurrency/POLL_S polls/s
+        self.interval = max(POLL_S, len(live) / (self.concurrency * THREAD_POLLS_PER_S))
         for group, rank in live:
             if now >= rank.deadline + STOP_GIVE_UP_S and not rank.busy:
                 result = CommandResult(rank.command.name, None, "", "", timed_out=True)
