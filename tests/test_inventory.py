@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -149,3 +150,15 @@ def test_real_cli_process_reports_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "defaults.ssh.usr: unknown key" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_nodes_are_found_by_name_in_the_inventory_they_belong_to(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: 'gpu[001-300]'}]\nprofiles: {p: {}}\n")
+    inventory = load_inventory(path)
+    assert [inventory.node(f"gpu{i:03d}").name for i in (1, 150, 300)] == ["gpu001", "gpu150", "gpu300"]
+    fewer = dataclasses.replace(inventory, nodes=inventory.nodes[:2])  # a new inventory: its own index
+    assert fewer.node("gpu002") is inventory.node("gpu002")
+    with pytest.raises(KeyError, match="gpu150"):
+        fewer.node("gpu150")
+    assert fewer == dataclasses.replace(fewer)  # the index is not one of the fields
