@@ -393,11 +393,8 @@ class Inventory:
         return [n for n in self.nodes if n.excluded]
 
     def node(self, name: str) -> Node:
-        """The node named ``name``, by an index built once: each stage looks nodes up by name once or more
-        per node, and a scan of the list each time made that N² (at 16,384 nodes, most of the controller's
-        growth in CPU per node)."""
-        index: dict[str, Node] | None = self.__dict__.get("_by_name")
-        if index is None or len(index) != len(self.nodes):
+        """By an index built once: stages look nodes up once or more per node (a scan each time is N²)."""
+        if len(index := self.__dict__.get("_by_name") or {}) != len(self.nodes):  # new, or the list changed
             index = {n.name: n for n in self.nodes}
             object.__setattr__(self, "_by_name", index)  # a cache beside the frozen fields, not one of them
         return index[name]
