@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +70,17 @@ def own_processes(state_dir: Path) -> list[int]:
     """Processes started from this state dir: anything whose command line names one of its node dirs or its
     Slurm dir (munged, slurmctld)."""
     markers = (f"{state_dir}/nodes/", f"{state_dir}/slurm/")
+    return processes_whose_command(lambda line: any(marker in line for marker in markers))
+
+
+def processes_whose_command(matches: Callable[[str], bool]) -> list[int]:
+    """Processes (this one aside) whose command line, its arguments joined by spaces, ``matches``."""
     pids: list[int] = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             with contextlib.suppress(OSError):
                 line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                if any(marker in line for marker in markers):
+                if matches(line):
                     pids.append(int(entry.name))
     return pids
 

@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cluster_accept.testbed import claim, net
+
 SLURM_DIR = "slurm"
 PACKAGES = ["slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge"]
 DAEMONS = ("slurmctld", "slurmd", "munged", "sinfo", "srun")
@@ -211,41 +213,34 @@ def start_slurmd(state_dir: Path, sshd_pid: int, slurm_name: str) -> None:
     _run(["nsenter", "-t", str(sshd_pid), "-m", "-n", "/bin/sh", "-c", script], f"slurmd of {slurm_name}", log)
 
 
-def slurmd_started(state_dir: Path, slurm_name: str) -> str | None:
-    """When slurmctld last saw ``slurm_name``'s slurmd start (``SlurmdStartTime``), None when unknown."""
+def slurmd_seen(state_dir: Path, slurm_name: str) -> tuple[str | None, bool]:
+    """When slurmctld last saw ``slurm_name``'s slurmd start (``SlurmdStartTime``, None when unknown), and
+    whether the node responds."""
     proc = subprocess.run(
         ["scontrol", "-o", "show", "node", slurm_name], capture_output=True, text=True, timeout=30, check=False,
         env={**os.environ, **client_env(state_dir)},
     )  # fmt: skip
-    found = re.search(r"SlurmdStartTime=(\S+)", proc.stdout)
-    return found.group(1) if found else None
-
-
-def _kill_slurmd(state_dir: Path, slurm_name: str) -> None:
-    """Every slurmd of ``slurm_name`` on this test-bed (one that never registered, before it starts again)."""
-    argv = f"slurmd -f {conf_path(state_dir)} -N {slurm_name}".encode()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == argv:
-                os.kill(int(entry.name), 9)
-        except OSError:
-            continue
+    started = re.search(r"SlurmdStartTime=(\S+)", proc.stdout)
+    state = re.search(r"\bState=(\S+)", proc.stdout)
+    responding = state is not None and "*" not in state.group(1) and "NOT_RESPONDING" not in state.group(1)
+    return (started.group(1) if started else None), responding
 
 
 def restart_slurmd(state_dir: Path, sshd_pid: int, slurm_name: str, timeout_s: float = 60.0) -> None:
     """A node's slurmd started again (its old one was killed with the node's processes), and registered:
     until slurmctld reports a new start time and the node responding, a test would see the old slurmd's
-    state. A slurmd that has not registered in ``timeout_s`` is started once more; then it is an error
-    with its log."""
-    before = slurmd_started(state_dir, slurm_name)
+    state. A slurmd that has not registered in ``timeout_s`` is killed and started once more; then it is an
+    error with its log."""
+    before, _ = slurmd_seen(state_dir, slurm_name)
+    command = f"slurmd -f {conf_path(state_dir)} -N {slurm_name}"
     for attempt in (1, 2):
         if attempt == 2:
-            _kill_slurmd(state_dir, slurm_name)
+            net.kill_pids(claim.processes_whose_command(lambda line: line.strip() == command))
         start_slurmd(state_dir, sshd_pid, slurm_name)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            state = node_states(state_dir).get(slurm_name, "")
-            if slurmd_started(state_dir, slurm_name) not in (None, before) and not state.endswith("*"):
+            started, responding = slurmd_seen(state_dir, slurm_name)
+            if started not in (None, before) and responding:
                 return
             time.sleep(0.5)
     log = slurm_dir(state_dir) / "log" / f"slurmd-{slurm_name}.log"

@@ -4,6 +4,7 @@ a free port, waited for, and stopped with everything it started; helpers for pro
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import socket
@@ -79,19 +80,15 @@ def start_worker(env: dict[str, str], pool: str, queue: str, hostname: str, log:
         )  # fmt: skip
 
 
-_SESSION: dict[str, str] = {}
-
-
+@functools.cache
 def session_api() -> str:
     """The URL of one Prefect server shared by the test session's CLI runs, started on first use and stopped
     at exit. A CLI run in ephemeral mode starts its own API server first (~10–25 s of a 2-core machine, most
     of a short run); the suite runs the CLI some sixty times. Tests of the ephemeral mode itself (a killed
     controller's orphaned server, the README's first command) keep it."""
-    if "url" not in _SESSION:
-        home = Path(tempfile.mkdtemp(prefix="ca-prefect-"))
-        stack = ExitStack()
-        env = stack.enter_context(prefect_server(home))
-        atexit.register(shutil.rmtree, home, True)
-        atexit.register(stack.close)
-        _SESSION["url"] = env["PREFECT_API_URL"]
-    return _SESSION["url"]
+    home = Path(tempfile.mkdtemp(prefix="ca-prefect-"))
+    stack = ExitStack()
+    env = stack.enter_context(prefect_server(home))
+    atexit.register(shutil.rmtree, home, True)
+    atexit.register(stack.close)
+    return env["PREFECT_API_URL"]
