@@ -243,7 +243,8 @@ class Isolator:
         if len(by_group) != len(results) or set(by_group) != set(rnd.groups):
             raise ValueError(f"results must cover exactly the planned groups {rnd.groups}")
         rnd.results = [GroupResult(g, by_group[g]) for g in rnd.groups]
-        rnd.thresholds = [self._threshold(rnd, len(g)) for g in rnd.groups]
+        by_size = {size: self._threshold(rnd, size) for size in {len(g) for g in rnd.groups}}  # not per group: G²
+        rnd.thresholds = [by_size[len(g)] for g in rnd.groups]
         rnd.bad = [is_slow(r.busbw_gbps, t) for r, t in zip(rnd.results, rnd.thresholds, strict=True)]
         tests, self._planned = self._planned, []
         retry = []

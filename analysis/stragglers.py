@@ -10,7 +10,7 @@ it was ("confirmed"); one that vanished becomes ``straggler_unconfirmed``, a war
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import pandas as pd
@@ -32,14 +32,27 @@ def flagged(rows: Sequence[NodeRow]) -> dict[str, set[str]]:
     return found
 
 
-def _floor(before: pd.DataFrame, node: str, metric: str, limits: Thresholds) -> float | None:
-    mine = before[(before["node"] == node) & (before["metric"] == metric)]
-    if mine.empty:
-        return None
-    peers = before[before["metric"] == metric]
-    if "profile" in before.columns:
-        peers = peers[peers["profile"] == mine["profile"].iloc[0]]
-    return statistics.median(float(v) for v in peers["value"]) * (1 - limits.straggler_pct / 100)
+def _floors(before: pd.DataFrame) -> Callable[[str, str, Thresholds], float | None]:
+    """``floor(node, metric, limits)``: the median of the node's peers (same profile) less ``straggler_pct``.
+
+    Each median is taken once: one pass over every figure per straggler row made confirming cost rows × N."""
+    has_profile = "profile" in before.columns
+    keys = ["metric", "profile"] if has_profile else ["metric"]
+    medians = {
+        (key if isinstance(key, tuple) else (key,)): statistics.median(float(v) for v in group["value"])
+        for key, group in before.groupby(keys, sort=False, dropna=False)
+    } if not before.empty else {}  # fmt: skip
+    profile_of = before.drop_duplicates("node").set_index("node")["profile"].to_dict() if has_profile else {}
+    nodes = set(before["node"]) if not before.empty else set()
+    mine = set(zip(before["node"], before["metric"], strict=True)) if not before.empty else set()
+
+    def floor(node: str, metric: str, limits: Thresholds) -> float | None:
+        if node not in nodes or (node, metric) not in mine:
+            return None
+        median = medians[(metric, profile_of[node]) if has_profile else (metric,)]
+        return median * (1 - limits.straggler_pct / 100)
+
+    return floor
 
 
 def _again(after: pd.DataFrame, node: str, metric: str, gpu: int | None) -> float | None:
@@ -65,13 +78,14 @@ def confirm(
     """``rows`` with each straggler row re-judged on its re-measured figure (``after``: the figures of the
     nodes measured again, alone); other rows unchanged."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
+    floor_of = _floors(first)
     out = []
     for row in rows:
         if row.reason != STRAGGLER or not row.item.endswith(_SUFFIX):
             out.append(row)
             continue
         metric = row.item[: -len(_SUFFIX)]
-        floor = _floor(first, row.node, metric, thresholds.get(row.node, Thresholds()))
+        floor = floor_of(row.node, metric, thresholds.get(row.node, Thresholds()))
         value = _again(second, row.node, metric, row.gpu)
         if floor is None or value is None:
             out.append(replace(row, detail=_said(row, "measured again alone: no figure (not confirmed)")))

@@ -16,7 +16,9 @@ process, and:
   planted, and the wall time (``--no-isolation`` leaves them out).
 
 ``python3 bench/sim_scale.py [--sizes 1024,4096] [--faulty-pct 5] [--stages preflight,single-node,multi-node]
-[--no-isolation] [--out bench/results/sim-scale]``
+[--no-isolation | --isolation-only] [--out bench/results/sim-scale]``
+
+(``--isolation-only`` keeps the whole runs already saved in ``--out``: the two can run at different times.)
 """
 
 from __future__ import annotations
@@ -212,15 +214,20 @@ def main() -> None:
     parser.add_argument("--faulty-pct", type=float, default=5.0)
     parser.add_argument("--stages", default=STAGES)
     parser.add_argument("--no-isolation", action="store_true", help="no runs with 1 and 1 %% slow nodes")
+    parser.add_argument(
+        "--isolation-only", action="store_true", help="only the isolation runs, added to the whole runs saved in --out"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sim-scale")
     args = parser.parse_args()
-    results: list[dict[str, object]] = []
+    saved = args.out / "results.json"
+    results: list[dict[str, object]] = json.loads(saved.read_text())["runs"] if args.isolation_only else []
     isolation: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="sim-scale-") as work:
         for nodes in [int(s) for s in args.sizes.split(",")]:
-            results.append(measure(nodes, args.faulty_pct, Path(work), args.stages))
-            print(table(results[-1:]).splitlines()[-1], flush=True)
-            save(args.out, results, isolation)  # a long run keeps every size it finished
+            if not args.isolation_only:
+                results.append(measure(nodes, args.faulty_pct, Path(work), args.stages))
+                print(table(results[-1:]).splitlines()[-1], flush=True)
+                save(args.out, results, isolation)  # a long run keeps every size it finished
             for bad in [] if args.no_isolation else sorted({1, max(1, math.ceil(nodes / 100))}):
                 isolation.append(isolation_run(nodes, bad, Path(work)))
                 print(isolation_table(isolation[-1:]).splitlines()[-1], flush=True)

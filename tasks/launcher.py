@@ -63,7 +63,11 @@ POLL_S = 2.0  # a running rank is looked at this often (less often when ranks ou
 # so polling keeps ~10 % of the pool and leaves the rest to starts and collection. Bounding the rate by the pool
 # alone (concurrency / POLL_S, 32/s for 64 threads) made collecting a round of 16,384 ranks take 8 minutes.
 THREAD_POLLS_PER_S = 2.0
-FIRST_POLL_S = 0.25  # the first looks come sooner, doubling up to the poll interval: short runs end fast
+# Once every rank of a run has started, the first looks come sooner, doubling up to the poll interval: short runs
+# end fast. Before that a run cannot end (its rendezvous waits for the last rank) unless a rank fails, so its
+# started ranks are looked at only at the interval: quick looks at 16,384 ranks while the last of them start would
+# be ~10 polls each, crowding out the starts they wait for.
+FIRST_POLL_S = 0.25
 FOLLOW_S = 0.5  # once a rank has ended well its peers are looked at this soon: ranks end together
 STOP_RETRY_S = 3.0  # a rank that outlived a stop (a process forked while we killed) is stopped again
 POLL_MISSES = 3  # polls in a row without an answer (the node connects but does not reply) make it lost
@@ -80,7 +84,7 @@ class _Rank:
     pid: int = 0
     deadline: float = math.inf  # client side: the node-side timeout, its kill grace and a margin after start
     next_poll: float | None = None  # None: not started yet, or ended
-    polls: int = 0
+    polls: int = 0  # since every rank of the run started
     busy: bool = False
     misses: int = 0
     client_timed_out: bool = False
@@ -98,6 +102,8 @@ class _Group:
     job: GroupJob = ALLREDUCE_JOB
     ranks: list[_Rank] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
+    unstarted: int = 0  # ranks whose start has not come back yet
+    followed: bool = False  # a rank ended well and its peers were looked at soon (:data:`FOLLOW_S`)
 
 
 class _Launcher:
@@ -186,6 +192,7 @@ class _Launcher:
             group.run.detail = port.detail
             return
         master, world = rendezvous_address(group.nodes[0]), len(group.nodes)
+        group.unstarted = world
         for index, node in enumerate(group.nodes):
             rank = _Rank(node, group.job.command(node, index, world, master, port, group.run.tag))
             group.ranks.append(rank)
@@ -195,12 +202,22 @@ class _Launcher:
 
     def started(self, group: _Group, rank: _Rank, outcome: tuple[str, int] | RankRun) -> None:
         now = time.monotonic()
+        group.unstarted -= 1
         if isinstance(outcome, RankRun):
             self.end(group, rank, outcome)
-            return
-        rank.remote_dir, rank.pid = outcome
-        rank.deadline = now + batch_timeout([rank.command], rank.node.ssh.command_timeout_s or 120.0)
-        rank.next_poll = now if group.stopping.is_set() else now + FIRST_POLL_S
+        else:
+            rank.remote_dir, rank.pid = outcome
+            rank.deadline = now + batch_timeout([rank.command], rank.node.ssh.command_timeout_s or 120.0)
+            rank.next_poll = now if group.stopping.is_set() else now + self.interval
+        if group.unstarted == 0 and not group.stopping.is_set():
+            self.all_started(group, now)
+
+    def all_started(self, group: _Group, now: float) -> None:
+        """The run can end from now on: its ranks are looked at soon, then less often (:data:`FIRST_POLL_S`)."""
+        for peer in group.ranks:
+            if peer.live and peer.next_poll is not None:
+                peer.polls = 0
+                peer.next_poll = min(peer.next_poll, now + FIRST_POLL_S)
 
     def polled(
         self, group: _Group, rank: _Rank, stopped: bool, answer: PollAnswer | Unreachable | RankRun | str
@@ -223,6 +240,8 @@ class _Launcher:
             rank.misses = 0
             if group.stopping.is_set():
                 rank.next_poll = now + (STOP_RETRY_S if stopped else 0.0)
+            elif group.unstarted:
+                rank.next_poll = now + self.interval
             else:
                 rank.next_poll = now + min(self.interval, FIRST_POLL_S * 2**rank.polls)
         else:
@@ -248,6 +267,9 @@ class _Launcher:
         if not outcome.ok:
             self.stop(group, now)
             return
+        if group.followed:  # once per run: a walk of every peer at each rank's end made a run of R ranks cost R²
+            return
+        group.followed = True
         for peer in group.ranks:
             if peer.live and peer.next_poll is not None:
                 peer.next_poll = min(peer.next_poll, now + FOLLOW_S)

@@ -256,12 +256,14 @@ def confirm_stragglers(
     suspects = stragglers.flagged(rows)
     if not suspects:
         return rows
+    by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
+    for name, checks in sorted(suspects.items()):  # each judgement walks the cluster's node list
+        by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
     again: list[dict[str, Any]] = []
-    for name, checks in sorted(suspects.items()):
-        scripts = {p.script.name for p in probes if p.check in checks}
+    for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
-        outcome = run_probes_on_node(state.inventory.node(name), state.quick, chosen)
-        again += evaluate_single_node(state.run_id, state.inventory, [outcome], state.quick, chosen)[1]
+        outcomes = [run_probes_on_node(state.inventory.node(name), state.quick, chosen) for name in names]
+        again += evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)[1]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     return stragglers.confirm(rows, pd.DataFrame(measurements), pd.DataFrame(again), judged_rules(probes), thresholds)
 

@@ -4,6 +4,7 @@ row on a node it tested gets a ``coverage:no_row`` error there (synthetic rows).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -213,6 +214,16 @@ def test_a_straggler_measured_again_alone_is_confirmed_or_not() -> None:
     assert kept[0].detail.endswith("still below 644.1: confirmed")
     lost = confirm(rows, before, pd.DataFrame(), gemm.METRICS, limits)
     assert lost[0].reason == "straggler" and lost[0].detail.endswith("no figure (not confirmed)")
+    # The floor is the median of the node's own profile: slower GPUs of another profile do not lower it.
+    h100 = [{**_figure(f"m{i}", 400.0), "profile": "h100"} for i in range(5)]
+    mixed = confirm(rows, pd.concat([before, pd.DataFrame(h100)]), pd.DataFrame([_figure("n1", 510.0)]), gemm.METRICS,
+                    limits)  # fmt: skip
+    assert mixed[0].detail.endswith("still below 644.1: confirmed")
+    # A node with no figure before has no floor to be judged by.
+    unknown = replace(straggler, node="n9")
+    assert confirm([unknown], before, pd.DataFrame([_figure("n9", 1.0)]), gemm.METRICS, limits)[0].detail.endswith(
+        "no figure (not confirmed)"
+    )
 
 
 def test_each_listed_collective_and_the_pair_matrix_need_their_rows() -> None:

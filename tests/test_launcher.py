@@ -18,7 +18,8 @@ import pytest
 from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, ProbeSettings, Profile
 from cluster_accept.remote.detached import parse_poll, poll_script
 from cluster_accept.remote.result import NodeStatus
-from cluster_accept.tasks.launcher import THREAD_PREFIX, launch_group, launch_groups
+from cluster_accept.tasks import launcher
+from cluster_accept.tasks.launcher import POLL_S, THREAD_PREFIX, launch_group, launch_groups
 from tests.processes import processes_matching
 
 pytestmark = pytest.mark.pure
@@ -157,6 +158,40 @@ def test_hung_ranks_are_killed_at_the_node_side_timeout(tmp_path: Path, tmpdir_e
     assert timed_out, run.ranks
     assert all(run.ranks[n].result.exit_code in (124, 137) for n in timed_out)  # type: ignore[union-attr]
     assert processes_matching("--tag catest5") == []
+    assert list(tmpdir_env.iterdir()) == []
+
+
+def test_ranks_are_looked_at_quickly_only_once_the_whole_run_has_started(
+    tmp_path: Path, tmpdir_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run cannot end before its last rank starts: its started ranks wait at the poll interval meanwhile (quick
+    looks at every started rank while thousands of others start crowd out those starts), then are looked at soon."""
+    python = standin(tmp_path / "python", tmp_path / "barrier")
+    nodes = [local_node("early", python), local_node("late", python)]
+    late_start = 1.6 * POLL_S
+    polls: list[tuple[str, float]] = []
+    real_start, real_poll = launcher.start_rank, launcher.poll_rank
+
+    def slow_start(sessions: object, node: Node, *rest: object) -> object:
+        if node.name == "late":
+            time.sleep(late_start)
+        return real_start(sessions, node, *rest)  # type: ignore[arg-type]
+
+    def counted_poll(sessions: object, node: Node, *rest: object) -> object:
+        polls.append((node.name, time.monotonic()))
+        return real_poll(sessions, node, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launcher, "start_rank", slow_start)
+    monkeypatch.setattr(launcher, "poll_rank", counted_poll)
+    began = time.monotonic()
+    run = launch_group(nodes, tag="catest7", concurrency=2)
+
+    assert run.ok, run.detail
+    while_starting = [at for name, at in polls if name == "early" and at - began < late_start]
+    # At the interval: one look at most (quick looks from 0.25 s, doubling, would have been three).
+    assert len(while_starting) <= 1, polls
+    assert any(name == "late" for name, _ in polls)  # the late rank's end was seen by a poll, with the other's
+    assert processes_matching("--tag catest7") == []
     assert list(tmpdir_env.iterdir()) == []
 
 
