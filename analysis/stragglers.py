@@ -36,21 +36,21 @@ def _floors(before: pd.DataFrame) -> Callable[[str, str, Thresholds], float | No
     """``floor(node, metric, limits)``: the median of the node's peers (same profile) less ``straggler_pct``.
 
     Each median is taken once: one pass over every figure per straggler row made confirming cost rows × N."""
-    has_profile = "profile" in before.columns
-    keys = ["metric", "profile"] if has_profile else ["metric"]
+    if before.empty:
+        return lambda node, metric, limits: None
+    if "profile" not in before.columns:
+        before = before.assign(profile="")  # one profile: every figure a peer, as probe_verdicts.judge reads them
     medians = {
-        (key if isinstance(key, tuple) else (key,)): statistics.median(float(v) for v in group["value"])
-        for key, group in before.groupby(keys, sort=False, dropna=False)
-    } if not before.empty else {}  # fmt: skip
-    profile_of = before.drop_duplicates("node").set_index("node")["profile"].to_dict() if has_profile else {}
-    nodes = set(before["node"]) if not before.empty else set()
-    mine = set(zip(before["node"], before["metric"], strict=True)) if not before.empty else set()
+        key: statistics.median(float(v) for v in group["value"])
+        for key, group in before.groupby(["metric", "profile"], sort=False, dropna=False)
+    }
+    profile_of = before.drop_duplicates("node").set_index("node")["profile"].to_dict()
+    measured = set(zip(before["node"], before["metric"], strict=True))
 
     def floor(node: str, metric: str, limits: Thresholds) -> float | None:
-        if node not in nodes or (node, metric) not in mine:
+        if (node, metric) not in measured:
             return None
-        median = medians[(metric, profile_of[node]) if has_profile else (metric,)]
-        return median * (1 - limits.straggler_pct / 100)
+        return medians[(metric, profile_of[node])] * (1 - limits.straggler_pct / 100)
 
     return floor
 
