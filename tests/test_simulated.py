@@ -139,3 +139,39 @@ def test_a_missing_recording_and_stages_it_cannot_answer_are_refused(tmp_path: P
     refuse_unresolved_auto(inventory, ["preflight", "single-node", "multi-node"])
     with pytest.raises(ValueError, match="answers preflight, single-node, multi-node, bisect only, not burn"):
         refuse_unresolved_auto(inventory, ["preflight", "burn"])
+
+
+def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_straggler_rows(tmp_path: Path) -> None:
+    """Several stragglers re-measured (nodes that run the same probes again are judged together): each slow
+    node's straggler rows stay as judged, confirmed on its own new figures; no healthy node has one."""
+    from cluster_accept.flows.progress import Silent
+    from cluster_accept.tasks.checkpoints import Checkpoints
+    from cluster_accept.tasks.outputs import RunDir
+    from cluster_accept.tasks.single_node import (
+        confirm_stragglers,
+        evaluate_single_node,
+        probes_of_stage,
+        run_probes_on_node,
+    )
+    from cluster_accept.tasks.stage import RunState
+
+    path = _inventory(tmp_path, "gpu0003: slow, gpu0007: slow")
+    text = path.read_text()
+    path.write_text(text.replace("straggler_pct: 90", "straggler_pct: 25"))  # slow: figures halved
+    assert path.read_text() != text
+    inventory = load_inventory(path)
+    probes = probes_of_stage()
+    outcomes = [run_probes_on_node(node, False, probes) for node in inventory.tested]
+    rows, measurements = evaluate_single_node("sim", inventory, outcomes, False, probes)
+    run_dir = RunDir(tmp_path / "runs", "sim-run")
+    run_dir.path.mkdir(parents=True)
+    state = RunState(run_dir, inventory, Checkpoints(run_dir.path), Silent())
+
+    judged = confirm_stragglers(state, probes, rows, measurements)
+
+    stragglers = [(before, after) for before, after in zip(rows, judged, strict=True) if after.reason == "straggler"]
+    assert {r.node for _, r in stragglers} == {"gpu0003", "gpu0007"}, [(r.node, r.item) for _, r in stragglers]
+    for before, after in stragglers:  # kept as judged (a warning under this profile's relative_verdict), confirmed
+        assert after.status is before.status and "still below" in after.detail, after.detail
+        assert after.detail.startswith(before.detail) and after.detail.endswith(": confirmed"), after.detail
+    assert not [r for r in judged if r.reason == "straggler_unconfirmed"]
