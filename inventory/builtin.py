@@ -12,10 +12,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cluster_accept.inventory.gpus import AUTO, BY_KEY, model_for_name, profile_data, unknown_model_help
+from cluster_accept.inventory.gpus import AUTO, BY_KEY, MODELS, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.model import Profile
+from cluster_accept.inventory.quoting import quoted
+from cluster_accept.inventory.threshold_needs import BASE, INHERITED
 
 NVLINK_THRESHOLD = "allreduce_intra_busbw_gbps_min"
+AUTO_PICKS = "the built-in profile auto picks"  # how a problem names the base of an auto profile
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -36,18 +39,27 @@ def _without_nvlink_figures(base_data: dict[str, Any]) -> dict[str, Any]:
     return trimmed
 
 
-def merged_profile(base_data: dict[str, Any], own: Profile) -> Profile:
+def merged_profile(base_data: dict[str, Any], own: Profile, base: str = "the base") -> Profile:
     """``own``'s keys (only those it sets) over ``base_data``; raises ValueError when the result is not a
     valid profile (naming the problem). A profile that says its nodes have no NVLink (``nvlink: null`` or
     ``links_per_gpu: 0``) drops what the base derived from NVLink unless it sets those keys itself. Blocks
-    with required keys (``nvlink``, ``pcie``) are written whole."""
+    with required keys (``nvlink``, ``pcie``) are written whole. ``base`` names the base in a problem with a
+    threshold taken from it, so that the operator knows where a key they never wrote comes from."""
     over = own.model_dump(exclude_unset=True, exclude={"base"})
     if "nvlink" in over and (own.nvlink is None or own.nvlink.links_per_gpu == 0):
         base_data = _without_nvlink_figures(base_data)
+    inherited = frozenset(base_data.get("thresholds", {})) - frozenset(over.get("thresholds", {}))
     try:
-        return Profile.model_validate(_deep_merge(base_data, over))
+        return Profile.model_validate(_deep_merge(base_data, over), context={BASE: base, INHERITED: inherited})
     except ValidationError as exc:
-        raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+        raise ValueError("; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())) from exc
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    """``key.path: message``; a problem of the whole profile (its thresholds against its probes) has no key.
+    The ``Value error, `` pydantic puts before a validator's own message says nothing here."""
+    message = message.removeprefix("Value error, ")
+    return f"{'.'.join(map(str, loc))}: {message}" if loc else message
 
 
 def is_auto(profile: Profile) -> bool:
@@ -59,14 +71,32 @@ def builtin_names() -> list[str]:
 
 
 def with_base(profile: Profile) -> Profile:
-    """``profile`` over its named built-in base; an ``auto`` profile stays as it is (resolved in preflight).
-    Raises ValueError for a base that is not built in."""
-    if profile.base is None or is_auto(profile):
+    """``profile`` over its named built-in base; an ``auto`` profile stays as it is (resolved in preflight), once
+    it is known to be valid over every built-in profile it may pick. Raises ValueError for a base that is not
+    built in, or a profile not valid over its base."""
+    if profile.base is None:
+        return profile
+    if is_auto(profile):
+        _valid_over_every_model(profile)
         return profile
     model = BY_KEY.get(profile.base)
     if model is None:
-        raise ValueError(f"base {profile.base!r} is not a built-in profile (built-in: {', '.join(builtin_names())})")
-    return merged_profile(profile_data(model), profile)
+        known = ", ".join(builtin_names())
+        raise ValueError(f"base {quoted(profile.base)} is not a built-in profile (built-in: {known})")
+    return merged_profile(profile_data(model), profile, f"base {model.key}")
+
+
+def _valid_over_every_model(own: Profile) -> None:
+    """Raises ValueError when ``own`` is not a valid profile over some built-in one ``auto`` may pick: every
+    node of that model would fail preflight for it, after the inventory was accepted (a CPU-probed profile under
+    GPU thresholds, one GPU under an all-reduce minimum). Whether a threshold can be measured depends on the
+    profile's own probes and GPU count (a built-in profile sets no probe device, and a GPU count of 4 or more
+    where it sets one), not on which model brings the threshold: the thresholds of every model together stand
+    for each of them, and a problem names each key once."""
+    brought: dict[str, Any] = {}
+    for model in MODELS:
+        brought.update(profile_data(model)["thresholds"])
+    merged_profile({"thresholds": brought}, own, AUTO_PICKS)
 
 
 def builtin_profile(name: str) -> Profile | None:
@@ -99,6 +129,6 @@ def resolve_auto(own: Profile, gpu_names: list[str]) -> AutoChoice:
     if model is None:
         return AutoChoice(own, None, names, unknown_model_help(names[0]))
     try:
-        return AutoChoice(merged_profile(profile_data(model), own), model.key, names)
+        return AutoChoice(merged_profile(profile_data(model), own, f"base {model.key}"), model.key, names)
     except ValueError as exc:
         return AutoChoice(own, model.key, names, f"the profile's keys over {model.key} are not valid: {exc}")

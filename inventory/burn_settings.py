@@ -13,10 +13,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MIN_SAMPLES = 8  # fewer samples than this over a burn cannot tell its first part from its last
+# The limits that judge the sustained load (not the silent-data check or DCGM, which run without it).
+LOAD_LIMITS = ("throughput_drop_max_pct", "clock_drop_max_pct")
 
 
 class BurnSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # .inf and NaN are no setting
 
     minutes: Annotated[float, Field(ge=0, le=1440)] = Field(
         default=10.0, description="sustained load per node in acceptance (full) and in the burn suite; 0: none"
@@ -67,4 +69,16 @@ class BurnSettings(BaseModel):
                     f"burn.{key} {minutes:g} gives fewer than {MIN_SAMPLES} samples at sample_interval_s "
                     f"{self.sample_interval_s:g}: burn longer or sample more often"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _load_limits_need_the_load(self) -> BurnSettings:
+        """A drop limit judges the sustained load: one written for a burn that never loads the GPUs would judge
+        nothing on every node, while the operator reads it as a promise."""
+        written = [key for key in LOAD_LIMITS if key in self.model_fields_set]
+        if written and self.minutes == 0 and self.light_minutes == 0:
+            raise ValueError(
+                f"burn.{', burn.'.join(written)} judge the sustained load, and burn.minutes and burn.light_minutes "
+                "are 0: it never runs; leave them out, or burn for some minutes"
+            )
         return self

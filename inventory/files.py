@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Node
+from cluster_accept.inventory.quoting import quoted
 
 _BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----")
 _OPENSSH_BODY = re.compile(
@@ -102,4 +103,4 @@ def ssh_file_problems(nodes: Iterable[Node]) -> list[str]:
             problem = known_hosts_problem(Path(ssh.known_hosts).expanduser(), ssh.host_key_policy)
             if problem:
                 users.setdefault(("known_hosts", ssh.known_hosts, problem), []).append(node.name)
-    return [f"ssh.{key} {path!r} ({fold(names)}): {problem}" for (key, path, problem), names in users.items()]
+    return [f"ssh.{key} {quoted(path)} ({fold(names)}): {problem}" for (key, path, problem), names in users.items()]

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
+from cluster_accept.inventory.quoting import cut, quoted
+
 # A node name is a host name: letters, digits, dots, dashes and underscores. Anything else in an inventory
 # (a ';', a '$(', a space, a leading '-' that ssh would read as an option) is a typo or an attack.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
@@ -51,23 +53,24 @@ def expand(expression: str) -> list[str]:
     if not text:
         raise HostlistError("empty hostlist expression")
     if any(ch.isspace() for ch in text):
-        raise HostlistError(f"whitespace inside hostlist expression {expression!r}")
-    too_many = f"hostlist expression {expression!r} names more than {MAX_NODES} nodes"
+        raise HostlistError(f"whitespace inside hostlist expression {quoted(expression)}")
+    too_many = f"hostlist expression {quoted(expression)} names more than {MAX_NODES} nodes"
     if _span(text) > MAX_NODES:
         raise HostlistError(too_many)
     try:
         nodes = NodeSet(text, resolver=RESOLVER_NOGROUP)
     except (NodeSetException, ValueError, TypeError) as exc:
-        raise HostlistError(f"bad hostlist expression {expression!r}: {exc}") from exc
+        raise HostlistError(f"bad hostlist expression {quoted(expression)}: {cut(str(exc))}") from exc
     if len(nodes) > MAX_NODES:  # node[1-1000]-[1-1000]: small ranges, a large product
         raise HostlistError(too_many)
     names = list(nodes)
     if not names:
-        raise HostlistError(f"hostlist expression {expression!r} names no node")
+        raise HostlistError(f"hostlist expression {quoted(expression)} names no node")
     for name in names:
         if not _NODE_NAME.match(name):
             raise HostlistError(
-                f"{name!r} (from {expression!r}) is not a valid node name: use letters, digits, '.', '-', '_'"
+                f"{quoted(name)} (from {quoted(expression)}) is not a valid node name: use letters, digits, '.', "
+                "'-', '_'"
             )
     return names
 

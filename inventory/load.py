@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import reprlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,15 +30,13 @@ from cluster_accept.inventory.model import (
     Node,
     Profile,
 )
+from cluster_accept.inventory.quoting import cut, cut_quotes, quoted
 from cluster_accept.inventory.simulation_settings import SimulatedAs, simulated_as
 from cluster_accept.inventory.slurm_settings import slurm_names
 
 # A profile looked up as profiles/NAME.yaml: a plain file name, so that '../x' or an over-long name is not a path.
 _PROFILE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-# The offending value, quoted in a problem line: bounded, since a YAML alias can make it enormous to print.
-_QUOTE = reprlib.Repr()
-_QUOTE.maxlevel, _QUOTE.maxstring, _QUOTE.maxother = 3, 200, 200
 
 
 class InventoryError(Exception):
@@ -68,7 +65,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
         except TypeError:  # a list or mapping as a key: construct_mapping reports it with its position
             break
         if duplicate:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"key {quoted(key)} given twice", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -85,8 +82,11 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
             # pydantic names the union branch it tried (e.g. 'str', 'MinVersion'); that is not a key.
             if part in {"str", "MinVersion", "function-after", "constrained-float", "constrained-int"}:
                 continue
+            if part == "[key]":  # the mapping key itself is refused, not its value
+                text += part
+                continue
             if not _PLAIN_KEY.fullmatch(part):  # '', 'a: b', 'a\nb': quoted, so the line still names the key
-                part = repr(part)
+                part = quoted(part)
             text += f".{part}" if text else part
     return text or "(top level)"
 
@@ -102,8 +102,10 @@ def _describe(errors: list[Any], prefix: str = "") -> list[str]:
             line = f"{path}: unknown key (typo? see inventory/examples/contract.yaml for the keys)"
         elif err["type"] == "missing":
             line = f"{path}: required key is missing"
+        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):
+            line = f"{path}: {err['msg']}"  # a block's own rule (its keys together): the message names them
         else:
-            line = f"{path}: {err['msg']} (got {_QUOTE.repr(err.get('input'))[:300]})"
+            line = f"{path}: {err['msg']} (got {quoted(err.get('input'))})"
         if line not in seen:
             seen.add(line)
             problems.append(line)
@@ -120,13 +122,14 @@ def _read_yaml(path: Path, source: str) -> Any:
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise InventoryError(source, [f"not valid YAML: {exc}"]) from exc
+        raise InventoryError(source, [f"not valid YAML: {cut_quotes(str(exc))}"]) from exc
     except RecursionError as exc:
         raise InventoryError(source, ["not valid YAML: nested too deeply"]) from exc
     except (ValueError, TypeError, LookupError, AttributeError) as exc:
         # how PyYAML's constructors fail on a value they cannot build: a date like 2001-02-30, an int of over 4300
         # digits, '!!bool x', '!!int ""', '!!timestamp x'
-        raise InventoryError(source, [f"not valid YAML: a value cannot be read ({type(exc).__name__}: {exc})"]) from exc
+        said = f"{type(exc).__name__}: {cut(str(exc))}"
+        raise InventoryError(source, [f"not valid YAML: a value cannot be read ({said})"]) from exc
 
 
 def _load_profile_file(path: Path) -> Profile:
@@ -162,7 +165,7 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
         try:
             profiles[name] = with_base(profile)
         except ValueError as exc:
-            problems.append(f"{key}: profile {name!r}: {exc}")
+            problems.append(f"{key}: profile {quoted(name)}: {exc}")
             return None
         return profiles[name]
 
@@ -172,7 +175,7 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
         if name in parsed.profiles:
             return None  # its base was refused: reported under profiles.NAME
         if not _PROFILE_FILE_NAME.fullmatch(name):
-            problems.append(f"{key}: profile {name!r} is not defined under 'profiles' (and is not a file name)")
+            problems.append(f"{key}: profile {quoted(name)} is not defined under 'profiles' (and is not a file name)")
             return None
         candidate = path.parent / "profiles" / f"{name}.yaml"
         if candidate.is_file():
@@ -188,13 +191,13 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
             profiles[name] = builtin
             return builtin
         problems.append(
-            f"{key}: profile {name!r} is not defined under 'profiles' nor in profiles/{name}.yaml, and is not "
+            f"{key}: profile {quoted(name)} is not defined under 'profiles' nor in profiles/{name}.yaml, and is not "
             f"built in ({', '.join(builtin_names())})"
         )
         return None
 
     for name, own in parsed.profiles.items():
-        based(name, own, f"profiles.{name}")
+        based(name, own, _key_path(("profiles", name)))
     if not parsed.nodes:
         problems.append("nodes: empty list; at least one node entry is required")
 
@@ -215,7 +218,8 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
             break
         if entry.address is not None and len(names) > 1:
             problems.append(
-                f"{key}.address: one address given for {len(names)} nodes ({entry.hosts}); give each node its own entry"
+                f"{key}.address: one address given for {len(names)} nodes ({cut(entry.hosts)}); give each node its "
+                "own entry"
             )
         if entry.address is not None and not entry.address.strip():
             problems.append(f"{key}.address: empty address")

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.probe_settings import (  # noqa: F401 - part of the profile model
@@ -21,13 +30,20 @@ from cluster_accept.inventory.probe_settings import (  # noqa: F401 - part of th
     Rail,
     busbw_threshold,
 )
+from cluster_accept.inventory.quoting import one_line, quoted
 from cluster_accept.inventory.shapes import PRESETS, ModelShape, default_preset
 from cluster_accept.inventory.simulation_settings import SimulatedAs, SimulationSettings
 from cluster_accept.inventory.slurm_settings import SlurmSettings
+from cluster_accept.inventory.threshold_needs import threshold_problems
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A minimum of .inf is one no node reaches, NaN compares false with every figure: a number is finite or refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# A name the reports and terminals print: the cluster, a profile, a label's key and value.
+Name = Annotated[StrictStr, AfterValidator(one_line)]
 
 
 PositiveSeconds = Annotated[float, Field(gt=0, le=86400)]
@@ -69,8 +85,8 @@ class SshSettings(_Strict):
     def _user_is_a_login(cls, user: str | None) -> str | None:
         if user is not None and not _USER.fullmatch(user):
             raise ValueError(
-                f"{user!r} is not a login name: letters, digits, '.', '_', '-', '@' (a trailing '$'), not starting "
-                "with '-', at most 64 characters"
+                f"{quoted(user)} is not a login name: letters, digits, '.', '_', '-', '@' (a trailing '$'), not "
+                "starting with '-', at most 64 characters"
             )
         return user
 
@@ -93,15 +109,15 @@ def parse_jump(jump: str) -> tuple[str | None, str, int | None]:
     several ':', has no port)."""
     user, _, hostport = jump.rpartition("@")
     if "@" in jump and not user:
-        raise ValueError(f"jump host {jump!r}: empty user before '@'")
+        raise ValueError(f"jump host {quoted(jump)}: empty user before '@'")
     host, port = hostport, None
     if hostport.count(":") == 1:
         host, port_text = hostport.split(":")
         if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-            raise ValueError(f"jump host {jump!r}: port {port_text!r} is not a number from 1 to 65535")
+            raise ValueError(f"jump host {quoted(jump)}: port {quoted(port_text)} is not a number from 1 to 65535")
         port = int(port_text)
     if not host:
-        raise ValueError(f"jump host {jump!r}: no host name")
+        raise ValueError(f"jump host {quoted(jump)}: no host name")
     return user or None, host, port
 
 
@@ -267,47 +283,19 @@ class Profile(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _collective_thresholds_need_their_collective(self) -> Profile:
-        measured = set(self.probes.collectives)
-        named = [
-            busbw_threshold(op, scope)
-            for op in get_args(ExtraCollective)
-            if op not in measured
-            for scope in ("intra", "inter")
-            if getattr(self.thresholds, busbw_threshold(op, scope)) is not None
-        ]
-        if named:
-            raise ValueError(f"thresholds {', '.join(named)} name a collective not in probes.collectives")
-        if self.probes.nccl_tests_all_reduce:
-            named = [
-                busbw_threshold(op, "intra")
-                for op in get_args(ExtraCollective)
-                if getattr(self.thresholds, busbw_threshold(op, "intra")) is not None
-            ]
-            if named:
-                raise ValueError(
-                    f"thresholds {', '.join(named)}: probes.nccl_tests_all_reduce measures all-reduce only inside "
-                    "the node; leave them out or drop nccl_tests_all_reduce"
-                )
-        if self.thresholds.gpu_pair_copy_gbps_min is not None and not self.probes.gpu_pairs:
-            raise ValueError("thresholds gpu_pair_copy_gbps_min needs probes.gpu_pairs: true")
-        if self.thresholds.rail_busbw_gbps_min is not None and not self.probes.rails:
-            raise ValueError("thresholds rail_busbw_gbps_min needs probes.rails")
-        return self
-
-    @model_validator(mode="after")
-    def _training_thresholds_need_training(self) -> Profile:
-        if not self.training.enabled:
-            named = [k for k, v in self.thresholds.model_dump().items() if k.startswith("training_") and v is not None]
-            if named:
-                raise ValueError(f"thresholds {', '.join(named)} need the training probe: training.enabled is false")
+    def _thresholds_can_be_measured(self, info: ValidationInfo) -> Profile:
+        """A threshold no probe of this profile measures would reject every node, or be skipped on every one,
+        after the whole run: refused now (:mod:`inventory.threshold_needs`), every key at once."""
+        problems = threshold_problems(self, info.context)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 
 class DefaultsFile(_Strict):
     profile: StrictStr | None = None
     ssh: SshSettings = SshSettings()
-    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    labels: dict[Name, Name] = Field(default_factory=dict)
 
 
 class NodeEntryFile(_Strict):
@@ -317,7 +305,7 @@ class NodeEntryFile(_Strict):
     )
     profile: StrictStr | None = None
     ssh: SshSettings = SshSettings()
-    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    labels: dict[Name, Name] = Field(default_factory=dict)
 
     @field_validator("address")
     @classmethod
@@ -328,11 +316,11 @@ class NodeEntryFile(_Strict):
 
 
 class InventoryFile(_Strict):
-    cluster: StrictStr
+    cluster: Name
     defaults: DefaultsFile = DefaultsFile()
     nodes: list[NodeEntryFile]
     exclude: list[StrictStr] = Field(default_factory=list)
-    profiles: dict[StrictStr, Profile] = Field(default_factory=dict)
+    profiles: dict[Name, Profile] = Field(default_factory=dict)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     simulation: SimulationSettings | None = Field(default=None, description="scale work: simulated nodes")
 

@@ -12,13 +12,14 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
+from cluster_accept.inventory.quoting import quoted
 from cluster_accept.inventory.slurm_settings import SrunSettings
 
 ALLOCATION_MARGIN_S = 180  # an allocation outlives its longest run by this: port step, start-up, kill grace
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # .inf and NaN are no setting
 
 
 class ExpectedTransport(_Strict):
@@ -59,7 +60,7 @@ class Rail(_Strict):
     @classmethod
     def _one_word(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:=^-]{1,64}", value):
-            raise ValueError(f"{value!r} is not an interface or HCA name (letters, digits, '_', '.', ':', '-')")
+            raise ValueError(f"{quoted(value)} is not an interface or HCA name (letters, digits, '_', '.', ':', '-')")
         return value
 
 

@@ -16,11 +16,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from cluster_accept.inventory.quoting import cut, quoted
+
 SLOW = "slow"
 
 
 class SimulationSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # .inf and NaN are no setting
 
     recording: StrictStr = Field(description="recorded node outputs (JSON), relative to the inventory file")
     faults: dict[StrictStr, StrictStr] = Field(
@@ -52,7 +54,7 @@ def recording_variants(path: Path) -> set[str]:
         data = json.loads(path.read_text(encoding="utf-8"))
         return set(data["variants"]) | set(data.get("launches", {}))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"simulation.recording {path}: not a readable recording ({exc})") from None
+        raise ValueError(f"simulation.recording {cut(str(path))}: not a readable recording ({cut(str(exc))})") from None
 
 
 def simulated_as(
@@ -71,15 +73,16 @@ def simulated_as(
     problems: list[str] = []
     variant_of: dict[str, str] = {}
     known = set(names)
-    for expression, variant in settings.faults.items():
+    for written, variant in settings.faults.items():
+        expression = cut(written)  # the key, as its problems name it
         try:
-            planted = expand(expression)
+            planted = expand(written)
         except HostlistError as exc:
             problems.append(f"simulation.faults.{expression}: {exc}")
             continue
         if variant not in variants:
             problems.append(
-                f"simulation.faults.{expression}: {variant!r} is not a variant of the recording "
+                f"simulation.faults.{expression}: {quoted(variant)} is not a variant of the recording "
                 f"({', '.join(sorted(variants))})"
             )
         strangers = [n for n in planted if n not in known]

@@ -18,13 +18,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
+from cluster_accept.inventory.quoting import quoted
+
 # What Slurm accepts in a NodeName (no spaces, commas or brackets: those are hostlist syntax).
 SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _OPTION_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+@-]{0,127}")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # .inf and NaN are no setting
 
 
 class NodeNameRule(_Strict):
@@ -45,11 +47,11 @@ class NodeNameRule(_Strict):
             try:
                 pattern = re.compile(self.match)
             except re.error as exc:
-                raise ValueError(f"match {self.match!r} is not a regular expression: {exc}") from None
+                raise ValueError(f"match {quoted(self.match)} is not a regular expression: {exc}") from None
             try:
                 pattern.sub(str(self.replace), "")
             except (re.error, IndexError) as exc:
-                raise ValueError(f"replace {self.replace!r}: {exc}") from None
+                raise ValueError(f"replace {quoted(self.replace)}: {exc}") from None
         return self
 
     def name_for(self, node: str, labels: Mapping[str, str]) -> str:
@@ -58,7 +60,7 @@ class NodeNameRule(_Strict):
             return labels.get(self.label, node)
         found = re.fullmatch(str(self.match), node)
         if found is None:
-            raise ValueError(f"does not match {self.match!r}")
+            raise ValueError(f"does not match {quoted(self.match)}")
         return found.expand(str(self.replace))
 
 
@@ -84,7 +86,7 @@ def slurm_names(
             problems.append(f"slurm.node_names: node {node} {exc}")
             continue
         if not SLURM_NAME.fullmatch(name):
-            problems.append(f"slurm.node_names: node {node} maps to {name!r}, not a Slurm node name")
+            problems.append(f"slurm.node_names: node {node} maps to {quoted(name)}, not a Slurm node name")
             continue
         names[node] = name
     owners: dict[str, list[str]] = {}
@@ -121,7 +123,7 @@ class SrunSettings(_Strict):
     @classmethod
     def _one_word(cls, value: str | None) -> str | None:
         if value is not None and not _OPTION_VALUE.fullmatch(value):
-            raise ValueError(f"{value!r}: one word of letters, digits, '.', '_', ':', '+', '@', '-'")
+            raise ValueError(f"{quoted(value)}: one word of letters, digits, '.', '_', ':', '+', '@', '-'")
         return value
 
     @field_validator("srun_args")
@@ -129,5 +131,5 @@ class SrunSettings(_Strict):
     def _options_only(cls, args: list[str]) -> list[str]:
         bad = [a for a in args if not a.startswith("-") or "\n" in a]
         if bad:
-            raise ValueError(f"{', '.join(map(repr, bad))}: srun_args holds options only (each starting with '-')")
+            raise ValueError(f"{', '.join(map(quoted, bad))}: srun_args holds options only (each starting with '-')")
         return args
