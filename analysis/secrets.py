@@ -19,24 +19,37 @@ second line of defence, applied where node output enters stored rows. It masks:
   regular expression over the upper-cased name, so that the node-side awk of ``checks.nccl_env`` applies the very
   same rule;
 - **by shape**, whatever the name and wherever the text holds it: the password of a URL
-  (``postgres://user:***@host/db``); tokens with a well-known prefix and a realistic length, the prefix kept
-  (``ghp_***``): GitHub (``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``), GitLab (``glpat-``), Slack
-  (``xoxa- xoxb- xoxp- xoxr- xoxs-``), AWS access key ids (``AKIA``/``ASIA`` and 16 upper-case letters or
-  digits), Hugging Face (``hf_``), OpenAI-style keys (``sk-`` and 32 or more characters with a digit), Stripe
-  live keys, npm and PyPI tokens, Google API keys and JSON Web Tokens (``eyJ….eyJ….…``); private-key blocks
-  (``-----BEGIN … PRIVATE KEY-----`` to its END line, the markers kept), whole: a block cut off before its END
-  line is masked to the end of the text, one whose BEGIN line was cut off from the start of its base64 lines.
+  (``postgres://user:***@host/db``), whatever it holds (``/`` as base64 has it, ``@``, ``:``): it runs to the
+  last ``@`` of the URL's whitespace-free token, or of its quoted string when a quote opens the URL; tokens with a
+  well-known prefix and a realistic length, the prefix kept (``ghp_***``): GitHub (``ghp_ gho_ ghu_ ghs_ ghr_
+  github_pat_``), GitLab (``glpat-``), Slack (``xoxa- xoxb- xoxp- xoxr- xoxs-``), AWS access key ids
+  (``AKIA``/``ASIA`` and 16 upper-case letters or digits), Hugging Face (``hf_``), OpenAI-style keys
+  (``sk-proj-``, ``sk-svcacct-``, ``sk-admin-`` and ``sk-ant-`` with 20 or more characters; ``sk-`` and 32 or
+  more with a digit, or with upper and lower case mixed in one hyphen-free part of 12 or more: a long hyphenated
+  word is no key), Stripe live keys, npm and PyPI tokens, Google API keys and JSON Web Tokens
+  (``eyJ….eyJ….…``); private-key blocks (``-----BEGIN … PRIVATE KEY-----`` to its END line, the markers kept),
+  whole: a block cut off before its END line is masked to the end of the text, one whose BEGIN line was cut off
+  from the start of its base64 lines;
+- **in command lines and headers**: curl's password (``-u user:***``, ``-uuser:***``, ``--user user:***``,
+  ``--proxy-user``, ``-U``; not a numeric ``uid:gid`` as ``docker run -u 1000:1000`` takes it); the value of a
+  secret-named option given after a space (``--password ***``, ``--hf-token ***``; not the usage line's own
+  metavar, ``[--token TOKEN]``); ``sshpass -p ***`` and ``docker login … -p ***`` (podman, nerdctl, buildah,
+  skopeo, oras, helm registry); ``mysql … -p***`` (attached, as mysql takes it: ``-p`` alone asks); a ``.netrc``
+  password (``machine h login u password ***``); ``Bearer ***`` (16 or more token characters with a digit or
+  mixed case) and ``Basic ***`` (base64 of ``user:password``). The option's or scheme's word stays.
 
 Every pattern runs in time linear in the text (node output may be long and hostile).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from cluster_accept.analysis.text import keep_head, keep_tail
+from cluster_accept.analysis.text import keep_head, keep_tail, truncation_note
 
 MASK = "***"
 _WORDS = "TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|AUTH|AUTHORIZATION"
@@ -54,8 +67,15 @@ _LINE_END = re.compile(r"[\r\n]")
 _NOT_A_VALUE = re.compile(r"(?:\*+|<[a-z]+>)(?: \([a-z]+\))?")
 _QUOTED = re.compile(r"'[^'\r\n]*'|\"[^\"\r\n]*\"")  # how checks quote a value in a detail: repr()
 
-# A URL's password: ``scheme://user:password@``, up to the last ``@`` before a path, a space or a quote.
-_URL_PASSWORD = re.compile(r"(?<=[A-Za-z0-9+.-])(?P<user>://[^\s:/@\"'<>]*:)(?P<password>[^\s/\"'<>]+)@")
+# A URL up to the ``:`` that ends its user; the user may hold an ``@`` (``https://me@corp.com:pw@host``). Its
+# password is found by :func:`_mask_url_passwords`: a regex scanning each ``://`` to the end of its token would be
+# quadratic in a long token holding many of them.
+_URL_USER = re.compile(r"://(?<=[A-Za-z0-9+.-]://)[^\s:/\"'<>]*:")
+_SPACE = re.compile(r"\s")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_SCHEME_MAX = 64  # a longer run before ``://`` is not looked through for an opening quote
+# The quote that closes a quoted URL: not one escaped inside it (JSON's ``\"``).
+_CLOSING = {'"': re.compile(r'(?<!\\)"'), "'": re.compile(r"(?<!\\)'")}
 # (prefix kept, the rest): the prefix alone is not a secret and tells the operator what was there.
 _TOKENS = (
     ("github_pat_", r"[A-Za-z0-9_]{22,}"),
@@ -64,7 +84,8 @@ _TOKENS = (
     ("xox[abprs]-", r"[A-Za-z0-9-]{10,}"),
     ("A(?:KI|SI)A", r"[A-Z0-9]{16}(?![A-Za-z0-9])"),
     ("hf_", r"[A-Za-z0-9]{30,}"),
-    ("sk-", r"[A-Za-z0-9_-]{32,}"),  # only with a digit in it (see _mask_token)
+    ("sk-(?:proj|svcacct|admin|ant)-", r"[A-Za-z0-9_-]{20,}"),
+    ("sk-", r"[A-Za-z0-9_-]{32,}"),  # only when it looks random (see _mask_token)
     ("[rs]k_live_", r"[A-Za-z0-9]{24,}"),
     ("npm_", r"[A-Za-z0-9]{36,}"),
     ("pypi-", r"AgE[A-Za-z0-9_-]{50,}"),
@@ -95,9 +116,18 @@ def _maskable(value: str) -> bool:
 def _mask_token(match: re.Match[str]) -> str:
     prefix = next(group for group in match.groups() if group is not None)
     token = match.group(0)
-    if prefix == "sk-" and not any(c.isdigit() for c in token):
+    if prefix == "sk-" and not _looks_random(token[3:]):
         return token  # a long hyphenated word, not a key
     return prefix + MASK
+
+
+def _looks_random(word: str) -> bool:
+    """A digit, or upper and lower case mixed in one hyphen-free part of 12 or more characters: what tells a key
+    (``sk-AbCdEf…``) from a long hyphenated word (``sk-only-letters-in-a-long-name``) or prose."""
+    if any(c.isdigit() for c in word):
+        return True
+    parts = word.split("-")
+    return any(len(p) >= 12 and not p.islower() and not p.isupper() and p.lower() != p.upper() for p in parts)
 
 
 def _body_start(text: str, floor: int, end: int) -> int:
@@ -130,13 +160,129 @@ def _mask_private_keys(text: str) -> str:
     return "".join(parts)
 
 
+def _opening_quote(text: str, at: int, floor: int) -> str:
+    """The quote just before the scheme of a URL whose ``://`` is at ``at`` (looking back no further than
+    ``floor``); empty when the URL is not quoted."""
+    start = at
+    while start > floor and at - start < _SCHEME_MAX and text[start - 1] in _SCHEME_CHARS:
+        start -= 1
+    return text[start - 1] if start > floor and text[start - 1] in _CLOSING else ""
+
+
+def _mask_url_passwords(text: str) -> str:
+    """Every URL password masked, whatever characters it holds (``/`` of base64, ``@``, ``:``).
+
+    A password runs from its user's ``:`` to the last ``@`` before the host, and nothing tells that ``@`` from
+    one in a path: so it runs to the last ``@`` of the URL's whitespace-free token, or of its quoted string when
+    a quote opens the URL. Masking too much of one token beats leaving a piece of a password. Each token is
+    looked through once: linear, however many URLs one token holds."""
+    parts: list[str] = []
+    copied = pos = token_end = 0
+    while (head := _URL_USER.search(text, pos)) is not None:
+        start = head.end()
+        if start > token_end:
+            space = _SPACE.search(text, start)
+            token_end = space.start() if space is not None else len(text)
+        end = token_end
+        quote = _opening_quote(text, head.start(), pos)
+        if quote and (closing := _CLOSING[quote].search(text, start, token_end)) is not None:
+            end = closing.start()
+        at = text.rfind("@", start, end)
+        if at > start:
+            parts += [text[copied:start], MASK]
+            copied = at
+        pos = end  # no URL before ``end`` has an ``@`` after its user that is not masked now
+    parts.append(text[copied:])
+    return "".join(parts)
+
+
+def _basic_credentials(value: str) -> bool:
+    """Whether ``value`` is base64 of ``user:password`` (``Basic`` alone is a common word)."""
+    try:
+        decoded = base64.b64decode(value, validate=True).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError are both ValueErrors
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
+def _credential(match: re.Match[str]) -> bool:
+    """``-u user:password``, but not a numeric ``uid:gid`` (``docker run -u 1000:1000``)."""
+    return not (match.group("user").isdigit() and match.group("value").isdigit())
+
+
+def _secret_option(match: re.Match[str]) -> bool:
+    """``--password VALUE`` for a secret name, but not the usage line's own metavar (``[--token TOKEN]``)."""
+    name = match.group("name")
+    metavar = match.group("value").rstrip("]),") in (name.upper().replace("-", "_"), "TEXT", "STRING", "VALUE")
+    return is_secret_name(name) and not metavar
+
+
+def _auth_scheme(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    if match.group("bearer") is not None:
+        return len(value) >= 16 and _looks_random(value)
+    return _basic_credentials(value)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Where a command line or a header holds a secret: group ``value`` of ``pattern`` is masked when ``judge``
+    agrees; ``hints`` are substrings without which ``pattern`` cannot match (most text skips it at C speed)."""
+
+    hints: tuple[str, ...]
+    pattern: re.Pattern[str]
+    judge: Callable[[re.Match[str]], bool] = lambda match: True
+
+
+_LOGINS = r"(?:sshpass|(?:docker|podman|nerdctl|buildah|skopeo|oras|helm(?:[ \t]+registry)?)[ \t]+login)"
+_MYSQL = r"(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mariadb)"
+_GAP = r"[ \t](?:[^\r\n]{0,200}?[ \t])??"  # other options before ``-p``: bounded, so linear however many per line
+_SHAPES = (
+    _Shape(  # curl's -u / --user / --proxy-user (-U), attached or not, the pair quoted or not
+        ("-u", "-U", "--user", "--proxy-user"),
+        re.compile(
+            r"-(?<![\w-]-)(?:u|U|-user|-proxy-user)(?:=|[ \t]*)(?:(?P<dq>\")|(?P<sq>'))?(?P<user>[^\s:\"'()]*):"
+            r"(?P<value>(?(dq)[^\"\r\n]*|(?(sq)[^'\r\n]*|\S+)))"  # to the closing quote, or the line's end
+        ),
+        _credential,
+    ),
+    _Shape(("--",), re.compile(r"--(?<![\w-]--)(?P<name>[A-Za-z][\w-]*)[ \t]+(?P<value>[^\s-]\S*)"), _secret_option),
+    _Shape(("sshpass", "login"), re.compile(rf"(?<![\w-]){_LOGINS}{_GAP}-p[ \t]*(?P<value>[^\s-]\S*)")),
+    _Shape(("mysql", "mariadb"), re.compile(rf"(?<![\w-]){_MYSQL}{_GAP}-p(?P<value>[^\s-]\S*)")),
+    _Shape(
+        ("password",),
+        re.compile(r"(?<![\w-])(?:machine\s+\S+|default)(?:\s+login\s+\S+)?\s+password\s+(?P<value>\S+)"),
+    ),
+    _Shape(
+        ("earer", "asic"),
+        re.compile(r"(?<![\w-])(?:(?P<bearer>[Bb]earer)|[Bb]asic)[ \t]+(?P<value>[A-Za-z0-9._~+/-]+=*)"),
+        _auth_scheme,
+    ),
+)
+
+
+def _mask_shape(text: str, shape: _Shape) -> str:
+    def replace(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        if not _maskable(match.group("value")) or not shape.judge(match):
+            return whole
+        start, end = match.start("value") - match.start(), match.end("value") - match.start()
+        return whole[:start] + MASK + whole[end:]
+
+    return shape.pattern.sub(replace, text) if any(hint in text for hint in shape.hints) else text
+
+
 def mask_shapes(text: str) -> str:
-    """``text`` with private-key blocks, URL passwords and well-known tokens masked, whatever their names."""
+    """``text`` with private-key blocks, URL passwords, well-known tokens and the secrets of command lines and
+    headers masked, whatever their names."""
     if "PRIVATE KEY" in text:
         text = _mask_private_keys(text)
     if "://" in text:
-        text = _URL_PASSWORD.sub(lambda m: f"{m.group('user')}{MASK}@", text)
-    return _TOKEN.sub(_mask_token, text)
+        text = _mask_url_passwords(text)
+    text = _TOKEN.sub(_mask_token, text)
+    for shape in _SHAPES:
+        text = _mask_shape(text, shape)
+    return text
 
 
 def mask_secrets(text: str) -> str:
@@ -168,6 +314,15 @@ def masked_head(text: str, limit: int) -> str:
 def masked_tail(text: str, limit: int) -> str:
     """The end of ``text`` as evidence keeps it: masked first, then cut (see :func:`masked_head`)."""
     return keep_tail(mask_secrets(text), limit)
+
+
+def masked_quote(text: str, limit: int = 200) -> str:
+    """A piece of node text quoted in a message (``unexpected line '…'``) as Python writes it: masked first, then
+    cut to its first ``limit`` characters, the cut said on a line of its own (as :func:`keep_head` says it)."""
+    masked = mask_secrets(text)
+    if len(masked) <= limit:
+        return repr(masked)
+    return f"{masked[:limit]!r}\n… {truncation_note(limit, len(masked), 'first')}"
 
 
 def mask_value(name: str, value: str) -> str:

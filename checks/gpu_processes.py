@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cluster_accept.analysis.secrets import masked_head
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
@@ -79,9 +80,9 @@ def parse(stdout: str, exit_code: int | None = 0) -> GpuProcesses:
         cells = [c.strip() for c in line.split(",")]
         pid = small_int(cells[1]) if len(cells) == 4 else None
         if pid is not None and cells[0].startswith(("GPU-", "MIG-")):
-            apps.append(ComputeApp(uuids.get(cells[0]), pid, cells[2][:200], cells[3][:20]))
+            apps.append(ComputeApp(uuids.get(cells[0]), pid, masked_head(cells[2], 200), masked_head(cells[3], 20)))
     if not uuids:  # nvidia-smi missing or listing no GPU: gpu_count and driver say which
-        said = " ".join(sections.get("### gpus", [])).strip()[:300] or "nvidia-smi listed no GPU"
+        said = masked_head(" ".join(sections.get("### gpus", [])).strip(), 300) or "nvidia-smi listed no GPU"
         return GpuProcesses(failure=said, raw=stdout)
     return GpuProcesses(len(uuids), apps, raw=stdout)
 
@@ -107,7 +108,7 @@ def busy_row(gpu: int | None, pid: int | None, name: str, memory_mib: object, wh
         "compute_apps",
         Status.FAIL,
         "busy",
-        f"{who}{name[:200]} ({memory_mib} MiB)",
+        f"{who}{name} ({memory_mib} MiB)",
         "no other process",
         when,
         gpu,

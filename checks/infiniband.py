@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cluster_accept.analysis.secrets import masked_quote
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import InfinibandSpec, Profile
@@ -122,7 +123,7 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
             continue
         match = _PORT_LINE.match(line)
         if match is None:
-            return IbPorts(error=f"unexpected port line {line[:200]!r}", raw=stdout)
+            return IbPorts(error=f"unexpected port line {masked_quote(line)}", raw=stdout)
         ports.append(
             IbPort(
                 match.group("device"),

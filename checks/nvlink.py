@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cluster_accept.analysis.secrets import masked_quote
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
@@ -112,11 +113,11 @@ def _blocks(text: str, what: str, read_line: Callable[[_Block, str], bool]) -> d
                 raise _Unreadable(f"GPU {index} listed twice in {what}")
             current = blocks[index] = _Block(index, gpu.group(2))
         elif current is None:
-            raise _Unreadable(f"unexpected line before the first GPU in {what}: {line.strip()[:80]!r}")
+            raise _Unreadable(f"unexpected line before the first GPU in {what}: {masked_quote(line.strip(), 80)}")
         elif _ALL_INACTIVE in line.lower():
             current.all_inactive = True
         elif not read_line(current, line):
-            raise _Unreadable(f"unexpected line in {what} for GPU {current.index}: {line.strip()[:80]!r}")
+            raise _Unreadable(f"unexpected line in {what} for GPU {current.index}: {masked_quote(line.strip(), 80)}")
     return blocks
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from cluster_accept.analysis.secrets import masked_quote
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import Action, Reason
 
@@ -238,7 +239,7 @@ class GpuQuery:
         """(answered names, missing fields, refused fields) from a fallback mark line, or what is wrong with it."""
         match = re.fullmatch(re.escape(FALLBACK_MARK) + r" refused=(\S*) fields=(\S+)", mark.strip())
         if match is None:
-            return f"unexpected fallback line {mark[:200]!r}"
+            return f"unexpected fallback line {masked_quote(mark)}"
         refused = tuple(r for r in match.group(1).split(",") if r in self.older)
         asked = match.group(2).split(",")
         answered: dict[str, str] = {}
@@ -250,9 +251,9 @@ class GpuQuery:
             elif name in self.older and older is None:
                 missing.append(name)
             else:
-                return f"fallback fields {match.group(2)[:200]!r} do not match {','.join(self.fields)}"
+                return f"fallback fields {masked_quote(match.group(2))} do not match {','.join(self.fields)}"
         if len(answered) != len(asked):
-            return f"fallback fields {match.group(2)[:200]!r} do not match {','.join(self.fields)}"
+            return f"fallback fields {masked_quote(match.group(2))} do not match {','.join(self.fields)}"
         return answered, tuple(missing), refused
 
     def read(self, stdout: str, exit_code: int | None) -> QueryAnswer:

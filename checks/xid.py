@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from cluster_accept.analysis.secrets import masked_quote
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -193,7 +194,7 @@ def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
             elif line == "### done":
                 done = True
             elif line.strip():
-                return reads, f"unexpected line outside a source section: {line[:200]!r}"
+                return reads, f"unexpected line outside a source section: {masked_quote(line)}"
             continue
         rc_match, counts = _RC.match(line), _COUNTS.match(line)
         if rc_match:
@@ -204,7 +205,7 @@ def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
         elif not line.startswith("### "):
             shown.append(line)
         else:
-            return reads, f"unexpected marker {line[:200]!r} in the {name} section"
+            return reads, f"unexpected marker {masked_quote(line)} in the {name} section"
     if name is not None or not done:
         return reads, "output truncated before the end of the kernel log sections"
     if not reads:

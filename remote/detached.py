@@ -19,6 +19,7 @@ import shlex
 import tempfile
 from dataclasses import dataclass
 
+from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.batch import KILL_GRACE_S, command_timeout, env_prefix
 from cluster_accept.remote.fanout import NodeSession
@@ -31,6 +32,10 @@ START_WAIT_S = 10  # how long the start-up waits for the wrapper to report its p
 STOP_TRIES = 10  # kill rounds in one stop poll, 0.2 s apart: a process forked while we kill is caught next round
 START_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 60.0  # a poll is a few shell builtins; collecting an ended command's log takes longest
+# Of what a failed start-up or poll printed, in the rank's detail: masked whole, then cut (masked_tail), so that a
+# secret straddling the cut cannot survive as a piece the mask no longer recognises.
+START_ERROR_CHARS = 500
+POLL_ERROR_CHARS = 300
 _STARTED = re.compile(r"^started (\d{1,10})$")
 _ENDED = re.compile(r"^ended (\d{1,3}|none)$")
 
@@ -160,7 +165,7 @@ def start_detached(
     pid = parse_started(code, out)
     if pid is not None:
         return pid
-    return (err.strip() or out.strip())[-500:] or f"exit {code}"
+    return masked_tail(err.strip() or out.strip(), START_ERROR_CHARS) or f"exit {code}"
 
 
 def poll_detached(
@@ -174,4 +179,6 @@ def poll_detached(
     parsed = parse_poll(code, out, err)
     if parsed is not None:
         return parsed
-    return "no answer in time" if timed_out else (err.strip()[-300:] or f"the poll exited {code}")
+    if timed_out:
+        return "no answer in time"
+    return masked_tail(err.strip(), POLL_ERROR_CHARS) or f"the poll exited {code}"

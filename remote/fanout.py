@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Protocol
 
+from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
 from cluster_accept.remote.local import run_local
@@ -30,6 +31,7 @@ from cluster_accept.remote.result import (
 from cluster_accept.remote.ssh import Unreachable, open_session
 
 DEFAULT_CONCURRENCY = 64
+ERROR_TAIL_CHARS = 500  # of a failed batch's stderr in its node's detail: masked whole, then cut (masked_tail)
 
 
 class NodeSession(Protocol):
@@ -94,7 +96,8 @@ def run_batch(session: NodeSession, node: Node, commands: Sequence[RemoteCommand
                 result.timed_out = True
         return BatchOutcome(NodeStatus.OK, "the batch hit the client-side timeout", results)
     if exit_code != 0 or any(r.exit_code is None for r in results):
-        return BatchOutcome(NodeStatus.ERROR, f"batch exited {exit_code}: {stderr.strip()[-500:]}", results)
+        said = masked_tail(stderr.strip(), ERROR_TAIL_CHARS)
+        return BatchOutcome(NodeStatus.ERROR, f"batch exited {exit_code}: {said}", results)
     return BatchOutcome(NodeStatus.OK, "", results)
 
 

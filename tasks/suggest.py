@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_accept.analysis.secrets import masked_head
 from cluster_accept.analysis.suggest import CHECKS, suggest_profile
 from cluster_accept.checks.base import Check, discover
 from cluster_accept.inventory.model import Inventory, Node
@@ -61,7 +62,7 @@ def read_cluster(
     for name, result in results.items():
         cause = unread_cause(result)
         if cause is not None:
-            reading.unread[name] = " ".join(cause.split())[:300]
+            reading.unread[name] = masked_head(" ".join(cause.split()), 300)
         else:
             reading.models[name] = parse_node_result(result, checks).models  # a parser that raised: no value
     return reading

@@ -221,7 +221,7 @@ KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQS3KR1T\nAAAAC3NzaC1lZDI1NT
         ),
         ("id AKIAS3KR1TAWS0000007 and ASIAS3KR1TAWS0000008.", "id AKIA*** and ASIA***."),
         (f"[{HF}]", "[hf_***]"),
-        ("key sk-proj-S3KR1Topenai0123456789abcdefghijkl_-xyz", "key sk-***"),
+        ("key sk-proj-S3KR1Topenai0123456789abcdefghijkl_-xyz", "key sk-proj-***"),
         ("sk_live_S3KR1Tstripe0123456789abc rk_live_S3KR1Tstripe0123456789abc", "sk_live_*** rk_live_***"),
         ("npm_S3KR1Tnpm0123456789abcdefghijklmnopq", "npm_***"),
         ("AIzaS3KR1Tgoogle0123456789abcdefghijklm", "AIza***"),
