@@ -32,7 +32,7 @@ from cluster_accept.analysis.schemas import (
 )
 from cluster_accept.checks.reasons import Reason, ReasonCatalog, catalog
 from cluster_accept.flows import progress
-from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
+from cluster_accept.flows.finish import NothingToTest, ReportContext, RunOutcome, finish, refuse_nothing_to_test
 from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.load import as_local, load_inventory, select_nodes
@@ -65,6 +65,7 @@ TABLES = {
     "training_scaling": (TRAINING_SCALING, lambda state: state.tables.get("training_scaling", [])),
 }
 __all__ = [
+    "NothingToTest",
     "ResumeError",
     "RunLocked",
     "RunOutcome",
@@ -296,10 +297,12 @@ SIMULATED_STAGES = ("preflight", "single-node", "multi-node", "bisect")
 
 
 def refuse_unresolved_auto(inventory: Inventory, stages: list[str]) -> None:
-    """``profile: auto`` is resolved from the GPU model preflight reads: without preflight there is no profile
+    """The refusals of a selection before anything runs. No node to test (:func:`refuse_nothing_to_test`).
+    ``profile: auto`` is resolved from the GPU model preflight reads: without preflight there is no profile
     to judge by, and the nodes would be probed against nothing. A simulated inventory runs only the stages its
     recording answers (no burn), and multi-node runs only as the recording's all-reduce (no training, rails or
     other collectives between nodes)."""
+    refuse_nothing_to_test(inventory)
     simulated = [n for n in inventory.tested if n.simulated is not None]
     wanted = stages or ["bisect"]
     beyond = [s for s in wanted if s not in SIMULATED_STAGES]

@@ -1,8 +1,9 @@
 """The ``cluster-accept`` command line.
 
 Exit codes (:mod:`flows.exits`): 0 every tested node accepted; 1 any node rejected or unreachable; 2 a usage
-or inventory error (printed without a traceback, naming the file and the key); 3 the tool itself failed (one
-line on stderr, the traceback in ``OUT/cluster-accept-errors.log``).
+or inventory error (printed without a traceback, naming the file and the key), or no node to test (every
+selected node excluded); 3 the tool itself failed (one line on stderr, the traceback in
+``OUT/cluster-accept-errors.log``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from rich.text import Text
 
 from cluster_accept.analysis.text import visible
 from cluster_accept.flows import testbed_commands
-from cluster_accept.flows.exits import TOOL_FAILURE, USAGE_ERROR, failure_line, log_failure
+from cluster_accept.flows.exits import (
+    TOOL_FAILURE,
+    USAGE_ERROR,
+    failure_line,
+    keep_run_tracebacks_off_the_console,
+    log_failure,
+)
 from cluster_accept.flows.exits import inventory_error as _inventory_error
 from cluster_accept.flows.exits import say as _say
 from cluster_accept.flows.orphans import mark_controller, reap_orphans
@@ -85,7 +92,7 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
 
 def _run(request: RunRequest) -> int:
     from cluster_accept.flows import progress
-    from cluster_accept.flows.acceptance import ResumeError, RunLocked
+    from cluster_accept.flows.acceptance import NothingToTest, ResumeError, RunLocked
     from cluster_accept.flows.outcome_text import print_outcome
 
     try:
@@ -101,6 +108,7 @@ def _run(request: RunRequest) -> int:
     except (ValueError, HostlistError) as exc:
         _say(f"error: {exc}")
         return USAGE_ERROR
+    keep_run_tracebacks_off_the_console()
     bars = progress.StageBars(out)
     try:
         with progress.use(bars):
@@ -108,6 +116,9 @@ def _run(request: RunRequest) -> int:
     except RunLocked as exc:
         _say(f"error: {exc}")
         return TOOL_FAILURE
+    except NothingToTest as exc:  # the inventory changed between the check and the run
+        _say(f"error: {exc}")
+        return USAGE_ERROR
     except OSError as exc:  # the disk filled up or went read-only mid-run: what completed is on disk
         log = log_failure(exc, request.out_dir)
         _say(
@@ -251,6 +262,7 @@ def bisect_command(
         raise _inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
+    keep_run_tracebacks_off_the_console()
     outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir), history=history)
     print_outcome(outcome)
     raise typer.Exit(outcome.exit_code)

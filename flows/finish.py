@@ -1,7 +1,8 @@
 """The end of a run, once its stages are done: verdicts, the run's row, the history, the report, Prefect's
 artifacts and the operations (summary, Prometheus file, Slurm), each a short step of its own.
 
-``run.json``'s ``ended`` is the mark of a finished run: written last, then the checkpoints can go.
+``run.json``'s ``ended`` is the mark of a finished run: written last, then the checkpoints can go. A run's exit
+code is its outcome's; a run with no node to test is refused before it starts (:func:`refuse_nothing_to_test`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, 
 from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.flows.artifacts import publish
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.model import Inventory
 from cluster_accept.probes.base import Probe
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.render import ReportData, build_context, render
@@ -26,6 +29,21 @@ from cluster_accept.tasks.slurm import SlurmPlan
 from cluster_accept.tasks.stage import RunState
 
 TOOL_FAILURE = 3  # the exit code of a run the tool itself failed in (cli: one line, the traceback in a log)
+NOTHING_TESTED = 2  # exits.USAGE_ERROR: a run that tested no node was asked for nothing to test
+
+
+class NothingToTest(ValueError):
+    """The selection leaves no node to test: a usage error (exit 2), like any other refusal before a run."""
+
+
+def refuse_nothing_to_test(inventory: Inventory) -> None:
+    """A run over no node accepts nothing, yet would end without a rejection: a scheduled check whose
+    ``exclude`` (or ``--nodes``) leaves nothing to test would look healthy for ever, so it is refused."""
+    if inventory.tested:
+        return
+    excluded = [n.name for n in inventory.excluded]
+    said = f"every selected node is excluded in the inventory ({fold(excluded)})" if excluded else "none is selected"
+    raise NothingToTest(f"no node to test: {said}")
 
 
 @dataclass
@@ -36,11 +54,20 @@ class RunOutcome:
     slurm: SlurmPlan = field(default_factory=SlurmPlan)
 
     @property
+    def tested(self) -> bool:
+        """Whether any node was tested (every verdict ``skipped``: the selection was all excluded nodes)."""
+        return any(v.verdict != Verdict.SKIPPED for v in self.verdicts)
+
+    @property
     def exit_code(self) -> int:
-        """3 when the tool failed on any node (the run's word is incomplete: that outranks a rejection), 1 when a
-        node is not accepted, 0 when every tested node is."""
+        """3 when the tool failed on any node (the run's word is incomplete: that outranks a rejection), 2 when no
+        node was tested (0 says "accepted", and nothing was), 1 when a node is not accepted, 0 when every tested
+        node is. Runs are refused before they start when nothing is to be tested; a run resumed from an older
+        ``run.json`` can still get here."""
         if any(v.verdict == Verdict.TOOL_ERROR for v in self.verdicts):
             return TOOL_FAILURE
+        if not self.tested:
+            return NOTHING_TESTED
         return 1 if any(v.verdict in NOT_ACCEPTED for v in self.verdicts) else 0
 
     def count(self, verdict: Verdict) -> int:

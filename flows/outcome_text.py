@@ -36,6 +36,8 @@ def print_outcome(outcome: RunOutcome) -> None:
         highlight=False,
     )
     out.print(f"report: {outcome.run_dir / 'report.html'}", highlight=False, soft_wrap=True)
+    if not outcome.tested:
+        _say("error: no node was tested (every node is excluded in the inventory): nothing is accepted")
     failed_on = [v.node for v in outcome.verdicts if v.verdict == Verdict.TOOL_ERROR]
     if failed_on:
         said = f"error: cluster-accept failed on the controller for {fold(failed_on)} (tool:internal_error): "

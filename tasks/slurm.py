@@ -11,11 +11,14 @@ in the plan, never silently skipped.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
@@ -52,6 +55,8 @@ class SlurmNode:
 
     @property
     def drained_by_us(self) -> bool:
+        """Slurm's own reason field begins with our prefix: a reason that only quotes one (an administrator's
+        ``vendor hold, was cluster-accept: ...``) is the administrator's."""
         return self.drained and self.reason.startswith(REASON_PREFIX)
 
 
@@ -63,27 +68,97 @@ class SlurmPlan:
     kept: list[tuple[str, str]] = field(default_factory=list)  # (node, why) drained by us, passing, not resumed
 
 
-_FIELD = re.compile(r"(?:^|\s)(\w+)=")
+# ``scontrol show node -o``: the fields Slurm prints after the reason (``Comment=``, ``Extra=`` ...), and the
+# ``[user@time]`` stamp it appends to the reason's first line (its time made standard by SLURM_TIME_FORMAT).
+_AFTER_REASON = re.compile(r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+_STAMP = re.compile(r" \[[^\s\[\]@]+@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\]")
+_SHOW_ENV = {"SLURM_TIME_FORMAT": "standard"}
+
+
+def _reason_in_line(line: str) -> str:
+    """The reason of one ``scontrol show node -o`` line, as Slurm wrote it.
+
+    Slurm prints the reason after every field that has a value of its own choosing (CPU, memory, state, boot
+    times, TRES, power) and before the administrators' other free text (``Comment=``, ``Extra=``): its
+    *first* `` Reason=`` is the field, and whatever looks like a field inside the reason text (an administrator
+    quoting an old ``Reason=cluster-accept: ...``) is part of the value. The value ends at Slurm's
+    ``[user@time]`` stamp; without one, at the next field Slurm prints after it, or the line's end."""
+    start = line.find(" Reason=")
+    if start < 0:
+        return ""
+    rest = line[start + len(" Reason=") :]
+    end = _STAMP.search(rest) or _AFTER_REASON.search(rest)
+    return (rest[: end.start()] if end else rest).rstrip()
 
 
 def parse_show_nodes(text: str) -> dict[str, SlurmNode]:
-    """``scontrol show node -o``: one line per node, ``Key=value`` fields; ``Reason`` may hold spaces and
-    ends before the next field or at Slurm's ``[user@time]`` stamp."""
+    """``scontrol show node -o``: one line per node, ``NodeName=`` first; ``State`` and the reason read where
+    Slurm prints them (:func:`_reason_in_line`), never by splitting the line at every ``key=``."""
     nodes: dict[str, SlurmNode] = {}
     for line in text.splitlines():
-        marks = [(m.group(1), m.start(1), m.end()) for m in _FIELD.finditer(line)]
-        values: dict[str, str] = {}
-        for i, (key, _, end) in enumerate(marks):
-            stop = marks[i + 1][1] if i + 1 < len(marks) else len(line)
-            values[key] = line[end:stop].strip()
-        name = values.get("NodeName")
-        if not name:
+        if not line.startswith("NodeName="):
             continue
-        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", values.get("Reason", ""))
-        state = values.get("State", "").split()
-        node = name.split()[0]
-        nodes[node] = SlurmNode(node, state[0] if state else "", reason)
+        name = line[len("NodeName=") :].split(" ", 1)[0]
+        state = re.search(r" State=(\S+)", line)
+        if name:
+            nodes[name] = SlurmNode(name, state.group(1) if state else "", _reason_in_line(line))
     return nodes
+
+
+def parse_json_nodes(text: str) -> dict[str, SlurmNode] | None:
+    """Slurm's JSON node list: ``scontrol --json show node`` (23.02 and later: ``state`` a list of flags,
+    ``["IDLE", "DRAIN"]``) or ``sinfo --json`` of 21.08 to 22.05 (``state`` a word, the flags in
+    ``state_flags``). The reason is a field of its own: nothing to parse. None when the text is not such a list
+    (a later ``sinfo --json`` lists partitions' summaries instead)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    listed = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(n, dict) and isinstance(n.get("name"), str) for n in listed):
+        return None
+    nodes: dict[str, SlurmNode] = {}
+    for node in listed:
+        state = node.get("state")
+        flags = [state] if isinstance(state, str) else list(state or [])
+        flags += [f for f in node.get("state_flags") or [] if f not in flags]
+        name = node["name"]
+        nodes[name] = SlurmNode(name, "+".join(str(f).upper() for f in flags), str(node.get("reason") or ""))
+    return nodes
+
+
+def _show(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **_SHOW_ENV})
+
+
+def _json_nodes(argv: list[str]) -> dict[str, SlurmNode] | None:
+    """The nodes as ``argv`` gives them in JSON; None when it cannot (no such option or program)."""
+    try:
+        shown = _show(argv)
+    except OSError:
+        return None
+    return parse_json_nodes(shown.stdout) if shown.returncode == 0 else None
+
+
+def read_nodes(scontrol: str = "scontrol") -> tuple[dict[str, SlurmNode], str]:
+    """Slurm's nodes, and why they could not be read ('' when they were).
+
+    JSON where Slurm gives it, so that the reason is a field and never text to split: ``scontrol --json``
+    (23.02 and later), else ``sinfo --json`` beside that scontrol (21.08 to 22.05; every node, in a partition
+    or not). A Slurm with neither (older, or built without its JSON serializer) is read from ``scontrol show
+    node -o`` (:func:`parse_show_nodes`). A controller that does not answer in time is not asked again."""
+    sinfo = str(Path(scontrol).with_name("sinfo")) if "/" in scontrol else "sinfo"
+    try:
+        for argv in ([scontrol, "--json", "show", "node"], [sinfo, "--json"]):
+            found = _json_nodes(argv)
+            if found is not None:
+                return found, ""
+        shown = _show([scontrol, "show", "node", "-o"])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {}, f"could not run {scontrol} show node: {exc}"
+    if shown.returncode != 0:
+        return {}, f"{scontrol} show node failed (exit {shown.returncode}): {shown.stderr.strip()}"
+    return parse_show_nodes(shown.stdout), ""
 
 
 def drain_codes(reason: str) -> list[str] | None:
@@ -167,13 +242,10 @@ def slurm_step(
     """Ask Slurm for its nodes, plan, and (with ``apply``) run each command; every outcome is data."""
     if not (drain or resume_passing):
         return SlurmPlan()
-    try:
-        shown = subprocess.run([scontrol, "show", "node", "-o"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return SlurmPlan(error=f"could not run {scontrol} show node: {exc}")
-    if shown.returncode != 0:
-        return SlurmPlan(error=f"{scontrol} show node failed (exit {shown.returncode}): {shown.stderr.strip()}")
-    result = plan(verdicts, parse_show_nodes(shown.stdout), run_id, drain, resume_passing, scontrol, names, judged)
+    known, error = read_nodes(scontrol)
+    if error:
+        return SlurmPlan(error=error)
+    result = plan(verdicts, known, run_id, drain, resume_passing, scontrol, names, judged)
     if apply:
         for action in result.actions:
             try:

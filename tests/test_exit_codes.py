@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.flows.acceptance import recorded_options, restored_options
 from cluster_accept.flows.exits import ERROR_LOG
+from cluster_accept.flows.finish import RunOutcome
 from cluster_accept.flows.orphans import MARK, SERVER_APP, reap_orphans
 from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.outputs import hold_run
@@ -40,6 +42,63 @@ def test_prefect_api_that_does_not_answer_is_a_tool_failure(tmp_path: Path, monk
     assert len(lines) == 1 and lines[0].startswith("error: cluster-accept failed (") and ERROR_LOG in lines[0]
     assert "Traceback" not in proc.stderr
     assert "Traceback (most recent call last)" in (out / ERROR_LOG).read_text()
+
+
+def test_a_failure_inside_the_run_is_one_line_without_prefects_traceback(tmp_path: Path) -> None:
+    """A tool failure once the flow runs (its results cannot be written): Prefect logs the flow's exception with
+    its traceback on its console; the terminal gets the CLI's one line, the error log the traceback."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    out = tmp_path / "out"
+    proc = run_cli(
+        "run", "--inventory", str(local_inventory(tmp_path)), "--out", str(out), "--stages", "preflight",
+        "--prometheus", str(blocker / "ca.prom"),
+    )  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 3, said
+    assert "Traceback" not in said and "Encountered exception" not in said, said
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("stopped ")]
+    assert len(lines) == 1 and lines[0].startswith("error: the run could not write its results: "), said
+    assert str(out / ERROR_LOG) in lines[0]
+    log = (out / ERROR_LOG).read_text()
+    assert "Traceback (most recent call last)" in log and "not-a-directory" in log
+
+
+def all_excluded_inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "excluded.yaml"
+    path.write_text(
+        "cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: 'here[1-2]'}, {hosts: there}]\n"
+        "exclude: ['here[1-2]']\nprofiles: {p: {}}\n"
+    )
+    return path
+
+
+def test_a_run_with_no_node_to_test_is_refused(tmp_path: Path) -> None:
+    """Every node excluded, or ``--nodes`` naming only excluded ones: nothing would be tested, and 0 would say
+    "accepted"; exit 2 with one line, before any run directory is made."""
+    inventory = all_excluded_inventory(tmp_path)
+    out = tmp_path / "out"
+    every = tmp_path / "every.yaml"
+    every.write_text(inventory.read_text().replace("exclude: ['here[1-2]']", "exclude: ['here[1-2]', there]"))
+    for path, selection, named in (
+        (inventory, ["--nodes", "here[1-2]"], "here[1-2]"),
+        (inventory, ["--nodes", "here1"], "here1"),
+        (every, [], "here[1-2],there"),
+    ):
+        proc = run_cli("run", "--inventory", str(path), "--out", str(out), *selection, timeout=120, ephemeral=True)
+        lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("stopped ")]
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert lines == [f"error: no node to test: every selected node is excluded in the inventory ({named})"]
+    assert not out.exists()  # refused before anything is written
+
+
+def test_an_outcome_with_every_node_skipped_is_not_accepted() -> None:
+    """A run that tested nothing (resumed from a ``run.json`` older than the refusal) exits 2, never 0."""
+    skipped = VerdictRow("r1", "c", "n1", "p", Verdict.SKIPPED, ["excluded_in_inventory"])
+    assert RunOutcome("r1", Path("r1"), [skipped]).exit_code == 2
+    assert RunOutcome("r1", Path("r1"), []).exit_code == 2
+    accepted = VerdictRow("r1", "c", "n2", "p", Verdict.ACCEPTED)
+    assert RunOutcome("r1", Path("r1"), [skipped, accepted]).exit_code == 0
 
 
 def interrupted_run(out: Path, inventory: Path, run_id: str = "r1") -> Path:

@@ -24,8 +24,10 @@ from cluster_accept.tasks.slurm import (
     SlurmPlan,
     drain_codes,
     drain_reason,
+    parse_json_nodes,
     parse_show_nodes,
     plan,
+    read_nodes,
 )
 
 pytestmark = pytest.mark.pure
@@ -171,6 +173,77 @@ def test_a_node_drained_for_what_this_run_did_not_check_stays_drained() -> None:
         "gpu_count:count_low",
         "ssh:refused",
     ]
+
+
+# ``scontrol show node -o`` as Slurm 22.05.8 prints it (the test-bed's Slurm), fields up to the reason cut
+# short: an administrator quoting one of our old reasons, a reason of two lines followed by a comment that looks
+# like our reason, and ours.
+SLURM_2205 = (
+    "NodeName=node01 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=3.93 "
+    "OS=Linux 6.18.44-fc-v595 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 AllocMem=0 FreeMem=22418 Sockets=2 Boards=1 "
+    "State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu  "
+    "BootTime=2026-11-24T17:53:05 SlurmdStartTime=2026-11-24T20:28:59 LastBusyTime=2026-11-24T20:28:59 "
+    "CfgTRES=cpu=2,mem=1M,billing=2 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+    "ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+    "Reason=vendor hold, was Reason=cluster-accept: ssh:refused (run 1) [root@2026-11-24T20:29:00]\n"
+    "NodeName=node02 Arch=x86_64 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=gpu  CurrentWatts=0 AveWatts=0 "
+    "Reason=two [root@2026-11-24T20:29:00]        lines Comment=a Reason=cluster-accept: x\n"
+    "NodeName=node03 Arch=x86_64 State=MIXED+DRAIN ThreadsPerCore=1 Partitions=gpu  CurrentWatts=0 AveWatts=0 "
+    "Reason=cluster-accept: gpu_count:count_low (run r1) [slurm@2026-11-24T20:29:00] Extra=rack=7\n"
+    "NodeName=node04 Arch=x86_64 State=IDLE ThreadsPerCore=1 Partitions=gpu  CurrentWatts=0 AveWatts=0\n"
+)
+
+
+def test_a_reason_that_quotes_ours_is_the_administrators() -> None:
+    """Slurm's reason field is read where Slurm prints it: ``Reason=`` inside an administrator's text is text,
+    so the node is not ours to resume."""
+    nodes = parse_show_nodes(SLURM_2205)
+    assert nodes["node01"] == SlurmNode(
+        "node01", "IDLE+DRAIN", "vendor hold, was Reason=cluster-accept: ssh:refused (run 1)"
+    )
+    assert nodes["node01"].drained and not nodes["node01"].drained_by_us
+    assert nodes["node02"].reason == "two" and not nodes["node02"].drained_by_us
+    assert nodes["node03"].reason == "cluster-accept: gpu_count:count_low (run r1)" and nodes["node03"].drained_by_us
+    assert nodes["node04"] == SlurmNode("node04", "IDLE", "")
+    verdicts = [verdict(n, Verdict.ACCEPTED) for n in ("node01", "node02", "node03", "node04")]
+    planned = plan(verdicts, nodes, "r2", drain=True, resume_passing=True, judged={"node03": {"gpu_count"}})
+    assert [(a.node, a.action) for a in planned.actions] == [("node03", "resume")]
+
+
+def test_slurms_json_gives_the_reason_as_a_field() -> None:
+    """``scontrol --json show node`` (23.02 and later: state a list) and 22.05's ``sinfo --json`` (state a
+    word, flags beside it) read alike; text that is not Slurm's node list is no answer."""
+    admin = "vendor hold, was Reason=cluster-accept: ssh:refused (run 1)"
+    newer = {"nodes": [{"name": "n1", "state": ["IDLE", "DRAIN"], "reason": admin, "reason_set_by_user": "root"}]}
+    older = {"nodes": [{"name": "n1", "state": "idle", "state_flags": ["DRAIN"], "reason": admin}]}
+    for shown in (newer, older):
+        assert parse_json_nodes(json.dumps(shown)) == {"n1": SlurmNode("n1", "IDLE+DRAIN", admin)}
+    ours = {"nodes": [{"name": "n2", "state": ["IDLE", "DRAIN"], "reason": "cluster-accept: x:y (run r1)"}]}
+    assert parse_json_nodes(json.dumps(ours))["n2"].drained_by_us  # type: ignore[index]
+    summaries = {"sinfo": [{"nodes": {"nodes": ["n1"]}}]}
+    assert parse_json_nodes(json.dumps(summaries)) is None
+    assert parse_json_nodes(json.dumps({"nodes": ["n1"]})) is None and parse_json_nodes("scontrol: error") is None
+
+
+def test_nodes_are_read_from_slurms_json_when_it_has_one(tmp_path: Path) -> None:
+    """22.05's scontrol has no ``--json``: the sinfo beside it answers in JSON; without one, the text is read."""
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --json ]; then echo "scontrol: unrecognized option \'--json\'" >&2; exit 1; fi\n'
+        f"printf '%s' '{SLURM_2205.splitlines()[0]}'\n"
+    )
+    shown = {"nodes": [{"name": "node01", "state": "idle", "state_flags": ["DRAIN"], "reason": "from sinfo"}]}
+    sinfo = tmp_path / "sinfo"
+    sinfo.write_text(f"#!/bin/sh\necho '{json.dumps(shown)}'\n")
+    for program in (scontrol, sinfo):
+        program.chmod(0o755)
+    assert read_nodes(str(scontrol)) == ({"node01": SlurmNode("node01", "IDLE+DRAIN", "from sinfo")}, "")
+    sinfo.unlink()
+    nodes, error = read_nodes(str(scontrol))
+    assert error == "" and nodes["node01"].reason.startswith("vendor hold, was Reason=")
+    nodes, error = read_nodes(str(tmp_path / "missing"))
+    assert nodes == {} and error.startswith(f"could not run {tmp_path / 'missing'} show node")
 
 
 def test_regression_against_the_nodes_own_history() -> None:

@@ -22,7 +22,7 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks import srun
 from cluster_accept.tasks.launcher import launch_group
-from cluster_accept.tasks.slurm import SlurmNode, parse_show_nodes
+from cluster_accept.tasks.slurm import SlurmNode, parse_show_nodes, read_nodes
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed.slurm import node_states
 from tests.processes import ROOT, only_run, run_cli, run_verdicts
@@ -39,7 +39,9 @@ def scontrol(*args: str) -> str:
 
 
 def slurm_nodes() -> dict[str, SlurmNode]:
-    return parse_show_nodes(scontrol("show", "node", "-o"))
+    nodes, error = read_nodes()
+    assert not error, error
+    return nodes
 
 
 def drains() -> dict[str, tuple[bool, str]]:
@@ -56,14 +58,19 @@ def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 180.0) -> 
 
 def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     faults = {"nodes": {"node02": ["gpu_missing"], "node03": ["down"]}}
-    bed = testbed_factory(nodes=4, faults=faults, prefix="csl", subnet="10.254.124.0/24", slurm=True)
+    bed = testbed_factory(nodes=5, faults=faults, prefix="csl", subnet="10.254.124.0/24", slurm=True)
     for key, value in bed.slurm_env.items():
         monkeypatch.setenv(key, value)
     scontrol("update", "nodename=node04", "state=drain", "reason=cluster-accept: gpu_count:count_low (run old)")
     scontrol("update", "nodename=node01", "state=drain", "reason=bad fan, ticket 42")
+    quoting = "vendor hold, was Reason=cluster-accept: ssh:refused (run 1)"  # an administrator quoting our reason
+    scontrol("update", "nodename=node05", "state=drain", f"reason={quoting}")
     before = slurm_nodes()
     marked = drains()
     assert before["node04"].drained_by_us and before["node01"].drained and not before["node01"].drained_by_us
+    assert before["node05"].drained and before["node05"].reason == quoting and not before["node05"].drained_by_us
+    text = parse_show_nodes(scontrol("show", "node", "-o"))  # Slurm 22.05's text, read as the fallback reads it
+    assert text["node05"].reason == quoting and not text["node05"].drained_by_us
     common = ["--inventory", str(bed.inventory_path), "--stages", "preflight"]
 
     dry = run_cli("run", *common, "--out", str(tmp_path / "dry"), "--drain", "--resume-passing")
@@ -84,9 +91,10 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path,
     assert after["node03"].drained and after["node03"].reason == f"cluster-accept: ssh:refused (run {run_id})"
     assert not after["node04"].drained and after["node04"].reason == ""  # ours, passing now: resumed
     assert drains()["node01"] == marked["node01"]  # passes, but an administrator drained it: left alone
+    assert drains()["node05"] == (True, quoting)  # the same: its reason only quotes ours
     wait_for("node04 in service", lambda: node_states(bed.state_dir)["node04"] == "idle", 60)  # idle* until pinged
     states = node_states(bed.state_dir)
-    assert states["node02"] == "drained" and states["node01"] == "drained"
+    assert states["node02"] == "drained" and states["node01"] == "drained" and states["node05"] == "drained"
     reasons = subprocess.run(["sinfo", "-R", "-h", "-o", "%N|%E"], capture_output=True, text=True, check=True)
     assert f"node02|cluster-accept: gpu_count:count_low (run {run_id})" in reasons.stdout.splitlines()
 
