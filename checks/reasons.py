@@ -185,6 +185,14 @@ TOOL_REASONS = declare(
         Action.RERUN,
     ),
     Reason(
+        "run_unattributed",
+        Status.ERROR,
+        "a multi-node run failed and no rank of it can be blamed: every rank hung alike, or each failed only of "
+        "losing another (the detail says what each rank did): the nodes were not judged by it and none is "
+        "rejected for it; rerun, and if it repeats, bisect the group",
+        Action.RERUN,
+    ),
+    Reason(
         "shard_not_finished",
         Status.ERROR,
         "the node's shard of a sharded run (run --shard-by) did not finish on the controller that ran it, or its "

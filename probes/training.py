@@ -133,7 +133,7 @@ def command(node: Node, quick: bool = False) -> str | None:
     return loopback_torchrun(node, ranks_per_node(node), script)
 
 
-SCRIPT = NodeScript(NAME, ("train_step.py",), NAME, command)
+SCRIPT = NodeScript(NAME, ("train_step.py", "allreduce.py"), NAME, command)
 
 
 def model_info(output: ProbeOutput) -> dict[str, Any] | None:

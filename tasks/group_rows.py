@@ -6,15 +6,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cluster_accept.analysis.nccl_log import nccl_transports, transport_matches, why_first
-from cluster_accept.analysis.secrets import masked_tail
+from cluster_accept.analysis.rank_failures import RankEnd, rank_end
+from cluster_accept.analysis.secrets import mask_secrets, masked_tail
+from cluster_accept.analysis.text import keep_head
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.allreduce import UNREADABLE
 from cluster_accept.remote.result import NodeStatus
-from cluster_accept.tasks.launcher import GroupRun
+from cluster_accept.tasks.launcher import GroupRun, RankRun
 from cluster_accept.tasks.rows import tool_error_row
+
+OBSERVED_CHARS = 80  # of how a failed rank ended, in its row's observed column (the whole of it is in the detail)
+LAST_LINES_CHARS = 600  # of a failed rank's last lines in its row's detail
 
 
 def transport_rows(node: Node, log: str, group: str) -> list[CheckRow]:
@@ -40,11 +45,13 @@ def failed_run_rows(
     run: GroupRun, check: str = "allreduce", what: str = "all-reduce"
 ) -> list[tuple[str, CheckRow, str]]:
     """(node, row, evidence) for a sweep run that hung, failed or never started, with what each rank said: a
-    collective that hangs once in acceptance is a finding even when the isolation re-tests pass.
+    collective that fails once in acceptance is a finding even when the isolation re-tests pass.
 
-    When the failure has an evident culprit (a node that became unreachable, or whose session was lost
-    without an exit status: a node that died), only that node carries it; the others are re-tested. A group
-    that never started fails every node with why, so that none is accepted silently."""
+    The node whose rank failed of itself carries the failure, with its rank's evidence (exit status, signal,
+    last lines, masked); its peers were stopped with the run, or failed only of the lost connection, and say so
+    without being rejected for it (:mod:`analysis.rank_failures`). An unreachable node carries its own row.
+    When no rank can be blamed (every rank hung alike, or each failed only of another), no node is rejected:
+    the run is a rerun, said as such on every node. A group that never started fails every node with why."""
     group = fold(run.nodes)
     item = f"inter_node {group}"
     if not run.ranks:
@@ -57,36 +64,98 @@ def failed_run_rows(
         row, raw = tool_error_row(rank.detail)
         said = f"the {what} of {group} could not be judged: the controller failed on {name}'s rank ({row.detail})"
         return [(n, replace(row, item=item, detail=said), raw) for n in run.nodes if n not in unreachable]
-    lost = {
-        name
-        for name, rank in run.ranks.items()
-        if rank.cause is None and (rank.result is None or (rank.result.exit_code is None and not rank.result.timed_out))
-    }
-    # An unreachable node explains the failure (the others were stopped with it); failing that, the nodes
-    # whose sessions were lost, unless every rank was (then nobody stands out).
-    blamed = unreachable or (lost if lost != set(run.ranks) else set())
+    blamed = culprits(run)
+    if not blamed and not unreachable:
+        return _unattributed(run, item, what)
+    named = ", ".join(sorted(blamed) or sorted(unreachable))
     found = []
     for name, rank in run.ranks.items():
-        if name in unreachable or (blamed and name not in blamed):
-            continue  # unreachable: its own row says so; peers of a dead node are not to blame
-        result = rank.result
-        if result is not None and result.timed_out:
-            status, reason, said = Status.TIMEOUT, "collective_timeout", "killed at the probe timeout"
-        elif result is not None and result.ok:
-            status, reason, said = Status.ERROR, "collective_failed", "this rank finished; another did not"
-        else:
-            code = "none" if result is None else result.exit_code
-            status, reason, said = Status.ERROR, "collective_failed", f"exit {code}"
-        if result is not None:
-            why, evidence = why_first(
-                result.stdout + "\n" + result.stderr,
-                masked_tail(result.stdout, 1500) + masked_tail(result.stderr, 500),
-            )
-        else:
-            why, evidence = "", rank.detail
-        detail = "; ".join(p for p in (why, f"{what} of {group} did not complete ({said})", run.detail) if p)
-        found.append((name, CheckRow(check, item, status, reason, said, "completed", detail), evidence))
+        if name in unreachable:
+            continue  # its own row says so
+        if name in blamed:
+            found.append(_blamed_row(name, rank, blamed[name], check, item, what))
+            continue
+        said = f"stopped with the run: {named} failed; {rank.said}"
+        found.append((name, CheckRow(check, item, Status.SKIP, STOPPED.code, "stopped", "completed", said), ""))
     return found
+
+
+def culprits(run: GroupRun) -> dict[str, RankEnd]:
+    """The ranks that failed of themselves, by node, with how: neither complete, nor stopped by the run, nor
+    unreachable (those carry their own row), nor hung (a hang stops every rank alike: none stands out), nor
+    failing only of a peer's loss."""
+    found = {}
+    for name, rank in run.ranks.items():
+        if rank.ok or rank.stopped or rank.cause is not None or rank.status is NodeStatus.TOOL_ERROR:
+            continue
+        result = rank.result
+        if result is None:  # it never ran: its start failed on its node (a refused copy, srun did not start it)
+            found[name] = RankEnd(True, rank.detail or "it did not start")
+        elif not result.timed_out:
+            end = rank_end(result.exit_code, result.stdout + "\n" + result.stderr)
+            if end.own:
+                found[name] = end
+    return found
+
+
+def _blamed_row(
+    name: str, rank: RankRun, end: RankEnd, check: str, item: str, what: str
+) -> tuple[str, CheckRow, str]:
+    """The failed rank's node: its own evidence first (the NCCL line saying why, its last lines), masked."""
+    result = rank.result
+    if result is None:
+        why, evidence = "", rank.detail
+    else:
+        text = result.stdout + "\n" + result.stderr
+        why, evidence = why_first(text, masked_tail(result.stdout, 1500) + masked_tail(result.stderr, 500))
+    last = masked_tail(end.lines, LAST_LINES_CHARS)
+    said = mask_secrets(end.why)
+    failed = f"{name}'s rank failed ({said}); the {what} did not complete"
+    parts = (why, failed, f"its last lines: {last}" if last else "")
+    detail = "; ".join(p for p in parts if p)
+    observed = keep_head(said, OBSERVED_CHARS)
+    return name, CheckRow(check, item, Status.ERROR, "collective_failed", observed, "completed", detail), evidence
+
+
+def _unattributed(run: GroupRun, item: str, what: str) -> list[tuple[str, CheckRow, str]]:
+    """No rank of a failed run can be blamed: every node is left unjudged by it (a rerun), each saying what
+    its rank did, never rejected for it."""
+    ranks = "; ".join(f"{name}: {rank.said}" for name, rank in run.ranks.items())
+    said = f"the {what} of {fold(run.nodes)} did not complete and no rank of it can be blamed ({ranks})"
+    said = mask_secrets(said)
+    row = CheckRow(TOOL_CHECK, item, Status.ERROR, "run_unattributed", None, "completed", said)
+    return [(n, row, "") for n in run.nodes]
+
+
+def teardown_rows(run: GroupRun, check: str) -> list[tuple[str, CheckRow]]:
+    """A warning on each node whose rank finished its work, then did not exit cleanly: the run stands."""
+    rows = []
+    for name, rank in run.ranks.items():
+        if rank.teardown_error and rank.result is not None:
+            code = rank.result.exit_code
+            said = (
+                f"{name}'s rank finished its part of the run (every process said so), then ended with "
+                f"{'no exit status' if code is None else f'exit {code}'}: the run's figures stand"
+            )
+            observed = "stopped" if code is None else f"exit {code}"
+            item = f"inter_node {fold(run.nodes)}"
+            rows.append((name, CheckRow(check, item, Status.WARN, TEARDOWN.code, observed, "exit 0", said)))
+    return rows
+
+
+STOPPED = Reason(
+    "stopped_with_run",
+    Status.SKIP,
+    "another node's rank failed and this one was stopped with the run, or failed only of losing it: not judged "
+    "by this run (the failed node is named; isolation re-tests the rest)",
+)
+TEARDOWN = Reason(
+    "teardown_error",
+    Status.WARN,
+    "the rank finished its work, then exited with an error: the run's figures stand; if it repeats, check the "
+    "node's torch and NCCL versions",
+    Action.RERUN,
+)
 
 
 GROUP_REASONS = {
@@ -104,6 +173,8 @@ GROUP_REASONS = {
             Action.RERUN,
         ),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
+        STOPPED,
+        TEARDOWN,
         Reason(
             "launch_failed",
             Status.ERROR,

@@ -1,9 +1,10 @@
 """Start all-reduces across several nodes: ``torchrun`` on every node of a group at once, over SSH.
 
 The first node hosts the rendezvous (its address, a port it reports free for this run, node ranks in
-order). Every node gets the probe in a private temp directory and runs it under the node-side timeout; the
-first failure anywhere (unreachable node, crash, timeout) stops the run on every node — found by the run's
-tag in the process list and killed — so nothing is left waiting on a rendezvous that will never complete.
+order). Every node gets the probe in a private temp directory and runs it under the node-side timeout; a
+failure anywhere (unreachable node, crash, timeout) stops the run on every node — found by the run's tag in the
+process list and killed, after :data:`FAILURE_GRACE_S` for peers to end of themselves once all started — so
+nothing is left waiting on a rendezvous that will never complete, nor a worker its agent's end left behind.
 Each node's ``NCCL_DEBUG=INFO`` log comes back and names the transport used between nodes.
 
 All ranks of a group must run at once, and a group may have more ranks than the stage has threads
@@ -31,11 +32,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cluster_accept.analysis.nccl_log import nccl_transports
-from cluster_accept.analysis.probe_output import parse_json_lines
-from cluster_accept.analysis.text import keep_head, keep_tail
+from cluster_accept.analysis.rank_failures import rank_done
+from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.batch import batch_timeout
+from cluster_accept.remote.batch import batch_timeout, command_timeout
 from cluster_accept.remote.detached import PollAnswer, poll_detached, tag_pattern
 from cluster_accept.remote.fanout import connect
 from cluster_accept.remote.result import (
@@ -52,8 +52,10 @@ from cluster_accept.tasks.ranks import (
     RankRun,
     free_port,
     poll_rank,
+    refused,
     rendezvous_address,
     start_rank,
+    summarize,
 )
 
 DEFAULT_CONCURRENCY = 64
@@ -69,6 +71,10 @@ THREAD_POLLS_PER_S = 2.0
 # be ~10 polls each, crowding out the starts they wait for.
 FIRST_POLL_S = 0.25
 FOLLOW_S = 0.5  # once a rank has ended well its peers are looked at this soon: ranks end together
+# A rank that failed has peers that fail seconds later, of the lost connection: they are given this long to end
+# of themselves before the run is stopped, so that the failed rank's own end (its signal, its last lines) is read
+# rather than cut short by our stop, and its peers' ends show them as its victims (:mod:`analysis.rank_failures`).
+FAILURE_GRACE_S = 15.0
 STOP_RETRY_S = 3.0  # a rank that outlived a stop (a process forked while we killed) is stopped again
 POLL_MISSES = 3  # polls in a row without an answer (the node connects but does not reply) make it lost
 STOP_GIVE_UP_S = 60.0  # past its deadline a rank that no stop could end is given up on (the node hangs)
@@ -82,6 +88,8 @@ class _Rank:
     command: RemoteCommand
     remote_dir: str = ""
     pid: int = 0
+    started_at: float = math.inf
+    swept: bool = False  # polled with the run's kill pattern: nothing of it is left on its node
     deadline: float = math.inf  # client side: the node-side timeout, its kill grace and a margin after start
     next_poll: float | None = None  # None: not started yet, or ended
     polls: int = 0  # since every rank of the run started
@@ -104,6 +112,8 @@ class _Group:
     stopping: threading.Event = field(default_factory=threading.Event)
     unstarted: int = 0  # ranks whose start has not come back yet
     followed: bool = False  # a rank ended well and its peers were looked at soon (:data:`FOLLOW_S`)
+    failed_at: float | None = None  # a rank failed: the run is stopped at this time plus FAILURE_GRACE_S
+    unswept: list[_Rank] = field(default_factory=list)  # ended badly of themselves: workers may outlive them
 
 
 class _Launcher:
@@ -166,6 +176,11 @@ class _Launcher:
         """Client-side deadlines, then the polls that are due; seconds until the next one (None: no rank left)."""
         live = [(group, rank) for group in groups for rank in group.ranks if rank.live]
         self.interval = max(POLL_S, len(live) / (self.concurrency * THREAD_POLLS_PER_S))
+        for group in groups:
+            if group.failed_at is not None and now >= group.failed_at + FAILURE_GRACE_S:
+                self.stop(group, now)
+            if group.unswept and (group.stopping.is_set() or not any(r.live for r in group.ranks)):
+                self.sweep(group)
         for group, rank in live:
             if now >= rank.deadline + STOP_GIVE_UP_S and not rank.busy:
                 result = CommandResult(rank.command.name, None, "", "", timed_out=True)
@@ -207,6 +222,7 @@ class _Launcher:
             self.end(group, rank, outcome)
         else:
             rank.remote_dir, rank.pid = outcome
+            rank.started_at = now
             rank.deadline = now + batch_timeout([rank.command], rank.node.ssh.command_timeout_s or 120.0)
             rank.next_poll = now if group.stopping.is_set() else now + self.interval
         if group.unstarted == 0 and not group.stopping.is_set():
@@ -224,6 +240,7 @@ class _Launcher:
     ) -> None:
         rank.busy = False
         rank.polls += 1
+        rank.swept = rank.swept or stopped
         now = time.monotonic()
         if isinstance(answer, RankRun):  # the controller failed polling it
             self.end(group, rank, answer)
@@ -248,24 +265,34 @@ class _Launcher:
             self.end(group, rank, self.ended(group, rank, answer))
 
     def ended(self, group: _Group, rank: _Rank, answer: PollAnswer) -> RankRun:
-        """An ended rank as the batch runner reports a command: killed at a timeout (node side: 124/137; client
-        side: no status) is timed out, and stopped with the run is an error without an exit status."""
+        """An ended rank as the batch runner reports a command: killed at a timeout (node side: 124, or 137 once
+        its time was up; client side: no status) is timed out — a 137 before then is a kill on the node, not a
+        timeout. Stopped with the run it has no exit status and says nothing of its node, unless it had
+        finished its work (:attr:`RankRun.completed`): then it is complete."""
         code = answer.exit_code
-        timed_out = code in (124, 137) or (code is None and rank.client_timed_out)
+        limit = command_timeout(rank.command, rank.node.ssh.command_timeout_s or 120.0)
+        killed_late = code == 137 and time.monotonic() - rank.started_at >= limit
+        timed_out = code == 124 or killed_late or (code is None and rank.client_timed_out)
         result = CommandResult(rank.command.name, code, answer.stdout, answer.stderr, timed_out=timed_out)
+        name = rank.node.name
         if code is not None:
-            return RankRun(rank.node.name, NodeStatus.OK, None, "", result)
+            return RankRun(name, NodeStatus.OK, None, "", result)
         if rank.client_timed_out:
-            return RankRun(rank.node.name, NodeStatus.OK, None, "killed at the client-side timeout", result)
-        why = "stopped with the run" if group.stopping.is_set() else "ended without an exit status"
-        said = keep_tail(answer.stderr.strip(), 300)
-        return RankRun(rank.node.name, NodeStatus.ERROR, None, f"{why}: {said}" if said else why, result)
+            return RankRun(name, NodeStatus.OK, None, "killed at the client-side timeout", result)
+        if rank_done(answer.stdout):
+            return RankRun(name, NodeStatus.OK, None, "stopped after it finished its work", result, stopped=True)
+        stopped = group.stopping.is_set()
+        why = "stopped with the run" if stopped else "ended without an exit status (killed on the node)"
+        said = masked_tail(answer.stderr.strip(), 300)
+        return RankRun(name, NodeStatus.ERROR, None, f"{why}: {said}" if said else why, result, stopped=stopped)
 
     def end(self, group: _Group, rank: _Rank, outcome: RankRun) -> None:
         rank.done, rank.next_poll = outcome, None
         now = time.monotonic()
+        if not outcome.ok and rank.pid and not rank.swept:
+            group.unswept.append(rank)
         if not outcome.ok:
-            self.stop(group, now)
+            self.failed(group, outcome, now)
             return
         if group.followed:  # once per run: a walk of every peer at each rank's end made a run of R ranks cost R²
             return
@@ -273,6 +300,19 @@ class _Launcher:
         for peer in group.ranks:
             if peer.live and peer.next_poll is not None:
                 peer.next_poll = min(peer.next_poll, now + FOLLOW_S)
+
+    def failed(self, group: _Group, outcome: RankRun, now: float) -> None:
+        """A rank failed: once every rank has started, its peers get :data:`FAILURE_GRACE_S` to end of
+        themselves (looked at soon), then the run is stopped. A rank that did not start, a node lost and a
+        failure before the whole run started stop it at once: its peers wait at the rendezvous for nobody."""
+        if group.unstarted or outcome.result is None or outcome.cause is not None:
+            self.stop(group, now)
+            return
+        if group.failed_at is None:
+            group.failed_at = now
+            for peer in group.ranks:
+                if peer.live and peer.next_poll is not None:
+                    peer.next_poll = min(peer.next_poll, now + FOLLOW_S)
 
     def stop(self, group: _Group, now: float) -> None:
         """The run cannot complete: every started rank is stopped at its next poll, due now."""
@@ -282,6 +322,16 @@ class _Launcher:
         for rank in group.ranks:
             if rank.live:
                 rank.next_poll = now
+
+    def sweep(self, group: _Group) -> None:
+        """Ranks that ended badly of themselves may leave workers behind: an agent killed at its timeout leaves
+        the workers it started in sessions of their own (a hung one among them), holding their GPUs. Once the
+        run is stopped, or has no rank left, each such rank's node is cleared by the run's kill pattern."""
+        pattern = tag_pattern(group.run.tag)
+        for rank in group.unswept:
+            rank.swept = True
+            self.submit(lambda _: None, poll_rank, self.sessions, rank.node, rank.remote_dir, rank.pid, pattern)
+        group.unswept.clear()
 
     def abandon(self, groups: list[_Group]) -> None:
         """The caller is going away (an error, an interrupt): stop what runs, remove what we can, briefly."""
@@ -300,35 +350,10 @@ def _outcome(group: _Group) -> None:
     """Each rank's record, then what the run measured (:func:`summarize`)."""
     run = group.run
     for rank in group.ranks:
-        run.ranks[rank.node.name] = rank.done or RankRun(rank.node.name, NodeStatus.ERROR, None, "abandoned")
+        abandoned = RankRun(rank.node.name, NodeStatus.ERROR, None, "abandoned", stopped=True)
+        run.ranks[rank.node.name] = rank.done or abandoned
     if group.ranks:  # else no free port: the run never started, its detail says why
         summarize(run, group.nodes, group.job)
-
-
-def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
-    """The figures from the first rank's log, transports from every rank's log, and why a failed run failed
-    (whichever launcher started it)."""
-    first = run.ranks.get(nodes[0].name)
-    if first is not None and first.result is not None:
-        run.measurements, run.stdout = parse_json_lines(first.result.stdout).measurements, first.result.stdout
-    for rank_run in run.ranks.values():
-        if rank_run.result is not None:
-            for transport, count in nccl_transports(rank_run.result.stdout).items():
-                run.transports[transport] = run.transports.get(transport, 0) + count
-    if not run.ok:
-        failed = [
-            f"{n}: {r.cause or r.detail or ('timeout' if r.result and r.result.timed_out else 'failed')}"
-            for n, r in run.ranks.items()
-            if not r.ok
-        ]
-        run.detail = keep_head("; ".join(failed), 2000) or run.detail or f"no {job.name} figure"
-
-
-def _refused(nodes: Sequence[Node], job: GroupJob) -> str:
-    """Why a group cannot be launched at all; empty when it can."""
-    if len(nodes) < job.min_nodes:
-        return f"a multi-node run needs at least {job.min_nodes} nodes" if job.min_nodes > 1 else "no node to run on"
-    return ""
 
 
 def launch_groups(
@@ -349,7 +374,7 @@ def launch_groups(
         for nodes, tag in zip(groups, tags, strict=True)
     ]
     for group in states:
-        group.run.detail = _refused(group.nodes, job)
+        group.run.detail = refused(group.nodes, job)
     runnable = [group for group in states if not group.run.detail]
     if runnable and runnable[0].nodes[0].profile.probes.launcher == "slurm":
         from cluster_accept.tasks import srun  # the srun launcher builds on this module's records

@@ -24,7 +24,7 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.training import train_arguments
-from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, transport_rows
+from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, teardown_rows, transport_rows
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
 from cluster_accept.tasks.rails import REASONS as RAIL_REASONS
 from cluster_accept.tasks.rails import collective_rows, collectives_not_reached, rail_runs
@@ -100,6 +100,8 @@ class _Stage:
             if rank.cause is not None and name not in self.unreachable:
                 self.unreachable.add(name)
                 self.row(name, unreachable_row(rank.cause, rank.detail))
+        for name, row in teardown_rows(run, job.check):
+            self.row(name, row)
         if not job.collective:
             return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
@@ -111,7 +113,7 @@ class _Stage:
             figure["transport"] = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
             self.out.measurements.append(figure)
         for name, rank in run.ranks.items():
-            if rank.result is not None and rank.result.ok:
+            if rank.ok and rank.result is not None:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
 
     def _transport(self, node: Node, log: str, group: str) -> None:

@@ -20,6 +20,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, Node, Profile, Rail, busbw_threshold
 from cluster_accept.probes import collectives as collectives_probe
+from cluster_accept.tasks.group_rows import STOPPED, TEARDOWN
 from cluster_accept.tasks.ranks import GroupRun, rail_job
 
 if TYPE_CHECKING:
@@ -149,6 +150,8 @@ REASONS = {
             Action.RERUN,
         ),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes left to run rails across"),
+        STOPPED,
+        TEARDOWN,
         Reason(
             "collective_timeout",
             Status.TIMEOUT,

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import shlex
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_accept.analysis.nccl_log import nccl_transports
+from cluster_accept.analysis.probe_output import parse_json_lines
+from cluster_accept.analysis.rank_failures import rank_done, rank_end
+from cluster_accept.analysis.text import keep_head
 from cluster_accept.inventory.model import Node, Rail
 from cluster_accept.probes.scripts import gpu_count, job_env
 from cluster_accept.probes.training import ranks_per_node, train_arguments
@@ -37,15 +41,44 @@ _PORT_SCRIPT = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.get
 
 @dataclass
 class RankRun:
+    """One node's part of a group run. ``stopped``: ended (or never started) because the run was stopped for
+    another rank's failure, so its own end says nothing about its node."""
+
     node: str
     status: NodeStatus
     cause: str | None = None
     detail: str = ""
     result: CommandResult | None = None
+    stopped: bool = False
+
+    @property
+    def completed(self) -> bool:
+        """Every process of the node printed that it finished the run (``rank_done``), whatever came after."""
+        return self.result is not None and rank_done(self.result.stdout)
 
     @property
     def ok(self) -> bool:
-        return self.status is NodeStatus.OK and self.result is not None and self.result.ok
+        """The node did its part: exit 0, or it finished its work before a teardown error (:attr:`teardown_error`)."""
+        return self.status is NodeStatus.OK and self.result is not None and (self.result.ok or self.completed)
+
+    @property
+    def said(self) -> str:
+        """How this rank ended, in a few words: never a bare missing exit status."""
+        result = self.result
+        if self.cause is not None:
+            return f"unreachable ({self.cause})"
+        if self.ok:
+            return "finished its part" + (" (then a teardown error)" if self.teardown_error else "")
+        if result is None or self.stopped:
+            return self.detail or "stopped with the run"
+        if result.timed_out:
+            return "killed at the probe timeout"
+        return rank_end(result.exit_code, result.stdout + "\n" + result.stderr).why
+
+    @property
+    def teardown_error(self) -> bool:
+        """Finished its work, then did not exit cleanly: a warning, never a failure of the run."""
+        return self.completed and self.result is not None and not self.result.ok
 
 
 @dataclass
@@ -76,6 +109,21 @@ class GroupRun:
         return float(max(figures, key=lambda m: m.get("size") or 0)["value"])
 
 
+def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
+    """The figures from the first rank's log, transports from every rank's log, and why a failed run failed
+    (whichever launcher started it)."""
+    first = run.ranks.get(nodes[0].name)
+    if first is not None and first.result is not None:
+        run.measurements, run.stdout = parse_json_lines(first.result.stdout).measurements, first.result.stdout
+    for rank_run in run.ranks.values():
+        if rank_run.result is not None:
+            for transport, count in nccl_transports(rank_run.result.stdout).items():
+                run.transports[transport] = run.transports.get(transport, 0) + count
+    if not run.ok:
+        failed = [f"{n}: {r.said}" for n, r in run.ranks.items() if not r.ok]
+        run.detail = keep_head("; ".join(failed), 2000) or run.detail or f"no {job.name} figure"
+
+
 RankCommand = Callable[[Node, int, int, str, int, str], RemoteCommand]
 
 
@@ -89,6 +137,7 @@ class GroupJob:
     command: RankCommand
     min_nodes: int = 2
     collective: bool = False  # runs the collectives script: the stage records its figures and transports
+    check: str = "allreduce"  # the check its rows are under (a failed run, a rank's teardown warning)
 
 
 def rendezvous_address(master: Node) -> str:
@@ -183,7 +232,7 @@ def rail_job(rail: Rail) -> GroupJob:
         line = torchrun_rank(node, "n=1; ", rank, world, master_addr, port, script, rail_env(node, rail))
         return RemoteCommand(f"{rail.name}_inter", line, timeout_s=probes.timeout_s)
 
-    return GroupJob(rail.name, ("allreduce.py",), command, collective=True)
+    return GroupJob(rail.name, ("allreduce.py",), command, collective=True, check="rails")
 
 
 def training_rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
@@ -195,7 +244,9 @@ def training_rank_command(node: Node, rank: int, world: int, master_addr: str, p
 
 ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py",), rank_command, collective=True)
 COLLECTIVES_JOB = GroupJob("collectives", ("allreduce.py",), collectives_rank_command, collective=True)
-TRAINING_JOB = GroupJob("training", ("train_step.py",), training_rank_command, min_nodes=1)
+TRAINING_JOB = GroupJob(
+    "training", ("train_step.py", "allreduce.py"), training_rank_command, min_nodes=1, check="training_scaling"
+)
 
 
 def free_port(sessions: SessionCache, master: Node) -> int | RankRun:
@@ -223,7 +274,7 @@ def start_rank(
 ) -> tuple[str, int] | RankRun:
     """Probe directory, wrapper, detached start: (directory, wrapper pid), or why the rank did not start."""
     if stopping.is_set():
-        return RankRun(node.name, NodeStatus.ERROR, None, "not started: the run was stopped")
+        return RankRun(node.name, NodeStatus.ERROR, None, "not started: the run was stopped", stopped=True)
     session, _ = sessions.take(node)
     if isinstance(session, Unreachable):
         return RankRun(node.name, NodeStatus.UNREACHABLE, session.cause.value, session.detail)
@@ -250,3 +301,10 @@ def poll_rank(
         return poll_detached(sessions, node, remote_dir, pid, kill_pattern)
     except Exception as exc:  # noqa: BLE001 - the controller's failure is data, never the node's fault
         return RankRun(node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc))
+
+
+def refused(nodes: Sequence[Node], job: GroupJob) -> str:
+    """Why a group cannot be launched at all; empty when it can."""
+    if len(nodes) < job.min_nodes:
+        return f"a multi-node run needs at least {job.min_nodes} nodes" if job.min_nodes > 1 else "no node to run on"
+    return ""

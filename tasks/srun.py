@@ -18,19 +18,22 @@ import shlex
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster_accept.analysis.text import keep_tail
+from cluster_accept.analysis.rank_failures import rank_done
+from cluster_accept.analysis.secrets import masked_tail
 from cluster_accept.inventory.hostlist import HostlistError, expand
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import tool_error_detail
-from cluster_accept.remote.result import CommandResult, NodeStatus
+from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.probe_dir import PROBES_DIR
 from cluster_accept.tasks.ranks import _PORT_SCRIPT, GroupJob, GroupRun, RankRun, rendezvous_address
 from cluster_accept.tasks.srun_script import (
+    TaskOutput,
     granted_job,
     probe_script,
     salloc_argv,
@@ -155,7 +158,7 @@ def allocate(nodes: Sequence[Node], tag: str, live: Live | None = None) -> Alloc
     if job_id is not None and done.returncode != 0:
         release(Allocation(job_id, ours=True), live)  # granted, then salloc failed: never keep it
     if done.returncode != 0 or job_id is None:
-        said = keep_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
+        said = masked_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
         states = unavailable(names)
         if states:
             named = ", ".join(f"{n} is {s}" for n, s in states.items())
@@ -191,7 +194,7 @@ def _port(job_id: str, master: Node, live: Live | None = None) -> int | str:
     done = _run(argv, SLURM_TIMEOUT_S, live=live)
     text = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if done.returncode != 0 or not (text.isascii() and text.isdigit()):
-        return f"could not pick a free port on {master.name} through srun: {keep_tail(done.stderr.strip(), 400)}"
+        return f"could not pick a free port on {master.name} through srun: {masked_tail(done.stderr.strip(), 400)}"
     return int(text)
 
 
@@ -223,27 +226,36 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str, live
     minutes = int(longest // 60) + 2
     settings = nodes[0].profile.probes.slurm
     argv = srun_argv(job_id, [n.slurm_node for n in nodes], settings, minutes)
+    began = time.monotonic()
     done = _run(argv, longest + SLURM_TIMEOUT_S, script, live)
+    elapsed_s = time.monotonic() - began
     tasks = split_tasks(done.stdout)
-    stopped = done.returncode is None
     for node in nodes:
-        command = commands[node.slurm_node]
         task = tasks.get(node.slurm_node)
         if task is None:
-            said = srun_errors_for(done.stderr, node.slurm_node) or keep_tail(done.stderr.strip(), 400)
+            said = srun_errors_for(done.stderr, node.slurm_node) or masked_tail(done.stderr.strip(), 400)
             detail = f"srun did not start it: {said}" if said else "srun did not start it"
             run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, detail)
             continue
-        code = task.exit_code
-        stdout = "\n".join(task.lines) + "\n"
-        result = CommandResult(
-            command.name, code, stdout, "", timed_out=code in (124, 137) or (code is None and stopped)
-        )
-        if code is None:
-            why = "ran past its time and was stopped" if stopped else "stopped with the run"
-            run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, why, result)
-        else:
-            run.ranks[node.name] = RankRun(node.name, NodeStatus.OK, None, "", result)
+        run.ranks[node.name] = _task_run(node, commands[node.slurm_node], task, done.returncode is None, elapsed_s)
+
+
+def _task_run(node: Node, command: RemoteCommand, task: TaskOutput, step_stopped: bool, elapsed_s: float) -> RankRun:
+    """One task's end as a rank's: timed out at 124, or at 137 once its time was up (a 137 sooner is a kill on
+    the node); without an exit status it was stopped — by us at the step's time limit, else by srun for another
+    task's bad exit — and complete nonetheless when it had printed that it finished its work."""
+    code = task.exit_code
+    stdout = "\n".join(task.lines) + "\n"
+    limit = command.timeout_s or 3600.0
+    timed_out = code == 124 or (code == 137 and elapsed_s >= limit) or (code is None and step_stopped)
+    result = CommandResult(command.name, code, stdout, "", timed_out=timed_out)
+    if code is not None:
+        return RankRun(node.name, NodeStatus.OK, None, "", result)
+    if rank_done(stdout):
+        return RankRun(node.name, NodeStatus.OK, None, "stopped after it finished its work", result, stopped=True)
+    if step_stopped:
+        return RankRun(node.name, NodeStatus.ERROR, None, "ran past its time and was stopped", result)
+    return RankRun(node.name, NodeStatus.ERROR, None, "stopped with the run", result, stopped=True)
 
 
 def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun, live: Live | None = None) -> None:

@@ -23,6 +23,7 @@ from cluster_accept.inventory.slurm_settings import SrunSettings
 NODE_MARK = "@@cluster-accept-node "
 EXIT_MARK = "@@cluster-accept-exit "
 KILL_GRACE_S = 10
+FAILURE_GRACE_S = 15  # as the SSH launcher gives the peers of a failed rank (tasks.launcher)
 _LABELED = re.compile(r"^\s*(\d+): ?(.*)$")
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
 
@@ -45,6 +46,9 @@ def probe_script(files: Mapping[str, bytes], commands: Mapping[str, tuple[str, f
         '  *) echo "cluster-accept: $SLURMD_NODENAME is not in this run"; code=97 ;;',
         "esac",
         f"printf '\\n%s%s\\n' '{EXIT_MARK}' \"$code\"",  # on a line of its own, whatever came before
+        # srun kills the step at a task's bad exit (--kill-on-bad-exit): a failed task waits first, so that its
+        # peers, failing of the lost connection, end of themselves and say so (analysis.rank_failures)
+        f'[ "$code" = 0 ] || sleep {FAILURE_GRACE_S}',
         'exit "$code"',
     ]
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import training
+from cluster_accept.tasks.group_rows import STOPPED, TEARDOWN
 from cluster_accept.tasks.launcher import GroupRun
 from cluster_accept.tasks.ranks import TRAINING_JOB, GroupJob
 
@@ -183,6 +184,8 @@ REASONS = {
         Reason("not_reached", Status.SKIP, "no training run across nodes completed with this node"),
         Reason("no_baseline", Status.SKIP, "the one-node training run failed (see its row): no efficiency to judge"),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages: nothing to scale"),
+        STOPPED,
+        TEARDOWN,
         Reason(
             "collective_timeout",
             Status.TIMEOUT,

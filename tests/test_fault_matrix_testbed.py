@@ -143,19 +143,18 @@ def test_hanging_multi_node_probe_is_stopped_everywhere(testbed_factory, tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, out_text + err_text
+    # A hung run stops every rank alike at the probe timeout: no rank stands out, so none is blamed and no node
+    # is rejected for it: the run is a rerun, said on both nodes (exit 3); isolation's re-tests pass.
+    assert proc.returncode == 3, out_text + err_text
     run_dir = only_run(out)
     checks = pd.read_parquet(run_dir / "checks.parquet")
-    hung = checks[checks.reason.isin(["collective_timeout", "collective_failed"])]
-    # The hung run was the sweep's first, node01 + node02. node01's rank waits until the probe timeout; the
-    # stopped rank on node02 is either stopped with the run (no exit status: node02 alone carries the
-    # finding) or killed by its own timeout at the same moment (then nobody stands out and both carry it).
-    assert "node02" in set(hung.node) and set(hung.node) <= {"node01", "node02"}, checks[["node", "reason"]]
-    assert set(hung.status) <= {"timeout", "error"} and set(hung.item) == {"inter_node node[01-02]"}
+    hung = checks[checks.reason.isin(["collective_timeout", "collective_failed", "run_unattributed"])]
+    assert set(hung.node) == {"node01", "node02"}, checks[["node", "reason"]]
+    assert set(hung.reason) == {"run_unattributed"} and set(hung.item) == {"inter_node node[01-02]"}
+    assert all("no rank of it can be blamed" in detail for detail in hung.detail)
     verdicts = pd.read_parquet(run_dir / "verdicts.parquet")
     got = dict(zip(verdicts.node, verdicts.verdict, strict=True))
-    expected = {n: "rejected" if n in set(hung.node) else "accepted" for n in ("node01", "node02", "node03")}
-    assert got == expected
+    assert got == {"node01": "tool_error", "node02": "tool_error", "node03": "accepted"}
     no_duplicates(run_dir)
     assert wait_until_clean(bed, 60) == {}
 

@@ -19,7 +19,8 @@ from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, Pro
 from cluster_accept.remote.detached import parse_poll, poll_script
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks import launcher
-from cluster_accept.tasks.launcher import POLL_S, THREAD_PREFIX, launch_group, launch_groups
+from cluster_accept.tasks.group_rows import culprits, failed_run_rows, teardown_rows
+from cluster_accept.tasks.launcher import FAILURE_GRACE_S, POLL_S, THREAD_PREFIX, launch_group, launch_groups
 from tests.processes import processes_matching
 
 pytestmark = pytest.mark.pure
@@ -128,7 +129,7 @@ def test_first_failure_stops_every_rank_and_cleans_up(tmp_path: Path, tmpdir_env
     began = time.monotonic()
     run = launch_group(nodes, tag="catest3", concurrency=2)
 
-    assert time.monotonic() - began < 30  # not the probe timeout: the others were stopped
+    assert time.monotonic() - began < 30 + FAILURE_GRACE_S  # not the probe timeout: the others were stopped
     assert not run.ok and run.busbw_gbps is None
     crashed = run.ranks["node2"]
     assert crashed.status is NodeStatus.OK and crashed.result is not None
@@ -138,7 +139,9 @@ def test_first_failure_stops_every_rank_and_cleans_up(tmp_path: Path, tmpdir_env
         # Stopped with the run (no exit status), or never started once the run was stopped.
         assert rank.status is NodeStatus.ERROR and rank.cause is None, rank
         assert rank.result is None or (rank.result.exit_code is None and not rank.result.timed_out)
-    assert "node2: failed" in run.detail
+        assert rank.stopped  # stopped for node2's failure: says nothing of its own node
+    assert "node2: exit 3" in run.detail
+    assert set(culprits(run)) == {"node2"}
     assert processes_matching("--tag catest3") == []
     assert list(tmpdir_env.iterdir()) == []
 
@@ -222,4 +225,95 @@ def test_a_rank_that_cannot_be_reached_is_reported_and_the_others_never_wait(tmp
     assert not run.ok
     assert run.ranks["gone"].status is NodeStatus.UNREACHABLE and run.ranks["gone"].cause is not None
     assert processes_matching("--tag catest6") == []
+    assert list(tmpdir_env.iterdir()) == []
+
+
+def killing_standin(path: Path, barrier: Path, victim: int, teardown_rank: int | None = None) -> str:
+    """Ranks that meet, then: rank ``victim``'s worker "is killed" (torchrun's report of a SIGKILL, exit 1,
+    a second after its peers notice), and its peers fail of the lost connection at once, as gloo's do. With
+    ``teardown_rank`` nobody is killed: every rank finishes and prints ``rank_done``, and that rank then exits 1
+    (an abort in the interpreter's teardown)."""
+    done = '{"info": "rank_done", "rank": %s, "local_rank": 0, "local_world_size": 1}'
+    if teardown_rank is None:
+        ending = (
+            f'if [ "$k" = {victim} ]; then touch "$b/dead"; sleep 1; '
+            'echo "  exitcode  : -9 (pid: 4242)  (SIGKILL)"; '
+            'echo "traceback : Signal 9 (SIGKILL) received by PID 4242"; '
+            "exit 1; fi\n"
+            'while [ ! -e "$b/dead" ]; do sleep 0.05; done\n'
+            'echo "[rank$k]: RuntimeError: [pair.cc:537] Read error [10.0.0.2]:16789: Connection reset by peer."\n'
+            "exit 1\n"
+        )
+    else:
+        ending = (
+            f"echo '{NCCL_LINE}'\n"
+            f'[ "$k" = 0 ] && printf \'{MEASUREMENT % "%s"}\' "$n"\n'
+            f"printf '{done}\\n' \"$k\"\n"
+            f'[ "$k" = {teardown_rank} ] && {{ echo "terminate called without an active exception"; exit 134; }}\n'
+            "exit 0\n"
+        )
+    path.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'for a in "$@"; do case "$a" in --nnodes=*) n=${a#*=} ;; --node_rank=*) k=${a#*=} ;; esac; done\n'
+        f'b={barrier}/$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'
+        'mkdir -p "$b"; touch "$b/$k"\n'
+        'while [ "$(ls "$b" | wc -l)" -lt "$n" ]; do sleep 0.05; done\n' + ending
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_rank_killed_mid_run_is_named_and_its_peers_are_not(tmp_path: Path, tmpdir_env: Path) -> None:
+    """The peers fail first, of the lost connection; the killed rank's own end is still read (not cut short by
+    a stop), and only its node carries the failure."""
+    python = killing_standin(tmp_path / "python", tmp_path / "barrier", victim=1)
+    nodes = [local_node(f"node0{i}", python) for i in range(1, 4)]
+
+    run = launch_group(nodes, tag="catest8", concurrency=3)
+
+    assert not run.ok
+    killed = run.ranks["node02"]
+    assert killed.result is not None and killed.result.exit_code == 1 and not killed.stopped
+    assert set(culprits(run)) == {"node02"}
+    rows = {node: row for node, row, _ in failed_run_rows(run, "training_scaling", "training run")}
+    assert rows["node02"].reason == "collective_failed" and "SIGKILL" in rows["node02"].detail
+    assert {rows[n].reason for n in ("node01", "node03")} == {"stopped_with_run"}
+    assert "exit None" not in run.detail and "node02: exit 1, a worker ended by SIGKILL" in run.detail
+    assert processes_matching("--tag catest8") == []
+
+
+def test_a_teardown_error_after_the_work_is_a_warning_not_a_failure(tmp_path: Path, tmpdir_env: Path) -> None:
+    python = killing_standin(tmp_path / "python", tmp_path / "barrier", victim=-1, teardown_rank=0)
+    nodes = [local_node(f"node0{i}", python) for i in range(1, 4)]
+
+    run = launch_group(nodes, tag="catest9", concurrency=3)
+
+    assert run.ok and run.busbw_gbps == 1.5, run.detail  # rank 0 hosts the store and aborted after its work
+    assert {n for n, r in run.ranks.items() if r.teardown_error} == {"node01"}
+    assert [(n, r.reason) for n, r in teardown_rows(run, "allreduce")] == [("node01", "teardown_error")]
+    assert processes_matching("--tag catest9") == []
+
+
+def test_workers_a_failed_rank_left_behind_are_cleared_from_its_node(tmp_path: Path, tmpdir_env: Path) -> None:
+    """Every rank fails of itself before any stop, one leaving a worker in a session of its own (as an agent
+    killed at its timeout leaves its workers): the run's end clears it by the run's tag all the same."""
+    path = tmp_path / "python"
+    path.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'for a in "$@"; do case "$a" in --node_rank=*) k=${a#*=} ;; esac; done\n'
+        't=$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'
+        'if [ "$k" = 1 ]; then setsid sh -c "while :; do sleep 1; done" worker --tag "$t" \\\n'
+        "  < /dev/null > /dev/null 2>&1 &\n"
+        "fi\n"
+        'echo "rank $k: simulated crash"; exit 3\n'
+    )
+    path.chmod(0o755)
+    nodes = [local_node(f"node0{i}", str(path)) for i in range(1, 4)]
+
+    run = launch_group(nodes, tag="catest10", concurrency=3)
+
+    assert not run.ok and all(r.result is not None and r.result.exit_code == 3 for r in run.ranks.values())
+    assert processes_matching("--tag catest10") == []
     assert list(tmpdir_env.iterdir()) == []

@@ -175,8 +175,25 @@ def main() -> int:
             continue
         sweep(op, args, world, rank, device)
     dist.barrier()
-    dist.destroy_process_group()
+    finish()
     return 0
+
+
+def finish() -> None:
+    """Every rank says it is done, then leaves at once. The ``rank_done`` line is this rank's own proof that the
+    run completed here, whatever its exit status says next: the interpreter's teardown of a process group's
+    threads can abort (``terminate called without an active exception``) after the work is done, and rank 0's
+    agent, which hosts the rendezvous store, then leaves while other agents still talk to it. ``os._exit``
+    skips that teardown; the final barrier before it means no rank still needs another."""
+    local, local_world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    done = {"info": "rank_done", "rank": dist.get_rank(), "local_rank": local, "local_world_size": local_world}
+    print(json.dumps(done), flush=True)
+    try:
+        dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
