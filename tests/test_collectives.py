@@ -105,7 +105,11 @@ def test_the_sweep_runs_every_collective_with_nccl_tests_factors() -> None:
          "--device", "cpu", "--ops", ops, "--min-bytes", "65536", "--max-bytes", "65536", "--repeats", "1"],
         capture_output=True, text=True, timeout=240, check=True,
     ).stdout  # fmt: skip
-    records = [json.loads(line) for line in out.splitlines() if line.startswith('{"probe"')]
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    parsed = [json.loads(line) for line in lines]  # every rank's line whole: the ranks share one stdout
+    done = [r for r in parsed if r.get("info") == "rank_done"]
+    assert sorted((r["local_rank"], r["local_world_size"]) for r in done) == [(0, 3), (1, 3), (2, 3)]
+    records = [json.loads(line) for line in lines if line.startswith('{"probe"')]
     assert [r["collective"] for r in records] == [
         "all_reduce",
         "all_gather",
@@ -136,3 +140,17 @@ def test_a_profile_refuses_what_the_sweep_cannot_measure() -> None:
         )
     with pytest.raises(ValidationError, match="broadcast"):
         Profile.model_validate({"probes": {"collectives": ["broadcast"]}})
+
+
+def test_lines_of_ranks_sharing_one_stdout_stay_whole() -> None:
+    """Four processes writing JSON lines to one pipe at once, as a node's ranks do: no two lines run together."""
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from allreduce import emit\n"
+        "kids = [os.fork() for _ in range(2)]\n"
+        "for i in range(500): emit({'info': 'rank_done', 'rank': os.getpid(), 'pad': 'x' * 200, 'i': i})\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "probes" / "node")], capture_output=True, text=True, timeout=120
+    ).stdout
+    lines = out.splitlines()
+    assert len(lines) == 4 * 500 and all(json.loads(line)["info"] == "rank_done" for line in lines)

@@ -179,6 +179,14 @@ def main() -> int:
     return 0
 
 
+def emit(record: dict) -> None:
+    """One JSON line from any rank. The ranks of a node share one stdout, and print() may write a line and its
+    newline apart, so two ranks' lines ran together (``{…}{…}``): one write of the whole line (under PIPE_BUF,
+    so atomic on a pipe) keeps every line whole."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (json.dumps(record) + "\n").encode())
+
+
 def finish() -> None:
     """Every rank says it is done, then leaves at once. The ``rank_done`` line is this rank's own proof that the
     run completed here, whatever its exit status says next: the interpreter's teardown of a process group's
@@ -186,8 +194,7 @@ def finish() -> None:
     agent, which hosts the rendezvous store, then leaves while other agents still talk to it. ``os._exit``
     skips that teardown; the final barrier before it means no rank still needs another."""
     local, local_world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    done = {"info": "rank_done", "rank": dist.get_rank(), "local_rank": local, "local_world_size": local_world}
-    print(json.dumps(done), flush=True)
+    emit({"info": "rank_done", "rank": dist.get_rank(), "local_rank": local, "local_world_size": local_world})
     try:
         dist.destroy_process_group()
     finally:

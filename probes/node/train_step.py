@@ -34,7 +34,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from allreduce import finish  # shipped beside this script: every multi-rank probe ends alike
+from allreduce import emit, finish  # shipped beside this script: every multi-rank probe ends alike
 from torch import nn
 
 
@@ -250,7 +250,7 @@ def main() -> int:
         times, losses = train(_wrap(model, args, device, cuda), tokens, targets, args, cuda)
     except torch.cuda.OutOfMemoryError as exc:
         said = f"out of memory at micro-batch {args.micro_batch} (lower training.micro_batch): {exc}"[:500]
-        print(json.dumps({"gpu": local, "error": said}), flush=True)
+        emit({"gpu": local, "error": said})
         return 1
     gathered: list = [None] * world
     dist.all_gather_object(gathered, _rank_record(args, times, losses, solo, cuda))
