@@ -22,13 +22,14 @@ from typing import Any
 
 import yaml
 
+from cluster_accept.analysis.suggest_fabric import fabric_values, write_floor, write_infiniband, write_transport
 from cluster_accept.analysis.text import visible
 from cluster_accept.checks.base import plurality
 from cluster_accept.inventory.gpus import GpuModel, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.hostlist import describe_folded, fold
 
 # The preflight checks whose models are read (gpu_count: GPU model and count; probe: probes.python).
-CHECKS = ("gpu_count", "driver", "cuda", "persistence", "nvlink", "pcie", "nccl_env", "probe")
+CHECKS = ("gpu_count", "driver", "cuda", "persistence", "nvlink", "pcie", "nccl_env", "probe", "infiniband")
 UNSET = "<unset>"
 _NOT_FOUND = "<not found>"
 _MASK = "****"
@@ -114,6 +115,7 @@ READERS = {
     "pcie": _pcie,
     "nccl_env": _nccl,
     "probe": _probe,
+    "infiniband": fabric_values,
 }
 
 
@@ -324,6 +326,7 @@ def _write_probes(out: _Writer, device: str) -> None:
     said = "on the GPUs" if device == "cuda" else "on the CPU (nodes without GPUs, or a test-bed)"
     out.raw(f"  device: {device}  # probes run {said}")
     out.value("probes.python", indent=1)
+    write_transport(out)
     torch = out.found.get("probes.torch")
     if torch is not None:
         out.note(f"the interpreter has {torch.value or 'no torch most nodes share'}: {torch.comment()}", 1)
@@ -340,10 +343,10 @@ def _write_thresholds(out: _Writer, device: str, model: GpuModel | None) -> None
             1,
         )
         out.raw(f"  relative_verdict: {CPU_THRESHOLDS['relative_verdict']}")
-        return
+        return write_floor(out, opened=True)
     if model is not None:
         out.note(f"thresholds: those of base {model.key} (above); write any to override it")
-        return
+        return write_floor(out, opened=False)
     name = out.found["gpu.model"].value if "gpu.model" in out.found else None
     out.prose(unknown_model_help(name) if name else "no GPU model most nodes share, so no built-in profile applies")
     out.prose("Fill in what a healthy node reaches (e.g. a run's measurements.parquet on known-good nodes):")
@@ -351,6 +354,7 @@ def _write_thresholds(out: _Writer, device: str, model: GpuModel | None) -> None
     out.raw("#   gemm_bf16_tflops_min: <fill in>            # bf16 GEMM per GPU, TFLOP/s")
     out.raw("#   hbm_copy_gbps_min: <fill in>               # HBM copy per GPU, GB/s")
     out.raw("#   allreduce_intra_busbw_gbps_min: <fill in>  # all-reduce bus bandwidth in a node, GB/s")
+    write_floor(out, opened=False)
 
 
 def _write_header(out: _Writer, cluster: str, answered: list[str], unreachable: Mapping[str, str], device: str) -> None:
@@ -388,6 +392,7 @@ def suggest_profile(
         out.value(key)
     _write_nvlink(out)
     _write_block(out, "pcie", {"gen": int, "width": int}, ("gen", "width"))
+    write_infiniband(out)
     _write_nccl_env(out)
     _write_probes(out, device)
     _write_thresholds(out, device, gpu_model)

@@ -17,19 +17,28 @@ from dataclasses import dataclass, field
 from cluster_accept.analysis.secrets import masked_quote
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, node_fabric, rdma_kind
 from cluster_accept.inventory.model import InfinibandSpec, Profile
 
 NAME = "infiniband"
 _PORTS_MARK = "### ports"
+_NET_MARK = "### net"
 _PEERMEM_MARK = "### peermem "
 _END = "### end"
+# Each port with its driver (EFA is told by it), then the physical network links (those with a device behind
+# them, not lo, bridges or veths) with their speed in Mb/s: what a node without RDMA ports talks over.
 COMMAND = (
+    's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; '
     f"echo '{_PORTS_MARK}'; "
-    'for d in "${CLUSTER_ACCEPT_SYSFS:-/sys}"/class/infiniband/*/ports/*; do '
-    '[ -d "$d" ] || continue; '
-    'echo "$d $(cat "$d/state" 2>/dev/null) $(cat "$d/rate" 2>/dev/null) $(cat "$d/link_layer" 2>/dev/null)"; '
+    'for d in "$s"/class/infiniband/*/ports/*; do '
+    '[ -d "$d" ] || continue; v=$(readlink "${d%/ports/*}/device/driver" 2>/dev/null); '
+    'echo "$d $(cat "$d/state" 2>/dev/null) $(cat "$d/rate" 2>/dev/null) $(cat "$d/link_layer" 2>/dev/null)'
+    ' driver=${v##*/}"; '
     "done; "
-    "if [ -d /sys/module/nvidia_peermem ] || grep -q '^nvidia_peermem ' /proc/modules 2>/dev/null; "
+    f"echo '{_NET_MARK}'; "
+    'for n in "$s"/class/net/*; do [ -e "$n/device" ] || continue; '
+    'echo "${n##*/} $(cat "$n/speed" 2>/dev/null || echo -1) $(cat "$n/operstate" 2>/dev/null)"; done; '
+    "if [ -d \"$s/module/nvidia_peermem\" ] || grep -q '^nvidia_peermem ' /proc/modules 2>/dev/null; "
     f"then echo '{_PEERMEM_MARK}loaded'; else echo '{_PEERMEM_MARK}absent'; fi; "
     f"echo '{_END}'"
 )
@@ -74,8 +83,10 @@ _PORT_LINE = re.compile(
     r"^(?P<path>/\S*/(?P<device>[^/\s]+)/ports/(?P<port>\d{1,9}))"
     r"(?:\s+(?P<state>\d+:\s*[A-Za-z_]+))?"
     r"(?:\s+(?P<rate>\d+(?:\.\d+)?\s+Gb/sec(?:\s+\([^)]*\))?))?"
-    r"(?:\s+(?P<link_layer>[A-Za-z]\w*))?\s*$"
+    r"(?:\s+(?P<link_layer>[A-Za-z]\w*))?"
+    r"(?:\s+driver=(?P<driver>[\w.-]*))?\s*$"
 )
+_NET_LINE = re.compile(r"^(?P<name>[\w.:@-]{1,64}) (?P<speed>-?\d{1,9})(?: (?P<state>\w*))?\s*$")
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,7 @@ class IbPort:
     state: str  # '4: ACTIVE', '1: DOWN', ... ('' when unreadable)
     rate: str  # '400 Gb/sec (4X NDR)' ('' when unreadable)
     link_layer: str  # 'InfiniBand', 'Ethernet' ('' when unreadable)
+    driver: str = ""  # 'mlx5_core', 'efa' ('' when unreadable)
 
     @property
     def name(self) -> str:
@@ -96,11 +108,42 @@ class IbPort:
 
 
 @dataclass(frozen=True)
+class NetLink:
+    """A physical network link: its name, speed (Mb/s; -1 when the driver does not say) and state."""
+
+    name: str
+    speed_mbps: int
+    up: bool
+
+
+@dataclass(frozen=True)
 class IbPorts:
     ports: list[IbPort] = field(default_factory=list)
+    net: list[NetLink] = field(default_factory=list)
     peermem: bool = False
     error: str | None = None
     raw: str = ""
+
+
+def _port(line: str) -> IbPort | None:
+    match = _PORT_LINE.match(line)
+    if match is None:
+        return None
+    return IbPort(
+        match.group("device"),
+        int(match.group("port")),
+        re.sub(r":\s*", ": ", match.group("state") or ""),
+        re.sub(r"\s+", " ", match.group("rate") or ""),
+        match.group("link_layer") or "",
+        match.group("driver") or "",
+    )
+
+
+def _net_link(line: str) -> NetLink | None:
+    match = _NET_LINE.match(line)
+    if match is None:
+        return None
+    return NetLink(match.group("name"), int(match.group("speed")), match.group("state") == "up")
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
@@ -111,31 +154,45 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
         return IbPorts(error="output truncated before the end marker", raw=stdout)
     body = lines[lines.index(_PORTS_MARK) + 1 : lines.index(_END)]
     ports: list[IbPort] = []
+    net: list[NetLink] = []
     peermem: bool | None = None
+    in_net = False  # the net section is absent from the output of older versions of this command
     for line in body:
         if line.startswith(_PEERMEM_MARK):
             state = line[len(_PEERMEM_MARK) :].strip()
             if state not in ("loaded", "absent"):
-                return IbPorts(error=f"unexpected peermem state {state!r}", raw=stdout)
+                return IbPorts(error=f"unexpected peermem state {masked_quote(state)}", raw=stdout)
             peermem = state == "loaded"
             continue
-        if not line.strip():
+        if line == _NET_MARK or not line.strip():
+            in_net = in_net or line == _NET_MARK
             continue
-        match = _PORT_LINE.match(line)
-        if match is None:
-            return IbPorts(error=f"unexpected port line {masked_quote(line)}", raw=stdout)
-        ports.append(
-            IbPort(
-                match.group("device"),
-                int(match.group("port")),
-                re.sub(r":\s*", ": ", match.group("state") or ""),
-                re.sub(r"\s+", " ", match.group("rate") or ""),
-                match.group("link_layer") or "",
-            )
-        )
+        link, port = (_net_link(line), None) if in_net else (None, _port(line))
+        if link is None and port is None:
+            what = "network link" if in_net else "port"
+            return IbPorts(error=f"unexpected {what} line {masked_quote(line)}", raw=stdout)
+        net += [link] if link else []
+        ports += [port] if port else []
     if peermem is None:
         return IbPorts(error="no nvidia_peermem line in the output", raw=stdout)
-    return IbPorts(ports=sorted(ports, key=lambda p: (p.device, p.port)), peermem=peermem, raw=stdout)
+    ports.sort(key=lambda p: (p.device, p.port))
+    return IbPorts(ports=ports, net=net, peermem=peermem, raw=stdout)
+
+
+def fabric_of(model: IbPorts) -> NodeFabric | None:
+    """The node's fabric (:mod:`inventory.fabric`): its RDMA ports, or without any its physical links that are
+    up; None when the output was not readable."""
+    if model.error:
+        return None
+    rdma = []
+    for port in model.ports:
+        kind = rdma_kind(port.link_layer, port.driver, port.device)
+        if kind is not None:
+            match = _RATE.match(port.rate)
+            rate, width = (float(match[1]), match[2]) if match else (None, None)
+            rdma.append(RdmaPort(port.name, kind, port.active, rate, width))
+    speeds = [link.speed_mbps / 1000 for link in model.net if link.up and link.speed_mbps > 0]
+    return node_fabric(rdma, speeds, model.peermem)
 
 
 def _rate_key(port: IbPort) -> str:
@@ -270,6 +327,9 @@ def _ports_rows(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[
             )
     if model.peermem:
         rows.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "ok", peermem, "loaded"))
+    elif profile.infiniband is not None and profile.infiniband.peermem is False:
+        said = "infiniband.peermem is false: GPUDirect RDMA through dma-buf, or none"
+        rows.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "recorded", peermem, None, said))
     else:
         rows.append(
             CheckRow(

@@ -117,9 +117,10 @@ class AutoChoice:
     problem: str | None = None
 
 
-def resolve_auto(own: Profile, gpu_names: list[str]) -> AutoChoice:
+def resolve_auto(own: Profile, gpu_names: list[str], between: dict[str, Any] | None = None) -> AutoChoice:
     """The built-in profile of the one GPU model in ``gpu_names`` with ``own``'s keys over it; the node keeps
-    ``own`` (and says why) when its GPUs are unknown, of several models, or unreadable (empty list)."""
+    ``own`` (and says why) when its GPUs are unknown, of several models, or unreadable (empty list). ``between``:
+    what the cluster's fabric implies between nodes (:func:`inventory.fabric.fabric_data`), under ``own`` too."""
     names = tuple(sorted(set(gpu_names)))
     if not names:
         return AutoChoice(own, None, names, "no GPU model read (nvidia-smi failed or listed no GPU)")
@@ -129,6 +130,7 @@ def resolve_auto(own: Profile, gpu_names: list[str]) -> AutoChoice:
     if model is None:
         return AutoChoice(own, None, names, unknown_model_help(names[0]))
     try:
-        return AutoChoice(merged_profile(profile_data(model), own, f"base {model.key}"), model.key, names)
+        base = _deep_merge(profile_data(model), between or {})
+        return AutoChoice(merged_profile(base, own, f"base {model.key}"), model.key, names)
     except ValueError as exc:
         return AutoChoice(own, model.key, names, f"the profile's keys over {model.key} are not valid: {exc}")

@@ -148,6 +148,9 @@ class InfinibandSpec(_Strict):
     ports: Annotated[int, Field(ge=1, le=64)] | None = None
     rate_gbps: Annotated[float, Field(gt=0)] | None = None
     width: Literal["1X", "2X", "4X", "8X", "12X"] | None = None
+    # GPUDirect RDMA through nvidia_peermem: true (or left out) requires the module; false records it only, for
+    # nodes that reach GPU memory through dma-buf (open kernel modules) or do without GPUDirect
+    peermem: bool | None = None
 
 
 TrainingPreset = Literal["tiny", "125m", "350m", "1.3b"]

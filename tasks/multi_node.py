@@ -18,7 +18,7 @@ from prefect.context import FlowRunContext
 
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
 from cluster_accept.analysis.probe_verdicts import measurement_row
-from cluster_accept.analysis.scaling import ScalingPoint, judge_steps, scaling_table, sweep_sizes
+from cluster_accept.analysis.scaling import ScalingPoint, StepVerdict, judge_steps, scaling_table, sweep_sizes
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
@@ -30,6 +30,8 @@ from cluster_accept.tasks.rails import REASONS as RAIL_REASONS
 from cluster_accept.tasks.rails import collective_rows, collectives_not_reached, rail_runs
 from cluster_accept.tasks.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, GroupJob
 from cluster_accept.tasks.rows import node_row, unreachable_row
+from cluster_accept.tasks.slow_together import REASON as SLOW_TOGETHER
+from cluster_accept.tasks.slow_together import slow_together_rows
 from cluster_accept.tasks.stage import RunState, unwalked
 from cluster_accept.tasks.training_sweep import REASONS as TRAINING_REASONS
 from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
@@ -69,6 +71,8 @@ class _Stage:
         self.concurrency = concurrency  # SSH operations in flight at once, for all groups of a round together
         self.out = MultiNodeOutcome()
         self.unreachable: set[str] = set()
+        self.steps: list[StepVerdict] = []  # the all-reduce sweep's, with the nodes of each step's group
+        self.groups: dict[int, list[Node]] = {}
 
     @property
     def cluster(self) -> str:
@@ -162,18 +166,12 @@ class _Stage:
             thresholds.straggler_pct,
             thresholds.scaling_efficiency_min,
         )
+        self.steps, self.groups = steps, groups  # what isolation could not pin on a node fails together
         for step in steps:
             status = Status.PASS if step.ok else Status.WARN  # the group's symptom: isolation names the node
+            observed = f"{step.busbw_gbps:.3g} GB/s"
+            row = CheckRow("scaling", f"{step.nodes} nodes", status, step.reason, observed, step.expected, step.detail)
             for node in groups[step.nodes]:
-                row = CheckRow(
-                    "scaling",
-                    f"{step.nodes} nodes",
-                    status,
-                    step.reason,
-                    f"{step.busbw_gbps:.3g} GB/s",
-                    step.expected,
-                    step.detail,
-                )
                 self.row(node.name, row)
         # Nodes no completed group measured, and no failed group's row names: skipped, with why.
         answered = {n.name for g in groups.values() for n in g} | self.unreachable
@@ -263,6 +261,8 @@ def run_multi_node(
         return stage.out
     if stage.sweep(nodes):
         stage.isolate(nodes)
+        for name, row in slow_together_rows(stage.steps, stage.groups, stage.out.verdict, stage.out.measurements):
+            stage.row(name, row)
     rail_runs(stage, nodes)
     stage.train(nodes)
     return stage.out
@@ -303,6 +303,7 @@ REASONS = {
             Action.RERUN,
         ),
         Reason("not_reached", Status.SKIP, "no sweep group completed with this node, so it was not measured here"),
+        SLOW_TOGETHER,
     ),
     "isolation": declare(
         Reason(

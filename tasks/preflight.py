@@ -20,7 +20,7 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.auto_profile import CHECK as AUTO_CHECK
-from cluster_accept.tasks.auto_profile import GPU_CHECK, resolve_auto_nodes
+from cluster_accept.tasks.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
@@ -166,7 +166,8 @@ class PreflightStage:
         )
         answered = [o.node for o in outcomes if o.result.status not in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE)]
         gpu_models = {o.node: o.models.get(GPU_CHECK) for o in outcomes}
-        state.inventory, picked = resolve_auto_nodes(state.run_id, state.inventory, gpu_models, answered)
+        nic_models = {o.node: o.models.get(NIC_CHECK) for o in outcomes}
+        state.inventory, picked = resolve_auto_nodes(state.run_id, state.inventory, gpu_models, answered, nic_models)
         state.rows += picked
         state.rows += evaluate_preflight(state.run_id, state.inventory, outcomes, checks)
         state.values += node_values(state.run_id, state.cluster, outcomes, checks)

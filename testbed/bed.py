@@ -28,7 +28,7 @@ from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_sta
 from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
 from cluster_accept.testbed.ibsys import write_ib_sysfs
 from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
-from cluster_accept.testbed.profile import TESTBED_NCCL_ENV, inventory, write_inventory
+from cluster_accept.testbed.profile import inventory, testbed_nccl_env, write_inventory
 from cluster_accept.testbed.sdcflip import write_sitecustomize
 from cluster_accept.testbed.slurm_nodes import start_slurm, start_slurmd
 from cluster_accept.testbed.standins import write_standins
@@ -150,8 +150,8 @@ def _require_root() -> None:
         raise TestbedError("the test-bed needs iproute2 (ip) and util-linux (unshare)")
 
 
-def _node_data(base: str, node: str, faults: Sequence[_Fault]) -> NodeData:
-    return build_node(base, faults, TESTBED_NCCL_ENV, node=node)
+def _node_data(base: str, node: str, faults: Sequence[_Fault], rails: int = 0) -> NodeData:
+    return build_node(base, faults, testbed_nccl_env(rails), node=node)
 
 
 def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> None:
@@ -257,8 +257,8 @@ def up(
     if network is not None:
         subnets.hosts(network, nodes)
     net.veth_name(prefix, nodes)  # interface names must fit in 15 characters
-    healthy = _node_data(base, names[0], [])
-    data = {n: _node_data(base, n, plan.faults(n)) if plan.faults(n) else healthy for n in names}
+    healthy = _node_data(base, names[0], [], rails)
+    data = {n: _node_data(base, n, plan.faults(n), rails) if plan.faults(n) else healthy for n in names}
     sshd.ensure_sshd()
     with claim.host_lock():
         claim.refuse_taken(state_dir, prefix)
@@ -378,7 +378,7 @@ def set_rate(tb: Testbed, node: str, rate_mbit: float | None) -> None:
 def set_fault(tb: Testbed, node: str, faults: Sequence[_Fault | str | dict[str, Any]]) -> None:
     """Replace the node's faults while the test-bed runs: rebuild its data, keys and sshd."""
     parsed = [parse_fault(f, f"{node}[{i}]") for i, f in enumerate(faults)]
-    data = _node_data(tb.base, node, parsed)
+    data = _node_data(tb.base, node, parsed, tb.rails)
     tb.faults = FaultPlan(nodes={**tb.faults.nodes, node: parsed})
     kill_sshd(tb, node)
     net.set_link(tb.prefix, node, tb.nodes[node], up=True)

@@ -208,6 +208,15 @@ class IbCounter(_Fault):
     value: Annotated[int, Field(ge=0)]
 
 
+class IbPort(_Fault):
+    """HCA ``mlx5_<rail>`` port 1 in another state (``1: DOWN``) or trained at another rate than the others."""
+
+    kind: Literal["ib_port"] = "ib_port"
+    rail: Annotated[int, Field(ge=0, le=15)] = 0
+    state: Literal["4: ACTIVE", "1: DOWN", "2: INIT"] = "4: ACTIVE"
+    rate: str | None = None  # as sysfs writes it: '0.25 Gb/sec (1X SDR)'
+
+
 Fault = (
     Down
     | Off
@@ -231,6 +240,7 @@ Fault = (
     | OldDriver
     | SlowRail
     | IbCounter
+    | IbPort
     | Throttle
     | SdcFlip
     | DcgmFail

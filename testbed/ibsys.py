@@ -13,9 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster_accept.checks.ib_counters import ERROR_COUNTERS
-from cluster_accept.testbed.faults import IbCounter, _Fault
+from cluster_accept.testbed.faults import IbCounter, IbPort, _Fault
 
-RATE = "400 Gb/sec (4X NDR)"
+# A port's rate in sysfs's own format, scaled to what gloo moves over the test-bed's veths (0.1-0.4 GB/s per
+# rank): the all-reduce floor ``profile: auto`` derives from it (half of 0.5 Gb/s: 0.031 GB/s) sits where the
+# test-bed profile's own floor does, so that a healthy test-bed reaches it and a slowed one does not.
+RATE = "0.5 Gb/sec (1X SDR)"
 
 
 def hca_name(rail: int) -> str:
@@ -23,15 +26,19 @@ def hca_name(rail: int) -> str:
 
 
 def write_ib_sysfs(root: Path, rails: int, faults: Sequence[_Fault]) -> None:
-    """``root/class/infiniband``, rebuilt: one active NDR port per rail, every counter 0 unless a fault sets it."""
+    """``root/class/infiniband``, rebuilt: one active port per rail at :data:`RATE` (unless an ``ib_port`` fault
+    says otherwise), every counter 0 unless a fault sets it."""
     base = root / "class" / "infiniband"
     shutil.rmtree(base, ignore_errors=True)
+    (root / "module" / "nvidia_peermem").mkdir(parents=True, exist_ok=True)  # GPUDirect RDMA, as HCA nodes load it
     planted: dict[tuple[int, str], int] = {(f.rail, f.counter): f.value for f in faults if isinstance(f, IbCounter)}
+    ports = {f.rail: f for f in faults if isinstance(f, IbPort)}
     for rail in range(rails):
         port = base / hca_name(rail) / "ports" / "1"
         (port / "counters").mkdir(parents=True)
-        (port / "state").write_text("4: ACTIVE\n")
-        (port / "rate").write_text(f"{RATE}\n")
+        fault = ports.get(rail, IbPort(rail=rail))
+        (port / "state").write_text(f"{fault.state}\n")
+        (port / "rate").write_text(f"{fault.rate or RATE}\n")
         (port / "link_layer").write_text("InfiniBand\n")
         for counter in ERROR_COUNTERS:
             (port / "counters" / counter).write_text(f"{planted.get((rail, counter), 0)}\n")

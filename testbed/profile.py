@@ -19,6 +19,12 @@ from cluster_accept.testbed.captures import build_table, load_base
 
 # What the test-bed's NCCL looks like: sockets over the node's eth0, no InfiniBand, no NVLS multicast.
 TESTBED_NCCL_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
+
+
+def testbed_nccl_env(rails: int) -> dict[str, str]:
+    """The nodes' NCCL environment: with simulated HCAs (rails) InfiniBand is not switched off, as on a cluster
+    that has it."""
+    return {k: v for k, v in TESTBED_NCCL_ENV.items() if not (rails and k == "NCCL_IB_DISABLE")}
 NODES_PER_RACK = 8
 
 
@@ -47,7 +53,7 @@ def base_profile(base: str, python: str = sys.executable, training: bool = False
         "gen": int(table.get("pcie.link.gen.max", 0)),
         "width": int(table.get("pcie.link.width.max", 0)),
     }
-    profile["nccl_env"] = dict(TESTBED_NCCL_ENV)
+    profile["nccl_env"] = testbed_nccl_env(rails)
     profile["probes"] = {
         "python": python,
         "device": "cpu",

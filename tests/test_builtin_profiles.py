@@ -171,7 +171,7 @@ def test_resolve_auto_nodes_puts_each_node_on_its_profile() -> None:
         "d": None,
     }
     resolved, rows = resolve_auto_nodes("r", inventory, models, ["a", "b", "c", "d"])
-    by_node = {row.node: row for row in rows}
+    by_node = {row.node: row for row in rows if row.item == "auto"}
     assert resolved.node("a").profile_name == "auto:h200-sxm"
     assert resolved.node("b").profile.thresholds.hbm_copy_gbps_min == 2680.0
     assert (by_node["a"].status, by_node["a"].reason, by_node["a"].expected) == (Status.PASS, "picked", "h200-sxm")

@@ -11,7 +11,7 @@ import pytest
 
 import cluster_accept.checks.infiniband as ib
 from cluster_accept.checks.base import Status, majority_values
-from cluster_accept.checks.infiniband import IbPort
+from cluster_accept.checks.infiniband import IbPort, NetLink
 from cluster_accept.inventory.model import ExpectedTransport, ProbeSettings, Profile
 from tests.capture import CAPTURES, NO_CLUSTER, captured
 
@@ -166,39 +166,46 @@ def test_command_against_a_fake_sysfs_tree(tmp_path: Path) -> None:
         (folder / "rate").write_text(rate + "\n")
         if layer:
             (folder / "link_layer").write_text(layer + "\n")
-    (tmp_path / "module" / "nvidia_peermem").mkdir(parents=True)
-    command = ib.COMMAND.replace("/sys/module", str(tmp_path / "module"))
-    assert str(tmp_path / "module") in command
+    drivers = tmp_path / "sys" / "bus" / "pci" / "drivers"
+    (drivers / "mlx5_core").mkdir(parents=True)
+    (sysfs / "mlx5_0" / "device").mkdir()
+    (sysfs / "mlx5_0" / "device" / "driver").symlink_to(drivers / "mlx5_core")
+    net = tmp_path / "sys" / "class" / "net"
+    for name, speed, state, physical in [("eth0", "100000", "up", True), ("lo", "", "unknown", False)]:
+        (net / name).mkdir(parents=True)
+        (net / name / "operstate").write_text(state + "\n")
+        if speed:
+            (net / name / "speed").write_text(speed + "\n")
+        if physical:
+            (net / name / "device").mkdir()
+    (tmp_path / "sys" / "module" / "nvidia_peermem").mkdir(parents=True)
     env = {**os.environ, "CLUSTER_ACCEPT_SYSFS": str(tmp_path / "sys")}
-    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False, env=env)
+    proc = subprocess.run(["sh", "-c", ib.COMMAND], capture_output=True, text=True, timeout=30, check=False, env=env)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout == (
-        f"### ports\n{sysfs}/mlx5_0/ports/1 4: ACTIVE {NDR} InfiniBand\n"
-        f"{sysfs}/mlx5_1/ports/1 1: DOWN 10 Gb/sec (4X SDR) InfiniBand\n"
-        f"{sysfs}/mlx5_bond_0/ports/1 4: ACTIVE {HDR} \n"
-        "### peermem loaded\n### end\n"
+        f"### ports\n{sysfs}/mlx5_0/ports/1 4: ACTIVE {NDR} InfiniBand driver=mlx5_core\n"
+        f"{sysfs}/mlx5_1/ports/1 1: DOWN 10 Gb/sec (4X SDR) InfiniBand driver=\n"
+        f"{sysfs}/mlx5_bond_0/ports/1 4: ACTIVE {HDR}  driver=\n"
+        "### net\neth0 100000 up\n### peermem loaded\n### end\n"
     )
     model = ib.parse(proc.stdout, 0)
-    assert model.peermem is True
+    assert model.peermem is True and model.net == [NetLink("eth0", 100000, True)]
     assert model.ports == [
-        IbPort("mlx5_0", 1, "4: ACTIVE", NDR, "InfiniBand"),
+        IbPort("mlx5_0", 1, "4: ACTIVE", NDR, "InfiniBand", "mlx5_core"),
         IbPort("mlx5_1", 1, "1: DOWN", "10 Gb/sec (4X SDR)", "InfiniBand"),
         IbPort("mlx5_bond_0", 1, "4: ACTIVE", HDR, ""),
     ]
 
 
 def test_command_without_any_device(tmp_path: Path) -> None:
-    (tmp_path / "infiniband").mkdir()
-    command = ib.COMMAND.replace("/sys/class/infiniband", str(tmp_path / "infiniband")).replace(
-        "/sys/module", str(tmp_path / "module")
-    )
-    command = command.replace("/proc/modules", str(tmp_path / "modules"))
+    command = ib.COMMAND.replace("/proc/modules", str(tmp_path / "modules"))
+    env = {**os.environ, "CLUSTER_ACCEPT_SYSFS": str(tmp_path / "sys")}
     (tmp_path / "modules").write_text("nvidia_uvm 1810432 0 - Live 0x0000000000000000\n")
-    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False)
-    assert proc.stdout == "### ports\n### peermem absent\n### end\n"
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert proc.stdout == "### ports\n### net\n### peermem absent\n### end\n"
     (tmp_path / "modules").write_text("nvidia_peermem 16384 0 - Live 0x0000000000000000\n")
-    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False)
-    assert proc.stdout == "### ports\n### peermem loaded\n### end\n"
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert proc.stdout == "### ports\n### net\n### peermem loaded\n### end\n"
 
 
 GOOD = output([port_line("mlx5_0")])

@@ -11,7 +11,17 @@ import pytest
 import yaml
 
 from cluster_accept.analysis.suggest import suggest_profile
-from cluster_accept.checks import cuda, driver, gpu_count, nccl_env, nvlink, pcie, persistence, probe_python
+from cluster_accept.checks import (
+    cuda,
+    driver,
+    gpu_count,
+    infiniband,
+    nccl_env,
+    nvlink,
+    pcie,
+    persistence,
+    probe_python,
+)
 from cluster_accept.inventory.builtin import with_base
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, captured, noheader
@@ -27,6 +37,7 @@ PARSERS: dict[str, Callable[[str, int | None], Any]] = {
     "pcie": pcie.parse,
     "nccl_env": nccl_env.parse,
     "probe": probe_python.parse,
+    "infiniband": infiniband.parse,
 }
 TORCH = {"python": "3.12.3", "executable": "/usr/bin/python3", "torch": "2.11.0+cu130", "cuda_build": "13.0"}
 
@@ -193,3 +204,33 @@ def test_node_text_stays_inside_its_value() -> None:
     assert loaded(text).nccl_env["NCCL_SOCKET_IFNAME"] == odd
     assert "\x1b" not in text
     assert '  NCCL_SOCKET_IFNAME: "eth0 # \\"x\\"\\u001b[2J"  # 1 of 1 nodes: node01' in text.splitlines()
+
+
+def with_fabric(out: dict[str, str], ports: int = 8, rate: str = "400 Gb/sec (4X NDR)") -> dict[str, str]:
+    """The node also shows ``ports`` InfiniBand HCA ports (the infiniband check's output)."""
+    lines = "".join(
+        f"/sys/class/infiniband/mlx5_{i}/ports/1 4: ACTIVE {rate} InfiniBand driver=mlx5_core\n" for i in range(ports)
+    )
+    return {**out, "infiniband": f"### ports\n{lines}### net\neno1 25000 up\n### peermem loaded\n### end\n"}
+
+
+def test_the_fabric_between_nodes_is_written_as_auto_derives_it() -> None:
+    nodes = {f"node0{i}": parsed(with_fabric(outputs())) for i in range(1, 4)}
+    nodes["node04"] = parsed(with_fabric(outputs(), ports=7))
+    text = suggest_profile(nodes, None, None, "ib")
+    lines = text.splitlines()
+    i = lines.index("infiniband:")
+    assert lines[i + 1 : i + 5] == [
+        "  ports: 8  # 3 of 4 nodes; DISAGREE: 8 on node[01-03]; 7 on node04",
+        "  rate_gbps: 400.0  # 4 of 4 nodes: node[01-04]",
+        '  width: "4X"  # 4 of 4 nodes: node[01-04]',
+        "  peermem: true  # nvidia_peermem loaded; 4 of 4 nodes: node[01-04]",
+    ]
+    assert '    inter_node: "NET/IB"  # 4 of 4 nodes: node[01-04]' in lines
+    assert (
+        "  allreduce_inter_busbw_gbps_min: 200.0  # 3 of 4 nodes; DISAGREE: 200 on node[01-03]; 175 on node04" in lines
+    )
+    profile = loaded(text)
+    assert profile.infiniband is not None and (profile.infiniband.ports, profile.infiniband.peermem) == (8, True)
+    assert profile.probes.expected_transport.inter_node == "NET/IB"
+    assert profile.thresholds.allreduce_inter_busbw_gbps_min == 200.0

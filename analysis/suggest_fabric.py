@@ -1,0 +1,68 @@
+"""What ``profile suggest`` writes between nodes: the keys ``profile: auto`` derives from the fabric most nodes
+show (:mod:`inventory.fabric`), as values with how many nodes gave them, so that a profile on a named base (which
+derives nothing at run time) still judges the fabric: the RDMA ports (``infiniband``), the inter-node transport
+and the all-reduce floor of the NICs' line rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster_accept.checks.infiniband import IbPorts, fabric_of
+from cluster_accept.inventory.fabric import INTER_NODE_FRACTION, inter_node_floor
+
+FLOOR = "thresholds.allreduce_inter_busbw_gbps_min"
+TRANSPORT = "probes.expected_transport.inter_node"
+_PORT_KEYS = (("ports", int), ("rate_gbps", float), ("width", str))
+
+
+def fabric_values(model: Any) -> dict[str, str | None]:
+    """One node's fabric under the profile keys it implies (and ``fabric``, described)."""
+    fabric = fabric_of(model) if isinstance(model, IbPorts) else None
+    if fabric is None:
+        return {}
+    values: dict[str, str | None] = {"fabric": fabric.describe(), TRANSPORT: fabric.transport}
+    if fabric.rdma:
+        values["infiniband.ports"] = str(fabric.ports)
+        values["infiniband.rate_gbps"] = f"{fabric.rate_gbps:g}" if fabric.rate_gbps else ""
+        values["infiniband.width"] = fabric.width or "" if fabric.kind != "efa" else ""
+        values["infiniband.peermem"] = "true" if fabric.peermem else "false"
+    floor = inter_node_floor(fabric)
+    if floor:
+        values[FLOOR] = f"{floor:g}"
+    return values
+
+
+def write_infiniband(out: Any) -> None:
+    """The ``infiniband`` block (ports every node must show active, their rate and width, nvidia_peermem)."""
+    fabric = out.found.get("fabric")
+    if fabric is None:
+        return
+    out.prose(
+        f"between nodes: {fabric.value or 'no fabric most nodes share'} ({fabric.comment()}); profile: auto derives "
+        "the same keys at run time"
+    )
+    if not out.ready("infiniband.ports", int):
+        return
+    out.raw("infiniband:")
+    for key, kind in _PORT_KEYS:
+        out.value(f"infiniband.{key}", kind, indent=1)
+    peermem = out.found.get("infiniband.peermem")
+    if peermem is not None and peermem.value in ("true", "false"):
+        out.raw(f"  peermem: {peermem.value}  # nvidia_peermem loaded; {peermem.comment()}")
+
+
+def write_transport(out: Any) -> None:
+    """``expected_transport.inter_node`` under ``probes:``."""
+    if out.ready(TRANSPORT):
+        out.raw("  expected_transport:")
+        out.value(TRANSPORT, str, indent=2)
+
+
+def write_floor(out: Any, opened: bool) -> None:
+    """The inter-node all-reduce floor under ``thresholds:`` (opened here unless ``opened``)."""
+    if not out.ready(FLOOR, float):
+        return
+    if not opened:
+        out.raw("thresholds:")
+    out.prose(f"{INTER_NODE_FRACTION:g} of the line rate of the nodes' RDMA ports, as profile: auto derives it", 1)
+    out.value(FLOOR, float, indent=1)

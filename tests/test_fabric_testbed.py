@@ -1,0 +1,90 @@
+"""``profile: auto`` with no threshold between nodes written, on the test-bed (real sshd; one simulated HCA per
+node in sysfs, its rate in sysfs's format scaled to what gloo moves over the veths): the fabric is read from the
+nodes, a port down or at half rate is rejected naming the port, the healthy nodes are accepted, and a network
+slow on every node fails the multi-node stage against the floor the NICs imply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from cluster_accept.inventory.threshold_needs import NEEDS_CUDA
+from cluster_accept.testbed import bed as testbed
+from tests.processes import only_run, run_cli, run_verdicts
+
+pytestmark = pytest.mark.testbed
+FLOOR = ">= 0.031 GB/s"  # half the line rate of one 0.5 Gb/s port (testbed.ibsys.RATE)
+
+
+def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
+    """The test-bed's inventory on ``profile: auto``: its own keys for what a CPU test-bed is (gloo ranks, no GPU
+    figures), and nothing between nodes: the transport, the ports and the floor come from the fabric."""
+    data: dict[str, Any] = yaml.safe_load(bed.inventory_path.read_text())
+    profile = next(iter(data["profiles"].values()))
+    profile["base"] = "auto"
+    profile["probes"].pop("rails")
+    profile["probes"]["expected_transport"].pop("inter_node")
+    profile["thresholds"] = {"straggler_pct": 90, "relative_verdict": "warn", **dict.fromkeys(NEEDS_CUDA)}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_auto_reads_the_fabric_and_names_a_port_down_or_at_half_rate(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    faults = {
+        "nodes": {
+            "node03": [{"ib_port": {"state": "1: DOWN"}}],
+            "node04": [{"ib_port": {"rate": "0.25 Gb/sec (1X SDR)"}}],
+        }
+    }
+    bed = testbed_factory(nodes=4, faults=faults, prefix="cafb", subnet="10.254.143.0/24", rails=1)
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    out = tmp_path / "out"
+    proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), "--stages", "preflight", timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdicts = run_verdicts(out)
+    assert {n: v for n, (v, _) in verdicts.items()} == {
+        "node01": "accepted",
+        "node02": "accepted",
+        "node03": "rejected",
+        "node04": "rejected",
+    }, verdicts
+    assert set(verdicts["node03"][1]) == {"infiniband:port_down", "infiniband:ports_missing"}
+    # below the fabric's rate, and off the majority's rate for that port
+    assert set(verdicts["node04"][1]) == {"infiniband:rate_low", "infiniband:drift"}
+    checks = pd.read_parquet(only_run(out) / "checks.parquet")
+    fabric = checks[(checks.check == "profile") & (checks["item"] == "fabric")]
+    assert set(fabric.node) == set(verdicts) and set(fabric.reason) == {"fabric_derived"}
+    assert set(fabric.expected) == {"1 × 0.5 Gb/s InfiniBand port (1X)"}
+    assert "inter-node transport NET/IB" in fabric.detail.iloc[0]
+    rate = checks[(checks.node == "node04") & (checks.reason == "rate_low")].iloc[0]
+    assert (rate["item"], rate.observed, rate.expected) == ("mlx5_0/1 rate", "0.25 Gb/sec (1X SDR)", ">= 0.5 Gb/sec")
+    down = checks[(checks.node == "node03") & (checks.reason == "port_down")].iloc[0]
+    assert (down["item"], down.observed) == ("mlx5_0/1", "1: DOWN")
+
+
+def test_a_network_slow_on_every_node_fails_against_the_floor_the_nics_imply(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bed = testbed_factory(nodes=3, faults={}, prefix="cafs", subnet="10.254.144.0/24", rails=1)
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    stages = ["--stages", "preflight,multi-node"]
+    healthy = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path / "healthy"), *stages, timeout=900)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    scaling = pd.read_parquet(only_run(tmp_path / "healthy") / "checks.parquet").query("check == 'scaling'")
+    assert set(scaling.reason) == {"ok"} and all(e.startswith(FLOOR) for e in scaling.expected), scaling
+    for node in bed.nodes:
+        testbed.set_rate(bed, node, 20)  # every link at 20 Mbit/s (0.0025 GB/s): every pair equally slow
+    try:
+        slow = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path / "slow"), *stages, timeout=900)
+    finally:
+        for node in bed.nodes:
+            testbed.set_rate(bed, node, None)
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert {v for v, _ in run_verdicts(tmp_path / "slow").values()} == {"rejected"}
+    checks = pd.read_parquet(only_run(tmp_path / "slow") / "checks.parquet")
+    together = checks[checks.reason == "below_floor_together"]
+    assert set(together.node) == set(bed.nodes) and set(together.status) == {"fail"}
+    assert all(e.startswith(FLOOR) for e in together.expected), together.expected
+    assert all("expected NET/IB" in d for d in together.detail)
