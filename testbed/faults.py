@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from cluster_accept.testbed.burn_faults import DcgmFail, NoDcgm, SdcFlip, Throttle
 from cluster_accept.testbed.fault_base import _Fault
+from cluster_accept.testbed.net_faults import IbPort
 
 GpuIndex = Annotated[StrictInt, Field(ge=0, le=63)]
 LinkIndex = Annotated[StrictInt, Field(ge=0, le=63)]
@@ -206,15 +207,6 @@ class IbCounter(_Fault):
     rail: Annotated[int, Field(ge=0, le=15)] = 0
     counter: Literal["symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors"] = "symbol_error"
     value: Annotated[int, Field(ge=0)]
-
-
-class IbPort(_Fault):
-    """HCA ``mlx5_<rail>`` port 1 in another state (``1: DOWN``) or trained at another rate than the others."""
-
-    kind: Literal["ib_port"] = "ib_port"
-    rail: Annotated[int, Field(ge=0, le=15)] = 0
-    state: Literal["4: ACTIVE", "1: DOWN", "2: INIT"] = "4: ACTIVE"
-    rate: str | None = None  # as sysfs writes it: '0.25 Gb/sec (1X SDR)'
 
 
 Fault = (

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster_accept.checks.ib_counters import ERROR_COUNTERS
-from cluster_accept.testbed.faults import IbCounter, IbPort, _Fault
+from cluster_accept.testbed.faults import IbCounter, _Fault
+from cluster_accept.testbed.net_faults import IbPort
 
 # A port's rate in sysfs's own format, scaled to what gloo moves over the test-bed's veths (0.1-0.4 GB/s per
 # rank): the all-reduce floor ``profile: auto`` derives from it (half of 0.5 Gb/s: 0.031 GB/s) sits where the
@@ -23,6 +24,29 @@ RATE = "0.5 Gb/sec (1X SDR)"
 
 def hca_name(rail: int) -> str:
     return f"mlx5_{rail}"
+
+
+# A RoCE port's GID table as mlx5 fills it for a netdev with a link-local and an IPv4 address: each address
+# once as RoCE v1 and once as v2 (so index 2 is v1 and index 3 is v2, the entry seed 002 pins with
+# NCCL_IB_GID_INDEX=3); the other slots read as zeros.
+_GIDS = (
+    ("fe80:0000:0000:0000:0000:0000:0000:00{rail:02x}", "IB/RoCE v1"),
+    ("fe80:0000:0000:0000:0000:0000:0000:00{rail:02x}", "RoCE v2"),
+    ("0000:0000:0000:0000:0000:ffff:0afe:{rail:02x}01", "IB/RoCE v1"),
+    ("0000:0000:0000:0000:0000:ffff:0afe:{rail:02x}01", "RoCE v2"),
+)
+_GID_SLOTS = 8
+
+
+def _write_gids(port: Path, rail: int) -> None:
+    for folder in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+        (port / folder).mkdir(parents=True, exist_ok=True)
+    for index in range(_GID_SLOTS):
+        gid, kind = _GIDS[index] if index < len(_GIDS) else ("0000:0000:0000:0000:0000:0000:0000:0000", "")
+        (port / "gids" / str(index)).write_text(gid.format(rail=rail) + "\n")
+        if kind:
+            (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+            (port / "gid_attrs" / "ndevs" / str(index)).write_text(f"rail{rail}\n")
 
 
 def write_ib_sysfs(root: Path, rails: int, faults: Sequence[_Fault]) -> None:
@@ -39,6 +63,8 @@ def write_ib_sysfs(root: Path, rails: int, faults: Sequence[_Fault]) -> None:
         fault = ports.get(rail, IbPort(rail=rail))
         (port / "state").write_text(f"{fault.state}\n")
         (port / "rate").write_text(f"{fault.rate or RATE}\n")
-        (port / "link_layer").write_text("InfiniBand\n")
+        (port / "link_layer").write_text(f"{fault.link_layer}\n")
+        if fault.link_layer == "Ethernet":
+            _write_gids(port, rail)
         for counter in ERROR_COUNTERS:
             (port / "counters" / counter).write_text(f"{planted.get((rail, counter), 0)}\n")

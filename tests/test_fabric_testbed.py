@@ -88,3 +88,32 @@ def test_a_network_slow_on_every_node_fails_against_the_floor_the_nics_imply(tes
     assert set(together.node) == set(bed.nodes) and set(together.status) == {"fail"}
     assert all(e.startswith(FLOOR) for e in together.expected), together.expected
     assert all("expected NET/IB" in d for d in together.detail)
+
+
+def test_a_roce_port_whose_gid_index_names_a_roce_v1_entry_is_named(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    roce = {"ib_port": {"link_layer": "Ethernet"}}
+    faults = {
+        "nodes": {
+            "node01": [roce],  # NCCL_IB_GID_INDEX unset: NCCL 2.21+ selects a RoCE v2 entry
+            "node02": [roce, {"nccl_env": {"env": {"NCCL_IB_GID_INDEX": "2"}}}],  # RoCE v1
+            "node03": [roce, {"nccl_env": {"env": {"NCCL_IB_GID_INDEX": "3"}}}],  # RoCE v2, as seed 002 pins it
+        }
+    }
+    bed = testbed_factory(nodes=3, faults=faults, prefix="cafr", subnet="10.254.145.0/24", rails=1)
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    out = tmp_path / "out"
+    proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), "--stages", "preflight", timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdicts = run_verdicts(out)
+    assert verdicts["node02"][0] == "rejected" and "roce:gid_not_roce_v2" in verdicts["node02"][1], verdicts
+    checks = pd.read_parquet(only_run(out) / "checks.parquet")
+    rows = {r.node: r for r in checks[checks.check == "roce"].itertuples()}
+    assert (rows["node02"].item, rows["node02"].observed, rows["node02"].expected) == (
+        "mlx5_0/1",
+        "2: IB/RoCE v1",
+        "2: RoCE v2",
+    )
+    assert (rows["node01"].reason, rows["node01"].observed) == ("ok", "RoCE v2 at 1, 3")
+    assert (rows["node03"].reason, rows["node03"].observed) == ("ok", "3: RoCE v2")
+    fabric = checks[(checks.check == "profile") & (checks["item"] == "fabric")]
+    assert set(fabric.expected) == {"1 × 0.5 Gb/s RoCE port (1X)"} and set(fabric.reason) == {"fabric_derived"}

@@ -165,9 +165,11 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         seeds = [(_xid(), 0)]
     elif name == "ib_counters":  # the check's own command over a sysfs tree shaped as the ABI documents it
         seeds = [((DATA / "ib_counters" / "two_ports.txt").read_text(), 0)]
+    elif name == "roce":  # likewise: a ConnectX port's GID table, NCCL_IB_GID_INDEX=3
+        seeds = [((DATA / "roce" / "gid_index_3.txt").read_text(), 0)]
     else:  # the --query-gpu checks
         seeds = [(noheader(m, module.FIELDS), 0) for m in MACHINES]
-    if name not in ("infiniband", "ib_counters", "nccl_env", "nccl_harmful", "hostname", "xid", "probe"):
+    if name not in ("infiniband", "ib_counters", "roce", "nccl_env", "nccl_harmful", "hostname", "xid", "probe"):
         seeds.append((DRIVER_FAILURE, 9))
     return seeds
 
