@@ -70,6 +70,9 @@ LINKS: tuple[Link, ...] = (
     # A name that does not resolve breaks a rendezvous; it does not slow a ring that started.
     Link("hostname", _INTER, "multi-node", symptom_reasons=_DID_NOT_RUN),
     Link("infiniband", _INTER, "multi-node"),
+    Link("roce", _INTER, "multi-node"),  # a RoCE v1 or empty GID: no connection, or v1 where the fabric routes v2
+    Link("efa", _INTER, "multi-node"),  # no plugin or provider: NCCL on sockets instead of the adapters
+    Link("profile", _INTER, "multi-node", frozenset({"no_rdma_fabric"})),
     # A port counting errors (or still counting: grown since the last run) is the cable a slow rail crosses.
     Link("ib_counters", _INTER, "multi-node"),
     Link("topology", _INTER, "multi-node", frozenset({"nic_across_cpu", "rail_nic_not_nearest"})),

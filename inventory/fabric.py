@@ -84,7 +84,7 @@ class NodeFabric:
             return "no RDMA port (and no Ethernet link speed read)"
         if not self.rdma:
             return f"a {rate}Ethernet link, no RDMA port"
-        width = f" ({self.width})" if self.width else ""
+        width = f" ({self.width})" if self.width and self.kind != "efa" else ""  # EFA's lanes say nothing
         return f"{self.ports} × {rate}{NAMES[self.kind]} port{'s' if self.ports != 1 else ''}{width}"
 
 

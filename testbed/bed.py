@@ -178,9 +178,7 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
         **data.env,
         "CLUSTER_ACCEPT_TESTBED_NODE": node,
     }
-    if tb.rails:
-        write_ib_sysfs(tb.sysfs_dir(node), tb.rails, faults)
-        env["CLUSTER_ACCEPT_SYSFS"] = str(tb.sysfs_dir(node))
+    env.update(write_ib_sysfs(tb.sysfs_dir(node), tb.bin_dir(node), tb.rails, faults))
     for fault in faults:
         if isinstance(fault, SdcFlip):
             env["PYTHONPATH"] = str(write_sitecustomize(ndir / "sdc", fault.gpu).parent)

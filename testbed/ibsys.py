@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cluster_accept.checks.ib_counters import ERROR_COUNTERS
 from cluster_accept.testbed.faults import IbCounter, _Fault
-from cluster_accept.testbed.net_faults import IbPort
+from cluster_accept.testbed.net_faults import EfaSoftware, IbPort
 
 # A port's rate in sysfs's own format, scaled to what gloo moves over the test-bed's veths (0.1-0.4 GB/s per
 # rank): the all-reduce floor ``profile: auto`` derives from it (half of 0.5 Gb/s: 0.031 GB/s) sits where the
@@ -49,9 +49,12 @@ def _write_gids(port: Path, rail: int) -> None:
             (port / "gid_attrs" / "ndevs" / str(index)).write_text(f"rail{rail}\n")
 
 
-def write_ib_sysfs(root: Path, rails: int, faults: Sequence[_Fault]) -> None:
+def write_ib_sysfs(root: Path, bin_dir: Path, rails: int, faults: Sequence[_Fault]) -> dict[str, str]:
     """``root/class/infiniband``, rebuilt: one active port per rail at :data:`RATE` (unless an ``ib_port`` fault
-    says otherwise), every counter 0 unless a fault sets it."""
+    says otherwise), every counter 0 unless a fault sets it; the node's environment for it (none without rails).
+    EFA devices (``ib_port`` with driver ``efa``) come with their software (:func:`_write_efa_software`)."""
+    if not rails:
+        return {}
     base = root / "class" / "infiniband"
     shutil.rmtree(base, ignore_errors=True)
     (root / "module" / "nvidia_peermem").mkdir(parents=True, exist_ok=True)  # GPUDirect RDMA, as HCA nodes load it
@@ -64,7 +67,35 @@ def write_ib_sysfs(root: Path, rails: int, faults: Sequence[_Fault]) -> None:
         (port / "state").write_text(f"{fault.state}\n")
         (port / "rate").write_text(f"{fault.rate or RATE}\n")
         (port / "link_layer").write_text(f"{fault.link_layer}\n")
+        _bind(root, base / hca_name(rail), fault.driver)
         if fault.link_layer == "Ethernet":
             _write_gids(port, rail)
         for counter in ERROR_COUNTERS:
             (port / "counters" / counter).write_text(f"{planted.get((rail, counter), 0)}\n")
+    env = {"CLUSTER_ACCEPT_SYSFS": str(root)}
+    if any(f.driver == "efa" for f in ports.values()):
+        software = next((f for f in faults if isinstance(f, EfaSoftware)), EfaSoftware())
+        env.update(_write_efa_software(root, bin_dir, software))
+    return env
+
+
+def _bind(root: Path, device: Path, driver: str) -> None:
+    """``device/device/driver``: the link to the PCI driver the device is bound to, as sysfs has it."""
+    target = root / "bus" / "pci" / "drivers" / driver
+    target.mkdir(parents=True, exist_ok=True)
+    (device / "device").mkdir(parents=True, exist_ok=True)
+    (device / "device" / "driver").symlink_to(target)
+
+
+def _write_efa_software(root: Path, bin_dir: Path, software: EfaSoftware) -> dict[str, str]:
+    """An ``fi_info`` that lists the efa provider (or fails as libfabric does without it) and the aws-ofi-nccl
+    plugin in a library directory on the node's LD_LIBRARY_PATH (or an empty one)."""
+    lib = root / "opt" / "amazon" / "ofi-nccl" / "lib"
+    shutil.rmtree(lib, ignore_errors=True)
+    lib.mkdir(parents=True)
+    if software.plugin:
+        (lib / "libnccl-net-ofi.so").write_text("")
+    fi_info = bin_dir / "fi_info"
+    fi_info.write_text("#!/bin/sh\n" + ("echo 'provider: efa'\nexit 0\n" if software.provider else "exit 61\n"))
+    fi_info.chmod(0o755)
+    return {"LD_LIBRARY_PATH": str(lib)}

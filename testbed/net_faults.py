@@ -18,4 +18,14 @@ class IbPort(_Fault):
     rail: Annotated[int, Field(ge=0, le=15)] = 0
     state: Literal["4: ACTIVE", "1: DOWN", "2: INIT"] = "4: ACTIVE"
     rate: str | None = None  # as sysfs writes it: '0.25 Gb/sec (1X SDR)'
-    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
+    link_layer: Literal["InfiniBand", "Ethernet", "Unknown"] = "InfiniBand"  # EFA's reads Unknown
+    driver: Literal["mlx5_core", "efa"] = "mlx5_core"
+
+
+class EfaSoftware(_Fault):
+    """What NCCL needs to reach a node's EFA devices: the aws-ofi-nccl plugin on its LD_LIBRARY_PATH and
+    libfabric's efa provider (an ``fi_info`` that lists it); either one missing."""
+
+    kind: Literal["efa_software"] = "efa_software"
+    plugin: bool = True
+    provider: bool = True

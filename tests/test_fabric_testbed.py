@@ -117,3 +117,28 @@ def test_a_roce_port_whose_gid_index_names_a_roce_v1_entry_is_named(testbed_fact
     assert (rows["node03"].reason, rows["node03"].observed) == ("ok", "3: RoCE v2")
     fabric = checks[(checks.check == "profile") & (checks["item"] == "fabric")]
     assert set(fabric.expected) == {"1 × 0.5 Gb/s RoCE port (1X)"} and set(fabric.reason) == {"fabric_derived"}
+
+
+def test_an_efa_node_without_the_plugin_is_named_as_the_cause_of_its_slow_inter_node_step(
+    testbed_factory,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    efa = {"ib_port": {"link_layer": "Unknown", "driver": "efa"}}
+    faults = {"nodes": {"node01": [efa], "node02": [efa], "node03": [efa, {"efa_software": {"plugin": False}}]}}
+    bed = testbed_factory(nodes=3, faults=faults, prefix="cafe", subnet="10.254.146.0/24", rails=1)
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    testbed.set_rate(bed, "node03", 20)  # what NCCL on sockets instead of the adapters does to its groups
+    try:
+        stages = ["--stages", "preflight,multi-node"]
+        proc = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path / "out"), *stages, timeout=900)
+    finally:
+        testbed.set_rate(bed, "node03", None)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    verdicts = run_verdicts(tmp_path / "out")
+    got = {n: v for n, (v, _) in verdicts.items()}
+    assert got == {"node01": "accepted", "node02": "accepted", "node03": "rejected"}, verdicts
+    reasons = verdicts["node03"][1]
+    assert reasons[0] == "efa:plugin_missing" and "isolation:slow_node" in reasons, reasons  # the cause first
+    checks = pd.read_parquet(only_run(tmp_path / "out") / "checks.parquet")
+    fabric = checks[(checks.check == "profile") & (checks["item"] == "fabric")]
+    assert set(fabric.expected) == {"1 × 0.5 Gb/s EFA port"} and "NET/Libfabric" in fabric.detail.iloc[0]
