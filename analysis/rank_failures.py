@@ -96,13 +96,10 @@ def rank_end(exit_code: int | None, text: str) -> RankEnd:
     number = worker_signal(text)
     if number is None and exit_code is not None and exit_code > _SHELL_SIGNAL_BASE:
         number = exit_code - _SHELL_SIGNAL_BASE  # the whole torchrun was killed, not one of its workers
-    peer = peer_loss_line(text)
-    status = "no exit status" if exit_code is None else f"exit {exit_code}"
+    peer, lines = peer_loss_line(text), _last_lines(text)
+    why = "no exit status" if exit_code is None else f"exit {exit_code}"
     if number is not None:
-        why = f"{status}, a worker ended by {signal_name(number)}"
-        own = number in _SELF_INFLICTED or not peer
-    else:
-        why, own = status, not peer
-    if peer and not own:
-        return RankEnd(False, f"{why} after losing a peer: {peer}", _last_lines(text))
-    return RankEnd(True, why, _last_lines(text))
+        why += f", a worker ended by {signal_name(number)}"
+    if peer and number not in _SELF_INFLICTED:  # a victim's words, and no signal only its own failure sends
+        return RankEnd(False, f"{why} after losing a peer: {peer}", lines)
+    return RankEnd(True, why, lines)

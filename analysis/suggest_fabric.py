@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_accept.checks.infiniband import IbPorts, fabric_of
+from cluster_accept.checks.infiniband import fabric_of
 from cluster_accept.inventory.fabric import INTER_NODE_FRACTION, inter_node_floor
 
 FLOOR = "thresholds.allreduce_inter_busbw_gbps_min"
@@ -17,7 +17,7 @@ _PORT_KEYS = (("ports", int), ("rate_gbps", float), ("width", str))
 
 def fabric_values(model: Any) -> dict[str, str | None]:
     """One node's fabric under the profile keys it implies (and ``fabric``, described)."""
-    fabric = fabric_of(model) if isinstance(model, IbPorts) else None
+    fabric = fabric_of(model)
     if fabric is None:
         return {}
     values: dict[str, str | None] = {"fabric": fabric.describe(), TRANSPORT: fabric.transport}

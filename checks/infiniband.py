@@ -179,18 +179,16 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
     return IbPorts(ports=ports, net=net, peermem=peermem, raw=stdout)
 
 
-def fabric_of(model: IbPorts) -> NodeFabric | None:
+def fabric_of(model: object) -> NodeFabric | None:
     """The node's fabric (:mod:`inventory.fabric`): its RDMA ports, or without any its physical links that are
-    up; None when the output was not readable."""
-    if model.error:
+    up; None when the check did not run there (``model`` is not its parsed output) or its output was unreadable."""
+    if not isinstance(model, IbPorts) or model.error:
         return None
     rdma = []
     for port in model.ports:
         kind = rdma_kind(port.link_layer, port.driver, port.device)
         if kind is not None:
-            match = _RATE.match(port.rate)
-            rate, width = (float(match[1]), match[2]) if match else (None, None)
-            rdma.append(RdmaPort(port.name, kind, port.active, rate, width))
+            rdma.append(RdmaPort(port.name, kind, port.active, *_rate_width(port)))
     speeds = [link.speed_mbps / 1000 for link in model.net if link.up and link.speed_mbps > 0]
     return node_fabric(rdma, speeds, model.peermem)
 
@@ -220,6 +218,12 @@ def _describe(port: IbPort) -> str:
 _RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec(?: \((\d+X)\b)?")
 
 
+def _rate_width(port: IbPort) -> tuple[float | None, str | None]:
+    """A port's rate (Gb/s) and width (``4X``) from sysfs's ``400 Gb/sec (4X NDR)``; None for what it lacks."""
+    match = _RATE.match(port.rate)
+    return (float(match[1]), match[2]) if match else (None, None)
+
+
 def _spec_rows(model: IbPorts, spec: InfinibandSpec) -> list[CheckRow]:
     """The profile's ``infiniband`` block: active port count, each active port's rate and width."""
     active = [p for p in model.ports if p.active]
@@ -230,8 +234,7 @@ def _spec_rows(model: IbPorts, spec: InfinibandSpec) -> list[CheckRow]:
         status, reason = (Status.PASS, "ok") if ok else (Status.FAIL, "ports_missing")
         rows.append(CheckRow(NAME, "active_ports", status, reason, str(len(active)), f">= {spec.ports}", said))
     for port in active:
-        match = _RATE.match(port.rate)
-        rate, width = (float(match[1]), match[2]) if match else (None, None)
+        rate, width = _rate_width(port)
         if spec.rate_gbps is not None and (rate is None or rate < spec.rate_gbps):
             want = f">= {spec.rate_gbps:g} Gb/sec"
             rows.append(

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
-from cluster_accept.checks.infiniband import IbPorts, fabric_of
+from cluster_accept.checks.infiniband import fabric_of
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.builtin import is_auto, resolve_auto
 from cluster_accept.inventory.fabric import NodeFabric, cluster_fabric, derivation, fabric_data
@@ -94,15 +94,12 @@ def _row(outcome_problem: str | None, picked: str | None, names: tuple[str, ...]
     return CheckRow(CHECK, "auto", Status.FAIL, "unknown_gpu", observed, "a built-in GPU model", outcome_problem)
 
 
-def _node_fabric(model: Any) -> NodeFabric | None:
-    return fabric_of(model) if isinstance(model, IbPorts) else None
-
-
-def _fabric_row(own: NodeFabric | None, cluster: NodeFabric | None, read: int, of: int) -> CheckRow:
+def _fabric_row(own: NodeFabric | None, cluster: NodeFabric | None, said: str) -> CheckRow:
+    """The node's ``profile:fabric`` row: its own fabric beside the cluster's, and ``said``, how the expectations
+    were derived (the same for every node)."""
     observed = own.describe() if own is not None else None
     if cluster is None:
         return CheckRow(CHECK, "fabric", Status.SKIP, "fabric_unreadable", observed, None, "no node's ports were read")
-    said = derivation(cluster, read, of)
     if cluster.rdma:
         return CheckRow(CHECK, "fabric", Status.PASS, "fabric_derived", observed, cluster.describe(), said)
     return CheckRow(CHECK, "fabric", Status.WARN, "no_rdma_fabric", observed, "an RDMA fabric", said)
@@ -121,8 +118,9 @@ def resolve_auto_nodes(
     answered = set(answered)
     if not any(is_auto(n.profile) for n in inventory.tested):
         return inventory, []
-    fabrics = {n: f for n in sorted(answered) if (f := _node_fabric((nic_models or {}).get(n))) is not None}
+    fabrics = {n: f for n in sorted(answered) if (f := fabric_of((nic_models or {}).get(n))) is not None}
     fabric = cluster_fabric(list(fabrics.values()))
+    derived = derivation(fabric, len(fabrics), len(answered)) if fabric is not None else ""
     nodes: list[Node] = []
     profiles = dict(inventory.profiles)
     rows: list[NodeRow] = []
@@ -135,7 +133,7 @@ def resolve_auto_nodes(
         row = _row(choice.problem, choice.name, choice.gpu_names)
         rows.append(node_row(run_id, inventory.cluster, "preflight", node.name, row, ""))
         if choice.problem is None:  # else the node keeps its own keys, and its auto row says why
-            said = _fabric_row(fabrics.get(node.name), fabric, len(fabrics), len(answered))
+            said = _fabric_row(fabrics.get(node.name), fabric, derived)
             rows.append(node_row(run_id, inventory.cluster, "preflight", node.name, said, ""))
         if choice.problem is None and choice.name is not None:
             name = auto_name(node.profile_name, choice.name)

@@ -98,9 +98,7 @@ def culprits(run: GroupRun) -> dict[str, RankEnd]:
     return found
 
 
-def _blamed_row(
-    name: str, rank: RankRun, end: RankEnd, check: str, item: str, what: str
-) -> tuple[str, CheckRow, str]:
+def _blamed_row(name: str, rank: RankRun, end: RankEnd, check: str, item: str, what: str) -> tuple[str, CheckRow, str]:
     """The failed rank's node: its own evidence first (the NCCL line saying why, its last lines), masked."""
     result = rank.result
     if result is None:
@@ -130,6 +128,7 @@ def _unattributed(run: GroupRun, item: str, what: str) -> list[tuple[str, CheckR
 def teardown_rows(run: GroupRun, check: str) -> list[tuple[str, CheckRow]]:
     """A warning on each node whose rank finished its work, then did not exit cleanly: the run stands."""
     rows = []
+    item = f"inter_node {fold(run.nodes)}"
     for name, rank in run.ranks.items():
         if rank.teardown_error and rank.result is not None:
             code = rank.result.exit_code
@@ -138,7 +137,6 @@ def teardown_rows(run: GroupRun, check: str) -> list[tuple[str, CheckRow]]:
                 f"{'no exit status' if code is None else f'exit {code}'}: the run's figures stand"
             )
             observed = "stopped" if code is None else f"exit {code}"
-            item = f"inter_node {fold(run.nodes)}"
             rows.append((name, CheckRow(check, item, Status.WARN, TEARDOWN.code, observed, "exit 0", said)))
     return rows
 

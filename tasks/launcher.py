@@ -47,10 +47,12 @@ from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.remote.ssh import Unreachable
 from cluster_accept.tasks.ranks import (
     ALLREDUCE_JOB,
+    FAILURE_GRACE_S,
     GroupJob,
     GroupRun,
     RankRun,
     free_port,
+    killed_at_timeout,
     poll_rank,
     refused,
     rendezvous_address,
@@ -71,10 +73,6 @@ THREAD_POLLS_PER_S = 2.0
 # be ~10 polls each, crowding out the starts they wait for.
 FIRST_POLL_S = 0.25
 FOLLOW_S = 0.5  # once a rank has ended well its peers are looked at this soon: ranks end together
-# A rank that failed has peers that fail seconds later, of the lost connection: they are given this long to end
-# of themselves before the run is stopped, so that the failed rank's own end (its signal, its last lines) is read
-# rather than cut short by our stop, and its peers' ends show them as its victims (:mod:`analysis.rank_failures`).
-FAILURE_GRACE_S = 15.0
 STOP_RETRY_S = 3.0  # a rank that outlived a stop (a process forked while we killed) is stopped again
 POLL_MISSES = 3  # polls in a row without an answer (the node connects but does not reply) make it lost
 STOP_GIVE_UP_S = 60.0  # past its deadline a rank that no stop could end is given up on (the node hangs)
@@ -271,8 +269,8 @@ class _Launcher:
         finished its work (:attr:`RankRun.completed`): then it is complete."""
         code = answer.exit_code
         limit = command_timeout(rank.command, rank.node.ssh.command_timeout_s or 120.0)
-        killed_late = code == 137 and time.monotonic() - rank.started_at >= limit
-        timed_out = code == 124 or killed_late or (code is None and rank.client_timed_out)
+        ran_s = time.monotonic() - rank.started_at
+        timed_out = killed_at_timeout(code, ran_s, limit) or (code is None and rank.client_timed_out)
         result = CommandResult(rank.command.name, code, answer.stdout, answer.stderr, timed_out=timed_out)
         name = rank.node.name
         if code is not None:
@@ -289,9 +287,9 @@ class _Launcher:
     def end(self, group: _Group, rank: _Rank, outcome: RankRun) -> None:
         rank.done, rank.next_poll = outcome, None
         now = time.monotonic()
-        if not outcome.ok and rank.pid and not rank.swept:
-            group.unswept.append(rank)
         if not outcome.ok:
+            if rank.pid and not rank.swept:
+                group.unswept.append(rank)
             self.failed(group, outcome, now)
             return
         if group.followed:  # once per run: a walk of every peer at each rank's end made a run of R ranks cost R²

@@ -39,6 +39,18 @@ CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for 
 _PORT_SCRIPT = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
 
 
+# A rank that failed has peers that fail seconds later, of the lost connection: both launchers give them this long
+# to end of themselves before the run is stopped, so that the failed rank's own end (its signal, its last lines)
+# is read rather than cut short by the stop, and its peers' ends show them as its victims (analysis.rank_failures).
+FAILURE_GRACE_S = 15
+
+
+def killed_at_timeout(exit_code: int | None, ran_s: float, limit_s: float) -> bool:
+    """Whether a rank's status is the node-side timeout's: 124 (its TERM), or 137 (its KILL) once the rank's time
+    was up — a 137 sooner is a kill on the node (the OOM killer, an operator), the rank's own failure."""
+    return exit_code == 124 or (exit_code == 137 and ran_s >= limit_s)
+
+
 @dataclass
 class RankRun:
     """One node's part of a group run. ``stopped``: ended (or never started) because the run was stopped for

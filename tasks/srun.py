@@ -31,7 +31,14 @@ from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.probe_dir import PROBES_DIR
-from cluster_accept.tasks.ranks import _PORT_SCRIPT, GroupJob, GroupRun, RankRun, rendezvous_address
+from cluster_accept.tasks.ranks import (
+    _PORT_SCRIPT,
+    GroupJob,
+    GroupRun,
+    RankRun,
+    killed_at_timeout,
+    rendezvous_address,
+)
 from cluster_accept.tasks.srun_script import (
     TaskOutput,
     granted_job,
@@ -246,8 +253,8 @@ def _task_run(node: Node, command: RemoteCommand, task: TaskOutput, step_stopped
     task's bad exit — and complete nonetheless when it had printed that it finished its work."""
     code = task.exit_code
     stdout = "\n".join(task.lines) + "\n"
-    limit = command.timeout_s or 3600.0
-    timed_out = code == 124 or (code == 137 and elapsed_s >= limit) or (code is None and step_stopped)
+    limit = command.timeout_s or 3600.0  # as the step's time limit takes it (_step)
+    timed_out = killed_at_timeout(code, elapsed_s, limit) or (code is None and step_stopped)
     result = CommandResult(command.name, code, stdout, "", timed_out=timed_out)
     if code is not None:
         return RankRun(node.name, NodeStatus.OK, None, "", result)

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_accept.inventory.slurm_settings import SrunSettings
+from cluster_accept.tasks.ranks import FAILURE_GRACE_S
 
 NODE_MARK = "@@cluster-accept-node "
 EXIT_MARK = "@@cluster-accept-exit "
 KILL_GRACE_S = 10
-FAILURE_GRACE_S = 15  # as the SSH launcher gives the peers of a failed rank (tasks.launcher)
 _LABELED = re.compile(r"^\s*(\d+): ?(.*)$")
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
 
