@@ -1,7 +1,7 @@
-"""What ``profile suggest`` writes between nodes: the keys ``profile: auto`` derives from the fabric most nodes
-show (:mod:`inventory.fabric`), as values with how many nodes gave them, so that a profile on a named base (which
-derives nothing at run time) still judges the fabric: the RDMA ports (``infiniband``), the inter-node transport
-and the all-reduce floor of the NICs' line rate."""
+"""What ``profile suggest`` writes between nodes: the keys a profile on a built-in base derives from the fabric
+most nodes show (:mod:`inventory.fabric`, ``fabric: auto``), as values with how many nodes gave them, so that the
+profile written down holds them whatever a later run's nodes show (and a profile without a base has them): the
+RDMA ports (``infiniband``), the inter-node transport and the all-reduce floor of the NICs' line rate."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def write_infiniband(out: Any) -> None:
     if fabric is None:
         return
     out.prose(
-        f"between nodes: {fabric.value or 'no fabric most nodes share'} ({fabric.comment()}); profile: auto derives "
-        "the same keys at run time"
+        f"between nodes: {fabric.value or 'no fabric most nodes share'} ({fabric.comment()}); a built-in base derives "
+        "the same keys at run time (fabric: auto); written here, they hold whatever the nodes show"
     )
     if not out.ready("infiniband.ports", int):
         return

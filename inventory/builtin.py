@@ -3,6 +3,10 @@
 A profile's own keys win over its base's, key by key (``thresholds: {gemm_bf16_tflops_min: 650}`` changes that
 one minimum and keeps the others). ``auto`` cannot be resolved when the inventory loads: the GPU model is what
 preflight reads on each node, so :func:`resolve_auto` runs there, over the model nvidia-smi printed.
+
+Between nodes the same holds for the fabric (:mod:`inventory.fabric`): a built-in fabric named by ``fabric`` is
+laid under the profile's own keys when the inventory loads; ``fabric: auto``, the default on a built-in base, is
+read from the nodes in preflight and laid under them there (:func:`fabric_under`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cluster_accept.inventory.fabric import AUTO_FABRIC, BUILTIN_FABRICS, fabric_data, fabric_names
 from cluster_accept.inventory.gpus import AUTO, BY_KEY, MODELS, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.model import Profile
 from cluster_accept.inventory.quoting import quoted
@@ -70,20 +75,49 @@ def builtin_names() -> list[str]:
     return [*BY_KEY, AUTO]
 
 
+def derives_fabric(profile: Profile) -> bool:
+    """Whether what is expected between nodes is read from the nodes at run time: ``fabric: auto``, or no
+    ``fabric`` on a built-in base (a profile written without a base states its own expectations)."""
+    return profile.fabric == AUTO_FABRIC or (profile.fabric is None and profile.base is not None)
+
+
+def named_fabric_data(profile: Profile) -> dict[str, Any] | None:
+    """Profile data for the built-in fabric ``profile`` names; None for auto, none or no fabric."""
+    named = BUILTIN_FABRICS.get(profile.fabric or "")
+    return fabric_data(named.fabric, profile.training.enabled) if named else None
+
+
+def fabric_under(profile: Profile, between: dict[str, Any]) -> Profile:
+    """``profile`` with what the fabric implies (``between``) under the keys it has (its own and its base's: a
+    built-in GPU profile sets nothing between nodes). Raises ValueError when the result is not valid."""
+    try:
+        return Profile.model_validate(_deep_merge(between, profile.model_dump(exclude_unset=True)))
+    except ValidationError as exc:
+        raise ValueError("; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())) from exc
+
+
 def with_base(profile: Profile) -> Profile:
-    """``profile`` over its named built-in base; an ``auto`` profile stays as it is (resolved in preflight), once
-    it is known to be valid over every built-in profile it may pick. Raises ValueError for a base that is not
-    built in, or a profile not valid over its base."""
-    if profile.base is None:
-        return profile
+    """``profile`` over its named built-in base and fabric; an ``auto`` profile stays as it is (resolved in
+    preflight), once it is known to be valid over every built-in profile it may pick. Raises ValueError for a
+    base or fabric that is not built in, or a profile not valid over them."""
+    if profile.fabric is not None and profile.fabric not in fabric_names():
+        raise ValueError(
+            f"fabric {quoted(profile.fabric)} is not a built-in fabric (built-in: {', '.join(fabric_names())})"
+        )
     if is_auto(profile):
         _valid_over_every_model(profile)
         return profile
-    model = BY_KEY.get(profile.base)
-    if model is None:
-        known = ", ".join(builtin_names())
-        raise ValueError(f"base {quoted(profile.base)} is not a built-in profile (built-in: {known})")
-    return merged_profile(profile_data(model), profile, f"base {model.key}")
+    base_data, named = named_fabric_data(profile) or {}, f"fabric {profile.fabric}"
+    if profile.base is not None:
+        model = BY_KEY.get(profile.base)
+        if model is None:
+            known = ", ".join(builtin_names())
+            raise ValueError(f"base {quoted(profile.base)} is not a built-in profile (built-in: {known})")
+        base_data, named = _deep_merge(profile_data(model), base_data), f"base {model.key}"
+    if not base_data:
+        return profile
+    merged = merged_profile(base_data, profile, named)
+    return merged.model_copy(update={"base": profile.base}) if profile.base is not None else merged
 
 
 def _valid_over_every_model(own: Profile) -> None:
@@ -92,11 +126,11 @@ def _valid_over_every_model(own: Profile) -> None:
     GPU thresholds, one GPU under an all-reduce minimum). Whether a threshold can be measured depends on the
     profile's own probes and GPU count (a built-in profile sets no probe device, and a GPU count of 4 or more
     where it sets one), not on which model brings the threshold: the thresholds of every model together stand
-    for each of them, and a problem names each key once."""
+    for each of them, and a problem names each key once. A named fabric's keys come with them."""
     brought: dict[str, Any] = {}
     for model in MODELS:
         brought.update(profile_data(model)["thresholds"])
-    merged_profile({"thresholds": brought}, own, AUTO_PICKS)
+    merged_profile(_deep_merge({"thresholds": brought}, named_fabric_data(own) or {}), own, AUTO_PICKS)
 
 
 def builtin_profile(name: str) -> Profile | None:
@@ -104,7 +138,7 @@ def builtin_profile(name: str) -> Profile | None:
     if name == AUTO:
         return Profile(base=AUTO)
     model = BY_KEY.get(name)
-    return Profile.model_validate(profile_data(model)) if model else None
+    return Profile.model_validate({**profile_data(model), "base": model.key}) if model else None
 
 
 @dataclass(frozen=True)

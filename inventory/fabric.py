@@ -14,7 +14,11 @@ physical Ethernet links, each node's fabric is summed up (:class:`NodeFabric`), 
   the sweep's first multi-node step;
 - whenever the training sweep runs, a training scaling efficiency minimum of :data:`TRAINING_SCALING_MIN`.
 
-Pure: plain values in, profile data out. The inventory's own keys are laid over this data, key by key.
+A profile says where this comes from with ``fabric``: ``auto`` (the default on a built-in base) derives it from
+the nodes at run time; a built-in fabric by name (:data:`BUILTIN_FABRICS`: InfiniBand NDR/HDR, Spectrum-X RoCE,
+AWS EFA p4d/p5/p5en, plain Ethernet) states it when the inventory loads, whatever the nodes show; ``none`` states
+nothing between nodes (a cluster of one node). Pure: plain values in, profile data out. The inventory's own keys
+are laid over this data, key by key.
 """
 
 from __future__ import annotations
@@ -139,6 +143,40 @@ def cluster_fabric(fabrics: Sequence[NodeFabric]) -> NodeFabric | None:
         _most_common([f.width for f in same]),
         bool(_most_common([f.peermem for f in same])),
     )
+
+
+AUTO_FABRIC, NO_FABRIC = "auto", "none"
+
+
+@dataclass(frozen=True)
+class BuiltinFabric:
+    """A fabric as its vendor documents it, for clusters whose network is known before any node is read."""
+
+    fabric: NodeFabric
+    source: str  # where the figures come from
+
+
+# Per-node ports and rates from the vendors' documentation. peermem stays False (recorded, not required): the
+# current driver stacks reach GPU memory through dma-buf as well as through nvidia_peermem.
+BUILTIN_FABRICS = {
+    "infiniband-ndr": BuiltinFabric(
+        NodeFabric("infiniband", 8, 400.0, "4X"), "DGX H100/H200: 8 ConnectX-7 ports at 400 Gb/s NDR for compute"
+    ),
+    "infiniband-hdr": BuiltinFabric(
+        NodeFabric("infiniband", 8, 200.0, "4X"), "DGX A100: 8 ConnectX-6 ports at 200 Gb/s HDR for compute"
+    ),
+    "spectrum-x-roce": BuiltinFabric(
+        NodeFabric("roce", 8, 400.0), "Spectrum-X reference: 8 BlueField-3 SuperNIC ports at 400 Gb/s RoCE v2"
+    ),
+    "aws-p4d": BuiltinFabric(NodeFabric("efa", 4, 100.0), "AWS p4d/p4de.24xlarge: 4 EFA devices, 400 Gb/s"),
+    "aws-p5": BuiltinFabric(NodeFabric("efa", 32, 100.0), "AWS p5/p5e.48xlarge: 32 EFA devices, 3200 Gb/s"),
+    "aws-p5en": BuiltinFabric(NodeFabric("efa", 16, 200.0), "AWS p5en.48xlarge: 16 EFA devices, 3200 Gb/s"),
+    "ethernet": BuiltinFabric(NodeFabric("ethernet", 1), "plain Ethernet: NCCL over sockets, no RDMA port"),
+}
+
+
+def fabric_names() -> list[str]:
+    return [AUTO_FABRIC, *BUILTIN_FABRICS, NO_FABRIC]
 
 
 def line_rate_gbytes(fabric: NodeFabric) -> float | None:

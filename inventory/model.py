@@ -262,6 +262,9 @@ class Profile(_Strict):
     base: StrictStr | None = Field(
         default=None, description="a built-in profile (h100-sxm, h200-sxm, …) or 'auto'; the keys given here win"
     )
+    fabric: StrictStr | None = Field(
+        default=None, description="between nodes: auto (the default on a built-in base), a built-in fabric, or none"
+    )
     gpu: GpuSpec | None = None
     driver_version: StrictStr | MinVersion | None = None
     cuda_version: StrictStr | None = None

@@ -4,24 +4,25 @@ Resolved in the preflight stage, once every node has answered and before anythin
 check and every later stage sees the node's real profile. A node whose GPUs no built-in profile describes (or
 of several models, or unreadable) keeps its own keys only and fails ``profile:*`` with what to write.
 
-Between nodes the built-in profile is completed by the cluster's fabric (:mod:`inventory.fabric`): the RDMA ports
-(or Ethernet links) most nodes show, read by the ``infiniband`` check, give the inter-node transport, the ports
-every node must have active at their rate, an all-reduce floor and, with the training sweep, a scaling minimum.
-Each auto node gets a ``profile:fabric`` row saying what was derived and from what.
+Between nodes every profile on a built-in base (``auto`` or named), and every profile with ``fabric: auto``, is
+completed by the cluster's fabric (:mod:`inventory.fabric`): the RDMA ports (or Ethernet links) most nodes show,
+read by the ``infiniband`` check, give the inter-node transport, the ports every node must have active at their
+rate, an all-reduce floor and, with the training sweep, a scaling minimum, under the profile's own keys. Each such
+node gets a ``profile:fabric`` row saying what was derived and from what.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.infiniband import fabric_of
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.builtin import is_auto, resolve_auto
-from cluster_accept.inventory.fabric import NodeFabric, cluster_fabric, derivation, fabric_data
-from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.inventory.builtin import derives_fabric, fabric_under, is_auto, named_fabric_data, resolve_auto
+from cluster_accept.inventory.fabric import BUILTIN_FABRICS, NodeFabric, cluster_fabric, derivation, fabric_data
+from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.tasks.rows import node_row
 
 CHECK = "profile"
@@ -59,6 +60,8 @@ REASONS = declare(
         "use sockets between nodes, far below what training across nodes needs",
         Action.CHECK_NODE,
     ),
+    Reason("fabric_named", Status.PASS, "the profile names a built-in fabric: what is expected between nodes"),
+    Reason("fabric_none", Status.SKIP, "the profile says fabric: none: nothing is expected between nodes"),
     Reason(
         "fabric_unreadable",
         Status.SKIP,
@@ -105,6 +108,72 @@ def _fabric_row(own: NodeFabric | None, cluster: NodeFabric | None, said: str) -
     return CheckRow(CHECK, "fabric", Status.WARN, "no_rdma_fabric", observed, "an RDMA fabric", said)
 
 
+@dataclass(frozen=True)
+class _Fabric:
+    """The cluster's fabric as preflight read it: each node's, the majority's, and how it was derived."""
+
+    nodes: Mapping[str, NodeFabric]
+    cluster: NodeFabric | None
+    said: str
+
+    def between(self, profile: Profile) -> dict[str, Any] | None:
+        """What ``profile``'s nodes are expected to show between nodes: derived, named, or nothing."""
+        if not derives_fabric(profile):
+            return named_fabric_data(profile)
+        return fabric_data(self.cluster, profile.training.enabled) if self.cluster is not None else None
+
+    def row(self, node: str, profile: Profile) -> CheckRow:
+        """The node's ``profile:fabric`` row: what its profile expects between nodes, and whence."""
+        own = self.nodes.get(node)
+        if derives_fabric(profile):
+            return _fabric_row(own, self.cluster, self.said)
+        observed = own.describe() if own is not None else None
+        named = BUILTIN_FABRICS.get(profile.fabric or "")
+        if named is None:
+            said = "fabric: none: the profile expects nothing between nodes"
+            return CheckRow(CHECK, "fabric", Status.SKIP, "fabric_none", observed, None, said)
+        said = f"fabric {profile.fabric}: {named.source}; inter-node transport {named.fabric.transport}"
+        return CheckRow(CHECK, "fabric", Status.PASS, "fabric_named", observed, named.fabric.describe(), said)
+
+
+def _says_fabric(profile: Profile) -> bool:
+    """Whether a profile expects something of the fabric (derived or named), or says it expects nothing."""
+    return profile.fabric is not None or derives_fabric(profile)
+
+
+def _read_fabric(answered: Iterable[str], nic_models: Mapping[str, Any]) -> _Fabric:
+    fabrics = {n: f for n in sorted(answered) if (f := fabric_of(nic_models.get(n))) is not None}
+    fabric = cluster_fabric(list(fabrics.values()))
+    said = derivation(fabric, len(fabrics), len(list(answered))) if fabric is not None else ""
+    return _Fabric(fabrics, fabric, said)
+
+
+def _auto_node(node: Node, gpu_model: Any, fabric: _Fabric) -> tuple[Node, Profile | None, list[CheckRow]]:
+    """An ``auto`` node on the profile its GPU model picks (renamed ``auto:h100-sxm``), or as it was."""
+    choice = resolve_auto(node.profile, _gpu_names(gpu_model), fabric.between(node.profile))
+    rows = [_row(choice.problem, choice.name, choice.gpu_names)]
+    if choice.problem is None:  # else its auto row says why it keeps its keys
+        rows.append(fabric.row(node.name, node.profile))
+    if choice.problem is None and choice.name is not None:
+        name = auto_name(node.profile_name, choice.name)
+        return replace(node, profile_name=name, profile=choice.profile), choice.profile, rows
+    return node, None, rows
+
+
+def _derived_node(node: Node, fabric: _Fabric) -> tuple[Node, Profile | None, list[CheckRow]]:
+    """A node on a named base, or with ``fabric: auto``, with the cluster's fabric under its profile's keys (a
+    named fabric was laid under them when the inventory loaded)."""
+    between = fabric.between(node.profile) if derives_fabric(node.profile) else None
+    if between is None:
+        return node, None, [fabric.row(node.name, node.profile)]
+    try:
+        profile = fabric_under(node.profile, between)
+    except ValueError as exc:
+        said = f"the profile's keys over the fabric the nodes show are not valid: {exc}"
+        return node, None, [CheckRow(CHECK, "fabric", Status.FAIL, "invalid_override", None, None, said)]
+    return replace(node, profile=profile), profile, [fabric.row(node.name, node.profile)]
+
+
 def resolve_auto_nodes(
     run_id: str,
     inventory: Inventory,
@@ -112,32 +181,24 @@ def resolve_auto_nodes(
     answered: Iterable[str],
     nic_models: Mapping[str, Any] | None = None,
 ) -> tuple[Inventory, list[NodeRow]]:
-    """The inventory with every answering ``auto`` node on its picked profile, and ``profile:auto`` and
-    ``profile:fabric`` rows per such node. ``gpu_models``: node -> the parsed ``gpu_count`` model (absent when it
-    did not run); ``nic_models``: node -> the parsed ``infiniband`` model, whose majority is the fabric."""
+    """The inventory with every answering ``auto`` node on its picked profile, every answering node whose profile
+    derives the fabric with it under its keys, and ``profile:auto`` / ``profile:fabric`` rows per such node.
+    ``gpu_models``: node -> the parsed ``gpu_count`` model (absent when it did not run); ``nic_models``: node ->
+    the parsed ``infiniband`` model, whose majority is the fabric."""
     answered = set(answered)
-    if not any(is_auto(n.profile) for n in inventory.tested):
+    touched = [n for n in inventory.tested if n.name in answered and (is_auto(n.profile) or _says_fabric(n.profile))]
+    if not touched:
         return inventory, []
-    fabrics = {n: f for n in sorted(answered) if (f := fabric_of((nic_models or {}).get(n))) is not None}
-    fabric = cluster_fabric(list(fabrics.values()))
-    derived = derivation(fabric, len(fabrics), len(answered)) if fabric is not None else ""
-    nodes: list[Node] = []
-    profiles = dict(inventory.profiles)
-    rows: list[NodeRow] = []
-    for node in inventory.nodes:
-        if node.excluded or not is_auto(node.profile) or node.name not in answered:
-            nodes.append(node)
-            continue
-        between = fabric_data(fabric, node.profile.training.enabled) if fabric is not None else None
-        choice = resolve_auto(node.profile, _gpu_names(gpu_models.get(node.name)), between)
-        row = _row(choice.problem, choice.name, choice.gpu_names)
-        rows.append(node_row(run_id, inventory.cluster, "preflight", node.name, row, ""))
-        if choice.problem is None:  # else the node keeps its own keys, and its auto row says why
-            said = _fabric_row(fabrics.get(node.name), fabric, derived)
-            rows.append(node_row(run_id, inventory.cluster, "preflight", node.name, said, ""))
-        if choice.problem is None and choice.name is not None:
-            name = auto_name(node.profile_name, choice.name)
-            profiles[name] = choice.profile
-            node = replace(node, profile_name=name, profile=choice.profile)
-        nodes.append(node)
+    fabric = _read_fabric(answered, nic_models or {})
+    profiles, rows, changed = dict(inventory.profiles), list[NodeRow](), {}
+    for node in touched:
+        if is_auto(node.profile):
+            new, profile, said = _auto_node(node, gpu_models.get(node.name), fabric)
+        else:
+            new, profile, said = _derived_node(node, fabric)
+        rows.extend(node_row(run_id, inventory.cluster, "preflight", node.name, row, "") for row in said)
+        if profile is not None:
+            profiles[new.profile_name] = profile
+        changed[node.name] = new
+    nodes = [changed.get(n.name, n) for n in inventory.nodes]
     return replace(inventory, nodes=nodes, profiles=profiles), rows

@@ -42,6 +42,7 @@ NOT_EXPECTATIONS = {
     "thresholds.straggler_pct",
     "thresholds.relative_verdict",
     "base",  # resolved into the profile's own keys when loaded (auto: in preflight, with a profile:auto row)
+    "fabric",  # resolved into the profile's own keys (named: when loaded; auto: in preflight, with profile:fabric)
     "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile
     "burn.sample_interval_s",
     "burn.sdc_repeats",
