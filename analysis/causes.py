@@ -71,6 +71,7 @@ LINKS: tuple[Link, ...] = (
     Link("hostname", _INTER, "multi-node", symptom_reasons=_DID_NOT_RUN),
     Link("infiniband", _INTER, "multi-node"),
     Link("roce", _INTER, "multi-node"),  # a RoCE v1 or empty GID: no connection, or v1 where the fabric routes v2
+    Link("roce_qos", _INTER, "multi-node"),  # MTU, traffic class, PFC or ECN off the fabric's: drops and pauses
     Link("efa", _INTER, "multi-node"),  # no plugin or provider: NCCL on sockets instead of the adapters
     Link("profile", _INTER, "multi-node", frozenset({"no_rdma_fabric"})),
     # A port counting errors (or still counting: grown since the last run) is the cable a slow rail crosses.

@@ -8,6 +8,10 @@ nccl/lib``), NCCL falls back to ``NET/Socket`` without an error, at a few percen
 p4d and later instances have. The number of EFA devices is the instance type's (AWS's documentation: p4d and
 p4de 4, p5 32, p5e 32, p5en 16); a device fewer is a node that lost an adapter.
 
+The adapters' error counters (``ports/1/hw_counters``: receive drops, RDMA read and write errors, retransmits,
+retransmit timeouts, unresponsive and impaired remote connections) are kept with the node's run, one
+``C|<device>/1|<counter>|<value>`` line each; preflight flags those that grew since the node's previous run.
+
 Node-side: sh, cat, ls, readlink; ``fi_info`` where libfabric installed it. Nodes without EFA get one skip row.
 """
 
@@ -24,10 +28,23 @@ from cluster_accept.inventory.model import Profile
 NAME = "efa"
 _END = "### end"
 _FIELDS = ("devices", "instance", "fi_info", "plugin", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_TOPO_FILE")
+# The EFA driver's port statistics that count trouble (drivers/infiniband/hw/efa/efa_verbs.c).
+HW_COUNTERS = (
+    "rx_drops",
+    "rdma_read_wr_err",
+    "rdma_write_wr_err",
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
+    "impaired_remote_conn_events",
+)
 COMMAND = (
     's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; n=0; '
     'for d in "$s"/class/infiniband/*; do v=$(readlink "$d/device/driver" 2>/dev/null); '
-    '[ "${v##*/}" = efa ] && n=$((n + 1)); done; echo "devices=$n"; '
+    '[ "${v##*/}" = efa ] || continue; n=$((n + 1)); '
+    f"for c in {' '.join(HW_COUNTERS)}; do "
+    'f="$d/ports/1/hw_counters/$c"; [ -r "$f" ] && echo "C|${d##*/}/1|$c|$(cat "$f" 2>/dev/null)"; done; '
+    'done; echo "devices=$n"; '
     'echo "instance=$(cat "$s/devices/virtual/dmi/id/product_name" 2>/dev/null)"; '
     "if ! command -v fi_info > /dev/null 2>&1; then echo fi_info=missing; "
     "elif fi_info -p efa > /dev/null 2>&1; then echo fi_info=efa; else echo fi_info=no_efa; fi; "
@@ -41,8 +58,16 @@ COMMAND = (
 )
 UNSET = "<unset>"
 # EFA devices per instance type, from AWS's documentation (instance types with EFA, "Maximum EFA interfaces").
-EFA_DEVICES = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16}
-_RDMA_READ = re.compile(r"^(p4d|p4de|p5|p5e|p5en|p6|trn1|trn1n|trn2)\.")  # instance families with RDMA read
+EFA_DEVICES = {
+    "p4d.24xlarge": 4,
+    "p4de.24xlarge": 4,
+    "p5.48xlarge": 32,
+    "p5e.48xlarge": 32,
+    "p5en.48xlarge": 16,
+    "p6-b200.48xlarge": 8,
+}
+# Instance families whose EFA does RDMA reads (p6 types are named p6-b200, p6e-gb200).
+_RDMA_READ = re.compile(r"^(p4d|p4de|p5|p5e|p5en|p6(e)?(-[a-z0-9]+)?|trn1|trn1n|trn2)\.")
 REASONS = declare(
     Reason("no_efa", Status.SKIP, "the node has no EFA device"),
     Reason(
@@ -90,6 +115,7 @@ REASONS = declare(
 @dataclass(frozen=True)
 class EfaState:
     values: dict[str, str] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # efa_0/1.rx_drops -> value
     error: str | None = None
     raw: str = ""
 
@@ -98,16 +124,31 @@ class EfaState:
         return int(self.values.get("devices", "0"))
 
 
+_COUNTER = re.compile(r"^C\|(?P<port>[\w.-]{1,64}/\d{1,3})\|(?P<name>\w{1,64})\|(?P<value>\d{1,20})$", re.ASCII)
+
+
 def parse(stdout: str, exit_code: int | None = 0) -> EfaState:
     lines = stdout.splitlines()
     if _END not in lines:
         return EfaState(error="output truncated before the end marker", raw=stdout)
-    values = dict(line.split("=", 1) for line in lines[: lines.index(_END)] if "=" in line)
+    body = lines[: lines.index(_END)]
+    values = dict(line.split("=", 1) for line in body if "=" in line and not line.startswith("C|"))
     missing = [key for key in _FIELDS if key not in values]
     if missing or not re.fullmatch("[0-9]{1,4}", values.get("devices", "")):
         said = f"missing {', '.join(missing)}" if missing else f"devices={masked_quote(values['devices'])}"
         return EfaState(error=f"unexpected EFA output: {said}", raw=stdout)
-    return EfaState(values, raw=stdout)
+    counted: dict[str, int] = {}
+    for line in (line for line in body if line.startswith("C|")):
+        match = _COUNTER.match(line)
+        if match is None or match["name"] not in HW_COUNTERS:
+            return EfaState(error=f"unexpected EFA counter line {masked_quote(line)}", raw=stdout)
+        counted[f"{match['port']}.{match['name']}"] = int(match["value"])
+    return EfaState(values, counted, raw=stdout)
+
+
+def counters(model: EfaState) -> dict[str, int]:
+    """``efa_0/1.retrans_pkts``: preflight flags each that grew since the node's previous run."""
+    return {} if model.error else dict(model.counters)
 
 
 def _findings(state: EfaState) -> list[CheckRow]:

@@ -55,7 +55,7 @@ class StageProgress(Protocol):
 # Checks that judge the environment a job runs in (settings a fix-config repairs), not the node's hardware: the
 # RoCE GID a job picks and what NCCL needs to reach EFA (plugin, provider, FI_* settings) among them, so that the
 # node is still measured and its slow step between nodes is shown with the setting as its cause.
-ENVIRONMENT_CHECKS = frozenset({"nccl_env", "nccl_harmful", "hostname", "roce", "efa"})
+ENVIRONMENT_CHECKS = frozenset({"nccl_env", "nccl_harmful", "hostname", "roce", "roce_qos", "efa"})
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from cluster_accept.testbed.burn_faults import DcgmFail, NoDcgm, SdcFlip, Throttle
 from cluster_accept.testbed.fault_base import _Fault
-from cluster_accept.testbed.net_faults import EfaSoftware, IbPort
+from cluster_accept.testbed.net_faults import EfaSoftware, IbPort, RoceQos
 
 GpuIndex = Annotated[StrictInt, Field(ge=0, le=63)]
 LinkIndex = Annotated[StrictInt, Field(ge=0, le=63)]
@@ -234,6 +234,7 @@ Fault = (
     | IbCounter
     | IbPort
     | EfaSoftware
+    | RoceQos
     | Throttle
     | SdcFlip
     | DcgmFail

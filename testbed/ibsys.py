@@ -9,12 +9,14 @@ value between two runs is a counter that grew.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cluster_accept.checks.efa import HW_COUNTERS as EFA_COUNTERS
 from cluster_accept.checks.ib_counters import ERROR_COUNTERS
+from cluster_accept.checks.roce_qos import HW_COUNTERS as ROCE_COUNTERS
 from cluster_accept.testbed.faults import IbCounter, _Fault
-from cluster_accept.testbed.net_faults import EfaSoftware, IbPort
+from cluster_accept.testbed.net_faults import EfaSoftware, IbPort, RoceQos
 
 # A port's rate in sysfs's own format, scaled to what gloo moves over the test-bed's veths (0.1-0.4 GB/s per
 # rank): the all-reduce floor ``profile: auto`` derives from it (half of 0.5 Gb/s: 0.031 GB/s) sits where the
@@ -68,15 +70,59 @@ def write_ib_sysfs(root: Path, bin_dir: Path, rails: int, faults: Sequence[_Faul
         (port / "rate").write_text(f"{fault.rate or RATE}\n")
         (port / "link_layer").write_text(f"{fault.link_layer}\n")
         _bind(root, base / hca_name(rail), fault.driver)
+        if fault.driver == "efa":
+            _write_counters(port / "hw_counters", EFA_COUNTERS, {})
         if fault.link_layer == "Ethernet":
             _write_gids(port, rail)
+            _write_roce_qos(root, rail, next((f for f in faults if isinstance(f, RoceQos) and f.rail == rail), None))
         for counter in ERROR_COUNTERS:
             (port / "counters" / counter).write_text(f"{planted.get((rail, counter), 0)}\n")
     env = {"CLUSTER_ACCEPT_SYSFS": str(root)}
+    _write_mlnx_qos(root, bin_dir)
     if any(f.driver == "efa" for f in ports.values()):
         software = next((f for f in faults if isinstance(f, EfaSoftware)), EfaSoftware())
         env.update(_write_efa_software(root, bin_dir, software))
     return env
+
+
+def _write_roce_qos(root: Path, rail: int, qos: RoceQos | None) -> None:
+    """A RoCE port's netdev (``rail<k>``: MTU, ECN per priority), its traffic class, its RoCE ``hw_counters``,
+    and the PFC line the ``mlnx_qos`` stand-in prints for it: 9000 bytes, class 106, PFC and ECN on priority 3
+    unless ``qos`` says otherwise."""
+    qos = qos or RoceQos(rail=rail)
+    netdev = root / "class" / "net" / f"rail{rail}"
+    shutil.rmtree(netdev, ignore_errors=True)
+    for point in ("np", "rp"):
+        enable = netdev / "ecn" / f"roce_{point}" / "enable"
+        enable.mkdir(parents=True)
+        for priority, on in enumerate(qos.ecn):
+            (enable / str(priority)).write_text(f"{on}\n")
+    (netdev / "mtu").write_text(f"{qos.mtu}\n")
+    (netdev / "pfc").write_text("".join(f"{on:>4}" for on in qos.pfc) + "\n")  # read by the stand-in
+    hca = root / "class" / "infiniband" / hca_name(rail)
+    if qos.traffic_class is not None:
+        (hca / "tc" / "1").mkdir(parents=True, exist_ok=True)
+        (hca / "tc" / "1" / "traffic_class").write_text(f"Global tclass={qos.traffic_class}\n")
+    _write_counters(hca / "ports" / "1" / "hw_counters", ROCE_COUNTERS, qos.hw_counters)
+
+
+def _write_counters(folder: Path, names: Sequence[str], planted: Mapping[str, int]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text(f"{planted.get(name, 0)}\n")
+
+
+def _write_mlnx_qos(root: Path, bin_dir: Path) -> None:
+    """A ``mlnx_qos -i <netdev>`` stand-in printing the PFC section in MLNX_OFED's format from the netdev's
+    planted settings (and failing, as the tool does, for a netdev it does not know)."""
+    script = bin_dir / "mlnx_qos"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'f="{root}/class/net/$2/pfc"; [ "$1" = -i ] && [ -r "$f" ] || exit 1\n'
+        "echo 'DCBX mode: OS controlled'; echo 'Priority trust state: dscp'; echo 'PFC configuration:'\n"
+        'printf \'\\tpriority    0   1   2   3   4   5   6   7\\n\\tenabled  %s\\n\' "$(cat "$f")"\n'
+    )
+    script.chmod(0o755)
 
 
 def _bind(root: Path, device: Path, driver: str) -> None:
@@ -98,4 +144,7 @@ def _write_efa_software(root: Path, bin_dir: Path, software: EfaSoftware) -> dic
     fi_info = bin_dir / "fi_info"
     fi_info.write_text("#!/bin/sh\n" + ("echo 'provider: efa'\nexit 0\n" if software.provider else "exit 61\n"))
     fi_info.chmod(0o755)
+    dmi = root / "devices" / "virtual" / "dmi" / "id"
+    dmi.mkdir(parents=True, exist_ok=True)
+    (dmi / "product_name").write_text(f"{software.instance}\n")
     return {"LD_LIBRARY_PATH": str(lib)}

@@ -24,8 +24,24 @@ class IbPort(_Fault):
 
 class EfaSoftware(_Fault):
     """What NCCL needs to reach a node's EFA devices: the aws-ofi-nccl plugin on its LD_LIBRARY_PATH and
-    libfabric's efa provider (an ``fi_info`` that lists it); either one missing."""
+    libfabric's efa provider (an ``fi_info`` that lists it); either one missing. ``instance``: the instance type
+    DMI names (none by default; one whose EFA does RDMA reads makes ``FI_EFA_USE_DEVICE_RDMA=0`` a fault)."""
 
     kind: Literal["efa_software"] = "efa_software"
     plugin: bool = True
     provider: bool = True
+    instance: Annotated[str, Field(pattern=r"^[a-z0-9.-]{0,40}$")] = ""
+
+
+class RoceQos(_Fault):
+    """A RoCE port's lossless settings (``ib_port`` with link layer Ethernet makes the port): its netdev's MTU, the
+    port's traffic class, PFC as ``mlnx_qos`` prints it and ECN per priority (8 digits, priority 0 first), and
+    RoCE ``hw_counters`` values (planting a higher one between two runs is a counter that grew)."""
+
+    kind: Literal["roce_qos"] = "roce_qos"
+    rail: Annotated[int, Field(ge=0, le=15)] = 0
+    mtu: Annotated[int, Field(ge=576, le=9216)] = 9000
+    traffic_class: Annotated[int, Field(ge=0, le=255)] | None = 106
+    pfc: Annotated[str, Field(pattern="^[01]{8}$")] = "00010000"
+    ecn: Annotated[str, Field(pattern="^[01]{8}$")] = "00010000"
+    hw_counters: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.checks import efa
 from cluster_accept.checks.base import ClusterView
 from cluster_accept.inventory.model import Profile
@@ -85,3 +86,28 @@ def test_a_node_without_efa_is_one_skip_row(tmp_path: Path) -> None:
 def test_unreadable_output_is_an_error_row(stdout: str) -> None:
     reasons = [r.reason for r in efa.evaluate(efa.parse(stdout, 0), Profile(), ClusterView({}, 0))]
     assert reasons == ["unparsable_output"]
+
+
+def test_the_adapters_error_counters_are_kept_for_their_growth(tmp_path: Path) -> None:
+    env = _node(tmp_path, devices=2)
+    counters = Path(env["CLUSTER_ACCEPT_SYSFS"]) / "class" / "infiniband" / "rdmap1s27" / "ports" / "1" / "hw_counters"
+    counters.mkdir(parents=True)
+    for name, value in (("retrans_pkts", 7), ("rx_drops", 0), ("tx_pkts", 99)):  # tx_pkts: traffic, not trouble
+        (counters / name).write_text(f"{value}\n")
+    proc = subprocess.run(["sh", "-c", efa.COMMAND], capture_output=True, text=True, env=env, timeout=30, check=True)
+    model = efa.parse(proc.stdout, 0)
+    assert efa.counters(model) == {"rdmap1s27/1.retrans_pkts": 7, "rdmap1s27/1.rx_drops": 0}
+    before = {f"efa.counter:{k}": str(v) for k, v in efa.counters(model).items()}
+    grown = {**before, "efa.counter:rdmap1s27/1.retrans_pkts": "5120"}
+    found = counter_growth({"n1": grown}, {"n1": before})
+    assert [(row.item, row.reason, row.observed, row.expected) for _, row in found] == [
+        ("counter:rdmap1s27/1.retrans_pkts", "counter_grew", "5120", "<= 7")
+    ]
+
+
+def test_p6_instances_do_rdma_reads_and_have_eight_adapters(tmp_path: Path) -> None:
+    env = {**_node(tmp_path, devices=8, instance="p6-b200.48xlarge"), "FI_EFA_USE_DEVICE_RDMA": "0"}
+    assert _rows(env) == [("FI_EFA_USE_DEVICE_RDMA", "fail", "device_rdma_off", "0")]
+    assert _rows(_node(tmp_path / "b", devices=7, instance="p6-b200.48xlarge")) == [
+        ("devices", "fail", "devices_missing", "7")
+    ]

@@ -97,9 +97,10 @@ def test_a_roce_port_whose_gid_index_names_a_roce_v1_entry_is_named(testbed_fact
             "node01": [roce],  # NCCL_IB_GID_INDEX unset: NCCL 2.21+ selects a RoCE v2 entry
             "node02": [roce, {"nccl_env": {"env": {"NCCL_IB_GID_INDEX": "2"}}}],  # RoCE v1
             "node03": [roce, {"nccl_env": {"env": {"NCCL_IB_GID_INDEX": "3"}}}],  # RoCE v2, as seed 002 pins it
+            "node04": [roce, {"roce_qos": {"mtu": 1500, "pfc": "00001000"}}],  # off the fabric's MTU and PFC
         }
     }
-    bed = testbed_factory(nodes=3, faults=faults, prefix="cafr", subnet="10.254.145.0/24", rails=1)
+    bed = testbed_factory(nodes=4, faults=faults, prefix="cafr", subnet="10.254.145.0/24", rails=1)
     inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
     out = tmp_path / "out"
     proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), "--stages", "preflight", timeout=900)
@@ -115,16 +116,25 @@ def test_a_roce_port_whose_gid_index_names_a_roce_v1_entry_is_named(testbed_fact
     )
     assert (rows["node01"].reason, rows["node01"].observed) == ("ok", "RoCE v2 at 1, 3")
     assert (rows["node03"].reason, rows["node03"].observed) == ("ok", "3: RoCE v2")
+    qos = checks[checks.check == "roce_qos"]
+    failed = {(r.node, r.item, r.observed, r.expected) for r in qos.itertuples() if r.status == "fail"}
+    assert failed == {("node04", "mlx5_0/1 mtu", "1024", "4096"), ("node04", "mlx5_0/1 pfc", "00001000", "00010000")}
+    assert verdicts["node04"][0] == "rejected" and verdicts["node04"][1][0] == "roce_qos:differs", verdicts
+    assert verdicts["node01"][0] == "accepted" and verdicts["node03"][0] == "accepted", verdicts
+    passed = qos[(qos.node == "node01") & (qos.status == "pass")]
+    assert set(passed["item"]) == {"NCCL_IB_TC", *(f"mlx5_0/1 {key}" for key in ("mtu", "traffic_class", "pfc", "ecn"))}
     fabric = checks[(checks.check == "profile") & (checks["item"] == "fabric")]
     assert set(fabric.expected) == {"1 × 0.5 Gb/s RoCE port (1X)"} and set(fabric.reason) == {"fabric_derived"}
 
 
-def test_an_efa_node_without_the_plugin_is_named_as_the_cause_of_its_slow_inter_node_step(
+def test_an_efa_node_without_the_plugin_or_with_device_rdma_off_is_named_as_the_cause(
     testbed_factory,  # type: ignore[no-untyped-def]
     tmp_path: Path,
 ) -> None:
     efa = {"ib_port": {"link_layer": "Unknown", "driver": "efa"}}
-    faults = {"nodes": {"node01": [efa], "node02": [efa], "node03": [efa, {"efa_software": {"plugin": False}}]}}
+    rdma_off = [{"efa_software": {"instance": "trn1.32xlarge"}}, {"nccl_env": {"env": {"FI_EFA_USE_DEVICE_RDMA": "0"}}}]
+    nodes = {"node01": [efa], "node02": [efa, *rdma_off], "node03": [efa, {"efa_software": {"plugin": False}}]}
+    faults = {"nodes": nodes}
     bed = testbed_factory(nodes=3, faults=faults, prefix="cafe", subnet="10.254.146.0/24", rails=1)
     inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
     testbed.set_rate(bed, "node03", 20)  # what NCCL on sockets instead of the adapters does to its groups
@@ -136,7 +146,8 @@ def test_an_efa_node_without_the_plugin_is_named_as_the_cause_of_its_slow_inter_
     assert proc.returncode == 1, proc.stdout + proc.stderr
     verdicts = run_verdicts(tmp_path / "out")
     got = {n: v for n, (v, _) in verdicts.items()}
-    assert got == {"node01": "accepted", "node02": "accepted", "node03": "rejected"}, verdicts
+    assert got == {"node01": "accepted", "node02": "rejected", "node03": "rejected"}, verdicts
+    assert verdicts["node02"][1][0] == "efa:device_rdma_off", verdicts  # GPUDirect off on an RDMA-read instance
     reasons = verdicts["node03"][1]
     assert reasons[0] == "efa:plugin_missing" and "isolation:slow_node" in reasons, reasons  # the cause first
     checks = pd.read_parquet(only_run(tmp_path / "out") / "checks.parquet")

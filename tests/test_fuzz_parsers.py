@@ -167,11 +167,24 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         seeds = [((DATA / "ib_counters" / "two_ports.txt").read_text(), 0)]
     elif name == "roce":  # likewise: a ConnectX port's GID table, NCCL_IB_GID_INDEX=3
         seeds = [((DATA / "roce" / "gid_index_3.txt").read_text(), 0)]
+    elif name == "roce_qos":  # likewise: two ConnectX RoCE ports, PFC as mlnx_qos prints it, their counters
+        seeds = [((DATA / "roce_qos" / "two_ports.txt").read_text(), 0)]
     elif name == "efa":  # likewise: a p5's 32 EFA devices, the plugin and the efa provider found
         seeds = [((DATA / "efa" / "p5_healthy.txt").read_text(), 0)]
     else:  # the --query-gpu checks
         seeds = [(noheader(m, module.FIELDS), 0) for m in MACHINES]
-    if name not in ("infiniband", "ib_counters", "roce", "efa", "nccl_env", "nccl_harmful", "hostname", "xid", "probe"):
+    if name not in (
+        "infiniband",
+        "ib_counters",
+        "roce",
+        "roce_qos",
+        "efa",
+        "nccl_env",
+        "nccl_harmful",
+        "hostname",
+        "xid",
+        "probe",
+    ):
         seeds.append((DRIVER_FAILURE, 9))
     return seeds
 
