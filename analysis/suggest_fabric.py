@@ -48,7 +48,7 @@ def write_infiniband(out: Any) -> None:
         out.value(f"infiniband.{key}", kind, indent=1)
     peermem = out.found.get("infiniband.peermem")
     if peermem is not None and peermem.value in ("true", "false"):
-        out.raw(f"  peermem: {peermem.value}  # nvidia_peermem loaded; {peermem.comment()}")
+        out.raw(f"  peermem: {peermem.value}  # GPUDirect RDMA (nvidia_peermem or dma-buf); {peermem.comment()}")
 
 
 def write_transport(out: Any) -> None:

@@ -3,7 +3,9 @@
 Where the profile expects NCCL's inter-node transport to be ``NET/IB``, every port must be ``4: ACTIVE``, its
 rate must match the cluster's majority for that port (a cable trained at half speed is a slow node), and
 ``nvidia_peermem`` must be loaded: without it GPUDirect RDMA is off and NCCL stages every inter-node
-transfer through host memory. Nodes not expected to use InfiniBand only record the ports they have.
+transfer through host memory — unless the node reaches GPU memory through dma-buf instead: NVIDIA's open kernel
+module (``/proc/driver/nvidia/version`` says "Open Kernel Module") on Linux 5.12 or later, which NCCL 2.13+ uses
+unless ``NCCL_DMABUF_ENABLE=0``. Nodes not expected to use InfiniBand only record the ports they have.
 
 One line per port, as ``<port dir> <state> <rate> <link_layer>``, e.g.
 ``/sys/class/infiniband/mlx5_0/ports/1 4: ACTIVE 400 Gb/sec (4X NDR) InfiniBand``.
@@ -24,6 +26,7 @@ NAME = "infiniband"
 _PORTS_MARK = "### ports"
 _NET_MARK = "### net"
 _PEERMEM_MARK = "### peermem "
+_DMABUF_MARK = "### dmabuf "
 _END = "### end"
 # Each port with its driver (EFA is told by it), then the physical network links (those with a device behind
 # them, not lo, bridges or veths) with their speed in Mb/s: what a node without RDMA ports talks over.
@@ -40,6 +43,8 @@ COMMAND = (
     'echo "${n##*/} $(cat "$n/speed" 2>/dev/null || echo -1) $(cat "$n/operstate" 2>/dev/null)"; done; '
     "if [ -d \"$s/module/nvidia_peermem\" ] || grep -q '^nvidia_peermem ' /proc/modules 2>/dev/null; "
     f"then echo '{_PEERMEM_MARK}loaded'; else echo '{_PEERMEM_MARK}absent'; fi; "
+    "m=closed; grep -q 'Open Kernel Module' /proc/driver/nvidia/version 2>/dev/null && m=open; "
+    f'echo "{_DMABUF_MARK}$(uname -r) $m"; '
     f"echo '{_END}'"
 )
 ACTIVE = "4: ACTIVE"
@@ -51,6 +56,12 @@ REASONS = declare(
         Status.FAIL,
         "the profile expects NET/IB between nodes but the node shows no InfiniBand port: check the HCAs and driver",
         Action.CHECK_NODE,
+    ),
+    Reason(
+        "dmabuf",
+        Status.PASS,
+        "nvidia_peermem is not loaded, but GPUDirect RDMA goes through dma-buf (NVIDIA's open kernel module on "
+        "Linux 5.12+; NCCL 2.13+ uses it unless NCCL_DMABUF_ENABLE=0)",
     ),
     Reason("port_down", Status.FAIL, "an HCA port is down: check the cable and switch port", Action.RESEAT_CABLE),
     Reason(
@@ -75,7 +86,8 @@ REASONS = declare(
     Reason(
         "peermem_missing",
         Status.FAIL,
-        "nvidia_peermem is not loaded, so GPUDirect RDMA is off: load it (modprobe nvidia_peermem)",
+        "GPUDirect RDMA is off: nvidia_peermem is not loaded and the driver gives no dma-buf (open kernel module on "
+        "Linux 5.12+): load it (modprobe nvidia_peermem)",
         Action.FIX_CONFIG,
     ),
 )
@@ -121,6 +133,7 @@ class IbPorts:
     ports: list[IbPort] = field(default_factory=list)
     net: list[NetLink] = field(default_factory=list)
     peermem: bool = False
+    dmabuf: bool = False  # GPUDirect RDMA through dma-buf: the open kernel module on Linux 5.12+
     error: str | None = None
     raw: str = ""
 
@@ -146,6 +159,14 @@ def _net_link(line: str) -> NetLink | None:
     return NetLink(match.group("name"), int(match.group("speed")), match.group("state") == "up")
 
 
+def _dmabuf(line: str) -> bool | None:
+    """``### dmabuf 6.8.0-45-generic open``: True on the open kernel module and Linux 5.12+; None if unreadable."""
+    match = re.fullmatch(r"(?P<major>\d{1,3})\.(?P<minor>\d{1,3})\S{0,200} (?P<module>open|closed)", line.strip())
+    if match is None:
+        return None
+    return match["module"] == "open" and (int(match["major"]), int(match["minor"])) >= (5, 12)
+
+
 def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
     lines = stdout.splitlines()
     if _PORTS_MARK not in lines:
@@ -156,8 +177,15 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
     ports: list[IbPort] = []
     net: list[NetLink] = []
     peermem: bool | None = None
+    dmabuf = False  # absent from the output of older versions of this command
     in_net = False  # the net section is absent from the output of older versions of this command
     for line in body:
+        if line.startswith(_DMABUF_MARK):
+            read = _dmabuf(line[len(_DMABUF_MARK) :])
+            if read is None:
+                return IbPorts(error=f"unexpected dma-buf line {masked_quote(line)}", raw=stdout)
+            dmabuf = read
+            continue
         if line.startswith(_PEERMEM_MARK):
             state = line[len(_PEERMEM_MARK) :].strip()
             if state not in ("loaded", "absent"):
@@ -176,7 +204,7 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
     if peermem is None:
         return IbPorts(error="no nvidia_peermem line in the output", raw=stdout)
     ports.sort(key=lambda p: (p.device, p.port))
-    return IbPorts(ports=ports, net=net, peermem=peermem, raw=stdout)
+    return IbPorts(ports=ports, net=net, peermem=peermem, dmabuf=dmabuf, raw=stdout)
 
 
 def fabric_of(model: object) -> NodeFabric | None:
@@ -190,7 +218,7 @@ def fabric_of(model: object) -> NodeFabric | None:
         if kind is not None:
             rdma.append(RdmaPort(port.name, kind, port.active, *_rate_width(port)))
     speeds = [link.speed_mbps / 1000 for link in model.net if link.up and link.speed_mbps > 0]
-    return node_fabric(rdma, speeds, model.peermem)
+    return node_fabric(rdma, speeds, model.peermem or model.dmabuf)  # GPUDirect RDMA, either way
 
 
 def _rate_key(port: IbPort) -> str:
@@ -330,6 +358,9 @@ def _ports_rows(model: IbPorts, profile: Profile, cluster: ClusterView) -> list[
             )
     if model.peermem:
         rows.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "ok", peermem, "loaded"))
+    elif model.dmabuf:
+        said = "the open kernel module on Linux 5.12+: NCCL reaches GPU memory through dma-buf"
+        rows.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "dmabuf", peermem, "loaded, or dma-buf", said))
     elif profile.infiniband is not None and profile.infiniband.peermem is False:
         said = "infiniband.peermem is false: GPUDirect RDMA through dma-buf, or none"
         rows.append(CheckRow(NAME, "nvidia_peermem", Status.PASS, "recorded", peermem, None, said))

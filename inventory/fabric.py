@@ -71,7 +71,7 @@ class NodeFabric:
     ports: int = 0  # RDMA ports of that kind, active or not; 1 for plain Ethernet
     rate_gbps: float | None = None  # per port: the most common among the active ones
     width: str | None = None
-    peermem: bool = False  # nvidia_peermem loaded: GPUDirect RDMA through it
+    peermem: bool = False  # GPUDirect RDMA: nvidia_peermem loaded, or dma-buf (open kernel module, Linux 5.12+)
 
     @property
     def transport(self) -> str:
@@ -156,17 +156,20 @@ class BuiltinFabric:
     source: str  # where the figures come from
 
 
-# Per-node ports and rates from the vendors' documentation. peermem stays False (recorded, not required): the
-# current driver stacks reach GPU memory through dma-buf as well as through nvidia_peermem.
+# Per-node ports and rates from the vendors' documentation; GPUDirect RDMA expected over InfiniBand and RoCE
+# (nvidia_peermem, or dma-buf with the open kernel module).
 BUILTIN_FABRICS = {
     "infiniband-ndr": BuiltinFabric(
-        NodeFabric("infiniband", 8, 400.0, "4X"), "DGX H100/H200: 8 ConnectX-7 ports at 400 Gb/s NDR for compute"
+        NodeFabric("infiniband", 8, 400.0, "4X", peermem=True),
+        "DGX H100/H200: 8 ConnectX-7 ports at 400 Gb/s NDR for compute",
     ),
     "infiniband-hdr": BuiltinFabric(
-        NodeFabric("infiniband", 8, 200.0, "4X"), "DGX A100: 8 ConnectX-6 ports at 200 Gb/s HDR for compute"
+        NodeFabric("infiniband", 8, 200.0, "4X", peermem=True),
+        "DGX A100: 8 ConnectX-6 ports at 200 Gb/s HDR for compute",
     ),
     "spectrum-x-roce": BuiltinFabric(
-        NodeFabric("roce", 8, 400.0), "Spectrum-X reference: 8 BlueField-3 SuperNIC ports at 400 Gb/s RoCE v2"
+        NodeFabric("roce", 8, 400.0, peermem=True),
+        "Spectrum-X reference: 8 BlueField-3 SuperNIC ports at 400 Gb/s RoCE v2",
     ),
     "aws-p4d": BuiltinFabric(NodeFabric("efa", 4, 100.0), "AWS p4d/p4de.24xlarge: 4 EFA devices, 400 Gb/s"),
     "aws-p5": BuiltinFabric(NodeFabric("efa", 32, 100.0), "AWS p5/p5e.48xlarge: 32 EFA devices, 3200 Gb/s"),

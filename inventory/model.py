@@ -148,8 +148,8 @@ class InfinibandSpec(_Strict):
     ports: Annotated[int, Field(ge=1, le=64)] | None = None
     rate_gbps: Annotated[float, Field(gt=0)] | None = None
     width: Literal["1X", "2X", "4X", "8X", "12X"] | None = None
-    # GPUDirect RDMA through nvidia_peermem: true (or left out) requires the module; false records it only, for
-    # nodes that reach GPU memory through dma-buf (open kernel modules) or do without GPUDirect
+    # GPUDirect RDMA: true (or left out) requires nvidia_peermem, or dma-buf (the open kernel module on Linux 5.12+);
+    # false records it only, for nodes that do without GPUDirect
     peermem: bool | None = None
 
 

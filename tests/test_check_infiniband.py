@@ -4,6 +4,7 @@ ACTIVE/DOWN ports, rate and port-count drift, the COMMAND against a fake sysfs t
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -186,7 +187,7 @@ def test_command_against_a_fake_sysfs_tree(tmp_path: Path) -> None:
         f"### ports\n{sysfs}/mlx5_0/ports/1 4: ACTIVE {NDR} InfiniBand driver=mlx5_core\n"
         f"{sysfs}/mlx5_1/ports/1 1: DOWN 10 Gb/sec (4X SDR) InfiniBand driver=\n"
         f"{sysfs}/mlx5_bond_0/ports/1 4: ACTIVE {HDR}  driver=\n"
-        "### net\neth0 100000 up\n### peermem loaded\n### end\n"
+        f"### net\neth0 100000 up\n### peermem loaded\n{_dmabuf()}### end\n"
     )
     model = ib.parse(proc.stdout, 0)
     assert model.peermem is True and model.net == [NetLink("eth0", 100000, True)]
@@ -197,15 +198,22 @@ def test_command_against_a_fake_sysfs_tree(tmp_path: Path) -> None:
     ]
 
 
+def _dmabuf() -> str:
+    """The dma-buf line this machine prints: its kernel release, and whether an open NVIDIA module is loaded."""
+    version = Path("/proc/driver/nvidia/version")
+    module = "open" if version.exists() and "Open Kernel Module" in version.read_text() else "closed"
+    return f"### dmabuf {platform.release()} {module}\n"
+
+
 def test_command_without_any_device(tmp_path: Path) -> None:
     command = ib.COMMAND.replace("/proc/modules", str(tmp_path / "modules"))
     env = {**os.environ, "CLUSTER_ACCEPT_SYSFS": str(tmp_path / "sys")}
     (tmp_path / "modules").write_text("nvidia_uvm 1810432 0 - Live 0x0000000000000000\n")
     proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False, env=env)
-    assert proc.stdout == "### ports\n### net\n### peermem absent\n### end\n"
+    assert proc.stdout == f"### ports\n### net\n### peermem absent\n{_dmabuf()}### end\n"
     (tmp_path / "modules").write_text("nvidia_peermem 16384 0 - Live 0x0000000000000000\n")
     proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=False, env=env)
-    assert proc.stdout == "### ports\n### net\n### peermem loaded\n### end\n"
+    assert proc.stdout == f"### ports\n### net\n### peermem loaded\n{_dmabuf()}### end\n"
 
 
 GOOD = output([port_line("mlx5_0")])

@@ -17,6 +17,7 @@ from cluster_accept.inventory.fabric import (
 )
 from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings, TrainingSettings
 from cluster_accept.tasks.auto_profile import resolve_auto_nodes
+from tests.capture import captured
 
 pytestmark = pytest.mark.pure
 
@@ -176,3 +177,31 @@ def test_nvidia_peermem_is_required_where_most_nodes_load_it_and_recorded_where_
     assert _peermem_rows(most_load) == {"n1": ("pass", "ok"), "n2": ("pass", "ok"), "n3": ("fail", "peermem_missing")}
     none_load = {n: ib_node(peermem=False) for n in ("n1", "n2")}
     assert _peermem_rows(none_load) == {"n1": ("pass", "recorded"), "n2": ("pass", "recorded")}
+
+
+def _dmabuf_line(machine: str) -> str:
+    """The check's dma-buf line for a captured machine: its kernel release and whether its driver is the open
+    kernel module, both read from the captures (``uname -a``, ``/proc/driver/nvidia/version``)."""
+    uname, _ = captured(machine, "uname.txt")
+    version, _ = captured(machine, "proc-driver-version.txt")
+    module = "open" if "Open Kernel Module" in version else "closed"
+    return f"### dmabuf {uname.split()[2]} {module}"
+
+
+def test_a_node_reaching_gpu_memory_through_dma_buf_passes_without_nvidia_peermem() -> None:
+    dmabuf = _dmabuf_line("h100x1")
+    assert dmabuf == "### dmabuf 6.18.44-fc-v657-gpu open"  # the lent H100: open module, Linux 6.18
+    with_dmabuf = ib_node(peermem=False).replace("### end", f"{dmabuf}\n### end")
+    closed = ib_node(peermem=False).replace("### end", "### dmabuf 6.8.0-45-generic closed\n### end")
+    old_kernel = ib_node(peermem=False).replace("### end", "### dmabuf 5.4.0-150-generic open\n### end")
+    assert ib.parse(with_dmabuf, 0).dmabuf and not ib.parse(closed, 0).dmabuf and not ib.parse(old_kernel, 0).dmabuf
+    # GPUDirect RDMA on 3 of 5 nodes (2 through nvidia_peermem, 1 through dma-buf): expected of every node
+    rows = _peermem_rows({"n1": ib_node(), "n2": ib_node(), "n3": with_dmabuf, "n4": closed, "n5": old_kernel})
+    assert rows == {
+        "n1": ("pass", "ok"),
+        "n2": ("pass", "ok"),
+        "n3": ("pass", "dmabuf"),
+        "n4": ("fail", "peermem_missing"),
+        "n5": ("fail", "peermem_missing"),
+    }
+    assert ib.parse(ib_node().replace("### end", "### dmabuf six open\n### end"), 0).error

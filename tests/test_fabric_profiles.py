@@ -28,7 +28,7 @@ def test_a_named_fabric_states_ports_rate_transport_and_floor_when_the_inventory
     profile = _profile(base="h100-sxm", fabric="infiniband-ndr", training={"enabled": True})
     assert profile.infiniband is not None
     assert (profile.infiniband.ports, profile.infiniband.rate_gbps, profile.infiniband.width) == (8, 400.0, "4X")
-    assert profile.infiniband.peermem is False  # dma-buf reaches GPU memory as well: recorded, not required
+    assert profile.infiniband.peermem is True  # GPUDirect RDMA: nvidia_peermem or dma-buf
     assert profile.probes.expected_transport.inter_node == "NET/IB"
     assert profile.probes.expected_transport.intra_node == "P2P"  # the GPU profile's key is still there
     assert profile.thresholds.allreduce_inter_busbw_gbps_min == 200.0  # 0.5 of 8 x 400 Gb/s = 400 GB/s

@@ -224,7 +224,7 @@ def test_the_fabric_between_nodes_is_written_as_auto_derives_it() -> None:
         "  ports: 8  # 3 of 4 nodes; DISAGREE: 8 on node[01-03]; 7 on node04",
         "  rate_gbps: 400.0  # 4 of 4 nodes: node[01-04]",
         '  width: "4X"  # 4 of 4 nodes: node[01-04]',
-        "  peermem: true  # nvidia_peermem loaded; 4 of 4 nodes: node[01-04]",
+        "  peermem: true  # GPUDirect RDMA (nvidia_peermem or dma-buf); 4 of 4 nodes: node[01-04]",
     ]
     assert '    inter_node: "NET/IB"  # 4 of 4 nodes: node[01-04]' in lines
     assert (
