@@ -20,6 +20,10 @@ _INTER = frozenset({"allreduce", "transport", "scaling", "isolation", "training_
 _GPU_FIGURES = frozenset({"gemm", "hbm", "host_bw"})
 _TRAINING = frozenset({"training"})
 _SLOW_TRAINING = frozenset({"slow_rank", "straggler", "below_threshold"})  # not numerics: no co-tenant makes NaN
+_BURN = frozenset({"burn"})
+# A GPU slower late in the burn than early, or than its peers, or clocked down without a thermal or power reason:
+# what a co-tenant or clock events explain; not an XID, ECC errors, or a thermal or power throttle.
+_SLOW_BURN = frozenset({"throughput_dropped", "straggler", "clocks_fell"})
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ LINKS: tuple[Link, ...] = (
     Link("clock_events", _GPU_FIGURES, "single-node", same_gpu=True),
     Link("gpu", _TRAINING, "single-node", frozenset({"clocks_low"}), same_gpu=True, symptom_reasons=_SLOW_TRAINING),
     Link("clock_events", _TRAINING, "single-node", same_gpu=True, symptom_reasons=_SLOW_TRAINING),
+    Link("gpu", _BURN, "burn", frozenset({"busy"}), same_gpu=True, symptom_reasons=_SLOW_BURN),
+    Link("gpu", _BURN, "burn", frozenset({"clocks_low"}), same_gpu=True, symptom_reasons=_SLOW_BURN),
+    Link("clock_events", _BURN, "burn", same_gpu=True, symptom_reasons=_SLOW_BURN),
     Link("pcie", frozenset({"host_bw"}), "single-node", same_gpu=True),
     Link("transport", _INTER - {"transport"}, "multi-node", frozenset({"unexpected_inter_node"})),
     Link("nccl_harmful", _INTER, "multi-node", _INTER_SETTINGS),

@@ -121,3 +121,19 @@ def test_a_growing_port_counter_comes_before_the_slow_rail_it_explains() -> None
     weak_pair = row("single-node", "gpu_pairs", "GPU1->GPU2", Status.FAIL, "weak_direction", "200.0")
     assert causes_of(weak_pair, [far, weak_pair]) == []  # a NIC's place explains nothing inside the node
     assert causes_of(slow, [far, slow]) == [far]
+
+
+def test_a_co_tenant_that_started_half_way_through_the_burn_is_named_before_the_drop_it_caused() -> None:
+    """The rows a burn writes when another process starts a GEMM on GPU 1 half-way through: the GPU's process is
+    the cause, the throughput drop its symptom, and GPU 0's drop stays its own."""
+    drop = row("burn", "burn", "gpu1", Status.FAIL, "throughput_dropped", "600.5 → 290.5 TFLOP/s (-51.6 %)", gpu=1)
+    busy = row("burn", "gpu", "compute_apps", Status.FAIL, "busy", "pid 4242 python (30000 MiB)", gpu=1)
+    other = row("burn", "burn", "gpu0", Status.FAIL, "throughput_dropped", "600.0 → 450.0 TFLOP/s (-25.0 %)", gpu=0)
+    heat = row("burn", "burn", "gpu1", Status.FAIL, "throttled", "900 MHz under load (HW thermal slowdown)", gpu=1)
+    verdict = node_verdict("n1", [drop, other, busy])
+    assert verdict.reasons[:2] == ["gpu:busy", "burn:throughput_dropped"], verdict.reasons
+    assert verdict.cause.startswith("burn gpu1 gpu 1 600.5 → 290.5 TFLOP/s (-51.6 %) (expected -): gpu:busy pid 4242")
+    assert causes_of(other, [busy, other]) == []  # another GPU's drop is not the co-tenant's
+    assert causes_of(heat, [busy, heat]) == []  # a thermal throttle is the GPU's own
+    events = row("preflight", "clock_events", "gpu1", Status.WARN, "sw_power_cap", "active", gpu=1)
+    assert causes_of(drop, [events, drop]) == [events]
