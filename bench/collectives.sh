@@ -11,6 +11,6 @@ set -u
   echo "exit $?"
 } 2>&1 | tee "$OUT/collectives.txt"
 n=$(nvidia-smi -L | grep -c '^GPU')
-NCCL_DEBUG=INFO python3 -m torch.distributed.run --standalone --nproc_per_node="$n" probes/node/allreduce.py \
+NCCL_DEBUG=INFO python3 -m torch.distributed.run --standalone --nproc_per_node="$n" cluster_accept/probes/node/allreduce.py \
   --ops all_reduce,all_gather,reduce_scatter,all_to_all,send_recv > "$OUT/allreduce-ops.txt" 2>&1
-python3 probes/node/gpu_pairs.py > "$OUT/gpu_pairs.txt" 2>&1
+python3 cluster_accept/probes/node/gpu_pairs.py > "$OUT/gpu_pairs.txt" 2>&1

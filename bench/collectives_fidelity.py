@@ -69,7 +69,7 @@ def torchrun(args: list[str], env: dict[str, str], gpus: int) -> str:
 
 
 def ours(nbytes: int, gpus: int) -> dict[str, float]:
-    script = str(ROOT / "probes" / "node" / "allreduce.py")
+    script = str(ROOT / "cluster_accept" / "probes" / "node" / "allreduce.py")
     out = torchrun([script, "--ops", ",".join(OPS), "--min-bytes", str(nbytes), "--max-bytes", str(nbytes)], {}, gpus)
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {str(r["collective"]): float(r["value"]) for r in records if "metric" in r}
@@ -85,7 +85,10 @@ def plain(nbytes: int, gpus: int) -> dict[str, float]:
 
 def pairs() -> list[dict[str, object]]:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "probes" / "node" / "gpu_pairs.py")], capture_output=True, text=True, check=True
+        [sys.executable, str(ROOT / "cluster_accept" / "probes" / "node" / "gpu_pairs.py")],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return [r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{")) if "metric" in r]
 

@@ -17,7 +17,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   echo "exit $? wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
   echo "### plain: one torchrun, 4 ranks, same settings"
   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO python3 -m torch.distributed.run --standalone \
-    --nproc_per_node=4 probes/node/allreduce.py --min-bytes 1048576 --max-bytes 1073741824 2>&1 \
+    --nproc_per_node=4 cluster_accept/probes/node/allreduce.py --min-bytes 1048576 --max-bytes 1073741824 2>&1 \
     | grep -E '^\{|via NET' | sort | uniq -c | sort -rn | head -20
   echo "### launcher figures"
   python3 - <<'PY'

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+NODE = ROOT / "cluster_accept" / "probes" / "node"  # the node-side scripts
 
 
 DTYPES = ("bf16", "fp16", "tf32")
@@ -31,7 +32,7 @@ def ours_bench(size: int, copy_bytes: int, gpus: int) -> dict[tuple[str, int], f
     figures = {}
     for gpu in range(gpus):
         out = subprocess.run(
-            [sys.executable, str(ROOT / "probes" / "node" / "gpu_bench.py"), "--dtypes", ",".join(DTYPES),
+            [sys.executable, str(NODE / "gpu_bench.py"), "--dtypes", ",".join(DTYPES),
              "--gemm-size", str(size), "--copy-bytes", str(copy_bytes)],
             capture_output=True,
             text=True,
@@ -112,7 +113,14 @@ def torchrun(args: list[str], env: dict[str, str]) -> str:
 
 def ours_allreduce(nbytes: int) -> float:
     out = torchrun(
-        [str(ROOT / "probes" / "node" / "allreduce.py"), "--min-bytes", str(nbytes), "--max-bytes", str(nbytes)], {}
+        [
+            str(NODE / "allreduce.py"),
+            "--min-bytes",
+            str(nbytes),
+            "--max-bytes",
+            str(nbytes),
+        ],
+        {},
     )
     for line in out.splitlines():
         if line.startswith("{") and '"allreduce_busbw_gbps"' in line:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cluster_accept.checks.base import CheckRow, ClusterView
 
-CAPTURES = Path(__file__).resolve().parent.parent / "testbed" / "captures"
+CAPTURES = Path(__file__).resolve().parent.parent / "cluster_accept" / "testbed" / "captures"
 
 
 def captured(machine: str, name: str) -> tuple[str, int]:

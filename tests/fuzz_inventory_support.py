@@ -25,7 +25,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACT_TEXT = (ROOT / "inventory" / "examples" / "contract.yaml").read_text()
+CONTRACT_TEXT = (ROOT / "cluster_accept" / "inventory" / "examples" / "contract.yaml").read_text()
 CONTRACT: dict[str, Any] = yaml.safe_load(CONTRACT_TEXT)
 SMALL = """\
 cluster: c

@@ -27,7 +27,7 @@ EXPECTED = {
 
 
 def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    plan = load_fault_plan(ROOT / "testbed" / "demo-faults.yaml")
+    plan = load_fault_plan(ROOT / "cluster_accept" / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
     # Preflight names every planted fault but node08's slow link, which the demo's multi-node stage finds
     # (tests/test_report_browser.py runs the demo).
@@ -68,7 +68,7 @@ def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path
 
 
 def test_run_with_only_healthy_nodes_exits_0(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    plan = load_fault_plan(ROOT / "testbed" / "demo-faults.yaml")
+    plan = load_fault_plan(ROOT / "cluster_accept" / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
     proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--nodes", "node[01,07]")
     assert proc.returncode == 0, proc.stdout + proc.stderr

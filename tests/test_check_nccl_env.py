@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import cluster_accept.checks.nccl_env as nccl_env
-from cluster_accept.analysis.secrets import is_secret_name
 from cluster_accept.checks.base import Status, majority_values
 from cluster_accept.checks.nccl_env import Setting
 from cluster_accept.inventory.model import Profile
 from cluster_accept.testbed.profile import TESTBED_NCCL_ENV
+from cluster_accept.vocabulary.secrets import is_secret_name
 from tests.capture import NO_CLUSTER, captured
 
 pytestmark = pytest.mark.pure

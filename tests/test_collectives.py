@@ -98,7 +98,7 @@ def test_each_collective_is_judged_at_its_largest_size_against_its_own_minimum()
 
 def test_the_sweep_runs_every_collective_with_nccl_tests_factors() -> None:
     """A live two-rank gloo run of the node-side script: each figure's busbw is its algbw times the factor."""
-    script = str(ROOT / "probes" / "node" / "allreduce.py")
+    script = str(ROOT / "cluster_accept" / "probes" / "node" / "allreduce.py")
     ops = "all_reduce,all_gather,reduce_scatter,all_to_all,send_recv"
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3", script,
@@ -150,7 +150,10 @@ def test_lines_of_ranks_sharing_one_stdout_stay_whole() -> None:
         "for i in range(500): emit({'info': 'rank_done', 'rank': os.getpid(), 'pad': 'x' * 200, 'i': i})\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(ROOT / "probes" / "node")], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, str(ROOT / "cluster_accept" / "probes" / "node")],
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
     lines = out.splitlines()
     assert len(lines) == 4 * 500 and all(json.loads(line)["info"] == "rank_done" for line in lines)

@@ -50,7 +50,14 @@ def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_seeds_load() -> None:
     """The structured fuzzing starts from inventories that load."""
-    assert len(load_inventory(ROOT / "inventory" / "examples" / "contract.yaml", check_files=False).nodes) == 9
+    assert (
+        len(
+            load_inventory(
+                ROOT / "cluster_accept" / "inventory" / "examples" / "contract.yaml", check_files=False
+            ).nodes
+        )
+        == 9
+    )
 
 
 def test_seeds_load_from_a_dump(inventory_file: Path) -> None:

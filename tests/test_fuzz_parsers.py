@@ -53,7 +53,8 @@ EXIT_CODES = st.one_of(st.none(), st.integers(-300, 300))
 PROFILES = [
     Profile(),
     load_inventory(
-        Path(__file__).resolve().parent.parent / "inventory" / "examples" / "contract.yaml", check_files=False
+        Path(__file__).resolve().parent.parent / "cluster_accept" / "inventory" / "examples" / "contract.yaml",
+        check_files=False,
     ).profiles["h200-sxm"],
     *(Profile.model_validate(base_profile(machine)) for machine in MACHINES),
     Profile(

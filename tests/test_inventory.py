@@ -18,7 +18,7 @@ from tests.processes import run_cli
 
 pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACT = ROOT / "inventory" / "examples" / "contract.yaml"
+CONTRACT = ROOT / "cluster_accept" / "inventory" / "examples" / "contract.yaml"
 SHARED_CONTRACT = ROOT.parent / "shared" / "contract" / "inventory.yaml"
 
 

@@ -16,7 +16,7 @@ from cluster_accept.inventory.model import parse_jump
 from tests.keys import operator_home, write_key
 
 pytestmark = pytest.mark.pure
-CONTRACT = Path(__file__).resolve().parent.parent / "inventory" / "examples" / "contract.yaml"
+CONTRACT = Path(__file__).resolve().parent.parent / "cluster_accept" / "inventory" / "examples" / "contract.yaml"
 
 
 def inventory(tmp_path: Path, ssh: dict[str, Any], entry_ssh: dict[str, Any] | None = None) -> Path:

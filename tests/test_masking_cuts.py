@@ -11,14 +11,14 @@ import pytest
 
 from cluster_accept.analysis.nccl_log import failure_lines
 from cluster_accept.analysis.probe_output import parse_json_lines
-from cluster_accept.analysis.secrets import mask_secrets, masked_head, masked_tail
-from cluster_accept.analysis.text import keep_head, keep_tail
 from cluster_accept.checks import infiniband
 from cluster_accept.inventory.model import DEFAULT_SSH, Node, Profile
 from cluster_accept.remote.detached import POLL_ERROR_CHARS, START_ERROR_CHARS, poll_detached, start_detached
 from cluster_accept.remote.fanout import ERROR_TAIL_CHARS, NodeSession, run_batch
 from cluster_accept.remote.result import NodeStatus, RemoteCommand
 from cluster_accept.remote.sessions import SessionCache
+from cluster_accept.vocabulary.secrets import mask_secrets, masked_head, masked_tail
+from cluster_accept.vocabulary.text import keep_head, keep_tail
 
 pytestmark = pytest.mark.pure
 

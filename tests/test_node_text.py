@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster_accept.analysis.text import keep_head, keep_tail, visible
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.checks.base import ERROR_DETAIL_CHARS, CheckRow, Status, discover, error_row
 from cluster_accept.checks.reasons import catalog
 from cluster_accept.flows.artifacts import summary_markdown
 from cluster_accept.reports.render import EXCERPT_CHARS, ReportData, build_context, render
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
+from cluster_accept.vocabulary.text import keep_head, keep_tail, visible
 from tests.processes import run_cli
 from tests.test_verdicts_report import row
 

@@ -115,7 +115,7 @@ def make_venv(tmp_path: Path, name: str) -> Venv:
 
 
 def copy_checkout(tmp_path: Path) -> Path:
-    """The working tree as it is now (uncommitted files included), cluster_accept/'s links kept as links."""
+    """The working tree as it is now (uncommitted files included)."""
     copy = tmp_path / "checkout"
     shutil.copytree(ROOT, copy, symlinks=True, ignore=_ignored)
     return copy
@@ -172,16 +172,18 @@ def files_under(root: Path) -> set[str]:
 
 
 def assert_shipped(copy: Path, installed: Path) -> None:
-    """Every module of every folder cluster_accept/ links in is installed, and every file of the node-side,
+    """Every module of every sub-package of cluster_accept/ is installed, and every file of the node-side,
     test-bed and report trees; compared with the copy (the checkout as installed), not a list of names."""
-    folders = sorted(p.name for p in (copy / "cluster_accept").iterdir() if p.is_symlink())
+    package = copy / "cluster_accept"
+    folders = sorted(p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
     assert {"analysis", "probes", "reports", "tasks", "testbed"} <= set(folders), folders
+    assert not any(p.is_symlink() for p in package.rglob("*")), "links in the package"
     missing = []
     for folder in folders:
-        wanted = {f for f in files_under(copy / folder) if f.endswith(".py")}
+        wanted = {f for f in files_under(package / folder) if f.endswith(".py")}
         missing += [f"{folder}/{f}" for f in sorted(wanted - files_under(installed / folder))]
     for tree in SHIPPED_TREES:
-        missing += [f"{tree}/{f}" for f in sorted(files_under(copy / tree) - files_under(installed / tree))]
+        missing += [f"{tree}/{f}" for f in sorted(files_under(package / tree) - files_under(installed / tree))]
     assert not missing, "in the checkout but not installed:\n" + "\n".join(missing)
     assert (installed / "reports" / "templates" / "report.html.j2").is_file()
     assert files_under(installed / "testbed" / "captures"), "no test-bed captures installed"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_accept.analysis.secrets import is_secret_name, mask_secrets, mask_value
 from cluster_accept.checks import nccl_env
 from cluster_accept.checks.base import CheckRow, Status, discover, error_row
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
@@ -17,6 +16,7 @@ from cluster_accept.tasks.check_batch import NodePreflight
 from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.preflight import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
+from cluster_accept.vocabulary.secrets import is_secret_name, mask_secrets, mask_value
 
 pytestmark = pytest.mark.pure
 
@@ -327,7 +327,7 @@ def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:
 
 
 def test_a_rate_of_tokens_is_a_throughput_not_a_secret() -> None:
-    from cluster_accept.analysis.secrets import is_secret_name, mask_row
+    from cluster_accept.vocabulary.secrets import is_secret_name, mask_row
 
     assert not is_secret_name("training_tokens_per_s_per_gpu_vs_cluster")
     assert not is_secret_name("tokens_per_s")

@@ -1,0 +1,94 @@
+"""Parse what the node-side probes print: JSON measurement lines, and NCCL's ``NCCL_DEBUG=INFO`` log.
+
+Pure functions; a malformed line is kept as an error, never raised. NCCL's log is read by
+:mod:`cluster_accept.analysis.nccl_log`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster_accept.vocabulary.secrets import masked_head
+
+
+@dataclass
+class ProbeOutput:
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    info: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    transports: dict[str, int] = field(default_factory=dict)  # NCCL's channel connections per transport
+    nccl_version: str | None = None
+
+    def skip_reason(self) -> str | None:
+        """Why the probe did not measure (``{"info": "skip", "reason": …}``), if it said so; a skip naming one
+        ``collective`` is that collective's, not the run's."""
+        return next(
+            (str(i.get("reason")) for i in self.info if i.get("info") == "skip" and "collective" not in i), None
+        )
+
+
+def parse_json_lines(text: str) -> ProbeOutput:
+    """Measurement objects (with ``metric`` and a numeric ``value``), info objects and errors."""
+    out = ProbeOutput()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):  # JSONDecodeError, an int over 4300 digits, nesting too deep
+            out.errors.append(f"unreadable probe line: {masked_head(line, 200)}")
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "error" in record:
+            out.errors.append(f"gpu {record.get('gpu')}: {record['error']}")
+        elif "info" in record:
+            out.info.append(record)
+        elif isinstance(record.get("metric"), str) and isinstance(record.get("value"), (int, float)):
+            out.measurements.append(record)
+        else:
+            out.errors.append(f"probe line without metric/value: {masked_head(line, 200)}")
+    return out
+
+
+_NCCL_TESTS_ROW = re.compile(
+    r"^\s*(\d{1,20})\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\S+)"
+)
+
+
+def parse_nccl_tests(text: str, world_size: int | None = None) -> ProbeOutput:
+    """nccl-tests ``all_reduce_perf`` table → the same measurement records our all-reduce probe prints
+    (out-of-place columns; ``#wrong`` other than 0 or N/A is reported as an error)."""
+    out = ProbeOutput()
+    gpus = re.search(r"nGpus (\d{1,9})(?!\d)", text)
+    ranks = len(re.findall(r"^#\s+Rank\s+\d+", text, flags=re.MULTILINE))
+    world = world_size or ranks or (int(gpus.group(1)) if gpus else None)
+    for line in text.splitlines():
+        match = _NCCL_TESTS_ROW.match(line)
+        if not match:
+            continue
+        size, _, dtype, _, _, time_us, algbw, busbw, wrong = match.groups()
+        if wrong not in ("0", "N/A"):
+            out.errors.append(f"all_reduce_perf reports {wrong} wrong values at {size} B")
+        out.measurements.append(
+            {
+                "probe": "allreduce",
+                "metric": "allreduce_busbw_gbps",
+                "label": "intra_node",
+                "value": float(busbw),
+                "unit": "GB/s",
+                "algbw_gbps": float(algbw),
+                "size": int(size),
+                "dtype": dtype,
+                "world_size": world,
+                "gpu": None,
+                "tool": "nccl-tests",
+            }
+        )
+    if not out.measurements:
+        out.errors.append("no all_reduce_perf result rows in the output")
+    return out

@@ -1,0 +1,156 @@
+"""Verdicts on probe measurements: absolute thresholds and stragglers relative to the cluster. Pure.
+
+A GPU can pass its profile's threshold and still run at half the speed of its peers (the seed reports
+found such nodes only by comparing per-node TFLOPS), so each figure is judged twice: against the profile's
+``*_min`` and against the cluster's median — per GPU for per-GPU figures, per node for node figures. The
+spread is the median absolute deviation (robust to the very outliers we look for), reported with the median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.inventory.model import Thresholds
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    """How a probe's figure is judged: the profile threshold holding its minimum (if any), whether it is a
+    per-GPU figure, and what being far below the cluster's median means for it."""
+
+    check: str  # the verdict reason's prefix: gemm, hbm, host_bw, allreduce
+    threshold: str | None  # attribute of Thresholds holding the minimum, if any
+    per_gpu: bool
+    straggler: Status = Status.FAIL  # the worst a relative finding can be for this figure
+
+
+def relative_status(rule: MetricRule, limits: Thresholds) -> Status:
+    """The status of a figure far below its peers or its own history: the rule's, softened to a warning
+    where the profile says relative figures are only indicative (``relative_verdict: warn``)."""
+    return Status.WARN if limits.relative_verdict == "warn" else rule.straggler
+
+
+def mad(values: list[float]) -> float:
+    med = statistics.median(values)
+    return statistics.median(abs(v - med) for v in values)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def judged_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> pd.DataFrame:
+    """One figure per (node, gpu, metric): collectives only at their largest size (where bandwidth saturates)."""
+    if measurements.empty:
+        return measurements
+    df = measurements[measurements["metric"].isin(list(rules))].copy()
+    swept = df["metric"].astype(str).str.endswith("_busbw_gbps")
+    if swept.any():
+        largest = df[swept].groupby(["node", "metric"])["size"].transform("max")
+        keep = df[swept]["size"] == largest
+        df = pd.concat([df[~swept], df[swept][keep]])
+    return df
+
+
+def judge(
+    measurements: pd.DataFrame, rules: Mapping[str, MetricRule], thresholds: Mapping[str, Thresholds]
+) -> list[tuple[str, CheckRow]]:
+    """(node, row) for every figure ``rules`` judge: threshold rows and straggler rows, pass or not.
+
+    ``thresholds``: each node's profile thresholds (its minimums, its straggler margin and how a relative
+    finding counts)."""
+    df = judged_figures(measurements, rules)
+    out: list[tuple[str, CheckRow]] = []
+    if "profile" not in df.columns:
+        df = df.assign(profile="")
+    # Peers are GPUs of the same profile: an H100 is no straggler among H200s.
+    for (_, metric), group in df.groupby(["profile", "metric"], sort=True):
+        peers = _Peers(str(metric), rules[str(metric)], [float(v) for v in group["value"]], str(group["unit"].iloc[0]))
+        for record in group.to_dict("records"):
+            node = str(record["node"])
+            gpu = None if pd.isna(record["gpu"]) else int(record["gpu"])
+            limits = thresholds.get(node, Thresholds())
+            out += [(node, row) for row in peers.rows(float(record["value"]), gpu, limits)]
+    return out
+
+
+@dataclass(frozen=True)
+class _Peers:
+    """One metric's figures among peers (GPUs or nodes of one profile): what each is judged against."""
+
+    metric: str
+    rule: MetricRule
+    values: list[float]
+    unit: str
+
+    def rows(self, value: float, gpu: int | None, limits: Thresholds) -> list[CheckRow]:
+        """The figure against the profile's minimum (where it sets one) and against its peers' median."""
+        rows = []
+        minimum = getattr(limits, self.rule.threshold) if self.rule.threshold else None
+        if minimum is not None:
+            ok = value >= minimum
+            status, reason = (Status.PASS, "ok") if ok else (Status.FAIL, "below_threshold")
+            said = "" if ok else f"{_fmt(value)} {self.unit}"
+            expected = f">= {_fmt(minimum)} {self.unit}"
+            rows.append(CheckRow(self.rule.check, self.metric, status, reason, _fmt(value), expected, said, gpu=gpu))
+        straggler = self._against_median(value, gpu, limits)
+        return rows + ([straggler] if straggler is not None else [])
+
+    def _against_median(self, value: float, gpu: int | None, limits: Thresholds) -> CheckRow | None:
+        median = statistics.median(self.values)
+        if len(self.values) < 2 or median <= 0:
+            return None
+        floor = median * (1 - limits.straggler_pct / 100)
+        below_pct = 100 * (median - value) / median
+        detail = (
+            f"{_fmt(value)} {self.unit}, {below_pct:.1f}% below the cluster median {_fmt(median)} "
+            f"(MAD {_fmt(mad(self.values))}, {len(self.values)} {'GPUs' if self.rule.per_gpu else 'nodes'})"
+        )
+        expected = f">= {_fmt(floor)} {self.unit} (median - {limits.straggler_pct:g}%)"
+        status, reason = (relative_status(self.rule, limits), "straggler") if value < floor else (Status.PASS, "ok")
+        return CheckRow(
+            self.rule.check, f"{self.metric}_vs_cluster", status, reason, _fmt(value), expected, detail, gpu=gpu
+        )
+
+
+def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
+    """Per-node median of a per-GPU figure (the seed's per-node TFLOPS table)."""
+    df = measurements[measurements["metric"] == metric]
+    return {str(k): float(v) for k, v in df.groupby("node")["value"].median().items()}
+
+
+def measurement_row(
+    run_id: str, cluster: str, stage: str, node: str, profile: str, record: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A probe's JSON record as a ``measurements.parquet`` row."""
+    conditions = record.get("conditions") or {}
+    return {
+        "run_id": run_id,
+        "cluster": cluster,
+        "stage": stage,
+        "probe": record.get("probe"),
+        "node": node,
+        "profile": profile,
+        "gpu": record.get("gpu"),
+        "metric": record["metric"],
+        "value": float(record["value"]),
+        "unit": record.get("unit"),
+        "dtype": record.get("dtype"),
+        "size": record.get("size"),
+        "iterations": record.get("iterations"),
+        "label": record.get("label"),
+        "world_size": record.get("world_size"),
+        "algbw_gbps": record.get("algbw_gbps"),
+        "sm_clock_mhz": conditions.get("sm_clock_mhz"),
+        "mem_clock_mhz": conditions.get("mem_clock_mhz"),
+        "power_w": conditions.get("power_w"),
+        "temp_c": conditions.get("temp_c"),
+        "clock_event_reasons": conditions.get("clock_event_reasons"),
+        "model": record.get("model"),
+    }

@@ -1,0 +1,115 @@
+"""Other processes on the GPUs before acceptance measures them (check ``gpu``).
+
+A job left running, a monitoring agent that allocates, a co-tenant: each takes compute and memory from the
+probes, and a GPU measured while shared is reported slow for a reason that is not its own. Preflight lists
+every compute process per GPU (``--query-compute-apps``, mapped to GPU indices through the UUIDs); the GPU
+bench samples the same list while it runs (:mod:`cluster_accept.probes.gemm`), since a co-tenant may start
+later. Either way the finding is ``gpu:busy``, with the process's pid, name and memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
+from cluster_accept.inventory.model import Profile
+from cluster_accept.vocabulary.secrets import masked_head
+
+NAME = "gpu"
+_END = "### end"
+COMMAND = (
+    "echo '### gpus'; nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>&1; "
+    "echo '### apps'; nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory "
+    f"--format=csv,noheader,nounits 2>&1; echo '{_END}'"
+)
+BUSY = Reason(
+    "busy",
+    Status.FAIL,
+    "another process uses this GPU (see pid and name): its figures are not the GPU's own; stop the process "
+    "(or drain the node of jobs) and rerun before judging the GPU",
+    Action.CHECK_NODE,
+)
+REASONS = declare(NVIDIA_SMI_SKIPPED, BUSY)
+
+
+@dataclass(frozen=True)
+class ComputeApp:
+    gpu: int | None  # None when the UUID matches no listed GPU
+    pid: int
+    name: str
+    used_memory_mib: str
+
+
+@dataclass(frozen=True)
+class GpuProcesses:
+    gpus: int = 0
+    apps: list[ComputeApp] = field(default_factory=list)
+    failure: str | None = None
+    error: str | None = None
+    raw: str = ""
+
+
+def _sections(stdout: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        if line in ("### gpus", "### apps", _END):
+            current = line
+            found[current] = []
+        elif current is not None:
+            found[current].append(line)
+    return found
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> GpuProcesses:
+    failure = driver_failure(stdout, exit_code)
+    if failure:
+        return GpuProcesses(failure=failure, raw=stdout)
+    sections = _sections(stdout)
+    if _END not in sections:
+        return GpuProcesses(error="output truncated before the end marker", raw=stdout)
+    uuids = {}
+    for line in sections.get("### gpus", []):
+        index, _, uuid = line.partition(",")
+        if small_int(index) is not None and uuid.strip().startswith(("GPU-", "MIG-")):
+            uuids[uuid.strip()] = small_int(index)
+    apps = []
+    for line in sections.get("### apps", []):
+        cells = [c.strip() for c in line.split(",")]
+        pid = small_int(cells[1]) if len(cells) == 4 else None
+        if pid is not None and cells[0].startswith(("GPU-", "MIG-")):
+            apps.append(ComputeApp(uuids.get(cells[0]), pid, masked_head(cells[2], 200), masked_head(cells[3], 20)))
+    if not uuids:  # nvidia-smi missing or listing no GPU: gpu_count and driver say which
+        said = masked_head(" ".join(sections.get("### gpus", [])).strip(), 300) or "nvidia-smi listed no GPU"
+        return GpuProcesses(failure=said, raw=stdout)
+    return GpuProcesses(len(uuids), apps, raw=stdout)
+
+
+def evaluate(model: GpuProcesses, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.failure:
+        return [CheckRow(NAME, "compute_apps", Status.SKIP, "nvidia_smi_failed", None, None, model.failure)]
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    if not model.apps:
+        said = f"no compute process on the {model.gpus} GPUs"
+        return [CheckRow(NAME, "compute_apps", Status.PASS, "ok", said, "no other process")]
+    return [
+        busy_row(app.gpu, app.pid, app.name, app.used_memory_mib, "found before the probes ran") for app in model.apps
+    ]
+
+
+def busy_row(gpu: int | None, pid: int | None, name: str, memory_mib: object, when: str) -> CheckRow:
+    """``gpu:busy`` for one other process, found by preflight or by the GPU bench while it ran."""
+    who = f"pid {pid} " if pid is not None else ""
+    return CheckRow(
+        NAME,
+        "compute_apps",
+        Status.FAIL,
+        "busy",
+        f"{who}{name} ({memory_mib} MiB)",
+        "no other process",
+        when,
+        gpu,
+    )

@@ -1,0 +1,311 @@
+"""The ``cluster-accept`` command line.
+
+Exit codes (:mod:`flows.exits`): 0 every tested node accepted; 1 any node rejected or unreachable; 2 a usage
+or inventory error (printed without a traceback, naming the file and the key), or no node to test (every
+selected node excluded); 3 the tool itself failed (one line on stderr, the traceback in
+``OUT/cluster-accept-errors.log``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cluster_accept.flows import testbed_commands
+from cluster_accept.flows.exits import (
+    TOOL_FAILURE,
+    USAGE_ERROR,
+    failure_line,
+    keep_run_tracebacks_off_the_console,
+    log_failure,
+)
+from cluster_accept.flows.exits import inventory_error as _inventory_error
+from cluster_accept.flows.exits import say as _say
+from cluster_accept.flows.orphans import mark_controller, reap_orphans
+from cluster_accept.flows.profile_commands import profile_app
+from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_request, outcome_of
+from cluster_accept.inventory.hostlist import HostlistError, fold
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.tasks.after_run import Operations
+from cluster_accept.vocabulary.text import visible
+
+if TYPE_CHECKING:
+    pass
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
+)
+inventory_app = typer.Typer(no_args_is_help=True, help="Inventory files.")
+testbed_app = typer.Typer(no_args_is_help=True, help="A simulated cluster of real sshd nodes on this machine (root).")
+app.add_typer(inventory_app, name="inventory")
+app.add_typer(testbed_app, name="testbed")
+app.add_typer(profile_app, name="profile")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _quiet_prefect() -> None:
+    """Defaults for an operator's terminal and air-gapped hosts; explicit settings win."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    # Prefect gives its ephemeral API 20 s to start; a busy controller, or a node checking itself while it
+    # works, can need more, and a run that never starts checks nothing.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+def _fail_usage(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(USAGE_ERROR)
+
+
+@inventory_app.command("check")
+def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML file")]) -> None:
+    """Validate an inventory and print the nodes that would be tested, folded, per profile."""
+    try:
+        inventory = load_inventory(path)
+    except InventoryError as exc:
+        raise _inventory_error(exc) from None
+    # Names come from the operator's file: never read as rich markup; control characters shown as escapes (rich
+    # drops CR and BEL silently but passes ESC and NUL through to the terminal).
+    table = Table(title=Text(visible(f"cluster {inventory.cluster}: {len(inventory.tested)} nodes to test")))
+    table.add_column("profile")
+    table.add_column("nodes")
+    table.add_column("count", justify="right")
+    by_profile: dict[str, list[str]] = {}
+    for node in inventory.tested:
+        by_profile.setdefault(node.profile_name, []).append(node.name)
+    for profile, names in sorted(by_profile.items()):
+        table.add_row(Text(visible(profile)), Text(visible(fold(names))), str(len(names)))
+    out.print(table)
+    if inventory.excluded:
+        out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False, markup=False)
+
+
+def _run(request: RunRequest) -> int:
+    from cluster_accept.flows import progress
+    from cluster_accept.flows.acceptance import NothingToTest, ResumeError, RunLocked
+    from cluster_accept.flows.outcome_text import print_outcome
+
+    try:
+        check_request(request)
+    except RunLocked as exc:
+        _say(f"error: {exc}")
+        return TOOL_FAILURE
+    except ResumeError as exc:
+        _say(f"error: {exc}")
+        return USAGE_ERROR
+    except InventoryError as exc:
+        return _inventory_error(exc).exit_code
+    except (ValueError, HostlistError) as exc:
+        _say(f"error: {exc}")
+        return USAGE_ERROR
+    keep_run_tracebacks_off_the_console()
+    bars = progress.StageBars(out)
+    try:
+        with progress.use(bars):
+            outcome = outcome_of(request)
+    except RunLocked as exc:
+        _say(f"error: {exc}")
+        return TOOL_FAILURE
+    except NothingToTest as exc:  # the inventory changed between the check and the run
+        _say(f"error: {exc}")
+        return USAGE_ERROR
+    except OSError as exc:  # the disk filled up or went read-only mid-run: what completed is on disk
+        log = log_failure(exc, request.out_dir)
+        _say(
+            f"error: the run could not write its results: {exc}. What completed is kept; finish the run with "
+            f"--resume RUN_ID --out {request.out_dir} once the disk is writable (traceback in {log})."
+        )
+        return TOOL_FAILURE
+    except Exception as exc:  # noqa: BLE001 - the tool failed (Prefect's API, a bug): one line, the log
+        _say(failure_line(exc, log_failure(exc, request.out_dir)))
+        return TOOL_FAILURE
+    finally:
+        bars.close()
+    print_outcome(outcome)
+    return outcome.exit_code
+
+
+SUITE_HELP = (
+    "light (preflight, short probes, a short burn), full (every stage) or burn (preflight and the burn-in), "
+    "instead of --stages"
+)
+
+
+def _operations(drain: bool, resume_passing: bool, apply: bool, scontrol: str, prometheus: Path | None) -> Operations:
+    return Operations(
+        drain=drain,
+        resume_passing=resume_passing,
+        apply=apply,
+        scontrol=scontrol,
+        prometheus=str(prometheus) if prometheus else None,
+    )
+
+
+@app.command("run")
+def run(
+    inventory: Annotated[Path | None, typer.Option("--inventory", "-i", help="inventory YAML file")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    nodes: Annotated[str | None, typer.Option("--nodes", help="test only these nodes (hostlist)")] = None,
+    stages: Annotated[
+        str | None, typer.Option("--stages", help="comma-separated: preflight,single-node,burn,multi-node")
+    ] = None,
+    suite: Annotated[str | None, typer.Option("--suite", help=SUITE_HELP)] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
+    history: Annotated[
+        str | None, typer.Option("--history", help="history dataset directory (default OUT/history; '-' for none)")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="finish the interrupted run RUN_ID under --out (no other input)")
+    ] = None,
+    drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
+    resume_passing: Annotated[
+        bool, typer.Option("--resume-passing", help="resume nodes cluster-accept drained that pass now")
+    ] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    prometheus: Annotated[
+        Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
+    ] = None,
+    slurm_nodes: Annotated[
+        str | None,
+        typer.Option("--slurm-nodes", help='test these nodes, by Slurm name (e.g. "$SLURM_JOB_NODELIST")'),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="the one selected node is this machine: check it without SSH")
+    ] = False,
+    shard_by: Annotated[
+        str | None, typer.Option("--shard-by", help="split the run by this node label (rack, pod) over Prefect workers")
+    ] = None,
+    work_pool: Annotated[
+        str | None, typer.Option("--work-pool", help="the work pool whose workers run the shards")
+    ] = None,
+    queue_per_shard: Annotated[
+        bool, typer.Option("--queue-per-shard", help="send each shard to the work queue named after its label value")
+    ] = False,
+    shard_start_wait: Annotated[
+        float, typer.Option("--shard-start-wait", min=1, help="seconds a shard may wait for a worker")
+    ] = 900.0,
+) -> None:
+    """Run the acceptance stages and write DIR/<run_id>/ (run.json, Parquet, report, summary.json); append to
+    the history.
+
+    A run killed mid-way is finished with --resume RUN_ID: nodes and stages already done are not run again."""
+    stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
+    request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
+    request.slurm_nodes, request.local = slurm_nodes, local
+    if shard_by is not None:
+        request.shards = ShardRequest(shard_by, work_pool, queue_per_shard, shard_start_wait)
+    elif work_pool or queue_per_shard:
+        raise _fail_usage("--work-pool and --queue-per-shard go with --shard-by LABEL")
+    raise typer.Exit(_run(request))
+
+
+@app.command("serve")
+def serve(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    cron: Annotated[str, typer.Option("--cron", help='schedule, e.g. "0 */6 * * *"')],
+    suite: Annotated[str, typer.Option("--suite", help="light, full or burn")] = "light",
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    name: Annotated[str | None, typer.Option("--name", help="deployment name (default CLUSTER-SUITE)")] = None,
+    history: Annotated[str | None, typer.Option("--history", help="history dataset directory")] = None,
+    drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
+    resume_passing: Annotated[bool, typer.Option("--resume-passing", help="resume nodes we drained")] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
+) -> None:
+    """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted)."""
+    from cluster_accept.flows.schedule import serve_deployment
+
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
+    try:
+        request = RunRequest(inventory, out_dir, suite=suite, history=history, operations=ops)
+        check_request(request)
+        serve_deployment(inventory, cron, suite, out_dir, name, history, ops)
+    except InventoryError as exc:
+        raise _inventory_error(exc) from None
+    except (ValueError, HostlistError) as exc:
+        raise _fail_usage(str(exc)) from None
+
+
+@app.command("bisect")
+def bisect_command(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    nodes: Annotated[str, typer.Option("--nodes", help="suspect nodes (hostlist), e.g. from a slow job")],
+    good: Annotated[str | None, typer.Option("--good", help="nodes known to be good, used as partners")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    history: Annotated[
+        str | None, typer.Option("--history", help="history dataset directory (default OUT/history; '-' for none)")
+    ] = None,
+) -> None:
+    """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
+    from cluster_accept.flows.acceptance import bisect, refuse_unresolved_auto, select_nodes
+    from cluster_accept.flows.outcome_text import print_outcome
+
+    try:
+        inv = load_inventory(inventory)
+        refuse_unresolved_auto(select_nodes(inv, nodes), [])
+        if good:
+            select_nodes(inv, good)
+    except InventoryError as exc:
+        raise _inventory_error(exc) from None
+    except (ValueError, HostlistError) as exc:
+        raise _fail_usage(str(exc)) from None
+    keep_run_tracebacks_off_the_console()
+    outcome = bisect(inventory_path=str(inventory), suspects=nodes, good=good, out_dir=str(out_dir), history=history)
+    print_outcome(outcome)
+    raise typer.Exit(outcome.exit_code)
+
+
+testbed_app.command("up")(testbed_commands.testbed_up)
+testbed_app.command("down")(testbed_commands.testbed_down)
+
+
+@app.command("demo")
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out", help="where the run directory goes")] = Path("runs"),
+    name: testbed_commands.DemoName = None,
+    state_dir: testbed_commands.StateDir = None,
+) -> None:
+    """Bring up an 8-node test-bed of its own with planted faults, accept it, print the report path, take it
+    down (that test-bed only)."""
+    from cluster_accept.testbed.bed import down
+
+    bed = testbed_commands.demo_testbed(name, state_dir)
+    try:
+        code = _run(RunRequest(bed.inventory_path, out_dir))
+    finally:
+        down(bed.state_dir, bed.prefix)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    _quiet_prefect()
+    mark_controller()
+    reaped = reap_orphans()
+    if reaped:
+        said = f"stopped {len(reaped)} Prefect API server(s) left by a killed controller (pids {reaped})"
+        _say(said)
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the tool failed: one line here, the traceback in the log
+        _say(failure_line(exc, log_failure(exc, None)))
+        sys.exit(TOOL_FAILURE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The command line's exit codes, and what it does when the tool itself fails.
+
+Automation reads the exit code, so each says one thing: 0 every tested node accepted; 1 a node not accepted
+(rejected or unreachable); 2 a usage or inventory error, or no node to test (nothing was tested); 3 the tool
+failed (an internal error, Prefect's API did not start, the run directory is in use by another controller, the
+disk filled mid-run, or the controller failed on some node: those nodes are ``tool_error``, never rejected or
+drained for it).
+
+A run that tests no node (every selected node excluded in the inventory) exits 2 as well: it is refused
+before it starts, and a run that ends with every node skipped says so, since 0 would read as "accepted" and
+nothing was.
+
+A failure of the tool prints one line on stderr and keeps the traceback in a log file (secrets masked, as
+everywhere a run writes), so that a terminal or a cron mail says what happened and where to look, and a bug
+report has the whole story. Prefect logs a failed flow's exception with its traceback on its own console
+handler first; :func:`keep_run_tracebacks_off_the_console` keeps those records off the terminal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import tempfile
+import traceback
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from cluster_accept.inventory.load import InventoryError
+from cluster_accept.vocabulary.secrets import mask_secrets
+from cluster_accept.vocabulary.text import visible
+
+ACCEPTED = 0
+NOT_ACCEPTED = 1
+USAGE_ERROR = 2
+TOOL_FAILURE = 3
+ERROR_LOG = "cluster-accept-errors.log"
+_stderr = Console(stderr=True)
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")  # where Prefect logs a failed run's exception
+
+
+def say(line: str) -> None:
+    """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
+    _stderr.print(visible(line), highlight=False, markup=False, soft_wrap=True)
+
+
+def inventory_error(exc: InventoryError) -> typer.Exit:
+    """One line per problem, each naming the file and the key; exit 2."""
+    for problem in exc.problems:
+        say(f"{exc.source}: {problem}")
+    return typer.Exit(USAGE_ERROR)
+
+
+def log_failure(exc: BaseException, out_dir: Path | None) -> Path:
+    """Append ``exc`` with its traceback to ``OUT/cluster-accept-errors.log`` (the temporary directory when
+    ``out_dir`` cannot be written); the log's path."""
+    stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    text = f"--- {stamp} pid {os.getpid()}\n" + mask_secrets("".join(traceback.format_exception(exc)))
+    for folder in (out_dir, Path(tempfile.gettempdir())):
+        if folder is None:
+            continue
+        path = folder / ERROR_LOG
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(text)
+            return path
+        except OSError:
+            continue
+    return Path(tempfile.gettempdir()) / ERROR_LOG
+
+
+def failure_line(exc: BaseException, log: Path) -> str:
+    """The one line a tool failure prints: what failed, and where the traceback is."""
+    said = " ".join(str(exc).split())[:300] or type(exc).__name__
+    return f"error: cluster-accept failed ({type(exc).__name__}: {said}); traceback in {log}"
+
+
+class _NoRunTracebacks(logging.Filter):
+    """Drops a flow or task run's records that carry a traceback; every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and record.name in RUN_LOGGERS)
+
+
+def keep_run_tracebacks_off_the_console() -> None:
+    """Prefect logs a failed run's exception with its traceback (``Encountered exception during execution``)
+    on the console before the CLI can say its one line; the exception still reaches the CLI, which writes the
+    traceback to the error log (:func:`log_failure`). Only Prefect's console handlers are filtered: its API
+    handler, when logging to the API is on, keeps the records. Idempotent; needs Prefect's logging set up
+    (``import prefect`` does it)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, _NoRunTracebacks) for f in handler.filters
+        ):
+            handler.addFilter(_NoRunTracebacks())

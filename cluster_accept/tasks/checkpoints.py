@@ -1,0 +1,107 @@
+"""Checkpoints in the run directory, so a run killed mid-way resumes without redoing finished work.
+
+Each node's raw result is saved the moment its task finishes (``checkpoints/<stage>/<node>.json``, written
+atomically), before the controller even looks at it; the multi-node stage, which the controller drives as
+one sequence, is saved whole when it completes. On ``--resume`` the saved results are loaded instead of
+running those nodes again, and every stage is evaluated over all of its nodes exactly as in a clean run, so
+the final tables hold the same rows, once. Only raw outputs are saved: parsing is pure and redone on load.
+A node's outputs are saved with their secrets masked (``analysis.secrets``), as the rows hold them, so that a
+run that never finishes leaves none behind; real outputs parse the same masked or not.
+
+The checkpoints are removed when the run has finished and its tables, history and report are written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, UnreachableCause
+from cluster_accept.vocabulary.secrets import mask_secrets
+
+DIRECTORY = "checkpoints"
+
+
+def _write_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    tmp.replace(path)
+
+
+class Checkpoints:
+    def __init__(self, run_dir: Path) -> None:
+        self.root = run_dir / DIRECTORY
+
+    def save_node(self, stage: str, node: str, data: dict[str, Any]) -> None:
+        """``data``: a node's result (``detail``, ``commands`` with their ``stdout`` and ``stderr``), saved masked."""
+        _write_atomic(self.root / stage / f"{node}.json", _masked(data))
+
+    def load_nodes(self, stage: str) -> dict[str, dict[str, Any]]:
+        """Saved node results of ``stage`` by node; a file cut short by a crash counts as not saved."""
+        found: dict[str, dict[str, Any]] = {}
+        for path in sorted((self.root / stage).glob("*.json")):
+            try:
+                found[path.stem] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def save_stage(self, stage: str, data: dict[str, Any]) -> None:
+        _write_atomic(self.root / f"{stage}.json", data)
+
+    def load_stage(self, stage: str) -> dict[str, Any] | None:
+        try:
+            loaded: dict[str, Any] = json.loads((self.root / f"{stage}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return loaded
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _masked(data: dict[str, Any]) -> dict[str, Any]:
+    """A node's result with the node's text in it masked: the detail, each command's output."""
+    masked = dict(data)
+    if isinstance(data.get("detail"), str):
+        masked["detail"] = mask_secrets(data["detail"])
+    if isinstance(data.get("commands"), list):
+        masked["commands"] = [
+            {k: mask_secrets(v) if k in ("stdout", "stderr") and isinstance(v, str) else v for k, v in c.items()}
+            for c in data["commands"]
+        ]
+    return masked
+
+
+def commands_to_data(commands: list[CommandResult]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in commands]
+
+
+def commands_from_data(data: list[dict[str, Any]]) -> list[CommandResult]:
+    return [CommandResult(**c) for c in data]
+
+
+def node_result_to_data(result: NodeResult) -> dict[str, Any]:
+    return {
+        "node": result.node,
+        "status": result.status.value,
+        "cause": result.cause.value if result.cause else None,
+        "detail": result.detail,
+        "commands": commands_to_data(result.commands),
+        "duration_s": result.duration_s,
+    }
+
+
+def node_result_from_data(data: dict[str, Any]) -> NodeResult:
+    return NodeResult(
+        node=data["node"],
+        status=NodeStatus(data["status"]),
+        cause=UnreachableCause(data["cause"]) if data.get("cause") else None,
+        detail=data.get("detail", ""),
+        commands=commands_from_data(data.get("commands", [])),
+        duration_s=float(data.get("duration_s", 0.0)),
+    )

@@ -1,0 +1,55 @@
+"""Check rows of every stage in one shape (:class:`~cluster_accept.checks.base.NodeRow`), node text masked."""
+
+from __future__ import annotations
+
+import functools
+
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.reasons import TOOL_CHECK
+from cluster_accept.vocabulary.secrets import mask_row, masked_head
+
+RAW_OUTPUT_LIMIT = 64 * 1024
+NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked on the way in
+
+
+def node_row(
+    run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str = "", command: str = ""
+) -> NodeRow:
+    """``command``: the node-side command whose output is the row's evidence (what reproduces it)."""
+    masked = mask_row(row.item, {"observed": row.observed, "expected": row.expected, "detail": row.detail})
+    return NodeRow(
+        run_id=run_id,
+        cluster=cluster,
+        stage=stage,
+        node=node,
+        check=row.check,
+        item=row.item,
+        status=row.status,
+        reason=row.reason,
+        observed=masked["observed"],
+        expected=masked["expected"],
+        detail=masked["detail"] or "",
+        gpu=row.gpu,
+        raw_output=_evidence(raw),
+        command=command,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _evidence(raw: str) -> str:
+    """A command's output as a row keeps it: masked, then cut (a secret cut in two would escape its mask).
+    Every row of a check shares its command's output, so it is masked once."""
+    return masked_head(raw, RAW_OUTPUT_LIMIT)
+
+
+def tool_error_row(detail: str) -> tuple[CheckRow, str]:
+    """The row of a node the controller failed on (:data:`~checks.reasons.TOOL_CHECK`), and its evidence: the
+    first line of ``detail`` (the exception) says what, the rest (the traceback) is kept as the raw output."""
+    what, _, traceback = detail.partition("\n")
+    return CheckRow(TOOL_CHECK, "controller", Status.ERROR, "internal_error", None, None, what), traceback
+
+
+def unreachable_row(cause: str | None, detail: str) -> CheckRow:
+    """The row of a node no session could be opened to, in any stage: the cause is the reason code."""
+    reason = cause or "unknown"
+    return CheckRow("ssh", "connect", Status.UNREACHABLE, reason, reason, "reachable", detail)

@@ -1,0 +1,351 @@
+"""The single-node stage: ship the probes to a node, run them, bring back figures and NCCL's transport.
+
+Per node (one Prefect task): a private ``mktemp -d`` directory on the node receives the node-side scripts
+of every probe (:mod:`cluster_accept.probes`) over SFTP (a copy for the local transport); each node-side run
+happens once even when several probes read it (GEMM, HBM and host links share the GPU bench), under the
+node-side ``timeout`` (a hung run's whole process group is killed on the node, its other results are kept);
+the directory is removed afterwards whatever happened. Evaluation waits for every node, since stragglers
+are judged against the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cluster_accept.analysis import stragglers
+from cluster_accept.analysis.history import key_figures, node_trends
+from cluster_accept.analysis.nccl_log import why_first
+from cluster_accept.analysis.probe_output import ProbeOutput
+from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
+from cluster_accept.analysis.regressions import figure_regressions
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Inventory, Node, Profile
+from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
+from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
+from cluster_accept.tasks.probe_dir import run_in_probe_dir
+from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
+from cluster_accept.tasks.stage import RunState, per_node, unwalked
+from cluster_accept.vocabulary.secrets import masked_tail
+
+NAME = "single-node"
+SESSION_REASONS = declare(
+    Reason(
+        "session_failed",
+        Status.ERROR,
+        "the probe session broke before any probe ran (see the detail): check the node, then rerun",
+        Action.CHECK_NODE,
+    ),
+)
+
+
+@dataclass
+class NodeProbes:
+    node: str
+    status: NodeStatus
+    detail: str = ""
+    cause: str | None = None
+    commands: list[CommandResult] = field(default_factory=list)
+
+
+def probes_of_stage() -> list[Probe]:
+    return discover(stage=NAME)
+
+
+def probe_commands(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> list[RemoteCommand]:
+    """The node-side runs for ``node``, each once. ``command_prefix`` is the operator's own."""
+    chosen = probes_of_stage() if probes is None else probes
+    return [
+        RemoteCommand(script.name, script.command(node, quick) or "", timeout_s=script.timeout_for(node, quick))
+        for script in scripts_for(node, chosen, quick)
+    ]
+
+
+def probe_script(node: Node, check: str, quick: bool = False, probes: Sequence[Probe] | None = None) -> str:
+    """The node-side command behind a judged figure of ``check`` (what reproduces it)."""
+    for probe in probes_of_stage() if probes is None else probes:
+        if probe.check == check:
+            command = probe.command(node, quick)
+            if command is not None:
+                return command
+    return ""
+
+
+def run_probes_on_node(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> NodeProbes:
+    """Ship, run, collect, clean up. Never raises."""
+    chosen = probes_of_stage() if probes is None else probes
+    files = tuple(dict.fromkeys(f for script in scripts_for(node, chosen, quick) for f in script.files))
+    run = run_in_probe_dir(node, files, probe_commands(node, quick, chosen))
+    return NodeProbes(node.name, run.status, run.detail, run.cause, run.results)
+
+
+@task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
+def single_node_probes(
+    node: Node, checkpoints: Checkpoints | None = None, quick: bool = False, probes: Sequence[Probe] | None = None
+) -> NodeProbes:
+    outcome = run_probes_on_node(node, quick, probes)
+    if checkpoints is not None:
+        save_outcome(checkpoints, NAME, outcome)
+    return outcome
+
+
+def save_outcome(checkpoints: Checkpoints, stage: str, outcome: NodeProbes) -> None:
+    """A node's raw runs on disk as soon as they are back: a resumed run parses them again, never reruns them."""
+    data = {
+        "node": outcome.node,
+        "status": outcome.status.value,
+        "detail": outcome.detail,
+        "cause": outcome.cause,
+        "commands": commands_to_data(outcome.commands),
+    }
+    checkpoints.save_node(stage, outcome.node, data)
+
+
+def saved_probes(checkpoints: Checkpoints, stage: str = NAME) -> dict[str, NodeProbes]:
+    """Nodes whose probes finished before the run was interrupted (raw outputs; parsing is redone)."""
+    saved = {}
+    for name, data in checkpoints.load_nodes(stage).items():
+        commands = commands_from_data(data["commands"])
+        saved[name] = NodeProbes(name, NodeStatus(data["status"]), data["detail"], data["cause"], commands)
+    return saved
+
+
+def run_rows(
+    node: Node, script: NodeScript, result: CommandResult, output: ProbeOutput, quick: bool = False
+) -> list[CheckRow]:
+    """What the run itself says, under the check that owns it: killed at its timeout, errors it reported,
+    or an exit status other than 0."""
+    check = script.owner
+    if result.timed_out:
+        expected = f"done within {script.timeout_for(node, quick):g} s"
+        said = "killed on the node with its whole process group"
+        return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
+    rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
+    if result.exit_code != 0 and not output.errors:
+        _, detail = why_first(result.stdout + "\n" + result.stderr, masked_tail(result.stderr or result.stdout, 2000))
+        observed = f"exit {result.exit_code}"
+        rows.append(CheckRow(check, result.name, Status.ERROR, "probe_failed", observed, "exit 0", detail))
+    return rows
+
+
+def _node_session_row(outcome: NodeProbes) -> tuple[CheckRow, str] | None:
+    """The row saying why a node's probes did not all run, with its evidence; None when the session held."""
+    if outcome.status is NodeStatus.TOOL_ERROR:
+        return tool_error_row(outcome.detail)
+    if outcome.status is NodeStatus.UNREACHABLE:
+        return unreachable_row(outcome.cause, outcome.detail), ""
+    if outcome.status is NodeStatus.ERROR and not outcome.commands:
+        return CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail), ""
+    return None
+
+
+def _raw(result: CommandResult) -> str:
+    """A run's output as evidence: its tails, each masked before it is cut (no secret cut in two)."""
+    stderr = "\n[stderr]\n" + masked_tail(result.stderr, 4000) if result.stderr else ""
+    return masked_tail(result.stdout, 20000) + stderr
+
+
+@dataclass
+class _Judged:
+    rows: list[NodeRow] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, dict[str, ProbeOutput]] = field(default_factory=dict)  # probe -> node -> its output
+
+
+def _evaluate_node(
+    run_id: str,
+    inventory: Inventory,
+    outcome: NodeProbes,
+    probes: Sequence[Probe],
+    quick: bool,
+    stage: str = NAME,
+    keep: Callable[[str, ProbeOutput], None] | None = None,
+) -> _Judged:
+    """One node's rows read off its runs, its figures as measurement rows, and each probe's output."""
+    node = inventory.node(outcome.node)
+    judged = _Judged()
+    session = _node_session_row(outcome)
+    if session is not None:
+        judged.rows.append(node_row(run_id, inventory.cluster, stage, node.name, *session))
+        if outcome.status is not NodeStatus.UNREACHABLE:
+            return judged
+    # A node that went away mid-batch: the runs that completed before are judged, the others are not.
+    results = {r.name: r for r in outcome.commands if session is None or r.exit_code is not None}
+    for script in scripts_for(node, probes, quick):
+        result = results.get(script.name)
+        if result is None:
+            continue
+        sharing = [p for p in probes if p.script.name == script.name and p.command(node, quick) is not None]
+        outputs = [(probe, probe.parse(result.stdout)) for probe in sharing]
+        command, raw = script.command(node, quick) or "", _raw(result)
+        rows = run_rows(node, script, result, outputs[0][1], quick)  # the run's errors, once: each output carries them
+        for probe, output in outputs:
+            rows += probe.inspect(output, node.profile) if probe.inspect else []
+            if probe.compare is not None or keep is not None and probe is outputs[0][0]:
+                judged.outputs.setdefault(probe.name, {})[node.name] = output  # compared across nodes, or kept
+            for record in output.measurements:
+                figure = measurement_row(run_id, inventory.cluster, stage, node.name, node.profile_name, record)
+                judged.measurements.append({**figure, "transport": record.get("transport")})
+        judged.rows += [node_row(run_id, inventory.cluster, stage, node.name, r, raw, command) for r in rows]
+    return judged
+
+
+def evaluate_single_node(
+    run_id: str,
+    inventory: Inventory,
+    outcomes: list[NodeProbes],
+    quick: bool = False,
+    probes: Sequence[Probe] | None = None,
+    stage: str = NAME,
+    keep: Callable[[str, ProbeOutput], None] | None = None,
+) -> tuple[list[NodeRow], list[dict[str, Any]]]:
+    """(check rows, measurement rows) for the stage: each node's own rows, then each probe's judgement over
+    the whole cluster's figures (and its comparison of their outputs). ``keep(node, output)`` sees each node's
+    output of the stage's first probe (the burn's time series go to their own table)."""
+    chosen = probes_of_stage() if probes is None else probes
+    judged = _Judged()
+    for outcome in outcomes:
+        node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick, stage, keep)
+        judged.rows += node_part.rows
+        judged.measurements += node_part.measurements
+        for probe in chosen:  # a node's outputs are held only as long as they are needed
+            output = node_part.outputs.get(probe.name, {}).get(outcome.node)
+            if output is not None and keep is not None and probe is chosen[0]:
+                keep(outcome.node, output)
+            if output is not None and probe.compare is not None:
+                judged.outputs.setdefault(probe.name, {})[outcome.node] = output
+    frame = pd.DataFrame(judged.measurements)
+    profiles = {n.name: n.profile for n in inventory.nodes}
+    for probe in chosen:
+        found = _cluster_rows(probe, frame, judged.outputs.get(probe.name, {}), inventory, quick, profiles)
+        for node_name, row in found:
+            command = probe.command(inventory.node(node_name), quick) or ""
+            judged.rows.append(node_row(run_id, inventory.cluster, stage, node_name, row, "", command))
+    return judged.rows, judged.measurements
+
+
+def _cluster_rows(
+    probe: Probe,
+    frame: pd.DataFrame,
+    outputs: Mapping[str, ProbeOutput],
+    inventory: Inventory,
+    quick: bool,
+    profiles: Mapping[str, Profile],
+) -> list[tuple[str, CheckRow]]:
+    """A probe's judgement across nodes: its figures against the cluster's, and its outputs compared."""
+    found = list(probe.compare(outputs, profiles)) if probe.compare is not None and outputs else []
+    if frame.empty:
+        return found
+    ran = [n.name for n in inventory.tested if probe.command(n, quick) is not None]
+    mine = frame[frame["metric"].isin(list(probe.metrics)) & frame["node"].isin(ran)]
+    return found + (probe.evaluate(mine, profiles) if not mine.empty else [])
+
+
+def confirm_stragglers(
+    state: RunState, probes: Sequence[Probe], rows: list[NodeRow], measurements: list[dict[str, Any]]
+) -> list[NodeRow]:
+    """Each node with a straggler row measured again, alone (one node at a time, only the runs that flagged
+    it), and the straggler rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    suspects = stragglers.flagged(rows)
+    if not suspects:
+        return rows
+    by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
+    for name, checks in sorted(suspects.items()):  # each judgement walks the cluster's node list
+        by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
+    again: list[dict[str, Any]] = []
+    for scripts, names in by_scripts.items():
+        chosen = [p for p in probes if p.script.name in scripts]
+        outcomes = [run_probes_on_node(state.inventory.node(name), state.quick, chosen) for name in names]
+        again += evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)[1]
+    thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
+    return stragglers.confirm(rows, pd.DataFrame(measurements), pd.DataFrame(again), judged_rules(probes), thresholds)
+
+
+def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
+    """Every figure any probe judges, with its rule: what history and regressions compare."""
+    return {metric: rule for probe in probes for metric, rule in probe.metrics.items()}
+
+
+def regression_rows(state: RunState, probes: Sequence[Probe], rules: Mapping[str, MetricRule]) -> list[NodeRow]:
+    """Each measured node against its own earlier runs: scheduled checks watch for drift. ``rules``: the
+    figures ``probes`` judge (:func:`judged_rules`)."""
+    if state.history is None or not state.measurements:
+        return []
+    thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
+    current = key_figures(pd.DataFrame(state.measurements), rules)
+    return [
+        node_row(
+            state.run_id,
+            state.cluster,
+            NAME,
+            node,
+            row,
+            "",
+            probe_script(state.inventory.node(node), row.check, state.quick, probes),
+        )
+        for node, row in figure_regressions(current, state.history.figures, thresholds, rules)
+    ]
+
+
+class SingleNodeStage:
+    """GEMM, memory, host links and the intra-node all-reduce on every node still accepted, in waves of the
+    profile's ``max_parallel_nodes``; judged against thresholds, the cluster's median and the node's own
+    history."""
+
+    name = NAME
+    order = 20
+    suites = frozenset({"light", "full"})
+    tables = ("checks", "measurements")
+
+    def run(self, state: RunState) -> None:
+        probes = probes_of_stage()
+        nodes = state.still_accepted()
+        limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
+        outcomes = per_node(
+            state,
+            NAME,
+            nodes,
+            saved_probes(state.checkpoints),
+            lambda node: single_node_probes.submit(
+                unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)
+            ),
+            wave=min(limits) if limits else None,
+        )
+        rows, measurements = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
+        state.rows += confirm_stragglers(state, probes, rows, measurements)
+        state.measurements += measurements
+        rules = judged_rules(probes)
+        state.rows += regression_rows(state, probes, rules)
+        state.trends = trend_records(state)
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
+        return probe_reasons(probes_of_stage())
+
+
+def trend_records(state: RunState) -> list[dict[str, Any]]:
+    """Each tested node's figures against its earlier runs (the report's history table); none without a history."""
+    if state.history is None:
+        return []
+    current = pd.DataFrame(state.measurements)
+    names = [n.name for n in state.inventory.tested]
+    trends = node_trends(state.history.figures, current, names, judged_rules(probes_of_stage()))
+    return [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
+
+
+def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:
+    """The reasons a probe stage's rows carry: the session's, each probe's, and those it writes under other checks."""
+    found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
+    for probe in probes:
+        found.append((probe.check, probe.reasons))
+        found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
+    return found
+
+
+STAGE = SingleNodeStage()
