@@ -11,11 +11,11 @@ summary() {
   python3 - "$1" <<'PY'
 import sys, pathlib, pandas as pd
 run = next(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir() and p.name != "history")
-v = pd.read_parquet(run / "verdicts.parquet"); print(v[["node", "verdict", "reasons"]].to_string())
+v = pd.read_parquet(run / "verdicts.parquet"); print(v[["node", "verdict", "reasons"]].to_string()); print("cause:", "; ".join(v.cause))
 c = pd.read_parquet(run / "checks.parquet")
 cols = ["stage", "check", "item", "gpu", "status", "reason", "observed", "expected"]
 print(c[c.stage == "burn"][cols].to_string(max_colwidth=90))
-b = pd.read_parquet(run / "burn.parquet")
+b = pd.read_parquet(run / "burn")
 t = b[b.kind == "throughput"]; s = b[b.kind == "sample"]
 print("throughput windows", len(t), "samples", len(s))
 for gpu, g in t.groupby("gpu"):

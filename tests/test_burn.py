@@ -157,6 +157,7 @@ def test_probe_rows_and_figures_from_a_run():
     assert rows[("burn", "gpu0", "sustained")].status is Status.PASS
     assert rows[("burn", "xid 48 0000:2a:00", "xid")].observed == "Xid 48: double-bit ECC error"
     assert rows[("gpu", "compute_apps", "busy")].gpu == 1
+    assert rows[("gpu", "compute_apps", "busy")].detail == "seen in 60 of 120 samples while the burn ran"
     series = burn.time_series("node01", output)
     assert len(series) == 2 * 120 * 2 and {r["kind"] for r in series} == {"sample", "throughput"}
 
