@@ -44,9 +44,9 @@ from cluster_accept.tasks.multi_node import STAGE as MULTI_NODE
 from cluster_accept.tasks.outputs import ResumeError, RunDir, RunLocked, now_iso, resumable_info, start_run
 from cluster_accept.tasks.single_node import judged_rules
 from cluster_accept.tasks.stage import RunState, Stage, run_stage
-from cluster_accept.tasks.stage import discover as discover_stages
+from cluster_accept.tasks.stages import STAGES as STAGE_ORDER
 
-STAGE_LIST: list[Stage] = discover_stages()
+STAGE_LIST: list[Stage] = list(STAGE_ORDER)
 STAGES = tuple(s.name for s in STAGE_LIST)
 # Suites for scheduled checks: light is minutes (its stages with short probes and a short burn), full is every
 # stage, burn is preflight and the burn (idle nodes burned in, DCGM's diagnostics run).

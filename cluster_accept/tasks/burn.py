@@ -56,7 +56,6 @@ class BurnStage:
     any of them; in the light suite a short burn and DCGM's level 1."""
 
     name = NAME
-    order = 25
     suites = frozenset({"light", "full", "burn"})
     tables = ("checks", "measurements")  # and burn/<node>.parquet, written as each node is judged
 

@@ -361,7 +361,6 @@ class MultiNodeStage:
     depends on the last), checkpointed whole when it completes; its group runs share ``--concurrency``."""
 
     name = NAME
-    order = 30
     suites = frozenset({"full"})
     tables = ("checks", "measurements", "isolation", "scaling", "training_scaling")
 

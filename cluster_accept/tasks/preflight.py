@@ -150,7 +150,6 @@ class PreflightStage:
     session, one Prefect task per node; judged against the profile and the cluster's majority."""
 
     name = NAME
-    order = 10
     suites = frozenset({"light", "full", "burn"})
     tables = ("checks", "node_values")
 

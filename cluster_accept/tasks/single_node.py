@@ -300,7 +300,6 @@ class SingleNodeStage:
     history."""
 
     name = NAME
-    order = 20
     suites = frozenset({"light", "full"})
     tables = ("checks", "measurements")
 

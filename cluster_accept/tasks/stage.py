@@ -1,22 +1,20 @@
 """What every stage shares: the run's state handed from stage to stage, the per-node fan-out with
-checkpoints and progress, and stage discovery.
+checkpoints and progress, and what a stage is.
 
 A stage is one module in ``tasks/`` that defines ``STAGE``, an object with:
 
-- ``name`` (``preflight``, ``single-node``, ``multi-node``), ``order`` (its place in a run) and ``suites``
+- ``name`` (``preflight``, ``single-node``, ``multi-node``) and ``suites``
   (the scheduled suites it belongs to; ``light`` ones run with short probes);
 - ``run(state)``: which nodes it takes (usually those still accepted), the work per node — or per group — as
   Prefect tasks, resumed from checkpoints, and the cluster-wide evaluation; it adds rows, values,
   measurements and tables to ``state``.
 
-The flow runs the chosen stages in order; timing, progress and writing the tables live there, once. Adding a
-stage (training, burn-in) is adding a module: :func:`discover` finds it, there is no list to edit.
+The flow runs the chosen stages in the order :data:`tasks.stages.STAGES` lists them; timing, progress and
+writing the tables live there, once.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
@@ -96,10 +94,14 @@ class RunState:
 
 
 class Stage(Protocol):
-    name: str
-    order: int
-    suites: frozenset[str]
-    tables: tuple[str, ...]  # the run's tables it adds to (written when it ends)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def suites(self) -> frozenset[str]: ...
+
+    @property
+    def tables(self) -> tuple[str, ...]: ...  # the run's tables it adds to (written when it ends)
 
     def run(self, state: RunState) -> None: ...
 
@@ -130,18 +132,6 @@ def per_node(
         for node, future in zip(todo[start : start + size], futures, strict=True):
             done[node.name] = future.result()
     return [done[n.name] for n in nodes]
-
-
-def discover(package: str = "cluster_accept.tasks") -> list[Stage]:
-    """Every stage module in ``package`` (a module with a ``STAGE``), in run order."""
-    root = importlib.import_module(package)
-    found: list[Stage] = []
-    for info in pkgutil.iter_modules(root.__path__):
-        module = importlib.import_module(f"{package}.{info.name}")
-        stage = getattr(module, "STAGE", None)
-        if stage is not None and callable(getattr(stage, "run", None)):
-            found.append(stage)
-    return sorted(found, key=lambda s: s.order)
 
 
 def run_stage(state: RunState, stage: Stage) -> None:
