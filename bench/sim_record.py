@@ -1,4 +1,4 @@
-"""Record what real (test-bed) nodes answer, for the simulated transport (:mod:`remote.simulated`).
+"""Record what real (test-bed) nodes answer, for the simulated transport (:mod:`simulator.nodes`).
 
 Brings up a test-bed with one node per variant (a healthy node, and one node per planted fault), runs every
 preflight check's command and every single-node probe's commands (full and quick) on each, and writes the
@@ -33,8 +33,8 @@ from cluster_accept.inventory.model import Node  # noqa: E402
 from cluster_accept.probes.base import scripts_for  # noqa: E402
 from cluster_accept.remote.fanout import run_node  # noqa: E402
 from cluster_accept.remote.result import CommandResult  # noqa: E402
-from cluster_accept.remote.simulated import Answer, Recording  # noqa: E402
-from cluster_accept.remote.simulated_launch import NO_STATUS, launch_key, rank_args, tokenize  # noqa: E402
+from cluster_accept.simulator.launch import NO_STATUS, launch_key, rank_args, tokenize  # noqa: E402
+from cluster_accept.simulator.nodes import Answer, Recording  # noqa: E402
 from cluster_accept.tasks.check_batch import commands_for  # noqa: E402
 from cluster_accept.tasks.launcher import launch_group  # noqa: E402
 from cluster_accept.tasks.probe_dir import run_in_probe_dir  # noqa: E402
@@ -59,7 +59,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "sim" / "testbed-h200x4.json"
 # Variants that break a multi-node run (and pass preflight and single-node as healthy nodes do): a link held to
 # 1 Mbit/s, whose all-reduce runs into the probe's timeout (shortened here, so that recording takes seconds).
 LAUNCH_VARIANTS: dict[str, list[object]] = {"net_stalled": [{"slow": {"rate_mbit": 1}}]}
-LAUNCH_SIZES = (2,)  # a run of more nodes is told from it (remote.simulated_launch.group_answers)
+LAUNCH_SIZES = (2,)  # a run of more nodes is told from it (simulator.launch.group_answers)
 RECORD_TIMEOUT_S = 40
 
 

@@ -1,5 +1,5 @@
 """Scale on simulated nodes: the real CLI (Prefect, checks, probes, evaluation, Parquet, report) on N = 1,024,
-4,096, … in-process nodes answering from a recording of real test-bed nodes (:mod:`remote.simulated`).
+4,096, … in-process nodes answering from a recording of real test-bed nodes (:mod:`simulator.nodes`).
 
 For each N (5 % of the nodes faulty, every recorded preflight fault and ``slow`` in turn; answers after a
 log-normal latency around 20 ms), one ``cluster-accept run --stages preflight,single-node,multi-node`` in a child
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from cluster_accept.remote.simulated import Recording  # noqa: E402
+from cluster_accept.simulator.nodes import Recording  # noqa: E402
 from cluster_accept.testbed.profile import base_profile  # noqa: E402
 
 RECORDING = ROOT / "bench" / "sim" / "testbed-h200x4.json"

@@ -153,3 +153,27 @@ def test_an_efa_node_without_the_plugin_or_with_device_rdma_off_is_named_as_the_
     checks = pd.read_parquet(only_run(tmp_path / "out") / "checks.parquet")
     fabric = checks[(checks.check == "profile") & (checks["item"] == "fabric")]
     assert set(fabric.expected) == {"1 × 0.5 Gb/s EFA port"} and "NET/Libfabric" in fabric.detail.iloc[0]
+
+
+def test_a_training_sweep_far_below_the_default_efficiency_fails_with_no_threshold_written(
+    testbed_factory,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """profile: auto with the training sweep on and no training threshold: the default minimum (0.6 of one
+    node's tokens/s per GPU) is expected of the 2-node step, and gloo over the test-bed's shared cores keeps a
+    few percent of it, so both nodes fail, the minimum in the expected column."""
+    bed = testbed_factory(nodes=2, faults={}, prefix="caft", subnet="10.254.147.0/24", rails=1)
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    data: dict[str, Any] = yaml.safe_load(inventory.read_text())
+    next(iter(data["profiles"].values()))["training"] = {"enabled": True, "steps": 6, "warmup_steps": 2}
+    inventory.write_text(yaml.safe_dump(data))
+    stages = ["--stages", "preflight,multi-node"]
+    proc = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path / "out"), *stages, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = pd.read_parquet(only_run(tmp_path / "out") / "checks.parquet")
+    step = checks[(checks.check == "training_scaling") & (checks["item"] == "2 nodes")]
+    low = step[step.reason == "efficiency_low"]
+    assert set(low.node) == set(bed.nodes) and set(low.expected) == {">= 60%"}, step
+    assert all(float(v.rstrip("%")) < 60 for v in low.observed), low.observed
+    verdicts = run_verdicts(tmp_path / "out")
+    assert all(v == "rejected" and any(r.startswith("training_scaling:") for r in rs) for v, rs in verdicts.values())

@@ -33,8 +33,10 @@ NOT_COPIED = shutil.ignore_patterns(
     ".git", "runs", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".mypy_cache", ".ruff_cache"
 )
 NOT_COPIED_EITHER = shutil.ignore_patterns(".pytest_cache", ".hypothesis", ".benchmarks", ".venv", "venv")
-# Sub-trees whose every file is shipped: what runs on the nodes, the test-bed's captured output, the templates.
-SHIPPED_TREES = ("probes", "testbed/captures", "reports/templates")
+# Sub-trees whose every file is shipped: what runs on the nodes, the templates.
+SHIPPED_TREES = ("probes", "reports/templates")
+# The source checkout's, not the product's: the test-bed and the scale simulator stay out of the wheel.
+NOT_SHIPPED = ("testbed", "simulator")
 IMPORTS = """\
 import json, sys
 import cluster_accept, cluster_accept.tasks.preflight, cluster_accept.analysis.verdicts
@@ -172,11 +174,14 @@ def files_under(root: Path) -> set[str]:
 
 
 def assert_shipped(copy: Path, installed: Path) -> None:
-    """Every module of every sub-package of cluster_accept/ is installed, and every file of the node-side,
-    test-bed and report trees; compared with the copy (the checkout as installed), not a list of names."""
+    """Every module of every sub-package of cluster_accept/ is installed but the test-bed's and the simulator's,
+    and every file of the node-side and report trees; compared with the copy (the checkout as installed), not a
+    list of names."""
     package = copy / "cluster_accept"
     folders = sorted(p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
-    assert {"analysis", "probes", "reports", "tasks", "testbed"} <= set(folders), folders
+    assert {"analysis", "probes", "reports", "tasks", *NOT_SHIPPED} <= set(folders), folders
+    assert not [name for name in NOT_SHIPPED if (installed / name).exists()], "the test-bed or simulator shipped"
+    folders = [name for name in folders if name not in NOT_SHIPPED]
     assert not any(p.is_symlink() for p in package.rglob("*")), "links in the package"
     missing = []
     for folder in folders:
@@ -186,7 +191,6 @@ def assert_shipped(copy: Path, installed: Path) -> None:
         missing += [f"{tree}/{f}" for f in sorted(files_under(package / tree) - files_under(installed / tree))]
     assert not missing, "in the checkout but not installed:\n" + "\n".join(missing)
     assert (installed / "reports" / "templates" / "report.html.j2").is_file()
-    assert files_under(installed / "testbed" / "captures"), "no test-bed captures installed"
 
 
 def test_a_regular_install_beside_unrelated_tasks_and_analysis(tmp_path: Path) -> None:
@@ -207,6 +211,21 @@ def test_a_regular_install_beside_unrelated_tasks_and_analysis(tmp_path: Path) -
     assert not installed.is_symlink() and not any(p.is_symlink() for p in installed.iterdir())
     assert_shipped(copy, installed)
     assert_help_runs(venv)
+    assert_checkout_only_parts_refused(venv, tmp_path)
+
+
+def assert_checkout_only_parts_refused(venv: Venv, tmp_path: Path) -> None:
+    """Without the test-bed and the simulator, what needs them says so and exits 2: nothing half-runs."""
+    script = str(venv.root / "bin" / "cluster-accept")
+    refused = venv.run(script, "testbed", "up", "--nodes", "1")
+    assert refused.returncode == 2 and "comes with the source checkout" in refused.stderr, refused
+    inventory = tmp_path / "simulated.yaml"
+    inventory.write_text(
+        "cluster: sim\ndefaults: {profile: h100-sxm}\nnodes: [{hosts: gpu1}]\nsimulation: {recording: r.json}\n"
+    )
+    refused = venv.run(script, "inventory", "check", str(inventory))
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "the scale simulator" in said and "not installed" in said, said
 
 
 def test_an_editable_install_beside_unrelated_tasks_and_analysis(tmp_path: Path) -> None:
@@ -227,3 +246,7 @@ def test_an_editable_install_beside_unrelated_tasks_and_analysis(tmp_path: Path)
     if top_level.exists():
         assert top_level.read_text().split() == ["cluster_accept"]
     assert_help_runs(venv)
+    # a source checkout has them: the test-bed and the simulator import from the copy
+    found = venv.ok(venv.python, "-c", "import cluster_accept.testbed.bed as t, cluster_accept.simulator.nodes as s; "
+                    "print(t.__file__); print(s.__file__)")  # fmt: skip
+    assert all(Path(line).is_relative_to(copy / "cluster_accept") for line in found.split()), found

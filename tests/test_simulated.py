@@ -13,7 +13,7 @@ from cluster_accept.flows.acceptance import refuse_unresolved_auto
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.remote.batch import build_batch, parse_batch
 from cluster_accept.remote.result import RemoteCommand
-from cluster_accept.remote.simulated import (
+from cluster_accept.simulator.nodes import (
     NODE_TOKEN,
     Answer,
     Recording,

@@ -23,8 +23,7 @@ from cluster_accept.remote.detached import (
     wrapper_script,
 )
 from cluster_accept.remote.result import RemoteCommand
-from cluster_accept.remote.simulated import NODE_TOKEN, Answer, Recording, SimulatedNode, SimulatedSession
-from cluster_accept.remote.simulated_launch import (
+from cluster_accept.simulator.launch import (
     ADDR_TOKEN,
     NO_STATUS,
     PORT_TOKEN,
@@ -35,6 +34,7 @@ from cluster_accept.remote.simulated_launch import (
     launch_key,
     rank_args,
 )
+from cluster_accept.simulator.nodes import NODE_TOKEN, Answer, Recording, SimulatedNode, SimulatedSession
 from cluster_accept.testbed.profile import base_profile
 from tests.processes import only_run, run_verdicts
 

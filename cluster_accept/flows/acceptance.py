@@ -292,7 +292,7 @@ def acceptance(
     return _acceptance(inventory, run_dir, run_info, past, ops, concurrency, record_history)
 
 
-# What a recording answers (remote.simulated, remote.simulated_launch): bisect runs the multi-node launcher.
+# What a recording answers (simulator.nodes, simulator.launch): bisect runs the multi-node launcher.
 SIMULATED_STAGES = ("preflight", "single-node", "multi-node", "bisect")
 
 

@@ -280,6 +280,7 @@ def demo(
 ) -> None:
     """Bring up an 8-node test-bed of its own with planted faults, accept it, print the report path, take it
     down (that test-bed only)."""
+    testbed_commands.require_testbed()
     from cluster_accept.testbed.bed import down
 
     bed = testbed_commands.demo_testbed(name, state_dir)

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from cluster_accept.testbed.bed import Testbed
 
 DEMO_FAULTS = Path(__file__).resolve().parent.parent / "testbed" / "demo-faults.yaml"
+TESTBED = "cluster_accept.testbed"  # not in the product's wheel
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # this installation's cluster_accept/
 USAGE_ERROR = 2
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="state dir (default /tmp/cluster-accept-testbed-NAME)")
@@ -32,6 +34,13 @@ err = Console(stderr=True)
 def _usage_error(exc: Exception) -> typer.Exit:
     err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
     return typer.Exit(USAGE_ERROR)
+
+
+def require_testbed() -> None:
+    """Exit 2 where the test-bed is not installed: it comes with the source checkout, not the product's wheel."""
+    if not (PACKAGE_DIR / "testbed" / "__init__.py").is_file():
+        said = f"the test-bed ({TESTBED}) is not installed: it comes with the source checkout (pip install -e .)"
+        raise _usage_error(RuntimeError(said))
 
 
 def testbed_up(
@@ -56,6 +65,7 @@ def testbed_up(
 
     Test-beds of different --name run side by side; a running test-bed of the same name is never replaced.
     With --slurm, Slurm's clients reach the test-bed's Slurm with the SLURM_CONF printed at the end."""
+    require_testbed()
     from cluster_accept.testbed.bed import TestbedError, up
     from cluster_accept.testbed.faults import load_fault_plan
     from cluster_accept.testbed.slurm import SlurmBedError
@@ -78,6 +88,7 @@ def testbed_down(
     ] = None,
 ) -> None:
     """Stop the test-bed's simulated nodes and remove its namespaces, bridge and state; no other test-bed's."""
+    require_testbed()
     from cluster_accept.testbed.bed import TestbedError, down
     from cluster_accept.testbed.claim import name_to_take_down
 
@@ -92,6 +103,7 @@ def testbed_down(
 def demo_testbed(name: str | None, state_dir: Path | None) -> Testbed:
     """The demo's own 8-node test-bed with planted faults (a fresh name unless given); exit 2 when it cannot
     be brought up, e.g. because a test-bed of that name is running."""
+    require_testbed()
     from cluster_accept.testbed.bed import TestbedError, up
     from cluster_accept.testbed.claim import demo_name
     from cluster_accept.testbed.faults import load_fault_plan

@@ -1,6 +1,6 @@
 """The inventory's ``simulation`` block: scale work on simulated nodes instead of real ones.
 
-An inventory with this block is answered by :mod:`remote.simulated` (in-process nodes replaying outputs
+An inventory with this block is answered by :mod:`simulator.nodes` (in-process nodes replaying outputs
 recorded from real nodes), never over SSH. Nothing else selects it, so a real inventory cannot end up
 simulated by accident, and every run of a simulated inventory says so in ``run.json``. The recording is
 checked when the inventory loads: it must exist, and every planted fault must be one of its variants (or
@@ -39,7 +39,7 @@ class SimulationSettings(BaseModel):
 
 @dataclass(frozen=True)
 class SimulatedAs:
-    """How one node of a simulated inventory answers (read by :mod:`remote.simulated`)."""
+    """How one node of a simulated inventory answers (read by :mod:`simulator.nodes`)."""
 
     recording: str  # absolute path
     variant: str
@@ -57,6 +57,10 @@ def recording_variants(path: Path) -> set[str]:
         raise ValueError(f"simulation.recording {cut(str(path))}: not a readable recording ({cut(str(exc))})") from None
 
 
+# Loaded by name where an inventory asks for it (:func:`remote.session.simulated_session`): not in the wheel.
+SIMULATOR = "cluster_accept.simulator.nodes"
+
+
 def simulated_as(
     settings: SimulationSettings, base_dir: Path, names: list[str]
 ) -> tuple[dict[str, SimulatedAs], list[str]]:
@@ -64,6 +68,10 @@ def simulated_as(
     node the inventory does not list or a variant the recording does not hold."""
     from cluster_accept.inventory.hostlist import HostlistError, expand
 
+    if not (Path(__file__).resolve().parent.parent / "simulator" / "__init__.py").is_file():
+        return {}, [
+            f"simulation: the scale simulator ({SIMULATOR}) is not installed: it comes with the source checkout"
+        ]
     path = Path(settings.recording).expanduser()
     path = path if path.is_absolute() else (base_dir / path).resolve()
     try:

@@ -26,7 +26,7 @@ from cluster_accept.remote.result import (
 )
 from cluster_accept.remote.session import LocalSession as LocalSession
 from cluster_accept.remote.session import NodeSession as NodeSession
-from cluster_accept.remote.simulated import simulated_session
+from cluster_accept.remote.session import simulated_session
 from cluster_accept.remote.ssh import Unreachable, open_session
 from cluster_accept.vocabulary.secrets import masked_tail
 
@@ -36,7 +36,7 @@ ERROR_TAIL_CHARS = 500  # of a failed batch's stderr in its node's detail: maske
 
 def connect(node: Node) -> NodeSession | Unreachable:
     if node.simulated is not None:  # only an inventory's simulation block sets it: scale work
-        return simulated_session(node.name, node.simulated)
+        return simulated_session(node)
     if node.is_local:
         return LocalSession(node)
     return open_session(node)

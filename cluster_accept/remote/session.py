@@ -1,12 +1,15 @@
 """What a node's session is to everything above it (:class:`NodeSession`: SSH, the controller itself, or a
-simulated node), and the controller's own session (:class:`LocalSession`)."""
+simulated node), the controller's own session (:class:`LocalSession`), and a simulated node's, from the scale
+simulator loaded by name (:func:`simulated_session`: it is not part of the wheel, and nothing here imports it)."""
 
 from __future__ import annotations
 
+import importlib
 import shutil
-from typing import Protocol
+from typing import Protocol, cast
 
 from cluster_accept.inventory.model import Node
+from cluster_accept.inventory.simulation_settings import SIMULATOR
 from cluster_accept.remote.local import run_local
 
 
@@ -32,3 +35,11 @@ class LocalSession:
 
     def close(self) -> None:
         return None
+
+
+def simulated_session(node: Node) -> NodeSession:
+    """The session of a node of a simulated inventory (its ``simulation`` block, refused at load where the
+    simulator is not installed), answered in-process from the recording."""
+    assert node.simulated is not None, node.name
+    simulator = importlib.import_module(SIMULATOR)
+    return cast(NodeSession, simulator.simulated_session(node.name, node.simulated))

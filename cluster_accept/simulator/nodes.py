@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster_accept.inventory.simulation_settings import SLOW, SimulatedAs
-from cluster_accept.remote.recording import NODE_TOKEN, UNKNOWN_EXIT, Answer, Recording, SimulatedNode, scale_figures
-from cluster_accept.remote.simulated_launch import answer_operation, put_file
+from cluster_accept.simulator.launch import answer_operation, put_file
+from cluster_accept.simulator.recording import NODE_TOKEN, UNKNOWN_EXIT, Answer, Recording, SimulatedNode, scale_figures
 
 _NONCE = re.compile(r"@@CA:([0-9a-f]+):0:out")
 _COMMAND_AT = '"$ca_t" sh -c '
@@ -97,7 +97,7 @@ class SimulatedSession:
         if self.node.latency_s:
             time.sleep(self.node.latency_s)
         batch = batch_commands(script)
-        if batch is None:  # a probe directory, a multi-node rank's start or poll (remote.simulated_launch)
+        if batch is None:  # a probe directory, a multi-node rank's start or poll (simulator.launch)
             return answer_operation(self.node, self.recording, script)
         nonce, commands = batch
         stdout, stderr = frame(nonce, [self._answer(c) for c in commands])

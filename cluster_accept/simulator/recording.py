@@ -1,6 +1,6 @@
 """What simulated nodes answer from: a :class:`Recording` of real (test-bed) nodes' outputs per variant and
 command, and how one simulated node answers (:class:`SimulatedNode`). Shared by the batch sessions
-(:mod:`remote.simulated`) and the multi-node ranks (:mod:`remote.simulated_launch`)."""
+(:mod:`simulator.nodes`) and the multi-node ranks (:mod:`simulator.launch`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Recording:
     variants: dict[str, dict[str, Answer]] = field(default_factory=dict)
     python: str = ""  # the profile's probe interpreter when recorded: it is part of the commands' text
     # variant -> "<nodes>:<role> <rank command with its run's values as tokens>" -> a recorded multi-node rank's
-    # answer (:mod:`remote.simulated_launch`); a recording made before multi-node runs has none
+    # answer (:mod:`simulator.launch`); a recording made before multi-node runs has none
     launches: dict[str, dict[str, Answer]] = field(default_factory=dict)
 
     def add(self, variant: str, node: str, script: str, answer: Answer) -> None:

@@ -10,7 +10,7 @@ The ranks of one run find each other here as real ones do at their rendezvous: b
 endpoint, node count and node rank in their command lines (:data:`LAUNCHES`, one registry per process). A run
 ends once all its nodes have started, after a latency drawn like a batch's (log-normal around the nodes'
 median), so polls go on as they would; nothing waits in a loop. Its outputs are a recorded real run's
-(:class:`~remote.simulated.Recording` ``launches``), with the group's figures computed from its members
+(:class:`~simulator.recording.Recording` ``launches``), with the group's figures computed from its members
 (:func:`group_answers`): scaled by the slowest member's factor, and a member of a broken variant failing the
 whole group as the recorded one did. A rank the recording cannot answer fails with exit 127, saying why.
 """
@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from cluster_accept.remote.detached import WRAPPER
-from cluster_accept.remote.recording import (
+from cluster_accept.simulator.recording import (
     NODE_TOKEN,
     UNKNOWN_EXIT,
     Answer,
