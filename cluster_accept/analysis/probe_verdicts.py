@@ -71,7 +71,8 @@ def judge(
         df = df.assign(profile="")
     # Peers are GPUs of the same profile: an H100 is no straggler among H200s.
     for (_, metric), group in df.groupby(["profile", "metric"], sort=True):
-        peers = _Peers(str(metric), rules[str(metric)], [float(v) for v in group["value"]], str(group["unit"].iloc[0]))
+        values, unit = [float(v) for v in group["value"]], str(group["unit"].iloc[0])
+        peers = _Peers.of(str(metric), rules[str(metric)], values, unit)
         for record in group.to_dict("records"):
             node = str(record["node"])
             gpu = None if pd.isna(record["gpu"]) else int(record["gpu"])
@@ -82,12 +83,19 @@ def judge(
 
 @dataclass(frozen=True)
 class _Peers:
-    """One metric's figures among peers (GPUs or nodes of one profile): what each is judged against."""
+    """One metric's figures among peers (GPUs or nodes of one profile): what each is judged against, their
+    median and spread computed once for the group."""
 
     metric: str
     rule: MetricRule
-    values: list[float]
     unit: str
+    count: int
+    median: float
+    spread: float  # median absolute deviation
+
+    @classmethod
+    def of(cls, metric: str, rule: MetricRule, values: list[float], unit: str) -> _Peers:
+        return cls(metric, rule, unit, len(values), statistics.median(values), mad(values))
 
     def rows(self, value: float, gpu: int | None, limits: Thresholds) -> list[CheckRow]:
         """The figure against the profile's minimum (where it sets one) and against its peers' median."""
@@ -103,14 +111,14 @@ class _Peers:
         return rows + ([straggler] if straggler is not None else [])
 
     def _against_median(self, value: float, gpu: int | None, limits: Thresholds) -> CheckRow | None:
-        median = statistics.median(self.values)
-        if len(self.values) < 2 or median <= 0:
+        median = self.median
+        if self.count < 2 or median <= 0:
             return None
         floor = median * (1 - limits.straggler_pct / 100)
         below_pct = 100 * (median - value) / median
         detail = (
             f"{_fmt(value)} {self.unit}, {below_pct:.1f}% below the cluster median {_fmt(median)} "
-            f"(MAD {_fmt(mad(self.values))}, {len(self.values)} {'GPUs' if self.rule.per_gpu else 'nodes'})"
+            f"(MAD {_fmt(self.spread)}, {self.count} {'GPUs' if self.rule.per_gpu else 'nodes'})"
         )
         expected = f">= {_fmt(floor)} {self.unit} (median - {limits.straggler_pct:g}%)"
         status, reason = (relative_status(self.rule, limits), "straggler") if value < floor else (Status.PASS, "ok")
