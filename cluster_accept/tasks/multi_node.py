@@ -9,7 +9,6 @@ in parallel (disjoint groups), and turns the outcome into rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import task
@@ -25,6 +24,7 @@ from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.training import train_arguments
 from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, teardown_rows, transport_rows
+from cluster_accept.tasks.group_stage import MultiNodeOutcome
 from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
 from cluster_accept.tasks.rails import REASONS as RAIL_REASONS
 from cluster_accept.tasks.rails import collective_rows, collectives_not_reached, rail_runs
@@ -37,16 +37,6 @@ from cluster_accept.tasks.training_sweep import REASONS as TRAINING_REASONS
 from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
 
 NAME = "multi-node"
-
-
-@dataclass
-class MultiNodeOutcome:
-    rows: list[NodeRow] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
-    isolation: list[dict[str, Any]] = field(default_factory=list)
-    scaling: list[dict[str, Any]] = field(default_factory=list)
-    training_scaling: list[dict[str, Any]] = field(default_factory=list)
-    verdict: IsolationVerdict | None = None
 
 
 def _policy(nodes: Sequence[Node]) -> IsolationPolicy:

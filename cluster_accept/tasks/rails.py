@@ -10,10 +10,9 @@ named with the rail and its NIC. Verdicts are pure (:mod:`analysis.rails`); this
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
-from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
+from cluster_accept.analysis.isolation import IsolationPolicy
 from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.analysis.rails import judge_rails
 from cluster_accept.checks.base import CheckRow, Status
@@ -21,35 +20,8 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, Node, Profile, Rail, busbw_threshold
 from cluster_accept.probes import collectives as collectives_probe
 from cluster_accept.tasks.group_rows import STOPPED, TEARDOWN
-from cluster_accept.tasks.ranks import GroupJob, GroupRun, rail_job
-
-
-class RailStage(Protocol):
-    """What the per-rail and collective runs need of the multi-node stage (:class:`tasks.multi_node._Stage`)."""
-
-    unreachable: set[str]
-
-    @property
-    def out(self) -> Any: ...  # tasks.multi_node.MultiNodeOutcome: the rows so far, the isolation verdict
-
-    def launch(self, nodes: Sequence[Node], job: GroupJob) -> GroupRun: ...
-
-    def rows_from(self, rows: list[CheckRow], nodes: Sequence[Node]) -> None: ...
-
-    def failed_run(self, run: GroupRun, check: str = ..., what: str = ...) -> None: ...
-
-    def isolate_with(
-        self,
-        nodes: list[Node],
-        job: GroupJob,
-        figure: Callable[[GroupRun], float | None],
-        policy: IsolationPolicy,
-        item: str,
-        known_good: Iterable[str] = ...,
-        reason: str = ...,
-        named: Callable[[str], str] = ...,
-    ) -> IsolationVerdict: ...
-
+from cluster_accept.tasks.group_stage import GroupStage
+from cluster_accept.tasks.ranks import GroupRun, rail_job
 
 RAILS = "rails"
 COLLECTIVES = "collectives"
@@ -85,7 +57,7 @@ def collective_rows(run: GroupRun, profile: Profile) -> list[CheckRow]:
     return rows
 
 
-def collectives_not_reached(stage: RailStage, nodes: Sequence[Node]) -> None:
+def collectives_not_reached(stage: GroupStage, nodes: Sequence[Node]) -> None:
     """A sweep cut short (nodes lost) never ran its largest group: its collectives say so on the rest."""
     if not nodes[0].profile.probes.collectives or any(r.check == COLLECTIVES for r in stage.out.rows):
         return
@@ -108,7 +80,7 @@ def _naming(rail: Rail) -> Callable[[str], str]:
     return lambda name: f"{name} {rail.name} ({_nic(rail)})"
 
 
-def rail_runs(stage: RailStage, nodes: Sequence[Node]) -> None:
+def rail_runs(stage: GroupStage, nodes: Sequence[Node]) -> None:
     """Each rail alone across the nodes still in (isolation's bad nodes and unreachable ones left out), then
     isolation on each rail found slow; nodes whose profiles name different rails run apart."""
     pulled = set(stage.out.verdict.bad_nodes) if stage.out.verdict else set()
@@ -124,7 +96,7 @@ def rail_runs(stage: RailStage, nodes: Sequence[Node]) -> None:
         _one_node_set(stage, list(rails), group)
 
 
-def _one_node_set(stage: RailStage, rails: list[Rail], group: list[Node]) -> None:
+def _one_node_set(stage: GroupStage, rails: list[Rail], group: list[Node]) -> None:
     thresholds = group[0].profile.thresholds
     runs = {rail.name: stage.launch(group, rail_job(rail)) for rail in rails}
     for rail in rails:

@@ -11,9 +11,9 @@ steps fails with why: the fabric or NCCL's configuration, not a node, loses the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
+from cluster_accept.analysis.isolation import IsolationPolicy
 from cluster_accept.analysis.scaling import sweep_sizes
 from cluster_accept.analysis.training import TrainingPoint, training_scaling
 from cluster_accept.checks.base import CheckRow, Status
@@ -22,31 +22,12 @@ from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import training
 from cluster_accept.tasks.group_rows import STOPPED, TEARDOWN
+from cluster_accept.tasks.group_stage import GroupStage
 from cluster_accept.tasks.launcher import GroupRun
-from cluster_accept.tasks.ranks import TRAINING_JOB, GroupJob
+from cluster_accept.tasks.ranks import TRAINING_JOB
 
 CHECK = "training_scaling"
 ITEM = "training_inter"
-
-
-class SweepStage(Protocol):
-    """What the sweep needs of the multi-node stage (:class:`tasks.multi_node._Stage`)."""
-
-    run_id: str
-    unreachable: set[str]
-
-    @property
-    def cluster(self) -> str: ...
-
-    def launch(self, nodes: Sequence[Node], job: GroupJob) -> GroupRun: ...
-
-    def row(self, node: str, row: CheckRow, raw: str = "") -> None: ...
-
-    def failed_run(self, run: GroupRun, check: str = ..., what: str = ...) -> None: ...
-
-    def isolate_with(
-        self, nodes: list[Node], job: GroupJob, figure: Any, policy: IsolationPolicy, item: str
-    ) -> IsolationVerdict: ...
 
 
 def per_gpu(run: GroupRun) -> float | None:
@@ -97,7 +78,7 @@ def _step_row(record: dict[str, Any], base: float | None, minimum: float | None)
     return CheckRow(CHECK, item, status, reason, observed, f">= {minimum:.0%}", detail)
 
 
-def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str, Any]], bool]:
+def training_sweep(stage: GroupStage, nodes: list[Node]) -> tuple[list[dict[str, Any]], bool]:
     """(scaling rows, trouble): the model at 1, 2, 4 … N nodes; trouble when a run failed or a step is below
     the profile's minimum efficiency. Every node of a completed run gets a row per step; the rest a skip."""
     thresholds = nodes[0].profile.thresholds
@@ -133,7 +114,7 @@ def training_sweep(stage: SweepStage, nodes: list[Node]) -> tuple[list[dict[str,
     return rows, trouble
 
 
-def isolate_training(stage: SweepStage, nodes: list[Node], scaling: list[dict[str, Any]]) -> None:
+def isolate_training(stage: GroupStage, nodes: list[Node], scaling: list[dict[str, Any]]) -> None:
     """Pairs (then halves) of training runs name the node or link that slows training; when none is to
     blame, the slow steps fail on every node of their group, saying so."""
     thresholds = nodes[0].profile.thresholds
