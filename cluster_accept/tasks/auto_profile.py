@@ -14,13 +14,20 @@ node gets a ``profile:fabric`` row saying what was derived and from what.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.infiniband import fabric_of
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.builtin import derives_fabric, fabric_under, is_auto, named_fabric_data, resolve_auto
+from cluster_accept.inventory.builtin import (
+    AutoChoice,
+    derives_fabric,
+    fabric_under,
+    is_auto,
+    named_fabric_data,
+    resolve_auto,
+)
 from cluster_accept.inventory.fabric import BUILTIN_FABRICS, NodeFabric, cluster_fabric, derivation, fabric_data
 from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.tasks.rows import node_row
@@ -148,9 +155,36 @@ def _read_fabric(answered: Iterable[str], nic_models: Mapping[str, Any]) -> _Fab
     return _Fabric(fabrics, fabric, said)
 
 
-def _auto_node(node: Node, gpu_model: Any, fabric: _Fabric) -> tuple[Node, Profile | None, list[CheckRow]]:
+@dataclass
+class _Resolved:
+    """Each profile resolved once, however many nodes it has: by profile name and the GPU models read (auto), or
+    by profile name (the fabric under a named base); the profile, or why there is none."""
+
+    picks: dict[tuple[str, tuple[str, ...]], AutoChoice] = field(default_factory=dict)
+    under: dict[str, Profile | str] = field(default_factory=dict)
+
+    def pick(self, node: Node, gpu_names: list[str], fabric: _Fabric) -> AutoChoice:
+        key = (node.profile_name, tuple(sorted(set(gpu_names))))
+        if key not in self.picks:
+            self.picks[key] = resolve_auto(node.profile, gpu_names, fabric.between(node.profile))
+        return self.picks[key]
+
+    def with_fabric(self, node: Node, between: dict[str, Any]) -> Profile | str:
+        if node.profile_name not in self.under:
+            try:
+                self.under[node.profile_name] = fabric_under(node.profile, between)
+            except ValueError as exc:
+                self.under[node.profile_name] = (
+                    f"the profile's keys over the fabric the nodes show are not valid: {exc}"
+                )
+        return self.under[node.profile_name]
+
+
+def _auto_node(
+    node: Node, gpu_model: Any, fabric: _Fabric, resolved: _Resolved
+) -> tuple[Node, Profile | None, list[CheckRow]]:
     """An ``auto`` node on the profile its GPU model picks (renamed ``auto:h100-sxm``), or as it was."""
-    choice = resolve_auto(node.profile, _gpu_names(gpu_model), fabric.between(node.profile))
+    choice = resolved.pick(node, _gpu_names(gpu_model), fabric)
     rows = [_row(choice.problem, choice.name, choice.gpu_names)]
     if choice.problem is None:  # else its auto row says why it keeps its keys
         rows.append(fabric.row(node.name, node.profile))
@@ -160,17 +194,15 @@ def _auto_node(node: Node, gpu_model: Any, fabric: _Fabric) -> tuple[Node, Profi
     return node, None, rows
 
 
-def _derived_node(node: Node, fabric: _Fabric) -> tuple[Node, Profile | None, list[CheckRow]]:
+def _derived_node(node: Node, fabric: _Fabric, resolved: _Resolved) -> tuple[Node, Profile | None, list[CheckRow]]:
     """A node on a named base, or with ``fabric: auto``, with the cluster's fabric under its profile's keys (a
     named fabric was laid under them when the inventory loaded)."""
     between = fabric.between(node.profile) if derives_fabric(node.profile) else None
     if between is None:
         return node, None, [fabric.row(node.name, node.profile)]
-    try:
-        profile = fabric_under(node.profile, between)
-    except ValueError as exc:
-        said = f"the profile's keys over the fabric the nodes show are not valid: {exc}"
-        return node, None, [CheckRow(CHECK, "fabric", Status.FAIL, "invalid_override", None, None, said)]
+    profile = resolved.with_fabric(node, between)
+    if isinstance(profile, str):
+        return node, None, [CheckRow(CHECK, "fabric", Status.FAIL, "invalid_override", None, None, profile)]
     return replace(node, profile=profile), profile, [fabric.row(node.name, node.profile)]
 
 
@@ -190,12 +222,12 @@ def resolve_auto_nodes(
     if not touched:
         return inventory, []
     fabric = _read_fabric(answered, nic_models or {})
-    profiles, rows, changed = dict(inventory.profiles), list[NodeRow](), {}
+    profiles, rows, changed, resolved = dict(inventory.profiles), list[NodeRow](), {}, _Resolved()
     for node in touched:
         if is_auto(node.profile):
-            new, profile, said = _auto_node(node, gpu_models.get(node.name), fabric)
+            new, profile, said = _auto_node(node, gpu_models.get(node.name), fabric, resolved)
         else:
-            new, profile, said = _derived_node(node, fabric)
+            new, profile, said = _derived_node(node, fabric, resolved)
         rows.extend(node_row(run_id, inventory.cluster, "preflight", node.name, row, "") for row in said)
         if profile is not None:
             profiles[new.profile_name] = profile
