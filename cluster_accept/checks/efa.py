@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cluster_accept.checks._rdma import counter_line
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -124,9 +125,6 @@ class EfaState:
         return int(self.values.get("devices", "0"))
 
 
-_COUNTER = re.compile(r"^C\|(?P<port>[\w.-]{1,64}/\d{1,3})\|(?P<name>\w{1,64})\|(?P<value>\d{1,20})$", re.ASCII)
-
-
 def parse(stdout: str, exit_code: int | None = 0) -> EfaState:
     lines = stdout.splitlines()
     if _END not in lines:
@@ -139,10 +137,10 @@ def parse(stdout: str, exit_code: int | None = 0) -> EfaState:
         return EfaState(error=f"unexpected EFA output: {said}", raw=stdout)
     counted: dict[str, int] = {}
     for line in (line for line in body if line.startswith("C|")):
-        match = _COUNTER.match(line)
-        if match is None or match["name"] not in HW_COUNTERS:
+        read = counter_line(line, HW_COUNTERS)
+        if read is None:
             return EfaState(error=f"unexpected EFA counter line {masked_quote(line)}", raw=stdout)
-        counted[f"{match['port']}.{match['name']}"] = int(match["value"])
+        counted[read[0]] = read[1]
     return EfaState(values, counted, raw=stdout)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cluster_accept.checks._rdma import nccl_conf_setting
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -28,8 +29,8 @@ _MARK, _INDEX, _END = "### roce gids", "### gid index ", "### end"
 _EMPTY = "0000:0000:0000:0000:0000:0000:0000:0000"
 COMMAND = (
     'r="${CLUSTER_ACCEPT_SYSFS:-/sys}/class/infiniband"; '
-    'c=$(cat ~/.nccl.conf /etc/nccl.conf 2>/dev/null | sed -n "s/^NCCL_IB_GID_INDEX=//p" | head -n 1); '
-    f"echo \"{_INDEX}${{NCCL_IB_GID_INDEX-$c}}\"; echo '{_MARK}'; "
+    + nccl_conf_setting("NCCL_IB_GID_INDEX")
+    + f"echo \"{_INDEX}${{NCCL_IB_GID_INDEX-$c}}\"; echo '{_MARK}'; "
     'for d in "$r"/*/ports/*; do [ "$(cat "$d/link_layer" 2>/dev/null)" = Ethernet ] || continue; '
     'p=${d#"$r"/}; p=${p%/ports/*}/${d##*/}; '
     'for g in "$d"/gids/*; do v=$(cat "$g" 2>/dev/null); [ -n "$v" ] && [ "$v" != ' + _EMPTY + " ] || continue; "

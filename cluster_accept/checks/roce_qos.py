@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from cluster_accept.checks._rdma import counter_line, nccl_conf_setting
 from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -44,8 +45,8 @@ HW_COUNTERS = (
 _PRIOS = "0 1 2 3 4 5 6 7"
 COMMAND = (
     's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; r="$s/class/infiniband"; '
-    'c=$(cat ~/.nccl.conf /etc/nccl.conf 2>/dev/null | sed -n "s/^NCCL_IB_TC=//p" | head -n 1); '
-    'echo "NCCL_IB_TC=${NCCL_IB_TC-${c:-<unset>}}"; '
+    + nccl_conf_setting("NCCL_IB_TC")
+    + 'echo "NCCL_IB_TC=${NCCL_IB_TC-${c:-<unset>}}"; '
     'for d in "$r"/*/ports/*; do [ "$(cat "$d/link_layer" 2>/dev/null)" = Ethernet ] || continue; '
     'h=${d#"$r"/}; h=${h%/ports/*}; p=$h/${d##*/}; n=; '
     'for f in "$d"/gid_attrs/ndevs/*; do v=$(cat "$f" 2>/dev/null); [ -n "$v" ] && n=$v && break; done; '
@@ -120,7 +121,6 @@ _PORT = re.compile(
     r"(?P<pfc>[01]{1,8}|-)\|(?P<np>[01]{1,8}|-)\|(?P<rp>[01]{1,8}|-)$",
     re.ASCII,
 )
-_COUNTER = re.compile(r"^C\|(?P<port>[\w.-]+/\d{1,3})\|(?P<name>\w{1,64})\|(?P<value>\d{1,20})$", re.ASCII)
 _TC = re.compile(r"^NCCL_IB_TC=(?P<tc>\d{1,3}|<unset>)$")
 
 
@@ -137,8 +137,8 @@ def parse(stdout: str, exit_code: int | None = 0) -> RoceQos:
             ports.append(
                 RocePort(match["port"], match["ndev"], mtu, match["tc"], match["pfc"], match["np"], match["rp"])
             )
-        elif (match := _COUNTER.match(line)) is not None and match["name"] in HW_COUNTERS:
-            counters[f"{match['port']}.{match['name']}"] = int(match["value"])
+        elif (counted := counter_line(line, HW_COUNTERS)) is not None:
+            counters[counted[0]] = counted[1]
         elif line.startswith("NCCL_IB_TC="):
             return RoceQos(error=f"NCCL_IB_TC is not a traffic class: {masked_quote(line[11:])}", raw=stdout)
         else:
