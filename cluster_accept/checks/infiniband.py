@@ -344,7 +344,7 @@ def _gpudirect_row(model: IbPorts, profile: Profile) -> CheckRow:
         said = "the open kernel module on Linux 5.12+: NCCL reaches GPU memory through dma-buf"
         return CheckRow(NAME, "nvidia_peermem", Status.PASS, "dmabuf", peermem, "loaded, or dma-buf", said)
     if profile.infiniband is not None and profile.infiniband.peermem is False:
-        said = "infiniband.peermem is false: GPUDirect RDMA through dma-buf, or none"
+        said = "infiniband.peermem is false: GPUDirect RDMA is not required (neither nvidia_peermem nor dma-buf here)"
         return CheckRow(NAME, "nvidia_peermem", Status.PASS, "recorded", peermem, None, said)
     said = "GPUDirect RDMA is off: NCCL stages inter-node transfers through host memory"
     return CheckRow(NAME, "nvidia_peermem", Status.FAIL, "peermem_missing", peermem, "loaded", said)
