@@ -19,6 +19,9 @@ from cluster_accept.checks.reasons import ReasonCatalog, catalog
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.reports.figures import ReportView
 from cluster_accept.reports.render import ReportData
+from cluster_accept.tasks.stages import declared_links
+
+LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
 GPUS = 4
 PROFILE = "h200x4"
@@ -220,13 +223,14 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
         if fault != "unreachable":
             values += _values(node, fault)
         rows += own
-        verdicts.append(node_verdict(node, own).row("r-scale", "sim", PROFILE))
+        verdicts.append(node_verdict(node, own, LINKS).row("r-scale", "sim", PROFILE))
     view = ReportView(measurements, rows, THRESHOLDS)
     sections = [s for p in discover_probes() if p.report is not None and (s := p.report(view)) is not None]
     run = {"run_id": "r-scale", "cluster": "sim", "stages": ["preflight", "single-node"], "started": "s",
            "ended": "e", "inventory": f"sim{nodes}.yaml", "inventory_digest": "0" * 64}  # fmt: skip
     data = ReportData(
-        rows, values, measurements, trends=trends, thresholds=THRESHOLDS, reasons=reasons(), sections=sections
+        rows, values, measurements, trends=trends, thresholds=THRESHOLDS, reasons=reasons(), sections=sections,
+        links=LINKS,
     )
     return SyntheticRun(run, verdicts, data)
 

@@ -15,8 +15,9 @@ import pytest
 
 import cluster_accept.checks.xid as xid
 import cluster_accept.reports.actions as actions
-from cluster_accept.checks.base import CheckRow, NodeRow, Status, discover
-from cluster_accept.checks.reasons import COMMON, SSH_REASONS, UNDECLARED, Action, Reason, catalog
+from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, discover
+from cluster_accept.checks.declarations import Expectation, always
+from cluster_accept.checks.reasons import COMMON, SSH_REASONS, UNDECLARED, Action, Reason, catalog, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.remote.result import UnreachableCause
 from tests.capture import NO_CLUSTER
@@ -55,7 +56,9 @@ def test_every_check_module_declares_its_reasons() -> None:
             assert reason.explanation.strip() and "\n" not in reason.explanation, f"{check.name}:{code}"
 
 
-def test_a_check_module_without_reasons_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_check_module_without_its_declaration_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module of the checks package that declares no ``CHECK`` (here: the constants of one, without it) is
+    an error naming it, not a check silently left out."""
     package = tmp_path / "undeclared_checks"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -75,11 +78,20 @@ def test_a_check_module_without_reasons_is_refused(tmp_path: Path, monkeypatch: 
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        with pytest.raises(TypeError, match=r"check module undeclared_checks\.lonely declares no REASONS"):
+        with pytest.raises(TypeError, match=r"check module undeclared_checks\.lonely declares no CHECK"):
             discover("undeclared_checks")
     finally:
         for name in [m for m in sys.modules if m.startswith("undeclared_checks")]:
             del sys.modules[name]
+
+
+def test_a_check_whose_reasons_are_not_under_their_codes_is_refused() -> None:
+    wrong = declare(Reason("stale", Status.WARN, "old"))
+    with pytest.raises(TypeError, match=r"check lonely: REASONS entries \['fresh'\]"):
+        Check("lonely", "true", lambda out, code: out, lambda m, p, c: [], {"fresh": wrong["stale"]})
+    with pytest.raises(TypeError, match=r"check lonely: expectations \['driver_version'\] are judged by another"):
+        stray = Expectation("driver_version", "preflight", "driver", always)
+        Check("lonely", "true", lambda out, code: out, lambda m, p, c: [], wrong, expectations=(stray,))
 
 
 def test_common_reasons_cover_the_outcomes_of_running_any_check() -> None:

@@ -24,10 +24,19 @@ from cluster_accept.inventory.model import (
     TrainingSettings,
 )
 from cluster_accept.inventory.slurm_settings import SrunSettings
+from cluster_accept.tasks.stages import declared_expectations
 
 pytestmark = pytest.mark.pure
 
 # Profile keys that configure how the tool runs, not what a node must be (so no row judges them).
+DECLARED = declared_expectations()
+
+
+def missing(stage: str, tested: Any, rows: Any) -> list[Any]:
+    """What ``stage`` left unjudged of the expectations the stages' checks and probes declare."""
+    return coverage.missing(stage, tested, rows, DECLARED)
+
+
 NOT_EXPECTATIONS = {
     "probes.device",
     "probes.command_prefix",
@@ -48,6 +57,7 @@ NOT_EXPECTATIONS = {
     "burn.sdc_repeats",
     "burn.dcgm_timeout_s",
     *(f"probes.slurm.{key}" for key in SrunSettings.model_fields),  # how multi-node runs are launched
+    "plugins",  # each added probe's own keys: judged by the expectations that probe declares
 }
 # Where the coverage table names an expectation differently from the model's path.
 ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node", "training.enabled": "training"}
@@ -73,7 +83,7 @@ def _leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def test_every_profile_key_is_an_expectation_or_named_as_a_setting() -> None:
-    named = {e.name for e in coverage.EXPECTATIONS}
+    named = {e.name for e in declared_expectations()}
     for path in _leaves(Profile):
         short = ALIASES.get(path, path.removeprefix("thresholds."))
         per_item = any(name.startswith(f"{short}.") for name in named)  # probes.collectives.all_gather, …
@@ -106,9 +116,9 @@ def test_a_stage_that_left_an_expectation_unjudged_is_named() -> None:
         _row("n3", "preflight", "ssh", "connect", Status.UNREACHABLE),
     ]
     tested = {"n1": PROFILE, "n2": PROFILE, "n3": PROFILE}
-    gaps = [(node, e.name) for node, e in coverage.missing("preflight", tested, rows)]
+    gaps = [(node, e.name) for node, e in missing("preflight", tested, rows)]
     assert gaps == [("n2", "nccl_env.NCCL_NVLS_ENABLE")]  # n3 could not be reached: its ssh row says so
-    row = coverage.gap_row(coverage.missing("preflight", tested, rows)[0][1])
+    row = coverage.gap_row(missing("preflight", tested, rows)[0][1])
     assert (row.check, row.status, row.reason, row.expected) == (
         "coverage",
         Status.ERROR,
@@ -120,29 +130,27 @@ def test_a_stage_that_left_an_expectation_unjudged_is_named() -> None:
 def test_a_transport_expectation_is_settled_by_its_row_or_by_a_failed_probe_only() -> None:
     base = [_row("n1", "single-node", "gemm", "gemm_bf16_tflops")]
     tested = {"n1": PROFILE}
-    assert [e.name for _, e in coverage.missing("single-node", tested, base)] == ["expected_transport.intra_node"]
+    assert [e.name for _, e in missing("single-node", tested, base)] == ["expected_transport.intra_node"]
     passing_probe = base + [_row("n1", "single-node", "allreduce", "nccl_version")]
-    assert [e.name for _, e in coverage.missing("single-node", tested, passing_probe)] == [
-        "expected_transport.intra_node"
-    ]
+    assert [e.name for _, e in missing("single-node", tested, passing_probe)] == ["expected_transport.intra_node"]
     failed_probe = base + [_row("n1", "single-node", "allreduce", "probe", Status.ERROR)]
-    assert coverage.missing("single-node", tested, failed_probe) == []
+    assert missing("single-node", tested, failed_probe) == []
     read = base + [_row("n1", "single-node", "transport", "intra_node", Status.WARN)]
-    assert coverage.missing("single-node", tested, read) == []
+    assert missing("single-node", tested, read) == []
 
 
 def test_each_gemm_minimum_needs_its_own_figure_or_a_failed_bench() -> None:
     profile = Profile.model_validate({"thresholds": {"gemm_bf16_tflops_min": 594, "gemm_fp8_tflops_min": 989}})
     tested = {"n1": profile}
     bf16 = _row("n1", "single-node", "gemm", "gemm_bf16_tflops")
-    gaps = [e.name for _, e in coverage.missing("single-node", tested, [bf16])]
+    gaps = [e.name for _, e in missing("single-node", tested, [bf16])]
     assert "gemm_fp8_tflops_min" in gaps and "gemm_bf16_tflops_min" not in gaps  # fp8 never measured: a gap
     fp8 = _row("n1", "single-node", "gemm", "gemm_fp8_tflops_vs_cluster")
-    assert "gemm_fp8_tflops_min" not in [e.name for _, e in coverage.missing("single-node", tested, [bf16, fp8])]
+    assert "gemm_fp8_tflops_min" not in [e.name for _, e in missing("single-node", tested, [bf16, fp8])]
     failed = NodeRow("r", "c", "single-node", "n1", "gemm", "gpu_bench", Status.ERROR, "probe_failed")
-    assert not [e.name for _, e in coverage.missing("single-node", tested, [failed]) if e.check == "gemm"]
+    assert not [e.name for _, e in missing("single-node", tested, [failed]) if e.check == "gemm"]
     slow = NodeRow("r", "c", "single-node", "n1", "gemm", "gemm_bf16_tflops", Status.FAIL, "below_threshold")
-    assert "gemm_fp8_tflops_min" in [e.name for _, e in coverage.missing("single-node", tested, [slow])]
+    assert "gemm_fp8_tflops_min" in [e.name for _, e in missing("single-node", tested, [slow])]
 
 
 def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> None:
@@ -154,17 +162,17 @@ def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> 
     )
     tested = {"n1": profile}
     model = _row("n1", "single-node", "training", "model")
-    assert [e.name for _, e in coverage.missing("single-node", tested, [model])] == ["training_mfu_min"]
-    assert coverage.missing("single-node", tested, [model, _row("n1", "single-node", "training", "mfu")]) == []
+    assert [e.name for _, e in missing("single-node", tested, [model])] == ["training_mfu_min"]
+    assert missing("single-node", tested, [model, _row("n1", "single-node", "training", "mfu")]) == []
     failed = NodeRow("r", "c", "single-node", "n1", "training", "training", Status.ERROR, "probe_failed")
-    assert coverage.missing("single-node", tested, [failed]) == []
+    assert missing("single-node", tested, [failed]) == []
     unrelated = NodeRow("r", "c", "single-node", "n1", "training", "slowest_rank", Status.SKIP, "single_rank")
-    assert [e.name for _, e in coverage.missing("single-node", tested, [unrelated])] == ["training_mfu_min"]
+    assert [e.name for _, e in missing("single-node", tested, [unrelated])] == ["training_mfu_min"]
     allreduce = _row("n1", "multi-node", "scaling", "2 nodes")
-    names = [e.name for _, e in coverage.missing("multi-node", tested, [allreduce])]
+    names = [e.name for _, e in missing("multi-node", tested, [allreduce])]
     assert names == ["multi-node training", "training_scaling_efficiency_min"]
     step = _row("n1", "multi-node", "training_scaling", "2 nodes")
-    assert coverage.missing("multi-node", tested, [allreduce, step]) == []
+    assert missing("multi-node", tested, [allreduce, step]) == []
 
 
 def test_every_multi_node_step_is_judged_against_the_smaller_groups() -> None:
@@ -236,7 +244,7 @@ def test_each_listed_collective_and_the_pair_matrix_need_their_rows() -> None:
         }
     )
     tested = {"n1": profile}
-    single = [e.name for _, e in coverage.missing("single-node", tested, [])]
+    single = [e.name for _, e in missing("single-node", tested, [])]
     assert {"probes.collectives.all_to_all", "alltoall_intra_busbw_gbps_min", "probes.gpu_pairs"} <= set(single)
     assert "gpu_pair_copy_gbps_min" in single and "probes.collectives.all_gather" not in single
     rows = [
@@ -244,17 +252,15 @@ def test_each_listed_collective_and_the_pair_matrix_need_their_rows() -> None:
         _row("n1", "single-node", "collectives", "alltoall_busbw_gbps"),
         _row("n1", "single-node", "gpu_pairs", "pairs"),
     ]
-    assert not [e.name for _, e in coverage.missing("single-node", tested, rows) if e.check != "allreduce"]
+    assert not [e.name for _, e in missing("single-node", tested, rows) if e.check != "allreduce"]
     # A collective the backend lacks: its skip row judges the listing, and settles its minimum
     skipped = [NodeRow("r", "c", "single-node", "n1", "collectives", "all_to_all_intra", Status.SKIP, "unsupported")]
-    assert "alltoall_intra_busbw_gbps_min" not in [e.name for _, e in coverage.missing("single-node", tested, skipped)]
-    across = [
-        e.name for _, e in coverage.missing("multi-node", tested, [_row("n1", "multi-node", "scaling", "2 nodes")])
-    ]
+    assert "alltoall_intra_busbw_gbps_min" not in [e.name for _, e in missing("single-node", tested, skipped)]
+    across = [e.name for _, e in missing("multi-node", tested, [_row("n1", "multi-node", "scaling", "2 nodes")])]
     assert across == ["probes.collectives.all_to_all across nodes", "probes.rails"]
     done = [_row("n1", "multi-node", "scaling", "2 nodes"), _row("n1", "multi-node", "collectives", "all_to_all_inter")]
     done.append(_row("n1", "multi-node", "rails", "rail0"))
-    assert coverage.missing("multi-node", tested, done) == []
+    assert missing("multi-node", tested, done) == []
 
 
 def test_the_burn_needs_a_row_per_node_and_its_digests_and_dcgm_theirs() -> None:
@@ -267,7 +273,7 @@ def test_the_burn_needs_a_row_per_node_and_its_digests_and_dcgm_theirs() -> None
         _row("n3", "burn", "burn", "gpu0"),
     ]
     tested = {"n1": profile, "n2": profile, "n3": profile}
-    gaps = [(node, e.name) for node, e in coverage.missing("burn", tested, rows)]
+    gaps = [(node, e.name) for node, e in missing("burn", tested, rows)]
     assert gaps == [("n2", "burn.dcgm_level"), ("n3", "burn.sdc"), ("n3", "burn.dcgm_level")]
     off = PROFILE.model_copy(update={"burn": BurnSettings(minutes=0, light_minutes=0, sdc=False)})
-    assert coverage.missing("burn", {"n4": off}, []) == []
+    assert missing("burn", {"n4": off}, []) == []

@@ -10,12 +10,12 @@ from typing import get_args
 import pytest
 from typer.testing import CliRunner
 
-from cluster_accept.analysis.coverage import EXPECTATIONS
 from cluster_accept.flows.cli import app
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.inventory.probe_settings import ExtraCollective, busbw_threshold
 from cluster_accept.inventory.threshold_needs import NEEDS_CUDA, NEEDS_TWO_GPUS
+from cluster_accept.tasks.stages import declared_expectations
 from tests.processes import run_cli
 
 pytestmark = pytest.mark.pure
@@ -141,7 +141,7 @@ def test_burn_limits_without_a_burn_are_refused(tmp_path: Path) -> None:
 
 def test_every_threshold_said_to_need_a_gpu_is_one_coverage_judges() -> None:
     """The table the loader refuses by and the table coverage judges by name the same keys."""
-    judged = {e.name for e in EXPECTATIONS}
+    judged = {e.name for e in declared_expectations()}
     for key in (*NEEDS_CUDA, *NEEDS_TWO_GPUS):
         assert key in Thresholds.model_fields and key in judged, key
     assert {busbw_threshold(op, "intra") for op in get_args(ExtraCollective)} <= set(NEEDS_TWO_GPUS)

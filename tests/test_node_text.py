@@ -13,11 +13,13 @@ from cluster_accept.checks.reasons import catalog
 from cluster_accept.flows.artifacts import summary_markdown
 from cluster_accept.reports.render import EXCERPT_CHARS, ReportData, build_context, render
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
+from cluster_accept.tasks.stages import declared_links
 from cluster_accept.vocabulary.text import keep_head, keep_tail, visible
 from tests.processes import run_cli
 from tests.test_verdicts_report import row
 
 pytestmark = pytest.mark.pure
+LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
 RUN = {"run_id": "r1", "cluster": "c", "stages": ["preflight"], "started": "s", "ended": "e", "inventory": "inv.yaml"}
 COLOUR = "\x1b[31mred\x1b[0m"
@@ -45,7 +47,7 @@ def test_cut_text_says_what_was_kept() -> None:
 def _report(tmp_path: Path, rows: list, cause: str = "") -> tuple[dict, str, str]:
     verdicts = [VerdictRow("r1", "c", "n1", "p", Verdict.REJECTED, ["gpu_count:model_mismatch"], cause)]
     reasons = catalog((c.name, c.reasons) for c in discover())
-    context = build_context(RUN, verdicts, ReportData(rows=rows, reasons=reasons))
+    context = build_context(RUN, verdicts, ReportData(links=LINKS, rows=rows, reasons=reasons))
     html_path, md_path = render(context, tmp_path)
     # Bytes: reading text would turn a raw CR into a newline and hide it.
     return context, html_path.read_bytes().decode(), md_path.read_bytes().decode()

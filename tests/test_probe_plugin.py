@@ -1,6 +1,7 @@
-"""A probe is one module: a new one dropped next to the built-in probes (from the test's own temporary
-package) is run by the real flow on two local nodes, and its measurements, verdict rows and report section
-appear, with no other file edited."""
+"""A probe is one sub-package: a new one dropped next to the built-in probes (from the test's own temporary
+folder) brings its node-side script, a threshold of its own settings, a coverage expectation and a cause link,
+and the real flow runs it on two local nodes, judges it, explains it cause first and reports it, with no other
+file edited."""
 
 from __future__ import annotations
 
@@ -12,67 +13,138 @@ import pandas as pd
 import pytest
 
 import cluster_accept.probes
-from cluster_accept.probes.base import discover
+from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.probes.base import discover, plugin_settings
 
 pytestmark = pytest.mark.pure
 
-PROBE_MODULE = '''
-"""A trivial probe: a node-side script prints one figure; judged against the cluster; a table in the report."""
+PROBE_PACKAGE = '''
+"""A rate probe: its node-side script prints one figure and the CPU frequency governor it ran under; the figure
+is judged against its own minimum and its peers, and a power-saving governor explains a slow rate."""
 
 from pathlib import Path
 
-from cluster_accept.analysis.probe_output import parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule, judge
-from cluster_accept.checks.base import Status
+from pydantic import BaseModel, Field
+
+from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.probes.base import NodeScript, own_figures
+from cluster_accept.probes.base import NodeScript, Probe, cluster_judgement, own_figures
 from cluster_accept.reports.figures import ReportSection, Table
 
 NAME = "trivial"
-ORDER = 90
 METRIC = "trivial_rate_per_s"
 
 
+class Settings(BaseModel):
+    model_config = {"extra": "forbid"}
+    trivial_rate_per_s_min: float | None = Field(default=None, ge=0)
+
+
 def command(node, quick):
-    return f'cd "$CA_PROBE_DIR" && exec {node.profile.probes.python} trivial_node.py'
+    return f'cd "$CA_PROBE_DIR" && exec {node.profile.probes.python} trivial_node.py {node.name}'
 
 
 SCRIPT = NodeScript("trivial", (str(Path(__file__).parent / "node" / "trivial_node.py"),), NAME, command)
-METRICS = {METRIC: MetricRule(NAME, None, False)}
-REASONS = declare(Reason("straggler", Status.FAIL, "far slower than its peers", Action.CHECK_NODE))
+METRICS = {METRIC: MetricRule(NAME, "trivial_rate_per_s_min", False)}
+REASONS = declare(
+    Reason("below_threshold", Status.FAIL, "slower than the profile's minimum", Action.CHECK_NODE),
+    Reason("straggler", Status.FAIL, "far slower than its peers", Action.CHECK_NODE),
+    Reason("powersave", Status.WARN, "the CPU ran under a power-saving governor", Action.FIX_CONFIG),
+)
 
 
 def parse(stdout):
     return own_figures(parse_json_lines(stdout), METRICS)
 
 
-def evaluate(figures, profiles):
-    return judge(figures, METRICS, {node: profile.thresholds for node, profile in profiles.items()})
+def inspect(output, profile):
+    governor = next((i.get("governor") for i in output.info if i.get("governor")), None)
+    if governor != "powersave":
+        return []
+    return [CheckRow(NAME, "governor", Status.WARN, "powersave", governor, "performance")]
 
 
 def report(view):
     rows = tuple((m["node"], m["value"]) for m in view.measurements if m["metric"] == METRIC)
     table = Table("trivial rate per node", ("node", "rate/s"), rows, "trivial-table")
     return ReportSection("trivial", (), table) if rows else None
+
+
+SLOW = frozenset({"below_threshold"})
+
+
+def _minimum_set(profile):
+    return Settings.model_validate(profile.plugins.get(NAME, {})).trivial_rate_per_s_min is not None
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=cluster_judgement(METRICS, (NAME, Settings)),
+    order=90,
+    inspect=inspect,
+    report=report,
+    settings=Settings,
+    causes=(
+        Link(NAME, frozenset({NAME}), "single-node", frozenset({"powersave"}), symptom_reasons=SLOW),
+    ),
+    expectations=(
+        Expectation(f"plugins.{NAME}.trivial_rate_per_s_min", "single-node", NAME, _minimum_set, METRIC),
+    ),
+)
 '''
 
 NODE_SCRIPT = """
 import json
-print(json.dumps({"probe": "trivial", "metric": "trivial_rate_per_s", "value": 1234.5, "unit": "1/s"}))
+import sys
+
+print(json.dumps({"info": "cpu", "governor": "powersave"}))
+if sys.argv[1] != "local2":  # the second node's run prints no figure: what coverage is for
+    print(json.dumps({"probe": "trivial", "metric": "trivial_rate_per_s", "value": 1234.5, "unit": "1/s"}))
 """
 
 
 @pytest.fixture
 def trivial_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The test's own package directory, added to the probes package's search path: "next to" the real ones."""
-    package = tmp_path / "extra_probes"
-    package.mkdir()
-    (package / "trivial.py").write_text(textwrap.dedent(PROBE_MODULE))
-    (package / "node").mkdir()  # node-side scripts beside the module, never imported by the controller
+    """The test's own folder, added to the probes package's search path: a sub-package "next to" the real ones,
+    its node-side script inside it."""
+    folder = tmp_path / "extra_probes"
+    package = folder / "trivial"
+    (package / "node").mkdir(parents=True)  # node-side scripts beside the probe, never imported by the controller
+    (package / "__init__.py").write_text(textwrap.dedent(PROBE_PACKAGE))
     (package / "node" / "trivial_node.py").write_text(NODE_SCRIPT)
-    monkeypatch.setattr(cluster_accept.probes, "__path__", [*cluster_accept.probes.__path__, str(package)])
+    monkeypatch.setattr(cluster_accept.probes, "__path__", [*cluster_accept.probes.__path__, str(folder)])
     yield package
     sys.modules.pop("cluster_accept.probes.trivial", None)
+
+
+def _inventory(tmp_path: Path, plugins: str) -> Path:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        textwrap.dedent(
+            f"""
+            cluster: plugin
+            defaults: {{profile: cpu}}
+            nodes:
+              - {{hosts: local1, address: local}}
+              - {{hosts: local2, address: local}}
+            profiles:
+              cpu:
+                # the plugin is under test: the built-in probes that take longest on CPU stay out of the way
+                probes: {{python: {sys.executable}, device: cpu, max_parallel_nodes: 1, collectives: []}}
+                training: {{enabled: false}}
+                thresholds: {{relative_verdict: warn, straggler_pct: 90}}
+                plugins: {plugins}
+            """
+        )
+    )
+    return inventory
 
 
 def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
@@ -92,43 +164,55 @@ def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
     ]
 
 
-def test_a_dropped_in_probe_runs_end_to_end(trivial_probe: Path, tmp_path: Path) -> None:
+def test_a_dropped_in_probe_is_judged_against_its_own_threshold_and_explained(
+    trivial_probe: Path, tmp_path: Path
+) -> None:
     from cluster_accept.flows.acceptance import run_acceptance
 
     assert "trivial" in [p.name for p in discover()]
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(
-        textwrap.dedent(
-            f"""
-            cluster: plugin
-            defaults: {{profile: cpu}}
-            nodes:
-              - {{hosts: local1, address: local}}
-              - {{hosts: local2, address: local}}
-            profiles:
-              cpu:
-                # the plugin is under test: the built-in probes that take longest on CPU stay out of the way
-                probes: {{python: {sys.executable}, device: cpu, max_parallel_nodes: 1, collectives: []}}
-                training: {{enabled: false}}
-                thresholds: {{relative_verdict: warn, straggler_pct: 90}}
-            """
-        )
-    )
-    out = tmp_path / "runs"
-    outcome = run_acceptance(inventory, out, stages=["single-node"], history="-", concurrency=4)
+    inventory = _inventory(tmp_path, "{trivial: {trivial_rate_per_s_min: 2000}}")
+    outcome = run_acceptance(inventory, tmp_path / "runs", stages=["single-node"], history="-", concurrency=4)
     run_dir = outcome.run_dir
     measurements = pd.read_parquet(run_dir / "measurements.parquet")
     mine = measurements[measurements.metric == "trivial_rate_per_s"]
-    assert sorted(mine.node) == ["local1", "local2"] and set(mine.value) == {1234.5}
+    assert list(mine.node) == ["local1"] and list(mine.value) == [1234.5]
     checks = pd.read_parquet(run_dir / "checks.parquet")
-    rows = checks[checks.check == "trivial"]
-    assert sorted(zip(rows.node, rows.item, rows.status, rows.reason, strict=True)) == [
-        ("local1", "trivial_rate_per_s_vs_cluster", "pass", "ok"),
-        ("local2", "trivial_rate_per_s_vs_cluster", "pass", "ok"),
-    ]
-    assert all("trivial_node.py" in command for command in rows.command)
+    rows = checks[checks.check.isin(["trivial", "coverage"])]
+    assert sorted(zip(rows.node, rows.check, rows.item, rows.status, rows.reason, rows.expected, strict=True)) == [
+        ("local1", "trivial", "governor", "warn", "powersave", "performance"),
+        ("local1", "trivial", "trivial_rate_per_s", "fail", "below_threshold", ">= 2000.0 1/s"),
+        ("local2", "coverage", "plugins.trivial.trivial_rate_per_s_min", "error", "no_row", "trivial row for "
+         "trivial_rate_per_s"),
+        ("local2", "trivial", "governor", "warn", "powersave", "performance"),
+    ]  # fmt: skip
+    assert all("trivial_node.py" in command for command in checks[checks.check == "trivial"].command)
+    verdicts = pd.read_parquet(run_dir / "verdicts.parquet").set_index("node")
+    # The cause first: the governor the probe read explains its slow figure, and is named although a warning.
+    assert list(verdicts.loc["local1", "reasons"])[:2] == ["trivial:powersave", "trivial:below_threshold"]
+    assert verdicts.loc["local1", "cause"].startswith("trivial trivial_rate_per_s 1234.5 (expected >= 2000.0 1/s): ")
+    assert "trivial:powersave performance" not in verdicts.loc["local1", "cause"]
+    assert (
+        "because" not in verdicts.loc["local1", "cause"]
+        and "trivial:powersave powersave" in verdicts.loc["local1", "cause"]
+    )
+    assert "coverage:no_row" in list(verdicts.loc["local2", "reasons"])
     html = (run_dir / "report.html").read_text()
     assert 'id="trivial-table"' in html and "trivial rate per node" in html and "1234" in html
+    assert "explained by trivial:powersave" in html
     assert "## trivial rate per node" in (run_dir / "report.md").read_text()
     # The built-in probes ran beside it, untouched.
     assert {"gemm", "hbm", "allreduce"} <= set(checks.check)
+
+
+def test_a_dropped_in_probes_settings_are_checked_when_the_inventory_loads(trivial_probe: Path, tmp_path: Path) -> None:
+    settings = plugin_settings()
+    assert set(settings) == {"trivial"}
+    assert load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_per_s_min: 5}}"), plugins=settings)
+    with pytest.raises(InventoryError) as refused:
+        load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_min: 5}, trivail: {}}"), plugins=settings)
+    assert refused.value.problems == [
+        "profiles.cpu.plugins.trivial.trivial_rate_min: Extra inputs are not permitted",
+        "profiles.cpu.plugins.trivail: no probe of that name takes settings (probes that do: trivial)",
+    ]
+    with pytest.raises(InventoryError, match="trivial_rate_per_s_min: Input should be greater than or equal to 0"):
+        load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_per_s_min: -1}}"), plugins=settings)

@@ -15,15 +15,17 @@ from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.reports import charts, evidence
 from cluster_accept.reports.charts import MAX_BARS, MAX_LABELLED, MAX_LINES, Bar, Series
 from cluster_accept.reports.paging import Column, PagedTable, escape_json, from_table
+from cluster_accept.tasks.stages import declared_links
 from tests.test_verdicts_report import row
 
 pytestmark = pytest.mark.pure
+LINKS = declared_links()  # the cause links the stages' checks and probes declare
 SVG = "{http://www.w3.org/2000/svg}"
 LOOPBACK = ("hostname", "warn", "resolves_to_loopback", "127.0.0.1")
 
 
 def _findings(rows: list) -> dict:
-    return evidence.findings_by_node(rows, "inv.yaml", None, ReasonCatalog())
+    return evidence.findings_by_node(rows, "inv.yaml", None, ReasonCatalog(), LINKS)
 
 
 def test_identical_findings_fold_into_one_with_the_node_set_failures_first() -> None:

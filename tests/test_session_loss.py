@@ -24,6 +24,9 @@ from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand, 
 from cluster_accept.tasks.check_batch import commands_for, parse_node_result
 from cluster_accept.tasks.preflight import evaluate_preflight
 from cluster_accept.tasks.slurm import SlurmNode, plan
+from cluster_accept.tasks.stages import declared_links
+
+LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
 pytestmark = pytest.mark.pure
 
@@ -151,7 +154,7 @@ def test_a_node_lost_mid_preflight_is_unreachable_and_its_completed_checks_stand
     assert {(r.check, r.reason) for r in rows if r.status == Status.UNREACHABLE} == {("ssh", "session_lost")}
     assert {r.check for r in rows} <= {"ssh", first}  # no check blamed for output it never had the chance to give
     assert not [r for r in rows if r.reason == "no_output"]
-    verdict = node_verdict("n1", rows)
+    verdict = node_verdict("n1", rows, LINKS)
     assert verdict.verdict is Verdict.UNREACHABLE and verdict.reasons[0] == "ssh:session_lost"
 
 
@@ -160,11 +163,11 @@ def test_a_tool_failure_is_its_own_verdict_exit_code_and_never_drained() -> None
     rows = evaluate_preflight("r", _inventory(node()), [parse_node_result(failed, discover())], discover())
     assert [(r.check, r.reason, r.status) for r in rows] == [("tool", "internal_error", Status.ERROR)]
     assert rows[0].detail == "KeyError: 'x'" and "Traceback" in rows[0].raw_output
-    verdict = node_verdict("n1", rows)
+    verdict = node_verdict("n1", rows, LINKS)
     assert verdict.verdict is Verdict.TOOL_ERROR
     # A real finding beside the tool's failure still rejects the node.
     failing = NodeRow("r", "c", "preflight", "n1", "driver", "version", Status.FAIL, "version_mismatch")
-    assert node_verdict("n1", [*rows, failing]).verdict is Verdict.REJECTED
+    assert node_verdict("n1", [*rows, failing], LINKS).verdict is Verdict.REJECTED
 
     def row(name: str, outcome: Verdict) -> VerdictRow:
         return VerdictRow("r", "c", name, "p", outcome, ["x:y"])

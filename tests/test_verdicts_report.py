@@ -11,6 +11,9 @@ from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, f
 from cluster_accept.checks.base import NodeRow, Status, discover
 from cluster_accept.checks.reasons import catalog
 from cluster_accept.reports.render import ReportData, build_context, render
+from cluster_accept.tasks.stages import declared_links
+
+LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
 pytestmark = pytest.mark.pure
 
@@ -34,8 +37,8 @@ def row(node: str, check: str, status: str, reason: str, observed: str | None = 
 
 
 def test_node_verdicts() -> None:
-    assert node_verdict("a", [row("a", "driver", "pass", "ok")]) == node_verdict("a", [])
-    assert node_verdict("a", [row("a", "driver", "warn", "drift")]).verdict == Verdict.ACCEPTED
+    assert node_verdict("a", [row("a", "driver", "pass", "ok")], LINKS) == node_verdict("a", [], LINKS)
+    assert node_verdict("a", [row("a", "driver", "warn", "drift")], LINKS).verdict == Verdict.ACCEPTED
     rejected = node_verdict(
         "a",
         [
@@ -43,13 +46,14 @@ def test_node_verdicts() -> None:
             row("a", "gpu_count", "error", "unparsable_output"),
             row("a", "driver", "fail", "version_mismatch"),
         ],
+        LINKS,
     )
     assert rejected.verdict == Verdict.REJECTED
     assert rejected.reasons == ["driver:version_mismatch", "gpu_count:unparsable_output"]
-    unreachable = node_verdict("a", [row("a", "ssh", "unreachable", "host-key")])
+    unreachable = node_verdict("a", [row("a", "ssh", "unreachable", "host-key")], LINKS)
     assert (unreachable.verdict, unreachable.reasons) == (Verdict.UNREACHABLE, ["ssh:host-key"])
-    assert node_verdict("a", [row("a", "x", "timeout", "command_timeout")]).verdict == Verdict.REJECTED
-    assert node_verdict("a", [], excluded=True).verdict == Verdict.SKIPPED
+    assert node_verdict("a", [row("a", "x", "timeout", "command_timeout")], LINKS).verdict == Verdict.REJECTED
+    assert node_verdict("a", [], LINKS, excluded=True).verdict == Verdict.SKIPPED
     assert rejected.row("r1", "c", "p") == VerdictRow(
         "r1", "c", "a", "p", Verdict.REJECTED, ["driver:version_mismatch", "gpu_count:unparsable_output"]
     )
@@ -115,13 +119,13 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
         {"node": "n3", "check": "gpu_count", "key": "gpu_count", "value": "4"},
     ]
     reasons = catalog((c.name, c.reasons) for c in discover())
-    context = build_context(run, verdicts, ReportData(rows=rows, values=values, reasons=reasons))
+    context = build_context(run, verdicts, ReportData(links=LINKS, rows=rows, values=values, reasons=reasons))
     assert context["counts"] == {"accepted": 1, "rejected": 2, "unreachable": 1, "skipped": 1, "tool_error": 0}
     n2 = context["findings"]["n2"][0]
     assert (n2["status"], n2["action"]) == ("fail", "fix config")
     assert n2["why"] == reasons.lookup("driver", "version_mismatch").explanation
     assert (context["findings"]["n4"][0]["action"], context["node_rows"][0]["verdict"]) == ("check node", "rejected")
-    records = ReportData(rows=[r.record() for r in rows], values=values, reasons=reasons)
+    records = ReportData(links=LINKS, rows=[r.record() for r in rows], values=values, reasons=reasons)
     assert build_context(run, verdicts, records)["findings"] == context["findings"]  # rows read back from Parquet
     assert context["rejected_nodes"] == "n[2-4]"
     assert context["differences"] == [("driver.driver_version", "580.159.04 on n[1,3]; 570.86.15 on n2")]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel
 
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Thresholds
@@ -25,7 +26,7 @@ class MetricRule:
     per-GPU figure, and what being far below the cluster's median means for it."""
 
     check: str  # the verdict reason's prefix: gemm, hbm, host_bw, allreduce
-    threshold: str | None  # attribute of Thresholds holding the minimum, if any
+    threshold: str | None  # the key holding the minimum, if any: of the profile's thresholds or the probe's settings
     per_gpu: bool
     straggler: Status = Status.FAIL  # the worst a relative finding can be for this figure
 
@@ -59,12 +60,15 @@ def judged_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) 
 
 
 def judge(
-    measurements: pd.DataFrame, rules: Mapping[str, MetricRule], thresholds: Mapping[str, Thresholds]
+    measurements: pd.DataFrame,
+    rules: Mapping[str, MetricRule],
+    thresholds: Mapping[str, Thresholds],
+    own: Mapping[str, BaseModel] | None = None,
 ) -> list[tuple[str, CheckRow]]:
     """(node, row) for every figure ``rules`` judge: threshold rows and straggler rows, pass or not.
 
     ``thresholds``: each node's profile thresholds (its minimums, its straggler margin and how a relative
-    finding counts)."""
+    finding counts); ``own``: each node's settings of the probe, where its minimums are its own keys."""
     df = judged_figures(measurements, rules)
     out: list[tuple[str, CheckRow]] = []
     if "profile" not in df.columns:
@@ -77,8 +81,20 @@ def judge(
             node = str(record["node"])
             gpu = None if pd.isna(record["gpu"]) else int(record["gpu"])
             limits = thresholds.get(node, Thresholds())
-            out += [(node, row) for row in peers.rows(float(record["value"]), gpu, limits)]
+            minimum = _minimum(rules[str(metric)], limits, (own or {}).get(node))
+            out += [(node, row) for row in peers.rows(float(record["value"]), gpu, limits, minimum)]
     return out
+
+
+def _minimum(rule: MetricRule, limits: Thresholds, own: BaseModel | None) -> float | None:
+    """The figure's minimum: the probe's own setting of that name where it has one, else the profile's."""
+    if not rule.threshold:
+        return None
+    if own is not None and rule.threshold in type(own).model_fields:
+        value = getattr(own, rule.threshold)
+    else:
+        value = getattr(limits, rule.threshold)
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -97,10 +113,9 @@ class _Peers:
     def of(cls, metric: str, rule: MetricRule, values: list[float], unit: str) -> _Peers:
         return cls(metric, rule, unit, len(values), statistics.median(values), mad(values))
 
-    def rows(self, value: float, gpu: int | None, limits: Thresholds) -> list[CheckRow]:
+    def rows(self, value: float, gpu: int | None, limits: Thresholds, minimum: float | None) -> list[CheckRow]:
         """The figure against the profile's minimum (where it sets one) and against its peers' median."""
         rows = []
-        minimum = getattr(limits, self.rule.threshold) if self.rule.threshold else None
         if minimum is not None:
             ok = value >= minimum
             status, reason = (Status.PASS, "ok") if ok else (Status.FAIL, "below_threshold")

@@ -10,12 +10,13 @@ Reasons name the check first (``driver:version_mismatch``) so an operator can fi
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_accept.analysis.causes import cause_first, causes_of_failures, explain, node_cause
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
+from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import TOOL_CHECK
 from cluster_accept.inventory.hostlist import describe_folded, fold_values
 
@@ -71,16 +72,17 @@ class NodeVerdict:
         return VerdictRow(run_id, cluster, self.node, profile, self.verdict, list(self.reasons), self.cause)
 
 
-def node_verdict(node: str, rows: Iterable[NodeRow], excluded: bool = False) -> NodeVerdict:
+def node_verdict(node: str, rows: Iterable[NodeRow], links: Sequence[Link], excluded: bool = False) -> NodeVerdict:
     """``rows``: this node's check rows. Reasons come cause first: a finding that explains another (a setting,
-    a foreign process) before the figures it explains (:mod:`analysis.causes`)."""
+    a foreign process) before the figures it explains, by the ``links`` the stages declare
+    (:mod:`analysis.causes`)."""
     if excluded:
         return NodeVerdict(node, Verdict.SKIPPED, ["excluded_in_inventory"])
     rows = list(rows)
     bad = [r for r in rows if r.status in BAD_STATUSES]
     if not bad:
         return NodeVerdict(node, Verdict.ACCEPTED, [])
-    explained = explain(rows)
+    explained = explain(rows, links)
     named = causes_of_failures(rows, explained)
     ordered = cause_first(rows, explained)
     reasons = list(dict.fromkeys(r.code for r in ordered if r.status in BAD_STATUSES or r in named))

@@ -1,98 +1,52 @@
 """What every check shares: the closed status enum, the row a check produces, and check discovery.
 
-A check is one module in ``checks/`` that defines:
+A check is one module in ``checks/`` that ends with ``CHECK = Check(...)`` (:class:`Check`), naming:
 
-- ``NAME``: the check's name as it appears in rows and verdict reasons (``driver``, ``gpu_count``…);
-- ``COMMAND``: the shell snippet it runs on the node (one per check; all of a node's checks travel in one
-  batch over one SSH session);
-- ``parse(stdout: str, exit_code: int | None) -> model``: pure, never raises; malformed output becomes a
-  model whose ``error`` says so, with the raw text kept;
+- ``name``: the check's name as it appears in rows and verdict reasons (``driver``, ``gpu_count``…);
+- ``command``: the shell snippet it runs on the node (one per check; all of a node's checks travel in one
+  batch over one SSH session); ``command_for(profile)`` where it depends on the profile (the probe
+  interpreter's path), ``command`` being then only its shape;
+- ``parse(stdout, exit_code) -> model``: pure, never raises; malformed output becomes a model whose ``error``
+  says so, with the raw text kept;
 - ``evaluate(model, profile, cluster) -> list[CheckRow]``: pure; judges the node against its profile and
   against the cluster's majority (:class:`ClusterView`);
-- optionally ``cluster_values(model) -> dict[str, str]``: the values compared across nodes for drift;
-- optionally ``counters(model) -> dict[str, int]``: error counters compared with the node's previous run
-  (a counter that grew is flagged by scheduled checks);
-- optionally ``command_for(profile) -> str``: the command for a node of that profile, where it depends on the
-  profile (the probe interpreter's path); ``COMMAND`` is then only its shape;
-- optionally ``JOB_VIEW = True``: the check describes what a job sees (its environment, NCCL and CUDA), so
-  with ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
-- ``REASONS``: every reason code its rows carry beyond the common ones, declared beside the code that emits
-  them (:func:`cluster_accept.checks.reasons.declare`): what the code means, its severity, the action.
+- ``reasons``: every reason code its rows carry beyond the common ones, declared beside the code that emits
+  them (:func:`cluster_accept.checks.reasons.declare`): what the code means, its severity, the action;
+- optionally ``cluster_values(model)``: the values compared across nodes for drift; ``counters(model)``: error
+  counters compared with the node's previous run (a counter that grew is flagged by scheduled checks);
+- optionally ``job_view``: the check describes what a job sees (its environment, NCCL and CUDA), so with
+  ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
+  ``environment``: it judges a job's settings, not the hardware, so its findings do not stop the node from
+  being measured;
+- ``expectations``: the keys of a profile its rows judge (:class:`~cluster_accept.checks.declarations.Expectation`),
+  so that a node it left without a row is rejected, not passed.
 
 Adding a check is adding a module: :func:`discover` finds it by walking the package, there is no list to
-edit (ClusterShell finds its workers the same way). A check module without ``REASONS`` is refused: the
-report takes every explanation and action from the declarations.
+edit (ClusterShell finds its workers the same way).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from types import MappingProxyType, ModuleType
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
+from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Profile
+from cluster_accept.vocabulary.rows import CheckRow as CheckRow
+from cluster_accept.vocabulary.rows import NodeRow as NodeRow
 from cluster_accept.vocabulary.secrets import masked_head
 from cluster_accept.vocabulary.status import BAD_STATUSES as BAD_STATUSES
 from cluster_accept.vocabulary.status import Status as Status
 
 # An unreadable output row keeps this much of its message and the raw text, with a note where it was cut.
 ERROR_DETAIL_CHARS = 4000
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    """One judged item: the measured value next to the expected one, and why it passed or not."""
-
-    check: str
-    item: str
-    status: Status
-    reason: str  # a stable code: 'ok', 'version_mismatch', 'count_low', 'nvidia_smi_failed', ...
-    observed: str | None = None
-    expected: str | None = None
-    detail: str = ""
-    gpu: int | None = None
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    """A judged row of one node in one run and stage, as ``checks.parquet`` holds it: typed from the stage
-    that judged it to the Parquet edge (:meth:`record`), where it becomes a plain record once."""
-
-    run_id: str
-    cluster: str
-    stage: str
-    node: str
-    check: str
-    item: str
-    status: Status
-    reason: str
-    observed: str | None = None
-    expected: str | None = None
-    detail: str = ""
-    gpu: int | None = None
-    raw_output: str = ""
-    command: str = ""  # the node-side command whose output is the row's evidence (what reproduces it)
-
-    @property
-    def code(self) -> str:
-        """``check:reason``, as verdicts list it."""
-        return f"{self.check}:{self.reason}"
-
-    def record(self) -> dict[str, Any]:
-        """The Parquet row: the status as its value."""
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> NodeRow:
-        """A row read back from ``checks.parquet`` (or any record of its columns); other keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in record.items() if key in known}
-        return cls(**{**values, "status": Status(str(record["status"]))})
 
 
 @dataclass(frozen=True)
@@ -128,72 +82,63 @@ def plurality(counter: Counter[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per check: compared and hashed by identity
 class Check:
-    """A discovered check module, typed."""
+    """A check, declared once in its module as ``CHECK = Check(...)``: what it runs, how its output is read and
+    judged, its reasons, and what it answers of a profile."""
 
     name: str
-    command: str
-    timeout_s: float | None
+    command: str  # the shell snippet run on the node (the shape only, where ``command_for`` gives it per profile)
     parse: Callable[[str, int | None], Any]
     evaluate: Callable[[Any, Profile, ClusterView], list[CheckRow]]
-    cluster_values: Callable[[Any], dict[str, str]] | None
-    module: ModuleType
+    reasons: Mapping[str, Reason]
+    cluster_values: Callable[[Any], dict[str, str]] | None = None
     counters: Callable[[Any], dict[str, int]] | None = None
+    timeout_s: float | None = None
     job_view: bool = False  # describes a job's environment: runs behind the profile's probes.command_prefix
-    reasons: Mapping[str, Reason] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     command_for: Callable[[Profile], str] | None = None
+    expectations: tuple[Expectation, ...] = ()  # the profile's keys its rows judge (no silent pass)
+    # Judges the environment a job runs in (a setting a fix-config repairs), not the hardware: a finding of it
+    # does not stop the node from being measured, so the report shows what the setting costs.
+    environment: bool = False
+
+    def __post_init__(self) -> None:
+        wrong = [code for code, reason in self.reasons.items() if not isinstance(reason, Reason) or reason.code != code]
+        if wrong:
+            raise TypeError(f"check {self.name}: REASONS entries {wrong} are not Reasons under their code")
+        strays = [e.name for e in self.expectations if e.check != self.name]
+        if strays:
+            raise TypeError(f"check {self.name}: expectations {strays} are judged by another check's rows")
+
+    @property
+    def module(self) -> ModuleType:
+        """The module that declares this check (its constants, for tests and fixtures)."""
+        return sys.modules[self.parse.__module__]
 
     def command_on(self, profile: Profile | None) -> str:
         """What this check runs on a node of ``profile`` (its generic ``COMMAND`` without one)."""
         return self.command_for(profile) if self.command_for is not None and profile is not None else self.command
 
 
-def _declared_reasons(module: ModuleType) -> Mapping[str, Reason]:
-    from cluster_accept.checks.reasons import Reason  # not at the top: checks.reasons imports this module
-
-    reasons = getattr(module, "REASONS", None)
-    if not isinstance(reasons, Mapping):
-        raise TypeError(
-            f"check module {module.__name__} declares no REASONS: add REASONS = declare(Reason(...), ...) "
-            "with every reason code its rows carry (cluster_accept.checks.reasons)"
-        )
-    wrong = [code for code, reason in reasons.items() if not isinstance(reason, Reason) or reason.code != code]
-    if wrong:
-        raise TypeError(f"check module {module.__name__}: REASONS entries {wrong} are not Reasons under their code")
-    return reasons
-
-
-def _as_check(module: ModuleType) -> Check | None:
-    name = getattr(module, "NAME", None)
-    if not isinstance(name, str) or not all(hasattr(module, a) for a in ("COMMAND", "parse", "evaluate")):
-        return None
-    return Check(
-        name=name,
-        command=module.COMMAND,
-        timeout_s=getattr(module, "TIMEOUT_S", None),
-        parse=module.parse,
-        evaluate=module.evaluate,
-        cluster_values=getattr(module, "cluster_values", None),
-        module=module,
-        counters=getattr(module, "counters", None),
-        job_view=bool(getattr(module, "JOB_VIEW", False)),
-        reasons=_declared_reasons(module),
-        command_for=getattr(module, "command_for", None),
-    )
+NOT_CHECKS = frozenset({"base", "reasons", "sections", "declarations"})
 
 
 def discover(package: str = "cluster_accept.checks") -> list[Check]:
-    """Every check module in ``package``, sorted by name; a check module without ``REASONS`` raises
-    :class:`TypeError` naming it."""
+    """Every check in ``package`` (each module's ``CHECK``), sorted by name; a module of the package that
+    declares no ``CHECK`` raises :class:`TypeError` naming it."""
     root = importlib.import_module(package)
     found: list[Check] = []
     for info in pkgutil.iter_modules(root.__path__):
-        if info.name.startswith("_") or info.name in {"base", "reasons", "sections"}:
+        if info.name.startswith("_") or info.name in NOT_CHECKS:
             continue
-        check = _as_check(importlib.import_module(f"{package}.{info.name}"))
-        if check is not None:
-            found.append(check)
+        module = importlib.import_module(f"{package}.{info.name}")
+        check = getattr(module, "CHECK", None)
+        if not isinstance(check, Check):
+            raise TypeError(
+                f"check module {module.__name__} declares no CHECK: end it with CHECK = Check(name=…, command=…, "
+                "parse=…, evaluate=…, reasons=REASONS) (cluster_accept.checks.base)"
+            )
+        found.append(check)
     return sorted(found, key=lambda c: c.name)
 
 

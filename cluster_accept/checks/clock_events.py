@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, GpuQuery, not_available
 from cluster_accept.inventory.model import Profile
@@ -146,3 +146,12 @@ def evaluate(model: ClockEvents, profile: Profile, cluster: ClusterView) -> list
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
     return [row for gpu in model.gpus for row in _gpu_rows(gpu, model.source, model.note)]
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
 
 NAME = "cuda"
-JOB_VIEW = True  # what a job sees: behind probes.command_prefix when the profile sets one
 _NCCL_MARK = "### nccl nvidia-smi rc="
 COMMAND = (
     "out=$(nvidia-smi 2>&1); rc=$?; printf '%s\\n' \"$out\" | head -n 12; "
@@ -180,3 +180,15 @@ def evaluate(model: CudaNccl, profile: Profile, cluster: ClusterView) -> list[Ch
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
     return _cuda_rows(model, profile, cluster) + _nccl_rows(model, cluster)
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    job_view=True,
+    expectations=(Expectation("cuda_version", "preflight", NAME, is_set(lambda p: p.cuda_version)),),
+)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
 from cluster_accept.inventory.model import MinVersion, Profile
@@ -138,3 +139,14 @@ def evaluate(model: DriverVersions, profile: Profile, cluster: ClusterView) -> l
         status = Status.WARN if pinned_and_met else Status.FAIL
         rows.append(CheckRow(NAME, "drift", status, "drift", version, f"{majority} (majority)"))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    expectations=(Expectation("driver_version", "preflight", NAME, is_set(lambda p: p.driver_version)),),
+)

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._rdma import counter_line
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_quote
@@ -182,3 +182,14 @@ def evaluate(model: EfaState, profile: Profile, cluster: ClusterView) -> list[Ch
     v = model.values
     said = f"plugin {v['plugin']}, libfabric efa provider, instance {v['instance'] or 'not read'}"
     return [CheckRow(NAME, "devices", Status.PASS, "ok", str(model.devices), None, said)]
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    counters=counters,
+    environment=True,
+)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
@@ -105,3 +106,14 @@ def evaluate(model: GpuList, profile: Profile, cluster: ClusterView) -> list[Che
                     CheckRow(NAME, "model", Status.FAIL, "model_mismatch", gpu.name, profile.gpu.model, gpu=gpu.index)
                 )
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    expectations=(Expectation("gpu", "preflight", NAME, is_set(lambda p: p.gpu)),),
+)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
@@ -78,3 +78,13 @@ def evaluate(model: Hostname, profile: Profile, cluster: ClusterView) -> list[Ch
         said = f"{model.name} -> {shown}"
         return [CheckRow(NAME, "resolves", Status.WARN, "resolves_to_loopback", shown, "a non-loopback address", said)]
     return [CheckRow(NAME, "resolves", Status.PASS, "ok", shown, "a non-loopback address", model.name)]
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    environment=True,
+)

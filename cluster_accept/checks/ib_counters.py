@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
@@ -124,3 +124,13 @@ def evaluate(model: IbCounters, profile: Profile, cluster: ClusterView) -> list[
             said = f"{len(port.values)} error counters, all 0"
             rows.append(CheckRow(NAME, port.name, Status.PASS, "ok", "0", "0", said))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    counters=counters,
+)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, node_fabric, rdma_kind
 from cluster_accept.inventory.model import InfinibandSpec, Profile
@@ -348,3 +349,14 @@ def _gpudirect_row(model: IbPorts, profile: Profile) -> CheckRow:
         return CheckRow(NAME, "nvidia_peermem", Status.PASS, "recorded", peermem, None, said)
     said = "GPUDirect RDMA is off: NCCL stages inter-node transfers through host memory"
     return CheckRow(NAME, "nvidia_peermem", Status.FAIL, "peermem_missing", peermem, "loaded", said)
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    expectations=(Expectation("infiniband", "preflight", NAME, is_set(lambda p: p.infiniband)),),
+)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import FIELD_NOT_IN_DRIVER, NVIDIA_SMI_SKIPPED, GpuQuery, not_available
 from cluster_accept.inventory.model import Profile
@@ -146,3 +146,13 @@ def evaluate(model: MemoryHealth, profile: Profile, cluster: ClusterView) -> lis
                 status, reason, detail = Status.FAIL, bad_reason, _DETAILS[bad_reason]
             rows.append(CheckRow(NAME, item, status, reason, value, expected, detail, gpu.index))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    counters=counters,
+)

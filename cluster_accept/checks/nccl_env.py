@@ -23,13 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import NOT_SECRET_NAMES, SECRET_NAME_ERE, is_secret_name, mask_secrets
 
 NAME = "nccl_env"
-JOB_VIEW = True  # what a job sees: behind probes.command_prefix when the profile sets one
 MASK = "****"
 UNSET = "<unset>"
 KEYS_VALUE = "nccl_keys"  # cluster_values key holding the node's NCCL_* key set
@@ -293,3 +293,16 @@ def evaluate(model: NcclEnv, profile: Profile, cluster: ClusterView) -> list[Che
         )
     rows.extend(_drift_rows(model, profile, cluster))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    job_view=True,
+    environment=True,
+    expectations=(Expectation("nccl_env", "preflight", NAME, always, per_item=lambda p: p.nccl_env),),
+)

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cluster_accept.checks import nccl_env
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "nccl_harmful"
-JOB_VIEW = True  # what a job sees: behind probes.command_prefix when the profile sets one
 _FACTS_END = "### facts end"
 COMMAND = (
     nccl_env.COMMAND + "; echo '### net'; "
@@ -306,3 +306,15 @@ def evaluate(facts: NodeFacts, profile: Profile, cluster: ClusterView) -> list[C
     rules = len(RULES) + len(profile.nccl_harmful)
     said = f"{read} settings read, none harmful"
     return [CheckRow(NAME, "settings", Status.PASS, "ok", said, "no harmful setting", f"{rules} rules applied")]
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    job_view=True,
+    environment=True,
+    expectations=(Expectation("harmful NCCL settings", "preflight", NAME, always),),
+)

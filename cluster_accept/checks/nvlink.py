@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import NvlinkSpec, Profile
@@ -286,3 +287,15 @@ def evaluate(model: NvlinkState, profile: Profile, cluster: ClusterView) -> list
     for gpu in model.gpus:
         rows.extend(_gpu_rows(gpu, spec))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    counters=counters,
+    expectations=(Expectation("nvlink", "preflight", NAME, is_set(lambda p: p.nvlink)),),
+)

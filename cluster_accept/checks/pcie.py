@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
@@ -172,3 +173,14 @@ def evaluate(model: PcieLinks, profile: Profile, cluster: ClusterView) -> list[C
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
     return [row for gpu in model.gpus for row in _gpu_rows(gpu, profile)]
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    expectations=(Expectation("pcie", "preflight", NAME, is_set(lambda p: p.pcie)),),
+)

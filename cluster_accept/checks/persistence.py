@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
@@ -98,3 +99,14 @@ def evaluate(model: PersistenceModes, profile: Profile, cluster: ClusterView) ->
             status, reason = Status.FAIL, "persistence_enabled"
         rows.append(CheckRow(NAME, "mode", status, reason, gpu.mode, wanted, gpu=gpu.index))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    expectations=(Expectation("persistence_mode", "preflight", NAME, is_set(lambda p: p.persistence_mode)),),
+)

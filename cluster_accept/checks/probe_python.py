@@ -23,12 +23,12 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 
 NAME = "probe"
-JOB_VIEW = True
 TIMEOUT_S = 90.0  # importing torch on a loaded node can take tens of seconds
 _MARK = "### probe-python "
 _DRIVER_CUDA = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
@@ -213,3 +213,17 @@ def cluster_values(model: ProbePython) -> dict[str, str]:
     if model.info is None:
         return {}
     return {"torch": str(model.info.get("torch")), "torch_cuda": str(model.info.get("cuda_build"))}
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    command_for=command_for,
+    timeout_s=TIMEOUT_S,
+    job_view=True,
+    expectations=(Expectation("probes.python", "preflight", NAME, always),),
+)

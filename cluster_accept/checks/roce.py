@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._rdma import nccl_conf_setting
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_quote
@@ -141,3 +141,13 @@ def evaluate(model: RoceGids, profile: Profile, cluster: ClusterView) -> list[Ch
     if not model.ports:
         return [CheckRow(NAME, "ports", Status.SKIP, "no_roce_ports", "0 RoCE ports", None)]
     return [_port_row(port, gids, model.gid_index) for port, gids in sorted(model.ports.items())]
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    environment=True,
+)

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._rdma import counter_line, nccl_conf_setting
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_quote
@@ -200,3 +200,15 @@ def evaluate(model: RoceQos, profile: Profile, cluster: ClusterView) -> list[Che
         for key in ("traffic_class", "pfc", "ecn"):
             rows.append(_compared(f"{port.name} {key}", key, values[key], cluster, port.netdev))
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    counters=counters,
+    environment=True,
+)

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
@@ -286,3 +286,13 @@ def nic_rows(model: Topology, profile: Profile) -> list[CheckRow]:
                 )
             )
     return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+)

@@ -38,6 +38,7 @@ from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.load import as_local, load_inventory, select_nodes
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.base import discover as discover_probes
+from cluster_accept.probes.base import plugin_settings
 from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.checkpoints import Checkpoints
 from cluster_accept.tasks.multi_node import STAGE as MULTI_NODE
@@ -45,6 +46,7 @@ from cluster_accept.tasks.outputs import ResumeError, RunDir, RunLocked, now_iso
 from cluster_accept.tasks.single_node import judged_rules
 from cluster_accept.tasks.stage import RunState, Stage, run_stage
 from cluster_accept.tasks.stages import STAGES as STAGE_ORDER
+from cluster_accept.tasks.stages import declared_links
 
 STAGE_LIST: list[Stage] = list(STAGE_ORDER)
 STAGES = tuple(s.name for s in STAGE_LIST)
@@ -147,7 +149,7 @@ def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
             f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
             "(the finished shards' results stay under its shards/)"
         )
-    inventory = load_inventory(run_info["inventory"])
+    inventory = load_inventory(run_info["inventory"], plugins=plugin_settings())
     if inventory.digest != run_info.get("inventory_digest"):
         raise ResumeError(
             f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
@@ -236,7 +238,7 @@ def _acceptance(
         write_tables(state, stage.tables)
         timings[stage.name] = round(timings.get(stage.name, 0.0) + time.perf_counter() - began, 3)
         state.progress.finish(stage.name)
-    context = ReportContext(reason_catalog(), discover_probes())
+    context = ReportContext(reason_catalog(), discover_probes(), declared_links())
     return finish(state, run_info, history if record_history else None, operations, context)
 
 
@@ -282,7 +284,7 @@ def acceptance(
         past, ops, concurrency = restored_options(run_info, history_dir(out_dir, history), ops, concurrency)
         inventory = as_local(inventory) if run_info.get("local") else inventory
         return _acceptance(inventory, run_dir, run_info, past, ops, concurrency, record_history)
-    inventory = select_nodes(load_inventory(inventory_path), nodes)
+    inventory = select_nodes(load_inventory(inventory_path, plugins=plugin_settings()), nodes)
     inventory = as_local(inventory) if local else inventory
     chosen, quick = resolve_suite(suite, stages)
     refuse_unresolved_auto(inventory, chosen)
@@ -353,7 +355,7 @@ def bisect(
     concurrency: int = 64,
 ) -> RunOutcome:
     """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
-    inventory = load_inventory(inventory_path)
+    inventory = load_inventory(inventory_path, plugins=plugin_settings())
     refuse_unresolved_auto(inventory, [])
     suspect_nodes = select_nodes(inventory, suspects).tested
     good_nodes = select_nodes(inventory, good).tested if good else []
@@ -363,7 +365,13 @@ def bisect(
     state = new_state(scope, run_dir, history_path, False, concurrency)
     MULTI_NODE.bisect(state, suspect_nodes, good_nodes)
     write_tables(state, MULTI_NODE.tables)
-    return finish(state, run_info, history_path, Operations(), ReportContext(reason_catalog(), discover_probes()))
+    return finish(
+        state,
+        run_info,
+        history_path,
+        Operations(),
+        ReportContext(reason_catalog(), discover_probes(), declared_links()),
+    )
 
 
 def run_acceptance(

@@ -15,6 +15,7 @@ from cluster_accept.analysis.history import append_run
 from cluster_accept.analysis.schemas import RUNS, VERDICTS, write_table
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import NodeRow
+from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.flows.artifacts import publish
 from cluster_accept.inventory.hostlist import fold
@@ -74,14 +75,14 @@ class RunOutcome:
         return sum(1 for v in self.verdicts if v.verdict == verdict)
 
 
-def verdict_rows(state: RunState) -> list[VerdictRow]:
-    """One verdict per inventory node (excluded ones skipped), reasons naming the check first."""
+def verdict_rows(state: RunState, links: tuple[Link, ...]) -> list[VerdictRow]:
+    """One verdict per inventory node (excluded ones skipped), reasons naming the cause first."""
     by_node: dict[str, list[NodeRow]] = {}
     for row in state.rows:
         by_node.setdefault(row.node, []).append(row)
     found = []
     for node in state.inventory.nodes:
-        verdict = node_verdict(node.name, by_node.get(node.name, []), excluded=node.excluded)
+        verdict = node_verdict(node.name, by_node.get(node.name, []), links, excluded=node.excluded)
         found.append(verdict.row(state.run_id, state.cluster, node.profile_name))
     return found
 
@@ -99,10 +100,12 @@ def _thresholds(state: RunState) -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class ReportContext:
-    """What the report needs beyond the run's data: the reasons' declarations and the probes' sections."""
+    """What the report and the verdicts need beyond the run's data: the reasons' declarations, the probes'
+    sections and the cause links the stages declare."""
 
     reasons: ReasonCatalog
     probes: list[Probe]
+    links: tuple[Link, ...]
 
 
 def finish(
@@ -112,7 +115,7 @@ def finish(
     operations: Operations,
     context: ReportContext,
 ) -> RunOutcome:
-    verdicts = verdict_rows(state)
+    verdicts = verdict_rows(state, context.links)
     write_table(state.run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
     run_info["ended"] = now_iso()
     write_table(state.run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
@@ -145,5 +148,6 @@ def render_report(
         thresholds=thresholds,
         reasons=context.reasons,
         sections=probe_sections(state, context.probes, thresholds),
+        links=context.links,
     )
     return render(build_context(run_info, verdicts, data), state.run_dir.path)

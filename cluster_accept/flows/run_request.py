@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from cluster_accept.inventory.load import as_local, from_slurm_names, load_inventory
 from cluster_accept.inventory.model import Inventory
+from cluster_accept.probes.base import plugin_settings
 from cluster_accept.tasks.after_run import Operations
 
 if TYPE_CHECKING:
@@ -73,8 +74,10 @@ def check_request(request: RunRequest) -> None:
     if request.slurm_nodes is not None:
         if request.nodes:
             raise ValueError("give --nodes or --slurm-nodes, not both")
-        request.nodes = from_slurm_names(load_inventory(request.inventory), request.slurm_nodes)
-    inventory = select_nodes(load_inventory(request.inventory), request.nodes)
+        request.nodes = from_slurm_names(
+            load_inventory(request.inventory, plugins=plugin_settings()), request.slurm_nodes
+        )
+    inventory = select_nodes(load_inventory(request.inventory, plugins=plugin_settings()), request.nodes)
     if request.local:
         as_local(inventory)
     if request.shards is not None:

@@ -50,6 +50,7 @@ from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.load import load_inventory, select_nodes
 from cluster_accept.probes.base import discover as discover_probes
+from cluster_accept.probes.base import plugin_settings
 from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.shards import (
     SHARD_CHECK,
@@ -63,6 +64,7 @@ from cluster_accept.tasks.shards import (
 )
 from cluster_accept.tasks.single_node import trend_records
 from cluster_accept.tasks.stage import RunState
+from cluster_accept.tasks.stages import declared_links
 
 SHARD_DEPLOYMENT = "cluster-accept-shard"
 POLL_S = 2.0
@@ -243,7 +245,7 @@ def sharded_acceptance(
     by a worker of ``work_pool``; merged into ``out_dir/<run_id>`` (``out_dir`` shared by the workers' hosts)."""
     require_server()
     ops = operations or Operations()
-    inventory = select_nodes(load_inventory(inventory_path), nodes)
+    inventory = select_nodes(load_inventory(inventory_path, plugins=plugin_settings()), nodes)
     chosen, quick = resolve_suite(suite, stages)
     refuse_unresolved_auto(inventory, chosen)
     plan = shard_plan(inventory, shard_by)
@@ -279,4 +281,4 @@ def sharded_acceptance(
     write_tables(state, tuple(TABLES))
     state.trends = trend_records(state)
     reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
-    return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes()))
+    return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))

@@ -33,6 +33,7 @@ from cluster_accept.inventory.model import (
     Profile,
     SshSettings,
 )
+from cluster_accept.inventory.plugins import SettingsModels, plugin_problems
 from cluster_accept.inventory.quoting import cut, cut_quotes, quoted
 from cluster_accept.inventory.simulation_settings import SimulatedAs, simulated_as
 from cluster_accept.inventory.slurm_settings import slurm_names
@@ -143,11 +144,13 @@ def _load_profile_file(path: Path) -> Profile:
         raise InventoryError(str(path), _describe(exc.errors())) from exc
 
 
-def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
+def load_inventory(path: str | Path, check_files: bool = True, plugins: SettingsModels | None = None) -> Inventory:
     """Read, validate and resolve an inventory file. Raises :class:`InventoryError`.
 
     ``check_files``: also check the controller's files the nodes' SSH settings name (keys, known_hosts:
-    :mod:`inventory.files`); off only where an inventory is read, not used to connect."""
+    :mod:`inventory.files`); off only where an inventory is read, not used to connect. ``plugins``: the settings
+    models of the probes the caller runs, each profile's ``plugins:`` checked against them (left unchecked
+    without)."""
     path = Path(path)
     source = str(path)
     data = _read_yaml(path, source)
@@ -163,6 +166,8 @@ def load_inventory(path: str | Path, check_files: bool = True) -> Inventory:
     if not parsed.nodes:
         loading.problems.append("nodes: empty list; at least one node entry is required")
     nodes, listed = loading.nodes()
+    if plugins is not None:
+        loading.problems += plugin_problems(loading.profiles, plugins)
     excluded = loading.excluded(listed)
     in_slurm, naming_problems = slurm_names(parsed.slurm.node_names, [(n.name, n.labels) for n in nodes])
     loading.problems += naming_problems

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -280,6 +280,11 @@ class Profile(_Strict):
     training: TrainingSettings = TrainingSettings()
     burn: BurnSettings = BurnSettings()
     thresholds: Thresholds = Thresholds()
+    plugins: dict[StrictStr, dict[StrictStr, Any]] = Field(
+        default_factory=dict,
+        description="settings of the probes added beside the built-in ones, by probe name; each probe's own "
+        "model validates them when the inventory loads",
+    )
 
     @model_validator(mode="after")
     def _training_model_builds(self) -> Profile:

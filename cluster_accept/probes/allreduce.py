@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cluster_accept.analysis.causes import intra_node_causes
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation, is_set, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import cluster_judgement, own_figures
+from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
 from cluster_accept.probes.scripts import ALLREDUCE
 from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
@@ -143,3 +145,34 @@ def report(view: ReportView) -> ReportSection | None:
         view,
     )
     return ReportSection("allreduce", (chart,)) if chart is not None else None
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    inspect=inspect,
+    report=report,
+    other_reasons=OTHER_REASONS,
+    causes=intra_node_causes(frozenset({NAME, "transport"})),
+    expectations=(
+        Expectation(
+            "allreduce_intra_busbw_gbps_min",
+            SINGLE_NODE,
+            NAME,
+            threshold_set("allreduce_intra_busbw_gbps_min"),
+        ),
+        Expectation(
+            "expected_transport.intra_node",
+            SINGLE_NODE,
+            "transport",
+            is_set(lambda p: p.probes.expected_transport.intra_node),
+            "intra_node",
+            (NAME,),
+        ),
+    ),
+)

@@ -1,25 +1,28 @@
 """What every probe shares: the probe shape, the node-side runs probes ship, and probe discovery.
 
-A probe is one module in ``probes/`` (controller side) that defines:
+A probe is one module in ``probes/`` (controller side; a big probe: one sub-package, its node-side script
+beside it) that declares ``PROBE = Probe(...)``:
 
-- ``NAME``: the check name its rows carry (``gemm``, ``hbm``, ``allreduce`` …); ``CHECK`` when several
-  probe modules speak for one check (the nccl-tests variant of ``allreduce``);
-- ``SCRIPT``: the :class:`NodeScript` it runs on the node. Probes may share one: ``gemm``, ``hbm`` and
+- ``name``: the check name its rows carry (``gemm``, ``hbm``, ``allreduce`` …); ``check`` when several
+  probes speak for one check (the nccl-tests variant of ``allreduce``);
+- ``script``: the :class:`NodeScript` it runs on the node. Probes may share one: ``gemm``, ``hbm`` and
   ``host_bw`` read the one GPU-bench run, which loads every GPU at once as a training job does;
-- ``METRICS``: the figures it judges, metric -> :class:`~cluster_accept.analysis.probe_verdicts.MetricRule`;
-- ``REASONS``: its reason codes (:mod:`cluster_accept.checks.reasons`);
+- ``metrics``: the figures it judges, metric -> :class:`~cluster_accept.analysis.probe_verdicts.MetricRule`,
+  whose threshold is a key of the profile's ``thresholds`` or of the probe's own ``settings``;
+- ``reasons``: its reason codes (:mod:`cluster_accept.checks.reasons`);
 - ``parse(stdout) -> ProbeOutput``: pure; its figures from the run's output (other figures are left out);
 - ``evaluate(figures, profiles) -> [(node, CheckRow)]``: pure, over the whole cluster's figures (thresholds
   from the profile, stragglers against the cluster's median);
 - optionally ``inspect(output, profile) -> [CheckRow]``: per-node rows read off the output (the transport
-  NCCL used, a skip);
-- optionally ``report(view) -> ReportSection | None``: its chart and table in the report's measurements;
-- optionally ``compare(outputs, profiles) -> [(node, CheckRow)]``: pure, over every node's output, for what is
-  judged across nodes without being a figure (the silent-data-corruption digests);
-- optionally ``ORDER`` (its place in the report) and ``STAGE`` (default ``single-node``; ``burn``).
+  NCCL used, a skip); ``compare(outputs, profiles)``: pure, over every node's output, for what is judged
+  across nodes without being a figure (the silent-data-corruption digests); ``report(view)``: its chart and
+  table in the report's measurements;
+- optionally ``causes`` (the findings that can explain its own), ``expectations`` (the profile's keys its rows
+  answer), ``settings`` (a pydantic model of its own keys, read from the profile's ``plugins: {name: …}``),
+  ``order`` (its place in the report) and ``stage`` (default ``single-node``; ``burn``).
 
-Adding a probe is adding a module (and its node-side script under ``probes/node/`` when it needs a new
-one): :func:`discover` finds it by walking the package, as checks are found. Third-party probes can be
+Adding a probe is adding a module or a sub-package: :func:`discover` finds it by walking the package, as checks
+are found, and the stages gather its causes, expectations and settings from it. Third-party probes can be
 added to ``cluster_accept.probes.__path__`` or published under the ``cluster_accept.probes`` entry point.
 """
 
@@ -28,21 +31,24 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel
 
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule, judge
 from cluster_accept.checks.base import CheckRow
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
-from cluster_accept.inventory.model import Node, Profile
+from cluster_accept.inventory.model import Node, Profile, Thresholds
 
 ENTRY_POINTS = "cluster_accept.probes"
 SINGLE_NODE = "single-node"
+NOT_PROBES = frozenset({"base", "scripts", "node"})  # the shared parts and the node-side scripts
 
 
 @dataclass(frozen=True)
@@ -65,79 +71,85 @@ class NodeScript:
         return self.timeout_s(node, quick) if self.timeout_s else node.profile.probes.timeout_s
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per probe: compared and hashed by identity
 class Probe:
-    """A discovered probe module, typed."""
+    """A probe, declared once as ``PROBE = Probe(...)`` in its module (a big probe: its sub-package's
+    ``__init__``)."""
 
     name: str
-    check: str
-    stage: str
-    order: int
     script: NodeScript
     metrics: Mapping[str, MetricRule]
     reasons: Mapping[str, Reason]
     parse: Callable[[str], ProbeOutput]
     evaluate: Callable[[pd.DataFrame, Mapping[str, Profile]], list[tuple[str, CheckRow]]]
-    inspect: Callable[[ProbeOutput, Profile], list[CheckRow]] | None
-    compare: Callable[[Mapping[str, ProbeOutput], Mapping[str, Profile]], list[tuple[str, CheckRow]]] | None
-    report: Callable[[Any], Any] | None
-    module: ModuleType
+    check: str = ""  # the check its rows carry: its name unless it speaks for another (nccl-tests: allreduce)
+    stage: str = SINGLE_NODE
+    order: int = 100  # its place in the report
+    inspect: Callable[[ProbeOutput, Profile], list[CheckRow]] | None = None
+    compare: Callable[[Mapping[str, ProbeOutput], Mapping[str, Profile]], list[tuple[str, CheckRow]]] | None = None
+    report: Callable[[Any], Any] | None = None
+    causes: tuple[Link, ...] = ()  # what can explain its findings (cause first)
+    expectations: tuple[Expectation, ...] = ()  # the keys of a profile its rows judge (no silent pass)
+    settings: type[BaseModel] | None = None  # its own keys under the profile's ``plugins: {name: …}``
+    other_reasons: Mapping[str, Mapping[str, Reason]] = field(default_factory=dict)  # rows under other checks
+
+    def __post_init__(self) -> None:
+        if not self.check:
+            object.__setattr__(self, "check", self.name)
+        unknown = [
+            f"{metric}: {rule.threshold}"
+            for metric, rule in self.metrics.items()
+            if rule.threshold and rule.threshold not in Thresholds.model_fields and not self._own_key(rule.threshold)
+        ]
+        if unknown:
+            raise TypeError(f"probe {self.name}: thresholds {unknown} are neither a profile threshold nor its setting")
+
+    def _own_key(self, key: str) -> bool:
+        return self.settings is not None and key in self.settings.model_fields
 
     def command(self, node: Node, quick: bool = False) -> str | None:
         return self.script.command(node, quick)
 
-
-_REQUIRED = ("NAME", "SCRIPT", "METRICS", "REASONS", "parse", "evaluate")
-
-
-def _as_probe(module: ModuleType) -> Probe | None:
-    if not isinstance(getattr(module, "SCRIPT", None), NodeScript):
-        return None
-    missing = [a for a in _REQUIRED if not hasattr(module, a)]
-    if missing:
-        raise TypeError(f"probe module {module.__name__} lacks {', '.join(missing)}")
-    return Probe(
-        name=module.NAME,
-        check=getattr(module, "CHECK", module.NAME),
-        stage=getattr(module, "STAGE", SINGLE_NODE),
-        order=int(getattr(module, "ORDER", 100)),
-        script=module.SCRIPT,
-        metrics=module.METRICS,
-        reasons=module.REASONS,
-        parse=module.parse,
-        evaluate=module.evaluate,
-        inspect=getattr(module, "inspect", None),
-        compare=getattr(module, "compare", None),
-        report=getattr(module, "report", None),
-        module=module,
-    )
+    def settings_of(self, profile: Profile) -> BaseModel | None:
+        """This probe's settings for a node of ``profile`` (its defaults where the profile gives none); refused
+        when the inventory loads, so a value here has been validated."""
+        if self.settings is None:
+            return None
+        return self.settings.model_validate(profile.plugins.get(self.name, {}))
 
 
 def _modules(package: str) -> list[ModuleType]:
+    """The package's public modules and sub-packages (a big probe is one), then those published under the
+    entry point."""
     root = importlib.import_module(package)
     found = []
     for info in pkgutil.iter_modules(root.__path__):
-        if not info.name.startswith("_") and not info.ispkg:
+        if not info.name.startswith("_") and info.name not in NOT_PROBES:
             found.append(importlib.import_module(f"{package}.{info.name}"))
     found += [entry.load() for entry in entry_points(group=ENTRY_POINTS)]
     return found
 
 
 def discover(package: str = "cluster_accept.probes", stage: str | None = None) -> list[Probe]:
-    """Every probe module in ``package`` (and under the entry point), by report order then name; a name
-    claimed twice is an error naming both modules."""
-    probes: dict[str, Probe] = {}
+    """Every probe (each module's or sub-package's ``PROBE``) in ``package`` and under the entry point, by
+    report order then name; a name claimed twice is an error naming both modules."""
+    probes: dict[str, tuple[Probe, str]] = {}
     for module in _modules(package):
-        probe = _as_probe(module)
-        if probe is None:
+        probe = getattr(module, "PROBE", None)
+        if not isinstance(probe, Probe):
             continue
-        if probe.name in probes and probes[probe.name].module is not module:
-            raise TypeError(
-                f"probe {probe.name!r} defined by {probes[probe.name].module.__name__} and {module.__name__}"
-            )
-        probes[probe.name] = probe
-    chosen = [p for p in probes.values() if stage is None or p.stage == stage]
+        if probe.name in probes and probes[probe.name][1] != module.__name__:
+            raise TypeError(f"probe {probe.name!r} defined by {probes[probe.name][1]} and {module.__name__}")
+        probes[probe.name] = (probe, module.__name__)
+    chosen = [p for p, _ in probes.values() if stage is None or p.stage == stage]
     return sorted(chosen, key=lambda p: (p.order, p.name))
+
+
+def plugin_settings(probes: Sequence[Probe] | None = None) -> dict[str, type[BaseModel]]:
+    """The settings each probe (every discovered one by default) reads from a profile's ``plugins:``, by probe
+    name: what the inventory is validated against when it loads."""
+    chosen = discover() if probes is None else probes
+    return {probe.name: probe.settings for probe in chosen if probe.settings is not None}
 
 
 def scripts_for(node: Node, probes: Sequence[Probe], quick: bool = False) -> list[NodeScript]:
@@ -166,12 +178,18 @@ def json_figures(metrics: Mapping[str, MetricRule]) -> Callable[[str], ProbeOutp
 
 
 def cluster_judgement(
-    metrics: Mapping[str, MetricRule],
+    metrics: Mapping[str, MetricRule], settings: tuple[str, type[BaseModel]] | None = None
 ) -> Callable[[pd.DataFrame, Mapping[str, Profile]], list[tuple[str, CheckRow]]]:
-    """``evaluate`` for a probe judged the usual way: each figure against its profile threshold and against
-    the cluster's median (per GPU or per node), as its rule says."""
+    """``evaluate`` for a probe judged the usual way: each figure against its threshold and against the
+    cluster's median (per GPU or per node), as its rule says. ``settings``: the probe's name and settings
+    model, where its thresholds are its own keys (``plugins: {name: {...}}``)."""
 
     def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
-        return judge(figures, metrics, {node: profile.thresholds for node, profile in profiles.items()})
+        limits = {node: profile.thresholds for node, profile in profiles.items()}
+        if settings is None:
+            return judge(figures, metrics, limits)
+        name, model = settings
+        own = {node: model.model_validate(profile.plugins.get(name, {})) for node, profile in profiles.items()}
+        return judge(figures, metrics, limits, own)
 
     return evaluate

@@ -16,14 +16,16 @@ from typing import Any
 import pandas as pd
 
 from cluster_accept.analysis import burn as judgement
+from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.gpu_processes import BUSY
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.xid import XIDS
 from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import cluster_judgement
+from cluster_accept.probes.base import Probe, cluster_judgement
 from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN
 from cluster_accept.reports.burn import burn_section
@@ -234,3 +236,24 @@ def time_series(node: str, output: ProbeOutput, points: int | None = None) -> li
 
 def report(view: ReportView) -> ReportSection | None:
     return burn_section(view, REASONS)
+
+
+# A GPU slower late in the burn than early, or than its peers, or clocked down without a thermal or power reason:
+# what a co-tenant or clock events explain; not an XID, ECC errors, or a thermal or power throttle.
+SLOW_BURN = frozenset({"throughput_dropped", "straggler", "clocks_fell"})
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    stage=STAGE,
+    order=ORDER,
+    inspect=inspect,
+    report=report,
+    other_reasons=OTHER_REASONS,
+    causes=gpu_state_causes(frozenset({NAME}), STAGE, SLOW_BURN),
+    expectations=(Expectation("burn.minutes", STAGE, NAME, lambda p: p.burn.minutes > 0 or p.burn.light_minutes > 0),),
+)

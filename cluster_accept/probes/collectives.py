@@ -9,12 +9,17 @@ so each collective the profile lists (``probes.collectives``) gets its own row o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from cluster_accept.analysis.causes import intra_node_causes
+from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
-from cluster_accept.probes.base import cluster_judgement, own_figures
+from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
 from cluster_accept.probes.scripts import ALLREDUCE
 from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
@@ -116,3 +121,45 @@ def report(view: ReportView) -> ReportSection | None:
         if chart is not None:
             charts.append(chart)
     return ReportSection("collectives", tuple(charts)) if charts else None
+
+
+def _listed(op: str) -> Callable[[Profile], bool]:
+    """The profile lists ``op`` and the torch sweep runs (nccl-tests' variant measures all-reduce only)."""
+    return lambda profile: op in profile.probes.collectives and not profile.probes.nccl_tests_all_reduce
+
+
+EXPECTATIONS = (
+    # every collective the profile lists gets its row inside the node (measured, or why not)
+    *(
+        Expectation(
+            f"probes.collectives.{op}", SINGLE_NODE, NAME, _listed(op), f"{op}_intra", ("allreduce",), RUN_FAILED
+        )
+        for op in EXTRA
+    ),
+    *(
+        Expectation(
+            busbw_threshold(op, "intra"),
+            SINGLE_NODE,
+            NAME,
+            threshold_set(busbw_threshold(op, "intra")),
+            COLLECTIVE_METRICS[op],
+            ("allreduce", NAME),
+            RUN_FAILED | {"single_gpu", "unsupported", "not_measured"},
+        )
+        for op in EXTRA
+    ),
+)
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    inspect=inspect,
+    report=report,
+    causes=intra_node_causes(frozenset({NAME})),
+    expectations=EXPECTATIONS,
+)

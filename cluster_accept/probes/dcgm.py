@@ -21,8 +21,10 @@ import pandas as pd
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import DCGM, DCGM_EXIT
 
 NAME = "dcgm"
@@ -265,3 +267,17 @@ def _summary_rows(output: ProbeOutput, by_test: Mapping[str, list[dict[str, Any]
             said = f"status {info.get('status')!r}"
             rows.append(CheckRow(NAME, test, Status.ERROR, "unknown_status", said, "Pass", run, info.get("gpu")))
     return rows
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    stage=STAGE,
+    order=ORDER,
+    inspect=inspect,
+    expectations=(Expectation("burn.dcgm_level", STAGE, NAME, lambda p: p.burn.dcgm_level is not None),),
+)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from cluster_accept.analysis.causes import gpu_state_causes
+from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY, busy_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import cluster_judgement, json_figures
+from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table, per_gpu_chart
 
@@ -133,3 +136,31 @@ def report(view: ReportView) -> ReportSection | None:
     if chart is None:
         return None
     return ReportSection("gemm", (chart,), gpu_table(view.measurements, CHART_METRICS, "gpu-table"))
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    inspect=inspect,
+    report=report,
+    other_reasons=OTHER_REASONS,
+    causes=gpu_state_causes(frozenset({NAME})),
+    expectations=tuple(
+        # each GEMM minimum needs its own figure's row (a bf16 row says nothing of fp8), unless the bench failed
+        Expectation(
+            f"gemm_{dtype}_tflops_min",
+            SINGLE_NODE,
+            NAME,
+            threshold_set(f"gemm_{dtype}_tflops_min"),
+            f"gemm_{dtype}_tflops",
+            (NAME,),
+            RUN_FAILED,
+        )
+        for dtype in ("bf16", "fp16", "tf32", "fp8")
+    ),
+)

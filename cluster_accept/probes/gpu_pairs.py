@@ -12,13 +12,16 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from cluster_accept.analysis.causes import intra_node_causes
+from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.gpu_pairs import METRIC, judge_pairs, summary
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule, relative_status
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Node, Profile, Thresholds
-from cluster_accept.probes.base import NodeScript, json_figures
+from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, json_figures
 from cluster_accept.probes.scripts import job_env
 
 NAME = "gpu_pairs"
@@ -112,3 +115,28 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
         )
         out.append((finding.node, row))
     return out
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    inspect=inspect,
+    causes=intra_node_causes(frozenset({NAME})),
+    expectations=(
+        Expectation("probes.gpu_pairs", SINGLE_NODE, NAME, lambda p: p.probes.gpu_pairs and p.probes.device == "cuda"),
+        Expectation(
+            "gpu_pair_copy_gbps_min",
+            SINGLE_NODE,
+            NAME,
+            lambda p: p.thresholds.gpu_pair_copy_gbps_min is not None and p.probes.device == "cuda",
+            None,
+            (NAME,),
+            RUN_FAILED,
+        ),
+    ),
+)

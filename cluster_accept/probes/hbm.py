@@ -6,10 +6,12 @@ draws the figure per GPU.
 
 from __future__ import annotations
 
+from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.probes.base import cluster_judgement, json_figures
+from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 from cluster_accept.reports.figures import ReportSection, ReportView, per_gpu_chart
 
@@ -33,3 +35,17 @@ evaluate = cluster_judgement(METRICS)
 def report(view: ReportView) -> ReportSection | None:
     chart = per_gpu_chart("memory", {m: rule.threshold for m, rule in METRICS.items()}, NAME, view)
     return ReportSection("memory", (chart,)) if chart is not None else None
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    report=report,
+    causes=gpu_state_causes(frozenset({NAME})),
+    expectations=(Expectation("hbm_copy_gbps_min", SINGLE_NODE, NAME, threshold_set("hbm_copy_gbps_min")),),
+)

@@ -6,10 +6,12 @@ a GPU far below its peers is reported as a warning, never a reason to reject the
 
 from __future__ import annotations
 
+from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.probes.base import cluster_judgement, json_figures
+from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 
 NAME = "host_bw"
@@ -31,3 +33,15 @@ REASONS = declare(
 
 parse = json_figures(METRICS)
 evaluate = cluster_judgement(METRICS)
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    causes=(*gpu_state_causes(frozenset({NAME})), Link("pcie", frozenset({NAME}), SINGLE_NODE, same_gpu=True)),
+)

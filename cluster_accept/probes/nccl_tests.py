@@ -14,10 +14,10 @@ from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, 
 from cluster_accept.checks.base import CheckRow
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import allreduce
+from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import NCCL_TESTS
 
 NAME = "nccl_tests"
-CHECK = allreduce.NAME
 ORDER = 41
 SCRIPT = NCCL_TESTS
 METRICS = allreduce.METRICS
@@ -38,3 +38,17 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
 
 def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
     return allreduce.evaluate(figures, profiles)
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    check=allreduce.NAME,
+    order=ORDER,
+    inspect=inspect,
+    other_reasons=OTHER_REASONS,
+)

@@ -12,11 +12,14 @@ from collections.abc import Mapping
 import pandas as pd
 
 from cluster_accept.analysis import sdc
+from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import BURN
 
 NAME = "sdc"
@@ -99,3 +102,17 @@ def compare(outputs: Mapping[str, ProbeOutput], profiles: Mapping[str, Profile])
                     (node, CheckRow(NAME, f"gpu{gpu}", Status.ERROR, "not_reported", None, "a digest", "", gpu))
                 )
     return rows
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    stage=STAGE,
+    order=ORDER,
+    compare=compare,
+    expectations=(Expectation("burn.sdc", STAGE, NAME, lambda p: p.burn.sdc, None, ("burn",), RUN_FAILED),),
+)

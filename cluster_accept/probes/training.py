@@ -21,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes
+from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.analysis.training import (
@@ -32,9 +34,10 @@ from cluster_accept.analysis.training import (
     slowest_rank,
 )
 from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Node, Profile
-from cluster_accept.probes.base import NodeScript, cluster_judgement
+from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
 from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.training_figures import training_section
@@ -254,3 +257,32 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
 
 def report(view: ReportView) -> ReportSection | None:
     return training_section(view)
+
+
+PROBE = Probe(
+    name=NAME,
+    script=SCRIPT,
+    metrics=METRICS,
+    reasons=REASONS,
+    parse=parse,
+    evaluate=evaluate,
+    order=ORDER,
+    inspect=inspect,
+    report=report,
+    causes=gpu_state_causes(frozenset({NAME}), symptom_reasons=SLOW_TRAINING),
+    expectations=(
+        Expectation("training", SINGLE_NODE, NAME, lambda p: p.training.enabled),
+        Expectation(
+            "training_tokens_per_s_per_gpu_min",
+            SINGLE_NODE,
+            NAME,
+            threshold_set("training_tokens_per_s_per_gpu_min"),
+            "training_tokens_per_s_per_gpu",
+            (NAME,),
+            RUN_FAILED,
+        ),
+        Expectation(
+            "training_mfu_min", SINGLE_NODE, NAME, threshold_set("training_mfu_min"), "mfu", (NAME,), RUN_FAILED
+        ),
+    ),
+)

@@ -19,6 +19,7 @@ from typing import Any
 from cluster_accept.analysis.causes import cause_first, explain
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow
+from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.reports.actions import reproduce, suggest
@@ -57,16 +58,16 @@ class FoldedFinding:
 
 
 def findings_by_node(
-    rows: Sequence[NodeRow], inventory: str, good_node: str | None, reasons: ReasonCatalog
+    rows: Sequence[NodeRow], inventory: str, good_node: str | None, reasons: ReasonCatalog, links: Sequence[Link]
 ) -> dict[str, list[dict[str, Any]]]:
     """Every row that did not pass or skip, per node, as a record for the templates (plain values), with the
-    declared action and explanation of its reason."""
+    declared action and explanation of its reason; causes (by the declared ``links``) first."""
     by_node: dict[str, list[NodeRow]] = {}
     for row in rows:
         by_node.setdefault(row.node, []).append(row)
     found: dict[str, list[dict[str, Any]]] = {}
     for node, own in sorted(by_node.items()):
-        by_index = explain(own)
+        by_index = explain(own, links)
         explained = {id(own[i]): causes for i, causes in by_index.items()}
         for row in cause_first(own, by_index):  # causes first, then the findings they explain
             causes = explained.get(id(row), [])

@@ -23,6 +23,7 @@ from markupsafe import Markup
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by, values_by_node
 from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.reports import evidence, figures, paging
@@ -50,6 +51,7 @@ class ReportData:
     thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
     reasons: ReasonCatalog = field(default_factory=ReasonCatalog)  # what each row's reason means, its action
     sections: Sequence[figures.ReportSection] = ()  # each probe's charts and table, in probe order
+    links: Sequence[Link] = field(kw_only=True)  # which findings explain which: the causes the stages declare
 
 
 def charts(data: ReportData) -> dict[str, Markup]:
@@ -78,7 +80,7 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
     tested = [v for v in verdicts if v.verdict != Verdict.SKIPPED]
     good_node = next((v.node for v in verdicts if v.verdict == Verdict.ACCEPTED), None)
     inventory = str(run.get("inventory") or "INVENTORY")
-    findings = evidence.findings_by_node(rows, inventory, good_node, data.reasons)
+    findings = evidence.findings_by_node(rows, inventory, good_node, data.reasons, data.links)
     folded = evidence.fold_findings(findings, inventory)
     node_rows = evidence.node_records(verdicts, findings)
     history = figures.history_rows(data.trends)

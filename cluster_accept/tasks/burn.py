@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.schemas import BURN, write_table
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import burn as burn_probe
@@ -90,6 +91,12 @@ class BurnStage:
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(burn_probes())
+
+    def causes(self) -> tuple[Link, ...]:
+        return tuple(link for probe in burn_probes() for link in probe.causes)
+
+    def expectations(self) -> tuple[Expectation, ...]:
+        return tuple(e for probe in burn_probes() for e in probe.expectations)
 
 
 STAGE = BurnStage()

@@ -15,10 +15,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
+from cluster_accept.analysis import between_nodes
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
 from cluster_accept.analysis.probe_verdicts import measurement_row
 from cluster_accept.analysis.scaling import ScalingPoint, StepVerdict, judge_steps, scaling_table, sweep_sizes
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
@@ -379,6 +381,12 @@ class MultiNodeStage:
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return list(REASONS.items())
+
+    def causes(self) -> tuple[Link, ...]:
+        return between_nodes.CAUSES
+
+    def expectations(self) -> tuple[Expectation, ...]:
+        return between_nodes.EXPECTATIONS
 
 
 STAGE = MultiNodeStage()

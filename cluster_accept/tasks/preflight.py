@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.verdicts import COUNTER, values_by_node
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, discover, error_row, majority_values
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.result import NodeStatus
@@ -174,6 +175,12 @@ class PreflightStage:
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return [(check.name, check.reasons) for check in discover()] + [(AUTO_CHECK, AUTO_REASONS)]
+
+    def causes(self) -> tuple[Link, ...]:
+        return ()  # a node's configuration is read, not measured: nothing here is a symptom of another row
+
+    def expectations(self) -> tuple[Expectation, ...]:
+        return tuple(e for check in discover() for e in check.expectations)
 
 
 STAGE = PreflightStage()

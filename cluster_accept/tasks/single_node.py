@@ -25,6 +25,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
 from cluster_accept.analysis.regressions import figure_regressions
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
@@ -327,6 +328,12 @@ class SingleNodeStage:
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(probes_of_stage())
 
+    def causes(self) -> tuple[Link, ...]:
+        return tuple(link for probe in probes_of_stage() for link in probe.causes)
+
+    def expectations(self) -> tuple[Expectation, ...]:
+        return tuple(e for probe in probes_of_stage() for e in probe.expectations)
+
 
 def trend_records(state: RunState) -> list[dict[str, Any]]:
     """Each tested node's figures against its earlier runs (the report's history table); none without a history."""
@@ -343,7 +350,7 @@ def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reaso
     found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
     for probe in probes:
         found.append((probe.check, probe.reasons))
-        found += list(getattr(probe.module, "OTHER_REASONS", {}).items())
+        found += list(probe.other_reasons.items())
     return found
 
 

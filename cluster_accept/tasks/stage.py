@@ -5,6 +5,8 @@ A stage is one module in ``tasks/`` that defines ``STAGE``, an object with:
 
 - ``name`` (``preflight``, ``single-node``, ``multi-node``) and ``suites``
   (the scheduled suites it belongs to; ``light`` ones run with short probes);
+- ``reasons()``, ``causes()`` and ``expectations()``: what its checks or probes declare (their reasons, the
+  findings that explain theirs, the profile's keys they answer), gathered from them;
 - ``run(state)``: which nodes it takes (usually those still accepted), the work per node — or per group — as
   Prefect tasks, resumed from checkpoints, and the cluster-wide evaluation; it adds rows, values,
   measurements and tables to ``state``.
@@ -26,6 +28,8 @@ from cluster_accept.analysis import coverage
 from cluster_accept.analysis.history import RunHistory
 from cluster_accept.analysis.verdicts import is_accepted
 from cluster_accept.checks.base import NodeRow
+from cluster_accept.checks.base import discover as discover_checks
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.tasks.checkpoints import Checkpoints
@@ -50,10 +54,10 @@ class StageProgress(Protocol):
     def finish(self, stage: str) -> None: ...
 
 
-# Checks that judge the environment a job runs in (settings a fix-config repairs), not the node's hardware: the
-# RoCE GID a job picks and what NCCL needs to reach EFA (plugin, provider, FI_* settings) among them, so that the
-# node is still measured and its slow step between nodes is shown with the setting as its cause.
-ENVIRONMENT_CHECKS = frozenset({"nccl_env", "nccl_harmful", "hostname", "roce", "roce_qos", "efa"})
+# Checks that judge the environment a job runs in (settings a fix-config repairs), not the node's hardware, as
+# each declares (``Check.environment``): the node is still measured and its slow step is shown with the setting as
+# its cause.
+ENVIRONMENT_CHECKS = frozenset(check.name for check in discover_checks() if check.environment)
 
 
 @dataclass
@@ -107,6 +111,10 @@ class Stage(Protocol):
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]: ...
 
+    def causes(self) -> tuple[Link, ...]: ...  # what explains its rows' findings, as its plug-ins declare
+
+    def expectations(self) -> tuple[Expectation, ...]: ...  # what its rows answer of a profile
+
 
 def per_node(
     state: RunState,
@@ -141,6 +149,6 @@ def run_stage(state: RunState, stage: Stage) -> None:
     stage.run(state)
     # the profiles after the stage: preflight puts ``profile: auto`` nodes on the profile their GPUs picked
     judged_by = {name: state.inventory.node(name).profile for name in entering}
-    for node, expectation in coverage.missing(stage.name, judged_by, state.rows):
+    for node, expectation in coverage.missing(stage.name, judged_by, state.rows, stage.expectations()):
         row = coverage.gap_row(expectation)
         state.rows.append(node_row(state.run_id, state.inventory.cluster, stage.name, node, row))
