@@ -1,4 +1,10 @@
-"""Shared fixtures: the ``testbed`` tier (simulated GPU nodes with real sshd) and when it is skipped.
+"""Shared fixtures: the test tiers, the ``testbed`` tier (simulated GPU nodes with real sshd) and when it is
+skipped.
+
+Every test is in one tier: ``integration`` (Prefect, the CLI, subprocesses, servers, virtual environments),
+``testbed`` or ``gpu`` where it says so, else ``unit`` (pure code: the pre-commit loop, ``pytest -m unit``).
+A unit test that starts a process or opens a listening socket fails with a message that says to mark it
+``integration``, so that the tier stays what its name says.
 
 ``testbed_factory`` brings test-beds up on demand and guarantees they go down: at the end of the session
 (``finally``), at interpreter exit if the session is torn down abnormally (``atexit``), and before every
@@ -14,6 +20,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import warnings
 from collections.abc import Callable, Iterator
@@ -49,12 +56,36 @@ def testbed_unavailable() -> str | None:
     return None
 
 
+TIERS = ("integration", "testbed", "gpu")  # a test in none of these is a unit test
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.unit)
     tier = [item for item in items if item.get_closest_marker("testbed") is not None]
     reason = testbed_unavailable() if tier else None
     if reason:
         for item in tier:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _not_in_a_unit_test(what: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"a unit test {what}: mark the test (or its module) pytest.mark.integration")
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests start no process and serve nothing: the tier runs anywhere, fast."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", _not_in_a_unit_test("started a process"))
+    monkeypatch.setattr(os, "fork", _not_in_a_unit_test("forked"))
+    monkeypatch.setattr(socket.socket, "listen", _not_in_a_unit_test("opened a listening socket"))
 
 
 def _sshds_alive(tb: bed.Testbed) -> bool:

@@ -229,7 +229,13 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     run = {"run_id": "r-scale", "cluster": "sim", "stages": ["preflight", "single-node"], "started": "s",
            "ended": "e", "inventory": f"sim{nodes}.yaml", "inventory_digest": "0" * 64}  # fmt: skip
     data = ReportData(
-        rows, values, measurements, trends=trends, thresholds=THRESHOLDS, reasons=reasons(), sections=sections,
+        rows,
+        values,
+        measurements,
+        trends=trends,
+        thresholds=THRESHOLDS,
+        reasons=reasons(),
+        sections=sections,
         links=LINKS,
     )
     return SyntheticRun(run, verdicts, data)

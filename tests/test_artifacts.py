@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import Artifact
@@ -32,6 +33,7 @@ def test_artifact_keys_are_what_prefect_accepts() -> None:
     assert artifact_key("___", "summary") == "cluster-summary"
 
 
+@pytest.mark.integration
 def test_publish_attaches_table_summary_and_link_to_the_flow_run(tmp_path: Path) -> None:
     report = tmp_path / "report.html"
     report.write_text("<html></html>")

@@ -17,6 +17,8 @@ from tests import browser
 from tests.browser import load_page
 from tests.processes import processes_matching
 
+pytestmark = pytest.mark.integration
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

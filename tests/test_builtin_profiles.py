@@ -15,8 +15,6 @@ from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings
 from cluster_accept.tasks.auto_profile import resolve_auto_nodes
 from tests.capture import captured
 
-pytestmark = pytest.mark.pure
-
 
 def _captured_name(machine: str) -> str:
     """The GPU name the real nvidia-smi printed in the field table of the capture."""

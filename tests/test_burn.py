@@ -18,7 +18,6 @@ from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.probes import burn
 from cluster_accept.probes.scripts import burn_command, burn_timeout_s
 
-pytestmark = pytest.mark.pure
 DATA = Path(__file__).parent / "data" / "burn"
 SETTINGS = BurnSettings(minutes=2)
 

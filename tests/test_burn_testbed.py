@@ -76,3 +76,36 @@ def test_burn_names_throttling_bit_flips_and_dcgm_failures(testbed_factory, tmp_
     checks = pd.read_parquet(only_run(tmp_path / "again") / "checks.parquet")
     dcgm = checks[checks.check == "dcgm"]
     assert list(zip(dcgm.status, dcgm.reason, strict=True)) == [("skip", "not_installed")], (again.stdout, dcgm)
+
+
+def test_a_co_tenant_that_starts_half_way_through_the_burn_is_named_as_the_cause(  # type: ignore[no-untyped-def]
+    testbed_factory, tmp_path: Path
+) -> None:
+    """node02's GPU 2 gets another job's process two seconds into the burn: nvidia-smi lists it while the burn
+    samples, and that GPU's products then take ten times as long. The verdict names the process first, as the
+    cause of the GPU's throughput drop, and the finding takes the process's action, not the GPU's."""
+    cotenant = {"cotenant": {"gpu": 2, "pid": 4242, "name": "python", "after_s": 2, "slowdown": 10}}
+    bed = testbed_factory(nodes=2, faults={"nodes": {"node02": [cotenant]}}, prefix="cac", subnet="10.254.150.0/24")
+    inventory, out = _inventory(bed, tmp_path), tmp_path / "runs"
+    data = yaml.safe_load(inventory.read_text())
+    data["profiles"]["testbed-h200x4"]["burn"] |= {"throughput_drop_max_pct": 50, "dcgm_level": None}
+    inventory.write_text(yaml.safe_dump(data))
+    run = run_cli("run", "--inventory", str(inventory), "--out", str(out), "--suite", "burn", timeout=600)
+    assert run.returncode == 1, run.stdout + run.stderr
+    verdicts = run_verdicts(out)
+    assert verdicts["node01"][0] == "accepted", verdicts
+    assert verdicts["node02"][1][:2] == ["gpu:busy", "burn:throughput_dropped"], verdicts
+    run_dir = only_run(out)
+    checks = pd.read_parquet(run_dir / "checks.parquet")
+    bad = checks[(checks.node == "node02") & checks.status.isin(["fail", "error"])]
+    assert sorted(zip(bad.check, bad.reason, bad.gpu, strict=True)) == [("burn", "throughput_dropped", 2),
+                                                                        ("gpu", "busy", 2)], bad  # fmt: skip
+    busy = bad[bad.reason == "busy"].iloc[0]
+    assert busy.stage == "burn" and busy.observed.startswith("pid 4242 python (30000.0 MiB)"), busy
+    cause = pd.read_parquet(run_dir / "verdicts.parquet").set_index("node").loc["node02", "cause"]
+    assert cause.startswith("burn gpu2 gpu 2 ") and ": gpu:busy pid 4242 python" in cause, cause
+    # Before it started, preflight saw no other process on any GPU of either node.
+    apps = checks[(checks.check == "gpu") & (checks.stage == "preflight") & (checks.item == "compute_apps")]
+    assert set(apps.status) == {"pass"} and set(apps.node) == {"node01", "node02"}, apps
+    report = (run_dir / "report.html").read_text()
+    assert "explained by gpu:busy" in report

@@ -3,8 +3,6 @@ before the figure, a co-tenant on the same GPU before the slow GPU, and the caus
 
 from __future__ import annotations
 
-import pytest
-
 from cluster_accept.analysis.causes import cause_first, causes_of, explain, node_cause
 from cluster_accept.analysis.verdicts import Verdict, node_verdict
 from cluster_accept.checks.base import NodeRow, Status
@@ -14,8 +12,6 @@ from cluster_accept.reports.evidence import findings_by_node
 from cluster_accept.tasks.stages import declared_links
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
-
-pytestmark = pytest.mark.pure
 
 
 def row(stage: str, check: str, item: str, status: Status, reason: str, observed: str = "", expected: str = "",

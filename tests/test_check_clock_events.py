@@ -8,8 +8,6 @@ import cluster_accept.checks.clock_events as clock_events
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, cut_mid_line, every_field_block, noheader, table
 
-pytestmark = pytest.mark.pure
-
 NO_PROFILE = Profile()
 EXPECTED = "none of hw_slowdown, sw_thermal, hw_thermal, hw_power_brake"
 

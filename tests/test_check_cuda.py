@@ -9,8 +9,6 @@ from cluster_accept.checks.base import majority_values
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, table
 
-pytestmark = pytest.mark.pure
-
 CUDA_13 = Profile(cuda_version="13.0")
 LIB = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"
 

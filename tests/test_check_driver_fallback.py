@@ -26,8 +26,6 @@ from cluster_accept.testbed.standins import write_standins
 from tests.capture import NO_CLUSTER, noheader, table
 from tests.test_check_reasons import assert_declared
 
-pytestmark = pytest.mark.pure
-
 NO_PROFILE = Profile()
 EXPECTED = "none of hw_slowdown, sw_thermal, hw_thermal, hw_power_brake"
 THROTTLE = "clocks_throttle_reasons.active"
@@ -185,12 +183,14 @@ def run(
     return done.stdout, done.returncode
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_snippet_on_580_prints_the_plain_answer(node: dict[str, object], shell: str) -> None:
     assert run(node, clock_events.COMMAND, shell, []) == (noheader("h200x4", clock_events.FIELDS), 0)
     assert run(node, memory.COMMAND, shell, []) == (noheader("h200x4", memory.FIELDS), 0)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_snippet_on_an_old_driver_falls_back(node: dict[str, object], shell: str) -> None:
     refused = ["clocks_event_reasons.active", "remapped_rows.pending", "remapped_rows.failure"]
@@ -212,6 +212,7 @@ def test_snippet_on_an_old_driver_falls_back(node: dict[str, object], shell: str
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_snippet_gives_up_when_the_older_name_is_refused_too(node: dict[str, object], shell: str) -> None:
     stdout, code = run(node, clock_events.COMMAND, shell, ["clocks_event_reasons.active", THROTTLE])
@@ -222,6 +223,7 @@ def test_snippet_gives_up_when_the_older_name_is_refused_too(node: dict[str, obj
     assert (stdout, code) == refusal("ecc.mode.current")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_snippet_keeps_a_cut_output_cut(node: dict[str, object], shell: str) -> None:
     # the answer passes through a shell variable: a line cut mid-write must not gain a line end

@@ -14,8 +14,6 @@ from cluster_accept.checks import efa
 from cluster_accept.checks.base import ClusterView
 from cluster_accept.inventory.model import Profile
 
-pytestmark = pytest.mark.pure
-
 
 def _node(root: Path, devices: int = 32, instance: str = "p5.48xlarge", provider: bool = True) -> dict[str, str]:
     """The node's environment after building its tree under ``root``."""
@@ -51,10 +49,12 @@ def _rows(env: dict[str, str]) -> list[tuple[str, str, str, str | None]]:
     return [(r.item, r.status.value, r.reason, r.observed) for r in efa.evaluate(model, Profile(), ClusterView({}, 0))]
 
 
+@pytest.mark.integration
 def test_a_healthy_p5_passes(tmp_path: Path) -> None:
     assert _rows(_node(tmp_path)) == [("devices", "pass", "ok", "32")]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -73,11 +73,13 @@ def test_each_setting_that_takes_nccl_off_the_adapters_is_named(
     assert _rows({**_node(tmp_path), **change}) == [expected]
 
 
+@pytest.mark.integration
 def test_a_lost_adapter_and_a_missing_provider(tmp_path: Path) -> None:
     assert _rows(_node(tmp_path, devices=31)) == [("devices", "fail", "devices_missing", "31")]
     assert _rows(_node(tmp_path / "b", provider=False)) == [("libfabric", "fail", "provider_missing", "no_efa")]
 
 
+@pytest.mark.integration
 def test_a_node_without_efa_is_one_skip_row(tmp_path: Path) -> None:
     assert _rows(_node(tmp_path, devices=0, instance="m7i.large")) == [("devices", "skip", "no_efa", "0")]
 
@@ -88,6 +90,7 @@ def test_unreadable_output_is_an_error_row(stdout: str) -> None:
     assert reasons == ["unparsable_output"]
 
 
+@pytest.mark.integration
 def test_the_adapters_error_counters_are_kept_for_their_growth(tmp_path: Path) -> None:
     env = _node(tmp_path, devices=2)
     counters = Path(env["CLUSTER_ACCEPT_SYSFS"]) / "class" / "infiniband" / "rdmap1s27" / "ports" / "1" / "hw_counters"
@@ -105,6 +108,7 @@ def test_the_adapters_error_counters_are_kept_for_their_growth(tmp_path: Path) -
     ]
 
 
+@pytest.mark.integration
 def test_p6_instances_do_rdma_reads_and_have_eight_adapters(tmp_path: Path) -> None:
     env = {**_node(tmp_path, devices=8, instance="p6-b200.48xlarge"), "FI_EFA_USE_DEVICE_RDMA": "0"}
     assert _rows(env) == [("FI_EFA_USE_DEVICE_RDMA", "fail", "device_rdma_off", "0")]

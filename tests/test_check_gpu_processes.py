@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from cluster_accept.checks import gpu_processes
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import gemm
 from tests.capture import CAPTURES, DRIVER_FAILURE, NO_CLUSTER, every_field_block
-
-pytestmark = pytest.mark.pure
 
 
 def preflight_output(apps: list[str]) -> str:

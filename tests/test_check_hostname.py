@@ -29,7 +29,6 @@ def judged(text: str) -> list[tuple[Status, str, str | None]]:
     return [(r.status, r.reason, r.observed) for r in hostname.evaluate(hostname.parse(text), PROFILE, NO_CLUSTER)]
 
 
-@pytest.mark.pure
 def test_each_outcome_has_its_reason() -> None:
     assert judged(RESOLVED) == [(Status.PASS, "ok", "10.0.4.17, fe80::1%eth0")]
     assert judged(LOOPBACK) == [(Status.WARN, "resolves_to_loopback", "127.0.0.1")]

@@ -16,7 +16,6 @@ from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Profile
 from tests.capture import NO_CLUSTER
 
-pytestmark = pytest.mark.pure
 TWO_PORTS = (Path(__file__).parent / "data" / "ib_counters" / "two_ports.txt").read_text()
 
 
@@ -45,6 +44,7 @@ def test_a_counter_that_grew_since_the_previous_run_is_flagged_on_its_port() -> 
     ]
 
 
+@pytest.mark.integration
 def test_the_command_reads_the_sysfs_root_a_node_names(tmp_path: Path) -> None:
     port = tmp_path / "class" / "infiniband" / "mlx5_4" / "ports" / "1" / "counters"
     port.mkdir(parents=True)

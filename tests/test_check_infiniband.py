@@ -16,8 +16,6 @@ from cluster_accept.checks.infiniband import IbPort, NetLink
 from cluster_accept.inventory.model import ExpectedTransport, ProbeSettings, Profile
 from tests.capture import CAPTURES, NO_CLUSTER, captured
 
-pytestmark = pytest.mark.pure
-
 IB = Profile(probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="NVL", inter_node="NET/IB")))
 SOCKET = Profile(probes=ProbeSettings(expected_transport=ExpectedTransport(intra_node="SHM", inter_node="NET/Socket")))
 NDR = "400 Gb/sec (4X NDR)"
@@ -154,6 +152,7 @@ def test_ports_present_but_not_expected_are_recorded() -> None:
     assert rows[0].detail == "state 4: ACTIVE, rate 100 Gb/sec (4X EDR), link layer Ethernet"
 
 
+@pytest.mark.integration
 def test_command_against_a_fake_sysfs_tree(tmp_path: Path) -> None:
     sysfs = tmp_path / "sys" / "class" / "infiniband"  # read under $CLUSTER_ACCEPT_SYSFS (a container's /host/sys)
     for device, port, state, rate, layer in [
@@ -205,6 +204,7 @@ def _dmabuf() -> str:
     return f"### dmabuf {platform.release()} {module}\n"
 
 
+@pytest.mark.integration
 def test_command_without_any_device(tmp_path: Path) -> None:
     command = ib.COMMAND.replace("/proc/modules", str(tmp_path / "modules"))
     env = {**os.environ, "CLUSTER_ACCEPT_SYSFS": str(tmp_path / "sys")}

@@ -8,8 +8,6 @@ import cluster_accept.checks.memory_health as memory
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, cut_mid_line, every_field_block, noheader, table
 
-pytestmark = pytest.mark.pure
-
 NO_PROFILE = Profile()
 
 

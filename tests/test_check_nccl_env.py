@@ -16,8 +16,6 @@ from cluster_accept.testbed.profile import TESTBED_NCCL_ENV
 from cluster_accept.vocabulary.secrets import is_secret_name
 from tests.capture import NO_CLUSTER, captured
 
-pytestmark = pytest.mark.pure
-
 TESTBED = Profile(nccl_env=dict(TESTBED_NCCL_ENV))  # NCCL_SOCKET_IFNAME=eth0, NCCL_IB_DISABLE=1, NCCL_NVLS_ENABLE=0
 
 
@@ -83,6 +81,7 @@ def test_capture_environment_exact(base: str) -> None:
     assert nccl_env.evaluate(model, TESTBED, NO_CLUSTER)[2].detail == "from env"
 
 
+@pytest.mark.integration
 def test_testbed_node_as_sshd_serves_it(tmp_path: Path) -> None:
     """The test-bed's node: capture env + the profile's settings through SetEnv, the same in /etc/nccl.conf."""
     env = {**capture_env(), **TESTBED_NCCL_ENV}
@@ -124,6 +123,7 @@ def test_missing_and_different_with_the_source_in_detail() -> None:
     assert only_etc[1].detail == "from /etc/nccl.conf"
 
 
+@pytest.mark.integration
 def test_precedence_env_over_user_file_over_etc(tmp_path: Path) -> None:
     user = "# a comment line\n#NCCL_ALGO=Tree\nNCCL_DEBUG=WARN\nNCCL_DEBUG=TRACE\nNCCL_PROTO=Simple\r\nNCCL_NET=IB"
     etc = "NCCL_DEBUG=INFO\nNCCL_PROTO=LL\nNCCL_ALGO=Ring\nNCCL_SOCKET_IFNAME=eth1\nnot a setting\nFOO=bar\n"
@@ -145,6 +145,7 @@ def test_precedence_env_over_user_file_over_etc(tmp_path: Path) -> None:
     assert rows[0].detail == "from ~/.nccl.conf; overrides /etc/nccl.conf: 'INFO'"
 
 
+@pytest.mark.integration
 def test_nccl_conf_file_replaces_the_home_file(tmp_path: Path) -> None:
     conf = tmp_path / "job.conf"
     conf.write_text("NCCL_DEBUG=VERSION\n")
@@ -172,6 +173,7 @@ def test_key_outside_the_collected_prefixes_is_not_judged() -> None:
     assert rows_of(rows) == [("OMPI_MCA_btl", "skip", "not_collected", None, "^openib")]
 
 
+@pytest.mark.integration
 def test_secrets_are_masked_on_the_node(tmp_path: Path) -> None:
     env = {
         "NCCL_IB_TOKEN": "tok-123",
@@ -322,6 +324,7 @@ PLAIN_NAMES = (
 ).split()
 
 
+@pytest.mark.integration
 def test_the_node_masks_by_the_same_name_rule_as_the_controller(tmp_path: Path) -> None:
     """The awk that runs on the node, through sh, against ``analysis.secrets.is_secret_name``."""
     names = SECRET_NAMES + PLAIN_NAMES
@@ -332,6 +335,7 @@ def test_the_node_masks_by_the_same_name_rule_as_the_controller(tmp_path: Path) 
     assert masked == {name for name in names if is_secret_name(name)}
 
 
+@pytest.mark.integration
 def test_secrets_by_shape_are_masked_by_the_parser(tmp_path: Path) -> None:
     token = "ghp_" + "S3KR1T" + "a" * 30
     env = {"NCCL_DB_URL": "postgres://svc:S3KR1T@db/jobs", "NCCL_NOTE": f"via {token}", "NCCL_DEBUG": "WARN"}

@@ -12,8 +12,6 @@ from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import ExpectedTransport, HarmfulSetting, ProbeSettings, Profile
 from tests.capture import NO_CLUSTER, captured
 
-pytestmark = pytest.mark.pure
-
 NVLINK_NODE = Profile()  # no expectations at all: the node's own NVLinks make P2P matter
 IB_CLUSTER = Profile(probes=ProbeSettings(expected_transport=ExpectedTransport(inter_node="NET/IB")))
 
@@ -154,6 +152,7 @@ def test_truncated_output_is_an_error_row() -> None:
     assert [(r.status, r.reason) for r in rows] == [(Status.ERROR, "unparsable_output")]
 
 
+@pytest.mark.integration
 def test_the_command_reads_this_machine() -> None:
     out = subprocess.run(["sh", "-c", harmful.COMMAND], capture_output=True, text=True, timeout=30, check=True).stdout
     facts = harmful.parse(out)

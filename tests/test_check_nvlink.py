@@ -19,8 +19,6 @@ from cluster_accept.testbed.nodedata import build_node, write_node_data
 from cluster_accept.testbed.standins import write_standins
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured
 
-pytestmark = pytest.mark.pure
-
 H200 = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4), nvlink=NvlinkSpec(links_per_gpu=18, link_speed_gbps=26.562))
 NO_NVLINK = Profile(
     gpu=GpuSpec(model="NVIDIA H100 80GB HBM3", count=1), nvlink=NvlinkSpec(links_per_gpu=0, link_speed_gbps=1)
@@ -272,11 +270,13 @@ def run_on_standin(tmp_path: Path, faults: list[object], base: str = "h200x4") -
     return done.stdout, done.returncode
 
 
+@pytest.mark.integration
 def test_standin_clean_node_matches_the_capture(tmp_path: Path) -> None:
     assert run_on_standin(tmp_path, []) == output()
     assert rows_of(evaluate(*run_on_standin(tmp_path, []))) == ALL_OK
 
 
+@pytest.mark.integration
 def test_standin_planted_nvlink_faults(tmp_path: Path) -> None:
     stdout, code = run_on_standin(
         tmp_path,
@@ -291,6 +291,7 @@ def test_standin_planted_nvlink_faults(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "fault, expected",
     [
@@ -304,6 +305,7 @@ def test_standin_modes(tmp_path: Path, fault: str, expected: list[tuple[object, 
     assert rows_of(evaluate(*run_on_standin(tmp_path, [fault]))) == expected
 
 
+@pytest.mark.integration
 def test_standin_h100_node_against_an_18_link_profile(tmp_path: Path) -> None:
     rows = evaluate(*run_on_standin(tmp_path, [], base="h100x1"))
     assert rows_of(rows) == [("links", "fail", "no_nvlink", None, "no NVLink", "18 x 26.562 GB/s per GPU")]

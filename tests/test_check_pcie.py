@@ -8,8 +8,6 @@ import cluster_accept.checks.pcie as pcie
 from cluster_accept.inventory.model import PcieSpec, Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, cut_mid_line, every_field_block, noheader, table
 
-pytestmark = pytest.mark.pure
-
 GEN5_X16 = Profile(pcie=PcieSpec(gen=5, width=16))
 
 

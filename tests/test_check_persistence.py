@@ -8,8 +8,6 @@ import cluster_accept.checks.persistence as persistence
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, cut_mid_line, every_field_block, noheader, table
 
-pytestmark = pytest.mark.pure
-
 ENABLED = Profile(persistence_mode="enabled")
 DISABLED = Profile(persistence_mode="disabled")
 

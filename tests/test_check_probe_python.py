@@ -12,7 +12,6 @@ from cluster_accept.checks import probe_python
 from cluster_accept.checks.base import ClusterView, Status
 from cluster_accept.inventory.model import Profile
 
-pytestmark = pytest.mark.pure
 DATA = Path(__file__).resolve().parent / "data" / "probe_python"
 CUDA = Profile()
 CPU = Profile.model_validate({"probes": {"device": "cpu"}})
@@ -105,6 +104,7 @@ def test_garbage_is_an_error_row_not_a_pass() -> None:
     assert _rows("### probe-python found\nSegmentation fault\n", CUDA)[0][1:3] == (Status.ERROR, "unparsable_output")
 
 
+@pytest.mark.integration
 def test_the_command_runs_here_and_is_quoted(tmp_path: Path) -> None:
     """The command itself, run by sh on this machine: a path with a space and a quote stays one path."""
     odd = Profile.model_validate({"probes": {"python": str(tmp_path / "it's a dir" / "python3"), "device": "cpu"}})

@@ -22,8 +22,6 @@ from cluster_accept.inventory.model import Profile
 from cluster_accept.remote.result import UnreachableCause
 from tests.capture import NO_CLUSTER
 
-pytestmark = pytest.mark.pure
-
 CHECKS = discover()
 REASONS = catalog((check.name, check.reasons) for check in CHECKS)
 

@@ -13,8 +13,6 @@ from cluster_accept.checks import roce
 from cluster_accept.checks.base import ClusterView
 from cluster_accept.inventory.model import Profile
 
-pytestmark = pytest.mark.pure
-
 # Index -> (GID, type) as mlx5 populates a port whose netdev has a link-local and one IPv4 address.
 TABLE = {
     0: ("fe80:0000:0000:0000:a288:c2ff:fe3b:506a", "IB/RoCE v1"),
@@ -56,6 +54,7 @@ def _rows(model: roce.RoceGids) -> list[tuple[str, str, str, str | None, str | N
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("setting", "expected"),
     [
@@ -73,6 +72,7 @@ def test_the_gid_index_a_job_uses_must_name_a_roce_v2_entry(
     assert _rows(model) == [expected]
 
 
+@pytest.mark.integration
 def test_the_index_set_in_nccl_conf_counts_and_the_environment_wins(tmp_path: Path) -> None:
     (tmp_path / ".nccl.conf").write_text("NCCL_DEBUG=WARN\nNCCL_IB_GID_INDEX=2\n")
     root = _tree(tmp_path / "sys")
@@ -80,6 +80,7 @@ def test_the_index_set_in_nccl_conf_counts_and_the_environment_wins(tmp_path: Pa
     assert _rows(_run(root, tmp_path, "3"))[0][2] == "ok"
 
 
+@pytest.mark.integration
 def test_a_port_without_any_roce_v2_address_and_a_node_without_roce(tmp_path: Path) -> None:
     v1_only = {0: TABLE[0], 2: TABLE[2]}
     assert _rows(_run(_tree(tmp_path / "v1", table=v1_only), tmp_path, None))[0][2] == "no_roce_v2_gid"

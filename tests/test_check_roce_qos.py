@@ -13,8 +13,6 @@ from cluster_accept.checks import roce_qos
 from cluster_accept.checks.base import Status, majority_values
 from cluster_accept.inventory.model import Profile
 
-pytestmark = pytest.mark.pure
-
 HEALTHY = (Path(__file__).parent / "data" / "roce_qos" / "two_ports.txt").read_text()
 
 

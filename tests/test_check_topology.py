@@ -18,8 +18,6 @@ from cluster_accept.testbed.nodedata import build_node, write_node_data
 from cluster_accept.testbed.standins import write_standins
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured
 
-pytestmark = pytest.mark.pure
-
 H200 = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4), nvlink=NvlinkSpec(links_per_gpu=18, link_speed_gbps=26.562))
 NO_KEY = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4))
 MATRIX = (
@@ -230,10 +228,12 @@ def run_on_standin(tmp_path: Path, faults: list[object], base: str = "h200x4") -
     return done.stdout, done.returncode
 
 
+@pytest.mark.integration
 def test_standin_clean_node_matches_the_capture(tmp_path: Path) -> None:
     assert run_on_standin(tmp_path, []) == h200()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "fault, expected",
     [
@@ -251,6 +251,7 @@ def test_standin_faults(tmp_path: Path, fault: object, expected: list[tuple[obje
     assert rows_of(evaluate(*run_on_standin(tmp_path, [fault]))) == expected
 
 
+@pytest.mark.integration
 def test_standin_h100_node(tmp_path: Path) -> None:
     rows = evaluate(*run_on_standin(tmp_path, [], base="h100x1"))
     assert rows_of(rows) == [("matrix", "pass", "single_gpu", 0, "GPU0: X cpu=0-15 numa=0", None)]

@@ -16,8 +16,6 @@ from cluster_accept.testbed.nodedata import build_node, write_node_data, xid_lin
 from cluster_accept.testbed.standins import write_standins
 from tests.capture import NO_CLUSTER
 
-pytestmark = pytest.mark.pure
-
 PROFILE = Profile()
 DENIED = "dmesg: read kernel buffer failed: Operation not permitted\n"
 JOURNAL_XID_48 = (
@@ -77,6 +75,7 @@ def framed(source: str, log: str, rc: int) -> str:
     return f"### source={source}\n{body}### rc={rc}\n### lines={len(lines)} xid={xids}\n"
 
 
+@pytest.mark.integration
 def test_testbed_xid_79_through_the_dmesg_standin(tmp_path: Path) -> None:
     node_bin = _testbed_node_bin(tmp_path, [Xid(code=79, gpu=1)])
     fake_tool(tmp_path / "fake", "journalctl", "Nov 21 00:00:00 x kernel: must not be asked\n")
@@ -94,6 +93,7 @@ def test_testbed_xid_79_through_the_dmesg_standin(tmp_path: Path) -> None:
     assert rows[0].detail == f"XID 79: GPU has fallen off the bus; from dmesg\n{line}"
 
 
+@pytest.mark.integration
 def test_healthy_testbed_node_passes_with_zero_events(tmp_path: Path) -> None:
     node_bin = _testbed_node_bin(tmp_path, [])
     fake_tool(tmp_path / "fake", "journalctl", "Nov 21 00:00:00 x kernel: must not be asked\n")
@@ -125,6 +125,7 @@ def test_several_codes_one_row_each_benign_ones_warn() -> None:
     ]
 
 
+@pytest.mark.integration
 def test_permission_denied_dmesg_falls_back_to_journalctl(tmp_path: Path) -> None:
     fake_tool(tmp_path, "dmesg", stderr=DENIED, rc=1)
     fake_tool(tmp_path, "journalctl", JOURNAL + JOURNAL_XID_48)
@@ -139,6 +140,7 @@ def test_permission_denied_dmesg_falls_back_to_journalctl(tmp_path: Path) -> Non
     assert JOURNAL_XID_48.strip() in xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail
 
 
+@pytest.mark.integration
 def test_empty_dmesg_falls_back_and_a_clean_journal_passes(tmp_path: Path) -> None:
     fake_tool(tmp_path, "dmesg", "", rc=0)
     fake_tool(tmp_path, "journalctl", JOURNAL)
@@ -148,6 +150,7 @@ def test_empty_dmesg_falls_back_and_a_clean_journal_passes(tmp_path: Path) -> No
     assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with journalctl"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "journal, journal_rc, said",
     [
@@ -178,6 +181,7 @@ def test_missing_journalctl_is_unreadable() -> None:
     ]
 
 
+@pytest.mark.integration
 def test_xid_lines_beyond_the_cap_are_counted(tmp_path: Path) -> None:
     data = build_node("h200x4", [], {})
     log = data.dmesg + "".join(xid_line(data, Xid(code=13, gpu=i % 4), i) for i in range(1500))

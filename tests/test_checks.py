@@ -10,8 +10,6 @@ from cluster_accept.checks.base import Status, discover, majority_values
 from cluster_accept.inventory.model import GpuSpec, MinVersion, Profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, every_field_block
 
-pytestmark = pytest.mark.pure
-
 H200 = Profile(gpu=GpuSpec(model="NVIDIA H200", count=4), driver_version="580.159.04")
 H100 = Profile(gpu=GpuSpec(model="NVIDIA H100 80GB HBM3", count=1), driver_version=MinVersion(min="570.0"))
 

@@ -8,7 +8,8 @@ import pytest
 
 from tests.processes import run_cli
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

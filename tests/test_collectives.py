@@ -17,7 +17,6 @@ from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import allreduce, collectives
 
-pytestmark = pytest.mark.pure
 DATA = Path(__file__).parent / "data" / "collectives"
 ROOT = Path(__file__).resolve().parent.parent
 GLOO = (DATA / "gloo_2ranks.txt").read_text()
@@ -96,6 +95,7 @@ def test_each_collective_is_judged_at_its_largest_size_against_its_own_minimum()
     assert behind == [("n2", "straggler")]
 
 
+@pytest.mark.integration
 def test_the_sweep_runs_every_collective_with_nccl_tests_factors() -> None:
     """A live two-rank gloo run of the node-side script: each figure's busbw is its algbw times the factor."""
     script = str(ROOT / "cluster_accept" / "probes" / "node" / "allreduce.py")
@@ -142,6 +142,7 @@ def test_a_profile_refuses_what_the_sweep_cannot_measure() -> None:
         Profile.model_validate({"probes": {"collectives": ["broadcast"]}})
 
 
+@pytest.mark.integration
 def test_lines_of_ranks_sharing_one_stdout_stay_whole() -> None:
     """Four processes writing JSON lines to one pipe at once, as a node's ranks do: no two lines run together."""
     code = (

@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Any
 
 import pandas as pd
-import pytest
 from pydantic import BaseModel
 
 from cluster_accept.analysis import coverage
@@ -25,8 +24,6 @@ from cluster_accept.inventory.model import (
 )
 from cluster_accept.inventory.slurm_settings import SrunSettings
 from cluster_accept.tasks.stages import declared_expectations
-
-pytestmark = pytest.mark.pure
 
 # Profile keys that configure how the tool runs, not what a node must be (so no row judges them).
 DECLARED = declared_expectations()

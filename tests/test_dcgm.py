@@ -7,15 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.model import Node, ProbeSettings, Profile, SshSettings
 from cluster_accept.probes import dcgm
 from cluster_accept.probes.scripts import DCGM_EXIT, DCGM_MISSING, dcgm_command
 
-pytestmark = pytest.mark.pure
 DATA = Path(__file__).parent / "data" / "dcgm"
 
 

@@ -4,14 +4,10 @@ leave a cause never found, or an expectation never judged, without any error."""
 
 from __future__ import annotations
 
-import pytest
-
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.flows.acceptance import reason_catalog
 from cluster_accept.tasks.stages import STAGES, declared_expectations, declared_links
-
-pytestmark = pytest.mark.pure
 
 
 def link_problems(link: Link, catalog: ReasonCatalog) -> list[str]:

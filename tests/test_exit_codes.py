@@ -23,8 +23,6 @@ from cluster_accept.tasks.after_run import Operations
 from cluster_accept.tasks.outputs import hold_run
 from tests.processes import run_cli, start_cli
 
-pytestmark = pytest.mark.pure
-
 
 def local_inventory(tmp_path: Path) -> Path:
     path = tmp_path / "inventory.yaml"
@@ -32,6 +30,7 @@ def local_inventory(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_prefect_api_that_does_not_answer_is_a_tool_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens on the discard port
     monkeypatch.setenv("PREFECT_CLIENT_MAX_RETRIES", "0")
@@ -44,6 +43,7 @@ def test_prefect_api_that_does_not_answer_is_a_tool_failure(tmp_path: Path, monk
     assert "Traceback (most recent call last)" in (out / ERROR_LOG).read_text()
 
 
+@pytest.mark.integration
 def test_a_failure_inside_the_run_is_one_line_without_prefects_traceback(tmp_path: Path) -> None:
     """A tool failure once the flow runs (its results cannot be written): Prefect logs the flow's exception with
     its traceback on its console; the terminal gets the CLI's one line, the error log the traceback."""
@@ -73,6 +73,7 @@ def all_excluded_inventory(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_a_run_with_no_node_to_test_is_refused(tmp_path: Path) -> None:
     """Every node excluded, or ``--nodes`` naming only excluded ones: nothing would be tested, and 0 would say
     "accepted"; exit 2 with one line, before any run directory is made."""
@@ -123,6 +124,7 @@ def interrupted_run(out: Path, inventory: Path, run_id: str = "r1") -> Path:
     return run_dir
 
 
+@pytest.mark.integration
 def test_a_run_held_by_another_controller_is_not_resumed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_dir = interrupted_run(out, local_inventory(tmp_path))
@@ -156,6 +158,7 @@ def fake_server(owner: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", script, SERVER_APP.decode()], env=env)
 
 
+@pytest.mark.integration
 def test_only_servers_of_dead_controllers_are_reaped() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -183,6 +186,7 @@ def server_of(pid: int) -> int | None:
     return None
 
 
+@pytest.mark.integration
 def test_a_killed_controllers_prefect_server_is_stopped_by_the_next_start(tmp_path: Path) -> None:
     proc = start_cli(
         "run", "--inventory", str(local_inventory(tmp_path)), "--out", str(tmp_path / "out"), ephemeral=True

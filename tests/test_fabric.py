@@ -19,8 +19,6 @@ from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings
 from cluster_accept.tasks.auto_profile import resolve_auto_nodes
 from tests.capture import captured
 
-pytestmark = pytest.mark.pure
-
 NDR = "400 Gb/sec (4X NDR)"
 HALF = "200 Gb/sec (4X HDR)"
 

@@ -17,8 +17,6 @@ from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings
 from cluster_accept.tasks.auto_profile import resolve_auto_nodes
 from tests.test_fabric import HALF, _gpus, ib_node, ports_output
 
-pytestmark = pytest.mark.pure
-
 
 def _profile(**keys: object) -> Profile:
     return with_base(Profile.model_validate(keys))

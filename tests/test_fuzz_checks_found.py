@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cluster_accept.inventory.model import Profile
 from tests.capture import NO_CLUSTER, noheader
 from tests.test_fuzz_parsers import CHECKS, PROFILES, _capture, _driver, _infiniband, _nvlink, _seeds, _xid
-
-pytestmark = pytest.mark.pure
 
 
 def test_hostile_numbers_in_real_outputs_are_read_not_raised() -> None:

@@ -40,8 +40,6 @@ from tests.fuzz_inventory_support import (
     parent,
 )
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.fixture(scope="module")
 def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:

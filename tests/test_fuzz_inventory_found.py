@@ -12,8 +12,6 @@ from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Inventory
 from tests.fuzz_inventory_support import CONTRACT_TEXT, SMALL, load_text, new_inventory_file, problems_of
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.fixture(scope="module")
 def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:

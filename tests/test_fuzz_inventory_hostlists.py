@@ -12,8 +12,6 @@ from hypothesis import given
 from cluster_accept.inventory.hostlist import MAX_NODES, HostlistError, expand, fold
 from tests.fuzz_inventory_support import FUZZ, HOSTLISTS, NODE_NAME, PROFILES, new_inventory_file, problems_of
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.fixture(scope="module")
 def inventory_file(tmp_path_factory: pytest.TempPathFactory) -> Path:

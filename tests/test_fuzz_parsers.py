@@ -35,7 +35,6 @@ from cluster_accept.testbed.profile import base_profile
 from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, noheader
 from tests.test_check_reasons import assert_declared
 
-pytestmark = pytest.mark.pure
 DATA = Path(__file__).resolve().parent / "data"
 
 FUZZ = settings(

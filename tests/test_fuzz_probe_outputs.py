@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,8 +18,6 @@ from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
 from tests.capture import CAPTURES
 from tests.test_fuzz_parsers import FUZZ, text_outputs
-
-pytestmark = pytest.mark.pure
 
 NCCL_TESTS = [(CAPTURES / "h200x4" / f"nccl-tests-allreduce-{kind}.txt").read_text() for kind in ("nvlink", "socket")]
 NCCL_LOGS = [(CAPTURES / "h200x4" / f"torch-allreduce-{kind}.txt").read_text() for kind in ("nvlink", "socket")]

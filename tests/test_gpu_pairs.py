@@ -6,14 +6,11 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 
 from cluster_accept.analysis.gpu_pairs import judge_pairs, pair_of
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings, Thresholds
 from cluster_accept.probes import gpu_pairs
-
-pytestmark = pytest.mark.pure
 
 
 def matrix(node: str, gpus: int, slow: dict[tuple[int, int], float] | None = None, base: float = 380.0) -> list[dict]:

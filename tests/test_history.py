@@ -7,14 +7,12 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-import pytest
 
 from cluster_accept.analysis.history import append_run, key_figures, load, node_trends, past_figures
 from cluster_accept.analysis.schemas import MEASUREMENTS, RUNS, VERDICTS, write_table
 from cluster_accept.probes.base import discover
 from cluster_accept.tasks.single_node import judged_rules
 
-pytestmark = pytest.mark.pure
 RULES = judged_rules(discover())  # every figure the built-in probes judge
 
 

@@ -27,14 +27,13 @@ from cluster_accept.tasks.probe_dir import run_in_probe_dir
 from cluster_accept.tasks.single_node import run_probes_on_node
 from tests.injection_sandbox import HOSTILE, Sandbox, install_sandbox, node
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     return install_sandbox(tmp_path, monkeypatch)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("variant", ["cpu", "cuda", "nccl-tests"])
 @pytest.mark.parametrize("template", HOSTILE)
 def test_single_node_probe_paths_are_one_word(sandbox: Sandbox, template: str, variant: str) -> None:
@@ -76,6 +75,7 @@ def test_single_node_probe_paths_are_one_word(sandbox: Sandbox, template: str, v
     assert not Path(probe_dir).exists()  # removed after the stage
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("template", HOSTILE)
 def test_multi_node_rank_command_and_free_port_probe(sandbox: Sandbox, template: str, device: str) -> None:
@@ -109,6 +109,7 @@ def test_multi_node_rank_command_and_free_port_probe(sandbox: Sandbox, template:
     assert all(r.env["NCCL_DEBUG"] == "INFO" for r in ranks)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["NCCL_CONF_FILE", "HOME"])
 @pytest.mark.parametrize("template", HOSTILE)
 def test_nccl_env_check_reads_a_hostile_node_environment_as_data(sandbox: Sandbox, template: str, where: str) -> None:

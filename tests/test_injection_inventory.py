@@ -22,8 +22,6 @@ from cluster_accept.reports.actions import reproduce
 from cluster_accept.tasks.single_node import probe_commands
 from tests.injection_sandbox import HOSTILE, Sandbox, install_sandbox, node
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
@@ -59,6 +57,7 @@ def test_hostile_inventory_values_are_refused(tmp_path: Path, template: str) -> 
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.integration
 def test_hostile_users_and_paths_are_passed_as_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox: Sandbox
 ) -> None:
@@ -93,6 +92,7 @@ def _row(stage: str, status: str, command: str) -> NodeRow:
     return NodeRow("r", "c", stage, "node01", "x", "y", Status(status), "z", command=command)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("template", HOSTILE)
 def test_reproduce_lines_quote_the_inventory_path(sandbox: Sandbox, template: str) -> None:
     hostile = sandbox.hostile(template)
@@ -112,6 +112,7 @@ def test_reproduce_lines_quote_the_inventory_path(sandbox: Sandbox, template: st
     assert not sandbox.marker.exists()
 
 
+@pytest.mark.integration
 def test_reproduce_line_of_a_probe_with_a_newline_in_its_path(sandbox: Sandbox) -> None:
     target = node(python=f"python3\ntouch {sandbox.marker} #", device="cpu")
     row = _row("single-node", "fail", probe_commands(target)[0].script)

@@ -16,7 +16,6 @@ from cluster_accept.inventory.model import MinVersion
 from tests.keys import operator_home
 from tests.processes import run_cli
 
-pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "cluster_accept" / "inventory" / "examples" / "contract.yaml"
 SHARED_CONTRACT = ROOT.parent / "shared" / "contract" / "inventory.yaml"
@@ -143,6 +142,7 @@ def test_inventory_check_prints_folded_nodes_per_profile(tmp_path: Path, monkeyp
     assert "excluded: node004" in result.output
 
 
+@pytest.mark.integration
 def test_real_cli_process_reports_without_traceback(tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     path.write_text(textwrap.dedent(BROKEN["unknown key"][0]))

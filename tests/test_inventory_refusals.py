@@ -18,8 +18,6 @@ from cluster_accept.inventory.threshold_needs import NEEDS_CUDA, NEEDS_TWO_GPUS
 from cluster_accept.tasks.stages import declared_expectations
 from tests.processes import run_cli
 
-pytestmark = pytest.mark.pure
-
 HEAD = "cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: 'n[1-2]'}]\n"
 CPU_WHY = "probes.device is cpu: the GPU probes do not run"
 
@@ -289,6 +287,7 @@ def test_inventory_check_exits_2_naming_the_key(tmp_path: Path, case: str) -> No
     assert "Traceback" not in result.output
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", ["cpu thresholds", "newline in cluster"])
 def test_run_exits_2_before_touching_a_node(tmp_path: Path, case: str) -> None:
     path = inventory(tmp_path, *CLI_CASES[case])

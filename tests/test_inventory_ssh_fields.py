@@ -15,7 +15,6 @@ from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import parse_jump
 from tests.keys import operator_home, write_key
 
-pytestmark = pytest.mark.pure
 CONTRACT = Path(__file__).resolve().parent.parent / "cluster_accept" / "inventory" / "examples" / "contract.yaml"
 
 

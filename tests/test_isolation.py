@@ -24,8 +24,6 @@ from cluster_accept.analysis.isolation import (
     to_rows,
 )
 
-pytestmark = pytest.mark.pure
-
 HEALTHY, SLOW = 40.0, 5.0
 RunRound = Callable[[list[tuple[str, ...]]], list[GroupResult]]
 

@@ -10,8 +10,6 @@ from cluster_accept.checks.base import discover
 from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, ProbeSettings, Profile
 from cluster_accept.tasks.check_batch import commands_for, run_preflight_on_node
 
-pytestmark = pytest.mark.pure
-
 CHECKS = {c.name: c for c in discover()}
 
 
@@ -29,6 +27,7 @@ def test_job_view_checks_are_the_environment_and_version_checks() -> None:
     assert commands_for([CHECKS["nccl_env"]], _node(None))[0].script == CHECKS["nccl_env"].command
 
 
+@pytest.mark.integration
 def test_the_environment_behind_the_prefix_is_the_one_judged() -> None:
     checks = [CHECKS["nccl_env"], CHECKS["nccl_harmful"]]
     inside = run_preflight_on_node(_node("env NCCL_P2P_DISABLE=1 NCCL_ALGO=Ring"), checks)

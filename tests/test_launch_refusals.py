@@ -12,8 +12,6 @@ from cluster_accept.tasks.group_rows import failed_run_rows
 from cluster_accept.tasks.launcher import GroupRun
 from tests.processes import run_cli
 
-pytestmark = pytest.mark.pure
-
 INVENTORY = """\
 cluster: c
 defaults: {profile: p}
@@ -28,6 +26,7 @@ profiles:
 """
 
 
+@pytest.mark.integration
 def test_slurm_settings_the_launcher_cannot_act_on_are_refused_at_load(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(INVENTORY.replace("launcher: slurm}", "launcher: slurm, slurm: {srun_args: [mpi=none]}}"))

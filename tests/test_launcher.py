@@ -23,8 +23,6 @@ from cluster_accept.tasks.group_rows import culprits, failed_run_rows, teardown_
 from cluster_accept.tasks.launcher import FAILURE_GRACE_S, POLL_S, THREAD_PREFIX, launch_group, launch_groups
 from tests.processes import processes_matching
 
-pytestmark = pytest.mark.pure
-
 MEASUREMENT = '{"metric": "allreduce_busbw_gbps", "value": 1.5, "size": 1048576, "world_size": %s}\\n'
 NCCL_LINE = "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0"
 
@@ -91,6 +89,7 @@ def sampler() -> Iterator[ThreadSampler]:
         yield s
 
 
+@pytest.mark.integration
 def test_group_larger_than_the_bound_completes_with_bounded_threads(
     tmp_path: Path, tmpdir_env: Path, sampler: ThreadSampler
 ) -> None:
@@ -110,6 +109,7 @@ def test_group_larger_than_the_bound_completes_with_bounded_threads(
     assert list(tmpdir_env.iterdir()) == []  # every probe directory removed
 
 
+@pytest.mark.integration
 def test_disjoint_groups_at_once_share_one_bound(tmp_path: Path, tmpdir_env: Path, sampler: ThreadSampler) -> None:
     python = standin(tmp_path / "python", tmp_path / "barrier")
     groups = [[local_node(f"g{g}n{i}", python) for i in range(3)] for g in range(3)]
@@ -122,6 +122,7 @@ def test_disjoint_groups_at_once_share_one_bound(tmp_path: Path, tmpdir_env: Pat
     assert list(tmpdir_env.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_first_failure_stops_every_rank_and_cleans_up(tmp_path: Path, tmpdir_env: Path) -> None:
     python = standin(tmp_path / "python", tmp_path / "barrier", fail_rank=2)
     nodes = [local_node(f"node{i}", python) for i in range(4)]
@@ -146,6 +147,7 @@ def test_first_failure_stops_every_rank_and_cleans_up(tmp_path: Path, tmpdir_env
     assert list(tmpdir_env.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_hung_ranks_are_killed_at_the_node_side_timeout(tmp_path: Path, tmpdir_env: Path) -> None:
     python = standin(tmp_path / "python", tmp_path / "barrier")
     # Five ranks are expected, four run: nobody gets past the barrier.
@@ -164,6 +166,7 @@ def test_hung_ranks_are_killed_at_the_node_side_timeout(tmp_path: Path, tmpdir_e
     assert list(tmpdir_env.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_ranks_are_looked_at_quickly_only_once_the_whole_run_has_started(
     tmp_path: Path, tmpdir_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +212,7 @@ def test_poll_output_cannot_forge_the_status_line() -> None:
     assert "--tag x" not in script  # the stop must not match its own command line
 
 
+@pytest.mark.integration
 def test_a_rank_that_cannot_be_reached_is_reported_and_the_others_never_wait(tmp_path: Path, tmpdir_env: Path) -> None:
     python = standin(tmp_path / "python", tmp_path / "barrier")
     remote = Node(
@@ -264,6 +268,7 @@ def killing_standin(path: Path, barrier: Path, victim: int, teardown_rank: int |
     return str(path)
 
 
+@pytest.mark.integration
 def test_a_rank_killed_mid_run_is_named_and_its_peers_are_not(tmp_path: Path, tmpdir_env: Path) -> None:
     """The peers fail first, of the lost connection; the killed rank's own end is still read (not cut short by
     a stop), and only its node carries the failure."""
@@ -283,6 +288,7 @@ def test_a_rank_killed_mid_run_is_named_and_its_peers_are_not(tmp_path: Path, tm
     assert processes_matching("--tag catest8") == []
 
 
+@pytest.mark.integration
 def test_a_teardown_error_after_the_work_is_a_warning_not_a_failure(tmp_path: Path, tmpdir_env: Path) -> None:
     python = killing_standin(tmp_path / "python", tmp_path / "barrier", victim=-1, teardown_rank=0)
     nodes = [local_node(f"node0{i}", python) for i in range(1, 4)]
@@ -295,6 +301,7 @@ def test_a_teardown_error_after_the_work_is_a_warning_not_a_failure(tmp_path: Pa
     assert processes_matching("--tag catest9") == []
 
 
+@pytest.mark.integration
 def test_workers_a_failed_rank_left_behind_are_cleared_from_its_node(tmp_path: Path, tmpdir_env: Path) -> None:
     """Every rank fails of itself before any stop, one leaving a worker in a session of its own (as an agent
     killed at its timeout leaves its workers): the run's end clears it by the run's tag all the same."""

@@ -20,8 +20,6 @@ from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.vocabulary.secrets import mask_secrets, masked_head, masked_tail
 from cluster_accept.vocabulary.text import keep_head, keep_tail
 
-pytestmark = pytest.mark.pure
-
 VALUE = "SuperSecretValue123"
 BASIC = base64.b64encode(b"bot:S3KR1T").decode()
 

@@ -19,8 +19,6 @@ from cluster_accept.inventory.model import ExpectedTransport, ProbeSettings, Pro
 from cluster_accept.probes import allreduce
 from tests.capture import captured
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.mark.parametrize(
     ("capture", "expected"),

@@ -18,7 +18,6 @@ from cluster_accept.vocabulary.text import keep_head, keep_tail, visible
 from tests.processes import run_cli
 from tests.test_verdicts_report import row
 
-pytestmark = pytest.mark.pure
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
 RUN = {"run_id": "r1", "cluster": "c", "stages": ["preflight"], "started": "s", "ended": "e", "inventory": "inv.yaml"}
@@ -121,6 +120,7 @@ def test_prefect_summary_shows_control_characters_as_escapes(tmp_path: Path) -> 
     assert "\\\\x1b\\[31mred" in text  # the backslash and bracket escaped for Markdown
 
 
+@pytest.mark.integration
 def test_terminal_shows_control_characters_as_escapes(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(

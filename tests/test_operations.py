@@ -30,8 +30,6 @@ from cluster_accept.tasks.slurm import (
     read_nodes,
 )
 
-pytestmark = pytest.mark.pure
-
 RUN = {"run_id": "r9", "cluster": "prod", "started": "2026-11-21T10:00:00+00:00", "ended": "2026-11-21T10:05:00+00:00"}
 # summary.json as it was written from plain-string verdicts: the typed rows must give the same text.
 PLAIN_SUMMARY = {
@@ -225,6 +223,7 @@ def test_slurms_json_gives_the_reason_as_a_field() -> None:
     assert parse_json_nodes(json.dumps({"nodes": ["n1"]})) is None and parse_json_nodes("scontrol: error") is None
 
 
+@pytest.mark.integration
 def test_nodes_are_read_from_slurms_json_when_it_has_one(tmp_path: Path) -> None:
     """22.05's scontrol has no ``--json``: the sinfo beside it answers in JSON; without one, the text is read."""
     scontrol = tmp_path / "scontrol"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 UNRELATED = {"tasks": "unrelated tasks", "analysis": "unrelated analysis"}

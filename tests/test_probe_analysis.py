@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
 from cluster_accept.analysis.probe_output import parse_json_lines
@@ -24,7 +23,6 @@ from cluster_accept.remote.result import CommandResult
 from cluster_accept.tasks.single_node import judged_rules
 from tests.capture import CAPTURES
 
-pytestmark = pytest.mark.pure
 RULES = judged_rules(discover())  # every figure the built-in probes judge
 
 

@@ -13,7 +13,7 @@ import pytest
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.tasks.probe_dir import STALE_MARGIN_MIN, make_dir_script
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.integration
 
 
 def test_stale_probe_directories_are_swept_and_the_new_one_is_private(tmp_path: Path) -> None:

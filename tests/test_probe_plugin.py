@@ -16,8 +16,6 @@ import cluster_accept.probes
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.probes.base import discover, plugin_settings
 
-pytestmark = pytest.mark.pure
-
 PROBE_PACKAGE = '''
 """A rate probe: its node-side script prints one figure and the CPU frequency governor it ran under; the figure
 is judged against its own minimum and its peers, and a power-saving governor explains a slow rate."""
@@ -164,6 +162,7 @@ def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
     ]
 
 
+@pytest.mark.integration
 def test_a_dropped_in_probe_is_judged_against_its_own_threshold_and_explained(
     trivial_probe: Path, tmp_path: Path
 ) -> None:

@@ -7,7 +7,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import yaml
 
 from cluster_accept.analysis.suggest import suggest_profile
@@ -25,8 +24,6 @@ from cluster_accept.checks import (
 from cluster_accept.inventory.builtin import with_base
 from cluster_accept.inventory.model import Profile
 from tests.capture import DRIVER_FAILURE, captured, noheader
-
-pytestmark = pytest.mark.pure
 
 PARSERS: dict[str, Callable[[str, int | None], Any]] = {
     "gpu_count": gpu_count.parse,

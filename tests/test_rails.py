@@ -9,8 +9,6 @@ from cluster_accept.analysis.rails import judge_rails
 from cluster_accept.inventory.model import Node, Profile, Rail, SshSettings
 from cluster_accept.tasks.ranks import rail_env, rail_job
 
-pytestmark = pytest.mark.pure
-
 
 def test_a_rail_far_below_its_siblings_is_slow_and_sets_isolations_floor() -> None:
     got = judge_rails({"rail0": 48.1, "rail1": 47.5, "rail2": 21.0, "rail3": 48.0}, None, 5.0)

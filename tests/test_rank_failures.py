@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from cluster_accept.analysis.rank_failures import peer_loss_line, rank_done, rank_end, worker_signal
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import TOOL_CHECK
 from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.group_rows import culprits, failed_run_rows, teardown_rows
 from cluster_accept.tasks.ranks import GroupRun, RankRun
-
-pytestmark = pytest.mark.pure
 
 DATA = Path(__file__).parent / "data" / "torchrun"
 KILLED = (DATA / "killed-rank-sigkill.txt").read_text()

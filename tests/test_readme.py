@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.pure
 ROOT = Path(__file__).resolve().parent.parent
 
 

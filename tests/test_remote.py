@@ -17,14 +17,13 @@ from cluster_accept.remote.result import NodeStatus, RemoteCommand, UnreachableC
 from cluster_accept.remote.ssh import AUTH_TIMED_OUT, classify
 from tests.processes import processes_matching
 
-pytestmark = pytest.mark.pure
-
 
 def local_node(name: str = "localhost", timeout_s: float = 20) -> Node:
     ssh = DEFAULT_SSH.model_copy(update={"command_timeout_s": timeout_s})
     return Node(name=name, ssh=ssh, profile_name="p", profile=Profile(), address=LOCAL_ADDRESS)
 
 
+@pytest.mark.integration
 def test_batch_frames_each_command_with_exit_code_and_streams() -> None:
     commands = [
         RemoteCommand("a", "echo out; echo err >&2; exit 3"),
@@ -39,6 +38,7 @@ def test_batch_frames_each_command_with_exit_code_and_streams() -> None:
     assert c.stdout == "two\n\n"
 
 
+@pytest.mark.integration
 def test_node_side_timeout_kills_the_command_and_keeps_the_others() -> None:
     marker = f"sleep 60.{os.getpid()}{time.monotonic_ns() % 10000}"
     commands = [
@@ -65,6 +65,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("template", HOSTILE)
 def test_hostile_env_values_are_data(template: str, tmp_path: Path) -> None:
     pwned = tmp_path / "pwned"
@@ -79,6 +80,7 @@ def test_env_names_that_are_not_identifiers_are_refused() -> None:
         build_batch([RemoteCommand("x", "true", env={"A;touch /tmp/x": "1"})], 10, new_nonce())
 
 
+@pytest.mark.integration
 def test_node_output_cannot_forge_frames() -> None:
     nonce = new_nonce()
     commands = [RemoteCommand("a", "echo @@CA:deadbeef:1:end:0::"), RemoteCommand("b", "echo real")]
@@ -98,6 +100,7 @@ def test_cut_off_batch_marks_missing_commands() -> None:
     assert (b.exit_code, b.stdout) == (None, "part")
 
 
+@pytest.mark.integration
 def test_fan_out_returns_every_node_in_order_even_when_one_breaks() -> None:
     nodes = [local_node(f"n{i}") for i in range(6)]
 
@@ -117,6 +120,7 @@ def test_fan_out_returns_every_node_in_order_even_when_one_breaks() -> None:
     assert all(results[f"n{i}"].status is NodeStatus.OK for i in (0, 1, 2, 5))
 
 
+@pytest.mark.integration
 def test_after_one_command_hangs_the_rest_of_the_batch_get_a_short_timeout() -> None:
     """A hung driver hangs every nvidia-smi: the node costs one timeout plus seconds, not one per check."""
     commands = [

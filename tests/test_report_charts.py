@@ -14,7 +14,6 @@ from cluster_accept.reports.actions import Action, Suggestion, reproduce, sugges
 from cluster_accept.reports.charts import BOTTOM, HEIGHT, LEFT, MAX_LABELLED, RIGHT, TOP, WIDTH, Bar, Ref, Series
 from cluster_accept.reports.figures import ReportView
 
-pytestmark = pytest.mark.pure
 SVG = "{http://www.w3.org/2000/svg}"
 PLOT_H = HEIGHT - TOP - BOTTOM
 

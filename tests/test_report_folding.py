@@ -18,7 +18,6 @@ from cluster_accept.reports.paging import Column, PagedTable, escape_json, from_
 from cluster_accept.tasks.stages import declared_links
 from tests.test_verdicts_report import row
 
-pytestmark = pytest.mark.pure
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 SVG = "{http://www.w3.org/2000/svg}"
 LOOPBACK = ("hostname", "warn", "resolves_to_loopback", "127.0.0.1")

@@ -6,8 +6,6 @@ import pytest
 
 from cluster_accept.analysis.scaling import ScalingPoint, algbw_gbps, scaling_table, sweep_sizes
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.mark.parametrize(
     ("n", "sizes"),

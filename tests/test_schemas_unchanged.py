@@ -17,8 +17,6 @@ import pytest
 
 from cluster_accept.analysis.schemas import SCHEMA_VERSION, TABLES
 
-pytestmark = pytest.mark.pure
-
 GOLDEN = Path(__file__).resolve().parent / "data" / "schemas.json"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 
 from cluster_accept.analysis import sdc
 from cluster_accept.checks.base import Status
@@ -14,7 +13,6 @@ from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import sdc as probe
 
-pytestmark = pytest.mark.pure
 H100 = "NVIDIA H100 80GB HBM3 | torch 2.11.0+cu130 | CUDA 13.0"
 H200 = "NVIDIA H200 | torch 2.11.0+cu130 | CUDA 13.0"
 

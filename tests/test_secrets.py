@@ -18,8 +18,6 @@ from cluster_accept.tasks.preflight import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
 from cluster_accept.vocabulary.secrets import is_secret_name, mask_secrets, mask_value
 
-pytestmark = pytest.mark.pure
-
 
 @pytest.mark.parametrize(
     ("text", "expected"),

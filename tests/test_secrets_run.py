@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-pytestmark = pytest.mark.pure
+pytestmark = pytest.mark.integration
 
 MARK = "S3KR1T"
 GITHUB = "ghp_" + MARK + "github" + "0" * 24

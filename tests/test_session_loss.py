@@ -28,8 +28,6 @@ from cluster_accept.tasks.stages import declared_links
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
-pytestmark = pytest.mark.pure
-
 
 def test_a_connection_that_closes_during_authentication_is_no_refused_key() -> None:
     said = paramiko.AuthenticationException("Authentication failed: transport shut down or saw EOF")

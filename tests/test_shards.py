@@ -24,8 +24,6 @@ from cluster_accept.tasks.shards import (
 )
 from cluster_accept.tasks.stage import RunState
 
-pytestmark = pytest.mark.pure
-
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
 
 

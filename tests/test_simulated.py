@@ -26,8 +26,6 @@ from cluster_accept.simulator.nodes import (
 from cluster_accept.tasks.check_batch import run_preflight_on_node
 from cluster_accept.tasks.preflight import evaluate_preflight
 
-pytestmark = pytest.mark.pure
-
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
 
 

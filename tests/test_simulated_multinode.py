@@ -38,8 +38,6 @@ from cluster_accept.simulator.nodes import NODE_TOKEN, Answer, Recording, Simula
 from cluster_accept.testbed.profile import base_profile
 from tests.processes import only_run, run_verdicts
 
-pytestmark = pytest.mark.pure
-
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
 RANK = (
     'cd "$CA_PROBE_DIR" && n=1; exec env NCCL_DEBUG=INFO /usr/bin/python3 -m torch.distributed.run --nnodes=4 '
@@ -149,6 +147,7 @@ def _inventory(tmp_path: Path, nodes: int, faults: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_the_multi_node_stage_isolates_a_slow_simulated_node_and_bisect_finds_it(tmp_path: Path) -> None:
     path = _inventory(tmp_path, 32, {"gpu0011": "slow", "gpu0020": "gpu_missing"})
     outcome = run_acceptance(path, tmp_path / "runs", stages=["preflight", "single-node", "multi-node"], history="-")

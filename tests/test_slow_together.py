@@ -3,15 +3,11 @@ in the row; a step isolation explains, or one above the floor, does not."""
 
 from __future__ import annotations
 
-import pytest
-
 from cluster_accept.analysis.isolation import IsolationVerdict
 from cluster_accept.analysis.scaling import ScalingPoint, judge_steps
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.tasks.slow_together import slow_together_rows
-
-pytestmark = pytest.mark.pure
 
 NODES = [
     Node(

@@ -20,8 +20,6 @@ from cluster_accept.tasks.srun_script import (
     srun_errors_for,
 )
 
-pytestmark = pytest.mark.pure
-
 INVENTORY = """\
 cluster: c
 defaults: {profile: p}
@@ -84,6 +82,7 @@ def run_task(script: str, node: str, tmp_path: Path) -> subprocess.CompletedProc
     return subprocess.run(["/bin/sh", "-s"], input=script, capture_output=True, text=True, env=env, timeout=60)
 
 
+@pytest.mark.integration
 def test_each_task_runs_its_own_nodes_command_among_the_shipped_files(tmp_path: Path) -> None:
     files = {"probe.py": b"print('from the probe')\n", "data.bin": bytes(range(256))}
     commands = {

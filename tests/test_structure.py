@@ -18,10 +18,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.pure
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "cluster_accept"
 # The package's sub-packages: the owner's folders, one level down.

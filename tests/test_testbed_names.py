@@ -13,8 +13,6 @@ from typer.testing import CliRunner
 from cluster_accept.flows.cli import app
 from cluster_accept.testbed import claim, net, subnets
 
-pytestmark = pytest.mark.pure
-
 V4 = ipaddress.IPv4Network
 
 

@@ -26,8 +26,6 @@ from cluster_accept.testbed.faults import (
 from cluster_accept.testbed.nodedata import FaultApplyError, build_node, write_node_data
 from cluster_accept.testbed.standins import write_standins
 
-pytestmark = pytest.mark.pure
-
 Run = Callable[..., subprocess.CompletedProcess[str]]
 QUERY_31 = (
     "index,name,uuid,serial,pci.bus_id,driver_version,vbios_version,persistence_mode,compute_mode,"
@@ -76,6 +74,7 @@ def test_strip_capture_framing() -> None:
     assert strip_capture("a, b\n1, 2\n") == ("a, b\n1, 2\n", None)
 
 
+@pytest.mark.integration
 def test_file_backed_commands_reproduce_the_captures(node: Callable[..., Run]) -> None:
     run = node()
     for args, name in [
@@ -90,6 +89,7 @@ def test_file_backed_commands_reproduce_the_captures(node: Callable[..., Run]) -
         assert (proc.returncode, proc.stdout) == (0, out(name)), args
 
 
+@pytest.mark.integration
 def test_query_gpu_matches_captured_field_lists(node: Callable[..., Run]) -> None:
     run = node()
     proc = run(f"--query-gpu={QUERY_31}", "--format=csv")
@@ -100,6 +100,7 @@ def test_query_gpu_matches_captured_field_lists(node: Callable[..., Run]) -> Non
     assert one.stdout == out("query-gpu-one-index-noheader-nounits.txt")
 
 
+@pytest.mark.integration
 def test_query_gpu_any_field_from_the_every_field_capture(node: Callable[..., Run]) -> None:
     run = node()
     proc = run("--query-gpu=power.draw,memory.total,clocks.sm,pci.device_id,gpu_name", "--format=csv")
@@ -117,6 +118,7 @@ def test_query_gpu_any_field_from_the_every_field_capture(node: Callable[..., Ru
     assert table.canonical("clocks_throttle_reasons.active") == "clocks_event_reasons.active"
 
 
+@pytest.mark.integration
 def test_invalid_field_index_and_usage(node: Callable[..., Run]) -> None:
     run = node()
     bad = run("--query-gpu=index,foo.bar", "--format=csv")
@@ -130,6 +132,7 @@ def test_invalid_field_index_and_usage(node: Callable[..., Run]) -> None:
         assert run(*args).returncode == 2, args
 
 
+@pytest.mark.integration
 def test_other_query_forms(node: Callable[..., Run]) -> None:
     run = node()
     rows = run("--query-remapped-rows=gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,"
@@ -144,6 +147,7 @@ def test_other_query_forms(node: Callable[..., Run]) -> None:
     assert apps.stdout == "pid, process_name, used_gpu_memory [MiB]\n"
 
 
+@pytest.mark.integration
 def test_h100_base_knows_only_its_31_fields(node: Callable[..., Run]) -> None:
     run = node(base="h100x1")
     assert run(f"--query-gpu={QUERY_31}", "--format=csv").stdout == out("query-gpu.txt", "h100x1")
@@ -152,6 +156,7 @@ def test_h100_base_knows_only_its_31_fields(node: Callable[..., Run]) -> None:
     assert run("nvlink", "-s").stdout == ""
 
 
+@pytest.mark.integration
 def test_driver_version_everywhere_and_table_width_kept(node: Callable[..., Run]) -> None:
     run = node([{"driver_version": {"version": "570.86.15"}}])
     plain, real = run().stdout.splitlines(), out("nvidia-smi.txt").splitlines()
@@ -165,6 +170,7 @@ def test_driver_version_everywhere_and_table_width_kept(node: Callable[..., Run]
     assert "580.159.04" not in run("-q").stdout
 
 
+@pytest.mark.integration
 def test_gpu_missing_removes_the_last_gpu_everywhere(node: Callable[..., Run]) -> None:
     run = node(["gpu_missing"])
     assert run("-L").stdout == "".join(out("nvidia-smi-L.txt").splitlines(True)[:3])
@@ -180,6 +186,7 @@ def test_gpu_missing_removes_the_last_gpu_everywhere(node: Callable[..., Run]) -
     assert run("-i", "3", "-L").returncode == 6
 
 
+@pytest.mark.integration
 def test_persistence_and_pcie_width_on_one_gpu(node: Callable[..., Run]) -> None:
     run = node([{"persistence_disabled": {"gpu": 1}}, {"pcie_width": {"gpu": 2, "width": 8}}])
     query = run("--query-gpu=index,persistence_mode,pcie.link.width.current", "--format=csv,noheader")
@@ -195,6 +202,7 @@ def test_persistence_and_pcie_width_on_one_gpu(node: Callable[..., Run]) -> None
     assert everything_off("--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\n" * 4
 
 
+@pytest.mark.integration
 def test_nvlink_inactive_and_errors(node: Callable[..., Run]) -> None:
     run = node([{"nvlink_inactive": {"gpu": 1, "link": 7}}, {"nvlink_errors": {"gpu": 0, "link": 3, "crc": 12}}])
     status = run("nvlink", "-s").stdout
@@ -221,6 +229,7 @@ def test_nvlink_inactive_and_errors(node: Callable[..., Run]) -> None:
         node([{"nvlink_errors": {"gpu": 2, "link": 18}}])
 
 
+@pytest.mark.integration
 def test_xid_nccl_env_and_replace(node: Callable[..., Run]) -> None:
     run = node(
         [Xid(code=79, gpu=1), {"nccl_env": {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": None}},
@@ -240,6 +249,7 @@ def test_xid_nccl_env_and_replace(node: Callable[..., Run]) -> None:
         node([{"pcie_width": {"gpu": 4, "width": 8}}])
 
 
+@pytest.mark.integration
 def test_behaviour_faults(node: Callable[..., Run]) -> None:
     fail = node(["nvidia_smi_fail"])("-L")
     assert (fail.returncode, fail.stdout) == (9, FAILED)

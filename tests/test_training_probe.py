@@ -27,7 +27,6 @@ from cluster_accept.inventory.model import Profile, SshSettings, TrainingSetting
 from cluster_accept.inventory.shapes import PRESETS, ModelShape
 from cluster_accept.probes import training
 
-pytestmark = pytest.mark.pure
 DATA = Path(__file__).resolve().parent / "data" / "training"
 H200X2 = (DATA / "h200x2_350m_ddp.txt").read_text()
 # GPT-2 medium at sequence 2048: per layer 12 d^2 (linears) + 4 d (LayerNorms), tied V d, positions s d, final 2 d.

@@ -17,7 +17,6 @@ from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.ranks import GroupJob, GroupRun, RankRun
 from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
 
-pytestmark = pytest.mark.pure
 CAPTURE = (Path(__file__).resolve().parent / "data" / "training" / "h200x2_350m_ddp.txt").read_text()
 PER_GPU = '"metric": "training_tokens_per_s_per_gpu", "value": 143572.3'
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by, node_verdict
 from cluster_accept.checks.base import NodeRow, Status, discover
 from cluster_accept.checks.reasons import catalog
@@ -14,8 +12,6 @@ from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.tasks.stages import declared_links
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
-
-pytestmark = pytest.mark.pure
 
 
 def row(node: str, check: str, status: str, reason: str, observed: str | None = None, **extra: Any) -> NodeRow:

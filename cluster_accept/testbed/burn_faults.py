@@ -22,6 +22,20 @@ class Throttle(_Fault):
     reasons: Annotated[StrictStr, Field(pattern=r"^0x[0-9A-Fa-f]{1,16}$")] = "0x0000000000000040"
 
 
+class Cotenant(_Fault):
+    """Another job's process on one GPU during the burn: nvidia-smi lists it on that GPU while the burn samples
+    (``pid``, ``name``, ``used_memory_mib``), and from ``after_s`` into the burn that GPU's products take
+    ``slowdown`` times as long (the two share the GPU), so its throughput drops half-way as a co-tenant's would."""
+
+    kind: Literal["cotenant"] = "cotenant"
+    gpu: GpuIndex = 0
+    pid: Annotated[StrictInt, Field(ge=2, le=4194304)] = 4242
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_./-]{1,64}$")] = "python"
+    used_memory_mib: Annotated[StrictInt, Field(ge=0, le=1048576)] = 30000
+    after_s: Annotated[float, Field(ge=0, le=3600)] = 2.0
+    slowdown: Annotated[float, Field(ge=1, le=1000)] = 10.0
+
+
 class SdcFlip(_Fault):
     """One bit of one GPU's product flipped (the burn's silent-data-corruption check must name that GPU)."""
 

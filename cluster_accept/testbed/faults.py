@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, cast, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
-from cluster_accept.testbed.burn_faults import DcgmFail, NoDcgm, SdcFlip, Throttle
+from cluster_accept.testbed.burn_faults import Cotenant, DcgmFail, NoDcgm, SdcFlip, Throttle
 from cluster_accept.testbed.fault_base import _Fault
 from cluster_accept.testbed.net_faults import EfaSoftware, IbPort, RoceQos
 
@@ -237,6 +237,7 @@ Fault = (
     | RoceQos
     | Throttle
     | SdcFlip
+    | Cotenant
     | DcgmFail
     | NoDcgm
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 from cluster_accept.testbed import textops
 from cluster_accept.testbed.captures import FieldTable, build_table, load_base
 from cluster_accept.testbed.faults import (
+    Cotenant,
     DriverVersion,
     GpuField,
     NcclEnv,
@@ -286,7 +287,21 @@ def build_node(
     data.modes = [k for k in MODE_KINDS if any(f.kind == k for f in faults)]
     data.refused_fields = sorted({name for f in faults if isinstance(f, OldDriver) for name in f.refuse})
     data.under_load = loaded_answers(data, [f for f in faults if isinstance(f, Throttle)])
+    cotenants = [f for f in faults if isinstance(f, Cotenant)]
+    if cotenants:
+        data.files["query-compute-apps-loaded.txt"] = loaded_apps(data, cotenants)
     return data
+
+
+def loaded_apps(data: NodeData, cotenants: Sequence[Cotenant]) -> str:
+    """The compute processes nvidia-smi lists while the burn runs: each co-tenant on its GPU."""
+    uuids = data.table.values.get("uuid", [])
+    lines = ["gpu_uuid, pid, process_name, used_gpu_memory [MiB]"]
+    for fault in cotenants:
+        if fault.gpu >= len(uuids):
+            raise FaultApplyError(f"cotenant: no GPU {fault.gpu} (the node has {len(uuids)})")
+        lines.append(f"{uuids[fault.gpu]}, {fault.pid}, {fault.name}, {fault.used_memory_mib} MiB")
+    return "\n".join(lines) + "\n"
 
 
 def loaded_answers(data: NodeData, throttles: Sequence[Throttle]) -> dict[str, dict[str, str]]:

@@ -54,6 +54,7 @@ QUERY_FILES = {
     "--query-retired-pages": "query-retired-pages.txt",
     "--query-compute-apps": "query-compute-apps.txt",
 }
+APP_ALIASES = {"used_memory": "used_gpu_memory"}  # a query name whose column nvidia-smi prints otherwise
 VALUE_OPTIONS = {
     "-i": "id", "--id": "id", "-d": "display", "--display": "display", "--format": "format",
     "-l": "link", "--link": "link", "-gt": "throughput", "--getthroughput": "throughput",
@@ -127,7 +128,33 @@ class Node:
         self.count = len(self.values[self.order[0]]) if self.order else 0
 
     def file(self, name: str) -> str:
+        """A served file; while the GPUs are loaded, its ``-loaded`` variant where the node has one (the
+        processes a co-tenant adds during the burn)."""
+        loaded = self.dir / name.replace(".txt", "-loaded.txt")
+        if self.loaded and loaded.exists():
+            text = loaded.read_text(encoding="utf-8")
+            return text + self._callers_workers() if name == "query-compute-apps.txt" else text
         return (self.dir / name).read_text(encoding="utf-8")
+
+    def _callers_workers(self) -> str:
+        """The burn's own worker processes as compute processes, one per GPU in start order: a real nvidia-smi
+        lists them beside any other job's, which is how the burn knows the list shows PIDs at all."""
+        parent, lines = os.getppid(), []
+        try:
+            command = Path(f"/proc/{parent}/cmdline").read_bytes()
+        except OSError:
+            return ""
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                forked = ppid == parent and (stat.parent / "cmdline").read_bytes() == command  # the workers
+            except (OSError, ValueError, IndexError):
+                continue
+            if forked:
+                lines.append(pid)
+        return "".join(
+            f"{self.values['uuid'][i % self.count]}, {pid}, python3, 1024 MiB\n" for i, pid in enumerate(sorted(lines))
+        )
 
     def canonical(self, name: str) -> str | None:
         if name in self.refused:
@@ -201,7 +228,7 @@ def query_file(node: Node, name: str, fields: str, fmt: str | None, gpus: list[i
     wanted = {node.bus(g).lower() for g in gpus}
     bus_col = columns.get("gpu_bus_id")
     picks: list[tuple[str, int | str]] = []
-    for f in (f.strip() for f in fields.split(",")):
+    for f in (APP_ALIASES.get(f.strip(), f.strip()) for f in fields.split(",")):
         if f in columns:
             picks.append((cells[columns[f]], columns[f]))
         elif bus_col is not None and node.canonical(f) is not None:
