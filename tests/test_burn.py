@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from cluster_accept.analysis import burn as judgement
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.probes import burn
+from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.scripts import burn_command, burn_timeout_s
 
 DATA = Path(__file__).parent / "data" / "burn"

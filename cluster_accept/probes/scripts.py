@@ -8,6 +8,7 @@ timeout; ``command_prefix`` is the operator's own (``docker exec trainer``).
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.base import NodeScript
@@ -149,7 +150,9 @@ def dcgm_timeout_s(node: Node, quick: bool) -> float:
 
 
 GPU_BENCH = NodeScript("gpu_bench", ("gpu_bench.py",), "gemm", gpu_bench_command)
-BURN = NodeScript("burn", ("burn.py", "gpu_bench.py"), "burn", burn_command, burn_timeout_s)
+# The burn's node-side script lives in its sub-package (probes/burn/node/); it samples with the GPU bench's sampler.
+BURN_SCRIPT = str(Path(__file__).resolve().parent / "burn" / "node" / "burn.py")
+BURN = NodeScript("burn", (BURN_SCRIPT, "gpu_bench.py"), "burn", burn_command, burn_timeout_s)
 DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s)
 # The torch sweep and the nccl-tests variant never run on the same node (a profile picks one): one name, so a
 # run's results and checkpoints read the same whichever ran.

@@ -15,7 +15,6 @@ from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis import burn as judgement
 from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
@@ -26,9 +25,10 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.xid import XIDS
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe, cluster_judgement
+from cluster_accept.probes.burn import judge as judgement
+from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN
-from cluster_accept.reports.burn import burn_section
 from cluster_accept.reports.figures import ReportSection, ReportView
 
 NAME = "burn"
