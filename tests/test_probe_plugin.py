@@ -29,7 +29,7 @@ from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.probes.base import NodeScript, Probe, cluster_judgement, own_figures
+from cluster_accept.probes.base import NodeScript, Probe, cluster_judgement, own_figures, own_settings
 from cluster_accept.reports.figures import ReportSection, Table
 
 NAME = "trivial"
@@ -75,7 +75,7 @@ SLOW = frozenset({"below_threshold"})
 
 
 def _minimum_set(profile):
-    return Settings.model_validate(profile.plugins.get(NAME, {})).trivial_rate_per_s_min is not None
+    return own_settings(NAME, Settings, profile).trivial_rate_per_s_min is not None
 
 
 PROBE = Probe(

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 from pydantic import BaseModel
@@ -110,13 +110,6 @@ class Probe:
     def command(self, node: Node, quick: bool = False) -> str | None:
         return self.script.command(node, quick)
 
-    def settings_of(self, profile: Profile) -> BaseModel | None:
-        """This probe's settings for a node of ``profile`` (its defaults where the profile gives none); refused
-        when the inventory loads, so a value here has been validated."""
-        if self.settings is None:
-            return None
-        return self.settings.model_validate(profile.plugins.get(self.name, {}))
-
 
 def _modules(package: str) -> list[ModuleType]:
     """The package's public modules and sub-packages (a big probe is one), then those published under the
@@ -177,6 +170,15 @@ def json_figures(metrics: Mapping[str, MetricRule]) -> Callable[[str], ProbeOutp
     return parse
 
 
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def own_settings(name: str, model: type[SettingsT], profile: Profile) -> SettingsT:
+    """Probe ``name``'s settings for a node of ``profile``: its ``plugins: {name: …}`` keys read by its ``model``
+    (the defaults where the profile gives none); checked when the inventory loads, so valid here."""
+    return model.model_validate(profile.plugins.get(name, {}))
+
+
 def cluster_judgement(
     metrics: Mapping[str, MetricRule], settings: tuple[str, type[BaseModel]] | None = None
 ) -> Callable[[pd.DataFrame, Mapping[str, Profile]], list[tuple[str, CheckRow]]]:
@@ -189,7 +191,7 @@ def cluster_judgement(
         if settings is None:
             return judge(figures, metrics, limits)
         name, model = settings
-        own = {node: model.model_validate(profile.plugins.get(name, {})) for node, profile in profiles.items()}
+        own = {node: own_settings(name, model, profile) for node, profile in profiles.items()}
         return judge(figures, metrics, limits, own)
 
     return evaluate
