@@ -28,7 +28,8 @@ PY
 {
   echo "### machine"; nvidia-smi -L; nvidia-smi | sed -n 3p; command -v dcgmi || echo "no dcgmi"
   echo "### raw burn, 20 s (parser fixture)"
-  (cd cluster_accept/probes/node && python3 burn.py --seconds 20 --sample-s 1 > "$OUT/burn-20s.txt"; echo "exit $?")
+  raw=$(mktemp -d) && cp cluster_accept/probes/burn/node/burn.py cluster_accept/probes/node/gpu_bench.py "$raw"/  # shipped together
+  (cd "$raw" && python3 burn.py --seconds 20 --sample-s 1 > "$OUT/burn-20s.txt"; echo "exit $?")
   echo "### run 1: healthy, --suite burn"; s=$(date +%s)
   python3 -m cluster_accept.flows.cli run -i "$INVENTORY" --out "$OUT/healthy" --suite burn --history -
   echo "run exit $? wall $(( $(date +%s) - s )) s"; summary "$OUT/healthy"

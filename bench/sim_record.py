@@ -17,7 +17,6 @@ Needs root. ``python3 bench/sim_record.py [--out bench/sim/testbed-h200x4.json] 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import time
@@ -32,13 +31,13 @@ from cluster_accept.inventory.load import load_inventory  # noqa: E402
 from cluster_accept.inventory.model import Node  # noqa: E402
 from cluster_accept.probes.base import scripts_for  # noqa: E402
 from cluster_accept.remote.fanout import run_node  # noqa: E402
+from cluster_accept.remote.launch import GroupRun, rendezvous_address  # noqa: E402
+from cluster_accept.remote.probe_dir import run_in_probe_dir  # noqa: E402
 from cluster_accept.remote.result import CommandResult  # noqa: E402
-from cluster_accept.simulator.launch import NO_STATUS, launch_key, rank_args, tokenize  # noqa: E402
+from cluster_accept.simulator.launch import NO_STATUS, launch_key, rank_key, tokenize  # noqa: E402
 from cluster_accept.simulator.nodes import Answer, Recording  # noqa: E402
 from cluster_accept.tasks.check_batch import commands_for  # noqa: E402
-from cluster_accept.tasks.launcher import launch_group  # noqa: E402
-from cluster_accept.tasks.probe_dir import run_in_probe_dir  # noqa: E402
-from cluster_accept.tasks.ranks import ALLREDUCE_JOB, GroupRun, rendezvous_address  # noqa: E402
+from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_group  # noqa: E402
 from cluster_accept.tasks.single_node import probe_commands, probes_of_stage  # noqa: E402
 from cluster_accept.testbed import bed  # noqa: E402
 from cluster_accept.testbed.faults import fault_plan_from_data  # noqa: E402
@@ -89,7 +88,7 @@ def record(out: Path) -> Recording:
                 probes = probes_of_stage()
                 files = tuple(dict.fromkeys(f for s in scripts_for(node, probes, quick) for f in s.files))
                 probe_run = run_in_probe_dir(node, files, probe_commands(node, quick, probes))
-                for command, answer in zip(probe_commands(node, quick, probes), probe_run.results, strict=True):
+                for command, answer in zip(probe_commands(node, quick, probes), probe_run.commands, strict=True):
                     recording.add(
                         variant, node.name, command.script, Answer(answer.exit_code or 0, answer.stdout, answer.stderr)
                     )
@@ -106,11 +105,10 @@ def _add_run(recording: Recording, variant: str, nodes: list[Node], run: GroupRu
     """Every rank's answer of one real run, keyed by its role and its command with the run's values as tokens."""
     master = rendezvous_address(nodes[0])
     for index, (node, role) in enumerate(zip(nodes, roles, strict=True)):
-        command = ALLREDUCE_JOB.command(node, index, len(nodes), master, 1, run.tag).script
-        parsed = rank_args(command)
-        assert parsed is not None, command
-        key, args = parsed
-        args = dataclasses.replace(args, port="")  # the port the run picked is not kept: no output names it
+        # The port the run picked is not kept (0: unknown): no output names it.
+        command = ALLREDUCE_JOB.command(node, index, len(nodes), master, 0, run.tag)
+        key, args = rank_key(command), command.rendezvous
+        assert key is not None and args is not None, command.script
         rank = run.ranks[node.name]
         result = rank.result
         code = NO_STATUS if result is None or result.exit_code is None else result.exit_code

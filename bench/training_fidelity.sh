@@ -20,14 +20,14 @@ run() {  # run GPUS SCRIPT NAME [extra args]: the whole output kept, JSON lines 
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
   for gpus in 1 "$N"; do
     for round in 1 2; do
-      run "$gpus" cluster_accept/probes/node/train_step.py "probe_g${gpus}_r${round}" --device cuda
+      run "$gpus" cluster_accept/probes/training/node/train_step.py "probe_g${gpus}_r${round}" --device cuda
       run "$gpus" bench/train_reference.py "ref_g${gpus}_r${round}" --device cuda
     done
   done
-  NCCL_DEBUG=INFO run "$N" cluster_accept/probes/node/train_step.py "probe_nccl_info" --device cuda
+  NCCL_DEBUG=INFO run "$N" cluster_accept/probes/training/node/train_step.py "probe_nccl_info" --device cuda
   python3 bench/cotenant_gemm.py --gpu $((N - 1)) --seconds 120 > "$OUT/cotenant.log" 2>&1 &
   sleep 10
-  run "$N" cluster_accept/probes/node/train_step.py "probe_slow_gpu" --device cuda
+  run "$N" cluster_accept/probes/training/node/train_step.py "probe_slow_gpu" --device cuda
   kill %1
   python3 bench/training_fidelity.py "$OUT"
 } > "$OUT/training_fidelity.log" 2>&1

@@ -11,7 +11,7 @@ M1300="--layers 24 --width 2048 --heads 16 --seq-len 2048 --micro-batch 4 --voca
 run() {
   local gpus=$1 name=$2; shift 2
   local s=$(date +%s)
-  python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" cluster_accept/probes/node/train_step.py --device cuda \
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" cluster_accept/probes/training/node/train_step.py --device cuda \
     "$@" > "$OUT/$name.log" 2>&1
   echo "$name: exit $? wall $(( $(date +%s) - s )) s"
   grep '"training_tokens_per_s_per_gpu"\|"training_peak_memory_gib"\|"params"' "$OUT/$name.log" | cut -c1-300

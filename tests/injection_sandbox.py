@@ -201,7 +201,11 @@ def install_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     def connect(node: Node) -> SshSession:
         return SshSession(node, FakeConnection(box))  # type: ignore[arg-type]
 
-    for module in ("cluster_accept.tasks.probe_dir", "cluster_accept.tasks.launcher", "cluster_accept.remote.fanout"):
+    for module in (
+        "cluster_accept.remote.probe_dir",
+        "cluster_accept.remote.ssh_launcher",
+        "cluster_accept.remote.fanout",
+    ):
         monkeypatch.setattr(f"{module}.connect", connect)
     return box
 

@@ -14,7 +14,7 @@ from cluster_accept.checks import hostname
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, ProbeSettings, Profile
 from cluster_accept.probes.scripts import allreduce_command
-from cluster_accept.tasks.probe_dir import PROBES_DIR
+from cluster_accept.remote.probe_dir import PROBES_DIR
 from tests.capture import NO_CLUSTER
 
 PROFILE = Profile()

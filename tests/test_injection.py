@@ -20,10 +20,10 @@ import pytest
 from cluster_accept.checks.base import discover
 from cluster_accept.probes.scripts import LOOPBACK_PORT
 from cluster_accept.probes.training import train_arguments
+from cluster_accept.remote.probe_dir import run_in_probe_dir
 from cluster_accept.remote.result import NodeStatus, RemoteCommand
 from cluster_accept.tasks.check_batch import run_preflight_on_node
-from cluster_accept.tasks.launcher import launch_group
-from cluster_accept.tasks.probe_dir import run_in_probe_dir
+from cluster_accept.tasks.multi_node.ranks import launch_group
 from cluster_accept.tasks.single_node import run_probes_on_node
 from tests.injection_sandbox import HOSTILE, Sandbox, install_sandbox, node
 
@@ -151,7 +151,7 @@ def test_hostile_mktemp_output_is_refused_before_any_command(sandbox: Sandbox, t
 
     run = run_in_probe_dir(node(), ("gpu_bench.py",), [RemoteCommand("x", "true")])
 
-    assert (run.status, run.results) == (NodeStatus.ERROR, [])
+    assert (run.status, run.commands) == (NodeStatus.ERROR, [])
     assert "mktemp failed" in run.detail
     assert len(sandbox.command_lines) == 1  # no copy, no batch, no rm -rf of a path the node made up
     assert not sandbox.marker.exists()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.checks.base import Status
-from cluster_accept.tasks.group_rows import failed_run_rows
-from cluster_accept.tasks.launcher import GroupRun
+from cluster_accept.remote.launch import GroupRun
+from cluster_accept.tasks.multi_node.group_rows import failed_run_rows
 from tests.processes import run_cli
 
 INVENTORY = """\

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, ProbeSettings, Profile
+from cluster_accept.remote import ssh_launcher as launcher
 from cluster_accept.remote.detached import parse_poll, poll_script
+from cluster_accept.remote.launch import FAILURE_GRACE_S
 from cluster_accept.remote.result import NodeStatus
-from cluster_accept.tasks import launcher
-from cluster_accept.tasks.group_rows import culprits, failed_run_rows, teardown_rows
-from cluster_accept.tasks.launcher import FAILURE_GRACE_S, POLL_S, THREAD_PREFIX, launch_group, launch_groups
+from cluster_accept.remote.ssh_launcher import POLL_S, THREAD_PREFIX
+from cluster_accept.tasks.multi_node.group_rows import culprits, failed_run_rows, teardown_rows
+from cluster_accept.tasks.multi_node.ranks import launch_group, launch_groups
 from tests.processes import processes_matching
 
 MEASUREMENT = '{"metric": "allreduce_busbw_gbps", "value": 1.5, "size": 1048576, "world_size": %s}\\n'

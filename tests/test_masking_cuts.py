@@ -13,10 +13,11 @@ from cluster_accept.analysis.nccl_log import failure_lines
 from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.checks import infiniband
 from cluster_accept.inventory.model import DEFAULT_SSH, Node, Profile
-from cluster_accept.remote.detached import POLL_ERROR_CHARS, START_ERROR_CHARS, poll_detached, start_detached
-from cluster_accept.remote.fanout import ERROR_TAIL_CHARS, NodeSession, run_batch
-from cluster_accept.remote.result import NodeStatus, RemoteCommand
+from cluster_accept.remote.detached import POLL_ERROR_CHARS, START_ERROR_CHARS
+from cluster_accept.remote.result import NoAnswer, NodeStatus, RemoteCommand
+from cluster_accept.remote.session import NodeSession
 from cluster_accept.remote.sessions import SessionCache
+from cluster_accept.remote.shell import ERROR_TAIL_CHARS, ShellSession
 from cluster_accept.vocabulary.secrets import mask_secrets, masked_head, masked_tail
 from cluster_accept.vocabulary.text import keep_head, keep_tail
 
@@ -128,8 +129,8 @@ def _straddling(limit: int) -> str:
     return "e" * 3000 + "\nexport DB_PAS" + tail + "f" * (limit - len(tail))
 
 
-class _Session:
-    """A node's session that answers every script with ``answer``."""
+class _Session(ShellSession):
+    """A node's shell session that answers every script with ``answer``."""
 
     def __init__(self, answer: tuple[int | None, str, str, bool]) -> None:
         self.answer = answer
@@ -138,9 +139,6 @@ class _Session:
         return self.answer
 
     def put(self, local_path: str, remote_path: str) -> None:
-        return None
-
-    def close(self) -> None:
         return None
 
 
@@ -158,7 +156,7 @@ def test_a_failed_batch_detail_is_masked_then_cut() -> None:
     stderr = _straddling(ERROR_TAIL_CHARS)
     assert VALUE in stderr.strip()[-ERROR_TAIL_CHARS:]  # what a cut before the mask kept
     commands = [RemoteCommand("a", "true")]
-    batch = run_batch(_Session((1, "", stderr + "\n", False)), _node(), commands)
+    batch = _Session((1, "", stderr + "\n", False)).run_batch(commands, 120.0)
     assert batch.status is NodeStatus.ERROR and batch.detail.startswith("batch exited 1: [truncated: ")
     _assert_masked_cut(batch.detail, ERROR_TAIL_CHARS, len(mask_secrets(stderr)))
 
@@ -166,18 +164,18 @@ def test_a_failed_batch_detail_is_masked_then_cut() -> None:
 def test_a_failed_poll_is_masked_then_cut() -> None:
     stderr = _straddling(POLL_ERROR_CHARS)
     session: NodeSession = _Session((255, "", stderr, False))
-    said = poll_detached(SessionCache(4, lambda node: session), _node(), "/tmp/ca.x", 123, None)
-    assert isinstance(said, str)
-    _assert_masked_cut(said, POLL_ERROR_CHARS, len(mask_secrets(stderr)))
+    said = SessionCache(4, lambda node: session).run(_node(), lambda s: s.poll_detached("/tmp/ca.x", 123, None))
+    assert isinstance(said, NoAnswer)
+    _assert_masked_cut(said.why, POLL_ERROR_CHARS, len(mask_secrets(stderr)))
 
 
 @pytest.mark.parametrize("stream", ["err", "out"])
 def test_a_failed_start_is_masked_then_cut(stream: str) -> None:
     text = _straddling(START_ERROR_CHARS)
     out, err = (text, "") if stream == "out" else ("", text)
-    said = start_detached(_Session((1, out, err, False)), "/tmp/ca.x", RemoteCommand("r", "true"), 60.0, "t")
-    assert isinstance(said, str)
-    _assert_masked_cut(said, START_ERROR_CHARS, len(mask_secrets(text)))
+    said = _Session((1, out, err, False)).start_detached("/tmp/ca.x", RemoteCommand("r", "true"), 60.0, "t")
+    assert isinstance(said, NoAnswer)
+    _assert_masked_cut(said.why, START_ERROR_CHARS, len(mask_secrets(text)))
 
 
 def test_the_new_shapes_are_linear_in_hostile_output() -> None:

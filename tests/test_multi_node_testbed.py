@@ -15,7 +15,8 @@ import yaml
 
 from cluster_accept.inventory.hostlist import expand
 from cluster_accept.inventory.load import load_inventory
-from cluster_accept.tasks.launcher import THREAD_PREFIX, launch_group, launch_groups
+from cluster_accept.remote.ssh_launcher import THREAD_PREFIX
+from cluster_accept.tasks.multi_node.ranks import launch_group, launch_groups
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import only_run, processes_matching, run_cli, run_verdicts, start_cli

@@ -15,10 +15,8 @@ from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.flows.acceptance import resolve_suite
 from cluster_accept.flows.schedule import deployment_name, deployment_parameters
 from cluster_accept.inventory.model import Thresholds
-from cluster_accept.probes.gemm import METRICS as RULES
-from cluster_accept.reports.summary import prometheus_text, summary
-from cluster_accept.tasks.after_run import Operations, warnings_by_node
-from cluster_accept.tasks.slurm import (
+from cluster_accept.ops.after_run import Operations, warnings_by_node
+from cluster_accept.ops.slurm import (
     REASON_PREFIX,
     SlurmNode,
     SlurmPlan,
@@ -29,6 +27,8 @@ from cluster_accept.tasks.slurm import (
     plan,
     read_nodes,
 )
+from cluster_accept.probes.gemm import METRICS as RULES
+from cluster_accept.reports.summary import prometheus_text, summary
 
 RUN = {"run_id": "r9", "cluster": "prod", "started": "2026-11-21T10:00:00+00:00", "ended": "2026-11-21T10:05:00+00:00"}
 # summary.json as it was written from plain-string verdicts: the typed rows must give the same text.

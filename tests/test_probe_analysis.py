@@ -174,15 +174,15 @@ def _bench_and_sweep(busbw: float) -> list[CommandResult]:
 def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
     """Two probes speak for the all-reduce (torch and nccl-tests): only the one that ran judges a node."""
     from cluster_accept.inventory.model import Inventory
-    from cluster_accept.remote.result import NodeStatus
-    from cluster_accept.tasks.single_node import NodeProbes, evaluate_single_node
+    from cluster_accept.remote.result import NodeResult, NodeStatus
+    from cluster_accept.tasks.single_node import evaluate_single_node
 
     profile = Profile(thresholds=Thresholds(gemm_bf16_tflops_min=600))
     nodes = [
         Node(name=f"n{i}", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS) for i in (1, 2)
     ]
     inventory = Inventory("c", nodes, {"p": profile}, "inventory.yaml", "digest")
-    outcomes = [NodeProbes(n.name, NodeStatus.OK, commands=_bench_and_sweep(300.0)) for n in nodes]
+    outcomes = [NodeResult(n.name, NodeStatus.OK, commands=_bench_and_sweep(300.0)) for n in nodes]
     rows, measurements = evaluate_single_node("r", inventory, outcomes)
     keys = [(r.node, r.check, r.item, r.gpu, r.reason) for r in rows]
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster_accept.remote.probe_dir import STALE_MARGIN_MIN, stale_minutes
 from cluster_accept.remote.result import RemoteCommand
-from cluster_accept.tasks.probe_dir import STALE_MARGIN_MIN, make_dir_script
+from cluster_accept.remote.shell import make_dir_script
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ def test_stale_probe_directories_are_swept_and_the_new_one_is_private(tmp_path: 
     for path in (dead, other):
         os.utime(path, (old, old))
     done = subprocess.run(
-        ["bash", "-c", make_dir_script(commands)],
+        ["bash", "-c", make_dir_script(stale_minutes(commands))],
         capture_output=True,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp_path)},

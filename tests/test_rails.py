@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from cluster_accept.analysis.rails import judge_rails
 from cluster_accept.inventory.model import Node, Profile, Rail, SshSettings
-from cluster_accept.tasks.ranks import rail_env, rail_job
+from cluster_accept.tasks.multi_node.ranks import rail_env, rail_job
 
 
 def test_a_rail_far_below_its_siblings_is_slow_and_sets_isolations_floor() -> None:

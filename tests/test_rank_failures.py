@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster_accept.analysis.rank_failures import peer_loss_line, rank_done, rank_end, worker_signal
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import TOOL_CHECK
+from cluster_accept.remote.launch import GroupRun, RankRun
+from cluster_accept.remote.rank_end import peer_loss_line, rank_done, rank_end, worker_signal
 from cluster_accept.remote.result import CommandResult, NodeStatus
-from cluster_accept.tasks.group_rows import culprits, failed_run_rows, teardown_rows
-from cluster_accept.tasks.ranks import GroupRun, RankRun
+from cluster_accept.tasks.multi_node.group_rows import culprits, failed_run_rows, teardown_rows
 
 DATA = Path(__file__).parent / "data" / "torchrun"
 KILLED = (DATA / "killed-rank-sigkill.txt").read_text()

@@ -11,9 +11,9 @@ from cluster_accept.checks import nccl_env
 from cluster_accept.checks.base import CheckRow, Status, discover, error_row
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
+from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks import single_node
 from cluster_accept.tasks.check_batch import NodePreflight
-from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.preflight import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
 from cluster_accept.vocabulary.secrets import is_secret_name, mask_secrets, mask_value
@@ -317,10 +317,11 @@ def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:
     result = NodeResult("node01", NodeStatus.ERROR, detail=f"batch exited 1: {HF}")
     result.commands.append(CommandResult("nccl_env", 0, stdout, f"warning: {JWT}"))
     checkpoints = Checkpoints(tmp_path)
-    checkpoints.save_node("preflight", "node01", node_result_to_data(result))
+    checkpoints.save_node("preflight", result)
     saved = next((tmp_path / "checkpoints" / "preflight").iterdir()).read_text()
     assert "S3KR1T" not in saved and "NCCL_PASSWD=***" in saved and "ghp_***" in saved
-    loaded = node_result_from_data(checkpoints.load_nodes("preflight")["node01"])
+    loaded = checkpoints.load_nodes("preflight")["node01"]
+    assert (loaded.status, loaded.detail) == (NodeStatus.ERROR, "batch exited 1: hf_***")
     assert nccl_env.parse(loaded.commands[0].stdout, 0) == nccl_env.parse(stdout, 0)
 
 

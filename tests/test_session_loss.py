@@ -18,12 +18,12 @@ from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import NodeRow, Status, discover
 from cluster_accept.flows.finish import RunOutcome
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
+from cluster_accept.ops.slurm import SlurmNode, plan
 from cluster_accept.remote.batch import parse_batch
-from cluster_accept.remote.fanout import run_batch
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand, SessionLost, UnreachableCause
+from cluster_accept.remote.shell import ShellSession
 from cluster_accept.tasks.check_batch import commands_for, parse_node_result
 from cluster_accept.tasks.preflight import evaluate_preflight
-from cluster_accept.tasks.slurm import SlurmNode, plan
 from cluster_accept.tasks.stages import declared_links
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
@@ -110,7 +110,7 @@ def node(name: str = "n1") -> Node:
     return Node(name=name, ssh=DEFAULT_SSH, profile_name="p", profile=Profile(), address="10.0.0.1")
 
 
-class _LostMidBatch:
+class _LostMidBatch(ShellSession):
     """A session whose node dies after the first command's output: the batch's frames stop there."""
 
     def __init__(self, commands: list[RemoteCommand]) -> None:
@@ -124,15 +124,13 @@ class _LostMidBatch:
 
     def put(self, local_path: str, remote_path: str) -> None: ...
 
-    def close(self) -> None: ...
-
 
 def test_a_batch_cut_by_a_lost_session_keeps_what_completed() -> None:
     commands = [RemoteCommand("a", "echo first output"), RemoteCommand("b", "sleep 100"), RemoteCommand("c", "true")]
-    batch = run_batch(_LostMidBatch(commands), node(), commands)
+    batch = _LostMidBatch(commands).run_batch(commands, 120.0)
     assert (batch.status, batch.cause) == (NodeStatus.UNREACHABLE, UnreachableCause.SESSION_LOST)
-    assert [r.exit_code for r in batch.results] == [0, None, None]
-    assert batch.results[0].stdout == "first output\n"
+    assert [r.exit_code for r in batch.commands] == [0, None, None]
+    assert batch.commands[0].stdout == "first output\n"
     assert parse_batch(commands, "", "", "x")[0].exit_code is None  # nothing framed: nothing claimed
 
 

@@ -12,8 +12,8 @@ from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.flows.progress import Silent
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory
-from cluster_accept.tasks.checkpoints import Checkpoints
-from cluster_accept.tasks.outputs import RunDir
+from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.shards import (
     drift_across_shards,
     merge_shard,

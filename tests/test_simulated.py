@@ -1,5 +1,6 @@
 """The simulated transport (scale work): batches answered in-process from a recording of real test-bed nodes,
-framed as a node's shell frames them, so the real checks judge simulated nodes as they judge real ones."""
+command by command through the typed session, so the real checks judge simulated nodes as they judge real
+ones."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from cluster_accept.checks.base import Status, discover
 from cluster_accept.flows.acceptance import refuse_unresolved_auto
 from cluster_accept.inventory.load import InventoryError, load_inventory
-from cluster_accept.remote.batch import build_batch, parse_batch
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.simulator.nodes import (
     NODE_TOKEN,
@@ -19,28 +19,12 @@ from cluster_accept.simulator.nodes import (
     Recording,
     SimulatedNode,
     SimulatedSession,
-    batch_commands,
-    frame,
     scale_figures,
 )
 from cluster_accept.tasks.check_batch import run_preflight_on_node
 from cluster_accept.tasks.preflight import evaluate_preflight
 
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
-
-
-def test_a_batch_round_trips_through_the_simulated_shell() -> None:
-    commands = [
-        RemoteCommand("multi", "nvidia-smi -q | grep 'Persistence Mode'\necho \"$HOME\" 'a '\"'\"'b'"),
-        RemoteCommand("probe", 'cd "$CA_PROBE_DIR" && python3 gemm.py', {"CA_PROBE_DIR": "/tmp/x y"}),
-    ]
-    script = build_batch(commands, 30, "0123abcd")
-    found = batch_commands(script)
-    assert found == ("0123abcd", [c.script for c in commands])
-    stdout, stderr = frame("0123abcd", [Answer(0, "line 1\nline 2"), Answer(2, "", "no such file")])
-    results = parse_batch(commands, stdout, stderr, "0123abcd")
-    assert [(r.exit_code, r.stdout, r.stderr) for r in results] == [(0, "line 1\nline 2", ""), (2, "", "no such file")]
-    assert batch_commands('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"') is None
 
 
 def test_a_recording_keeps_faulty_answers_that_differ_and_names_the_answering_node(tmp_path: Path) -> None:
@@ -57,12 +41,10 @@ def test_a_recording_keeps_faulty_answers_that_differ_and_names_the_answering_no
     loaded = Recording.load(tmp_path / "r.json")
     assert loaded.variants == recording.variants
     session = SimulatedSession(SimulatedNode("gpu-0042", "old"), loaded)
-    script = build_batch(
-        [RemoteCommand("h", "hostname"), RemoteCommand("v", "cat v"), RemoteCommand("x", "lspci")], 9, "ff"
-    )
-    code, out, err, timed_out = session.run_script(script, 60)
-    results = parse_batch([RemoteCommand(n, "") for n in "hvx"], out, err, "ff")
-    assert (code, timed_out) == (0, False)
+    commands = [RemoteCommand("h", "hostname"), RemoteCommand("v", "cat v", {"A": "b"}), RemoteCommand("x", "lspci")]
+    batch = session.run_batch(commands, 9.0)
+    results = batch.commands
+    assert [r.name for r in results] == ["h", "v", "x"] and batch.detail == ""
     assert [(r.exit_code, r.stdout) for r in results] == [(0, "gpu-0042\n"), (0, "570.86.15\n"), (127, "")]
     assert "no recorded answer to 'lspci'" in results[2].stderr  # never a silent pass
 
@@ -143,8 +125,8 @@ def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_strag
     """Several stragglers re-measured (nodes that run the same probes again are judged together): each slow
     node's straggler rows stay as judged, confirmed on its own new figures; no healthy node has one."""
     from cluster_accept.flows.progress import Silent
-    from cluster_accept.tasks.checkpoints import Checkpoints
-    from cluster_accept.tasks.outputs import RunDir
+    from cluster_accept.rundir.checkpoints import Checkpoints
+    from cluster_accept.rundir.outputs import RunDir
     from cluster_accept.tasks.single_node import (
         confirm_stragglers,
         evaluate_single_node,

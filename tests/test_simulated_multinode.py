@@ -13,48 +13,46 @@ import yaml
 
 from cluster_accept.flows.acceptance import bisect, refuse_unresolved_auto, run_acceptance
 from cluster_accept.inventory.load import load_inventory
-from cluster_accept.remote.detached import (
-    parse_poll,
-    parse_started,
-    poll_script,
-    put_text,
-    start_script,
-    tag_pattern,
-    wrapper_script,
-)
-from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.remote.detached import tag_pattern
+from cluster_accept.remote.result import PollAnswer, RemoteCommand, Rendezvous
 from cluster_accept.simulator.launch import (
     ADDR_TOKEN,
     NO_STATUS,
     PORT_TOKEN,
     TAG_TOKEN,
     Member,
-    RankArgs,
     group_answers,
     launch_key,
-    rank_args,
+    rank_key,
 )
 from cluster_accept.simulator.nodes import NODE_TOKEN, Answer, Recording, SimulatedNode, SimulatedSession
 from cluster_accept.testbed.profile import base_profile
 from tests.processes import only_run, run_verdicts
 
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
-RANK = (
-    'cd "$CA_PROBE_DIR" && n=1; exec env NCCL_DEBUG=INFO /usr/bin/python3 -m torch.distributed.run --nnodes=4 '
-    "--nproc_per_node=$n --node_rank=2 --master_addr=gpu0001 --master_port=29511 --rdzv-conf=timeout=120 "
-    "allreduce.py --device cpu --label inter_node --tag 0a1b2c --min-bytes 1048576 2>&1"
-)
-KEY, ARGS = rank_args(RANK) or ("", RankArgs(0, 0, "", "", ""))
+
+
+def rank(world: int = 4, node_rank: int = 2, tag: str = "0a1b2c") -> RemoteCommand:
+    """A rank's command as the launcher builds it: its text, and its run's values typed beside it."""
+    script = (
+        f'cd "$CA_PROBE_DIR" && n=1; exec env NCCL_DEBUG=INFO /usr/bin/python3 -m torch.distributed.run '
+        f"--nnodes={world} --nproc_per_node=$n --node_rank={node_rank} --master_addr=gpu0001 --master_port=29511 "
+        f"--rdzv-conf=timeout=120 allreduce.py --device cpu --label inter_node --tag {tag} --min-bytes 1048576 2>&1"
+    )
+    return RemoteCommand("allreduce_inter", script, rendezvous=Rendezvous(world, node_rank, "gpu0001", 29511, tag, 120))
+
+
+ARGS = Rendezvous(world=4, rank=2, addr="gpu0001", port=29511, tag="0a1b2c", wait_s=120.0)
+KEY = rank_key(rank()) or ""
 FIGURES = {"metric": "allreduce_busbw_gbps", "collective": "all_reduce", "value": 0.4, "algbw_gbps": 0.4}
 
 
 def test_a_rank_command_names_its_run_and_keys_its_recorded_answer() -> None:
-    assert ARGS == RankArgs(world=4, rank=2, addr="gpu0001", port="29511", tag="0a1b2c", wait_s=120.0)
+    assert rank().rendezvous == ARGS
     assert all(token in KEY for token in ("--nnodes=@@NNODES@@", "--node_rank=@@RANK@@", ADDR_TOKEN, PORT_TOKEN))
     assert "0a1b2c" not in KEY and "29511" not in KEY and "--tag @@TAG@@" in KEY
-    other = RANK.replace("--node_rank=2", "--node_rank=0").replace("0a1b2c", "ffee").replace("=4 ", "=64 ")
-    assert (rank_args(other) or ("",))[0] == KEY  # any rank of any run of the same command: one recorded answer
-    assert rank_args(RANK.replace("--tag 0a1b2c", "")) is None  # not a rank the launcher starts
+    assert rank_key(rank(64, 0, "ffee")) == KEY  # any rank of any run of the same command: one recorded answer
+    assert rank_key(RemoteCommand("allreduce_inter", rank().script)) is None  # no rendezvous: no rank of a run
 
 
 def _recording() -> Recording:
@@ -100,20 +98,17 @@ def test_a_broken_member_fails_its_group_as_the_recorded_run_failed() -> None:
     assert unknown[0].exit_code == 127 and "no recorded multi-node answer" in unknown[0].stderr
 
 
-def _start(session: SimulatedSession, rank: int, tag: str) -> tuple[str, int]:
-    """A rank started as the launcher starts it: a directory, the wrapper shipped, the detached start."""
-    remote_dir = session.run_script('mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"', 60)[1].strip()
-    script = RANK.replace("=4 ", "=2 ").replace("_rank=2", f"_rank={rank}").replace("0a1b2c", tag)
-    put_text(session, wrapper_script(remote_dir, RemoteCommand("allreduce_inter", script), 120), f"{remote_dir}/run.sh")
-    code, out, _, _ = session.run_script(start_script(remote_dir, tag), 60)
-    pid = parse_started(code, out)
-    assert pid is not None, out
+def _start(session: SimulatedSession, node_rank: int, tag: str) -> tuple[str, int]:
+    """A rank started as the launcher starts it: a directory, then the detached start of its command."""
+    remote_dir = session.make_probe_dir(60)
+    pid = session.start_detached(remote_dir, rank(2, node_rank, tag), 120.0, tag)
+    assert isinstance(pid, int), pid
     return remote_dir, pid
 
 
 def _poll(session: SimulatedSession, remote_dir: str, pid: int, stop: str | None = None) -> tuple[bool, int | None]:
-    answer = parse_poll(*session.run_script(poll_script(remote_dir, pid, stop), 60)[:3])
-    assert answer is not None
+    answer = session.poll_detached(remote_dir, pid, stop)
+    assert isinstance(answer, PollAnswer)
     return answer.running, answer.exit_code
 
 
@@ -127,8 +122,10 @@ def test_simulated_ranks_answer_the_detached_protocol() -> None:
     assert _poll(first, *one) == (False, None)  # collected: its directory is gone
     alone = _start(first, 0, "bb22")
     assert _poll(first, *alone, tag_pattern("bb22")) == (False, None)  # stopped: no exit status
-    code, _, err, _ = first.run_script("lspci -vv", 60)
-    assert code == 127 and "no recorded answer" in err
+    refused = first.start_detached(first.make_probe_dir(60), RemoteCommand("x", "lspci -vv"), 60.0, "cc33")
+    assert not isinstance(refused, int) and "not a rank of a multi-node run" in refused.why
+    batch = first.run_batch([RemoteCommand("lspci", "lspci -vv")], 60.0)
+    assert batch.commands[0].exit_code == 127 and "no recorded answer" in batch.commands[0].stderr
 
 
 def _inventory(tmp_path: Path, nodes: int, faults: dict[str, str]) -> Path:

@@ -7,7 +7,7 @@ from cluster_accept.analysis.isolation import IsolationVerdict
 from cluster_accept.analysis.scaling import ScalingPoint, judge_steps
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
-from cluster_accept.tasks.slow_together import slow_together_rows
+from cluster_accept.tasks.multi_node.slow_together import slow_together_rows
 
 NODES = [
     Node(

@@ -11,7 +11,7 @@ import pytest
 
 from cluster_accept.inventory.load import InventoryError, as_local, from_slurm_names, load_inventory
 from cluster_accept.inventory.slurm_settings import SrunSettings
-from cluster_accept.tasks.srun_script import (
+from cluster_accept.remote.srun_script import (
     granted_job,
     probe_script,
     salloc_argv,

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from cluster_accept.inventory.load import load_inventory
+from cluster_accept.ops.slurm import SlurmNode, parse_show_nodes, read_nodes
+from cluster_accept.remote import srun
 from cluster_accept.remote.result import NodeStatus
-from cluster_accept.tasks import srun
-from cluster_accept.tasks.launcher import launch_group
-from cluster_accept.tasks.slurm import SlurmNode, parse_show_nodes, read_nodes
+from cluster_accept.tasks.multi_node.ranks import launch_group
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed.slurm import node_states
 from tests.processes import ROOT, only_run, run_cli, run_verdicts

@@ -11,7 +11,12 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from cluster_accept.analysis.training import (
+from cluster_accept.checks.base import Status
+from cluster_accept.inventory.model import Node as InventoryNode
+from cluster_accept.inventory.model import Profile, SshSettings, TrainingSettings
+from cluster_accept.inventory.shapes import PRESETS, ModelShape
+from cluster_accept.probes import training
+from cluster_accept.probes.training.judge import (
     TrainingPoint,
     flops_per_token,
     loss_check,
@@ -21,11 +26,6 @@ from cluster_accept.analysis.training import (
     slowest_rank,
     training_scaling,
 )
-from cluster_accept.checks.base import Status
-from cluster_accept.inventory.model import Node as InventoryNode
-from cluster_accept.inventory.model import Profile, SshSettings, TrainingSettings
-from cluster_accept.inventory.shapes import PRESETS, ModelShape
-from cluster_accept.probes import training
 
 DATA = Path(__file__).resolve().parent / "data" / "training"
 H200X2 = (DATA / "h200x2_350m_ddp.txt").read_text()

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.probes.training.report import training_section
 from cluster_accept.reports.figures import ReportView
-from cluster_accept.reports.training_figures import training_section
 
 MODEL = "gpt 355.7M L24 d1024 h16 s2048 mb8 v50304 ddp bf16 eager"
 

@@ -13,9 +13,9 @@ from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
 from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
+from cluster_accept.remote.launch import GroupJob, GroupRun, RankRun
 from cluster_accept.remote.result import CommandResult, NodeStatus
-from cluster_accept.tasks.ranks import GroupJob, GroupRun, RankRun
-from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
+from cluster_accept.tasks.multi_node.training_sweep import isolate_training, training_sweep
 
 CAPTURE = (Path(__file__).resolve().parent / "data" / "training" / "h200x2_350m_ddp.txt").read_text()
 PER_GPU = '"metric": "training_tokens_per_s_per_gpu", "value": 143572.3'
@@ -141,7 +141,7 @@ def test_a_slow_pair_alone_still_fails_the_slow_steps() -> None:
 
 def test_nodes_that_train_differently_sweep_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     from cluster_accept.inventory.model import Inventory
-    from cluster_accept.tasks import multi_node
+    from cluster_accept.tasks.multi_node import stage as multi_node
 
     small = Profile.model_validate({"training": {"preset": "125m"}})
     big = Profile.model_validate({"training": {"preset": "350m"}})

@@ -92,7 +92,7 @@ MEASUREMENTS = pa.schema(
         ("clock_event_reasons", pa.string()),
         ("transport", pa.string()),  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
         ("group", pa.string()),  # multi-node all-reduce: the nodes of the run, folded (node[01-04])
-        ("model", pa.string()),  # training: the model trained (analysis.training.model_text)
+        ("model", pa.string()),  # training: the model trained (probes.training.judge.model_text)
     ],
     metadata={"cluster_accept_schema": "measurements", "version": SCHEMA_VERSION},
 )

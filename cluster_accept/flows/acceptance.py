@@ -35,14 +35,14 @@ from cluster_accept.flows import progress
 from cluster_accept.flows.finish import NothingToTest, ReportContext, RunOutcome, finish, refuse_nothing_to_test
 from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.load import as_local, load_inventory, select_nodes
+from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import discover as discover_probes
-from cluster_accept.probes.base import plugin_settings
-from cluster_accept.tasks.after_run import Operations
-from cluster_accept.tasks.checkpoints import Checkpoints
-from cluster_accept.tasks.multi_node import STAGE as MULTI_NODE
-from cluster_accept.tasks.outputs import ResumeError, RunDir, RunLocked, now_iso, resumable_info, start_run
+from cluster_accept.probes.base import load_checked_inventory
+from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.rundir.outputs import ResumeError, RunDir, RunLocked, now_iso, resumable_info, start_run
+from cluster_accept.tasks.multi_node.stage import STAGE as MULTI_NODE
 from cluster_accept.tasks.single_node import judged_rules
 from cluster_accept.tasks.stage import RunState, Stage, run_stage
 from cluster_accept.tasks.stages import STAGES as STAGE_ORDER
@@ -149,7 +149,7 @@ def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
             f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
             "(the finished shards' results stay under its shards/)"
         )
-    inventory = load_inventory(run_info["inventory"], plugins=plugin_settings())
+    inventory = load_checked_inventory(run_info["inventory"])
     if inventory.digest != run_info.get("inventory_digest"):
         raise ResumeError(
             f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
@@ -284,7 +284,7 @@ def acceptance(
         past, ops, concurrency = restored_options(run_info, history_dir(out_dir, history), ops, concurrency)
         inventory = as_local(inventory) if run_info.get("local") else inventory
         return _acceptance(inventory, run_dir, run_info, past, ops, concurrency, record_history)
-    inventory = select_nodes(load_inventory(inventory_path, plugins=plugin_settings()), nodes)
+    inventory = select_nodes(load_checked_inventory(inventory_path), nodes)
     inventory = as_local(inventory) if local else inventory
     chosen, quick = resolve_suite(suite, stages)
     refuse_unresolved_auto(inventory, chosen)
@@ -355,7 +355,7 @@ def bisect(
     concurrency: int = 64,
 ) -> RunOutcome:
     """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
-    inventory = load_inventory(inventory_path, plugins=plugin_settings())
+    inventory = load_checked_inventory(inventory_path)
     refuse_unresolved_auto(inventory, [])
     suspect_nodes = select_nodes(inventory, suspects).tested
     good_nodes = select_nodes(inventory, good).tested if good else []

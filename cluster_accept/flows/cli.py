@@ -32,9 +32,9 @@ from cluster_accept.flows.orphans import mark_controller, reap_orphans
 from cluster_accept.flows.profile_commands import profile_app
 from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_request, outcome_of
 from cluster_accept.inventory.hostlist import HostlistError, fold
-from cluster_accept.inventory.load import InventoryError, load_inventory
-from cluster_accept.probes.base import plugin_settings
-from cluster_accept.tasks.after_run import Operations
+from cluster_accept.inventory.load import InventoryError
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.vocabulary.text import visible
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def _fail_usage(message: str) -> typer.Exit:
 def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML file")]) -> None:
     """Validate an inventory and print the nodes that would be tested, folded, per profile."""
     try:
-        inventory = load_inventory(path, plugins=plugin_settings())
+        inventory = load_checked_inventory(path)
     except InventoryError as exc:
         raise _inventory_error(exc) from None
     # Names come from the operator's file: never read as rich markup; control characters shown as escapes (rich
@@ -255,7 +255,7 @@ def bisect_command(
     from cluster_accept.flows.outcome_text import print_outcome
 
     try:
-        inv = load_inventory(inventory, plugins=plugin_settings())
+        inv = load_checked_inventory(inventory)
         refuse_unresolved_auto(select_nodes(inv, nodes), [])
         if good:
             select_nodes(inv, good)

@@ -20,13 +20,13 @@ from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.flows.artifacts import publish
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory
+from cluster_accept.ops.after_run import Operations, after_run
+from cluster_accept.ops.slurm import SlurmPlan
 from cluster_accept.probes.base import Probe
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.render import ReportData, build_context, render
-from cluster_accept.tasks.after_run import Operations, after_run
-from cluster_accept.tasks.checkpoints import Checkpoints
-from cluster_accept.tasks.outputs import now_iso, runs_row
-from cluster_accept.tasks.slurm import SlurmPlan
+from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.rundir.outputs import now_iso, runs_row
 from cluster_accept.tasks.stage import RunState
 
 TOOL_FAILURE = 3  # the exit code of a run the tool itself failed in (cli: one line, the traceback in a log)

@@ -18,8 +18,8 @@ import typer
 from cluster_accept.flows.exits import NOT_ACCEPTED, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
 from cluster_accept.inventory.hostlist import HostlistError
-from cluster_accept.inventory.load import InventoryError, load_inventory, select_nodes
-from cluster_accept.probes.base import plugin_settings
+from cluster_accept.inventory.load import InventoryError, select_nodes
+from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.remote.result import NodeResult, NodeStatus
 
 profile_app = typer.Typer(no_args_is_help=True, help="Profiles: suggest one from what the nodes have.")
@@ -52,7 +52,7 @@ def suggest(
     from cluster_accept.tasks.suggest import read_cluster
 
     try:
-        inv = load_inventory(inventory, plugins=plugin_settings())
+        inv = load_checked_inventory(inventory)
         chosen = select_nodes(inv, nodes).tested
     except InventoryError as exc:
         raise inventory_error(exc) from None

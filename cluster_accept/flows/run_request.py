@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster_accept.inventory.load import as_local, from_slurm_names, load_inventory
+from cluster_accept.inventory.load import as_local, from_slurm_names
 from cluster_accept.inventory.model import Inventory
-from cluster_accept.probes.base import plugin_settings
-from cluster_accept.tasks.after_run import Operations
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.probes.base import load_checked_inventory
 
 if TYPE_CHECKING:
     from cluster_accept.flows.finish import RunOutcome
@@ -48,7 +48,7 @@ class ShardRequest:
 def check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
     from cluster_accept.flows.acceptance import refuse_unresolved_auto, resolve_suite, resumable, select_nodes
-    from cluster_accept.tasks.outputs import check_not_held
+    from cluster_accept.rundir.outputs import check_not_held
 
     if request.resume:
         if (
@@ -75,9 +75,9 @@ def check_request(request: RunRequest) -> None:
         if request.nodes:
             raise ValueError("give --nodes or --slurm-nodes, not both")
         request.nodes = from_slurm_names(
-            load_inventory(request.inventory, plugins=plugin_settings()), request.slurm_nodes
+            load_checked_inventory(request.inventory), request.slurm_nodes
         )
-    inventory = select_nodes(load_inventory(request.inventory, plugins=plugin_settings()), request.nodes)
+    inventory = select_nodes(load_checked_inventory(request.inventory), request.nodes)
     if request.local:
         as_local(inventory)
     if request.shards is not None:

@@ -14,9 +14,8 @@ from typing import Any
 from prefect.client.schemas.schedules import CronSchedule
 
 from cluster_accept.flows.acceptance import SUITES, acceptance
-from cluster_accept.inventory.load import load_inventory
-from cluster_accept.probes.base import plugin_settings
-from cluster_accept.tasks.after_run import Operations
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.probes.base import load_checked_inventory
 
 
 def deployment_parameters(
@@ -53,7 +52,7 @@ def serve_deployment(
     except ValueError as exc:
         raise ValueError(f"--cron {cron!r} is not a cron expression: {exc}") from None
     parameters = deployment_parameters(inventory, suite, out_dir, history, operations)
-    cluster = load_inventory(inventory, plugins=plugin_settings()).cluster
+    cluster = load_checked_inventory(inventory).cluster
     acceptance.serve(
         name=name or deployment_name(cluster, suite),
         cron=cron,

@@ -48,10 +48,10 @@ from cluster_accept.flows.acceptance import (
 )
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.load import load_inventory, select_nodes
+from cluster_accept.inventory.load import select_nodes
+from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import discover as discover_probes
-from cluster_accept.probes.base import plugin_settings
-from cluster_accept.tasks.after_run import Operations
+from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.tasks.shards import (
     SHARD_CHECK,
     SHARD_REASONS,
@@ -245,7 +245,7 @@ def sharded_acceptance(
     by a worker of ``work_pool``; merged into ``out_dir/<run_id>`` (``out_dir`` shared by the workers' hosts)."""
     require_server()
     ops = operations or Operations()
-    inventory = select_nodes(load_inventory(inventory_path, plugins=plugin_settings()), nodes)
+    inventory = select_nodes(load_checked_inventory(inventory_path), nodes)
     chosen, quick = resolve_suite(suite, stages)
     refuse_unresolved_auto(inventory, chosen)
     plan = shard_plan(inventory, shard_by)

@@ -33,6 +33,7 @@ import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -44,7 +45,8 @@ from cluster_accept.analysis.probe_verdicts import MetricRule, judge
 from cluster_accept.checks.base import CheckRow
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
-from cluster_accept.inventory.model import Node, Profile, Thresholds
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
 
 ENTRY_POINTS = "cluster_accept.probes"
 SINGLE_NODE = "single-node"
@@ -143,6 +145,13 @@ def plugin_settings(probes: Sequence[Probe] | None = None) -> dict[str, type[Bas
     name: what the inventory is validated against when it loads."""
     chosen = discover() if probes is None else probes
     return {probe.name: probe.settings for probe in chosen if probe.settings is not None}
+
+
+def load_checked_inventory(path: str | Path) -> Inventory:
+    """The inventory at ``path``, each added probe's ``plugins:`` settings checked against its model on load
+    (the inventory cannot see the probes: it lies below them); raises
+    :class:`~inventory.load.InventoryError`, naming what is wrong."""
+    return load_inventory(path, plugins=plugin_settings())
 
 
 def scripts_for(node: Node, probes: Sequence[Probe], quick: bool = False) -> list[NodeScript]:

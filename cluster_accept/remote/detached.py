@@ -16,16 +16,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import tempfile
-from dataclasses import dataclass
 
-from cluster_accept.inventory.model import Node
 from cluster_accept.remote.batch import KILL_GRACE_S, command_timeout, env_prefix
-from cluster_accept.remote.result import RemoteCommand
-from cluster_accept.remote.session import NodeSession
-from cluster_accept.remote.sessions import SessionCache
-from cluster_accept.remote.ssh import Unreachable
-from cluster_accept.vocabulary.secrets import masked_tail
+from cluster_accept.remote.result import PollAnswer, RemoteCommand
 
 WRAPPER = "run.sh"
 START_WAIT_S = 10  # how long the start-up waits for the wrapper to report its pid
@@ -124,14 +117,6 @@ def poll_script(remote_dir: str, pid: int, kill_pattern: str | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class PollAnswer:
-    running: bool
-    exit_code: int | None = None  # None once ended: stopped or killed without writing a status
-    stdout: str = ""
-    stderr: str = ""
-
-
 def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
     """What :func:`poll_script` printed; None when the poll itself did not complete (no answer).
 
@@ -146,39 +131,3 @@ def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
         return None
     status = match.group(1)
     return PollAnswer(False, None if status == "none" else int(status), rest, stderr)
-
-
-def put_text(session: NodeSession, text: str, remote_path: str) -> None:
-    """Ship generated text the way probe scripts go: as a file (SFTP, or a copy), never on a command line."""
-    with tempfile.NamedTemporaryFile("w", prefix="cluster-accept-", suffix=".sh") as handle:
-        handle.write(text)
-        handle.flush()
-        session.put(handle.name, remote_path)
-
-
-def start_detached(
-    session: NodeSession, remote_dir: str, command: RemoteCommand, default_timeout_s: float, tag: str | None
-) -> int | str:
-    """Ship the wrapper into ``remote_dir`` and start it: the wrapper's pid, or why it did not start."""
-    put_text(session, wrapper_script(remote_dir, command, default_timeout_s), f"{remote_dir}/{WRAPPER}")
-    code, out, err, _ = session.run_script(start_script(remote_dir, tag), START_TIMEOUT_S)
-    pid = parse_started(code, out)
-    if pid is not None:
-        return pid
-    return masked_tail(err.strip() or out.strip(), START_ERROR_CHARS) or f"exit {code}"
-
-
-def poll_detached(
-    sessions: SessionCache, node: Node, remote_dir: str, pid: int, kill_pattern: str | None
-) -> PollAnswer | Unreachable | str:
-    """One :func:`poll_script` on ``node``; a string says why there was no answer."""
-    answer = sessions.run(node, poll_script(remote_dir, pid, kill_pattern), POLL_TIMEOUT_S)
-    if isinstance(answer, Unreachable):
-        return answer
-    code, out, err, timed_out = answer
-    parsed = parse_poll(code, out, err)
-    if parsed is not None:
-        return parsed
-    if timed_out:
-        return "no answer in time"
-    return masked_tail(err.strip(), POLL_ERROR_CHARS) or f"the poll exited {code}"

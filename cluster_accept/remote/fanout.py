@@ -12,26 +12,13 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
-from cluster_accept.remote.result import (
-    CommandResult,
-    NodeResult,
-    NodeStatus,
-    RemoteCommand,
-    SessionLost,
-    UnreachableCause,
-)
-from cluster_accept.remote.session import LocalSession as LocalSession
-from cluster_accept.remote.session import NodeSession as NodeSession
-from cluster_accept.remote.session import simulated_session
+from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.session import LocalSession, NodeSession, simulated_session
 from cluster_accept.remote.ssh import Unreachable, open_session
-from cluster_accept.vocabulary.secrets import masked_tail
 
 DEFAULT_CONCURRENCY = 64
-ERROR_TAIL_CHARS = 500  # of a failed batch's stderr in its node's detail: masked whole, then cut (masked_tail)
 
 
 def connect(node: Node) -> NodeSession | Unreachable:
@@ -40,39 +27,6 @@ def connect(node: Node) -> NodeSession | Unreachable:
     if node.is_local:
         return LocalSession(node)
     return open_session(node)
-
-
-@dataclass
-class BatchOutcome:
-    """A batch's end: ``status`` with its ``cause`` when the node went away mid-batch (what completed before
-    is in ``results``: commands that never reported have no exit code)."""
-
-    status: NodeStatus
-    detail: str
-    results: list[CommandResult]
-    cause: UnreachableCause | None = None
-
-
-def run_batch(session: NodeSession, node: Node, commands: Sequence[RemoteCommand]) -> BatchOutcome:
-    """Run ``commands`` as one script in an open session."""
-    default_timeout = node.ssh.command_timeout_s or 120.0
-    nonce = new_nonce()
-    script = build_batch(commands, default_timeout, nonce)
-    try:
-        exit_code, stdout, stderr, timed_out = session.run_script(script, batch_timeout(commands, default_timeout))
-    except SessionLost as lost:
-        results = parse_batch(commands, lost.stdout, lost.stderr, nonce)
-        return BatchOutcome(NodeStatus.UNREACHABLE, lost.detail, results, UnreachableCause.SESSION_LOST)
-    results = parse_batch(commands, stdout, stderr, nonce)
-    if timed_out:
-        for result in results:
-            if result.exit_code is None:
-                result.timed_out = True
-        return BatchOutcome(NodeStatus.OK, "the batch hit the client-side timeout", results)
-    if exit_code != 0 or any(r.exit_code is None for r in results):
-        said = masked_tail(stderr.strip(), ERROR_TAIL_CHARS)
-        return BatchOutcome(NodeStatus.ERROR, f"batch exited {exit_code}: {said}", results)
-    return BatchOutcome(NodeStatus.OK, "", results)
 
 
 def tool_error_detail(exc: BaseException) -> str:
@@ -95,10 +49,12 @@ def run_node(node: Node, commands: Sequence[RemoteCommand]) -> NodeResult:
                 duration_s=time.monotonic() - started,
             )
         try:
-            batch = run_batch(session, node, commands)
+            batch = session.run_batch(commands, node.ssh.command_timeout_s or 120.0)
         finally:
             session.close()
-        return NodeResult(node.name, batch.status, batch.cause, batch.detail, batch.results, time.monotonic() - started)
+        return NodeResult(
+            node.name, batch.status, batch.cause, batch.detail, batch.commands, time.monotonic() - started
+        )
     except Exception as exc:  # noqa: BLE001 - one node's bug must not lose the others
         return NodeResult(
             node.name, NodeStatus.TOOL_ERROR, None, tool_error_detail(exc), [], time.monotonic() - started

@@ -47,14 +47,34 @@ class NodeRefused(Exception):
     not writable): the node's fault, not the controller's, and not a lost session."""
 
 
+class ProbeDirError(Exception):
+    """The node gave no usable probe directory (its ``mktemp`` output is not one of ours), or a detached command
+    did not start there: nothing of it is left running."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks of one multi-node run meet, as the rank's command line tells ``torchrun``: the run's node
+    count, this node's rank, the first node's address and port, the run's tag and how long a rank waits."""
+
+    world: int
+    rank: int
+    addr: str
+    port: int
+    tag: str
+    wait_s: float = 600.0
+
+
 @dataclass(frozen=True)
 class RemoteCommand:
-    """One command of a node's batch. ``script`` is ours (trusted shell); ``env`` values are quoted."""
+    """One command of a node's batch. ``script`` is ours (trusted shell); ``env`` values are quoted.
+    ``rendezvous``: the command is one rank of a multi-node run, meeting its peers there."""
 
     name: str
     script: str
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None  # None: the node's command_timeout_s
+    rendezvous: Rendezvous | None = None
 
 
 @dataclass
@@ -70,8 +90,31 @@ class CommandResult:
         return self.exit_code == 0 and not self.timed_out
 
 
+@dataclass(frozen=True)
+class PollAnswer:
+    """One look at a detached command: still running, or ended with its exit status and outputs."""
+
+    running: bool
+    exit_code: int | None = None  # None once ended: stopped or killed without writing a status
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass(frozen=True)
+class NoAnswer:
+    """An operation on an open session that gave no usable answer: why (masked, cut), and whether the client
+    stopped waiting for it (that session is then closed, not kept for the node's next operation)."""
+
+    why: str
+    timed_out: bool = False
+
+
 @dataclass
 class NodeResult:
+    """What one node's operation came back with, whatever happened there: the one node outcome from the session
+    up (a batch, a probe directory's run, a checkpoint on disk). ``cause`` says why it was unreachable;
+    ``commands`` holds what completed (a command that never reported has no exit code)."""
+
     node: str
     status: NodeStatus
     cause: UnreachableCause | None = None

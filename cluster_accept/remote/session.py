@@ -1,40 +1,72 @@
 """What a node's session is to everything above it (:class:`NodeSession`: SSH, the controller itself, or a
-simulated node), the controller's own session (:class:`LocalSession`), and a simulated node's, from the scale
-simulator loaded by name (:func:`simulated_session`: it is not part of the wheel, and nothing here imports it)."""
+simulated node): typed operations, never script text. The controller's own session (:class:`LocalSession`)
+and SSH's carry them out as shell scripts (:class:`~remote.shell.ShellSession`); a simulated node's, from the
+scale simulator loaded by name (:func:`simulated_session`: it is not part of the wheel, and nothing here
+imports it), answers them in-process."""
 
 from __future__ import annotations
 
 import importlib
 import shutil
+from collections.abc import Sequence
 from typing import Protocol, cast
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.inventory.simulation_settings import SIMULATOR
 from cluster_accept.remote.local import run_local
+from cluster_accept.remote.result import NoAnswer, NodeResult, PollAnswer, RemoteCommand
+from cluster_accept.remote.shell import Answer, ShellSession
 
 
 class NodeSession(Protocol):
-    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]: ...
+    """One open session on a node. A node that went away under it raises
+    :class:`~remote.result.SessionLost`; a copy the node refused, :class:`~remote.result.NodeRefused`."""
+
+    def run_batch(self, commands: Sequence[RemoteCommand], default_timeout_s: float) -> NodeResult:
+        """Run ``commands`` in order, each under its node-side timeout: the node's result with one per command
+        (a node lost mid-batch is ``unreachable``, with what completed), never raised."""
+        ...
+
+    def make_probe_dir(self, stale_min: int) -> str:
+        """A fresh private directory (probe directories older than ``stale_min`` swept first)."""
+        ...
 
     def put(self, local_path: str, remote_path: str) -> None: ...
+
+    def remove_dir(self, remote_dir: str, kill_tag: str | None = None) -> None:
+        """Remove a probe directory; with ``kill_tag`` kill that run's processes on the node first."""
+        ...
+
+    def free_port(self, python: str) -> int | NoAnswer: ...
+
+    def start_detached(
+        self, remote_dir: str, command: RemoteCommand, default_timeout_s: float, tag: str | None
+    ) -> int | NoAnswer:
+        """Start ``command`` in ``remote_dir``, outliving this operation: its pid."""
+        ...
+
+    def poll_detached(self, remote_dir: str, pid: int, kill_pattern: str | None) -> PollAnswer | NoAnswer:
+        """Running, or ended with its outputs (the directory then removed); stopped first with ``kill_pattern``."""
+        ...
 
     def close(self) -> None: ...
 
 
-class LocalSession:
+class LocalSession(ShellSession):
     """The controller itself, without SSH."""
 
     def __init__(self, node: Node):
         self.node = node
 
-    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
+    @property
+    def node_name(self) -> str:
+        return self.node.name
+
+    def run_script(self, script: str, timeout_s: float) -> Answer:
         return run_local(["sh", "-c", script], timeout_s)
 
     def put(self, local_path: str, remote_path: str) -> None:
         shutil.copyfile(local_path, remote_path)
-
-    def close(self) -> None:
-        return None
 
 
 def simulated_session(node: Node) -> NodeSession:

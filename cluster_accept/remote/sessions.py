@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.result import SessionLost, UnreachableCause
+from cluster_accept.remote.result import NoAnswer, SessionLost, UnreachableCause
 from cluster_accept.remote.session import NodeSession
 from cluster_accept.remote.ssh import Unreachable
 
-Answer = tuple[int | None, str, str, bool]  # exit code or None, stdout, stderr, timed out on the client
+T = TypeVar("T")
 
 
 class SessionCache:
@@ -45,15 +46,16 @@ class SessionCache:
                 return
         session.close()
 
-    def run(self, node: Node, script: str, timeout_s: float) -> Answer | Unreachable:
-        """Run ``script`` on ``node``. Only a session that answered is kept: one that broke under the command
-        or did not answer in time is closed, so the node's next command connects afresh. A kept session that
-        was lost is tried once more on a fresh one; when none opens, the node is ``session_lost`` (it went away
-        during the run), with why the fresh one did not open."""
+    def run(self, node: Node, operation: Callable[[NodeSession], T]) -> T | Unreachable:
+        """Run ``operation`` on a session of ``node``. Only a session that answered is kept: one that broke under
+        the operation or did not answer in time (:class:`~remote.result.NoAnswer` ``timed_out``) is closed, so
+        the node's next operation connects afresh. A kept session that was lost is tried once more on a fresh
+        one; when none opens, the node is ``session_lost`` (it went away during the run), with why the fresh
+        one did not open."""
         session, kept = self.take(node)
-        answer = self._run(node, session, script, timeout_s)
+        answer = self._run(node, session, operation)
         if kept and isinstance(answer, Unreachable) and answer.cause is UnreachableCause.SESSION_LOST:
-            retried = self._run(node, self._connect(node), script, timeout_s)
+            retried = self._run(node, self._connect(node), operation)
             if isinstance(retried, Unreachable) and retried.cause is not UnreachableCause.SESSION_LOST:
                 detail = f"{answer.detail}; a new session did not open either ({retried.cause.value}: {retried.detail})"
                 return Unreachable(UnreachableCause.SESSION_LOST, detail)
@@ -61,20 +63,20 @@ class SessionCache:
         return answer
 
     def _run(
-        self, node: Node, session: NodeSession | Unreachable, script: str, timeout_s: float
-    ) -> Answer | Unreachable:
+        self, node: Node, session: NodeSession | Unreachable, operation: Callable[[NodeSession], T]
+    ) -> T | Unreachable:
         """Errors of the controller's own (a bug, no file descriptors left) are raised: no fact about the node."""
         if isinstance(session, Unreachable):
             return session
         try:
-            answer = session.run_script(script, timeout_s)
+            answer = operation(session)
         except SessionLost as lost:
             session.close()
             return Unreachable(UnreachableCause.SESSION_LOST, lost.detail)
         except BaseException:
             session.close()
             raise
-        if answer[0] is None:
+        if isinstance(answer, NoAnswer) and answer.timed_out:
             session.close()
         else:
             self.give(node, session)

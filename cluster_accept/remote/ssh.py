@@ -33,6 +33,7 @@ from fabric import Config, Connection
 from cluster_accept.inventory.model import Node, SshSettings, parse_jump
 from cluster_accept.remote.channel import follow
 from cluster_accept.remote.result import NodeRefused, SessionLost, UnreachableCause
+from cluster_accept.remote.shell import ShellSession
 
 JUMP_CONNECTS_IN_FLIGHT = 8
 RETRIES_ON_PROTOCOL_ERROR = 3
@@ -230,11 +231,15 @@ def _jump_slot(jump: str) -> threading.BoundedSemaphore:
 
 
 @dataclass
-class SshSession:
-    """An open session to one node, reused for all of that node's commands."""
+class SshSession(ShellSession):
+    """An open session to one node, reused for all of that node's operations (each a shell script)."""
 
     node: Node
     connection: Connection
+
+    @property
+    def node_name(self) -> str:
+        return self.node.name
 
     def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
         """Run a POSIX sh script (as ``sh -c '<script>'``, whatever the login shell is).

@@ -1,13 +1,14 @@
 """Simulated nodes answering the detached-command protocol of multi-node runs (:mod:`remote.detached`).
 
-The multi-node launcher starts one rank per node detached and comes back with short polls: a probe directory
-(``mktemp``), the wrapper shipped into it (``run.sh``, which carries the rank's ``torchrun`` command), the
-start (a pid), polls (``running``, then ``ended <rc>`` with the rank's outputs), a stop (``ended none``). A
-simulated node answers each of those operations in-process, so the launcher, the sweep, isolation and
+The multi-node launcher starts one rank per node detached and comes back with short polls, each a typed
+operation of the node's session (:class:`~remote.session.NodeSession`): a probe directory, a free port, the
+start of the rank's command (a pid), polls (running, then ended with the rank's outputs), a stop (ended with
+no status). A simulated node answers each of those in-process, so the launcher, the sweep, isolation and
 bisect run unchanged above it.
 
 The ranks of one run find each other here as real ones do at their rendezvous: by the run's tag, rendezvous
-endpoint, node count and node rank in their command lines (:data:`LAUNCHES`, one registry per process). A run
+endpoint, node count and node rank, which each rank's command carries typed
+(:class:`~remote.result.Rendezvous`; :data:`LAUNCHES`, one registry per process). A run
 ends once all its nodes have started, after a latency drawn like a batch's (log-normal around the nodes'
 median), so polls go on as they would; nothing waits in a loop. Its outputs are a recorded real run's
 (:class:`~simulator.recording.Recording` ``launches``), with the group's figures computed from its members
@@ -26,10 +27,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
-from cluster_accept.remote.detached import WRAPPER
+from cluster_accept.remote.result import PollAnswer, RemoteCommand, Rendezvous
 from cluster_accept.simulator.recording import (
     NODE_TOKEN,
     UNKNOWN_EXIT,
@@ -43,47 +43,25 @@ NO_STATUS = -1  # a recorded rank that ended without an exit status: stopped wit
 TAG_TOKEN, ADDR_TOKEN, PORT_TOKEN = "@@TAG@@", "@@ADDR@@", "@@PORT@@"
 DIR_PREFIX = "/tmp/cluster-accept-probe.sim"
 FIRST_PORT = 29500
-_ARGS = {
-    "world": re.compile(r"--nnodes=(\d+)"),
-    "rank": re.compile(r"--node_rank=(\d+)"),
-    "addr": re.compile(r"--master_addr=(\S+)"),
-    "port": re.compile(r"--master_port=(\d+)"),
-    "tag": re.compile(r"--tag (\S+)"),
-}
-_TOKENS = {"world": "@@NNODES@@", "rank": "@@RANK@@", "addr": ADDR_TOKEN, "port": PORT_TOKEN, "tag": TAG_TOKEN}
-_WAIT = re.compile(r"--rdzv-conf=timeout=(\d+)")
-_POLL_DIR = re.compile(r"\[ -f (\S+)/rc \]")
-_CLEANUP = re.compile(r"^(pkill -KILL -f -- \S+; )?rm -rf \S+$")
+FIRST_PORT = 29500
 
 
-@dataclass(frozen=True)
-class RankArgs:
-    """What a rank's command line says of its run: node count, its node rank, the rendezvous, the tag."""
-
-    world: int
-    rank: int
-    addr: str
-    port: str
-    tag: str
-    wait_s: float = 600.0  # the rendezvous timeout
-
-
-def rank_args(command: str) -> tuple[str, RankArgs] | None:
-    """(the command with its run's own values replaced by tokens: the key of its recorded answers, those
-    values); None when ``command`` is no rank of a multi-node run."""
-    found = {name: pattern.search(command) for name, pattern in _ARGS.items()}
-    if any(match is None for match in found.values()):
+def rank_key(command: RemoteCommand) -> str | None:
+    """The key of a rank's recorded answers: its command with its run's own values (node count, node rank,
+    rendezvous, tag) as tokens; None when the command is no rank of a multi-node run."""
+    meet = command.rendezvous
+    if meet is None:
         return None
-    values = {name: match.group(1) for name, match in found.items() if match is not None}
-    spans = sorted((match.span(1), name) for name, match in found.items() if match is not None)
-    key, at = "", 0
-    for (begin, end), name in spans:
-        key, at = key + command[at:begin] + _TOKENS[name], end
-    key += command[at:]
-    wait = _WAIT.search(command)
-    addr, tag = shlex.split(values["addr"])[0], shlex.split(values["tag"])[0]
-    args = RankArgs(int(values["world"]), int(values["rank"]), addr, values["port"], tag)
-    return key, (args if wait is None else RankArgs(**{**args.__dict__, "wait_s": float(wait.group(1))}))
+    key = command.script
+    for option, token in (
+        (f"--nnodes={meet.world}", "--nnodes=@@NNODES@@"),
+        (f"--node_rank={meet.rank}", "--node_rank=@@RANK@@"),
+        (f"--master_addr={shlex.quote(meet.addr)}", f"--master_addr={ADDR_TOKEN}"),
+        (f"--master_port={meet.port}", f"--master_port={PORT_TOKEN}"),
+        (f"--tag {shlex.quote(meet.tag)}", f"--tag {TAG_TOKEN}"),
+    ):
+        key = key.replace(option, token, 1)
+    return key
 
 
 def launch_key(world: int, role: str, key: str) -> str:
@@ -92,17 +70,18 @@ def launch_key(world: int, role: str, key: str) -> str:
     return f"{world}:{role} {key}"
 
 
-def tokenize(text: str, node: str, args: RankArgs) -> str:
-    """A recorded rank's output with its run's own values (tag, node, rendezvous) as tokens."""
-    text = text.replace(args.tag, TAG_TOKEN).replace(node, NODE_TOKEN).replace(args.addr, ADDR_TOKEN)
-    if not args.port:  # not known: left as it is
+def tokenize(text: str, node: str, meet: Rendezvous) -> str:
+    """A recorded rank's output with its run's own values (tag, node, rendezvous; a port of 0 is not known) as
+    tokens."""
+    text = text.replace(meet.tag, TAG_TOKEN).replace(node, NODE_TOKEN).replace(meet.addr, ADDR_TOKEN)
+    if meet.port <= 0:
         return text
-    return re.sub(rf"(?<![\d.]){re.escape(args.port)}(?![\d.])", PORT_TOKEN, text)
+    return re.sub(rf"(?<![\d.]){meet.port}(?![\d.])", PORT_TOKEN, text)
 
 
-def untokenize(text: str, node: str, args: RankArgs) -> str:
-    text = text.replace(TAG_TOKEN, args.tag).replace(NODE_TOKEN, node).replace(ADDR_TOKEN, args.addr)
-    return text.replace(PORT_TOKEN, args.port)
+def untokenize(text: str, node: str, meet: Rendezvous) -> str:
+    text = text.replace(TAG_TOKEN, meet.tag).replace(NODE_TOKEN, node).replace(ADDR_TOKEN, meet.addr)
+    return text.replace(PORT_TOKEN, str(meet.port))
 
 
 def rescale_world(stdout: str, recorded: int, world: int) -> str:
@@ -154,7 +133,7 @@ def broken_member(recording: Recording, key: str, members: Sequence[Member]) -> 
     return None
 
 
-def group_answers(recording: Recording, key: str, members: Sequence[Member], args: RankArgs) -> list[Answer]:
+def group_answers(recording: Recording, key: str, members: Sequence[Member], meet: Rendezvous) -> list[Answer]:
     """Every member's answer (node-rank order) for one run of the command ``key``.
 
     A member of a broken variant makes the run fail as its recorded run did (recorded as node rank 1 beside a
@@ -167,7 +146,7 @@ def group_answers(recording: Recording, key: str, members: Sequence[Member], arg
         own = recording.launches[broken.variant]
         picked = [own.get(launch_key(2, "n" if m is broken else "0", key)) for m in members]
         pairs = zip(picked, members, strict=True)
-        return [untokenize_answer(a, m.name, args) if a else _unknown(key) for a, m in pairs]
+        return [untokenize_answer(a, m.name, meet) if a else _unknown(key) for a, m in pairs]
     healthy = recording.launches.get("healthy", {})
     worlds = [int(k.split(":", 1)[0]) for k in healthy if k.endswith(f":0 {key}")]
     if not worlds:
@@ -181,12 +160,12 @@ def group_answers(recording: Recording, key: str, members: Sequence[Member], arg
             answers.append(_unknown(key))
             continue
         stdout = scale_figures(rescale_world(found.stdout, recorded, len(members)), factor)
-        answers.append(untokenize_answer(Answer(found.exit_code, stdout, found.stderr), member.name, args))
+        answers.append(untokenize_answer(Answer(found.exit_code, stdout, found.stderr), member.name, meet))
     return answers
 
 
-def untokenize_answer(answer: Answer, node: str, args: RankArgs) -> Answer:
-    return Answer(answer.exit_code, untokenize(answer.stdout, node, args), untokenize(answer.stderr, node, args))
+def untokenize_answer(answer: Answer, node: str, meet: Rendezvous) -> Answer:
+    return Answer(answer.exit_code, untokenize(answer.stdout, node, meet), untokenize(answer.stderr, node, meet))
 
 
 def run_seconds(names: Sequence[str], median_s: float) -> float:
@@ -205,7 +184,7 @@ class _Rank:
 @dataclass
 class _Run:
     key: str
-    args: RankArgs
+    meet: Rendezvous
     recording: Recording
     first: float
     ranks: dict[int, _Rank] = field(default_factory=dict)
@@ -217,13 +196,9 @@ class _Run:
 
 @dataclass
 class _Dir:
-    command: str = ""
-    run: tuple[str, str, str] | None = None  # the run's (tag, address, port) once started
+    run: tuple[str, str, int] | None = None  # the run's (tag, address, port) once started
     rank: int = -1
     pid: int = 0
-
-
-Reply = tuple[int | None, str, str, bool]
 
 
 class Launches:
@@ -232,61 +207,57 @@ class Launches:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.dirs: dict[tuple[str, str], _Dir] = {}
-        self.runs: dict[tuple[str, str, str], _Run] = {}
+        self.runs: dict[tuple[str, str, int], _Run] = {}
         self.counter = itertools.count(1)
 
     def make_dir(self) -> str:
         with self.lock:
             return f"{DIR_PREFIX}{next(self.counter)}"
 
-    def put_wrapper(self, node: str, remote_dir: str, text: str) -> None:
-        """The wrapper's command, read as shipped (``env … timeout … sh -c COMMAND > out …``)."""
-        words = shlex.split(text.splitlines()[1]) if len(text.splitlines()) > 1 else []
-        at = next((i for i in range(len(words) - 1) if words[i : i + 2] == ["sh", "-c"]), None)
+    def free_port(self) -> int:
+        """A port for a run's rendezvous: one a run on this node has not taken."""
         with self.lock:
-            self.dirs[(node, remote_dir)] = _Dir(words[at + 2] if at is not None and at + 2 < len(words) else "")
+            return FIRST_PORT + next(self.counter) % 30000
 
-    def start(self, node: SimulatedNode, recording: Recording, remote_dir: str) -> Reply:
-        """Join the rank to its run (made by its first rank); ``started <pid>``, or exit 127 and why."""
+    def start(self, node: SimulatedNode, recording: Recording, remote_dir: str, command: RemoteCommand) -> int | str:
+        """Join the rank to its run (made by its first rank): its pid, or why it cannot start."""
+        key, meet = rank_key(command), command.rendezvous
+        if key is None or meet is None:
+            return f"simulated node: cannot start {command.script[:200]!r}: not a rank of a multi-node run"
         with self.lock:
-            own = self.dirs.get((node.name, remote_dir))
-            parsed = rank_args(own.command) if own is not None else None
-            if own is None or parsed is None:
-                what = own.command[:200] if own is not None else "(no wrapper)"
-                return UNKNOWN_EXIT, "", f"simulated node: cannot start {what!r}: not a rank of a multi-node run", False
-            key, args = parsed
             now = time.monotonic()
-            where = (args.tag, args.addr, args.port)
-            run = self.runs.setdefault(where, _Run(key, args, recording, now))
-            run.ranks[args.rank] = _Rank(node, remote_dir, now)
-            run.open.add(args.rank)
-            own.run, own.rank, own.pid = where, args.rank, next(self.counter)
-            return 0, f"started {own.pid}\n", "", False
+            where = (meet.tag, meet.addr, meet.port)
+            run = self.runs.setdefault(where, _Run(key, meet, recording, now))
+            run.ranks[meet.rank] = _Rank(node, remote_dir, now)
+            run.open.add(meet.rank)
+            own = _Dir(where, meet.rank, next(self.counter))
+            self.dirs[(node.name, remote_dir)] = own
+            return own.pid
 
-    def poll(self, node: str, remote_dir: str, pid: int, stop: bool) -> Reply:
-        """``running``, or ``ended <rc>`` and the rank's outputs (its directory then gone)."""
+    def poll(self, node: str, remote_dir: str, pid: int, stop: bool) -> PollAnswer:
+        """Running, or ended with the rank's outputs (its directory then gone)."""
         with self.lock:
             own = self.dirs.get((node, remote_dir))
             run = self.runs.get(own.run) if own is not None and own.run is not None else None
             if own is None or own.pid != pid or run is None:
-                return 0, "ended none\n", "", False  # nothing there: as a node whose rank left no status
+                return PollAnswer(False)  # nothing there: as a node whose rank left no status
             answer = self._answer(run, own.rank, time.monotonic())
             ended = answer is not None and answer.exit_code != NO_STATUS
             if not (stop or ended):
-                return 0, "running\n", "", False
+                return PollAnswer(True)
             run.stopped |= stop
             self._collected(own, run)
             if answer is None or not ended:  # stopped before it wrote a status
-                return 0, "ended none\n", "", False
-            return 0, f"ended {answer.exit_code}\n{answer.stdout}", answer.stderr, False
+                return PollAnswer(False)
+            return PollAnswer(False, answer.exit_code, answer.stdout, answer.stderr)
 
     def _answer(self, run: _Run, rank: int, now: float) -> Answer | None:
         """The rank's answer once its run has ended; None while it runs (or waits for its peers)."""
-        world = run.args.world
+        world = run.meet.world
         if len(run.ranks) < world:
-            if now - run.first < run.args.wait_s:
+            if now - run.first < run.meet.wait_s:
                 return None
-            said = f"simulated rank: rendezvous timed out after {run.args.wait_s:g} s ({len(run.ranks)} of {world})"
+            said = f"simulated rank: rendezvous timed out after {run.meet.wait_s:g} s ({len(run.ranks)} of {world})"
             return Answer(1, "", said)
         if run.end_at is None:
             nodes = [run.ranks[r].node for r in range(world)]
@@ -297,14 +268,14 @@ class Launches:
         if run.answers is None:
             members = [Member(n.name, n.variant if n.variant != "slow" else "healthy", n.factor) for n in (
                 run.ranks[r].node for r in range(world))]  # fmt: skip
-            run.answers = group_answers(run.recording, run.key, members, run.args)
+            run.answers = group_answers(run.recording, run.key, members, run.meet)
         return run.answers[rank]
 
     def _collected(self, own: _Dir, run: _Run) -> None:
         rank = run.ranks[own.rank]
         self.dirs.pop((rank.node.name, rank.dir), None)
         run.open.discard(own.rank)
-        if not run.open and (run.stopped or len(run.ranks) >= run.args.world) and own.run is not None:
+        if not run.open and (run.stopped or len(run.ranks) >= run.meet.world) and own.run is not None:
             self.runs.pop(own.run, None)
 
     def remove(self, node: str, remote_dir: str) -> None:
@@ -313,32 +284,3 @@ class Launches:
 
 
 LAUNCHES = Launches()
-
-
-def answer_operation(node: SimulatedNode, recording: Recording, script: str) -> Reply:
-    """A script that is not a batch: a probe directory made or removed, a free port, a rank's start or poll.
-    Anything else is exit 127, saying so."""
-    if "mktemp -d" in script:
-        return 0, LAUNCHES.make_dir() + "\n", "", False
-    if "getsockname" in script:  # a free port for a run's rendezvous: one a run on this node has not taken
-        return 0, f"{FIRST_PORT + next(LAUNCHES.counter) % 30000}\n", "", False
-    first = script.split("\n", 1)[0]
-    if first.startswith("cd ") and "nohup sh " in script:
-        return LAUNCHES.start(node, recording, shlex.split(first)[1])
-    poll_dir = _POLL_DIR.search(script)
-    if first.startswith("p=") and first[2:].isdigit() and poll_dir is not None:
-        remote_dir = shlex.split(poll_dir.group(1))[0]
-        return LAUNCHES.poll(node.name, remote_dir, int(first[2:]), "pkill -KILL" in script)
-    if _CLEANUP.match(script.strip()):
-        LAUNCHES.remove(node.name, shlex.split(script.strip())[-1])
-        return 0, "", "", False
-    return UNKNOWN_EXIT, "", f"simulated node: no recorded answer to {script[:200]!r}", False
-
-
-def put_file(node: str, local_path: str, remote_path: str) -> None:
-    """A file shipped to a simulated node: a rank's wrapper is read (it carries the rank's command); probe
-    scripts need nothing (the recording answers for them)."""
-    path = PurePosixPath(remote_path)
-    if path.name == WRAPPER:
-        with open(local_path, encoding="utf-8") as handle:
-            LAUNCHES.put_wrapper(node, str(path.parent), handle.read())

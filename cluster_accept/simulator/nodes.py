@@ -3,11 +3,12 @@ with outputs recorded from real (test-bed) nodes.
 
 A :class:`Recording` holds, per *variant* (``healthy``, ``gpu_missing``, ...: a node as recorded with that fault
 planted), what each command printed, keyed by the command's own text (the batch's nonce, the probe directory
-and the node's name never enter the key). A :class:`SimulatedSession` gets a node's batch script exactly as
-SSH would carry it, finds each command in it, and answers with the recorded output framed as the node's shell
-frames it, so everything above the session — batch parsing, checks, probes, rows, Parquet, the report — runs
-unchanged. A node of variant ``slow`` answers as ``healthy`` with every measured figure scaled down; every
-node's figures get a small spread of its own (seeded by its name), so stragglers are found as they would be.
+and the node's name never enter the key). A :class:`SimulatedSession` is a node's session
+(:class:`~remote.session.NodeSession`): it gets a node's batch as typed commands and answers each with its
+recorded output, so everything above the session — checks, probes, rows, Parquet, the report — runs
+unchanged; the shell's own framing is tested on its own (:mod:`remote.batch`). A node of variant ``slow``
+answers as ``healthy`` with every measured figure scaled down; every node's figures get a small spread of
+its own (seeded by its name), so stragglers are found as they would be.
 
 A command the recording does not hold is answered with exit 127 and says so: a simulated node never passes
 a check by having nothing to say. Nothing here is reachable from an inventory by accident: only an
@@ -19,55 +20,21 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
-import re
-import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from cluster_accept.inventory.simulation_settings import SLOW, SimulatedAs
-from cluster_accept.simulator.launch import answer_operation, put_file
+from cluster_accept.remote.result import (
+    CommandResult,
+    NoAnswer,
+    NodeResult,
+    NodeStatus,
+    PollAnswer,
+    RemoteCommand,
+)
+from cluster_accept.simulator.launch import LAUNCHES
 from cluster_accept.simulator.recording import NODE_TOKEN, UNKNOWN_EXIT, Answer, Recording, SimulatedNode, scale_figures
-
-_NONCE = re.compile(r"@@CA:([0-9a-f]+):0:out")
-_COMMAND_AT = '"$ca_t" sh -c '
-
-
-def batch_commands(script: str) -> tuple[str, list[str]] | None:
-    """(nonce, each command's own text) of a batch built by :func:`remote.batch.build_batch`; None when
-    ``script`` is not a batch (a probe directory's creation or removal)."""
-    found = _NONCE.search(script)
-    if found is None:
-        return None
-    nonce = found.group(1)
-    # Batches differ by their nonce only: each node's batch is split once per stage, not once per node.
-    commands = _commands_of(script.replace(nonce, _NONCE_HOLDER))
-    return nonce, [command.replace(_NONCE_HOLDER, nonce) for command in commands]
-
-
-_NONCE_HOLDER = "\x00"
-
-
-@functools.lru_cache(maxsize=256)
-def _commands_of(script: str) -> tuple[str, ...]:
-    commands: list[str] = []
-    at = script.find(_COMMAND_AT)
-    while at >= 0:
-        lexer = shlex.shlex(script[at + len(_COMMAND_AT) :], posix=True)
-        lexer.whitespace_split = True
-        commands.append(next(iter(lexer)))
-        at = script.find(_COMMAND_AT, at + 1)
-    return tuple(commands)
-
-
-def frame(nonce: str, answers: Sequence[Answer]) -> tuple[str, str]:
-    """The two streams a node's shell prints for a batch whose commands answered ``answers``."""
-    out: list[str] = []
-    err: list[str] = []
-    for index, answer in enumerate(answers):
-        out.append(f"@@CA:{nonce}:{index}:out\n{answer.stdout}\n@@CA:{nonce}:{index}:end:{answer.exit_code}\n")
-        err.append(f"@@CA:{nonce}:{index}:err\n{answer.stderr}\n@@CA:{nonce}:{index}:errend\n")
-    return "".join(out), "".join(err)
 
 
 def spread(node: str, spread_pct: float) -> float:
@@ -77,7 +44,8 @@ def spread(node: str, spread_pct: float) -> float:
 
 
 class SimulatedSession:
-    """A :class:`~remote.fanout.NodeSession` answered from a :class:`Recording`."""
+    """A :class:`~remote.session.NodeSession` answered from a :class:`Recording`; a rank of a multi-node run
+    from :data:`~simulator.launch.LAUNCHES`."""
 
     def __init__(self, node: SimulatedNode, recording: Recording):
         self.node = node
@@ -93,18 +61,46 @@ class SimulatedSession:
             found.exit_code, scale_figures(stdout, self.node.factor), found.stderr.replace(NODE_TOKEN, self.node.name)
         )
 
-    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
+    def _round_trip(self) -> None:
+        """The node's latency: every operation is one round trip on its session."""
         if self.node.latency_s:
             time.sleep(self.node.latency_s)
-        batch = batch_commands(script)
-        if batch is None:  # a probe directory, a multi-node rank's start or poll (simulator.launch)
-            return answer_operation(self.node, self.recording, script)
-        nonce, commands = batch
-        stdout, stderr = frame(nonce, [self._answer(c) for c in commands])
-        return 0, stdout, stderr, False
+
+    def run_batch(self, commands: Sequence[RemoteCommand], default_timeout_s: float) -> NodeResult:
+        """Each command answered as recorded."""
+        self._round_trip()
+        results = []
+        for command in commands:
+            answer = self._answer(command.script)
+            timed_out = answer.exit_code in (124, 137)
+            results.append(CommandResult(command.name, answer.exit_code, answer.stdout, answer.stderr, timed_out))
+        return NodeResult(self.node.name, NodeStatus.OK, None, "", results)
+
+    def make_probe_dir(self, stale_min: int) -> str:
+        self._round_trip()
+        return LAUNCHES.make_dir()
 
     def put(self, local_path: str, remote_path: str) -> None:
-        put_file(self.node.name, local_path, remote_path)
+        """Probe scripts need not travel: the recording answers for them."""
+
+    def remove_dir(self, remote_dir: str, kill_tag: str | None = None) -> None:
+        self._round_trip()
+        LAUNCHES.remove(self.node.name, remote_dir)
+
+    def free_port(self, python: str) -> int | NoAnswer:
+        self._round_trip()
+        return LAUNCHES.free_port()
+
+    def start_detached(
+        self, remote_dir: str, command: RemoteCommand, default_timeout_s: float, tag: str | None
+    ) -> int | NoAnswer:
+        self._round_trip()
+        started = LAUNCHES.start(self.node, self.recording, remote_dir, command)
+        return started if isinstance(started, int) else NoAnswer(started)
+
+    def poll_detached(self, remote_dir: str, pid: int, kill_pattern: str | None) -> PollAnswer | NoAnswer:
+        self._round_trip()
+        return LAUNCHES.poll(self.node.name, remote_dir, pid, stop=kill_pattern is not None)
 
     def close(self) -> None:
         return None

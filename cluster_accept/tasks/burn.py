@@ -25,14 +25,12 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import burn as burn_probe
 from cluster_accept.probes.base import Probe, discover
-from cluster_accept.tasks.checkpoints import Checkpoints
+from cluster_accept.remote.result import NodeResult
+from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.single_node import (
-    NodeProbes,
     evaluate_single_node,
     probe_reasons,
     run_probes_on_node,
-    save_outcome,
-    saved_probes,
 )
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
 
@@ -46,9 +44,9 @@ def burn_probes() -> list[Probe]:
 
 
 @task(name="burn", task_run_name="burn-{node.name}", cache_policy=NO_CACHE, persist_result=False)
-def burn_node(node: Node, checkpoints: Checkpoints, quick: bool, probes: Sequence[Probe]) -> NodeProbes:
+def burn_node(node: Node, checkpoints: Checkpoints, quick: bool, probes: Sequence[Probe]) -> NodeResult:
     outcome = run_probes_on_node(node, quick, probes)
-    save_outcome(checkpoints, NAME, outcome)
+    checkpoints.save_node(NAME, outcome)
     return outcome
 
 
@@ -68,7 +66,7 @@ class BurnStage:
             state,
             NAME,
             nodes,
-            saved_probes(state.checkpoints, NAME),
+            state.checkpoints.load_nodes(NAME),
             lambda node: burn_node.submit(unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)),
             wave=min(limits) if limits else None,
         )

@@ -19,11 +19,11 @@ from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.result import NodeStatus
+from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.auto_profile import CHECK as AUTO_CHECK
 from cluster_accept.tasks.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
-from cluster_accept.tasks.checkpoints import Checkpoints, node_result_from_data, node_result_to_data
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
 from cluster_accept.vocabulary.secrets import mask_value
@@ -35,16 +35,13 @@ NAME = "preflight"
 def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
     outcome = run_preflight_on_node(node, checks)
     if checkpoints is not None:
-        checkpoints.save_node(NAME, node.name, node_result_to_data(outcome.result))
+        checkpoints.save_node(NAME, outcome.result)
     return outcome
 
 
 def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, NodePreflight]:
     """Nodes whose preflight finished before the run was interrupted, parsed again from their raw output."""
-    return {
-        node: parse_node_result(node_result_from_data(data), checks)
-        for node, data in checkpoints.load_nodes(NAME).items()
-    }
+    return {node: parse_node_result(result, checks) for node, result in checkpoints.load_nodes(NAME).items()}
 
 
 def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:

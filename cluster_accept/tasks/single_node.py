@@ -29,9 +29,9 @@ from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
-from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
-from cluster_accept.tasks.checkpoints import Checkpoints, commands_from_data, commands_to_data
-from cluster_accept.tasks.probe_dir import run_in_probe_dir
+from cluster_accept.remote.probe_dir import run_in_probe_dir
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
 from cluster_accept.vocabulary.secrets import masked_tail
@@ -45,15 +45,6 @@ SESSION_REASONS = declare(
         Action.CHECK_NODE,
     ),
 )
-
-
-@dataclass
-class NodeProbes:
-    node: str
-    status: NodeStatus
-    detail: str = ""
-    cause: str | None = None
-    commands: list[CommandResult] = field(default_factory=list)
 
 
 def probes_of_stage() -> list[Probe]:
@@ -79,43 +70,21 @@ def probe_script(node: Node, check: str, quick: bool = False, probes: Sequence[P
     return ""
 
 
-def run_probes_on_node(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> NodeProbes:
+def run_probes_on_node(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> NodeResult:
     """Ship, run, collect, clean up. Never raises."""
     chosen = probes_of_stage() if probes is None else probes
     files = tuple(dict.fromkeys(f for script in scripts_for(node, chosen, quick) for f in script.files))
-    run = run_in_probe_dir(node, files, probe_commands(node, quick, chosen))
-    return NodeProbes(node.name, run.status, run.detail, run.cause, run.results)
+    return run_in_probe_dir(node, files, probe_commands(node, quick, chosen))
 
 
 @task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
 def single_node_probes(
     node: Node, checkpoints: Checkpoints | None = None, quick: bool = False, probes: Sequence[Probe] | None = None
-) -> NodeProbes:
+) -> NodeResult:
     outcome = run_probes_on_node(node, quick, probes)
     if checkpoints is not None:
-        save_outcome(checkpoints, NAME, outcome)
+        checkpoints.save_node(NAME, outcome)
     return outcome
-
-
-def save_outcome(checkpoints: Checkpoints, stage: str, outcome: NodeProbes) -> None:
-    """A node's raw runs on disk as soon as they are back: a resumed run parses them again, never reruns them."""
-    data = {
-        "node": outcome.node,
-        "status": outcome.status.value,
-        "detail": outcome.detail,
-        "cause": outcome.cause,
-        "commands": commands_to_data(outcome.commands),
-    }
-    checkpoints.save_node(stage, outcome.node, data)
-
-
-def saved_probes(checkpoints: Checkpoints, stage: str = NAME) -> dict[str, NodeProbes]:
-    """Nodes whose probes finished before the run was interrupted (raw outputs; parsing is redone)."""
-    saved = {}
-    for name, data in checkpoints.load_nodes(stage).items():
-        commands = commands_from_data(data["commands"])
-        saved[name] = NodeProbes(name, NodeStatus(data["status"]), data["detail"], data["cause"], commands)
-    return saved
 
 
 def run_rows(
@@ -136,12 +105,12 @@ def run_rows(
     return rows
 
 
-def _node_session_row(outcome: NodeProbes) -> tuple[CheckRow, str] | None:
+def _node_session_row(outcome: NodeResult) -> tuple[CheckRow, str] | None:
     """The row saying why a node's probes did not all run, with its evidence; None when the session held."""
     if outcome.status is NodeStatus.TOOL_ERROR:
         return tool_error_row(outcome.detail)
     if outcome.status is NodeStatus.UNREACHABLE:
-        return unreachable_row(outcome.cause, outcome.detail), ""
+        return unreachable_row(outcome.cause.value if outcome.cause else None, outcome.detail), ""
     if outcome.status is NodeStatus.ERROR and not outcome.commands:
         return CheckRow("probe", "session", Status.ERROR, "session_failed", None, None, outcome.detail), ""
     return None
@@ -163,7 +132,7 @@ class _Judged:
 def _evaluate_node(
     run_id: str,
     inventory: Inventory,
-    outcome: NodeProbes,
+    outcome: NodeResult,
     probes: Sequence[Probe],
     quick: bool,
     stage: str = NAME,
@@ -201,7 +170,7 @@ def _evaluate_node(
 def evaluate_single_node(
     run_id: str,
     inventory: Inventory,
-    outcomes: list[NodeProbes],
+    outcomes: list[NodeResult],
     quick: bool = False,
     probes: Sequence[Probe] | None = None,
     stage: str = NAME,
@@ -312,7 +281,7 @@ class SingleNodeStage:
             state,
             NAME,
             nodes,
-            saved_probes(state.checkpoints),
+            state.checkpoints.load_nodes(NAME),
             lambda node: single_node_probes.submit(
                 unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)
             ),

@@ -32,8 +32,8 @@ from cluster_accept.checks.base import discover as discover_checks
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.tasks.checkpoints import Checkpoints
-from cluster_accept.tasks.outputs import RunDir
+from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.rows import node_row
 
 _T = TypeVar("_T")

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cluster_accept.analysis.nccl_log import nccl_transports, transport_matches, why_first
-from cluster_accept.analysis.rank_failures import RankEnd, rank_end
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.allreduce import UNREADABLE
+from cluster_accept.remote.launch import GroupRun, RankRun
+from cluster_accept.remote.rank_end import RankEnd, rank_end
 from cluster_accept.remote.result import NodeStatus
-from cluster_accept.tasks.launcher import GroupRun, RankRun
 from cluster_accept.tasks.rows import tool_error_row
 from cluster_accept.vocabulary.secrets import mask_secrets, masked_tail
 from cluster_accept.vocabulary.text import keep_head
@@ -49,7 +49,7 @@ def failed_run_rows(
 
     The node whose rank failed of itself carries the failure, with its rank's evidence (exit status, signal,
     last lines, masked); its peers were stopped with the run, or failed only of the lost connection, and say so
-    without being rejected for it (:mod:`analysis.rank_failures`). An unreachable node carries its own row.
+    without being rejected for it (:mod:`remote.rank_end`). An unreachable node carries its own row.
     When no rank can be blamed (every rank hung alike, or each failed only of another), no node is rejected:
     the run is a rerun, said as such on every node. A group that never started fails every node with why."""
     group = fold(run.nodes)

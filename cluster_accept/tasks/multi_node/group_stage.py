@@ -1,5 +1,5 @@
 """What the multi-node stage's helpers (the training sweep, the per-rail and collective runs) need of the stage
-that drives them (:class:`tasks.multi_node._Stage`): its outcome so far, how it launches a group, records rows
+that drives them (:class:`tasks.multi_node.stage._Stage`): its outcome so far, how it launches a group, records rows
 and isolates a slow node. Named here, below the stage, so that they read it without importing it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
 from cluster_accept.checks.base import CheckRow, NodeRow
 from cluster_accept.inventory.model import Node
-from cluster_accept.tasks.ranks import GroupJob, GroupRun
+from cluster_accept.remote.launch import GroupJob, GroupRun
 
 
 @dataclass

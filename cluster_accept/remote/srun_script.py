@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_accept.inventory.slurm_settings import SrunSettings
-from cluster_accept.tasks.ranks import FAILURE_GRACE_S
+from cluster_accept.remote.launch import FAILURE_GRACE_S
 
 NODE_MARK = "@@cluster-accept-node "
 EXIT_MARK = "@@cluster-accept-exit "
@@ -47,7 +47,7 @@ def probe_script(files: Mapping[str, bytes], commands: Mapping[str, tuple[str, f
         "esac",
         f"printf '\\n%s%s\\n' '{EXIT_MARK}' \"$code\"",  # on a line of its own, whatever came before
         # srun kills the step at a task's bad exit (--kill-on-bad-exit): a failed task waits first, so that its
-        # peers, failing of the lost connection, end of themselves and say so (analysis.rank_failures)
+        # peers, failing of the lost connection, end of themselves and say so (remote.rank_end)
         f'[ "$code" = 0 ] || sleep {FAILURE_GRACE_S}',
         'exit "$code"',
     ]

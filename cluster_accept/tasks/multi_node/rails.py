@@ -19,9 +19,10 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, Node, Profile, Rail, busbw_threshold
 from cluster_accept.probes import collectives as collectives_probe
-from cluster_accept.tasks.group_rows import STOPPED, TEARDOWN
-from cluster_accept.tasks.group_stage import GroupStage
-from cluster_accept.tasks.ranks import GroupRun, rail_job
+from cluster_accept.remote.launch import GroupRun
+from cluster_accept.tasks.multi_node.group_rows import STOPPED, TEARDOWN
+from cluster_accept.tasks.multi_node.group_stage import GroupStage
+from cluster_accept.tasks.multi_node.ranks import rail_job
 
 RAILS = "rails"
 COLLECTIVES = "collectives"

@@ -16,7 +16,7 @@ Two timings per rank:
 
 Rank 0 prints JSON lines: one ``info: training`` record (the model and how it ran), one ``info: training_rank``
 record per rank, and the figures (``metric``/``value``). FLOPs and MFU are computed by the controller from the
-model's shape (``analysis.training``), so the formula lives in one place.
+model's shape (``probes.training.judge``), so the formula lives in one place.
 """
 
 from __future__ import annotations

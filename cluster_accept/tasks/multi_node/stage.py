@@ -25,18 +25,19 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.training import train_arguments
-from cluster_accept.tasks.group_rows import GROUP_REASONS, failed_run_rows, teardown_rows, transport_rows
-from cluster_accept.tasks.group_stage import MultiNodeOutcome
-from cluster_accept.tasks.launcher import DEFAULT_CONCURRENCY, GroupRun, launch_groups
-from cluster_accept.tasks.rails import REASONS as RAIL_REASONS
-from cluster_accept.tasks.rails import collective_rows, collectives_not_reached, rail_runs
-from cluster_accept.tasks.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, GroupJob
+from cluster_accept.remote.launch import GroupJob, GroupRun
+from cluster_accept.remote.ssh_launcher import DEFAULT_CONCURRENCY
+from cluster_accept.tasks.multi_node.group_rows import GROUP_REASONS, failed_run_rows, teardown_rows, transport_rows
+from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
+from cluster_accept.tasks.multi_node.rails import REASONS as RAIL_REASONS
+from cluster_accept.tasks.multi_node.rails import collective_rows, collectives_not_reached, rail_runs
+from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, launch_groups
+from cluster_accept.tasks.multi_node.slow_together import REASON as SLOW_TOGETHER
+from cluster_accept.tasks.multi_node.slow_together import slow_together_rows
+from cluster_accept.tasks.multi_node.training_sweep import REASONS as TRAINING_REASONS
+from cluster_accept.tasks.multi_node.training_sweep import isolate_training, training_sweep
 from cluster_accept.tasks.rows import node_row, unreachable_row
-from cluster_accept.tasks.slow_together import REASON as SLOW_TOGETHER
-from cluster_accept.tasks.slow_together import slow_together_rows
 from cluster_accept.tasks.stage import RunState, unwalked
-from cluster_accept.tasks.training_sweep import REASONS as TRAINING_REASONS
-from cluster_accept.tasks.training_sweep import isolate_training, training_sweep
 
 NAME = "multi-node"
 

@@ -15,16 +15,16 @@ from typing import Any
 
 from cluster_accept.analysis.isolation import IsolationPolicy
 from cluster_accept.analysis.scaling import sweep_sizes
-from cluster_accept.analysis.training import TrainingPoint, training_scaling
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import training
-from cluster_accept.tasks.group_rows import STOPPED, TEARDOWN
-from cluster_accept.tasks.group_stage import GroupStage
-from cluster_accept.tasks.launcher import GroupRun
-from cluster_accept.tasks.ranks import TRAINING_JOB
+from cluster_accept.probes.training.judge import TrainingPoint, training_scaling
+from cluster_accept.remote.launch import GroupRun
+from cluster_accept.tasks.multi_node.group_rows import STOPPED, TEARDOWN
+from cluster_accept.tasks.multi_node.group_stage import GroupStage
+from cluster_accept.tasks.multi_node.ranks import TRAINING_JOB
 
 CHECK = "training_scaling"
 ITEM = "training_inter"

@@ -20,9 +20,9 @@ from cluster_accept.analysis.history import key_figures
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.analysis.verdicts import VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.ops.slurm import SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
-from cluster_accept.tasks.slurm import SlurmPlan, slurm_step
 
 
 class Operations(BaseModel):

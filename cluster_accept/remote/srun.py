@@ -3,7 +3,7 @@
 Each group gets an allocation of exactly its nodes — the one the operator holds (cluster-accept run inside
 ``sbatch``/``salloc``: ``SLURM_JOB_ID`` is set and must cover the group) or one made here with ``salloc
 --no-shell`` and cancelled afterwards — then two steps: a one-task step on the first node that picks a free
-rendezvous port, and the run itself, one task per node (:mod:`tasks.srun_script`). Every node runs the same
+rendezvous port, and the run itself, one task per node (:mod:`remote.srun_script`). Every node runs the same
 ``torchrun`` line as under the SSH launcher, so the figures, logs and rows are the same; only what can go
 wrong in Slurm is new, and it is named on the node it concerns: a node Slurm would not allocate, a task that
 did not start there, a step that ran past its time.
@@ -24,21 +24,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster_accept.analysis.rank_failures import rank_done
 from cluster_accept.inventory.hostlist import HostlistError, expand
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import tool_error_detail
-from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
-from cluster_accept.tasks.probe_dir import PROBES_DIR
-from cluster_accept.tasks.ranks import (
-    _PORT_SCRIPT,
+from cluster_accept.remote.launch import (
     GroupJob,
     GroupRun,
     RankRun,
     killed_at_timeout,
     rendezvous_address,
 )
-from cluster_accept.tasks.srun_script import (
+from cluster_accept.remote.probe_dir import PROBES_DIR
+from cluster_accept.remote.rank_end import rank_done
+from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.shell import PORT_SCRIPT
+from cluster_accept.remote.srun_script import (
     TaskOutput,
     granted_job,
     probe_script,
@@ -196,7 +196,7 @@ def _port(job_id: str, master: Node, live: Live | None = None) -> int | str:
     python = shlex.quote(master.profile.probes.python)
     argv = [
         "srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={master.slurm_node}", "--overlap",
-        "/bin/sh", "-c", f"{python} -c {shlex.quote(_PORT_SCRIPT)}",
+        "/bin/sh", "-c", f"{python} -c {shlex.quote(PORT_SCRIPT)}",
     ]  # fmt: skip
     done = _run(argv, SLURM_TIMEOUT_S, live=live)
     text = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
@@ -288,15 +288,21 @@ def launch_group(job: GroupJob, nodes: Sequence[Node], run: GroupRun, live: Live
             run.detail = f"{run.detail}; {left}" if run.detail else left
 
 
-def launch_groups(groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob, workers: int) -> None:
-    """Every group at once (disjoint groups), each recorded in its run; abandoned (an interrupt), every step
-    is stopped and every allocation made here cancelled before the exception goes on."""
-    live = Live()
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups))), thread_name_prefix="ca-srun")
-    try:
-        list(pool.map(lambda nodes, run: launch_group(job, nodes, run, live), groups, runs))
-    except BaseException:
-        live.stop_all()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+class SrunLauncher:
+    """The :class:`~remote.launch.Launcher` of ``srun`` in a Slurm allocation: every group at once (disjoint
+    groups), at most ``workers`` allocations at a time; abandoned (an interrupt), every step is stopped and every
+    allocation made here cancelled before the exception goes on."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def launch(self, groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob) -> None:
+        live = Live()
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(groups))), thread_name_prefix="ca-srun")
+        try:
+            list(pool.map(lambda nodes, run: launch_group(job, nodes, run, live), groups, runs))
+        except BaseException:
+            live.stop_all()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -3,20 +3,21 @@
 Clusters are accepted by training throughput, not by the parts (seed reports: per-node training TFLOPS found
 half-speed nodes, all-reduce looked healthy while training scaled at 21%). Per node this probe trains the
 profile's model (``training``: preset and dimensions) with data parallelism (or fully sharded) on all its GPUs
-and reports tokens/s per GPU, achieved TFLOP/s and MFU (:mod:`analysis.training` says how they are counted),
+and reports tokens/s per GPU, achieved TFLOP/s and MFU (:mod:`probes.training.judge` says how they are counted),
 peak memory, the loss on the fixed batch, and each rank's own forward+backward time: under data parallelism a
 slow GPU holds every step of every rank, so only the solo time names it.
 
 Judged: tokens/s per GPU against ``training_tokens_per_s_per_gpu_min`` and the cluster's median per node (the
 seed's per-node table); each GPU's solo throughput against the cluster's GPUs; MFU against
 ``training_mfu_min``; the loss (finite, falling); the slowest rank against its node's median. Across nodes the
-multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.training_sweep`).
+multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.multi_node.training_sweep`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -25,7 +26,13 @@ from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.analysis.training import (
+from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.declarations import Expectation, threshold_set
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.model import Node, Profile
+from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
+from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
+from cluster_accept.probes.training.judge import (
     FLOP_FORMULA,
     derived_figures,
     info_peak,
@@ -33,14 +40,8 @@ from cluster_accept.analysis.training import (
     model_text,
     slowest_rank,
 )
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.inventory.model import Node, Profile
-from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
-from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
+from cluster_accept.probes.training.report import training_section
 from cluster_accept.reports.figures import ReportSection, ReportView
-from cluster_accept.reports.training_figures import training_section
 
 NAME = "training"
 ORDER = 50
@@ -123,6 +124,10 @@ def train_arguments(node: Node, quick: bool) -> str:
     return args
 
 
+# The node-side script (shipped under its own name, beside the all-reduce script it imports).
+TRAIN_STEP_SCRIPT = str(Path(__file__).resolve().parent / "node" / "train_step.py")
+
+
 def ranks_per_node(node: Node) -> str:
     """``n=…; ``: every GPU of the node (or the profile's partition); one process on a CPU node."""
     return gpu_count(node) if node.profile.probes.device == "cuda" else "n=1; "
@@ -136,7 +141,7 @@ def command(node: Node, quick: bool = False) -> str | None:
     return loopback_torchrun(node, ranks_per_node(node), script)
 
 
-SCRIPT = NodeScript(NAME, ("train_step.py", "allreduce.py"), NAME, command)
+SCRIPT = NodeScript(NAME, (TRAIN_STEP_SCRIPT, "allreduce.py"), NAME, command)
 
 
 def model_info(output: ProbeOutput) -> dict[str, Any] | None:

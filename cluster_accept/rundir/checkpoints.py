@@ -1,7 +1,8 @@
 """Checkpoints in the run directory, so a run killed mid-way resumes without redoing finished work.
 
-Each node's raw result is saved the moment its task finishes (``checkpoints/<stage>/<node>.json``, written
-atomically), before the controller even looks at it; the multi-node stage, which the controller drives as
+Each node's raw result (one :class:`~remote.result.NodeResult`, whichever stage; one codec) is saved the moment
+its task finishes (``checkpoints/<stage>/<node>.json``, written atomically), before the controller even looks at
+it; the multi-node stage, which the controller drives as
 one sequence, is saved whole when it completes. On ``--resume`` the saved results are loaded instead of
 running those nodes again, and every stage is evaluated over all of its nodes exactly as in a clean run, so
 the final tables hold the same rows, once. Only raw outputs are saved: parsing is pure and redone on load.
@@ -36,17 +37,18 @@ class Checkpoints:
     def __init__(self, run_dir: Path) -> None:
         self.root = run_dir / DIRECTORY
 
-    def save_node(self, stage: str, node: str, data: dict[str, Any]) -> None:
-        """``data``: a node's result (``detail``, ``commands`` with their ``stdout`` and ``stderr``), saved masked."""
-        _write_atomic(self.root / stage / f"{node}.json", _masked(data))
+    def save_node(self, stage: str, result: NodeResult) -> None:
+        """A node's result of ``stage`` (its detail and every command's output saved masked)."""
+        _write_atomic(self.root / stage / f"{result.node}.json", _masked(node_result_to_data(result)))
 
-    def load_nodes(self, stage: str) -> dict[str, dict[str, Any]]:
-        """Saved node results of ``stage`` by node; a file cut short by a crash counts as not saved."""
-        found: dict[str, dict[str, Any]] = {}
+    def load_nodes(self, stage: str) -> dict[str, NodeResult]:
+        """Saved node results of ``stage`` by node; a file cut short by a crash, or not one of ours, counts as not
+        saved (the node runs again)."""
+        found: dict[str, NodeResult] = {}
         for path in sorted((self.root / stage).glob("*.json")):
             try:
-                found[path.stem] = json.loads(path.read_text())
-            except (OSError, ValueError):
+                found[path.stem] = node_result_from_data(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
         return found
 
@@ -77,21 +79,13 @@ def _masked(data: dict[str, Any]) -> dict[str, Any]:
     return masked
 
 
-def commands_to_data(commands: list[CommandResult]) -> list[dict[str, Any]]:
-    return [asdict(c) for c in commands]
-
-
-def commands_from_data(data: list[dict[str, Any]]) -> list[CommandResult]:
-    return [CommandResult(**c) for c in data]
-
-
 def node_result_to_data(result: NodeResult) -> dict[str, Any]:
     return {
         "node": result.node,
         "status": result.status.value,
         "cause": result.cause.value if result.cause else None,
         "detail": result.detail,
-        "commands": commands_to_data(result.commands),
+        "commands": [asdict(c) for c in result.commands],
         "duration_s": result.duration_s,
     }
 
@@ -102,6 +96,6 @@ def node_result_from_data(data: dict[str, Any]) -> NodeResult:
         status=NodeStatus(data["status"]),
         cause=UnreachableCause(data["cause"]) if data.get("cause") else None,
         detail=data.get("detail", ""),
-        commands=commands_from_data(data.get("commands", [])),
+        commands=[CommandResult(**c) for c in data.get("commands", [])],
         duration_s=float(data.get("duration_s", 0.0)),
     )

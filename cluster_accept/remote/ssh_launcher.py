@@ -13,17 +13,17 @@ bound, or take 1,000 threads for 1,000 nodes. So each rank is started *detached*
 operation, :mod:`remote.detached`) and watched with short polls, which collect its log and exit status
 when it ends and remove its directory. The calling thread drives every rank of the groups given (an
 isolation round's disjoint groups); every SSH operation runs in one pool of ``concurrency`` threads. What one
-operation on one rank does (its command, start, poll) is in :mod:`tasks.ranks`.
+operation on one rank does (its start, poll) is in :mod:`remote.rank_ops`.
 
-The launcher is chosen by the profile (``probes.launcher``): ``ssh`` is implemented here; ``slurm`` (srun
-in an allocation, :mod:`tasks.srun`) runs behind the same :func:`launch_groups`, its records summarized alike.
+This is the :class:`~remote.launch.Launcher` of profiles whose ``probes.launcher`` is ``ssh``; ``slurm`` (srun
+in an allocation, :mod:`remote.srun`) answers the same protocol. A simulated node answers the operations here
+through its typed session, so this launcher drives simulated runs unchanged.
 """
 
 from __future__ import annotations
 
 import math
 import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,32 +32,23 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cluster_accept.analysis.rank_failures import rank_done
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.batch import batch_timeout, command_timeout
-from cluster_accept.remote.detached import PollAnswer, poll_detached, tag_pattern
+from cluster_accept.remote.detached import tag_pattern
 from cluster_accept.remote.fanout import connect
-from cluster_accept.remote.result import (
-    CommandResult,
-    NodeStatus,
-    RemoteCommand,
-)
-from cluster_accept.remote.sessions import SessionCache
-from cluster_accept.remote.ssh import Unreachable
-from cluster_accept.tasks.ranks import (
-    ALLREDUCE_JOB,
+from cluster_accept.remote.launch import (
     FAILURE_GRACE_S,
     GroupJob,
     GroupRun,
     RankRun,
-    free_port,
     killed_at_timeout,
-    poll_rank,
-    refused,
     rendezvous_address,
-    start_rank,
-    summarize,
 )
+from cluster_accept.remote.rank_end import rank_done
+from cluster_accept.remote.rank_ops import free_port, poll_rank, start_rank
+from cluster_accept.remote.result import CommandResult, NodeStatus, PollAnswer, RemoteCommand
+from cluster_accept.remote.sessions import SessionCache
+from cluster_accept.remote.ssh import Unreachable
 from cluster_accept.vocabulary.secrets import masked_tail
 
 DEFAULT_CONCURRENCY = 64
@@ -105,7 +96,7 @@ class _Rank:
 class _Group:
     nodes: Sequence[Node]
     run: GroupRun
-    job: GroupJob = ALLREDUCE_JOB
+    job: GroupJob
     ranks: list[_Rank] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
     unstarted: int = 0  # ranks whose start has not come back yet
@@ -336,7 +327,7 @@ class _Launcher:
         for group in groups:
             group.stopping.set()
         stops = [
-            self.pool.submit(poll_detached, self.sessions, r.node, r.remote_dir, r.pid, tag_pattern(g.run.tag))
+            self.pool.submit(poll_rank, self.sessions, r.node, r.remote_dir, r.pid, tag_pattern(g.run.tag))
             for g in groups
             for r in g.ranks
             if r.live and not r.busy
@@ -345,52 +336,24 @@ class _Launcher:
 
 
 def _outcome(group: _Group) -> None:
-    """Each rank's record, then what the run measured (:func:`summarize`)."""
-    run = group.run
+    """Each rank's record: its end, or abandoned."""
     for rank in group.ranks:
         abandoned = RankRun(rank.node.name, NodeStatus.ERROR, None, "abandoned", stopped=True)
-        run.ranks[rank.node.name] = rank.done or abandoned
-    if group.ranks:  # else no free port: the run never started, its detail says why
-        summarize(run, group.nodes, group.job)
+        group.run.ranks[rank.node.name] = rank.done or abandoned
 
 
-def launch_groups(
-    groups: Sequence[Sequence[Node]],
-    concurrency: int = DEFAULT_CONCURRENCY,
-    tags: Sequence[str | None] | None = None,
-    job: GroupJob = ALLREDUCE_JOB,
-) -> list[GroupRun]:
-    """One run of ``job`` per group (rank order = list order), all groups at once: they must be disjoint.
+class SshLauncher:
+    """The :class:`~remote.launch.Launcher` of ``torchrun`` over SSH: at most ``concurrency`` SSH operations in
+    flight for all groups together, on as many threads (named :data:`THREAD_PREFIX`), however many ranks."""
 
-    At most ``concurrency`` SSH operations are in flight for all of them together, on as many threads (named
-    :data:`THREAD_PREFIX`), however many ranks the groups have. Never raises for a node's failure."""
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    tags = tags if tags is not None else [None] * len(groups)
-    states = [
-        _Group(nodes, GroupRun(tuple(n.name for n in nodes), tag or secrets.token_hex(6)), job)
-        for nodes, tag in zip(groups, tags, strict=True)
-    ]
-    for group in states:
-        group.run.detail = refused(group.nodes, job)
-    runnable = [group for group in states if not group.run.detail]
-    if runnable and runnable[0].nodes[0].profile.probes.launcher == "slurm":
-        from cluster_accept.tasks import srun  # the srun launcher builds on this module's records
+    def __init__(self, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.concurrency = concurrency
 
-        srun.launch_groups([g.nodes for g in runnable], [g.run for g in runnable], job, concurrency)
-        for group in runnable:
-            summarize(group.run, group.nodes, group.job)
-        return [group.run for group in states]
-    if runnable:
-        _Launcher(concurrency).drive(runnable)
-    for group in runnable:
-        _outcome(group)
-    return [group.run for group in states]
-
-
-def launch_group(
-    nodes: Sequence[Node], tag: str | None = None, concurrency: int = DEFAULT_CONCURRENCY, job: GroupJob = ALLREDUCE_JOB
-) -> GroupRun:
-    """One run of ``job`` (the all-reduce unless told) across ``nodes`` (rank order = list order). Never raises
-    for a node's failure."""
-    return launch_groups([nodes], concurrency, [tag], job)[0]
+    def launch(self, groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob) -> None:
+        states = [_Group(nodes, run, job) for nodes, run in zip(groups, runs, strict=True)]
+        if states:
+            _Launcher(self.concurrency).drive(states)
+        for group in states:
+            _outcome(group)
