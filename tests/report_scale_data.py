@@ -20,6 +20,7 @@ from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.reports.figures import ReportView
 from cluster_accept.reports.render import ReportData
 from cluster_accept.tasks.stages import declared_links
+from cluster_accept.vocabulary.rows import Measurement
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
@@ -161,22 +162,23 @@ def faults_of(names: list[str], faulty_pct: float) -> dict[str, str]:
     return {name: kinds[k % len(kinds)] for k, name in enumerate(names[::step])} if step else {}
 
 
-def _figures(node: str, index: int, slow: bool) -> list[dict[str, Any]]:
+def _figures(node: str, index: int, slow: bool) -> list[Measurement]:
     """What the single-node stage measures on a node: GEMM and HBM per GPU, the all-reduce sweep."""
-    base = {"stage": "single-node", "node": node, "profile": PROFILE, "size": None}
+    base = {"run_id": "r-scale", "cluster": "sim", "stage": "single-node", "node": node, "profile": PROFILE}
     wobble = (index * 7919 % 101) / 100  # a deterministic spread between nodes, 0 .. 1
     out = [
         {**base, "probe": "gemm", "gpu": g, "metric": "gemm_bf16_tflops", "unit": "TFLOP/s",
          "value": (520 + index % 97 if slow and g == 3 else 780 + 10 * wobble + g)}
         for g in range(GPUS)
     ]  # fmt: skip
+    out = [Measurement(**m) for m in out]
     out += [
-        {**base, "probe": "hbm", "gpu": g, "metric": "hbm_copy_gbps", "unit": "GB/s", "value": 3900 + 40 * wobble + g}
+        Measurement(**base, probe="hbm", gpu=g, metric="hbm_copy_gbps", unit="GB/s", value=3900 + 40 * wobble + g)
         for g in range(GPUS)
     ]
     out += [
-        {**base, "probe": "allreduce", "gpu": None, "metric": "allreduce_busbw_gbps", "unit": "GB/s",
-         "size": size, "value": min(360.0, 40.0 * (k + 1)) * (0.97 + 0.03 * wobble)}
+        Measurement(**base, probe="allreduce", gpu=None, metric="allreduce_busbw_gbps", unit="GB/s",
+                    size=size, value=min(360.0, 40.0 * (k + 1)) * (0.97 + 0.03 * wobble))
         for k, size in enumerate(SIZES)
     ]  # fmt: skip
     return out
@@ -210,7 +212,7 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     names = node_names(nodes)
     faults = faults_of(names, faulty_pct)
     rows: list[NodeRow] = []
-    measurements: list[dict[str, Any]] = []
+    measurements: list[Measurement] = []
     values: list[dict[str, Any]] = []
     trends: list[dict[str, Any]] = []
     verdicts = []
@@ -231,7 +233,6 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     data = ReportData(
         rows,
         values,
-        measurements,
         trends=trends,
         thresholds=THRESHOLDS,
         reasons=reasons(),

@@ -183,7 +183,8 @@ def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
     ]
     inventory = Inventory("c", nodes, {"p": profile}, "inventory.yaml", "digest")
     outcomes = [NodeResult(n.name, NodeStatus.OK, commands=_bench_and_sweep(300.0)) for n in nodes]
-    rows, measurements = evaluate_single_node("r", inventory, outcomes)
+    judged = evaluate_single_node("r", inventory, outcomes)
+    rows, measurements = judged.rows, judged.measurements
     keys = [(r.node, r.check, r.item, r.gpu, r.reason) for r in rows]
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
     judged = {(r.node, r.item) for r in rows if r.check == "allreduce"}

@@ -66,7 +66,7 @@ def inspect(output, profile):
 
 
 def report(view):
-    rows = tuple((m["node"], m["value"]) for m in view.measurements if m["metric"] == METRIC)
+    rows = tuple((m.node, m.value) for m in view.measurements if m.metric == METRIC)
     table = Table("trivial rate per node", ("node", "rate/s"), rows, "trivial-table")
     return ReportSection("trivial", (), table) if rows else None
 

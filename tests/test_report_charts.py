@@ -13,6 +13,7 @@ from cluster_accept.reports import charts, figures
 from cluster_accept.reports.actions import Action, Suggestion, reproduce, suggest
 from cluster_accept.reports.charts import BOTTOM, HEIGHT, LEFT, MAX_LABELLED, RIGHT, TOP, WIDTH, Bar, Ref, Series
 from cluster_accept.reports.figures import ReportView
+from cluster_accept.vocabulary.rows import Measurement
 
 SVG = "{http://www.w3.org/2000/svg}"
 PLOT_H = HEIGHT - TOP - BOTTOM
@@ -75,7 +76,7 @@ def test_sparkline_marks_the_current_run() -> None:
 
 
 MEASUREMENTS = [
-    {"stage": "single-node", "node": n, "gpu": g, "profile": "h100", "metric": m, "value": v, "unit": u, "size": None}
+    Measurement("r", "c", "single-node", n, m, v, gpu=g, profile="h100", unit=u)
     for n, g, m, v, u in [
         ("n1", 0, "gemm_bf16_tflops", 740.0, "TFLOP/s"),
         ("n1", 1, "gemm_bf16_tflops", 745.0, "TFLOP/s"),

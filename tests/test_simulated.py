@@ -142,12 +142,13 @@ def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_strag
     inventory = load_inventory(path)
     probes = probes_of_stage()
     outcomes = [run_probes_on_node(node, False, probes) for node in inventory.tested]
-    rows, measurements = evaluate_single_node("sim", inventory, outcomes, False, probes)
+    figures = evaluate_single_node("sim", inventory, outcomes, False, probes)
+    rows = figures.rows
     run_dir = RunDir(tmp_path / "runs", "sim-run")
     run_dir.path.mkdir(parents=True)
     state = RunState(run_dir, inventory, Checkpoints(run_dir.path), Silent())
 
-    judged = confirm_stragglers(state, probes, rows, measurements)
+    judged = confirm_stragglers(state, probes, figures)
 
     stragglers = [(before, after) for before, after in zip(rows, judged, strict=True) if after.reason == "straggler"]
     assert {r.node for _, r in stragglers} == {"gpu0003", "gpu0007"}, [(r.node, r.item) for _, r in stragglers]

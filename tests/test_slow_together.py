@@ -8,6 +8,7 @@ from cluster_accept.analysis.scaling import ScalingPoint, judge_steps
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.tasks.multi_node.slow_together import slow_together_rows
+from cluster_accept.vocabulary.rows import Measurement
 
 NODES = [
     Node(
@@ -19,7 +20,10 @@ NODES = [
     for i in range(1, 5)
 ]
 GROUPS = {2: NODES[:2], 4: NODES}
-SOCKETS = [{"group": "n[1-2]", "transport": "NET/Socket"}, {"group": "n[1-4]", "transport": "NET/Socket"}]
+SOCKETS = [
+    Measurement("r", "c", "multi-node", "n1", "allreduce_busbw_gbps", 1.0, group=g, transport="NET/Socket")
+    for g in ("n[1-2]", "n[1-4]")
+]
 
 
 def _verdict(bad: list[str] | None = None) -> IsolationVerdict:

@@ -3,23 +3,22 @@ scaling table as the field reports print it (nodes, GPUs, tokens/s, per GPU, eff
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.probes.training.report import training_section
 from cluster_accept.reports.figures import ReportView
+from cluster_accept.vocabulary.rows import Measurement
 
 MODEL = "gpt 355.7M L24 d1024 h16 s2048 mb8 v50304 ddp bf16 eager"
 
 
-def figure(node: str, metric: str, value: float, gpu: int | None = None) -> dict[str, Any]:
-    return {"stage": "single-node", "probe": "training", "node": node, "gpu": gpu, "metric": metric,
-            "value": value, "model": MODEL, "world_size": 8, "profile": "p", "unit": "tokens/s"}  # fmt: skip
+def figure(node: str, metric: str, value: float, gpu: int | None = None) -> Measurement:
+    return Measurement("r", "c", "single-node", node, metric, value, probe="training", gpu=gpu, model=MODEL,
+                       world_size=8, profile="p", unit="tokens/s")  # fmt: skip
 
 
-def node_figures(node: str, per_gpu: float, solo: list[float]) -> list[dict[str, Any]]:
+def node_figures(node: str, per_gpu: float, solo: list[float]) -> list[Measurement]:
     out = [figure(node, "training_tokens_per_s_per_gpu", per_gpu), figure(node, "training_tokens_per_s", per_gpu * 8)]
     out.append(figure(node, "training_mfu", round(per_gpu * 2_725_588_992 / 989.4e12, 4)))
     return out + [figure(node, "training_solo_tokens_per_s", v, g) for g, v in enumerate(solo)]

@@ -9,8 +9,8 @@ spread is the median absolute deviation (robust to the very outliers we look for
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pandas as pd
@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Thresholds
+from cluster_accept.vocabulary.rows import Measurement
 
 
 @dataclass(frozen=True)
@@ -149,31 +150,47 @@ def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
 
 
 def measurement_row(
-    run_id: str, cluster: str, stage: str, node: str, profile: str, record: Mapping[str, Any]
-) -> dict[str, Any]:
-    """A probe's JSON record as a ``measurements.parquet`` row."""
+    run_id: str,
+    cluster: str,
+    stage: str,
+    node: str,
+    profile: str,
+    record: Mapping[str, Any],
+    **placed: Any,
+) -> Measurement:
+    """A probe's JSON record as a typed ``measurements.parquet`` row; ``placed``: what the stage knows of the
+    figure that the record does not say (the group that measured it, the transport NCCL used)."""
     conditions = record.get("conditions") or {}
-    return {
-        "run_id": run_id,
-        "cluster": cluster,
-        "stage": stage,
-        "probe": record.get("probe"),
-        "node": node,
-        "profile": profile,
-        "gpu": record.get("gpu"),
-        "metric": record["metric"],
-        "value": float(record["value"]),
-        "unit": record.get("unit"),
-        "dtype": record.get("dtype"),
-        "size": record.get("size"),
-        "iterations": record.get("iterations"),
-        "label": record.get("label"),
-        "world_size": record.get("world_size"),
-        "algbw_gbps": record.get("algbw_gbps"),
-        "sm_clock_mhz": conditions.get("sm_clock_mhz"),
-        "mem_clock_mhz": conditions.get("mem_clock_mhz"),
-        "power_w": conditions.get("power_w"),
-        "temp_c": conditions.get("temp_c"),
-        "clock_event_reasons": conditions.get("clock_event_reasons"),
-        "model": record.get("model"),
-    }
+    return Measurement(
+        run_id=run_id,
+        cluster=cluster,
+        stage=stage,
+        node=node,
+        metric=str(record["metric"]),
+        value=float(record["value"]),
+        probe=record.get("probe"),
+        profile=profile,
+        gpu=record.get("gpu"),
+        unit=record.get("unit"),
+        dtype=record.get("dtype"),
+        size=record.get("size"),
+        iterations=record.get("iterations"),
+        label=record.get("label"),
+        world_size=record.get("world_size"),
+        algbw_gbps=record.get("algbw_gbps"),
+        sm_clock_mhz=conditions.get("sm_clock_mhz"),
+        mem_clock_mhz=conditions.get("mem_clock_mhz"),
+        power_w=conditions.get("power_w"),
+        temp_c=conditions.get("temp_c"),
+        clock_event_reasons=conditions.get("clock_event_reasons"),
+        model=record.get("model"),
+        **placed,
+    )
+
+
+MEASUREMENT_COLUMNS = tuple(f.name for f in fields(Measurement))
+
+
+def measurement_frame(measurements: Sequence[Measurement]) -> pd.DataFrame:
+    """A stage's figures as the one frame its judgement reads (every column present, even with no figure)."""
+    return pd.DataFrame([m.record() for m in measurements], columns=list(MEASUREMENT_COLUMNS))

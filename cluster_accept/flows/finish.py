@@ -141,7 +141,6 @@ def render_report(
     data = ReportData(
         rows=state.rows,
         values=state.values,
-        measurements=state.measurements,
         scaling=state.tables.get("scaling", ()),
         isolation=state.tables.get("isolation", ()),
         trends=state.trends,

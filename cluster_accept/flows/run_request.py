@@ -74,9 +74,7 @@ def check_request(request: RunRequest) -> None:
     if request.slurm_nodes is not None:
         if request.nodes:
             raise ValueError("give --nodes or --slurm-nodes, not both")
-        request.nodes = from_slurm_names(
-            load_checked_inventory(request.inventory), request.slurm_nodes
-        )
+        request.nodes = from_slurm_names(load_checked_inventory(request.inventory), request.slurm_nodes)
     inventory = select_nodes(load_checked_inventory(request.inventory), request.nodes)
     if request.local:
         as_local(inventory)

@@ -33,6 +33,7 @@ from prefect.settings import PREFECT_API_URL
 from prefect.states import Cancelling
 from prefect.types.entrypoint import EntrypointType
 
+from cluster_accept.analysis.probe_verdicts import measurement_frame
 from cluster_accept.flows import progress
 from cluster_accept.flows.acceptance import (
     TABLES,
@@ -279,6 +280,6 @@ def sharded_acceptance(
     run_info["stage_seconds"] = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
     state.rows += drift_across_shards(state, plan)
     write_tables(state, tuple(TABLES))
-    state.trends = trend_records(state)
+    state.trends = trend_records(state, measurement_frame(state.measurements))
     reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
     return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))

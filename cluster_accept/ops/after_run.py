@@ -13,16 +13,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from cluster_accept.analysis.history import key_figures
-from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame
 from cluster_accept.analysis.verdicts import VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.ops.slurm import SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
+from cluster_accept.vocabulary.rows import Measurement
 
 
 class Operations(BaseModel):
@@ -68,7 +68,7 @@ def after_run(
     run_info: Mapping[str, Any],
     verdicts: Sequence[VerdictRow],
     rows: Sequence[NodeRow],
-    measurements: Sequence[Mapping[str, Any]],
+    measurements: Sequence[Measurement],
     operations: Operations,
     rules: Mapping[str, MetricRule] | None = None,
     slurm_names: Mapping[str, str] | None = None,
@@ -82,7 +82,7 @@ def after_run(
         json.dumps(summary(run_info, verdicts, warnings_by_node(rows)), indent=2, default=str) + "\n",
     )
     if operations.prometheus:
-        figures = key_figures(pd.DataFrame(list(measurements)), _probe_rules() if rules is None else rules)
+        figures = key_figures(measurement_frame(measurements), _probe_rules() if rules is None else rules)
         values = {
             (str(n), str(m)): float(v)
             for n, m, v in zip(figures["node"], figures["metric"], figures["value"], strict=True)

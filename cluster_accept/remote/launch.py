@@ -133,4 +133,3 @@ class Launcher(Protocol):
     rank's end in its run; never raises for a node's failure, and leaves nothing of a run behind on its nodes."""
 
     def launch(self, groups: Sequence[Sequence[Node]], runs: Sequence[GroupRun], job: GroupJob) -> None: ...
-

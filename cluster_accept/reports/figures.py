@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from cluster_accept.checks.base import Status
 from cluster_accept.reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
+from cluster_accept.vocabulary.rows import Measurement
 
 GOOD = {Status.PASS, Status.SKIP}
 
@@ -25,7 +26,7 @@ class ReportView:
     """What a probe's report contribution is drawn from: the run's figures, its check rows (to mark the bad
     bars) and each profile's thresholds (the threshold lines)."""
 
-    measurements: Sequence[Mapping[str, Any]] = ()
+    measurements: Sequence[Measurement] = ()
     rows: Sequence[Any] = ()
     thresholds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # profile -> Thresholds fields
     tables: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)  # the run's other tables
@@ -55,12 +56,12 @@ class ReportSection:
         return ((self.table,) if self.table is not None else ()) + self.more_tables
 
 
-def _single_node(measurements: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [m for m in measurements if m.get("stage") == "single-node"]
+def _single_node(measurements: Sequence[Measurement]) -> list[Measurement]:
+    return [m for m in measurements if m.stage == "single-node"]
 
 
-def _pick(measurements: Sequence[Mapping[str, Any]], family: Sequence[str]) -> str | None:
-    present = {m["metric"] for m in measurements}
+def _pick(measurements: Sequence[Measurement], family: Sequence[str]) -> str | None:
+    present = {m.metric for m in measurements}
     return next((metric for metric in family if metric in present), None)
 
 
@@ -80,8 +81,8 @@ def _thresholds(key: str | None, thresholds: Mapping[str, Mapping[str, Any]], pr
     return [Ref(f"threshold ({p})", float(v), "threshold") for p, v in values.items() if v is not None]
 
 
-def _label(m: Mapping[str, Any]) -> str:
-    return f"{m['node']}/gpu{m['gpu']}" if m.get("gpu") is not None else str(m["node"])
+def _label(m: Measurement) -> str:
+    return f"{m.node}/gpu{m.gpu}" if m.gpu is not None else m.node
 
 
 def per_gpu_chart(chart_id: str, family: Mapping[str, str | None], check: str, view: ReportView) -> Markup | None:
@@ -91,14 +92,12 @@ def per_gpu_chart(chart_id: str, family: Mapping[str, str | None], check: str, v
     metric = _pick(figures, list(family))
     if metric is None:
         return None
-    chosen = sorted((m for m in figures if m["metric"] == metric), key=lambda m: (m["node"], m.get("gpu") or 0))
+    chosen = sorted((m for m in figures if m.metric == metric), key=lambda m: (m.node, m.gpu or 0))
     bad = _bad_items(view.rows, check)
-    bars = [
-        Bar(_label(m), float(m["value"]), (m["node"], m.get("gpu")) in bad or (m["node"], None) in bad) for m in chosen
-    ]
+    bars = [Bar(_label(m), m.value, (m.node, m.gpu) in bad or (m.node, None) in bad) for m in chosen]
     refs = [Ref("median", statistics.median(b.value for b in bars))]
-    refs += _thresholds(family[metric], view.thresholds, {str(m.get("profile") or "") for m in chosen})
-    unit = str(chosen[0].get("unit") or "")
+    refs += _thresholds(family[metric], view.thresholds, {m.profile or "" for m in chosen})
+    unit = chosen[0].unit or ""
     return bar_chart(chart_id, f"{metric} per GPU ({len(bars)} GPUs)", bars, unit, refs)
 
 
@@ -107,16 +106,16 @@ def size_sweep_chart(
 ) -> Markup | None:
     """One line per node of ``metric`` against message size (log scale), nodes with a bad ``check`` row
     drawn bad; the profile's threshold as a line."""
-    figures = [m for m in _single_node(view.measurements) if m["metric"] == metric and m.get("size")]
+    figures = [m for m in _single_node(view.measurements) if m.metric == metric and m.size]
     if not figures:
         return None
     bad_nodes = {node for node, _ in _bad_items(view.rows, check)}
     by_node: dict[str, list[tuple[float, float]]] = {}
     for m in figures:
-        by_node.setdefault(str(m["node"]), []).append((float(m["size"]), float(m["value"])))
+        by_node.setdefault(m.node, []).append((float(m.size or 0), m.value))
     series = [Series(node, tuple(points), node in bad_nodes) for node, points in sorted(by_node.items())]
-    refs = _thresholds(threshold, view.thresholds, {str(m.get("profile") or "") for m in figures})
-    unit = str(figures[0].get("unit") or "")
+    refs = _thresholds(threshold, view.thresholds, {m.profile or "" for m in figures})
+    unit = figures[0].unit or ""
     return line_chart(
         chart_id,
         f"{title} ({len(series)} nodes)",
@@ -161,7 +160,7 @@ def isolation_chart(isolation: Sequence[Mapping[str, Any]]) -> Markup | None:
     return bar_chart("isolation", f"Isolation rounds: bus bandwidth per group ({len(bars)} runs)", bars, "GB/s", refs)
 
 
-def gpu_table(measurements: Sequence[Mapping[str, Any]], family: Sequence[str], table_id: str = "") -> Table | None:
+def gpu_table(measurements: Sequence[Measurement], family: Sequence[str], table_id: str = "") -> Table | None:
     """The per-node table of the first metric of ``family`` the run has, one column per GPU, worst node
     first (the seed reports found half-speed nodes only with such a table)."""
     figures = _single_node(measurements)
@@ -170,8 +169,8 @@ def gpu_table(measurements: Sequence[Mapping[str, Any]], family: Sequence[str], 
         return None
     per_node: dict[str, dict[int, float]] = {}
     for m in figures:
-        if m["metric"] == metric:
-            per_node.setdefault(str(m["node"]), {})[int(m.get("gpu") or 0)] = float(m["value"])
+        if m.metric == metric:
+            per_node.setdefault(m.node, {})[m.gpu or 0] = m.value
     gpus = sorted({g for values in per_node.values() for g in values})
     rows = sorted(
         (
@@ -180,7 +179,7 @@ def gpu_table(measurements: Sequence[Mapping[str, Any]], family: Sequence[str], 
         ),
         key=lambda r: (r[-2], r[0]),
     )
-    unit = next(str(m.get("unit") or "") for m in figures if m["metric"] == metric)
+    unit = next(m.unit or "" for m in figures if m.metric == metric)
     columns = ("node", *[f"GPU {g}" for g in gpus], "min", "median")
     return Table(f"{metric} per GPU ({unit}), worst node first", columns, tuple(rows), table_id)
 

@@ -44,7 +44,6 @@ class ReportData:
 
     rows: Sequence[NodeRow] = ()
     values: Sequence[Mapping[str, Any]] = ()
-    measurements: Sequence[Mapping[str, Any]] = ()
     scaling: Sequence[Mapping[str, Any]] = ()
     isolation: Sequence[Mapping[str, Any]] = ()
     trends: Sequence[Mapping[str, Any]] = ()

@@ -80,11 +80,11 @@ class BurnStage:
             write_table(folder / f"{node}.parquet", [{**tags, **r} for r in burn_probe.time_series(node, output)], BURN)
             charted.extend({**tags, **r} for r in burn_probe.time_series(node, output, points=CHART_POINTS))
 
-        rows, measurements = evaluate_single_node(
+        judged = evaluate_single_node(
             state.run_id, state.inventory, outcomes, state.quick, probes, stage=NAME, keep=keep
         )
-        state.rows += rows
-        state.measurements += measurements
+        state.rows += judged.rows
+        state.measurements += judged.measurements
         state.tables.setdefault("burn", []).extend(charted)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:

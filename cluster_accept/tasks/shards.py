@@ -27,6 +27,7 @@ from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.tasks.stage import RunState
+from cluster_accept.vocabulary.rows import Measurement
 
 SHARDS_DIR = "shards"
 SHARD_NOT_FINISHED = "shard_not_finished"
@@ -110,7 +111,9 @@ def merge_shard(state: RunState, shard: ShardTables, shard_dir: Path) -> None:
     files to the parent's run directory."""
     state.rows += [replace(r, run_id=state.run_id) for r in shard.rows]
     state.values += _own(shard.tables.get("node_values", []), state.run_id)
-    state.measurements += _own(shard.tables.get("measurements", []), state.run_id)
+    state.measurements += [
+        replace(Measurement.from_record(r), run_id=state.run_id) for r in shard.tables.get("measurements", [])
+    ]
     for name in ("isolation", "scaling", "training_scaling"):
         state.tables.setdefault(name, []).extend(_own(shard.tables.get(name, []), state.run_id))
     for series in SERIES_DIRS:
@@ -154,8 +157,17 @@ def drift_across_shards(state: RunState, plan: Mapping[str, Sequence[str]]) -> l
             for node in (n for n in names if per_node.get(n, {}).get(item) == value):
                 found.append(
                     NodeRow(
-                        state.run_id, state.cluster, SHARDS_DIR, node, SHARD_CHECK, item, Status.WARN, "drift",
-                        value, f"{majority} (cluster majority)", f"shard {key} agrees on {value}",
+                        state.run_id,
+                        state.cluster,
+                        SHARDS_DIR,
+                        node,
+                        SHARD_CHECK,
+                        item,
+                        Status.WARN,
+                        "drift",
+                        value,
+                        f"{majority} (cluster majority)",
+                        f"shard {key} agrees on {value}",
                     )  # fmt: skip
                 )
     return found

@@ -22,7 +22,7 @@ from cluster_accept.analysis import stragglers
 from cluster_accept.analysis.history import key_figures, node_trends
 from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_row
+from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame, measurement_row
 from cluster_accept.analysis.regressions import figure_regressions
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
@@ -34,6 +34,7 @@ from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, 
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
+from cluster_accept.vocabulary.rows import Measurement
 from cluster_accept.vocabulary.secrets import masked_tail
 
 NAME = "single-node"
@@ -125,8 +126,18 @@ def _raw(result: CommandResult) -> str:
 @dataclass
 class _Judged:
     rows: list[NodeRow] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
     outputs: dict[str, dict[str, ProbeOutput]] = field(default_factory=dict)  # probe -> node -> its output
+
+
+@dataclass(frozen=True)
+class StageFigures:
+    """A probe stage's judgement: its rows, its figures as typed rows, and the one frame of those figures that
+    its judgement read (passed on to what judges them again: straggler confirmation, regressions, trends)."""
+
+    rows: list[NodeRow]
+    measurements: list[Measurement]
+    frame: pd.DataFrame
 
 
 def _evaluate_node(
@@ -160,9 +171,12 @@ def _evaluate_node(
             rows += probe.inspect(output, node.profile) if probe.inspect else []
             if probe.compare is not None or keep is not None and probe is outputs[0][0]:
                 judged.outputs.setdefault(probe.name, {})[node.name] = output  # compared across nodes, or kept
-            for record in output.measurements:
-                figure = measurement_row(run_id, inventory.cluster, stage, node.name, node.profile_name, record)
-                judged.measurements.append({**figure, "transport": record.get("transport")})
+            judged.measurements += [
+                measurement_row(
+                    run_id, inventory.cluster, stage, node.name, node.profile_name, r, transport=r.get("transport")
+                )
+                for r in output.measurements
+            ]
         judged.rows += [node_row(run_id, inventory.cluster, stage, node.name, r, raw, command) for r in rows]
     return judged
 
@@ -175,10 +189,10 @@ def evaluate_single_node(
     probes: Sequence[Probe] | None = None,
     stage: str = NAME,
     keep: Callable[[str, ProbeOutput], None] | None = None,
-) -> tuple[list[NodeRow], list[dict[str, Any]]]:
-    """(check rows, measurement rows) for the stage: each node's own rows, then each probe's judgement over
-    the whole cluster's figures (and its comparison of their outputs). ``keep(node, output)`` sees each node's
-    output of the stage's first probe (the burn's time series go to their own table)."""
+) -> StageFigures:
+    """The stage's rows and figures: each node's own rows, then each probe's judgement over the whole
+    cluster's figures (and its comparison of their outputs). ``keep(node, output)`` sees each node's output of
+    the stage's first probe (the burn's time series go to their own table)."""
     chosen = probes_of_stage() if probes is None else probes
     judged = _Judged()
     for outcome in outcomes:
@@ -191,14 +205,14 @@ def evaluate_single_node(
                 keep(outcome.node, output)
             if output is not None and probe.compare is not None:
                 judged.outputs.setdefault(probe.name, {})[outcome.node] = output
-    frame = pd.DataFrame(judged.measurements)
+    frame = measurement_frame(judged.measurements)
     profiles = {n.name: n.profile for n in inventory.nodes}
     for probe in chosen:
         found = _cluster_rows(probe, frame, judged.outputs.get(probe.name, {}), inventory, quick, profiles)
         for node_name, row in found:
             command = probe.command(inventory.node(node_name), quick) or ""
             judged.rows.append(node_row(run_id, inventory.cluster, stage, node_name, row, "", command))
-    return judged.rows, judged.measurements
+    return StageFigures(judged.rows, judged.measurements, frame)
 
 
 def _cluster_rows(
@@ -218,24 +232,23 @@ def _cluster_rows(
     return found + (probe.evaluate(mine, profiles) if not mine.empty else [])
 
 
-def confirm_stragglers(
-    state: RunState, probes: Sequence[Probe], rows: list[NodeRow], measurements: list[dict[str, Any]]
-) -> list[NodeRow]:
+def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
     """Each node with a straggler row measured again, alone (one node at a time, only the runs that flagged
     it), and the straggler rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
-    suspects = stragglers.flagged(rows)
+    suspects = stragglers.flagged(judged.rows)
     if not suspects:
-        return rows
+        return judged.rows
     by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
     for name, checks in sorted(suspects.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
-    again: list[dict[str, Any]] = []
+    again: list[Measurement] = []
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
         outcomes = [run_probes_on_node(state.inventory.node(name), state.quick, chosen) for name in names]
-        again += evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)[1]
+        again += evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen).measurements
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
-    return stragglers.confirm(rows, pd.DataFrame(measurements), pd.DataFrame(again), judged_rules(probes), thresholds)
+    rules = judged_rules(probes)
+    return stragglers.confirm(judged.rows, judged.frame, measurement_frame(again), rules, thresholds)
 
 
 def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
@@ -243,13 +256,15 @@ def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
     return {metric: rule for probe in probes for metric, rule in probe.metrics.items()}
 
 
-def regression_rows(state: RunState, probes: Sequence[Probe], rules: Mapping[str, MetricRule]) -> list[NodeRow]:
+def regression_rows(
+    state: RunState, probes: Sequence[Probe], rules: Mapping[str, MetricRule], frame: pd.DataFrame
+) -> list[NodeRow]:
     """Each measured node against its own earlier runs: scheduled checks watch for drift. ``rules``: the
-    figures ``probes`` judge (:func:`judged_rules`)."""
-    if state.history is None or not state.measurements:
+    figures ``probes`` judge (:func:`judged_rules`); ``frame``: the stage's figures."""
+    if state.history is None or frame.empty:
         return []
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
-    current = key_figures(pd.DataFrame(state.measurements), rules)
+    current = key_figures(frame, rules)
     return [
         node_row(
             state.run_id,
@@ -287,12 +302,11 @@ class SingleNodeStage:
             ),
             wave=min(limits) if limits else None,
         )
-        rows, measurements = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
-        state.rows += confirm_stragglers(state, probes, rows, measurements)
-        state.measurements += measurements
-        rules = judged_rules(probes)
-        state.rows += regression_rows(state, probes, rules)
-        state.trends = trend_records(state)
+        judged = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
+        state.rows += confirm_stragglers(state, probes, judged)
+        state.measurements += judged.measurements
+        state.rows += regression_rows(state, probes, judged_rules(probes), judged.frame)
+        state.trends = trend_records(state, judged.frame)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(probes_of_stage())
@@ -304,11 +318,11 @@ class SingleNodeStage:
         return tuple(e for probe in probes_of_stage() for e in probe.expectations)
 
 
-def trend_records(state: RunState) -> list[dict[str, Any]]:
-    """Each tested node's figures against its earlier runs (the report's history table); none without a history."""
+def trend_records(state: RunState, current: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each tested node's figures (``current``, the stage's frame) against its earlier runs (the report's
+    history table); none without a history."""
     if state.history is None:
         return []
-    current = pd.DataFrame(state.measurements)
     names = [n.name for n in state.inventory.tested]
     trends = node_trends(state.history.figures, current, names, judged_rules(probes_of_stage()))
     return [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]

@@ -35,6 +35,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.rows import node_row
+from cluster_accept.vocabulary.rows import Measurement
 
 _T = TypeVar("_T")
 
@@ -73,7 +74,7 @@ class RunState:
     concurrency: int = 64
     rows: list[NodeRow] = field(default_factory=list)
     values: list[dict[str, Any]] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # isolation, scaling …
     trends: list[dict[str, Any]] = field(default_factory=list)  # each node against its earlier runs
 

@@ -25,6 +25,8 @@ def testbed_nccl_env(rails: int) -> dict[str, str]:
     """The nodes' NCCL environment: with simulated HCAs (rails) InfiniBand is not switched off, as on a cluster
     that has it."""
     return {k: v for k, v in TESTBED_NCCL_ENV.items() if not (rails and k == "NCCL_IB_DISABLE")}
+
+
 NODES_PER_RACK = 8
 
 

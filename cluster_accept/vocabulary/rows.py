@@ -59,3 +59,47 @@ class NodeRow:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in record.items() if key in known}
         return cls(**{**values, "status": Status(str(record["status"]))})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One figure a probe measured on one node (or one group of nodes) in one run and stage, as
+    ``measurements.parquet`` holds it: typed from the stage that read it to the Parquet edge (:meth:`record`).
+    Units are in the names (``algbw_gbps``, ``sm_clock_mhz``); ``value`` is in ``unit``."""
+
+    run_id: str
+    cluster: str
+    stage: str
+    node: str
+    metric: str
+    value: float
+    probe: str | None = None  # which run measured it: gemm, allreduce, rail0 …
+    profile: str | None = None
+    gpu: int | None = None
+    unit: str | None = None
+    dtype: str | None = None
+    size: int | None = None  # GEMM: n of an n x n x n product; copies and all-reduce: bytes
+    iterations: int | None = None
+    label: str | None = None  # all-reduce: intra_node / inter_node; GPU pairs: GPU0->GPU1
+    world_size: int | None = None
+    algbw_gbps: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    clock_event_reasons: str | None = None
+    transport: str | None = None  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
+    group: str | None = None  # multi-node runs: the nodes of the run, folded (node[01-04])
+    model: str | None = None  # training: the model trained
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet row."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Measurement:
+        """A row read back from ``measurements.parquet`` (or a checkpoint); other keys are ignored, and a
+        missing column (written before it existed) is null."""
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in record.items() if key in known}
+        return cls(**{**values, "value": float(record["value"])})

@@ -14,6 +14,7 @@ from markupsafe import Markup
 from cluster_accept.reports import figures
 from cluster_accept.reports.charts import Bar, Ref, bar_chart
 from cluster_accept.reports.figures import GOOD, ReportSection, ReportView, Table
+from cluster_accept.vocabulary.rows import Measurement
 
 CHECK = "training"
 PER_GPU = "training_tokens_per_s_per_gpu"
@@ -21,21 +22,21 @@ SCALING_TABLE = "training_scaling"
 KEY = "training_tokens_per_s_per_gpu_min"
 
 
-def _single_node(view: ReportView) -> list[Mapping[str, Any]]:
-    return [m for m in view.measurements if m.get("stage") == "single-node" and m.get("probe") == CHECK]
+def _single_node(view: ReportView) -> list[Measurement]:
+    return [m for m in view.measurements if m.stage == "single-node" and m.probe == CHECK]
 
 
-def _per_node(figures: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def _per_node(figures: Sequence[Measurement]) -> dict[str, dict[str, Any]]:
     """node -> its figures: node-level ones by metric, and its GPUs' solo throughputs."""
     nodes: dict[str, dict[str, Any]] = {}
     for m in figures:
-        entry = nodes.setdefault(str(m["node"]), {"solo": {}})
-        if m["metric"] == "training_solo_tokens_per_s" and m.get("gpu") is not None:
-            entry["solo"][int(m["gpu"])] = float(m["value"])
-        elif m.get("gpu") is None:
-            entry[str(m["metric"])] = float(m["value"])
-            entry["model"] = m.get("model")
-            entry["world_size"] = m.get("world_size")
+        entry = nodes.setdefault(m.node, {"solo": {}})
+        if m.metric == "training_solo_tokens_per_s" and m.gpu is not None:
+            entry["solo"][m.gpu] = m.value
+        elif m.gpu is None:
+            entry[m.metric] = m.value
+            entry["model"] = m.model
+            entry["world_size"] = m.world_size
     return nodes
 
 

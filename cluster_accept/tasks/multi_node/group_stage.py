@@ -12,6 +12,7 @@ from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
 from cluster_accept.checks.base import CheckRow, NodeRow
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.launch import GroupJob, GroupRun
+from cluster_accept.vocabulary.rows import Measurement
 
 
 @dataclass
@@ -19,7 +20,7 @@ class MultiNodeOutcome:
     """What the multi-node stage found: its rows, figures, isolation groups, scaling tables and verdict."""
 
     rows: list[NodeRow] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
     isolation: list[dict[str, Any]] = field(default_factory=list)
     scaling: list[dict[str, Any]] = field(default_factory=list)
     training_scaling: list[dict[str, Any]] = field(default_factory=list)

@@ -11,7 +11,6 @@ used beside the one expected, as the first cause to look at.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from cluster_accept.analysis.isolation import IsolationVerdict
 from cluster_accept.analysis.scaling import StepVerdict
@@ -19,6 +18,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Node
+from cluster_accept.vocabulary.rows import Measurement
 
 REASON = Reason(
     "below_floor_together",
@@ -30,10 +30,10 @@ REASON = Reason(
 )
 
 
-def _transports(measurements: Sequence[Mapping[str, Any]], group: Sequence[Node]) -> str:
+def _transports(measurements: Sequence[Measurement], group: Sequence[Node]) -> str:
     """The transports NCCL used in the sweep's runs of ``group``, as its measurements recorded them."""
     name = fold([node.name for node in group])
-    used = {str(m["transport"]) for m in measurements if m.get("transport") and m.get("group") == name}
+    used = {m.transport for m in measurements if m.transport and m.group == name}
     return ", ".join(sorted(used)) or "not read (CPU ranks, or no NCCL log)"
 
 
@@ -41,7 +41,7 @@ def slow_together_rows(
     steps: Sequence[StepVerdict],
     groups: Mapping[int, Sequence[Node]],
     verdict: IsolationVerdict | None,
-    measurements: Sequence[Mapping[str, Any]],
+    measurements: Sequence[Measurement],
 ) -> list[tuple[str, CheckRow]]:
     """(node, row) for every node of every step below the floor, when isolation named no bad node."""
     if verdict is not None and (verdict.bad_nodes or verdict.bad_pairs):

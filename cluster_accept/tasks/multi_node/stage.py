@@ -9,6 +9,7 @@ in parallel (disjoint groups), and turns the outcome into rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prefect import task
@@ -38,6 +39,7 @@ from cluster_accept.tasks.multi_node.training_sweep import REASONS as TRAINING_R
 from cluster_accept.tasks.multi_node.training_sweep import isolate_training, training_sweep
 from cluster_accept.tasks.rows import node_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, unwalked
+from cluster_accept.vocabulary.rows import Measurement
 
 NAME = "multi-node"
 
@@ -102,13 +104,12 @@ class _Stage:
         if not job.collective:
             return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
+            between = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
             figure = measurement_row(
-                self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record
+                self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record, group=group
             )
-            figure["group"] = group
-            figure["probe"] = job.name  # allreduce, collectives, rail0 …: which run measured it
-            figure["transport"] = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
-            self.out.measurements.append(figure)
+            # which run measured it (allreduce, collectives, rail0 …), and the transport NCCL used between nodes
+            self.out.measurements.append(replace(figure, probe=job.name, transport=between))
         for name, rank in run.ranks.items():
             if rank.ok and rank.result is not None:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
@@ -335,7 +336,7 @@ REASONS = {
 def _outcome_data(outcome: MultiNodeOutcome) -> dict[str, Any]:
     return {
         "rows": [row.record() for row in outcome.rows],
-        "measurements": outcome.measurements,
+        "measurements": [m.record() for m in outcome.measurements],
         "isolation": outcome.isolation,
         "scaling": outcome.scaling,
         "training_scaling": outcome.training_scaling,
@@ -345,7 +346,8 @@ def _outcome_data(outcome: MultiNodeOutcome) -> dict[str, Any]:
 def _outcome_from(data: dict[str, Any]) -> MultiNodeOutcome:
     rows = [NodeRow.from_record(r) for r in data["rows"]]
     training = data.get("training_scaling", [])
-    return MultiNodeOutcome(rows, data["measurements"], data["isolation"], data["scaling"], training)
+    measurements = [Measurement.from_record(m) for m in data["measurements"]]
+    return MultiNodeOutcome(rows, measurements, data["isolation"], data["scaling"], training)
 
 
 class MultiNodeStage:
