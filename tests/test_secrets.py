@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,8 @@ import pytest
 from cluster_accept.checks import nccl_env
 from cluster_accept.checks.base import CheckRow, Status, discover, error_row
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
-from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.shell import ShellSession
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks import single_node
 from cluster_accept.tasks.check_batch import NodePreflight
@@ -296,8 +299,35 @@ def test_every_pattern_is_linear_in_hostile_output() -> None:
     assert time.monotonic() - started < 10  # linear: well under a second; quadratic: minutes
 
 
+class _NodeShell(ShellSession):
+    """A node's shell that prints ``stdout`` and ``stderr`` for the first command of any batch, framed as
+    :func:`remote.batch.build_batch` frames it: the batch as the remote boundary reads it."""
+
+    def __init__(self, stdout: str, stderr: str, code: int = 0) -> None:
+        self.stdout, self.stderr, self.code = stdout, stderr, code
+
+    def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
+        found = re.search(r"@@CA:(\w+):0:out", script)
+        assert found is not None, script
+        mark = f"@@CA:{found.group(1)}:0:"
+        out = f"{mark}out\n{self.stdout}\n{mark}end:{self.code}\n"
+        return 0, out, f"{mark}err\n{self.stderr}\n{mark}errend\n", False
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        return None
+
+    @property
+    def node_name(self) -> str:
+        return "node01"
+
+
+def _through_the_boundary(stdout: str, stderr: str = "", code: int = 0) -> NodeResult:
+    return _NodeShell(stdout, stderr, code).run_batch([RemoteCommand("gpu_bench", "true")], 60.0)
+
+
 def test_masked_before_cut_so_no_secret_is_cut_in_two() -> None:
-    """Evidence is cut to fit a row; a cut inside a secret would leave a piece that masking no longer knows."""
+    """Evidence is cut to fit a row; a cut inside a secret would leave a piece that masking no longer knows.
+    Node text is masked where it enters the controller, so every later cut is of masked text."""
     url = "postgres://svc:S3KR1Tcutpassword@db/x\n"
     secret_at = url.index("S3KR1T")
     row = CheckRow("nccl_env", "NCCL_SOCKET_IFNAME", Status.FAIL, "value_mismatch", "eth9", "eth0", "")
@@ -309,19 +339,22 @@ def test_masked_before_cut_so_no_secret_is_cut_in_two() -> None:
     assert "S3KR1T" not in error_row("driver", "unparsable_output", "bad", head).detail
     tail = url + "y" * (20_000 - len(url) + url.index("vc:"))  # kept: from inside the user, past '://'
     stderr = "e" * 3_000 + " " + HF + "f" * (4_000 - len(HF) + 1)  # kept: from inside the prefix
-    assert "S3KR1T" not in single_node._raw(CommandResult("gpu_bench", 1, tail, stderr))
+    assert "S3KR1T" in single_node._raw(CommandResult("gpu_bench", 1, tail, stderr))  # cut, never masked
+    result = _through_the_boundary(tail, stderr, 1).commands[0]
+    assert result.exit_code == 1 and "S3KR1T" not in single_node._raw(result)
 
 
 def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:
-    stdout = f"### env\nNCCL_PASSWD=S3KR1T\nNCCL_DB_URL=postgres://u:S3KR1T@db/x\nNCCL_NOTE={GH}\n### end\n"
-    result = NodeResult("node01", NodeStatus.ERROR, detail=f"batch exited 1: {HF}")
-    result.commands.append(CommandResult("nccl_env", 0, stdout, f"warning: {JWT}"))
+    """What a checkpoint saves is the node's result as the boundary gave it: masked there, never again."""
+    stdout = f"### env\nNCCL_PASSWD=S3KR1T\nNCCL_DB_URL=postgres://u:S3KR1T@db/x\nNCCL_NOTE={GH}\n### end"
+    result = _through_the_boundary(stdout, f"warning: {JWT}")
+    result.commands[0] = replace(result.commands[0], name="nccl_env")
     checkpoints = Checkpoints(tmp_path)
     checkpoints.save_node("preflight", result)
     saved = next((tmp_path / "checkpoints" / "preflight").iterdir()).read_text()
     assert "S3KR1T" not in saved and "NCCL_PASSWD=***" in saved and "ghp_***" in saved
     loaded = checkpoints.load_nodes("preflight")["node01"]
-    assert (loaded.status, loaded.detail) == (NodeStatus.ERROR, "batch exited 1: hf_***")
+    assert loaded.status is NodeStatus.OK and loaded.commands == result.commands
     assert nccl_env.parse(loaded.commands[0].stdout, 0) == nccl_env.parse(stdout, 0)
 
 

@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Sequence
 
 from cluster_accept.remote.result import CommandResult, RemoteCommand
+from cluster_accept.vocabulary.secrets import mask_secrets
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 KILL_GRACE_S = 5
@@ -104,7 +105,9 @@ def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, non
     """Split the batch's two streams back into one :class:`CommandResult` per command.
 
     A command whose end frame is missing (the session died or the client timed out) gets ``exit_code`` None
-    and whatever output arrived; commands that never started get empty results, also with ``None``.
+    and whatever output arrived; commands that never started get empty results, also with ``None``. Each
+    output is masked here, once, where node text enters the controller (:func:`~vocabulary.secrets.mask_secrets`):
+    everything above, the checkpoints, rows and reports included, holds it masked.
     """
     results: list[CommandResult] = []
     out_pos = err_pos = 0
@@ -116,8 +119,8 @@ def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, non
             CommandResult(
                 command.name,
                 exit_code,
-                out or "",
-                err or "",
+                mask_secrets(out or ""),
+                mask_secrets(err or ""),
                 timed_out=exit_code in (124, 137),
             )
         )

@@ -19,6 +19,7 @@ import shlex
 
 from cluster_accept.remote.batch import KILL_GRACE_S, command_timeout, env_prefix
 from cluster_accept.remote.result import PollAnswer, RemoteCommand
+from cluster_accept.vocabulary.secrets import mask_secrets
 
 WRAPPER = "run.sh"
 START_WAIT_S = 10  # how long the start-up waits for the wrapper to report its pid
@@ -120,7 +121,8 @@ def poll_script(remote_dir: str, pid: int, kill_pattern: str | None = None) -> s
 def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
     """What :func:`poll_script` printed; None when the poll itself did not complete (no answer).
 
-    Only the first line is ours: the rest is the command's output and cannot forge it."""
+    Only the first line is ours: the rest is the command's output and cannot forge it; it is masked here, where
+    it enters the controller."""
     if code != 0:
         return None
     first, _, rest = stdout.partition("\n")
@@ -130,4 +132,4 @@ def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
     if match is None:
         return None
     status = match.group(1)
-    return PollAnswer(False, None if status == "none" else int(status), rest, stderr)
+    return PollAnswer(False, None if status == "none" else int(status), mask_secrets(rest), mask_secrets(stderr))

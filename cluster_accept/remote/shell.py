@@ -112,7 +112,7 @@ class ShellSession(ABC):
         code, out, err, _ = self.run_script(make_dir_script(stale_min), 60)
         remote_dir = out.strip().splitlines()[-1] if out.strip() else ""
         if code != 0 or not _TMP_DIR.match(remote_dir):
-            raise ProbeDirError(f"mktemp failed on the node: {err.strip() or out}")
+            raise ProbeDirError(f"mktemp failed on the node: {masked_tail(err.strip() or out, START_ERROR_CHARS)}")
         return remote_dir
 
     def remove_dir(self, remote_dir: str, kill_tag: str | None = None) -> None:

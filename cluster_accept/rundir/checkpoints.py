@@ -6,8 +6,8 @@ it; the multi-node stage, which the controller drives as
 one sequence, is saved whole when it completes. On ``--resume`` the saved results are loaded instead of
 running those nodes again, and every stage is evaluated over all of its nodes exactly as in a clean run, so
 the final tables hold the same rows, once. Only raw outputs are saved: parsing is pure and redone on load.
-A node's outputs are saved with their secrets masked (``analysis.secrets``), as the rows hold them, so that a
-run that never finishes leaves none behind; real outputs parse the same masked or not.
+A node's outputs are saved as its result holds them: masked where they entered the controller
+(:func:`remote.batch.parse_batch`), so that a run that never finishes leaves no secret behind.
 
 The checkpoints are removed when the run has finished and its tables, history and report are written.
 """
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, UnreachableCause
-from cluster_accept.vocabulary.secrets import mask_secrets
 
 DIRECTORY = "checkpoints"
 
@@ -38,8 +37,8 @@ class Checkpoints:
         self.root = run_dir / DIRECTORY
 
     def save_node(self, stage: str, result: NodeResult) -> None:
-        """A node's result of ``stage`` (its detail and every command's output saved masked)."""
-        _write_atomic(self.root / stage / f"{result.node}.json", _masked(node_result_to_data(result)))
+        """A node's result of ``stage``, as the remote boundary gave it (its outputs masked there)."""
+        _write_atomic(self.root / stage / f"{result.node}.json", node_result_to_data(result))
 
     def load_nodes(self, stage: str) -> dict[str, NodeResult]:
         """Saved node results of ``stage`` by node; a file cut short by a crash, or not one of ours, counts as not
@@ -64,19 +63,6 @@ class Checkpoints:
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _masked(data: dict[str, Any]) -> dict[str, Any]:
-    """A node's result with the node's text in it masked: the detail, each command's output."""
-    masked = dict(data)
-    if isinstance(data.get("detail"), str):
-        masked["detail"] = mask_secrets(data["detail"])
-    if isinstance(data.get("commands"), list):
-        masked["commands"] = [
-            {k: mask_secrets(v) if k in ("stdout", "stderr") and isinstance(v, str) else v for k, v in c.items()}
-            for c in data["commands"]
-        ]
-    return masked
 
 
 def node_result_to_data(result: NodeResult) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
 from cluster_accept.vocabulary.rows import Measurement
-from cluster_accept.vocabulary.secrets import masked_tail
+from cluster_accept.vocabulary.text import keep_tail
 
 NAME = "single-node"
 SESSION_REASONS = declare(
@@ -100,7 +100,7 @@ def run_rows(
         return [CheckRow(check, result.name, Status.TIMEOUT, "probe_timeout", None, expected, said)]
     rows = [CheckRow(check, result.name, Status.ERROR, "probe_error", None, None, e) for e in output.errors]
     if result.exit_code != 0 and not output.errors:
-        _, detail = why_first(result.stdout + "\n" + result.stderr, masked_tail(result.stderr or result.stdout, 2000))
+        _, detail = why_first(result.stdout + "\n" + result.stderr, keep_tail(result.stderr or result.stdout, 2000))
         observed = f"exit {result.exit_code}"
         rows.append(CheckRow(check, result.name, Status.ERROR, "probe_failed", observed, "exit 0", detail))
     return rows
@@ -118,9 +118,10 @@ def _node_session_row(outcome: NodeResult) -> tuple[CheckRow, str] | None:
 
 
 def _raw(result: CommandResult) -> str:
-    """A run's output as evidence: its tails, each masked before it is cut (no secret cut in two)."""
-    stderr = "\n[stderr]\n" + masked_tail(result.stderr, 4000) if result.stderr else ""
-    return masked_tail(result.stdout, 20000) + stderr
+    """A run's output as evidence: its tails (masked where the output entered the controller, so no secret is
+    cut in two)."""
+    stderr = "\n[stderr]\n" + keep_tail(result.stderr, 4000) if result.stderr else ""
+    return keep_tail(result.stdout, 20000) + stderr
 
 
 @dataclass

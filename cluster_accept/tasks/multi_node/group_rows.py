@@ -15,8 +15,7 @@ from cluster_accept.remote.launch import GroupRun, RankRun
 from cluster_accept.remote.rank_end import RankEnd, rank_end
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.rows import tool_error_row
-from cluster_accept.vocabulary.secrets import mask_secrets, masked_tail
-from cluster_accept.vocabulary.text import keep_head
+from cluster_accept.vocabulary.text import keep_head, keep_tail
 
 OBSERVED_CHARS = 80  # of how a failed rank ended, in its row's observed column (the whole of it is in the detail)
 LAST_LINES_CHARS = 600  # of a failed rank's last lines in its row's detail
@@ -99,15 +98,16 @@ def culprits(run: GroupRun) -> dict[str, RankEnd]:
 
 
 def _blamed_row(name: str, rank: RankRun, end: RankEnd, check: str, item: str, what: str) -> tuple[str, CheckRow, str]:
-    """The failed rank's node: its own evidence first (the NCCL line saying why, its last lines), masked."""
+    """The failed rank's node: its own evidence first (the NCCL line saying why, its last lines), as masked where
+    the rank's output entered the controller."""
     result = rank.result
     if result is None:
         why, evidence = "", rank.detail
     else:
         text = result.stdout + "\n" + result.stderr
-        why, evidence = why_first(text, masked_tail(result.stdout, 1500) + masked_tail(result.stderr, 500))
-    last = masked_tail(end.lines, LAST_LINES_CHARS)
-    said = mask_secrets(end.why)
+        why, evidence = why_first(text, keep_tail(result.stdout, 1500) + keep_tail(result.stderr, 500))
+    last = keep_tail(end.lines, LAST_LINES_CHARS)
+    said = end.why
     failed = f"{name}'s rank failed ({said}); the {what} did not complete"
     parts = (why, failed, f"its last lines: {last}" if last else "")
     detail = "; ".join(p for p in parts if p)
@@ -120,7 +120,6 @@ def _unattributed(run: GroupRun, item: str, what: str) -> list[tuple[str, CheckR
     its rank did, never rejected for it."""
     ranks = "; ".join(f"{name}: {rank.said}" for name, rank in run.ranks.items())
     said = f"the {what} of {fold(run.nodes)} did not complete and no rank of it can be blamed ({ranks})"
-    said = mask_secrets(said)
     row = CheckRow(TOOL_CHECK, item, Status.ERROR, "run_unattributed", None, "completed", said)
     return [(n, row, "") for n in run.nodes]
 
