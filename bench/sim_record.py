@@ -36,8 +36,8 @@ from cluster_accept.remote.probe_dir import run_in_probe_dir  # noqa: E402
 from cluster_accept.remote.result import CommandResult  # noqa: E402
 from cluster_accept.simulator.launch import NO_STATUS, launch_key, rank_key, tokenize  # noqa: E402
 from cluster_accept.simulator.nodes import Answer, Recording  # noqa: E402
-from cluster_accept.tasks.check_batch import commands_for  # noqa: E402
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_group  # noqa: E402
+from cluster_accept.tasks.preflight.check_batch import commands_for  # noqa: E402
 from cluster_accept.tasks.single_node import probe_commands, probes_of_stage  # noqa: E402
 from cluster_accept.testbed import bed  # noqa: E402
 from cluster_accept.testbed.faults import fault_plan_from_data  # noqa: E402

@@ -12,7 +12,7 @@ from cluster_accept.inventory.builtin import builtin_profile, resolve_auto, with
 from cluster_accept.inventory.gpus import MODELS, model_for_name, profile_data
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings
-from cluster_accept.tasks.auto_profile import resolve_auto_nodes
+from cluster_accept.tasks.preflight.auto_profile import resolve_auto_nodes
 from tests.capture import captured
 
 

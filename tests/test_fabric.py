@@ -16,7 +16,7 @@ from cluster_accept.inventory.fabric import (
     fabric_data,
 )
 from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings, TrainingSettings
-from cluster_accept.tasks.auto_profile import resolve_auto_nodes
+from cluster_accept.tasks.preflight.auto_profile import resolve_auto_nodes
 from tests.capture import captured
 
 NDR = "400 Gb/sec (4X NDR)"

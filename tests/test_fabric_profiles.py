@@ -14,7 +14,7 @@ from cluster_accept.inventory.builtin import builtin_profile, with_base
 from cluster_accept.inventory.fabric import BUILTIN_FABRICS
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings
-from cluster_accept.tasks.auto_profile import resolve_auto_nodes
+from cluster_accept.tasks.preflight.auto_profile import resolve_auto_nodes
 from tests.test_fabric import HALF, _gpus, ib_node, ports_output
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from cluster_accept.checks.base import discover
 from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Node, ProbeSettings, Profile
-from cluster_accept.tasks.check_batch import commands_for, run_preflight_on_node
+from cluster_accept.tasks.preflight.check_batch import commands_for, run_preflight_on_node
 
 CHECKS = {c.name: c for c in discover()}
 

@@ -39,10 +39,10 @@ SHIPPED_TREES = ("probes", "reports/templates")
 NOT_SHIPPED = ("testbed", "simulator")
 IMPORTS = """\
 import json, sys
-import cluster_accept, cluster_accept.tasks.preflight, cluster_accept.analysis.verdicts
+import cluster_accept, cluster_accept.tasks.preflight.stage, cluster_accept.analysis.verdicts
 print(json.dumps({
     "package": cluster_accept.__file__,
-    "preflight": cluster_accept.tasks.preflight.__file__,
+    "preflight": cluster_accept.tasks.preflight.stage.__file__,
     "verdicts": cluster_accept.analysis.verdicts.__file__,
     "sys_path": sys.path,
 }))

@@ -16,8 +16,8 @@ from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, 
 from cluster_accept.remote.shell import ShellSession
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks import single_node
-from cluster_accept.tasks.check_batch import NodePreflight
-from cluster_accept.tasks.preflight import evaluate_preflight, node_values
+from cluster_accept.tasks.preflight.check_batch import NodePreflight
+from cluster_accept.tasks.preflight.stage import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
 from cluster_accept.vocabulary.secrets import is_secret_name, mask_secrets, mask_value
 

@@ -22,8 +22,8 @@ from cluster_accept.ops.slurm import SlurmNode, plan
 from cluster_accept.remote.batch import parse_batch
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand, SessionLost, UnreachableCause
 from cluster_accept.remote.shell import ShellSession
-from cluster_accept.tasks.check_batch import commands_for, parse_node_result
-from cluster_accept.tasks.preflight import evaluate_preflight
+from cluster_accept.tasks.preflight.check_batch import commands_for, parse_node_result
+from cluster_accept.tasks.preflight.stage import evaluate_preflight
 from cluster_accept.tasks.stages import declared_links
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare

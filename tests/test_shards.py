@@ -10,11 +10,7 @@ import pytest
 from cluster_accept.analysis.schemas import CHECKS, MEASUREMENTS, write_table
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.flows.progress import Silent
-from cluster_accept.inventory.load import load_inventory
-from cluster_accept.inventory.model import Inventory
-from cluster_accept.rundir.checkpoints import Checkpoints
-from cluster_accept.rundir.outputs import RunDir
-from cluster_accept.tasks.shards import (
+from cluster_accept.flows.shard_results import (
     drift_across_shards,
     merge_shard,
     not_finished_rows,
@@ -22,6 +18,10 @@ from cluster_accept.tasks.shards import (
     shard_key,
     shard_plan,
 )
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.inventory.model import Inventory
+from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.stage import RunState
 
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"

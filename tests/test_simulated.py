@@ -21,8 +21,8 @@ from cluster_accept.simulator.nodes import (
     SimulatedSession,
     scale_figures,
 )
-from cluster_accept.tasks.check_batch import run_preflight_on_node
-from cluster_accept.tasks.preflight import evaluate_preflight
+from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
+from cluster_accept.tasks.preflight.stage import evaluate_preflight
 
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
 

@@ -49,7 +49,7 @@ def suggest(
 ) -> None:
     """Read driver, CUDA, GPUs, NVLink, PCIe, persistence mode, the NCCL environment and the probe interpreter
     from the nodes, and print a commented profile of what most of them have, marking where nodes disagree."""
-    from cluster_accept.tasks.suggest import read_cluster
+    from cluster_accept.tasks.preflight.suggest import read_cluster
 
     try:
         inv = load_checked_inventory(inventory)

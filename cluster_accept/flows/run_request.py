@@ -88,8 +88,8 @@ def check_request(request: RunRequest) -> None:
 
 def check_shards(shards: ShardRequest, local: bool, inventory: Inventory) -> None:
     """A sharded run's errors, on the selected nodes (``--nodes`` or ``--slurm-nodes`` already applied)."""
+    from cluster_accept.flows.shard_results import shard_plan
     from cluster_accept.flows.sharding import require_pool
-    from cluster_accept.tasks.shards import shard_plan
 
     if local:
         raise ValueError("--local checks this machine itself: it cannot be sharded (--shard-by)")

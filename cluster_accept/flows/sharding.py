@@ -8,7 +8,7 @@ module path (every worker host has cluster-accept installed, nothing is shipped)
 ``queue_per_shard`` each shard goes to the work queue named after its label value, so the worker started
 for that rack (``prefect worker start --pool POOL --work-queue RACK``) runs it. Shards write under this run's
 ``shards/<key>/``: ``--out`` must be a directory every controller host sees (NFS, as run directories usually
-are). The parent waits, reads every shard back (:mod:`tasks.shards`) and finishes the run as one: verdicts,
+are). The parent waits, reads every shard back (:mod:`flows.shard_results`) and finishes the run as one: verdicts,
 report, history and Slurm operations happen once, here. A shard no worker starts within ``start_wait_s`` is
 cancelled; a shard that fails, crashes or cannot be read gives its nodes ``tool:shard_not_finished`` rows.
 
@@ -48,12 +48,7 @@ from cluster_accept.flows.acceptance import (
     write_tables,
 )
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
-from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.load import select_nodes
-from cluster_accept.ops.after_run import Operations
-from cluster_accept.probes.base import discover as discover_probes
-from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.tasks.shards import (
+from cluster_accept.flows.shard_results import (
     SHARD_CHECK,
     SHARD_REASONS,
     SHARDS_DIR,
@@ -63,6 +58,11 @@ from cluster_accept.tasks.shards import (
     read_shard,
     shard_plan,
 )
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.load import select_nodes
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.probes.base import discover as discover_probes
+from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.tasks.single_node import trend_records
 from cluster_accept.tasks.stage import RunState
 from cluster_accept.tasks.stages import declared_links

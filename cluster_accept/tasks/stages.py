@@ -7,8 +7,9 @@ What the stages' plug-ins declare (cause links, expectations, settings) is gathe
 from __future__ import annotations
 
 from cluster_accept.checks.declarations import Expectation, Link
-from cluster_accept.tasks import burn, preflight, single_node
+from cluster_accept.tasks import burn, single_node
 from cluster_accept.tasks.multi_node import stage as multi_node
+from cluster_accept.tasks.preflight import stage as preflight
 from cluster_accept.tasks.stage import Stage
 
 STAGES: tuple[Stage, ...] = (preflight.STAGE, single_node.STAGE, burn.STAGE, multi_node.STAGE)

@@ -1,7 +1,7 @@
 """Read what a profile is made of from the nodes, for ``cluster-accept profile suggest``.
 
 A quick interactive command: the nodes are read with the preflight checks' own batch and parsers
-(:mod:`tasks.check_batch`), fanned out by :mod:`remote.fanout` directly, without a Prefect flow (no API server
+(:mod:`tasks.preflight.check_batch`), fanned out by :mod:`remote.fanout` directly, without a Prefect flow (no API server
 to start, no run directory to write).
 """
 
@@ -16,7 +16,7 @@ from cluster_accept.checks.base import Check, discover
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.fanout import DEFAULT_CONCURRENCY, fan_out
 from cluster_accept.remote.result import NodeResult, NodeStatus
-from cluster_accept.tasks.check_batch import commands_for, parse_node_result
+from cluster_accept.tasks.preflight.check_batch import commands_for, parse_node_result
 from cluster_accept.vocabulary.secrets import masked_head
 
 

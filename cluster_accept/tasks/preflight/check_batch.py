@@ -1,6 +1,6 @@
 """A node's preflight checks as one batch, and what came back parsed: without Prefect, so that commands that
 only read the nodes (``profile suggest``) use them without starting it, and the preflight stage wraps them in
-its tasks (:mod:`tasks.preflight`).
+its tasks (:mod:`tasks.preflight.stage`).
 """
 
 from __future__ import annotations

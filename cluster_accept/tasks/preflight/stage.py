@@ -20,10 +20,10 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.rundir.checkpoints import Checkpoints
-from cluster_accept.tasks.auto_profile import CHECK as AUTO_CHECK
-from cluster_accept.tasks.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
-from cluster_accept.tasks.auto_profile import REASONS as AUTO_REASONS
-from cluster_accept.tasks.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
+from cluster_accept.tasks.preflight.auto_profile import CHECK as AUTO_CHECK
+from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
+from cluster_accept.tasks.preflight.auto_profile import REASONS as AUTO_REASONS
+from cluster_accept.tasks.preflight.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
 from cluster_accept.vocabulary.secrets import mask_value
