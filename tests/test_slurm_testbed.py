@@ -73,6 +73,7 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path,
     assert text["node05"].reason == quoting and not text["node05"].drained_by_us
     common = ["--inventory", str(bed.inventory_path), "--stages", "preflight"]
 
+    common += ["--max-drain", "2"]  # two of five: past the breaker's default (one in ten, at least one)
     dry = run_cli("run", *common, "--out", str(tmp_path / "dry"), "--drain", "--resume-passing")
     assert dry.returncode == 1, dry.stdout + dry.stderr
     assert "slurm (dry run, add --apply):" in dry.stdout
@@ -107,6 +108,44 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path,
     text = prom.read_text()
     assert 'cluster_accept_node_verdict{cluster="testbed",node="node02",verdict="rejected"} 1' in text
     assert 'cluster_accept_node_verdict{cluster="testbed",node="node01",verdict="accepted"} 1' in text
+
+
+def test_the_drain_breaker_on_real_slurm(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Three of four failing: nothing drained, every one listed with its reasons, exit 3. One of four: drained. An
+    inventory whose SSH port no node listens on: the controller named, nothing drained, exit 3."""
+    faults = {"nodes": {"node04": ["gpu_missing"], "node05": ["gpu_missing"], "node06": ["gpu_missing"]}}
+    bed = testbed_factory(nodes=6, faults=faults, prefix="csb", subnet="10.254.151.0/24", slurm=True)
+    for key, value in bed.slurm_env.items():
+        monkeypatch.setenv(key, value)
+    common = ["--inventory", str(bed.inventory_path), "--stages", "preflight", "--drain", "--apply"]
+    untouched = drains()
+
+    many = run_cli("run", *common, "--nodes", "node[03-06]", "--out", str(tmp_path / "many"))
+    assert many.returncode == 3, many.stdout + many.stderr
+    assert "3 of 4 tested nodes would be drained, more than the breaker allows" in many.stderr
+    for node in ("node04", "node05", "node06"):
+        assert f"slurm: not drained: {node}: cluster-accept: gpu_count:count_low (run " in many.stdout, many.stdout
+    assert drains() == untouched
+    record = json.loads((only_run(tmp_path / "many") / "slurm.json").read_text())
+    assert record["actions"] == [] and [h["node"] for h in record["breaker"]["held"]] == ["node04", "node05", "node06"]
+
+    one = run_cli("run", *common, "--nodes", "node[01-04]", "--out", str(tmp_path / "one"))
+    assert one.returncode == 1, one.stdout + one.stderr
+    run_id = only_run(tmp_path / "one").name
+    assert drains()["node04"] == (True, f"cluster-accept: gpu_count:count_low (run {run_id})")
+    assert {n: d for n, d in drains().items() if n != "node04"} == {n: d for n, d in untouched.items() if n != "node04"}
+
+    data = yaml.safe_load(bed.inventory_path.read_text())
+    data["defaults"]["ssh"]["port"] = 2  # no node listens there: the controller's mistake, not the nodes'
+    wrong = tmp_path / "wrong-port.yaml"
+    wrong.write_text(yaml.safe_dump(data))
+    before = drains()
+    nowhere = run_cli("run", "--inventory", str(wrong), "--stages", "preflight", "--drain", "--apply",
+                      "--nodes", "node[01-03],node05", "--out", str(tmp_path / "nowhere"))  # fmt: skip
+    assert nowhere.returncode == 3, nowhere.stdout + nowhere.stderr
+    assert "every tested node (4, node[01-03,05]) is unreachable the same way (ssh:refused)" in nowhere.stderr
+    assert "the controller is the likely fault" in nowhere.stderr
+    assert drains() == before
 
 
 def _slurm_inventory(bed: testbed.Testbed, path: Path, training: bool = True) -> Path:

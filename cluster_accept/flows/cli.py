@@ -34,6 +34,7 @@ from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_req
 from cluster_accept.inventory.hostlist import HostlistError, fold
 from cluster_accept.inventory.load import InventoryError
 from cluster_accept.ops.after_run import Operations
+from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.vocabulary.text import visible
 
@@ -142,13 +143,41 @@ SUITE_HELP = (
 )
 
 
-def _operations(drain: bool, resume_passing: bool, apply: bool, scontrol: str, prometheus: Path | None) -> Operations:
+MaxDrainOption = Annotated[
+    int | None,
+    typer.Option("--max-drain", min=0, help="drain at most N nodes (default: 10% of the tested nodes, at least 1)"),
+]
+MaxDrainFractionOption = Annotated[
+    float, typer.Option("--max-drain-fraction", min=0.0, max=1.0, help="drain at most this share of the tested nodes")
+]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="drain every rejected node, past the breaker (recorded in run.json)")
+]
+
+
+def _operations(
+    drain: bool,
+    resume_passing: bool,
+    apply: bool,
+    scontrol: str,
+    prometheus: Path | None,
+    breaker: tuple[int | None, float, bool] = (None, DEFAULT_MAX_DRAIN_FRACTION, False),
+) -> Operations:
+    """The run's operations; ``breaker``: (--max-drain, --max-drain-fraction, --force)."""
+    max_drain, fraction, force = breaker
+    if (max_drain is not None or force) and not drain:
+        raise _fail_usage("--max-drain and --force go with --drain")
+    if fraction <= 0:
+        raise _fail_usage("--max-drain-fraction must be above 0 (use --max-drain 0 to drain nothing)")
     return Operations(
         drain=drain,
         resume_passing=resume_passing,
         apply=apply,
         scontrol=scontrol,
         prometheus=str(prometheus) if prometheus else None,
+        max_drain_fraction=fraction,
+        max_drain=max_drain,
+        force=force,
     )
 
 
@@ -173,6 +202,9 @@ def run(
         bool, typer.Option("--resume-passing", help="resume nodes cluster-accept drained that pass now")
     ] = False,
     apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    max_drain: MaxDrainOption = None,
+    max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
+    force: ForceOption = False,
     scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
     prometheus: Annotated[
         Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
@@ -202,7 +234,7 @@ def run(
 
     A run killed mid-way is finished with --resume RUN_ID: nodes and stages already done are not run again."""
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
-    ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus, (max_drain, max_drain_fraction, force))
     request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
     request.slurm_nodes, request.local = slurm_nodes, local
     if shard_by is not None:
@@ -223,13 +255,15 @@ def serve(
     drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
     resume_passing: Annotated[bool, typer.Option("--resume-passing", help="resume nodes we drained")] = False,
     apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    max_drain: MaxDrainOption = None,
+    max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
     scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
 ) -> None:
     """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted)."""
     from cluster_accept.flows.schedule import serve_deployment
 
-    ops = _operations(drain, resume_passing, apply, scontrol, prometheus)
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus, (max_drain, max_drain_fraction, False))
     try:
         request = RunRequest(inventory, out_dir, suite=suite, history=history, operations=ops)
         check_request(request)
@@ -290,6 +324,46 @@ def demo(
     finally:
         down(bed.state_dir, bed.prefix)
     raise typer.Exit(code)
+
+
+SITE_INVENTORY = "/etc/cluster-accept/inventory.yaml"
+
+
+@app.command("check")
+def check(
+    local: Annotated[bool, typer.Option("--local", help="check this machine, without SSH (the only mode)")] = False,
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help=f"inventory (default $CLUSTER_ACCEPT_INVENTORY, else {SITE_INVENTORY})"),
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="this machine's inventory name (default: SLURMD_NODENAME, hostname)")
+    ] = None,
+    prometheus: Annotated[
+        Path | None, typer.Option("--prometheus", help="write the verdict as a node_exporter textfile")
+    ] = None,
+) -> None:
+    """This node checks itself now, synchronously: the preflight on this machine, no SSH, no Prefect. Prints one
+    line as Slurm's reason field takes it; exits 0 healthy, 1 not, 2 usage, 3 tool failure (a Slurm Prolog or
+    HealthCheckProgram: docs/slurm.md)."""
+    from cluster_accept.flows.node_check import check_node, this_node, write_prometheus
+
+    if not local:
+        raise _fail_usage("check runs on the node it checks: give --local")
+    path = inventory or Path(os.environ.get("CLUSTER_ACCEPT_INVENTORY") or SITE_INVENTORY)
+    try:
+        loaded = load_checked_inventory(path)
+        name = this_node(loaded, node, os.environ)
+    except InventoryError as exc:
+        raise _inventory_error(exc) from None
+    except (ValueError, HostlistError) as exc:
+        raise _fail_usage(str(exc)) from None
+    run_id = f"check-{name}-{os.getpid()}"
+    found = check_node(loaded, name, run_id)
+    print(found.reason_line, flush=True)
+    if prometheus is not None:
+        write_prometheus(prometheus, found, loaded.cluster, run_id)
+    raise typer.Exit(found.exit_code)
 
 
 def main() -> None:

@@ -65,8 +65,8 @@ class RunOutcome:
         node was tested (0 says "accepted", and nothing was), 1 when a node is not accepted, 0 when every tested
         node is. Runs are refused before they start when nothing is to be tested; a run resumed from an older
         ``run.json`` can still get here."""
-        if any(v.verdict == Verdict.TOOL_ERROR for v in self.verdicts):
-            return TOOL_FAILURE
+        if any(v.verdict == Verdict.TOOL_ERROR for v in self.verdicts) or self.slurm.breaker is not None:
+            return TOOL_FAILURE  # the tool failed, or its drain was held back for an operator to look
         if not self.tested:
             return NOTHING_TESTED
         return 1 if any(v.verdict in NOT_ACCEPTED for v in self.verdicts) else 0

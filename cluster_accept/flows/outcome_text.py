@@ -47,6 +47,10 @@ def print_outcome(outcome: RunOutcome) -> None:
         _say(f"slurm: nothing changed: {slurm.error}")
     if slurm.unknown:
         _say(f"slurm: not drained, Slurm does not know {fold(slurm.unknown)} (check slurm.node_names)")
+    if slurm.breaker is not None:
+        _say(f"slurm: drain refused: {slurm.breaker.why}")
+        for node, reason in slurm.breaker.held:
+            out.print(visible(f"slurm: not drained: {node}: {reason}"), highlight=False, markup=False, soft_wrap=True)
     for node, why in slurm.kept:
         out.print(visible(f"slurm: {node} stays drained: {why}"), highlight=False, markup=False, soft_wrap=True)
     for action in slurm.actions:

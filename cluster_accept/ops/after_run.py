@@ -13,12 +13,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from cluster_accept.analysis.history import key_figures
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame
 from cluster_accept.analysis.verdicts import VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION, BreakerTrip, DrainLimits
 from cluster_accept.ops.slurm import SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
@@ -33,6 +34,13 @@ class Operations(BaseModel):
     apply: bool = False  # without it the Slurm commands are only listed (a dry run)
     scontrol: str = "scontrol"
     prometheus: str | None = None  # a node_exporter textfile-collector file to (re)write
+    # the drain breaker (ops.breaker): at most max(1, fraction x tested nodes) drained, or max_drain; force: no limit
+    max_drain_fraction: float = Field(default=DEFAULT_MAX_DRAIN_FRACTION, gt=0, le=1)
+    max_drain: int | None = Field(default=None, ge=0)
+    force: bool = False
+
+    def drain_limits(self) -> DrainLimits:
+        return DrainLimits(self.max_drain_fraction, self.max_drain, self.force)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -97,6 +105,7 @@ def after_run(
         operations.scontrol,
         slurm_names,
         judged_checks(rows),
+        operations.drain_limits(),
     )
     if operations.drain or operations.resume_passing:
         record = {
@@ -105,6 +114,11 @@ def after_run(
             "actions": [asdict(a) for a in plan.actions],
             "unknown_to_slurm": plan.unknown,
             "kept_drained": [{"node": node, "why": why} for node, why in plan.kept],
+            "breaker": None if plan.breaker is None else _breaker_record(plan.breaker),
         }
         _write_atomic(run_dir / "slurm.json", json.dumps(record, indent=2) + "\n")
     return plan
+
+
+def _breaker_record(tripped: BreakerTrip) -> dict[str, Any]:
+    return {"why": tripped.why, "held": [{"node": node, "reason": reason} for node, reason in tripped.held]}

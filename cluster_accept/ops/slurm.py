@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
+from cluster_accept.ops.breaker import BreakerTrip, DrainLimits, trip
 
 REASON_PREFIX = "cluster-accept: "
 REASON_MAX = 200  # Slurm keeps the reason in a short field; the run's reasons are all in its report
@@ -66,6 +67,7 @@ class SlurmPlan:
     error: str = ""  # scontrol could not be asked: nothing was changed
     unknown: list[str] = field(default_factory=list)  # nodes to act on that Slurm does not know (inventory names)
     kept: list[tuple[str, str]] = field(default_factory=list)  # (node, why) drained by us, passing, not resumed
+    breaker: BreakerTrip | None = None  # the drains held back as a whole (ops.breaker), and why
 
 
 # ``scontrol show node -o``: the fields Slurm prints after the reason (``Comment=``, ``Extra=`` ...), and the
@@ -238,14 +240,16 @@ def slurm_step(
     scontrol: str = "scontrol",
     names: Mapping[str, str] | None = None,
     judged: Mapping[str, set[str]] | None = None,
+    limits: DrainLimits | None = None,
 ) -> SlurmPlan:
-    """Ask Slurm for its nodes, plan, and (with ``apply``) run each command; every outcome is data."""
+    """Ask Slurm for its nodes, plan, hold the drains back where the breaker says so (:mod:`ops.breaker`), and
+    (with ``apply``) run each command; every outcome is data."""
     if not (drain or resume_passing):
         return SlurmPlan()
     known, error = read_nodes(scontrol)
     if error:
         return SlurmPlan(error=error)
-    result = plan(verdicts, known, run_id, drain, resume_passing, scontrol, names, judged)
+    result = held_back(plan(verdicts, known, run_id, drain, resume_passing, scontrol, names, judged), verdicts, limits)
     if apply:
         for action in result.actions:
             try:
@@ -255,3 +259,12 @@ def slurm_step(
                 action.exit_code, action.output = None, str(exc)
             action.applied = action.exit_code == 0
     return result
+
+
+def held_back(result: SlurmPlan, verdicts: Sequence[VerdictRow], limits: DrainLimits | None) -> SlurmPlan:
+    """``result`` without its drains where the breaker holds them back as a whole (resumes go ahead)."""
+    drains = [(a.node, a.reason) for a in result.actions if a.action == "drain"]
+    tripped = trip(verdicts, drains, limits or DrainLimits())
+    if tripped is None:
+        return result
+    return replace(result, actions=[a for a in result.actions if a.action != "drain"], breaker=tripped)

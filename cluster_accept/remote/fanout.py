@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand
+from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand, Unreachable
 from cluster_accept.remote.session import LocalSession, NodeSession, simulated_session
-from cluster_accept.remote.ssh import Unreachable, open_session
 
 DEFAULT_CONCURRENCY = 64
 
@@ -26,6 +25,8 @@ def connect(node: Node) -> NodeSession | Unreachable:
         return simulated_session(node)
     if node.is_local:
         return LocalSession(node)
+    from cluster_accept.remote.ssh import open_session  # SSH (paramiko) only where a node is reached over it
+
     return open_session(node)
 
 

@@ -25,10 +25,10 @@ from cluster_accept.remote.result import (
     ProbeDirError,
     RemoteCommand,
     SessionLost,
+    Unreachable,
     UnreachableCause,
 )
 from cluster_accept.remote.session import NodeSession
-from cluster_accept.remote.ssh import Unreachable
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes" / "node"  # node-side scripts
 STALE_MARGIN_MIN = 10

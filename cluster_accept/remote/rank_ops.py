@@ -22,10 +22,10 @@ from cluster_accept.remote.result import (
     ProbeDirError,
     RemoteCommand,
     SessionLost,
+    Unreachable,
     UnreachableCause,
 )
 from cluster_accept.remote.sessions import SessionCache
-from cluster_accept.remote.ssh import Unreachable
 
 
 def free_port(sessions: SessionCache, master: Node) -> int | RankRun:

@@ -31,6 +31,16 @@ class UnreachableCause(str, enum.Enum):
     ERROR = "error"  # anything else, with the exception text in ``detail``
 
 
+class Unreachable(Exception):
+    """A node no session could be opened to, and why: raised inside :mod:`remote.ssh` only, handed to callers as
+    data by :func:`remote.ssh.open_session`."""
+
+    def __init__(self, cause: UnreachableCause, detail: str):
+        super().__init__(f"{cause.value}: {detail}")
+        self.cause = cause
+        self.detail = detail
+
+
 class SessionLost(Exception):
     """The node went away under an open session: the connection closed, was reset, or stopped answering
     before a command's exit status came. Carries what the command printed until then."""
@@ -75,6 +85,7 @@ class RemoteCommand:
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None  # None: the node's command_timeout_s
     rendezvous: Rendezvous | None = None
+    reads_only: bool = False  # it only reads the node's state: it may run beside the batch's other such commands
 
 
 @dataclass

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.result import NoAnswer, SessionLost, UnreachableCause
+from cluster_accept.remote.result import NoAnswer, SessionLost, Unreachable, UnreachableCause
 from cluster_accept.remote.session import NodeSession
-from cluster_accept.remote.ssh import Unreachable
 
 T = TypeVar("T")
 

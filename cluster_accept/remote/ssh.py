@@ -32,7 +32,7 @@ from fabric import Config, Connection
 
 from cluster_accept.inventory.model import Node, SshSettings, parse_jump
 from cluster_accept.remote.channel import follow
-from cluster_accept.remote.result import NodeRefused, SessionLost, UnreachableCause
+from cluster_accept.remote.result import NodeRefused, SessionLost, Unreachable, UnreachableCause
 from cluster_accept.remote.shell import ShellSession
 
 JUMP_CONNECTS_IN_FLIGHT = 8
@@ -56,15 +56,6 @@ _jump_slots_lock = threading.Lock()
 _jump_slots: dict[str, threading.BoundedSemaphore] = {}
 _ssh_config_lock = threading.Lock()
 _ssh_config: paramiko.SSHConfig | None = None
-
-
-class Unreachable(Exception):
-    """Raised inside this module only; callers get it as data from :func:`open_session`."""
-
-    def __init__(self, cause: UnreachableCause, detail: str):
-        super().__init__(f"{cause.value}: {detail}")
-        self.cause = cause
-        self.detail = detail
 
 
 def _user_ssh_config() -> paramiko.SSHConfig:

@@ -46,9 +46,8 @@ from cluster_accept.remote.launch import (
 )
 from cluster_accept.remote.rank_end import rank_done
 from cluster_accept.remote.rank_ops import free_port, poll_rank, start_rank
-from cluster_accept.remote.result import CommandResult, NodeStatus, PollAnswer, RemoteCommand
+from cluster_accept.remote.result import CommandResult, NodeStatus, PollAnswer, RemoteCommand, Unreachable
 from cluster_accept.remote.sessions import SessionCache
-from cluster_accept.remote.ssh import Unreachable
 from cluster_accept.vocabulary.secrets import masked_tail
 
 DEFAULT_CONCURRENCY = 64

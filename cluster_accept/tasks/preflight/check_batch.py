@@ -33,6 +33,7 @@ def commands_for(checks: list[Check], node: Node | None = None) -> list[RemoteCo
             c.name,
             f"{prefix} sh -c {shlex.quote(c.command_on(profile))}" if prefix and c.job_view else c.command_on(profile),
             timeout_s=c.timeout_s,
+            reads_only=True,  # a check reads the node's configuration, never changes it
         )
         for c in checks
     ]

@@ -1,4 +1,5 @@
-"""The preflight stage for one node (one Prefect task per node), and its evaluation over the cluster.
+"""The preflight stage: one Prefect task per node, its evaluation over the cluster (:mod:`.evaluate`), counters
+against the node's previous run.
 
 All of a node's checks travel as one batch over one session; parsing happens on the controller as soon as
 the node answers; evaluation waits for every node because drift is judged against the cluster's majority.
@@ -7,28 +8,25 @@ the node answers; evaluation waits for every node because drift is judged agains
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis.regressions import counter_growth
-from cluster_accept.analysis.verdicts import COUNTER, values_by_node
-from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, discover, error_row, majority_values
+from cluster_accept.analysis.verdicts import values_by_node
+from cluster_accept.checks.base import Check, NodeRow, discover
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
-from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.inventory.model import Node
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.preflight.auto_profile import CHECK as AUTO_CHECK
 from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.preflight.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
-from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
+from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, node_values
+from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, per_node, unwalked
-from cluster_accept.vocabulary.secrets import mask_value
-
-NAME = "preflight"
 
 
 @task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)
@@ -42,89 +40,6 @@ def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | N
 def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, NodePreflight]:
     """Nodes whose preflight finished before the run was interrupted, parsed again from their raw output."""
     return {node: parse_node_result(result, checks) for node, result in checkpoints.load_nodes(NAME).items()}
-
-
-def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:
-    """The values each check compares across nodes (driver version, NCCL env, ...), one row per node and key:
-    what the report folds into node sets and what history queries for drift. Error counters are kept too,
-    under ``counter:`` keys, for scheduled checks to compare with the node's previous run."""
-    rows: list[dict[str, Any]] = []
-    for outcome in outcomes:
-        for check in checks:
-            if check.name not in outcome.models:
-                continue
-            model = outcome.models[check.name]
-            compared = check.cluster_values(model) if check.cluster_values else {}
-            counted = {f"{COUNTER}{k}": str(v) for k, v in (check.counters(model) if check.counters else {}).items()}
-            for key, value in sorted({**compared, **counted}.items()):
-                rows.append(
-                    {
-                        "run_id": run_id,
-                        "cluster": cluster,
-                        "node": outcome.node,
-                        "check": check.name,
-                        "key": key,
-                        "value": mask_value(key, value),
-                    }
-                )
-    return rows
-
-
-def evaluate_preflight(
-    run_id: str, inventory: Inventory, outcomes: list[NodePreflight], checks: list[Check]
-) -> list[NodeRow]:
-    """Judge every node against its profile and the cluster majority."""
-    views = {}
-    for check in checks:
-        per_node: dict[str, dict[str, str]] = {}
-        if check.cluster_values is not None:
-            for outcome in outcomes:
-                if check.name in outcome.models:
-                    per_node[outcome.node] = check.cluster_values(outcome.models[check.name])
-        views[check.name] = majority_values(per_node)
-
-    rows: list[NodeRow] = []
-    for outcome in outcomes:
-        node = inventory.node(outcome.node)
-        result = outcome.result
-        if result.status is NodeStatus.TOOL_ERROR:
-            row, raw = tool_error_row(result.detail)
-            rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, raw))
-            continue
-        lost = result.status is NodeStatus.UNREACHABLE
-        if lost:  # the checks that completed before the node went away are judged; the others are not
-            row = unreachable_row(result.cause.value if result.cause else None, result.detail)
-            rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, ""))
-        if result.status is NodeStatus.ERROR and not result.commands:
-            row = CheckRow("ssh", "session", Status.ERROR, "session_failed", None, None, result.detail)
-            rows.append(node_row(run_id, inventory.cluster, NAME, node.name, row, ""))
-            continue
-        for check in checks:
-            command = result.command(check.name)
-            raw = (command.stdout + ("\n[stderr]\n" + command.stderr if command.stderr else "")) if command else ""
-            if lost and (command is None or command.exit_code is None):
-                continue
-            if command is None or (command.exit_code is None and not command.timed_out):
-                check_rows = [error_row(check.name, "no_output", result.detail or "the command did not report")]
-            elif command.timed_out:
-                check_rows = [
-                    CheckRow(
-                        check.name,
-                        "command",
-                        Status.TIMEOUT,
-                        "command_timeout",
-                        None,
-                        None,
-                        "killed on the node after its timeout",
-                    )
-                ]
-            elif check.name in outcome.parse_errors:
-                check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
-            else:
-                check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
-            command_text = check.command_on(node.profile)
-            rows.extend(node_row(run_id, inventory.cluster, NAME, node.name, r, raw, command_text) for r in check_rows)
-    return rows
 
 
 def counter_rows(state: RunState, checks: list[Check]) -> list[NodeRow]:

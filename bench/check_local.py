@@ -1,0 +1,131 @@
+"""``cluster-accept check --local`` as a Slurm Prolog sees it: wall time and peak memory over repeated runs on
+this machine, with ``nvidia-smi``'s own time beside (the floor any GPU node check pays).
+
+Targets (issue: a node checks itself at every job start): p95 wall <= 2 s, the tool's own peak RSS <= 150 MB.
+The node-side commands the check runs (nvidia-smi, the probe interpreter's torch import ...) are children: their
+peak is reported apart. Prints each figure and its ratio to the target; writes ``check_local.json`` to --out.
+
+    python3 bench/check_local.py [--runs 20] [--inventory FILE] [--out DIR]
+
+Without --inventory, a one-node inventory of this machine on ``profile: auto`` (the GPU model picks the
+built-in profile, as a site inventory would) is written to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WALL_TARGET_S = 2.0
+RSS_TARGET_MB = 150.0
+# Runs the real CLI's main and reports its own peak RSS (not its children's) on stderr as it exits.
+WRAPPER = (
+    "import atexit, resource, sys\n"
+    "atexit.register(lambda: sys.stderr.write("
+    "f'\\nSELF_MAXRSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n'))\n"
+    "sys.argv = ['cluster-accept', *sys.argv[1:]]\n"
+    "from cluster_accept.flows.cli import main\n"
+    "main()\n"
+)
+AUTO_INVENTORY = "cluster: bench\ndefaults: {profile: auto}\nnodes: [{hosts: this, address: local}]\n"
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def one_check(inventory: Path) -> dict[str, object]:
+    argv = [sys.executable, "-c", WRAPPER, "check", "--local", "--inventory", str(inventory)]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    wall = time.perf_counter() - started
+    own = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("SELF_MAXRSS_KB ")]
+    return {
+        "wall_s": round(wall, 4),
+        "exit": done.returncode,
+        "line": done.stdout.strip(),
+        "self_maxrss_mb": round(int(own[-1]) / 1024, 1) if own else None,
+        "stderr_tail": done.stderr.strip()[-400:] if done.returncode not in (0, 1) else "",
+    }
+
+
+def nvidia_smi_times(runs: int) -> dict[str, float] | None:
+    """``nvidia-smi -q``'s wall time (the full query the GPU checks read), p50 and p95; None without it."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        try:
+            subprocess.run(["nvidia-smi", "-q"], capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        times.append(time.perf_counter() - started)
+    return {"p50_s": round(statistics.median(times), 4), "p95_s": round(p95(times), 4)}
+
+
+def command_times(inventory: Path) -> dict[str, float]:
+    """Each preflight command of this node run alone, slowest first: where a check's time goes."""
+    from cluster_accept.checks.base import discover
+    from cluster_accept.inventory.load import as_local
+    from cluster_accept.probes.base import load_checked_inventory
+    from cluster_accept.remote.session import LocalSession
+    from cluster_accept.tasks.preflight.check_batch import commands_for
+
+    node = as_local(load_checked_inventory(inventory)).nodes[0]
+    session = LocalSession(node)
+    times = {}
+    for command in commands_for(discover(), node):
+        started = time.perf_counter()
+        session.run_batch([command], 120.0)
+        times[command.name] = round(time.perf_counter() - started, 3)
+    return dict(sorted(times.items(), key=lambda item: -item[1]))
+
+
+def children_peak_mb() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--inventory", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-check-local"))
+    args = parser.parse_args()
+    inventory = args.inventory
+    if inventory is None:
+        inventory = Path(tempfile.mkdtemp(prefix="ca-check-")) / "inventory.yaml"
+        inventory.write_text(AUTO_INVENTORY)
+    results = [one_check(inventory) for _ in range(args.runs)]
+    walls = [float(r["wall_s"]) for r in results]  # type: ignore[arg-type]
+    rss = [float(r["self_maxrss_mb"]) for r in results if r["self_maxrss_mb"] is not None]  # type: ignore[arg-type]
+    summary = {
+        "runs": args.runs,
+        "wall_p50_s": round(statistics.median(walls), 4),
+        "wall_p95_s": round(p95(walls), 4),
+        "wall_p95_ratio_to_target": round(p95(walls) / WALL_TARGET_S, 3),
+        "self_maxrss_mb_max": max(rss) if rss else None,
+        "self_maxrss_ratio_to_target": round(max(rss) / RSS_TARGET_MB, 3) if rss else None,
+        "children_maxrss_mb": children_peak_mb(),
+        "nvidia_smi_q": nvidia_smi_times(args.runs),
+        "command_alone_s": command_times(inventory),
+        "exits": sorted({int(r["exit"]) for r in results}),  # type: ignore[call-overload]
+        "lines": sorted({str(r["line"]) for r in results}),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "check_local.json").write_text(json.dumps({"summary": summary, "runs": results}, indent=1) + "\n")
+    for key, value in summary.items():
+        print(f"{key}: {value}")
+    bad = [r for r in results if r["exit"] not in (0, 1)]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

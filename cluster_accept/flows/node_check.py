@@ -1,0 +1,131 @@
+"""A node checking itself, synchronously, in seconds: ``cluster-accept check --local``.
+
+What Slurm's Prolog and HealthCheckProgram need: the preflight of this machine (no SSH, no Prefect and no API
+server), judged by the same checks, the same coverage rule and the same verdict rules as a run; one line in the
+form Slurm's reason field takes (``cluster-accept: nvlink:inactive gpu3, persistence:off``) and an exit status
+that *is* the verdict: 0 healthy, 1 not, 2 a usage or inventory error, 3 the tool failed. The node is named by
+``--node``, else ``SLURMD_NODENAME`` (a Slurm name, mapped by the inventory's ``slurm.node_names``), else this
+host's short name; an inventory of one node needs none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster_accept.analysis import between_nodes, coverage
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
+from cluster_accept.checks.base import BAD_STATUSES, NodeRow, discover
+from cluster_accept.checks.declarations import Link
+from cluster_accept.inventory.load import as_local, select_nodes
+from cluster_accept.inventory.model import Inventory
+from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX
+from cluster_accept.probes.base import discover as discover_probes
+from cluster_accept.remote.result import NodeStatus
+from cluster_accept.reports.summary import prometheus_text
+from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
+from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
+from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight
+from cluster_accept.tasks.rows import node_row
+
+HEALTHY, UNHEALTHY, TOOL_FAILURE = 0, 1, 3
+
+
+@dataclass
+class NodeCheck:
+    """What a node's own check found: its rows, its verdict and the line Slurm's reason field takes."""
+
+    node: str
+    rows: list[NodeRow] = field(default_factory=list)
+    verdict: VerdictRow | None = None
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        if self.verdict is None or self.verdict.verdict == Verdict.TOOL_ERROR:
+            return TOOL_FAILURE
+        return HEALTHY if self.verdict.verdict == Verdict.ACCEPTED else UNHEALTHY
+
+    @property
+    def reason_line(self) -> str:
+        """``cluster-accept: <code> [gpuN], …`` cause first, cut to Slurm's field; ``cluster-accept: ok`` when
+        healthy."""
+        if self.verdict is None or not self.verdict.reasons:
+            return f"{REASON_PREFIX}ok"
+        return slurm_reason(self.verdict.reasons, self.rows)
+
+
+def slurm_reason(codes: Sequence[str], rows: Sequence[NodeRow]) -> str:
+    """The verdict's codes in their order, each with the GPUs its failing rows name, as one short line."""
+    gpus: dict[str, list[int]] = {}
+    for row in rows:
+        if row.status in BAD_STATUSES and row.gpu is not None and row.gpu not in gpus.setdefault(row.code, []):
+            gpus[row.code].append(row.gpu)
+    parts = [" ".join([code, *(f"gpu{g}" for g in sorted(gpus.get(code, [])))]) for code in codes]
+    text = REASON_PREFIX + ", ".join(parts)
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+def this_node(inventory: Inventory, named: str | None, environ: Mapping[str, str]) -> str:
+    """The inventory node this machine is: ``named``, else Slurm's name for it, else the host's short name; the
+    one node of a one-node inventory. Raises ValueError naming what was looked for."""
+    if named:
+        return inventory.node(named).name if _known(inventory, named) else _unknown(named, "--node")
+    slurm_name = environ.get("SLURMD_NODENAME")
+    if slurm_name:
+        by_slurm = {n.slurm_node: n.name for n in inventory.nodes}
+        return by_slurm.get(slurm_name) or _unknown(slurm_name, "SLURMD_NODENAME (slurm.node_names)")
+    if len(inventory.nodes) == 1:
+        return inventory.nodes[0].name
+    host = socket.gethostname().split(".")[0]
+    return host if _known(inventory, host) else _unknown(host, "this host's short name (give --node)")
+
+
+def _known(inventory: Inventory, name: str) -> bool:
+    return any(n.name == name for n in inventory.nodes)
+
+
+def _unknown(name: str, source: str) -> str:
+    raise ValueError(f"{name!r}, from {source}, is no node of the inventory")
+
+
+def preflight_links() -> tuple[Link, ...]:
+    """The cause links a run's verdicts use, gathered as the stages gather them (probes of the single-node stage,
+    the burn's, those between nodes), without importing the stages (and Prefect)."""
+    probes = discover_probes()
+    ordered = [p for stage in ("single-node", "burn") for p in probes if p.stage == stage]
+    return tuple(link for probe in ordered for link in probe.causes) + between_nodes.CAUSES
+
+
+def check_node(inventory: Inventory, node_name: str, run_id: str) -> NodeCheck:
+    """The preflight of ``node_name`` on this machine, judged and held to its profile as in a run."""
+    started = time.monotonic()
+    inventory = as_local(select_nodes(inventory, node_name))
+    checks = discover()
+    outcome = run_preflight_on_node(inventory.node(node_name), checks)
+    answered = [] if outcome.result.status in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE) else [node_name]
+    gpu, nic = {node_name: outcome.models.get(GPU_CHECK)}, {node_name: outcome.models.get(NIC_CHECK)}
+    inventory, rows = resolve_auto_nodes(run_id, inventory, gpu, answered, nic)
+    rows += evaluate_preflight(run_id, inventory, [outcome], checks)
+    node = inventory.node(node_name)
+    expectations = tuple(e for check in checks for e in check.expectations)
+    for name, expectation in coverage.missing(NAME, {node_name: node.profile}, rows, expectations):
+        rows.append(node_row(run_id, inventory.cluster, NAME, name, coverage.gap_row(expectation)))
+    verdict = node_verdict(node_name, rows, preflight_links()).row(run_id, inventory.cluster, node.profile_name)
+    return NodeCheck(node_name, rows, verdict, time.monotonic() - started)
+
+
+def write_prometheus(path: Path, found: NodeCheck, cluster: str, run_id: str) -> None:
+    """The node's verdict as a node_exporter textfile (written whole, then renamed into place)."""
+    if found.verdict is None:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = prometheus_text({"run_id": run_id, "cluster": cluster, "ended": stamp}, [found.verdict], {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,136 @@
+"""``cluster-accept check --local``: a node checks itself synchronously, with the run's checks and verdict rules,
+prints one line as Slurm's reason field takes it and exits with its verdict; no Prefect, no SSH."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_accept.analysis.verdicts import Verdict, VerdictRow
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.flows.node_check import NodeCheck, slurm_reason, this_node
+from cluster_accept.inventory.load import load_inventory
+from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.remote.session import LocalSession
+from tests.processes import run_cli
+
+INVENTORY = """cluster: c
+defaults: {profile: p}
+slurm: {node_names: {match: 'node(\\d+)', replace: 'gpu-\\1'}}
+nodes: [{hosts: 'node[01-03]'}]
+profiles: {p: {}}
+"""
+
+
+LOCAL = "cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: here, address: local}]\nprofiles: {p: {}}\n"
+
+
+def _row(check: str, reason: str, gpu: int | None = None, status: Status = Status.FAIL) -> NodeRow:
+    return NodeRow("r", "c", "preflight", "node01", check, "x", status, reason, gpu=gpu)
+
+
+def test_the_reason_line_names_each_code_with_its_gpus_cause_first() -> None:
+    rows = [_row("nvlink", "inactive", 3), _row("nvlink", "inactive", 1), _row("persistence", "off", 0)]
+    rows.append(_row("gpu", "ok", 2, Status.PASS))
+    line = slurm_reason(["persistence:off", "nvlink:inactive"], rows)
+    assert line == "cluster-accept: persistence:off gpu0, nvlink:inactive gpu1 gpu3"
+    many = slurm_reason([f"check{i}:reason_{i}" for i in range(40)], [])
+    assert len(many) == 200 and many.endswith("...") and many.startswith("cluster-accept: check0:reason_0, ")
+
+
+def test_the_exit_status_is_the_verdict() -> None:
+    def found(verdict: Verdict | None, reasons: list[str] | None = None) -> NodeCheck:
+        row = None if verdict is None else VerdictRow("r", "c", "node01", "p", verdict, reasons or [])
+        return NodeCheck("node01", [], row)
+
+    assert (found(Verdict.ACCEPTED).exit_code, found(Verdict.ACCEPTED).reason_line) == (0, "cluster-accept: ok")
+    rejected = found(Verdict.REJECTED, ["driver:version_mismatch"])
+    assert (rejected.exit_code, rejected.reason_line) == (1, "cluster-accept: driver:version_mismatch")
+    assert found(Verdict.UNREACHABLE, ["ssh:refused"]).exit_code == 1
+    assert found(Verdict.TOOL_ERROR, ["tool:internal_error"]).exit_code == 3
+    assert found(None).exit_code == 3
+
+
+def test_the_node_is_named_by_option_then_slurm_then_the_host(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(INVENTORY)
+    inventory = load_inventory(path)
+    assert this_node(inventory, "node02", {"SLURMD_NODENAME": "gpu-03"}) == "node02"
+    assert this_node(inventory, None, {"SLURMD_NODENAME": "gpu-03"}) == "node03"  # Slurm's name, mapped back
+    with pytest.raises(ValueError, match="'gpu-09', from SLURMD_NODENAME"):
+        this_node(inventory, None, {"SLURMD_NODENAME": "gpu-09"})
+    with pytest.raises(ValueError, match="'node07', from --node, is no node of the inventory"):
+        this_node(inventory, "node07", {})
+    with pytest.raises(ValueError, match="from this host's short name"):
+        this_node(inventory, None, {})  # this test machine is none of node[01-03]
+    one = tmp_path / "one.yaml"
+    one.write_text("cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: solo}]\nprofiles: {p: {}}\n")
+    assert this_node(load_inventory(one), None, {}) == "solo"  # one node: nothing to name
+
+
+@pytest.mark.integration
+def test_a_reading_batch_runs_at_once_in_order_with_timeouts_and_masks(tmp_path: Path) -> None:
+    inventory = tmp_path / "local.yaml"
+    inventory.write_text(LOCAL)
+    session = LocalSession(load_inventory(inventory).nodes[0])
+    commands = [
+        RemoteCommand("slow", "sleep 1; echo slow", reads_only=True),
+        RemoteCommand("secret", "echo note ghp_S3KR1Tgithub000000000000000000000000; echo err >&2", reads_only=True),
+        RemoteCommand("hung", "sleep 30", timeout_s=1, reads_only=True),
+        RemoteCommand("fails", "exit 4", reads_only=True),
+        RemoteCommand("env", 'echo "$CA_X"', env={"CA_X": "a b"}, reads_only=True),
+    ]
+    started = time.monotonic()
+    result = session.run_batch(commands, 20.0)
+    took = time.monotonic() - started
+    assert [c.name for c in result.commands] == ["slow", "secret", "hung", "fails", "env"]
+    slow, secret, hung, fails, env = result.commands
+    assert (slow.exit_code, slow.stdout) == (0, "slow\n")
+    assert "S3KR1T" not in secret.stdout and "ghp_***" in secret.stdout and secret.stderr == "err\n"
+    assert hung.timed_out and hung.exit_code in (124, 137) and not hung.ok
+    assert fails.exit_code == 4 and not fails.timed_out
+    assert env.stdout == "a b\n"
+    assert took < 2 + 1 + 1.5  # the 1-s sleep and the 1-s timeout (with its kill) overlap
+    marker = tmp_path / "marker"
+    order = [RemoteCommand("a", f"sleep 1; echo 1 > {marker}"), RemoteCommand("b", f"cat {marker}", reads_only=True)]
+    ran = session.run_batch(order, 20.0)  # a batch that changes something runs in order, as over SSH
+    assert ran.commands[1].stdout == "1\n"
+
+
+@pytest.mark.integration
+def test_check_local_on_this_machine_prints_the_line_and_exits_with_the_verdict(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(LOCAL)
+    prom = tmp_path / "textfile" / "ca.prom"
+    done = run_cli("check", "--local", "--inventory", str(inventory), "--prometheus", str(prom), timeout=120)
+    if Path("/usr/bin/nvidia-smi").exists():
+        pytest.skip("this machine has a GPU: its verdict is its own")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cluster-accept: driver:nvidia_smi_failed"), done.stdout
+    assert 'cluster_accept_node_verdict{cluster="c",node="here",verdict="rejected"} 1' in prom.read_text()
+
+    assert run_cli("check", "--inventory", str(inventory)).returncode == 2  # only --local
+    missing = run_cli("check", "--local", "--inventory", str(tmp_path / "none.yaml"))
+    assert missing.returncode == 2 and "none.yaml" in missing.stderr
+    other = run_cli("check", "--local", "--inventory", str(inventory), "--node", "elsewhere")
+    assert other.returncode == 2 and "'elsewhere', from --node, is no node of the inventory" in other.stderr
+
+
+@pytest.mark.integration
+def test_check_local_starts_neither_prefect_nor_ssh(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(LOCAL)
+    script = (
+        "import sys\n"
+        f"sys.argv = ['cluster-accept', 'check', '--local', '--inventory', {str(inventory)!r}]\n"
+        "from cluster_accept.flows.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('prefect', 'paramiko', 'fabric') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
