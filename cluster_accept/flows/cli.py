@@ -35,6 +35,7 @@ from cluster_accept.inventory.hostlist import HostlistError, fold
 from cluster_accept.inventory.load import InventoryError
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION
+from cluster_accept.ops.slurm import SlurmPlan
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.vocabulary.text import visible
 
@@ -342,11 +343,17 @@ def check(
     prometheus: Annotated[
         Path | None, typer.Option("--prometheus", help="write the verdict as a node_exporter textfile")
     ] = None,
+    drain: Annotated[bool, typer.Option("--drain", help="drain this node in Slurm when it fails")] = False,
+    resume_passing: Annotated[
+        bool, typer.Option("--resume-passing", help="resume it when cluster-accept drained it and it passes")
+    ] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
 ) -> None:
     """This node checks itself now, synchronously: the preflight on this machine, no SSH, no Prefect. Prints one
     line as Slurm's reason field takes it; exits 0 healthy, 1 not, 2 usage, 3 tool failure (a Slurm Prolog or
     HealthCheckProgram: docs/slurm.md)."""
-    from cluster_accept.flows.node_check import check_node, this_node, write_prometheus
+    from cluster_accept.flows.node_check import SlurmOps, check_node, slurm_actions, this_node, write_prometheus
 
     if not local:
         raise _fail_usage("check runs on the node it checks: give --local")
@@ -363,7 +370,21 @@ def check(
     print(found.reason_line, flush=True)
     if prometheus is not None:
         write_prometheus(prometheus, found, loaded.cluster, run_id)
+    if drain or resume_passing:
+        slurm = slurm_actions(found, loaded.node(name).slurm_node, SlurmOps(drain, resume_passing, apply, scontrol))
+        _say_slurm(slurm)
     raise typer.Exit(found.exit_code)
+
+
+def _say_slurm(slurm: SlurmPlan) -> None:
+    """What a node's own check asked of Slurm, on stderr (stdout holds its one line)."""
+    if slurm.error:
+        _say(f"slurm: nothing changed: {slurm.error}")
+    for node, why in slurm.kept:
+        _say(f"slurm: {node} stays drained: {why}")
+    for action in slurm.actions:
+        done = "done" if action.applied else f"failed (exit {action.exit_code}): {action.output}"
+        _say(f"slurm: {action.command}: {done if action.exit_code is not None else 'dry run, add --apply'}")
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from cluster_accept.checks.base import BAD_STATUSES, NodeRow, discover
 from cluster_accept.checks.declarations import Link
 from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory
-from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX
+from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX, SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.reports.summary import prometheus_text
@@ -33,6 +33,16 @@ from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight
 from cluster_accept.tasks.rows import node_row
 
 HEALTHY, UNHEALTHY, TOOL_FAILURE = 0, 1, 3
+
+
+@dataclass(frozen=True)
+class SlurmOps:
+    """What a node's own check may do to it in Slurm (``--drain``, ``--resume-passing``, ``--apply``)."""
+
+    drain: bool = False
+    resume_passing: bool = False
+    apply: bool = False
+    scontrol: str = "scontrol"
 
 
 @dataclass
@@ -117,6 +127,24 @@ def check_node(inventory: Inventory, node_name: str, run_id: str) -> NodeCheck:
         rows.append(node_row(run_id, inventory.cluster, NAME, name, coverage.gap_row(expectation)))
     verdict = node_verdict(node_name, rows, preflight_links()).row(run_id, inventory.cluster, node.profile_name)
     return NodeCheck(node_name, rows, verdict, time.monotonic() - started)
+
+
+def slurm_actions(found: NodeCheck, slurm_node: str, ops: SlurmOps) -> SlurmPlan:
+    """Drain this node with its reasons when it fails, resume it when cluster-accept drained it and it passes
+    again (only for findings this check looked at again): the run's own Slurm rules, for one node."""
+    if found.verdict is None:
+        return SlurmPlan()
+    judged = {found.node: {row.check for row in found.rows}}
+    return slurm_step(
+        [found.verdict],
+        found.verdict.run_id,
+        ops.drain,
+        ops.resume_passing,
+        ops.apply,
+        ops.scontrol,
+        {found.node: slurm_node},
+        judged,
+    )
 
 
 def write_prometheus(path: Path, found: NodeCheck, cluster: str, run_id: str) -> None:

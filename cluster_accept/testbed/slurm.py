@@ -124,14 +124,16 @@ def write_node_env(state_dir: Path, node: str, env: Mapping[str, str]) -> Path:
     return path
 
 
-def health_check_wrapper(state_dir: Path, program: str, site_env: Mapping[str, str]) -> Path:
-    """The test-bed's ``HealthCheckProgram``: the node's environment (by ``SLURMD_NODENAME``) and ``site_env``
-    (``slurm/site.sh``), then ``program``: what a site's node image provides (PATH, the tools, its settings)
-    before its health check runs."""
+def health_check_wrapper(
+    state_dir: Path, program: str, site_env: Mapping[str, str], name: str = "healthcheck"
+) -> Path:
+    """The test-bed's ``HealthCheckProgram`` (or, named ``prolog``, its ``Prolog``): the node's environment (by
+    ``SLURMD_NODENAME``) and ``site_env`` (``slurm/site.sh``), then ``program``: what a site's node image
+    provides (PATH, the tools, its settings) before its check runs."""
     env_dir = slurm_dir(state_dir) / "env"
     site = slurm_dir(state_dir) / "site.sh"
     site.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in site_env.items()), encoding="utf-8")
-    path = slurm_dir(state_dir) / "healthcheck"
+    path = slurm_dir(state_dir) / name
     lines = [
         "#!/bin/sh",
         f'. {shlex.quote(str(env_dir))}/"$SLURMD_NODENAME".sh',
