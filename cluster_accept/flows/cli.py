@@ -327,6 +327,43 @@ def demo(
     raise typer.Exit(code)
 
 
+@app.command("history")
+def history_command(
+    history: Annotated[Path, typer.Option("--history", help="the history dataset directory (OUT/history)")],
+    cluster: Annotated[str | None, typer.Option("--cluster", help="the cluster (needed when it holds several)")] = None,
+    runs: Annotated[int, typer.Option("--runs", min=2, help="read the cluster's last N runs")] = 10,
+    min_bad: Annotated[int, typer.Option("--min-bad", min=1, help="a repeat offender failed K of them")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="print the three tables as JSON")] = False,
+) -> None:
+    """The fleet over its recent runs: repeat offenders, flaky checks and figures sliding down."""
+    import json
+
+    from cluster_accept.analysis.fleet import read_fleet
+    from cluster_accept.analysis.history import load
+    from cluster_accept.probes.base import discover as discover_probes
+
+    clusters = sorted(set(load(history, "runs")["cluster"].astype(str)))
+    if not clusters:
+        raise _fail_usage(f"{history} holds no run (is it a history directory, OUT/history?)")
+    if cluster is None and len(clusters) > 1:
+        raise _fail_usage(f"{history} holds several clusters ({', '.join(clusters)}): give --cluster")
+    name = cluster or clusters[0]
+    rules = {metric: rule for probe in discover_probes() for metric, rule in probe.metrics.items()}
+    fleet = read_fleet(history, name, rules, runs, min_bad)
+    tables = {"repeat_offenders": fleet.offenders, "flaky_checks": fleet.flaky, "drifting_figures": fleet.drifting}
+    if as_json:
+        print(json.dumps({k: v.to_dict("records") for k, v in tables.items()}, default=str, indent=1))
+        return
+    out.print(f"{name}: the last {fleet.runs} runs", highlight=False)
+    for title, frame in tables.items():
+        table = Table(title=title.replace("_", " "), title_justify="left")
+        for column in frame.columns:
+            table.add_column(str(column))
+        for record in frame.itertuples(index=False):
+            table.add_row(*(Text(visible(str(value))) for value in record))
+        out.print(table if len(frame) else f"{title.replace('_', ' ')}: none", highlight=False)
+
+
 SITE_INVENTORY = "/etc/cluster-accept/inventory.yaml"
 
 

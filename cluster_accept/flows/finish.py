@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster_accept.analysis.fleet import FleetView, read_fleet
 from cluster_accept.analysis.history import append_run
 from cluster_accept.analysis.schemas import RUNS, VERDICTS, write_table
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, node_verdict
@@ -27,6 +28,7 @@ from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import now_iso, runs_row
+from cluster_accept.tasks.single_node import judged_rules
 from cluster_accept.tasks.stage import RunState
 
 TOOL_FAILURE = 3  # the exit code of a run the tool itself failed in (cli: one line, the traceback in a log)
@@ -119,13 +121,15 @@ def finish(
     write_table(state.run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
     run_info["ended"] = now_iso()
     write_table(state.run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
+    fleet = None
     if history is not None:
         append_run(history, state.run_dir.path, state.run_id, str(run_info["started"])[:10])
-    html_path, _ = render_report(state, run_info, verdicts, context)
+        fleet = read_fleet(history, state.cluster, judged_rules(context.probes))
+    html_path, _ = render_report(state, run_info, verdicts, context, fleet)
     publish(run_info, verdicts, html_path)
     names = {n.name: n.slurm_node for n in state.inventory.nodes if n.slurm_name}
     slurm = after_run(
-        state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations, slurm_names=names
+        state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations, None, names, fleet
     )
     state.run_dir.write_json("run.json", run_info)
     Checkpoints(state.run_dir.path).clear()
@@ -134,9 +138,13 @@ def finish(
 
 
 def render_report(
-    state: RunState, run_info: dict[str, Any], verdicts: list[VerdictRow], context: ReportContext
+    state: RunState,
+    run_info: dict[str, Any],
+    verdicts: list[VerdictRow],
+    context: ReportContext,
+    fleet: FleetView | None = None,
 ) -> tuple[Path, Path]:
-    """Write report.html and report.md."""
+    """Write report.html and report.md (with the fleet read from the history, when one is kept)."""
     thresholds = _thresholds(state)
     data = ReportData(
         rows=state.rows,
@@ -148,5 +156,6 @@ def render_report(
         reasons=context.reasons,
         sections=probe_sections(state, context.probes, thresholds),
         links=context.links,
+        fleet=fleet,
     )
     return render(build_context(run_info, verdicts, data), state.run_dir.path)

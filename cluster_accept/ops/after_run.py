@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster_accept.analysis.fleet import FleetView
 from cluster_accept.analysis.history import key_figures
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame
 from cluster_accept.analysis.verdicts import VerdictRow
@@ -80,6 +81,7 @@ def after_run(
     operations: Operations,
     rules: Mapping[str, MetricRule] | None = None,
     slurm_names: Mapping[str, str] | None = None,
+    fleet: FleetView | None = None,
 ) -> SlurmPlan:
     """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json``.
 
@@ -95,7 +97,7 @@ def after_run(
             (str(n), str(m)): float(v)
             for n, m, v in zip(figures["node"], figures["metric"], figures["value"], strict=True)
         }
-        _write_atomic(Path(operations.prometheus), prometheus_text(run_info, verdicts, values))
+        _write_atomic(Path(operations.prometheus), prometheus_text(run_info, verdicts, values, fleet))
     plan = slurm_step(
         verdicts,
         str(run_info["run_id"]),

@@ -21,6 +21,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from cluster_accept.analysis.fleet import FleetView
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by, values_by_node
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.declarations import Link
@@ -51,6 +52,7 @@ class ReportData:
     reasons: ReasonCatalog = field(default_factory=ReasonCatalog)  # what each row's reason means, its action
     sections: Sequence[figures.ReportSection] = ()  # each probe's charts and table, in probe order
     links: Sequence[Link] = field(kw_only=True)  # which findings explain which: the causes the stages declare
+    fleet: FleetView | None = field(default=None, kw_only=True)  # the fleet read from the history, when kept
 
 
 def charts(data: ReportData) -> dict[str, Markup]:
@@ -106,7 +108,20 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
         "sections": [shown_section(s) for s in data.sections],
         "history": history,
         "history_table": paging.history_table(history),
+        "fleet": fleet_context(data.fleet),
         "md_rows": MARKDOWN_ROWS,
+    }
+
+
+def fleet_context(fleet: FleetView | None) -> dict[str, Any] | None:
+    """The fleet's three tables as the templates show them; None when the history names nothing."""
+    if fleet is None or fleet.empty:
+        return None
+    return {
+        "runs": fleet.runs,
+        "offenders": fleet.offenders.to_dict("records"),
+        "flaky": fleet.flaky.to_dict("records"),
+        "drifting": fleet.drifting.to_dict("records"),
     }
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cluster_accept.analysis.fleet import FleetView
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
 VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED, Verdict.TOOL_ERROR)
@@ -73,6 +74,7 @@ def prometheus_text(
     run: Mapping[str, Any],
     verdicts: Sequence[VerdictRow],
     figures: Mapping[tuple[str, str], float],
+    fleet: FleetView | None = None,
 ) -> str:
     """The text exposition format: per node a 0/1 series for each verdict (so alerts can select on
     ``verdict="rejected"``), the node's key figures, and the run's time and counts.
@@ -99,9 +101,37 @@ def prometheus_text(
     for verdict in VERDICTS:
         count = _count(verdicts, verdict)
         lines.append(f'cluster_accept_nodes{{cluster="{cluster}",verdict="{verdict.value}"}} {count}')
+    if fleet is not None:
+        lines += _fleet_lines(cluster, fleet)
     ended = run.get("ended")
     if ended:
         family("cluster_accept_last_run_timestamp_seconds", "When the last run ended, Unix time.")
         stamp = dt.datetime.fromisoformat(str(ended)).timestamp()
         lines.append(f'cluster_accept_last_run_timestamp_seconds{{cluster="{cluster}"}} {stamp:.0f}')
     return "\n".join(lines) + "\n"
+
+
+def _fleet_lines(cluster: str, fleet: FleetView) -> list[str]:
+    """The fleet read from the history, each family with its samples: repeat offenders, each check's flake
+    rate, figures sliding down."""
+    lines: list[str] = []
+    off, flaky, drift = fleet.offenders, fleet.flaky, fleet.drifting
+    offenders = [(f'node="{_label(n)}"', v) for n, v in zip(off["node"], off["not_accepted"], strict=True)]
+    flakes = [(f'check="{_label(c)}"', v) for c, v in zip(flaky["check"], flaky["flake_rate"], strict=True)]
+    drifting = [
+        (f'node="{_label(n)}",metric="{_label(m)}"', v)
+        for n, m, v in zip(drift["node"], drift["metric"], drift["drop_pct"], strict=True)
+    ]
+    for name, help_text, samples in (
+        (
+            "cluster_accept_node_recent_not_accepted",
+            f"Of the last {fleet.runs} runs, those the node failed.",
+            offenders,
+        ),
+        ("cluster_accept_check_flake_rate", "Share of a check's run pairs that flipped, nothing changed.", flakes),
+        ("cluster_accept_node_figure_drift_pct", "How far a node's figure fell over its recent runs, %.", drifting),
+    ):
+        if samples:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+            lines += [f'{name}{{cluster="{cluster}",{labels}}} {float(value):.6g}' for labels, value in samples]
+    return lines
