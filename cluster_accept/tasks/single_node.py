@@ -11,6 +11,7 @@ are judged against the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,9 +234,20 @@ def _cluster_rows(
     return found + (probe.evaluate(mine, profiles) if not mine.empty else [])
 
 
+def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]) -> list[NodeResult]:
+    """``names`` measured again with ``probes``, in waves of the profiles' ``probes.max_parallel_nodes`` (all at
+    once where no profile bounds it, as the stage itself runs them); results in ``names`` order."""
+    nodes = [state.inventory.node(name) for name in names]
+    limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
+    wave = max(1, min(limits)) if limits else max(1, len(nodes))
+    with ThreadPoolExecutor(max_workers=min(wave, len(nodes)) or 1) as pool:
+        return list(pool.map(lambda node: run_probes_on_node(node, state.quick, probes), nodes))
+
+
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
-    """Each node with a straggler row measured again, alone (one node at a time, only the runs that flagged
-    it), and the straggler rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    """Each node with a straggler row measured again (only the runs that flagged it; suspects in waves of the
+    profile's ``max_parallel_nodes``), and the straggler rows re-judged on it
+    (:func:`analysis.stragglers.confirm`)."""
     suspects = stragglers.flagged(judged.rows)
     if not suspects:
         return judged.rows
@@ -245,7 +257,7 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
     again: list[Measurement] = []
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
-        outcomes = [run_probes_on_node(state.inventory.node(name), state.quick, chosen) for name in names]
+        outcomes = measure_again(state, names, chosen)
         again += evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen).measurements
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     rules = judged_rules(probes)
