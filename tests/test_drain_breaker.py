@@ -3,9 +3,15 @@ and drains nothing when every tested node is unreachable the same way (the contr
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
+
 import pytest
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
+from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.breaker import DrainLimits, allowed_drains, controller_fault, trip
 from cluster_accept.ops.slurm import SlurmNode, held_back, plan
 
@@ -102,3 +108,24 @@ def test_skipped_nodes_are_not_tested_nodes() -> None:
     planned = plan(verdicts, _slurm(verdicts), "r1", True, False)
     assert held_back(planned, verdicts, DrainLimits(max_fraction=0.5)).breaker is None  # 1 of 2 tested
     assert trip(verdicts, [], DrainLimits()) is None  # nothing to drain: nothing to hold
+
+
+def test_under_serve_the_limit_holds_over_the_window(tmp_path: Path) -> None:
+    """Two scheduled runs of a ten-node cluster: the first drained one node in the window, so the second may
+    drain none (one in ten, over the window); a run outside the window does not count."""
+    out = tmp_path / "runs"
+    for run, age_h, applied in (("r1", 1.0, True), ("r0", 30.0, True), ("r2", 2.0, False)):
+        (out / run).mkdir(parents=True)
+        actions = [{"node": "n9", "action": "drain", "applied": applied}]
+        (out / run / "slurm.json").write_text(json.dumps({"actions": actions}))
+        stamp = time.time() - 3600 * age_h
+        os.utime(out / run / "slurm.json", (stamp, stamp))
+    (out / "r3").mkdir()
+    ops = Operations(drain=True, drain_window_h=24.0)
+    limits = ops.drain_limits(out / "r3")
+    assert (limits.window_h, limits.drained_in_window) == (24.0, 1)
+    verdicts = _verdicts({"n1": (Verdict.REJECTED, ["nvlink:inactive"])}, 9)
+    tripped = trip(verdicts, [("n1", "cluster-accept: nvlink:inactive (run r3)")], limits)
+    assert tripped is not None and "the runs of the last 24 h drained 1" in tripped.why
+    assert trip(verdicts, [("n1", "r")], Operations(drain=True).drain_limits(out / "r3")) is None  # run alone
+    assert Operations(drain=True, drain_window_h=24.0).drain_limits(tmp_path / "elsewhere" / "r").drained_in_window == 0

@@ -258,13 +258,18 @@ def serve(
     apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
     max_drain: MaxDrainOption = None,
     max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
+    drain_window: Annotated[
+        float, typer.Option("--drain-window", min=0.01, help="hours over which the runs together drain no more")
+    ] = 24.0,
     scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
 ) -> None:
-    """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted)."""
+    """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted). The drain
+    breaker's limit holds over --drain-window hours of runs, not each run alone."""
     from cluster_accept.flows.schedule import serve_deployment
 
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus, (max_drain, max_drain_fraction, False))
+    ops.drain_window_h = drain_window
     try:
         request = RunRequest(inventory, out_dir, suite=suite, history=history, operations=ops)
         check_request(request)

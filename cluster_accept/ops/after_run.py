@@ -8,6 +8,7 @@ parameter like any other.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -39,9 +40,29 @@ class Operations(BaseModel):
     max_drain_fraction: float = Field(default=DEFAULT_MAX_DRAIN_FRACTION, gt=0, le=1)
     max_drain: int | None = Field(default=None, ge=0)
     force: bool = False
+    drain_window_h: float | None = Field(default=None, gt=0)  # serve: the breaker's limit holds over this window
 
-    def drain_limits(self) -> DrainLimits:
-        return DrainLimits(self.max_drain_fraction, self.max_drain, self.force)
+    def drain_limits(self, run_dir: Path | None = None) -> DrainLimits:
+        """The breaker's limits; under ``serve`` with the drains the other runs beside ``run_dir`` applied in
+        the window."""
+        recent = 0
+        if self.drain_window_h is not None and run_dir is not None:
+            recent = drains_applied_since(run_dir.parent, time.time() - 3600 * self.drain_window_h, run_dir)
+        return DrainLimits(self.max_drain_fraction, self.max_drain, self.force, self.drain_window_h, recent)
+
+
+def drains_applied_since(out_dir: Path, since: float, this_run: Path) -> int:
+    """Drains the runs under ``out_dir`` (their ``slurm.json``, written at their end) applied since ``since``."""
+    count = 0
+    for path in out_dir.glob("*/slurm.json"):
+        try:
+            if path.parent == this_run or path.stat().st_mtime < since:
+                continue
+            actions = json.loads(path.read_text()).get("actions") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        count += sum(1 for a in actions if isinstance(a, dict) and a.get("action") == "drain" and a.get("applied"))
+    return count
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -107,7 +128,7 @@ def after_run(
         operations.scontrol,
         slurm_names,
         judged_checks(rows),
-        operations.drain_limits(),
+        operations.drain_limits(run_dir),
     )
     if operations.drain or operations.resume_passing:
         record = {

@@ -30,6 +30,10 @@ class DrainLimits:
     max_fraction: float = DEFAULT_MAX_DRAIN_FRACTION
     max_nodes: int | None = None
     force: bool = False
+    # under ``serve``: the runs of the last ``window_h`` hours drained ``drained_in_window`` nodes together, and
+    # together they may drain no more than one run may (a schedule never empties the cluster run by run)
+    window_h: float | None = None
+    drained_in_window: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,12 @@ def trip(
         return BreakerTrip(f"{fault}; nothing drained", held)
     tested = tested_count(verdicts)
     allowed = allowed_drains(tested, limits)
+    if allowed is not None and limits.window_h is not None and limits.drained_in_window + len(drains) > allowed:
+        why = (
+            f"{len(drains)} nodes would be drained, and the runs of the last {limits.window_h:g} h drained "
+            f"{limits.drained_in_window}: more than the breaker allows in that window ({allowed}); nothing drained"
+        )
+        return BreakerTrip(why, held)
     if allowed is None or len(drains) <= allowed:
         return None
     limit = (
