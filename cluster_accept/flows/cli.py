@@ -144,6 +144,9 @@ SUITE_HELP = (
 )
 
 
+DrainOption = Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")]
+ApplyOption = Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")]
+ScontrolOption = Annotated[str, typer.Option("--scontrol", help="the scontrol to use")]
 MaxDrainOption = Annotated[
     int | None,
     typer.Option("--max-drain", min=0, help="drain at most N nodes (default: 10% of the tested nodes, at least 1)"),
@@ -198,15 +201,15 @@ def run(
     resume: Annotated[
         str | None, typer.Option("--resume", help="finish the interrupted run RUN_ID under --out (no other input)")
     ] = None,
-    drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
+    drain: DrainOption = False,
     resume_passing: Annotated[
         bool, typer.Option("--resume-passing", help="resume nodes cluster-accept drained that pass now")
     ] = False,
-    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    apply: ApplyOption = False,
     max_drain: MaxDrainOption = None,
     max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
     force: ForceOption = False,
-    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    scontrol: ScontrolOption = "scontrol",
     prometheus: Annotated[
         Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
     ] = None,
@@ -253,15 +256,15 @@ def serve(
     out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
     name: Annotated[str | None, typer.Option("--name", help="deployment name (default CLUSTER-SUITE)")] = None,
     history: Annotated[str | None, typer.Option("--history", help="history dataset directory")] = None,
-    drain: Annotated[bool, typer.Option("--drain", help="drain rejected/unreachable nodes in Slurm")] = False,
+    drain: DrainOption = False,
     resume_passing: Annotated[bool, typer.Option("--resume-passing", help="resume nodes we drained")] = False,
-    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    apply: ApplyOption = False,
     max_drain: MaxDrainOption = None,
     max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
     drain_window: Annotated[
         float, typer.Option("--drain-window", min=0.01, help="hours over which the runs together drain no more")
     ] = 24.0,
-    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    scontrol: ScontrolOption = "scontrol",
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
 ) -> None:
     """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted). The drain
@@ -389,8 +392,8 @@ def check(
     resume_passing: Annotated[
         bool, typer.Option("--resume-passing", help="resume it when cluster-accept drained it and it passes")
     ] = False,
-    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
-    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    apply: ApplyOption = False,
+    scontrol: ScontrolOption = "scontrol",
 ) -> None:
     """This node checks itself now, synchronously: the preflight on this machine, no SSH, no Prefect. Prints one
     line as Slurm's reason field takes it; exits 0 healthy, 1 not, 2 usage, 3 tool failure (a Slurm Prolog or
