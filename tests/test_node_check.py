@@ -70,6 +70,9 @@ def test_the_node_is_named_by_option_then_slurm_then_the_host(tmp_path: Path) ->
     one = tmp_path / "one.yaml"
     one.write_text("cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: solo}]\nprofiles: {p: {}}\n")
     assert this_node(load_inventory(one), None, {}) == "solo"  # one node: nothing to name
+    one.write_text("cluster: c\ndefaults: {profile: p}\nnodes: [{hosts: solo}]\nexclude: [solo]\nprofiles: {p: {}}\n")
+    with pytest.raises(ValueError, match="solo is excluded in the inventory"):
+        this_node(load_inventory(one), None, {})
 
 
 @pytest.mark.integration

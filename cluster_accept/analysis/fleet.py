@@ -160,21 +160,18 @@ class FleetView:
         return self.offenders.empty and self.flaky.empty and self.drifting.empty
 
 
-def _last_runs(frame: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
-    return frame[frame["run_id"].isin(runs)] if not frame.empty else frame
-
-
 def read_fleet(
     history: Path, cluster: str, rules: Mapping[str, MetricRule], last_runs: int = 10, min_bad: int = 3
 ) -> FleetView:
     """The fleet over the cluster's last ``last_runs`` runs in the history at ``history``."""
     verdicts = load(history, "verdicts", cluster)
     runs = sorted(set(verdicts["run_id"].astype(str)))[-last_runs:] if not verdicts.empty else []
-    checks = _last_runs(load(history, "checks", cluster), runs)
-    values = _last_runs(load(history, "node_values", cluster), runs)
-    measured = _last_runs(load(history, "measurements", cluster), runs)
+    # only the last runs' files, and of the checks only what a flip needs: at 16,384 nodes a run holds ~10^6 rows
+    checks = load(history, "checks", cluster, runs, ["run_id", "node", "check", "status"])
+    values = load(history, "node_values", cluster, runs)
+    measured = load(history, "measurements", cluster, runs)
     return FleetView(
-        repeat_offenders(_last_runs(verdicts, runs), last_runs, min_bad),
+        repeat_offenders(verdicts[verdicts["run_id"].isin(runs)], last_runs, min_bad),
         flaky_checks(checks, values),
         drifting_figures(measured, rules, last_runs=last_runs),
         len(runs),

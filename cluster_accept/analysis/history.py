@@ -13,7 +13,7 @@ Scheduled runs accumulate here; the report's trends and the regression checks re
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -46,15 +46,26 @@ def append_run(history: Path, run_dir: Path, run_id: str, date: str) -> list[Pat
     return written
 
 
-def load(history: Path, table: str, cluster: str | None = None) -> pd.DataFrame:
-    """One table of the history as a frame (empty when none was written), optionally one cluster's rows."""
+def load(
+    history: Path,
+    table: str,
+    cluster: str | None = None,
+    runs: Collection[str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """One table of the history as a frame (empty when none was written), optionally one cluster's rows, only
+    the files of ``runs`` (each run's file is named by its id: the others are never read) and only ``columns``
+    (``cluster`` is read too when a cluster is asked for)."""
     root = history / table
     files = sorted(root.glob("date=*/*.parquet")) if root.is_dir() else []
+    if runs is not None:
+        files = [path for path in files if path.stem in set(runs)]
+    wanted = None if columns is None else list(dict.fromkeys([*columns, *(["cluster"] if cluster else [])]))
     if not files:
-        return pd.DataFrame(columns=list(TABLES[table].names) + ["date"])
+        return pd.DataFrame(columns=(wanted or list(TABLES[table].names)) + ["date"])
     frames = []
     for path in files:
-        frame = pq.read_table(path).to_pandas()
+        frame = pq.read_table(path, columns=wanted).to_pandas()
         frame["date"] = path.parent.name.removeprefix("date=")
         frames.append(frame)
     df = pd.concat(frames, ignore_index=True)

@@ -81,8 +81,17 @@ def slurm_reason(codes: Sequence[str], rows: Sequence[NodeRow]) -> str:
 
 
 def this_node(inventory: Inventory, named: str | None, environ: Mapping[str, str]) -> str:
-    """The inventory node this machine is: ``named``, else Slurm's name for it, else the host's short name; the
-    one node of a one-node inventory. Raises ValueError naming what was looked for."""
+    """The inventory node this machine is (:func:`_which_node`); ValueError when it is excluded in the inventory:
+    a node taken out of testing is not checked, and its check is no verdict."""
+    name = _which_node(inventory, named, environ)
+    if inventory.node(name).excluded:
+        raise ValueError(f"{name} is excluded in the inventory: it is not checked")
+    return name
+
+
+def _which_node(inventory: Inventory, named: str | None, environ: Mapping[str, str]) -> str:
+    """``named``, else Slurm's name for this machine, else the host's short name; the one node of a one-node
+    inventory. Raises ValueError naming what was looked for."""
     if named:
         return inventory.node(named).name if _known(inventory, named) else _unknown(named, "--node")
     slurm_name = environ.get("SLURMD_NODENAME")
