@@ -137,3 +137,12 @@ def test_check_local_starts_neither_prefect_nor_ssh(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_the_node_check_judges_with_the_links_the_stages_declare() -> None:
+    """The node check gathers the cause links without importing the stages (and Prefect): the same links, in
+    the same order, as the run's verdicts use."""
+    from cluster_accept.flows.node_check import preflight_links
+    from cluster_accept.tasks.stages import declared_links
+
+    assert preflight_links() == declared_links()

@@ -39,6 +39,13 @@ def command_timeout(command: RemoteCommand, default_timeout_s: float) -> int:
     return max(1, int(round(command.timeout_s if command.timeout_s is not None else default_timeout_s)))
 
 
+def under_timeout(script: str, env: dict[str, str], timeout_s: int) -> str:
+    """``script`` as the node runs it alone: its environment quoted, killed (with its process group) at
+    ``timeout_s`` and :data:`KILL_GRACE_S` later."""
+    prefix = f"env {env_prefix(env)} " if env else ""
+    return f"{prefix}timeout -k {KILL_GRACE_S} {timeout_s} sh -c {shlex.quote(script)}"
+
+
 def batch_timeout(commands: Sequence[RemoteCommand], default_timeout_s: float) -> float:
     """Client-side limit for the whole batch: every node-side timeout plus its kill grace, plus a margin."""
     total = sum(command_timeout(c, default_timeout_s) + KILL_GRACE_S for c in commands)

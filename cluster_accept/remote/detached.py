@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from cluster_accept.remote.batch import KILL_GRACE_S, command_timeout, env_prefix
+from cluster_accept.remote.batch import command_timeout, under_timeout
 from cluster_accept.remote.result import PollAnswer, RemoteCommand
 from cluster_accept.vocabulary.secrets import mask_secrets
 
@@ -37,14 +37,15 @@ _ENDED = re.compile(r"^ended (\d{1,3}|none)$")
 def wrapper_script(remote_dir: str, command: RemoteCommand, default_timeout_s: float) -> str:
     """``run.sh``: record the pid, run the command under the node-side timeout, record its exit status."""
     d = shlex.quote(remote_dir)
-    env = env_prefix({"CA_PROBE_DIR": remote_dir, **command.env})
-    timeout_s = command_timeout(command, default_timeout_s)
-    return (
-        f"printf '%s\\n' \"$$\" > {d}/pid\n"
-        f"env {env} timeout -k {KILL_GRACE_S} {timeout_s} sh -c {shlex.quote(command.script)} "
-        f"> {d}/out 2> {d}/err < /dev/null\n"
-        f"printf '%s\\n' \"$?\" > {d}/rc\n"
+    timed = under_timeout(
+        command.script, {"CA_PROBE_DIR": remote_dir, **command.env}, command_timeout(command, default_timeout_s)
     )
+    lines = [
+        f"printf '%s\\n' \"$$\" > {d}/pid",
+        f"{timed} > {d}/out 2> {d}/err < /dev/null",
+        f"printf '%s\\n' \"$?\" > {d}/rc",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def start_script(remote_dir: str, tag: str | None = None) -> str:

@@ -7,7 +7,6 @@ imports it), answers them in-process."""
 from __future__ import annotations
 
 import importlib
-import shlex
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,7 @@ from typing import Protocol, cast
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.inventory.simulation_settings import SIMULATOR
-from cluster_accept.remote.batch import CLIENT_MARGIN_S, KILL_GRACE_S, command_timeout, env_prefix
+from cluster_accept.remote.batch import CLIENT_MARGIN_S, KILL_GRACE_S, command_timeout, under_timeout
 from cluster_accept.remote.local import run_local
 from cluster_accept.remote.result import CommandResult, NoAnswer, NodeResult, NodeStatus, PollAnswer, RemoteCommand
 from cluster_accept.remote.shell import Answer, ShellSession
@@ -84,8 +83,7 @@ class LocalSession(ShellSession):
     def _read(command: RemoteCommand, default_timeout_s: float) -> CommandResult:
         """One command under ``timeout`` as a batch runs it, its output masked where it enters the controller."""
         limit = command_timeout(command, default_timeout_s)
-        env = f"env {env_prefix(command.env)} " if command.env else ""
-        line = f"{env}timeout -k {KILL_GRACE_S} {limit} sh -c {shlex.quote(command.script)}"
+        line = under_timeout(command.script, command.env, limit)
         code, out, err, lost = run_local(["sh", "-c", line], limit + KILL_GRACE_S + CLIENT_MARGIN_S)
         timed_out = lost or code in (124, 137)
         return CommandResult(command.name, None if lost else code, mask_secrets(out), mask_secrets(err), timed_out)
