@@ -7,6 +7,7 @@ process, and:
 
 - wall time per stage (``run.json``), the whole run's wall time;
 - the controller's CPU seconds and peak memory (the child's rusage), each per node;
+- Prefect's "Subscription queue is full" warnings (the events it dropped);
 - Prefect's share: the same preflight without Prefect (a thread pool, the same per-node function, the same
   evaluation and Parquet, :func:`bench.scale.bare_run`) against the CLI's preflight stage;
 - the Parquet files' and the report's sizes, and the report's load time in headless Chromium;
@@ -52,6 +53,8 @@ STAGES = "preflight,single-node,multi-node"
 # The test-bed's profile, but a group at half the others' bus bandwidth is slow (the test-bed's own 90 % is for
 # CPU figures measured on shared cores; simulated figures spread by spread_pct only).
 STRAGGLER_PCT = 25
+# What Prefect prints when its in-memory event subscription queue (10,000 events) overflows: events dropped.
+QUEUE_FULL = "Subscription queue is full"
 
 
 def names_of(nodes: int) -> list[str]:
@@ -94,7 +97,9 @@ def cli_run(inv: Path, out: Path, stages: str = STAGES) -> dict[str, float]:
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise SystemExit(f"the run failed: {said.decode(errors='replace')[-3000:]}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024}
+    flooded = said.decode(errors="replace").count(QUEUE_FULL)
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024,
+            "queue_full": flooded}  # fmt: skip
 
 
 def bare_preflight(inv: Path, out: Path) -> float:
@@ -162,8 +167,8 @@ def measure(nodes: int, faulty_pct: float, work: Path, stages: str = STAGES) -> 
 
 def table(results: list[dict[str, object]]) -> str:
     head = ("| nodes | wall s | preflight s | single-node s | multi-node s | CPU ms/node | peak MiB | KiB/node "
-            "| Prefect share | Parquet MiB | report MiB | render s | rejected |")  # fmt: skip
-    lines = [head, "|" + "---|" * 13]
+            "| Prefect share | queue full | Parquet MiB | report MiB | render s | rejected |")  # fmt: skip
+    lines = [head, "|" + "---|" * 14]
     for r in results:
         n = int(r["nodes"])  # type: ignore[call-overload]
         stage = r["stage_s"]
@@ -175,7 +180,8 @@ def table(results: list[dict[str, object]]) -> str:
             f"| {n:,} | {r['wall_s']:.1f} | {stage.get('preflight', 0):.1f} | {stage.get('single-node', 0):.1f} "
             f"| {stage.get('multi-node', 0):.1f} "
             f"| {1000 * r['cpu_s'] / n:.1f} | {r['peak_mib']:.0f} | {1024 * r['peak_mib'] / n:.1f} "  # type: ignore[operator]
-            f"| {'-' if share is None else f'{share:.0%}'} | {parquet:.1f} | {r['report_mib']:.1f} "
+            f"| {'-' if share is None else f'{share:.0%}'} | {r.get('queue_full', '-')} "
+            f"| {parquet:.1f} | {r['report_mib']:.1f} "
             f"| {'-' if render is None else f'{render:.1f}'} | {r['verdicts']['rejected']} |"  # type: ignore[index]
         )
     return "\n".join(lines)

@@ -145,7 +145,6 @@ def _fitted_drop_pct(values: list[float]) -> float | None:
     return -100.0 * slope * (n - 1) / start
 
 
-
 @dataclass(frozen=True)
 class FleetView:
     """The three readings of the fleet from its history, each a frame (empty when the history says nothing)."""

@@ -74,9 +74,7 @@ def controller_fault(verdicts: Sequence[VerdictRow]) -> str | None:
     )
 
 
-def trip(
-    verdicts: Sequence[VerdictRow], drains: Sequence[tuple[str, str]], limits: DrainLimits
-) -> BreakerTrip | None:
+def trip(verdicts: Sequence[VerdictRow], drains: Sequence[tuple[str, str]], limits: DrainLimits) -> BreakerTrip | None:
     """Whether the planned ``drains`` ((node, reason) each) must be held back as a whole; None: they may go."""
     if limits.force or not drains:
         return None

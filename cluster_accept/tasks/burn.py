@@ -1,22 +1,20 @@
-"""The burn stage: sustained load on every node still accepted, the silent-data-corruption check after it, and
-DCGM's diagnostics where the node has DCGM.
+"""The burn stage: sustained load on every node still accepted, the silent-data-corruption check after it, and DCGM's
+diagnostics where the node has DCGM.
 
-Runs after the short single-node probes (a node that already failed them is not burned) and before the
-multi-node stage. Every node burns at once (up to the profile's ``max_parallel_nodes``): a burn is minutes, and a
-cluster burned a node at a time would take days. Per node one Prefect task ships the burn script, runs it and
-``dcgmi diag`` in the node's private probe directory, each under its own node-side limit (the burn's minutes
-plus the usual margin; DCGM's own), and brings the raw output back, checkpointed. The judgement is the
-single-node stage's, over the ``burn`` probes; the per-second series go to ``burn/<node>.parquet`` as each node is
-judged (a cluster's series never sit in memory at once), the report keeps a thinned copy for its charts.
+Runs after the short single-node probes (a node that already failed them is not burned) and before the multi-node
+stage. Every node burns at once (up to the profile's ``max_parallel_nodes``): a burn is minutes, and a cluster
+burned a node at a time would take days. Per node (in Prefect task runs over chunks of nodes) it ships the burn
+script, runs it and ``dcgmi diag`` in the node's private probe directory, each under its own node-side limit (the
+burn's minutes plus the usual margin; DCGM's own), and brings the raw output back, checkpointed. The judgement is
+the single-node stage's, over the ``burn`` probes; the per-second series go to ``burn/<node>.parquet`` as each node
+is judged (a cluster's series never sit in memory at once), the report keeps a thinned copy for its charts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
-
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.schemas import BURN, write_table
@@ -32,7 +30,7 @@ from cluster_accept.tasks.single_node import (
     probe_reasons,
     run_probes_on_node,
 )
-from cluster_accept.tasks.stage import RunState, per_node, unwalked
+from cluster_accept.tasks.stage import RunState, per_node
 
 NAME = "burn"
 SERIES_DIR = "burn"  # one Parquet file per node: a 10-minute burn of 8 GPUs is ~10,000 rows, 1,000 nodes ~10 M
@@ -43,8 +41,8 @@ def burn_probes() -> list[Probe]:
     return discover(stage=NAME)
 
 
-@task(name="burn", task_run_name="burn-{node.name}", cache_policy=NO_CACHE, persist_result=False)
 def burn_node(node: Node, checkpoints: Checkpoints, quick: bool, probes: Sequence[Probe]) -> NodeResult:
+    """A node's burn and DCGM run, checkpointed as soon as they came back."""
     outcome = run_probes_on_node(node, quick, probes)
     checkpoints.save_node(NAME, outcome)
     return outcome
@@ -67,7 +65,7 @@ class BurnStage:
             NAME,
             nodes,
             state.checkpoints.load_nodes(NAME),
-            lambda node: burn_node.submit(unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)),
+            partial(burn_node, checkpoints=state.checkpoints, quick=state.quick, probes=probes),
             wave=min(limits) if limits else None,
         )
         charted: list[dict[str, Any]] = []

@@ -1,11 +1,11 @@
 """The single-node stage: ship the probes to a node, run them, bring back figures and NCCL's transport.
 
-Per node (one Prefect task): a private ``mktemp -d`` directory on the node receives the node-side scripts
-of every probe (:mod:`cluster_accept.probes`) over SFTP (a copy for the local transport); each node-side run
-happens once even when several probes read it (GEMM, HBM and host links share the GPU bench), under the
-node-side ``timeout`` (a hung run's whole process group is killed on the node, its other results are kept);
-the directory is removed afterwards whatever happened. Evaluation waits for every node, since stragglers
-are judged against the cluster.
+Per node (in Prefect task runs over chunks of nodes): a private ``mktemp -d`` directory on the node receives the
+node-side scripts of every probe (:mod:`cluster_accept.probes`) over SFTP (a copy for the local transport); each
+node-side run happens once even when several probes read it (GEMM, HBM and host links share the GPU bench), under
+the node-side ``timeout`` (a hung run's whole process group is killed on the node, its other results are kept); the
+directory is removed afterwards whatever happened. Evaluation waits for every node, since stragglers are judged
+against the cluster.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from cluster_accept.analysis import stragglers
 from cluster_accept.analysis.history import key_figures, node_trends
@@ -34,7 +33,7 @@ from cluster_accept.remote.probe_dir import run_in_probe_dir
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
-from cluster_accept.tasks.stage import RunState, per_node, unwalked
+from cluster_accept.tasks.stage import RunState, per_node
 from cluster_accept.vocabulary.rows import Measurement
 from cluster_accept.vocabulary.text import keep_tail
 
@@ -79,10 +78,10 @@ def run_probes_on_node(node: Node, quick: bool = False, probes: Sequence[Probe] 
     return run_in_probe_dir(node, files, probe_commands(node, quick, chosen))
 
 
-@task(name="single-node", task_run_name="single-node-{node.name}", cache_policy=NO_CACHE, persist_result=False)
 def single_node_probes(
     node: Node, checkpoints: Checkpoints | None = None, quick: bool = False, probes: Sequence[Probe] | None = None
 ) -> NodeResult:
+    """A node's probes, checkpointed as soon as they came back."""
     outcome = run_probes_on_node(node, quick, probes)
     if checkpoints is not None:
         checkpoints.save_node(NAME, outcome)
@@ -310,9 +309,7 @@ class SingleNodeStage:
             NAME,
             nodes,
             state.checkpoints.load_nodes(NAME),
-            lambda node: single_node_probes.submit(
-                unwalked(node), unwalked(state.checkpoints), state.quick, unwalked(probes)
-            ),
+            partial(single_node_probes, checkpoints=state.checkpoints, quick=state.quick, probes=probes),
             wave=min(limits) if limits else None,
         )
         judged = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)

@@ -17,11 +17,14 @@ writing the tables live there, once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
-from prefect.futures import PrefectFuture, as_completed
+from prefect import task
+from prefect.cache_policies import NO_CACHE
 from prefect.utilities.annotations import quote
 
 from cluster_accept.analysis import coverage
@@ -31,6 +34,7 @@ from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.base import discover as discover_checks
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
+from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
@@ -117,29 +121,61 @@ class Stage(Protocol):
     def expectations(self) -> tuple[Expectation, ...]: ...  # what its rows answer of a profile
 
 
+# Task runs per worker thread in a stage: enough that a slow node's chunk leaves the others work to take, few
+# enough that Prefect's cost per task run (its states, events and records, ~17 ms of controller CPU) is paid per
+# chunk of nodes, not per node. 8,192 nodes in one task run each flooded Prefect's event queue.
+CHUNKS_PER_WORKER = 2
+
+
+def chunks(nodes: Sequence[Node], workers: int) -> list[list[Node]]:
+    """``nodes`` cut into consecutive chunks, at most ``CHUNKS_PER_WORKER × workers`` of them and of even
+    sizes: one node per chunk while there are few nodes (a small cluster's task runs name a node each)."""
+    if not nodes:
+        return []
+    size = math.ceil(len(nodes) / max(1, CHUNKS_PER_WORKER * workers))
+    return [list(nodes[start : start + size]) for start in range(0, len(nodes), size)]
+
+
+@task(name="nodes", task_run_name="{stage}-{label}", cache_policy=NO_CACHE, persist_result=False)
+def node_chunk(
+    stage: str, label: str, nodes: Sequence[Node], work: Callable[[Node], _T], done: Callable[[], None]
+) -> list[_T]:
+    """One task run for a chunk of a stage's nodes (``label``: their node set), each worked on in turn; ``work``
+    never raises and keeps its own checkpoint, so what a chunk finished is on disk whatever follows."""
+    outcomes = []
+    for node in nodes:
+        outcomes.append(work(node))
+        done()
+    return outcomes
+
+
 def per_node(
     state: RunState,
     stage: str,
     nodes: Sequence[Node],
-    saved: dict[str, Any],
-    submit: Callable[[Node], PrefectFuture[Any]],
+    saved: Mapping[str, _T],
+    work: Callable[[Node], _T],
     wave: int | None = None,
-) -> list[Any]:
+) -> list[_T]:
     """Every node's outcome in ``nodes`` order: those in ``saved`` (a resumed run's checkpoints) as they
-    were, the others as Prefect tasks (``submit``), ``wave`` at a time when the profile bounds how many
-    nodes are probed at once; progress advances as each node finishes."""
+    were, the others by ``work`` in Prefect task runs over chunks of nodes (:func:`chunks`, ``state.concurrency``
+    workers), ``wave`` nodes at a time when the profile bounds how many are probed at once; progress advances as
+    each node finishes."""
     wanted = {n.name for n in nodes}
     done = {name: outcome for name, outcome in saved.items() if name in wanted}
     todo = [n for n in nodes if n.name not in done]
     state.progress.start(stage, len(nodes))
     state.progress.advance(stage, len(nodes) - len(todo))
     size = wave or max(1, len(todo))
+    advance = unwalked(partial(state.progress.advance, stage))
     for start in range(0, len(todo), size):
-        futures = [submit(node) for node in todo[start : start + size]]
-        for _ in as_completed(futures):
-            state.progress.advance(stage)
-        for node, future in zip(todo[start : start + size], futures, strict=True):
-            done[node.name] = future.result()
+        parts = chunks(todo[start : start + size], min(size, state.concurrency))
+        futures = [
+            node_chunk.submit(stage, fold([n.name for n in part]), unwalked(part), unwalked(work), advance)
+            for part in parts
+        ]
+        for part, future in zip(parts, futures, strict=True):
+            done.update((node.name, outcome) for node, outcome in zip(part, future.result(), strict=True))
     return [done[n.name] for n in nodes]
 
 

@@ -124,9 +124,7 @@ def write_node_env(state_dir: Path, node: str, env: Mapping[str, str]) -> Path:
     return path
 
 
-def health_check_wrapper(
-    state_dir: Path, program: str, site_env: Mapping[str, str], name: str = "healthcheck"
-) -> Path:
+def health_check_wrapper(state_dir: Path, program: str, site_env: Mapping[str, str], name: str = "healthcheck") -> Path:
     """The test-bed's ``HealthCheckProgram`` (or, named ``prolog``, its ``Prolog``): the node's environment (by
     ``SLURMD_NODENAME``) and ``site_env`` (``slurm/site.sh``), then ``program``: what a site's node image
     provides (PATH, the tools, its settings) before its check runs."""

@@ -1,5 +1,5 @@
-"""The preflight stage: one Prefect task per node, its evaluation over the cluster (:mod:`.evaluate`), counters
-against the node's previous run.
+"""The preflight stage: Prefect task runs over chunks of nodes, its evaluation over the cluster
+(:mod:`.evaluate`), counters against the node's previous run.
 
 All of a node's checks travel as one batch over one session; parsing happens on the controller as soon as
 the node answers; evaluation waits for every node because drift is judged against the cluster's majority.
@@ -8,9 +8,7 @@ the node answers; evaluation waits for every node because drift is judged agains
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-from prefect import task
-from prefect.cache_policies import NO_CACHE
+from functools import partial
 
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.verdicts import values_by_node
@@ -26,11 +24,11 @@ from cluster_accept.tasks.preflight.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.preflight.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
 from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, node_values
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.tasks.stage import RunState, per_node, unwalked
+from cluster_accept.tasks.stage import RunState, per_node
 
 
-@task(name="preflight-node", task_run_name="preflight-{node.name}", cache_policy=NO_CACHE, persist_result=False)
 def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
+    """A node's preflight, checkpointed as soon as it answered."""
     outcome = run_preflight_on_node(node, checks)
     if checkpoints is not None:
         checkpoints.save_node(NAME, outcome.result)
@@ -60,7 +58,7 @@ def counter_rows(state: RunState, checks: list[Check]) -> list[NodeRow]:
 
 class PreflightStage:
     """Configuration checks, seconds per node and no GPU load: every check of a node in one batch over one
-    session, one Prefect task per node; judged against the profile and the cluster's majority."""
+    session, Prefect task runs over chunks of nodes; judged against the profile and the cluster's majority."""
 
     name = NAME
     suites = frozenset({"light", "full", "burn"})
@@ -74,7 +72,7 @@ class PreflightStage:
             NAME,
             state.inventory.tested,
             saved,
-            lambda node: preflight_node.submit(unwalked(node), unwalked(checks), unwalked(state.checkpoints)),
+            partial(preflight_node, checks=checks, checkpoints=state.checkpoints),
         )
         answered = [o.node for o in outcomes if o.result.status not in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE)]
         gpu_models = {o.node: o.models.get(GPU_CHECK) for o in outcomes}
