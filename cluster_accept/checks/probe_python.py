@@ -33,10 +33,57 @@ TIMEOUT_S = 90.0  # importing torch on a loaded node can take tens of seconds
 _MARK = "### probe-python "
 _DRIVER_CUDA = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
 _CUDA = re.compile(r"(\d+)\.(\d+)")
-# Reads torch's version file without importing torch; with argv[1] == 'import', imports it and asks CUDA.
+# Where a node's own check (check --local, at every job start) keeps the last good answer of torch's import: the
+# import and CUDA start take seconds, and a prolog has about two. The answer is taken again only while nothing it
+# rests on changed: the interpreter, torch's files, the loaded driver, the boot, the GPU device nodes and the
+# variables that pick GPUs; a file another user could have written is ignored. A run from the controller never
+# sets it: every run imports torch afresh.
+IMPORT_CACHE_ENV = "CA_IMPORT_CACHE"
+# Reads torch's version file without importing torch; with argv[1] == 'import', imports it and asks CUDA (or takes
+# the answer kept under $CA_IMPORT_CACHE when nothing it rests on changed).
 _SCRIPT = """
-import importlib.util, json, sys, warnings
+import importlib.util, json, os, sys, time, warnings
 out = {"python": sys.version.split()[0], "executable": sys.executable}
+def stamp(path):
+    try:
+        s = os.stat(path)
+        return [s.st_mtime_ns, s.st_size, s.st_ino]
+    except OSError:
+        return None
+def text(path):
+    try:
+        return open(path).read()
+    except OSError:
+        return None
+def mine(st):
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+def fingerprint(where):
+    gpus = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
+    picks = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")}
+    files = [stamp(os.path.join(where, f)) for f in ("version.py", "__init__.py", "lib")]
+    return {"exe": os.path.realpath(sys.executable), "torch": files, "driver": text("/proc/driver/nvidia/version"),
+            "boot": text("/proc/sys/kernel/random/boot_id"), "devices": gpus, "env": picks}
+def recall(path, key):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            if not (mine(os.fstat(fd)) and mine(os.stat(os.path.dirname(path)))):
+                return None
+            kept = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return dict(kept["answer"], cached_at=kept["at"]) if kept.get("key") == key else None
+def remember(path, key, answer):
+    try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        if not mine(os.stat(os.path.dirname(path))):
+            return
+        tmp = path + "." + str(os.getpid())
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as f:
+            json.dump({"key": key, "answer": answer, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 try:
     spec = importlib.util.find_spec("torch")
 except Exception as exc:
@@ -50,7 +97,12 @@ if spec is not None and spec.submodule_search_locations:
         out["torch"], out["cuda_build"] = scope.get("__version__"), scope.get("cuda")
     except Exception as exc:
         out["torch_error"] = f"{type(exc).__name__}: {exc}"
-    if sys.argv[1:] == ["import"] and "torch_error" not in out:
+    cache = os.environ.get("CA_IMPORT_CACHE")
+    key = fingerprint(where) if cache and sys.argv[1:] == ["import"] else None
+    seen = recall(cache, key) if key else None
+    if seen is not None and "torch_error" not in out:
+        out.update(seen)
+    elif sys.argv[1:] == ["import"] and "torch_error" not in out:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -60,6 +112,8 @@ if spec is not None and spec.submodule_search_locations:
             except Exception as exc:
                 out["torch_error"] = f"{type(exc).__name__}: {exc}"
         out["warnings"] = [str(w.message)[:500] for w in caught][:3]
+        if key and out.get("cuda_available") and "torch_error" not in out:
+            remember(cache, key, {k: out[k] for k in ("cuda_available", "cuda_devices", "warnings")})
 print(json.dumps(out))
 """
 COMMAND = "python3 -c SCRIPT"  # the shape; each profile's interpreter is in command_for(profile)
@@ -180,6 +234,8 @@ def _cuda_row(info: dict[str, object], driver: tuple[int, int] | None) -> CheckR
         return CheckRow(NAME, "cuda", Status.WARN, "cuda_minor_newer", f"torch built for CUDA {build}", wanted)
     devices = info.get("cuda_devices")
     detail = f"torch sees {devices} GPUs" if devices is not None else ""
+    if info.get("cached_at"):
+        detail += f" (as torch's import answered at {info['cached_at']}: the install, driver and boot are unchanged)"
     return CheckRow(NAME, "cuda", Status.PASS, "ok", f"CUDA {build}", wanted, detail)
 
 

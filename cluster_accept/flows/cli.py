@@ -394,6 +394,9 @@ def check(
     ] = False,
     apply: ApplyOption = False,
     scontrol: ScontrolOption = "scontrol",
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="start torch's CUDA now, not taken from the last good check of this boot")
+    ] = False,
 ) -> None:
     """This node checks itself now, synchronously: the preflight on this machine, no SSH, no Prefect. Prints one
     line as Slurm's reason field takes it; exits 0 healthy, 1 not, 2 usage, 3 tool failure (a Slurm Prolog or
@@ -411,7 +414,7 @@ def check(
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
     run_id = f"check-{name}-{os.getpid()}"
-    found = check_node(loaded, name, run_id)
+    found = check_node(loaded, name, run_id, fresh)
     print(found.reason_line, flush=True)
     if prometheus is not None:
         write_prometheus(prometheus, found, loaded.cluster, run_id)

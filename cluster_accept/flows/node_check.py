@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from cluster_accept.analysis import between_nodes, coverage
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, discover
 from cluster_accept.checks.declarations import Link
+from cluster_accept.checks.probe_python import IMPORT_CACHE_ENV
 from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX, SlurmPlan, slurm_step
@@ -120,12 +122,23 @@ def preflight_links() -> tuple[Link, ...]:
     return tuple(link for probe in ordered for link in probe.causes) + between_nodes.CAUSES
 
 
-def check_node(inventory: Inventory, node_name: str, run_id: str) -> NodeCheck:
-    """The preflight of ``node_name`` on this machine, judged and held to its profile as in a run."""
+def import_cache() -> Path:
+    """Where this node keeps the last good answer of torch's import (:data:`checks.probe_python.IMPORT_CACHE_ENV`):
+    the user's runtime directory, else ``/run`` (root, a Slurm prolog), else the temporary directory; cleared at
+    boot where it is a tmpfs, and keyed by the boot where it is not."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime else Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"cluster-accept-{os.getuid()}" / "probe-import.json"
+
+
+def check_node(inventory: Inventory, node_name: str, run_id: str, fresh: bool = False) -> NodeCheck:
+    """The preflight of ``node_name`` on this machine, judged and held to its profile as in a run. Unless ``fresh``,
+    the probe interpreter's CUDA start is taken from the last good one while nothing it rests on changed."""
     started = time.monotonic()
     inventory = as_local(select_nodes(inventory, node_name))
     checks = discover()
-    outcome = run_preflight_on_node(inventory.node(node_name), checks)
+    env = {} if fresh else {IMPORT_CACHE_ENV: str(import_cache())}
+    outcome = run_preflight_on_node(inventory.node(node_name), checks, env)
     answered = [] if outcome.result.status in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE) else [node_name]
     gpu, nic = {node_name: outcome.models.get(GPU_CHECK)}, {node_name: outcome.models.get(NIC_CHECK)}
     inventory, rows = resolve_auto_nodes(run_id, inventory, gpu, answered, nic)

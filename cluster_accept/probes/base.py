@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pandas as pd
 from pydantic import BaseModel
 
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
@@ -47,6 +46,9 @@ from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
+
+if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --local) loads no pandas
+    import pandas as pd
 
 ENTRY_POINTS = "cluster_accept.probes"
 SINGLE_NODE = "single-node"

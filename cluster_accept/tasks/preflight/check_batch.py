@@ -6,6 +6,7 @@ its tasks (:mod:`tasks.preflight.stage`).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,15 +24,22 @@ class NodePreflight:
     parse_errors: dict[str, str] = field(default_factory=dict)
 
 
-def commands_for(checks: list[Check], node: Node | None = None) -> list[RemoteCommand]:
+def commands_for(
+    checks: list[Check], node: Node | None = None, env: Mapping[str, str] | None = None
+) -> list[RemoteCommand]:
     """Each check's command; those describing a job's environment run behind the node's
-    ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads."""
+    ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads. ``env`` reaches
+    every command, also inside the container (exported there: a prefix such as ``docker exec`` passes none)."""
     profile = node.profile if node is not None else None
     prefix = profile.probes.command_prefix if profile is not None else None
+    exports = "".join(f"export {key}={shlex.quote(value)}; " for key, value in (env or {}).items())
     return [
         RemoteCommand(
             c.name,
-            f"{prefix} sh -c {shlex.quote(c.command_on(profile))}" if prefix and c.job_view else c.command_on(profile),
+            f"{prefix} sh -c {shlex.quote(exports + c.command_on(profile))}"
+            if prefix and c.job_view
+            else c.command_on(profile),
+            env=dict(env or {}),
             timeout_s=c.timeout_s,
             reads_only=True,  # a check reads the node's configuration, never changes it
         )
@@ -53,6 +61,7 @@ def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
     return outcome
 
 
-def run_preflight_on_node(node: Node, checks: list[Check]) -> NodePreflight:
-    """Run every check's command on ``node`` in one batch and parse what came back. Never raises."""
-    return parse_node_result(run_node(node, commands_for(checks, node)), checks)
+def run_preflight_on_node(node: Node, checks: list[Check], env: Mapping[str, str] | None = None) -> NodePreflight:
+    """Run every check's command on ``node`` in one batch (``env`` set for each) and parse what came back. Never
+    raises."""
+    return parse_node_result(run_node(node, commands_for(checks, node, env)), checks)
