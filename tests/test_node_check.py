@@ -125,7 +125,8 @@ def test_check_local_on_this_machine_prints_the_line_and_exits_with_the_verdict(
 
 
 @pytest.mark.integration
-def test_check_local_starts_neither_prefect_nor_ssh(tmp_path: Path) -> None:
+def test_check_local_starts_neither_prefect_nor_ssh_nor_loads_frames(tmp_path: Path) -> None:
+    """A prolog's budget: no Prefect, no SSH library, and none of pandas, numpy, pyarrow (0.6 s of imports)."""
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(LOCAL)
     script = (
@@ -133,7 +134,8 @@ def test_check_local_starts_neither_prefect_nor_ssh(tmp_path: Path) -> None:
         f"sys.argv = ['cluster-accept', 'check', '--local', '--inventory', {str(inventory)!r}]\n"
         "from cluster_accept.flows.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('prefect', 'paramiko', 'fabric') if m in sys.modules))\n"
+        "heavy = ('prefect', 'paramiko', 'fabric', 'pandas', 'numpy', 'pyarrow')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr

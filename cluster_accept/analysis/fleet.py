@@ -23,11 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from cluster_accept.analysis.history import key_figures, load
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.analysis.verdicts import COUNTER, NOT_ACCEPTED
+from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.status import BAD_STATUSES
 
 BAD = frozenset(s.value for s in BAD_STATUSES)

@@ -14,9 +14,8 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import pandas as pd
-
 from cluster_accept.inventory.model import Thresholds
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 METRIC = "gpu_pair_copy_gbps"
 _LABEL = re.compile(r"^GPU(\d{1,3})->GPU(\d{1,3})$")

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import pandas as pd
-import pyarrow.parquet as pq
-
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures
 from cluster_accept.analysis.schemas import TABLES
+from cluster_accept.vocabulary.lazy import pandas as pd
+from cluster_accept.vocabulary.lazy import parquet as pq
 
 
 def partition_dir(history: Path, table: str, date: str) -> Path:

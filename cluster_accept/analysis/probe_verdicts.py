@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-import pandas as pd
 from pydantic import BaseModel
 
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Thresholds
+from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.rows import Measurement
 
 

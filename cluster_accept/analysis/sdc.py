@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import pandas as pd
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 COLUMNS = ("node", "gpu", "platform", "size", "product", "sum", "stable")
 

@@ -12,12 +12,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster_accept.analysis.fleet import FleetView
-from cluster_accept.analysis.history import key_figures
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame
 from cluster_accept.analysis.verdicts import VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
@@ -26,6 +24,9 @@ from cluster_accept.ops.slurm import SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
 from cluster_accept.vocabulary.rows import Measurement
+
+if TYPE_CHECKING:  # the history's frames: a node's own check (check --local) loads no pyarrow
+    from cluster_accept.analysis.fleet import FleetView
 
 
 class Operations(BaseModel):
@@ -113,6 +114,8 @@ def after_run(
         json.dumps(summary(run_info, verdicts, warnings_by_node(rows)), indent=2, default=str) + "\n",
     )
     if operations.prometheus:
+        from cluster_accept.analysis.history import key_figures  # pyarrow: only a run that writes the file loads it
+
         figures = key_figures(measurement_frame(measurements), _probe_rules() if rules is None else rules)
         values = {
             (str(n), str(m)): float(v)

@@ -16,8 +16,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
-
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
@@ -26,6 +24,7 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import DCGM, DCGM_EXIT
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "dcgm"
 STAGE = "burn"

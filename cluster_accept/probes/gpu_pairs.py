@@ -10,8 +10,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-import pandas as pd
-
 from cluster_accept.analysis.causes import intra_node_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.gpu_pairs import METRIC, judge_pairs, summary
@@ -23,6 +21,7 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Node, Profile, Thresholds
 from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, json_figures
 from cluster_accept.probes.scripts import job_env
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "gpu_pairs"
 ORDER = 45

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import pandas as pd
-
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
 from cluster_accept.checks.base import CheckRow
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import allreduce
 from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import NCCL_TESTS
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "nccl_tests"
 ORDER = 41

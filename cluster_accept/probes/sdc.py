@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import pandas as pd
-
 from cluster_accept.analysis import sdc
 from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
@@ -21,6 +19,7 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import BURN
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "sdc"
 STAGE = "burn"

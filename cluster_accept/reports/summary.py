@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cluster_accept.analysis.fleet import FleetView
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
+
+if TYPE_CHECKING:  # the history's frames: a node's own check (check --local) loads no pyarrow
+    from cluster_accept.analysis.fleet import FleetView
 
 VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED, Verdict.TOOL_ERROR)
 # Key figures exported per node: (metric in measurements, Prometheus name, help text).

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
 from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
@@ -30,6 +28,7 @@ from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN
 from cluster_accept.reports.figures import ReportSection, ReportView
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "burn"
 STAGE = "burn"

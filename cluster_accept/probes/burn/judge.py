@@ -15,9 +15,8 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import pandas as pd
-
 from cluster_accept.inventory.burn_settings import BurnSettings
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 # NVML clock event reasons that mean heat or power, not the application: SW power cap, HW slowdown, SW thermal
 # slowdown, HW thermal slowdown, HW power brake.

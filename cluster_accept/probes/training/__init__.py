@@ -20,8 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
@@ -42,6 +40,7 @@ from cluster_accept.probes.training.judge import (
 )
 from cluster_accept.probes.training.report import training_section
 from cluster_accept.reports.figures import ReportSection, ReportView
+from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "training"
 ORDER = 50
