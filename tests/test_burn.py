@@ -242,3 +242,44 @@ def test_the_h100_burn_throttled_half_way_is_named():
     assert found["throttled"].observed == "900 MHz under load (HW thermal slowdown active in 11 of 16 samples)"
     assert found["throttled"].expected.endswith("; ≥ 1242 MHz")
     assert found["throughput_dropped"].observed == "622 → 374.3 TFLOP/s (-39.8 %)"
+
+
+def hot(gpus: int, seconds: int, temps: dict[int, float]) -> pd.DataFrame:
+    """``samples`` with each GPU's temperature after its first part set (``temps[gpu]``; 70 °C otherwise)."""
+    frame = samples(gpus, seconds)
+    late = frame.t_s > judgement.part_s(seconds)
+    frame.loc[late, "temp_c"] = frame.loc[late, "gpu"].map(lambda g: temps.get(g, 70.0))
+    return frame
+
+
+def thermal_of(s: pd.DataFrame, seconds: int = 120, **settings: float) -> list[tuple[int | None, str, str, str]]:
+    burns = judgement.summarise(windows(int(s.gpu.max()) + 1, seconds), s, seconds, "TFLOP/s")
+    found = judgement.thermal(burns, BurnSettings(minutes=2, **settings))
+    return [(f.gpu, f.reason, f.observed, f.expected) for f in found]
+
+
+def test_gpus_within_the_spread_are_one_uniform_row_for_the_node():
+    assert thermal_of(hot(8, 120, {0: 66.0, 7: 73.0})) == [
+        (None, "thermal_uniform", "spread 7.0 °C (gpu0 66 °C, gpu1 70 °C, gpu2 70 °C, gpu3 70 °C, gpu4 70 °C, "
+         "gpu5 70 °C, gpu6 70 °C, gpu7 73 °C)", "≤ 10 °C between the node's GPUs")]  # fmt: skip
+
+
+def test_one_gpu_hotter_than_its_neighbours_is_named_and_the_spread_fails():
+    found = thermal_of(hot(8, 120, {5: 84.0}))
+    assert found[0] == (5, "runs_hot", "84 °C under load, +14.0 °C from the node's median 70 °C",
+                        "≤ 6 °C above the node's median")  # fmt: skip
+    assert found[1][:2] == (None, "thermal_spread") and found[1][2].startswith("spread 14.0 °C")
+    assert burn.REASONS["runs_hot"].severity is Status.FAIL
+    # the profile sets both limits
+    assert [f[1] for f in thermal_of(hot(8, 120, {5: 84.0}), temp_above_median_max_c=20, temp_spread_max_c=20)] == [
+        "thermal_uniform"]  # fmt: skip
+
+
+def test_one_gpu_has_no_spread_and_the_rows_reach_the_probe():
+    assert thermal_of(hot(1, 120, {0: 90.0})) == []
+    records = [{"info": "probe", "seconds": 120, "gpus": 4, "device": "cuda"}]
+    for frame, kind in ((windows(4, 120), "window"), (hot(4, 120, {2: 83.0}), "sample")):
+        records += [{"info": kind, **r} for r in frame.to_dict("records")]
+    rows = {(r.item, r.reason): r for r in burn.inspect(burn.parse(run_text(records)), Profile(burn=SETTINGS))}
+    assert rows[("gpu2", "runs_hot")].gpu == 2 and rows[("gpu2", "runs_hot")].status is Status.FAIL
+    assert rows[("thermal", "thermal_spread")].gpu is None

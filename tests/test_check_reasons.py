@@ -136,15 +136,18 @@ def test_xid_severity_meaning_and_action_come_from_the_one_table() -> None:
         node_row = NodeRow("r", "c", "preflight", "n1", row.check, row.item, row.status, row.reason)
         assert actions.suggest(node_row, REASONS) == actions.Suggestion(kind.action, declared.explanation)
     by_severity = {code: kind.severity for code, kind in xid.XIDS.items()}
-    assert [code for code, severity in by_severity.items() if severity == Status.WARN] == [43, 45]
-    hardware = {48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
-    assert {code for code, kind in xid.XIDS.items() if kind.action == Action.REPLACE_GPU} == hardware
-    assert all(xid.XIDS[code].severity == Status.FAIL for code in hardware)
+    assert [code for code, severity in by_severity.items() if severity == Status.WARN] == [43, 45, 92]
+    # NVIDIA's catalogue: the GPU left the bus or did not initialize: reboot; memory, NVLink and GSP faults: reset
+    assert {code for code, kind in xid.XIDS.items() if kind.action == Action.REBOOT_NODE} == {79, 143}
+    reset = {48, 61, 62, 63, 64, 74, 94, 95, 119, 120, 121, 136, 140, 154}
+    assert {code for code, kind in xid.XIDS.items() if kind.action == Action.RESET_GPU} == reset
+    assert all(xid.XIDS[code].severity == Status.FAIL for code in reset | {79, 143})
+    assert {code for code, kind in xid.XIDS.items() if kind.action == Action.RESTART_JOB} == {13, 31, 43, 45, 109}
 
 
 def test_an_unlisted_xid_fails_with_a_declared_reason() -> None:
-    (row,) = _xid_rows(154)
-    assert (row.item, row.status, row.reason) == ("xid_154", Status.FAIL, "xid_unlisted")
+    (row,) = _xid_rows(157)
+    assert (row.item, row.status, row.reason) == ("xid_157", Status.FAIL, "xid_unlisted")
     declared = REASONS.lookup("xid", "xid_unlisted")
     assert (declared.severity, declared.action) == (xid.UNLISTED.severity, Action.CHECK_NODE)
     assert_declared(row)

@@ -10,6 +10,7 @@ import pytest
 
 import cluster_accept.checks.xid as xid
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.reasons import Action
 from cluster_accept.inventory.model import Profile
 from cluster_accept.testbed.faults import Xid
 from cluster_accept.testbed.nodedata import build_node, write_node_data, xid_line
@@ -77,7 +78,7 @@ def framed(source: str, log: str, rc: int) -> str:
 
 @pytest.mark.integration
 def test_testbed_xid_79_through_the_dmesg_standin(tmp_path: Path) -> None:
-    node_bin = _testbed_node_bin(tmp_path, [Xid(code=79, gpu=1)])
+    node_bin = _testbed_node_bin(tmp_path, [Xid(code=79, gpu=1, at_s=1234.56789)])
     fake_tool(tmp_path / "fake", "journalctl", "Nov 21 00:00:00 x kernel: must not be asked\n")
     stdout, code = run_command(node_bin, tmp_path / "fake")
     assert code == 0
@@ -86,11 +87,12 @@ def test_testbed_xid_79_through_the_dmesg_standin(tmp_path: Path) -> None:
     assert [r.name for r in model.reads] == ["dmesg"]
     assert (model.reads[0].rc, model.reads[0].lines, model.reads[0].xid_lines) == (0, 9, 1)
     assert model.source == "dmesg"
-    assert model.events == [xid.XidEvent(79, "0000:00:07", "pid=0, name=swapper/0, GPU has fallen off the bus.", line)]
+    said = "pid=0, name=swapper/0, GPU has fallen off the bus."
+    assert model.events == [xid.XidEvent(79, "0000:00:07", said, line, at_s=1234.56789)]
     rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
     assert rows_of(model) == [("xid_79", "fail", "xid_79", "1 event on PCI 0000:00:07", "0 XID events")]
     assert rows[0].gpu is None
-    assert rows[0].detail == f"XID 79: GPU has fallen off the bus; from dmesg\n{line}"
+    assert rows[0].detail == f"XID 79: GPU has fallen off the bus; since boot, from dmesg\n{line}"
 
 
 @pytest.mark.integration
@@ -101,7 +103,9 @@ def test_healthy_testbed_node_passes_with_zero_events(tmp_path: Path) -> None:
     assert [(r.name, r.rc, r.lines, r.xid_lines) for r in model.reads] == [("dmesg", 0, 8, 0)]
     assert model.reads[0].shown[0].startswith("[    0.000000] Linux version ")
     assert rows_of(model) == [("kernel_log", "pass", "ok", "0 XID events", "0 XID events")]
-    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with dmesg"
+    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with dmesg, since boot; 0 SXID events"
+    assert model.boot_id and model.uptime_s and xid.marks(model) == {"boot_id": model.boot_id,
+                                                                     "uptime_s": f"{model.uptime_s:.3f}"}  # fmt: skip
 
 
 def test_several_codes_one_row_each_benign_ones_warn() -> None:
@@ -118,10 +122,10 @@ def test_several_codes_one_row_each_benign_ones_warn() -> None:
     ]
     details = [r.detail.splitlines()[0] for r in xid.evaluate(model, PROFILE, NO_CLUSTER)]
     assert details == [
-        "XID 43: GPU stopped processing (commonly follows a killed job); from dmesg",
-        "XID 45: preemptive cleanup (commonly follows a killed job); from dmesg",
-        "XID 48: double-bit ECC error; from dmesg",
-        "XID 79: GPU has fallen off the bus; from dmesg",
+        "XID 43: GPU stopped processing (commonly follows a killed job); since boot, from dmesg",
+        "XID 45: preemptive cleanup (commonly follows a killed job); since boot, from dmesg",
+        "XID 48: double-bit ECC error; since boot, from dmesg",
+        "XID 79: GPU has fallen off the bus; since boot, from dmesg",
     ]
 
 
@@ -130,7 +134,10 @@ def test_permission_denied_dmesg_falls_back_to_journalctl(tmp_path: Path) -> Non
     fake_tool(tmp_path, "dmesg", stderr=DENIED, rc=1)
     fake_tool(tmp_path, "journalctl", JOURNAL + JOURNAL_XID_48)
     stdout, code = run_command(tmp_path)
-    assert stdout.startswith(f"### source=dmesg\n{DENIED}### rc=1\n### lines=1 xid=0\n### source=journalctl\n")
+    _, _, body = stdout.partition("\n### uptime=")  # the boot and uptime come first
+    assert body.partition("\n")[2].startswith(
+        f"### source=dmesg\n{DENIED}### rc=1\n### lines=1 xid=0\n### source=journalctl\n"
+    )
     model = xid.parse(stdout, code)
     assert [(r.name, r.rc, r.lines, r.xid_lines) for r in model.reads] == [("dmesg", 1, 1, 0), ("journalctl", 0, 4, 1)]
     assert model.source == "journalctl"
@@ -147,7 +154,7 @@ def test_empty_dmesg_falls_back_and_a_clean_journal_passes(tmp_path: Path) -> No
     model = xid.parse(*run_command(tmp_path))
     assert [(r.name, r.rc, r.lines) for r in model.reads] == [("dmesg", 0, 0), ("journalctl", 0, 3)]
     assert rows_of(model) == [("kernel_log", "pass", "ok", "0 XID events", "0 XID events")]
-    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with journalctl"
+    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail == "read with journalctl, since boot; 0 SXID events"
 
 
 @pytest.mark.integration
@@ -194,7 +201,8 @@ def test_xid_lines_beyond_the_cap_are_counted(tmp_path: Path) -> None:
         ("xid_13", Status.FAIL, "1000 events on PCI 0000:00:06, 0000:00:07, 0000:00:08, 0000:00:09")
     ]
     assert rows[0].detail.startswith(
-        "XID 13: graphics engine exception; from dmesg (1500 Xid lines in the log, the first 1000 read)\n"
+        "XID 13: graphics engine exception (usually the application's fault); since boot, from dmesg (1500 Xid lines "
+        "in the log, the first 1000 read)\n"
     )
 
 
@@ -206,12 +214,12 @@ def test_xid_line_without_a_code_is_not_ignored() -> None:
 
 
 def test_unknown_code_and_old_format_without_pci_prefix() -> None:
-    log = "[    0.000000] Linux version 5.4.0\n[ 12.5] NVRM: Xid (0000:3b:00): 154, GPU recovery action changed\n"
+    log = "[    0.000000] Linux version 5.4.0\n[ 12.5] NVRM: Xid (0000:3b:00): 157, GPU reported something new\n"
     model = xid.parse(framed("dmesg", log, 0) + "### done\n", 0)
-    assert [(e.code, e.pci, e.text) for e in model.events] == [(154, "0000:3b:00", "GPU recovery action changed")]
+    assert [(e.code, e.pci, e.text) for e in model.events] == [(157, "0000:3b:00", "GPU reported something new")]
     rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
-    assert rows_of(model) == [("xid_154", "fail", "xid_unlisted", "1 event on PCI 0000:3b:00", "0 XID events")]
-    assert rows[0].detail.startswith("XID 154: see NVIDIA's XID catalog; from dmesg\n")
+    assert rows_of(model) == [("xid_157", "fail", "xid_unlisted", "1 event on PCI 0000:3b:00", "0 XID events")]
+    assert rows[0].detail.startswith("XID 157: see NVIDIA's XID catalogue; since boot, from dmesg\n")
 
 
 GOOD = framed("dmesg", "[    0.000000] Linux version 6.8.0\n", 0) + "### done\n"
@@ -240,3 +248,97 @@ def test_garbage_and_truncated_output_are_error_rows(stdout: str) -> None:
 def test_good_output_parses_without_error() -> None:
     model = xid.parse(GOOD, 0)
     assert model.error is None and model.source == "dmesg"
+
+
+BOOT = "6c1f0c4e-5b7a-4a53-9d1e-0f0e4b2f3a10"
+# SXID lines in the NVSwitch driver's form (Fabric Manager user guide): the first line of an error says whether
+# it is fatal; the lines after it (engine, data) belong to it.
+SXID_FATAL_LINES = (
+    "[ 2210.104412] nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 51 LTSSM Fault Up\n"
+    "[ 2210.104418] nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 20034, Severity 5 Engine instance 51 Sub-engine "
+    "instance 00\n"
+    "[ 2210.104421] nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 20034, Data {0x00000000, 0x00000000, 0x00000000}\n"
+)
+SXID_NONFATAL_LINE = (
+    "[ 2305.551230] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV "
+    "error (First)\n"
+)
+
+
+def _log(lines: str, boot: str = BOOT, uptime: str = "3000.25") -> xid.KernelLog:
+    log = "[    0.000000] Linux version 6.8.0\n" + lines
+    return xid.parse(f"### boot={boot}\n### uptime={uptime}\n" + framed("dmesg", log, 0) + "### done\n", 0)
+
+
+def test_sxids_are_read_with_their_severity_one_event_per_error() -> None:
+    model = _log(SXID_FATAL_LINES + SXID_NONFATAL_LINE)
+    assert [(e.switch, e.code, e.severity, e.pci, e.at_s) for e in model.sxids] == [
+        (2, 20034, "Fatal", "0000:86:00.0", 2210.104412),
+        (0, 12028, "Non-fatal", "0000:05:00.0", 2305.55123),
+    ]
+    assert rows_of(model) == [
+        ("sxid_12028", "warn", "sxid_nonfatal", "1 event (Non-fatal) on nvswitch0 (0000:05:00.0)", "0 SXID events"),
+        ("sxid_20034", "fail", "sxid_fatal", "1 event (Fatal) on nvswitch2 (0000:86:00.0)", "0 SXID events"),
+    ]
+    declared = xid.REASONS["sxid_fatal"]
+    assert declared.action == Action.REBOOT_NODE and "reboot the node" in declared.explanation
+
+
+def test_only_events_after_the_previous_runs_read_of_the_same_boot_are_new() -> None:
+    old = "[ 1234.567890] NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=swapper/0, GPU has fallen off the bus.\n"
+    new = "[ 2990.000001] NVRM: Xid (PCI:0000:19:00): 48, pid=7, name=python3, DBE\n"
+    model = _log(old + SXID_FATAL_LINES + new)
+    assert xid.marks(model) == {"boot_id": BOOT, "uptime_s": "3000.250"}
+
+    cut = xid.since(model, {"boot_id": BOOT, "uptime_s": "2500.000"})  # the previous run read the log at 2500 s
+    assert [e.code for e in cut.earlier] == [79, 20034] and [e.code for e in cut.events] == [48] and not cut.sxids
+    assert rows_of(cut) == [
+        ("xid_48", "fail", "xid_48", "1 event on PCI 0000:19:00", "0 XID events"),
+        (
+            "sxid_20034",
+            "pass",
+            "seen_before",
+            "1 event, the last at 2210 s after boot",
+            "none new since the previous run",
+        ),
+        ("xid_79", "pass", "seen_before", "1 event, the last at 1235 s after boot", "none new since the previous run"),
+    ]
+    (failed,) = [r for r in xid.evaluate(cut, PROFILE, NO_CLUSTER) if r.status is Status.FAIL]
+    assert failed.detail.startswith("XID 48: double-bit ECC error; since the previous run (read at 2500 s after boot)")
+
+    repaired = xid.since(_log(old), {"boot_id": BOOT, "uptime_s": "2500.000"})  # XID 79 judged last run: passes
+    assert [r[1:3] for r in rows_of(repaired)] == [("pass", "ok"), ("pass", "seen_before")]
+
+
+@pytest.mark.parametrize(
+    ("previous", "why"),
+    [
+        ({"boot_id": "another-boot", "uptime_s": "2500.000"}, "rebooted since: every event is of this boot"),
+        ({"boot_id": BOOT}, "no uptime kept"),
+        ({}, "no previous run"),
+    ],
+)
+def test_after_a_reboot_or_without_marks_every_event_since_boot_is_new(previous: dict[str, str], why: str) -> None:
+    model = _log("[ 1234.5] NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=swapper/0, GPU has fallen off the bus.\n")
+    assert rows_of(xid.since(model, previous))[0][1:3] == ("fail", "xid_79"), why
+
+
+def test_a_line_without_a_stamp_is_new() -> None:
+    model = _log("NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=swapper/0, GPU has fallen off the bus.\n")
+    assert model.events[0].at_s is None
+    assert rows_of(xid.since(model, {"boot_id": BOOT, "uptime_s": "9999.0"}))[0][1:3] == ("fail", "xid_79")
+
+
+def test_xid_154_takes_the_recovery_action_its_line_names() -> None:
+    reboot = _log("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+                  "(Node Reboot Required)\n")  # fmt: skip
+    reset = _log("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+                 "(GPU Reset Required)\n")  # fmt: skip
+    assert [r[2] for r in rows_of(reboot)] == ["xid_154_reboot"] and [r[2] for r in rows_of(reset)] == ["xid_154"]
+    assert xid.REASONS["xid_154_reboot"].action == Action.REBOOT_NODE
+    assert xid.REASONS["xid_154"].action == Action.RESET_GPU
+
+
+def test_an_unreadable_log_keeps_no_marks() -> None:
+    stdout = f"### boot={BOOT}\n### uptime=12.0\n" + framed("dmesg", DENIED, 1) + framed("journalctl", "x\n", 1)
+    assert xid.marks(xid.parse(stdout + "### done\n", 0)) == {}

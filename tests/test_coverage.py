@@ -47,6 +47,7 @@ NOT_EXPECTATIONS = {
     *(f"training.{key}" for key in TrainingSettings.model_fields if key != "enabled"),
     "thresholds.straggler_pct",
     "thresholds.relative_verdict",
+    "thresholds.link_flap_clear_h",  # how long a flapped port stays failed: the ib_counters rows say it
     "base",  # resolved into the profile's own keys when loaded (auto: in preflight, with a profile:auto row)
     "fabric",  # resolved into the profile's own keys (named: when loaded; auto: in preflight, with profile:fabric)
     "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile
@@ -60,7 +61,11 @@ NOT_EXPECTATIONS = {
 ALIASES = {"probes.expected_transport.intra_node": "expected_transport.intra_node", "training.enabled": "training"}
 ALIASES["probes.expected_transport.inter_node"] = "expected_transport.inter_node"
 # the burn's length in the light suite and its limits are judged by the same per-GPU burn rows
-ALIASES |= {f"burn.{k}": "burn.minutes" for k in ("light_minutes", "throughput_drop_max_pct", "clock_drop_max_pct")}
+ALIASES |= {f"burn.{k}": "burn.minutes" for k in ("light_minutes", "throughput_drop_max_pct", "clock_drop_max_pct",
+                                                   "temp_spread_max_c", "temp_above_median_max_c")}  # fmt: skip
+# the firmware pins and the switch count are judged by the firmware and nvswitch checks' rows
+ALIASES |= {f"firmware.{k}": "firmware" for k in ("vbios", "inforom", "hca_fw", "ofed")}
+ALIASES["nvswitch.count"] = "nvswitch"
 
 
 def _leaves(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -107,9 +112,13 @@ def test_a_stage_that_left_an_expectation_unjudged_is_named() -> None:
         _row("n1", "preflight", "nccl_harmful", "settings"),
         _row("n1", "preflight", "nccl_env", "NCCL_NVLS_ENABLE"),
         _row("n1", "preflight", "probe", "torch"),
+        _row("n1", "preflight", "firmware", "vbios"),
+        _row("n1", "preflight", "pcie_aer", "GPU 0000:18:00.0"),
         _row("n2", "preflight", "gpu_count", "count"),
         _row("n2", "preflight", "nccl_harmful", "settings"),
         _row("n2", "preflight", "probe", "python", Status.FAIL),
+        _row("n2", "preflight", "firmware", "vbios"),
+        _row("n2", "preflight", "pcie_aer", "aer", Status.SKIP),
         _row("n3", "preflight", "ssh", "connect", Status.UNREACHABLE),
     ]
     tested = {"n1": PROFILE, "n2": PROFILE, "n3": PROFILE}

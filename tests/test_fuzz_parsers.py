@@ -32,7 +32,7 @@ from cluster_accept.inventory.model import (
     Profile,
 )
 from cluster_accept.testbed.profile import base_profile
-from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, noheader
+from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, every_field_block, noheader
 from tests.test_check_reasons import assert_declared
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -139,6 +139,46 @@ def _xid() -> str:
     )
 
 
+def _nvswitch(machine: str) -> str:
+    """What the nvswitch COMMAND prints on the machine: its GPUs' Fabric sections (from nvidia-smi -q), no switch,
+    no Fabric Manager (the h200x1 VM's answer: ``nv-fabricmanager: not found``)."""
+    fabric, inside = [], False
+    for line in _capture(machine, "nvidia-smi-q.txt").splitlines():
+        if line.startswith("GPU 0"):
+            fabric.append(line)
+        inside = line == "    Fabric" or (inside and line.startswith("        "))
+        if inside and line.strip().startswith(("State ", "Status ")):
+            fabric.append(line)
+    return (
+        "### switches\n### service\nLoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\nrc=0\n"
+        "### process\nnone\n### fm_version\nsh: 1: nv-fabricmanager: not found\nrc=127\n### driver\n"
+        + _capture(machine, "proc-driver-version.txt")
+        + "### fabric\n"
+        + "\n".join(fabric)
+        + "\n### end\n"
+    )
+
+
+def _firmware() -> str:
+    """The firmware COMMAND's output: the 4 x H200 capture's VBIOS and InfoROM, two HCAs as sysfs reads them."""
+    vbios, inforom = every_field_block("vbios_version")[1:], every_field_block("inforom.img")[1:]
+    bus = every_field_block("pci.bus_id")[1:]
+    smi = "".join(f"{i}, {b}, {v}, {r}\n" for i, (b, v, r) in enumerate(zip(bus, vbios, inforom, strict=True)))
+    hcas = "mlx5_0|28.39.1002|MT4129|MT_0000000838\nmlx5_1|28.39.1002|MT4129|MT_0000000838\n"
+    return f"{smi}### rc=0\n### hca\n{hcas}### ofed\nMLNX_OFED_LINUX-24.10-1.1.4.0\n### end\n"
+
+
+def _pcie_aer() -> str:
+    """The AER COMMAND's output over a sysfs tree in the kernel's formats: a GPU (the h200x1 VM's link) with its
+    three AER files, and an HCA."""
+    lines = ["D|0000:00:06.0|0x030200|16|16|32.0 GT/s PCIe|32.0 GT/s PCIe"]
+    lines += [f"A|0000:00:06.0|correctable|{n}|{2 if n == 'BadTLP' else 0}" for n in ("RxErr", "BadTLP", "BadDLLP")]
+    lines += ["A|0000:00:06.0|correctable|TOTAL_ERR_COR|2", "A|0000:00:06.0|nonfatal|CmpltTO|0",
+              "A|0000:00:06.0|nonfatal|TOTAL_ERR_NONFATAL|0", "A|0000:00:06.0|fatal|TOTAL_ERR_FATAL|0",
+              "D|0000:18:00.0|0x020700|16|16|32.0 GT/s PCIe|32.0 GT/s PCIe"]  # fmt: skip
+    return "\n".join(lines) + "\n### end\n"
+
+
 @functools.cache
 def _seeds(name: str) -> list[tuple[str, int | None]]:
     """What COMMAND prints on both captured machines (InfiniBand ports and a kernel log with Xid lines in the
@@ -154,6 +194,7 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         "nvlink": _nvlink,
         "topology": lambda m: _capture(m, "topo-m.txt"),
         "gpu_count": lambda m: _capture(m, "query-gpu-noheader.txt"),
+        "nvswitch": _nvswitch,
         # what the probe interpreter check printed on a node with a CPU build of torch, on a CUDA profile
         "probe": lambda m: (DATA / "probe_python" / "cpu_torch_cuda_profile.txt").read_text(),
     }
@@ -163,6 +204,10 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         seeds = [(_infiniband(), 0)]
     elif name == "xid":
         seeds = [(_xid(), 0)]
+    elif name == "firmware":
+        seeds = [(_firmware(), 0)]
+    elif name == "pcie_aer":
+        seeds = [(_pcie_aer(), 0)]
     elif name == "ib_counters":  # the check's own command over a sysfs tree shaped as the ABI documents it
         seeds = [((DATA / "ib_counters" / "two_ports.txt").read_text(), 0)]
     elif name == "roce":  # likewise: a ConnectX port's GID table, NCCL_IB_GID_INDEX=3
@@ -184,6 +229,9 @@ def _seeds(name: str) -> list[tuple[str, int | None]]:
         "hostname",
         "xid",
         "probe",
+        "nvswitch",
+        "firmware",
+        "pcie_aer",
     ):
         seeds.append((DRIVER_FAILURE, 9))
     return seeds

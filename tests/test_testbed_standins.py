@@ -232,7 +232,7 @@ def test_nvlink_inactive_and_errors(node: Callable[..., Run]) -> None:
 @pytest.mark.integration
 def test_xid_nccl_env_and_replace(node: Callable[..., Run]) -> None:
     run = node(
-        [Xid(code=79, gpu=1), {"nccl_env": {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": None}},
+        [Xid(code=79, gpu=1, at_s=1234.56789), {"nccl_env": {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": None}},
          Replace(file="nvidia-smi-q.txt", old="Pass-Through", new="None")]
     )  # fmt: skip
     log = run(tool="dmesg").stdout

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.checks.declarations import Link
+from cluster_accept.checks.nvswitch import FABRIC_DOWN
+from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 
 _NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP})
 SINGLE_NODE = "single-node"
@@ -47,6 +49,8 @@ def intra_node_causes(symptoms: frozenset[str]) -> tuple[Link, ...]:
     transport = (Link("transport", read_from_log, SINGLE_NODE, frozenset({"unexpected", "unreadable"})),)
     return (
         Link("gpu", symptoms, SINGLE_NODE, frozenset({"busy"}), same_gpu=True),
+        # a fabric down (Fabric Manager stopped): the root of NCCL's fallback to SHM and of the slow figure
+        Link(NVSWITCH, symptoms | ({"transport"} if read_from_log else frozenset()), SINGLE_NODE, FABRIC_DOWN),
         *(transport if read_from_log else ()),
         Link("nccl_harmful", symptoms, SINGLE_NODE, INTRA_SETTINGS),
         Link("nccl_env", symptoms, SINGLE_NODE, PINNED),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cluster_accept.analysis.history import key_figures, load
 from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.analysis.verdicts import COUNTER, NOT_ACCEPTED
+from cluster_accept.analysis.verdicts import COUNTER, MARK, NOT_ACCEPTED
 from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.status import BAD_STATUSES
 
@@ -60,10 +60,11 @@ def _codes(reasons: object) -> list[str]:
 
 
 def _node_state(node_values: pd.DataFrame) -> dict[tuple[str, str], frozenset[tuple[str, str, str]]]:
-    """(run, node) -> what was recorded about the node in that run, error counters left out."""
+    """(run, node) -> what was recorded about the node in that run, error counters and marks (where a reading
+    ended, which moves every run) left out."""
     if node_values.empty:
         return {}
-    kept = node_values[~node_values["key"].astype(str).str.startswith(COUNTER)]
+    kept = node_values[~node_values["key"].astype(str).str.startswith((COUNTER, MARK))]
     return {
         (str(run), str(node)): frozenset(zip(part["check"], part["key"], part["value"].astype(str), strict=True))
         for (run, node), part in kept.groupby(["run_id", "node"], sort=False)

@@ -99,6 +99,12 @@ def is_accepted(rows: Iterable[NodeRow]) -> bool:
 
 
 COUNTER = "counter:"  # node_values keys holding error counters (compared with each node's previous run)
+MARK = "mark:"  # node_values keys holding where a check's reading ended (read back by the node's next run)
+
+
+def is_compared(key: str) -> bool:
+    """A ``node_values`` key compared across nodes: neither an error counter nor a mark."""
+    return not key.startswith((COUNTER, MARK))
 
 
 def values_by_node(records: Iterable[Mapping[Any, Any]], counters: bool = False) -> dict[str, dict[str, str]]:
@@ -107,8 +113,20 @@ def values_by_node(records: Iterable[Mapping[Any, Any]], counters: bool = False)
     with each node's own history instead."""
     found: dict[str, dict[str, str]] = {}
     for v in records:
-        if str(v["key"]).startswith(COUNTER) == counters:
-            found.setdefault(str(v["node"]), {})[f"{v['check']}.{v['key']}"] = str(v["value"])
+        key = str(v["key"])
+        if key.startswith(COUNTER) if counters else is_compared(key):
+            found.setdefault(str(v["node"]), {})[f"{v['check']}.{key}"] = str(v["value"])
+    return found
+
+
+def marks_by_node(records: Iterable[Mapping[Any, Any]]) -> dict[str, dict[str, dict[str, str]]]:
+    """node -> check -> {mark: value} of ``node_values`` records: where each check's reading of the node ended."""
+    found: dict[str, dict[str, dict[str, str]]] = {}
+    for v in records:
+        key = str(v["key"])
+        if key.startswith(MARK):
+            checks = found.setdefault(str(v["node"]), {})
+            checks.setdefault(str(v["check"]), {})[key.removeprefix(MARK)] = str(v["value"])
     return found
 
 

@@ -14,10 +14,15 @@ A check is one module in ``checks/`` that ends with ``CHECK = Check(...)`` (:cla
   them (:func:`cluster_accept.checks.reasons.declare`): what the code means, its severity, the action;
 - optionally ``cluster_values(model)``: the values compared across nodes for drift; ``counters(model)``: error
   counters compared with the node's previous run (a counter that grew is flagged by scheduled checks);
+- optionally ``marks(model)`` and ``since(model, marks)``: where this reading of the node ended (the boot and
+  the time of a kernel log read), kept for the node's next run, and the model cut to what happened after the
+  previous run's marks (XIDs new since the last run, not since boot);
 - optionally ``job_view``: the check describes what a job sees (its environment, NCCL and CUDA), so with
   ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
   ``environment``: it judges a job's settings, not the hardware, so its findings do not stop the node from
   being measured;
+- optionally ``causes``: the findings of other checks that can explain its own (:class:`Link`, cause first:
+  a stopped Fabric Manager explains NVLink peers missing);
 - ``expectations``: the keys of a profile its rows judge (:class:`~cluster_accept.checks.declarations.Expectation`),
   so that a node it left without a row is rejected, not passed.
 
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from cluster_accept.checks.declarations import Expectation
+from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.rows import CheckRow as CheckRow
@@ -94,10 +99,14 @@ class Check:
     reasons: Mapping[str, Reason]
     cluster_values: Callable[[Any], dict[str, str]] | None = None
     counters: Callable[[Any], dict[str, int]] | None = None
+    # Where this reading ended, kept for the node's next run; and the model as of what is new since those marks.
+    marks: Callable[[Any], dict[str, str]] | None = None
+    since: Callable[[Any, Mapping[str, str]], Any] | None = None
     timeout_s: float | None = None
     job_view: bool = False  # describes a job's environment: runs behind the profile's probes.command_prefix
     command_for: Callable[[Profile], str] | None = None
     expectations: tuple[Expectation, ...] = ()  # the profile's keys its rows judge (no silent pass)
+    causes: tuple[Link, ...] = ()  # findings of other checks that explain its own (cause first)
     # Judges the environment a job runs in (a setting a fix-config repairs), not the hardware: a finding of it
     # does not stop the node from being measured, so the report shows what the setting costs.
     environment: bool = False

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
+from cluster_accept.checks.declarations import Link as Cause
+from cluster_accept.checks.nvswitch import FABRIC_DOWN
+from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import NvlinkSpec, Profile
@@ -298,4 +301,5 @@ CHECK = Check(
     cluster_values=cluster_values,
     counters=counters,
     expectations=(Expectation("nvlink", "preflight", NAME, is_set(lambda p: p.nvlink)),),
+    causes=(Cause(NVSWITCH, frozenset({NAME}), "preflight", FABRIC_DOWN),),  # a fabric down: no peers
 )

@@ -28,6 +28,9 @@ class Action(str, enum.Enum):
     """The closed set of actions a report suggests, for whoever fixes the node."""
 
     NONE = "none"
+    RESTART_JOB = "restart the job"
+    RESET_GPU = "reset GPU"
+    REBOOT_NODE = "reboot node"
     REPLACE_GPU = "replace GPU"
     RESEAT_CABLE = "reseat cable"
     FIX_CONFIG = "fix config"

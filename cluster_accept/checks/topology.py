@@ -14,6 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Link
+from cluster_accept.checks.nvswitch import FABRIC_DOWN
+from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
@@ -295,4 +298,5 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    causes=(Link(NVSWITCH, frozenset({NAME}), "preflight", FABRIC_DOWN),),  # a fabric down: no NVLink pairs
 )

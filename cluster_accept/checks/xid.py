@@ -1,4 +1,11 @@
-"""XID errors in the kernel log since boot: the driver's own record of GPU faults (NVRM ``Xid`` lines).
+"""XID and SXID errors in the kernel log new since the node's previous run: the driver's own record of GPU
+faults (NVRM ``Xid`` lines) and of NVSwitch faults (``nvidia-nvswitchN: SXid`` lines).
+
+The command also prints the boot's id and the uptime at which the log was read: the run keeps them
+(:attr:`Check.marks`), and the node's next run judges only events logged after them in the same boot
+(:func:`since`); an event logged before is shown as seen before, and passes: a node that logged XID 79 last week
+and was repaired is not rejected for it again. Without a previous run (or after a reboot) every event since boot
+is new.
 
 ``dmesg`` is tried first; where the kernel log is restricted (``dmesg: read kernel buffer failed: Operation
 not permitted``) or the ring buffer comes back empty, ``journalctl -k -b`` is asked instead. Each source's
@@ -8,16 +15,30 @@ evidence of what the tool printed, and the ``NVRM: Xid`` lines): a kernel log si
 An unreadable log is a ``skip`` with reason ``kernel_log_unreadable``, never a silent pass. What each XID
 means, how bad it is and what to do about it is :data:`XIDS`, the one table: XIDs 43 and 45 follow a killed
 or crashed job on a healthy GPU, so they warn; hardware faults fail with *replace GPU*; other listed XIDs
-fail with *check node*. An XID the table does not list fails the node with reason ``xid_unlisted`` (its
-code is in the row's item), so every reason the check emits is declared.
+fail with the action NVIDIA's XID catalogue gives (restart the job, reset the GPU, reboot the node; a fault
+that repeats after it: replace the GPU). An XID the table does not list fails the node with reason
+``xid_unlisted`` (its code is in the row's item), so every reason the check emits is declared. A fatal SXID
+(the line says ``Fatal``) fails the node (the NVSwitch fabric needs a reset: reboot the node); a non-fatal one
+warns.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from cluster_accept.checks._xid_catalogue import (
+    ADVICE,
+    SXID_FATAL,
+    SXID_NONFATAL,
+    SXID_UNCLASSIFIED,
+    UNLISTED,
+    XIDS,
+    XidKind,
+    xid_kind,
+    xid_reason,
+)
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -31,18 +52,20 @@ _MAX_XID_LINES = 1000
 # then the source's exit status and its line counts. ``### rc=`` comes from the shell, after the log.
 _AWK = (
     "/^### rc=-?[0-9]+$/ { rc = $0; next } /^[ \\t\\r]*$/ { next } "
-    f"{{ n++; if ($0 ~ /NVRM: Xid/) {{ if (++x <= {_MAX_XID_LINES}) {{ print; next }} }} "
+    f"{{ n++; if ($0 ~ /NVRM: Xid|SXid/) {{ if (++x <= {_MAX_XID_LINES}) {{ print; next }} }} "
     f"if (n <= {_HEAD_LINES}) print }} "
     'END { print (rc == "" ? "### rc=?" : rc); printf "### lines=%d xid=%d\\n", n, x }'
 )
 COMMAND = (
+    "printf '### boot=%s\\n### uptime=%s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\" "
+    '"$(cut -d" " -f1 /proc/uptime 2>/dev/null)"; '
     f"ca_awk='{_AWK}'; "
     "ca_log=$(dmesg 2>&1); ca_rc=$?; "
     "echo '### source=dmesg'; "
     'printf \'%s\\n### rc=%s\\n\' "$ca_log" "$ca_rc" | awk "$ca_awk"; '
     'if [ "$ca_rc" -ne 0 ] || [ -z "$ca_log" ]; then '
     "ca_log=; echo '### source=journalctl'; "
-    '{ journalctl -k -b --no-pager 2>&1; ca_rc=$?; echo; echo "### rc=$ca_rc"; } | awk "$ca_awk"; '
+    '{ journalctl -k -b -o short-monotonic --no-pager 2>&1; ca_rc=$?; echo; echo "### rc=$ca_rc"; } | awk "$ca_awk"; '
     "fi; echo '### done'"
 )
 
@@ -50,6 +73,14 @@ _SOURCE = re.compile(r"^### source=(\S+)$")
 _RC = re.compile(r"^### rc=(-?\d{1,18}|\?)$")
 _COUNTS = re.compile(r"^### lines=(\d{1,18}) xid=(\d{1,18})$")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*(?P<text>.*?)\s*$")
+_SXID = re.compile(
+    r"nvidia-nvswitch(?P<switch>\d{1,3}): SXid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*"
+    r"(?:(?P<severity>Fatal|Non-fatal)\b\s*,?\s*)?(?P<text>.*?)\s*$",
+    re.IGNORECASE,
+)
+_STAMP = re.compile(r"^\[\s*(?P<s>\d{1,10}\.\d{1,9})\]")  # seconds since boot (dmesg; journalctl short-monotonic)
+_BOOT = re.compile(r"^### boot=(?P<id>[0-9a-f-]{0,64})$")
+_UPTIME = re.compile(r"^### uptime=(?P<s>\d{1,10}(?:\.\d{1,9})?)?$")
 # What journalctl or dmesg print around (or instead of) log lines: not evidence that the log was read.
 _META = re.compile(
     r"^(-- |Hint: |\s)|No journal files|insufficient permissions|not seeing messages|"
@@ -58,67 +89,23 @@ _META = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class XidKind:
-    """What one XID code means to an operator (from NVIDIA's XID catalog) and what its rows carry."""
-
-    severity: Status
-    meaning: str
-    action: Action
+def _xid_reason(code: int, kind: XidKind) -> Reason:
+    return Reason(f"xid_{code}", kind.severity, f"XID {code}: {kind.meaning}: {ADVICE[kind.action]}", kind.action)
 
 
-def _job(meaning: str) -> XidKind:
-    return XidKind(Status.WARN, meaning, Action.NONE)
-
-
-def _hardware(meaning: str) -> XidKind:
-    return XidKind(Status.FAIL, meaning, Action.REPLACE_GPU)
-
-
-def _node(meaning: str) -> XidKind:
-    return XidKind(Status.FAIL, meaning, Action.CHECK_NODE)
-
-
-# The one table of XIDs: severity, meaning and action of each listed code.
-XIDS: Mapping[int, XidKind] = {
-    13: _node("graphics engine exception"),
-    31: _node("GPU memory page fault"),
-    43: _job("GPU stopped processing (commonly follows a killed job)"),
-    45: _job("preemptive cleanup (commonly follows a killed job)"),
-    48: _hardware("double-bit ECC error"),
-    63: _hardware("row remapping event (ECC page retirement recorded)"),
-    64: _hardware("row remapping failure (ECC page retirement not recorded)"),
-    74: _hardware("NVLink error"),
-    79: _hardware("GPU has fallen off the bus"),
-    92: _hardware("high single-bit ECC error rate"),
-    94: _hardware("contained ECC error"),
-    95: _hardware("uncontained ECC error"),
-    119: _hardware("GSP RPC timeout"),
-    120: _hardware("GSP error"),
-    140: _hardware("unrecovered ECC error"),
-}
-UNLISTED = _node("see NVIDIA's XID catalog")  # an XID the table does not list
-_ADVICE = {
-    Action.NONE: "follows a killed or crashed job on a healthy GPU; nothing to do unless it repeats",
-    Action.REPLACE_GPU: "a GPU hardware fault",
-    Action.CHECK_NODE: "read the kernel log around it, then rerun",
-}
-
-
-def xid_reason(code: int) -> str:
-    """The reason code of XID ``code``'s row: ``xid_79`` for a listed XID, ``xid_unlisted`` otherwise."""
-    return f"xid_{code}" if code in XIDS else "xid_unlisted"
-
-
+_REBOOT_154 = xid_kind(154, "Node Reboot Required")
 REASONS = declare(
-    *(
-        Reason(f"xid_{code}", kind.severity, f"XID {code}: {kind.meaning}: {_ADVICE[kind.action]}", kind.action)
-        for code, kind in XIDS.items()
-    ),
+    *(_xid_reason(code, kind) for code, kind in XIDS.items()),
+    Reason(
+        "xid_154_reboot",
+        _REBOOT_154.severity,
+        f"XID 154: the driver asks for a node reboot: {ADVICE[_REBOOT_154.action]}",
+        _REBOOT_154.action,
+    ),  # fmt: skip
     Reason(
         "xid_unlisted",
         UNLISTED.severity,
-        f"an XID this check's table does not list (the item names it): {_ADVICE[UNLISTED.action]}",
+        f"an XID this check's table does not list (the item names it): {ADVICE[UNLISTED.action]}",
         UNLISTED.action,
     ),
     Reason(
@@ -126,6 +113,14 @@ REASONS = declare(
         Status.FAIL,
         "kernel log lines name an XID without a readable code: read them in the evidence",
         Action.CHECK_NODE,
+    ),
+    Reason("sxid_fatal", SXID_FATAL.severity, SXID_FATAL.meaning, SXID_FATAL.action),
+    Reason("sxid_nonfatal", SXID_NONFATAL.severity, SXID_NONFATAL.meaning, SXID_NONFATAL.action),
+    Reason("sxid_unclassified", SXID_UNCLASSIFIED.severity, SXID_UNCLASSIFIED.meaning, SXID_UNCLASSIFIED.action),
+    Reason(
+        "seen_before",
+        Status.PASS,
+        "logged before the node's previous run, which judged it: not counted again (a node repaired since passes)",
     ),
     Reason(
         "kernel_log_unreadable",
@@ -141,6 +136,9 @@ class XidEvent:
     pci: str  # the bus id as the driver prints it, e.g. '0000:00:07'
     text: str  # everything after the code: 'pid=..., name=..., <message>'
     line: str
+    at_s: float | None = None  # seconds since boot, from the line's stamp
+    switch: int | None = None  # an SXID's NVSwitch (nvidia-nvswitchN); None for an XID
+    severity: str | None = None  # an SXID's 'Fatal' / 'Non-fatal' as the line says it
 
 
 @dataclass(frozen=True)
@@ -178,6 +176,11 @@ class KernelLog:
     unreadable: str | None = None  # why no source could be read
     error: str | None = None
     raw: str = ""
+    sxids: list[XidEvent] = field(default_factory=list)
+    boot_id: str | None = None  # the boot the log belongs to, and the uptime it was read at: this run's marks
+    uptime_s: float | None = None
+    earlier: list[XidEvent] = field(default_factory=list)  # XIDs and SXIDs logged before the previous run
+    since_s: float | None = None  # the previous run's read, in seconds since this boot (None: since boot)
 
 
 def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
@@ -213,31 +216,104 @@ def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
     return reads, None
 
 
+def _header(stdout: str) -> tuple[str | None, float | None, str]:
+    """The boot id and uptime the command prints first (absent from older outputs), and the rest."""
+    boot: str | None = None
+    uptime: float | None = None
+    lines = stdout.splitlines(keepends=True)
+    while lines:
+        found_boot, found_uptime = _BOOT.match(lines[0].rstrip("\n")), _UPTIME.match(lines[0].rstrip("\n"))
+        if found_boot:
+            boot = found_boot.group("id") or None
+        elif found_uptime:
+            uptime = float(found_uptime.group("s")) if found_uptime.group("s") else None
+        else:
+            break
+        lines.pop(0)
+    return boot, uptime, "".join(lines)
+
+
+def _event(line: str) -> XidEvent | None:
+    """An XID or SXID line as an event (its stamp in seconds since boot where the line has one)."""
+    stamp = _STAMP.match(line)
+    at_s = float(stamp.group("s")) if stamp else None
+    sxid = _SXID.search(line)
+    if sxid:
+        severity = sxid.group("severity")
+        return XidEvent(int(sxid.group("code")), sxid.group("pci"), sxid.group("text"), line, at_s,
+                        int(sxid.group("switch")), severity.capitalize() if severity else None)  # fmt: skip
+    match = _XID.search(line)
+    return XidEvent(int(match.group("code")), match.group("pci"), match.group("text"), line, at_s) if match else None
+
+
+def _sxid_events(lines: list[XidEvent]) -> list[XidEvent]:
+    """An SXID is several lines (its severity, then its engine and data): a line without a severity that
+    follows one of the same code and switch belongs to it."""
+    events: list[XidEvent] = []
+    for line in lines:
+        if line.severity is None and any(e.code == line.code and e.switch == line.switch for e in events):
+            continue
+        events.append(line)
+    return events
+
+
 def parse(stdout: str, exit_code: int | None = 0) -> KernelLog:
-    reads, problem = _sections(stdout)
+    boot, uptime, body = _header(stdout)
+    reads, problem = _sections(body)
     if problem:
-        return KernelLog(reads=reads, error=problem, raw=stdout)
+        return KernelLog(reads=reads, error=problem, raw=stdout, boot_id=boot, uptime_s=uptime)
     chosen = next((r for r in reads if r.readable), None)
     if chosen is None:
         why = " / ".join(r.summary() for r in reads)
-        return KernelLog(reads=reads, unreadable=why, raw=stdout)
+        return KernelLog(reads=reads, unreadable=why, raw=stdout, boot_id=boot, uptime_s=uptime)
     events: list[XidEvent] = []
+    sxid_lines: list[XidEvent] = []
     unparsed: list[str] = []
     for line in chosen.shown:
-        if "NVRM: Xid" not in line:
+        if "NVRM: Xid" not in line and "SXid" not in line:
             continue
-        match = _XID.search(line)
-        if match:
-            events.append(XidEvent(int(match.group("code")), match.group("pci"), match.group("text"), line))
-        else:
+        event = _event(line)
+        if event is None:
             unparsed.append(line)
+        else:
+            (sxid_lines if event.switch is not None else events).append(event)
     return KernelLog(
         source=chosen.name,
         events=events,
-        xid_lines=max(chosen.xid_lines, len(events) + len(unparsed)),
+        xid_lines=max(chosen.xid_lines, len(events) + len(sxid_lines) + len(unparsed)),
         unparsed=unparsed,
         reads=reads,
         raw=stdout,
+        sxids=_sxid_events(sxid_lines),
+        boot_id=boot,
+        uptime_s=uptime,
+    )
+
+
+def marks(model: KernelLog) -> dict[str, str]:
+    """Where this read of the kernel log ended (the boot, the uptime): the node's next run judges what follows."""
+    if model.error or model.unreadable is not None or not model.boot_id or model.uptime_s is None:
+        return {}
+    return {"boot_id": model.boot_id, "uptime_s": f"{model.uptime_s:.3f}"}
+
+
+def since(model: KernelLog, previous: Mapping[str, str]) -> KernelLog:
+    """``model`` with the events logged at or before the previous run's read of the same boot moved to
+    ``earlier``. After a reboot (another boot id), or without the previous marks, every event is new; a line
+    without a stamp is new (nothing says it is old)."""
+    try:
+        then = float(previous["uptime_s"])
+    except (KeyError, ValueError):
+        return model
+    if not model.boot_id or previous.get("boot_id") != model.boot_id:
+        return model
+    old = [e for e in [*model.events, *model.sxids] if e.at_s is not None and e.at_s <= then]
+    return replace(
+        model,
+        events=[e for e in model.events if e not in old],
+        sxids=[e for e in model.sxids if e not in old],
+        earlier=old,
+        since_s=then,
     )
 
 
@@ -245,58 +321,76 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _window(model: KernelLog) -> str:
+    return f"since the previous run (read at {model.since_s:.0f} s after boot)" if model.since_s is not None else (
+        "since boot")  # fmt: skip
+
+
 def evaluate(model: KernelLog, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
     if model.unreadable is not None:
-        return [
-            CheckRow(
-                NAME,
-                "kernel_log",
-                Status.SKIP,
-                "kernel_log_unreadable",
-                None,
-                "readable kernel log",
-                f"neither dmesg nor journalctl could be read: {model.unreadable}",
-            )
-        ]
-    if not model.events and not model.unparsed:
-        return [
-            CheckRow(NAME, "kernel_log", Status.PASS, "ok", "0 XID events", "0 XID events", f"read with {model.source}")
-        ]
+        why = f"neither dmesg nor journalctl could be read: {model.unreadable}"
+        return [CheckRow(NAME, "kernel_log", Status.SKIP, "kernel_log_unreadable", None, "readable kernel log", why)]
+    rows = _xid_rows(model) + _sxid_rows(model) + _earlier_rows(model)
+    if model.unparsed:
+        lines = "\n".join(model.unparsed[:3])
+        said = f"Xid lines without a readable code; from {model.source}\n{lines}"
+        observed = _plural(len(model.unparsed), "line")
+        rows.append(CheckRow(NAME, "xid_unparsed", Status.FAIL, "xid_unparsed", observed, "0 XID events", said))
+    if not model.events and not model.sxids and not model.unparsed:
+        said = f"read with {model.source}, {_window(model)}; 0 SXID events"
+        rows.insert(0, CheckRow(NAME, "kernel_log", Status.PASS, "ok", "0 XID events", "0 XID events", said))
+    return rows
+
+
+def _xid_rows(model: KernelLog) -> list[CheckRow]:
     rows: list[CheckRow] = []
     by_code: dict[int, list[XidEvent]] = {}
     for event in model.events:
         by_code.setdefault(event.code, []).append(event)
-    cap = len(model.events) + len(model.unparsed)
+    cap = len(model.events) + len(model.sxids) + len(model.unparsed) + len(model.earlier)
     beyond = f" ({model.xid_lines} Xid lines in the log, the first {cap} read)" if model.xid_lines > cap else ""
     for code in sorted(by_code):
         events = by_code[code]
-        pcis = sorted({e.pci for e in events})
-        kind = XIDS.get(code, UNLISTED)
+        kind = xid_kind(code, " ".join(e.text for e in events))
         lines = "\n".join(e.line for e in events[:3])
+        observed = f"{_plural(len(events), 'event')} on PCI {', '.join(sorted({e.pci for e in events}))}"
+        detail = f"XID {code}: {kind.meaning}; {_window(model)}, from {model.source}{beyond}\n{lines}"
+        reason = xid_reason(code, " ".join(e.text for e in events))
+        rows.append(CheckRow(NAME, f"xid_{code}", kind.severity, reason, observed, "0 XID events", detail))
+    return rows
+
+
+def _sxid_rows(model: KernelLog) -> list[CheckRow]:
+    rows: list[CheckRow] = []
+    by_code: dict[tuple[int, str], list[XidEvent]] = {}
+    for event in model.sxids:
+        by_code.setdefault((event.code, event.severity or ""), []).append(event)
+    for (code, severity), events in sorted(by_code.items()):
+        reason, kind = {"Fatal": ("sxid_fatal", SXID_FATAL), "Non-fatal": ("sxid_nonfatal", SXID_NONFATAL)}.get(
+            severity, ("sxid_unclassified", SXID_UNCLASSIFIED))  # fmt: skip
+        switches = ", ".join(f"nvswitch{s} ({e.pci})" for s, e in sorted({e.switch: e for e in events}.items()))
+        observed = f"{_plural(len(events), 'event')} ({severity or 'severity not said'}) on {switches}"
+        lines = "\n".join(e.line for e in events[:3])
+        detail = f"SXID {code}: {events[0].text}; {_window(model)}, from {model.source}\n{lines}"
+        rows.append(CheckRow(NAME, f"sxid_{code}", kind.severity, reason, observed, "0 SXID events", detail))
+    return rows
+
+
+def _earlier_rows(model: KernelLog) -> list[CheckRow]:
+    """XIDs and SXIDs the previous run already judged: shown, passed."""
+    rows: list[CheckRow] = []
+    by_item: dict[str, list[XidEvent]] = {}
+    for event in model.earlier:
+        by_item.setdefault(f"{'sxid' if event.switch is not None else 'xid'}_{event.code}", []).append(event)
+    for item, events in sorted(by_item.items()):
+        last = max(e.at_s or 0.0 for e in events)
+        observed = f"{_plural(len(events), 'event')}, the last at {last:.0f} s after boot"
+        detail = f"logged before the previous run read the log ({model.since_s:.0f} s after boot)\n" + "\n".join(
+            e.line for e in events[:3])  # fmt: skip
         rows.append(
-            CheckRow(
-                NAME,
-                f"xid_{code}",
-                kind.severity,
-                xid_reason(code),
-                f"{_plural(len(events), 'event')} on PCI {', '.join(pcis)}",
-                "0 XID events",
-                f"XID {code}: {kind.meaning}; from {model.source}{beyond}\n{lines}",
-            )
-        )
-    if model.unparsed:
-        rows.append(
-            CheckRow(
-                NAME,
-                "xid_unparsed",
-                Status.FAIL,
-                "xid_unparsed",
-                _plural(len(model.unparsed), "line"),
-                "0 XID events",
-                f"Xid lines without a readable code; from {model.source}\n" + "\n".join(model.unparsed[:3]),
-            )
+            CheckRow(NAME, item, Status.PASS, "seen_before", observed, "none new since the previous run", detail)
         )
     return rows
 
@@ -308,4 +402,6 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     timeout_s=TIMEOUT_S,
+    marks=marks,
+    since=since,
 )

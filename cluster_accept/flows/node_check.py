@@ -31,7 +31,7 @@ from cluster_accept.remote.result import NodeStatus
 from cluster_accept.reports.summary import prometheus_text
 from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
-from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight
+from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, preflight_causes
 from cluster_accept.tasks.rows import node_row
 
 HEALTHY, UNHEALTHY, TOOL_FAILURE = 0, 1, 3
@@ -119,7 +119,9 @@ def preflight_links() -> tuple[Link, ...]:
     the burn's, those between nodes), without importing the stages (and Prefect)."""
     probes = discover_probes()
     ordered = [p for stage in ("single-node", "burn") for p in probes if p.stage == stage]
-    return tuple(link for probe in ordered for link in probe.causes) + between_nodes.CAUSES
+    return (
+        preflight_causes(discover()) + tuple(link for probe in ordered for link in probe.causes) + between_nodes.CAUSES
+    )
 
 
 def import_cache() -> Path:

@@ -14,7 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MIN_SAMPLES = 8  # fewer samples than this over a burn cannot tell its first part from its last
 # The limits that judge the sustained load (not the silent-data check or DCGM, which run without it).
-LOAD_LIMITS = ("throughput_drop_max_pct", "clock_drop_max_pct")
+LOAD_LIMITS = ("throughput_drop_max_pct", "clock_drop_max_pct", "temp_spread_max_c", "temp_above_median_max_c")
+# The thermal gate's defaults (calibrated on lent machines: bench/results/): the spread between a node's GPUs under
+# sustained load, and one GPU's distance above its node's median.
+TEMP_SPREAD_MAX_C = 10.0
+TEMP_ABOVE_MEDIAN_MAX_C = 6.0
 
 
 class BurnSettings(BaseModel):
@@ -36,6 +40,14 @@ class BurnSettings(BaseModel):
         default=10.0,
         description="a GPU whose SM clock falls more than this under its first part or its node's other GPUs, "
         "with a thermal or power reason active, fails",
+    )
+    temp_spread_max_c: Annotated[float, Field(gt=0, le=100)] = Field(
+        default=TEMP_SPREAD_MAX_C,
+        description="the widest temperature spread between a node's GPUs under sustained load (late-part medians)",
+    )
+    temp_above_median_max_c: Annotated[float, Field(gt=0, le=100)] = Field(
+        default=TEMP_ABOVE_MEDIAN_MAX_C,
+        description="a GPU hotter than its node's median by more than this under sustained load fails (runs_hot)",
     )
     sdc: bool = Field(default=True, description="check that every GPU computes bitwise the same product")
     sdc_repeats: Annotated[int, Field(ge=1, le=100)] = 3

@@ -131,6 +131,10 @@ def profile_data(model: GpuModel) -> dict[str, Any]:
     data: dict[str, Any] = {"gpu": gpu, "persistence_mode": "enabled"}
     if model.nvlink_links:
         data["nvlink"] = {"links_per_gpu": model.nvlink_links, "link_speed_gbps": model.nvlink_link_gbps}
+    if model.nvlink_links and not model.nvlink_bridged and model.pcie_gen is not None:
+        # SXM on an HGX board: NVSwitches and Fabric Manager where the board has them (4-GPU boards and VM slices
+        # show none: the check tells them apart); GB200's switches are in the rack's switch trays
+        data["nvswitch"] = {}
     if model.nvlink_links and not model.nvlink_bridged:  # bridged pairs: a node-wide all-reduce crosses PCIe
         thresholds["allreduce_intra_busbw_gbps_min"] = _round(model.nvlink_gbps * ALLREDUCE_NVLINK_FRACTION)
         # NVLink peers: NCCL's P2P transport (P2P/CUMEM or P2P/IPC); SHM means P2P was disabled or refused.

@@ -137,6 +137,25 @@ class NvlinkSpec(_Strict):
     link_speed_gbps: Annotated[float, Field(gt=0)]
 
 
+class NvswitchSpec(_Strict):
+    """The node's GPUs are NVSwitch-connected (an HGX board): its NVSwitches, Fabric Manager and each GPU's fabric
+    state are checked (checks.nvswitch)."""
+
+    count: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="NVSwitches per node; left out: the cluster's majority (boards differ)"
+    )
+
+
+class FirmwareSpec(_Strict):
+    """Firmware versions the cluster pins (checks.firmware); a version left out is compared with the cluster's
+    majority only."""
+
+    vbios: StrictStr | None = Field(default=None, description="GPU VBIOS, as nvidia-smi prints vbios_version")
+    inforom: StrictStr | None = Field(default=None, description="InfoROM image, as nvidia-smi prints inforom.img")
+    hca_fw: StrictStr | None = Field(default=None, description="HCA firmware, as sysfs fw_ver reads")
+    ofed: StrictStr | None = Field(default=None, description="the NIC driver stack, as ofed_info -s prints it")
+
+
 class PcieSpec(_Strict):
     gen: Annotated[int, Field(ge=1, le=7)]
     width: Literal[1, 2, 4, 8, 16, 32]
@@ -220,6 +239,9 @@ class Thresholds(_Strict):
         default=None, description="all-reduce bus bandwidth of one rail across nodes (one rank per node)"
     )
     straggler_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
+    link_flap_clear_h: Annotated[float, Field(gt=0, le=24 * 365)] = Field(
+        default=24.0, description="hours an InfiniBand/RoCE port must stay up after it flapped before it passes again"
+    )
     relative_verdict: Literal["fail", "warn"] = Field(
         default="fail",
         description="what a figure far below the cluster's median or the node's own history is: a failure, or "
@@ -270,6 +292,8 @@ class Profile(_Strict):
     cuda_version: StrictStr | None = None
     persistence_mode: Literal["enabled", "disabled"] | None = None
     nvlink: NvlinkSpec | None = None
+    nvswitch: NvswitchSpec | None = None
+    firmware: FirmwareSpec | None = None
     pcie: PcieSpec | None = None
     infiniband: InfinibandSpec | None = None
     nccl_env: dict[StrictStr, StrictStr] = Field(default_factory=dict)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cluster_accept.testbed import claim, net, slurm, sshd, subnets
+from cluster_accept.testbed import claim, hgx, net, slurm, sshd, subnets
 from cluster_accept.testbed.burn_faults import Cotenant, DcgmFail, NoDcgm, SdcFlip
 from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
 from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
@@ -151,7 +151,7 @@ def _require_root() -> None:
 
 
 def _node_data(base: str, node: str, faults: Sequence[_Fault], rails: int = 0) -> NodeData:
-    return build_node(base, faults, testbed_nccl_env(rails), node=node)
+    return hgx.with_board(build_node(base, faults, testbed_nccl_env(rails), node=node), faults)
 
 
 def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> None:
@@ -178,6 +178,7 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
         **data.env,
         "CLUSTER_ACCEPT_TESTBED_NODE": node,
     }
+    env.update(hgx.write_pci_sysfs(tb.sysfs_dir(node), tb.bin_dir(node), data, faults))
     env.update(write_ib_sysfs(tb.sysfs_dir(node), tb.bin_dir(node), tb.rails, faults))
     if sum(isinstance(f, (SdcFlip, Cotenant)) for f in faults) > 1:
         raise ValueError(f"{node}: one fault in the simulated GPUs' torch per node (sdc or cotenant)")

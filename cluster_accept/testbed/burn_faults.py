@@ -22,6 +22,15 @@ class Throttle(_Fault):
     reasons: Annotated[StrictStr, Field(pattern=r"^0x[0-9A-Fa-f]{1,16}$")] = "0x0000000000000040"
 
 
+class HotGpu(_Fault):
+    """Under load (while the burn samples it) one GPU runs at ``temp_c`` while its neighbours keep their
+    temperature: a failing fan or a clogged heat sink."""
+
+    kind: Literal["hot_gpu"] = "hot_gpu"
+    gpu: GpuIndex = 0
+    temp_c: Annotated[StrictInt, Field(ge=0, le=120)] = 85
+
+
 class Cotenant(_Fault):
     """Another job's process on one GPU during the burn: nvidia-smi lists it on that GPU while the burn samples
     (``pid``, ``name``, ``used_memory_mib``), and from ``after_s`` into the burn that GPU's products take

@@ -17,9 +17,10 @@ from typing import Annotated, Any, Literal, cast, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
-from cluster_accept.testbed.burn_faults import Cotenant, DcgmFail, NoDcgm, SdcFlip, Throttle
+from cluster_accept.testbed.burn_faults import Cotenant, DcgmFail, HotGpu, NoDcgm, SdcFlip, Throttle
 from cluster_accept.testbed.fault_base import _Fault
-from cluster_accept.testbed.net_faults import EfaSoftware, IbPort, RoceQos
+from cluster_accept.testbed.hgx_faults import NvswitchBoard, PcieAer, Sxid
+from cluster_accept.testbed.net_faults import EfaSoftware, HcaFirmware, IbPort, RoceQos
 
 GpuIndex = Annotated[StrictInt, Field(ge=0, le=63)]
 LinkIndex = Annotated[StrictInt, Field(ge=0, le=63)]
@@ -149,12 +150,14 @@ class NcclEnv(_Fault):
 
 
 class Xid(_Fault):
-    """An NVRM Xid line for one GPU in the node's kernel log (``dmesg``)."""
+    """An NVRM Xid line for one GPU in the node's kernel log (``dmesg``), stamped ``at_s`` seconds after boot
+    (default: when it is planted, as a fault that happens now)."""
 
     kind: Literal["xid"] = "xid"
     code: Annotated[StrictInt, Field(ge=0)]
     gpu: GpuIndex = 0
     message: StrictStr | None = None
+    at_s: Annotated[float, Field(ge=0)] | None = None
 
 
 class Replace(_Fault):
@@ -240,6 +243,11 @@ Fault = (
     | Cotenant
     | DcgmFail
     | NoDcgm
+    | HotGpu
+    | HcaFirmware
+    | NvswitchBoard
+    | Sxid
+    | PcieAer
 )
 
 # How a fault may be written: a model, a bare kind, or a one-key mapping kind -> parameters.

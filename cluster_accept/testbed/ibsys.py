@@ -16,12 +16,13 @@ from cluster_accept.checks.efa import HW_COUNTERS as EFA_COUNTERS
 from cluster_accept.checks.ib_counters import ERROR_COUNTERS
 from cluster_accept.checks.roce_qos import HW_COUNTERS as ROCE_COUNTERS
 from cluster_accept.testbed.faults import IbCounter, _Fault
-from cluster_accept.testbed.net_faults import EfaSoftware, IbPort, RoceQos
+from cluster_accept.testbed.net_faults import EfaSoftware, HcaFirmware, IbPort, RoceQos
 
 # A port's rate in sysfs's own format, scaled to what gloo moves over the test-bed's veths (0.1-0.4 GB/s per
 # rank): the all-reduce floor ``profile: auto`` derives from it (half of 0.5 Gb/s: 0.031 GB/s) sits where the
 # test-bed profile's own floor does, so that a healthy test-bed reaches it and a slowed one does not.
 RATE = "0.5 Gb/sec (1X SDR)"
+FW_VER = "28.39.1002"  # every simulated HCA's firmware unless an ``hca_firmware`` fault says otherwise
 
 
 def hca_name(rail: int) -> str:
@@ -62,9 +63,11 @@ def write_ib_sysfs(root: Path, bin_dir: Path, rails: int, faults: Sequence[_Faul
     (root / "module" / "nvidia_peermem").mkdir(parents=True, exist_ok=True)  # GPUDirect RDMA, as HCA nodes load it
     planted: dict[tuple[int, str], int] = {(f.rail, f.counter): f.value for f in faults if isinstance(f, IbCounter)}
     ports = {f.rail: f for f in faults if isinstance(f, IbPort)}
+    firmware = {f.rail: f.fw_ver for f in faults if isinstance(f, HcaFirmware)}
     for rail in range(rails):
         port = base / hca_name(rail) / "ports" / "1"
         (port / "counters").mkdir(parents=True)
+        _write_identity(base / hca_name(rail), firmware.get(rail, FW_VER))
         fault = ports.get(rail, IbPort(rail=rail))
         (port / "state").write_text(f"{fault.state}\n")
         (port / "rate").write_text(f"{fault.rate or RATE}\n")
@@ -83,6 +86,12 @@ def write_ib_sysfs(root: Path, bin_dir: Path, rails: int, faults: Sequence[_Faul
         software = next((f for f in faults if isinstance(f, EfaSoftware)), EfaSoftware())
         env.update(_write_efa_software(root, bin_dir, software))
     return env
+
+
+def _write_identity(hca: Path, fw_ver: str) -> None:
+    """What identifies the HCA's board and firmware (a ConnectX-7's, as sysfs reads them)."""
+    for name, text in (("fw_ver", fw_ver), ("hca_type", "MT4129"), ("board_id", "MT_0000000838")):
+        (hca / name).write_text(f"{text}\n")
 
 
 def _write_roce_qos(root: Path, rail: int, qos: RoceQos | None) -> None:

@@ -45,3 +45,11 @@ class RoceQos(_Fault):
     pfc: Annotated[str, Field(pattern="^[01]{8}$")] = "00010000"
     ecn: Annotated[str, Field(pattern="^[01]{8}$")] = "00010000"
     hw_counters: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+
+
+class HcaFirmware(_Fault):
+    """HCA ``mlx5_<rail>`` runs another firmware (sysfs ``fw_ver``) than the test-bed's others (28.39.1002)."""
+
+    kind: Literal["hca_firmware"] = "hca_firmware"
+    rail: Annotated[int, Field(ge=0, le=15)] = 0
+    fw_ver: Annotated[str, Field(pattern=r"^[0-9.]{1,32}$")] = "28.35.2000"

@@ -19,6 +19,7 @@ from cluster_accept.testbed.faults import (
     Cotenant,
     DriverVersion,
     GpuField,
+    HotGpu,
     NcclEnv,
     NvlinkErrors,
     NvlinkInactive,
@@ -86,7 +87,7 @@ def _bus(data: NodeData, gpu: int) -> str:
     return data.table.get("pci.bus_id", gpu)
 
 
-def _edit_gpu(data: NodeData, gpu: int, q_edit: Callable[[str], str], x_edit: Callable[[str], str]) -> None:
+def edit_gpu(data: NodeData, gpu: int, q_edit: Callable[[str], str], x_edit: Callable[[str], str]) -> None:
     """Apply ``q_edit`` to GPU ``gpu``'s block of every ``-q`` text and ``x_edit`` to its ``-q -x`` block."""
     bus = _bus(data, gpu)
     for name in _q_files(data.files):
@@ -115,7 +116,7 @@ def apply_persistence(data: NodeData, fault: PersistenceDisabled) -> None:
     gpus = range(data.table.gpu_count) if fault.gpu is None else [_gpu(data, fault.gpu, fault)]
     for g in gpus:
         data.table.set("persistence_mode", g, "Disabled")
-        _edit_gpu(
+        edit_gpu(
             data,
             g,
             lambda t: re.sub(r"^(\s+Persistence Mode\s+: )Enabled$", r"\1Disabled", t, flags=re.MULTILINE),
@@ -129,7 +130,7 @@ def apply_persistence(data: NodeData, fault: PersistenceDisabled) -> None:
 def apply_pcie_width(data: NodeData, fault: PcieWidth) -> None:
     g = _gpu(data, fault.gpu, fault)
     data.table.set("pcie.link.width.current", g, str(fault.width))
-    _edit_gpu(
+    edit_gpu(
         data,
         g,
         lambda t: re.sub(r"(Link Width\n\s+Max\s+: \S+\n\s+Current\s+: )\d+x", rf"\g<1>{fault.width}x", t),
@@ -233,12 +234,17 @@ def base_dmesg(data: NodeData) -> str:
     return "\n".join(lines) + "\n"
 
 
+def uptime_s() -> float:
+    """This machine's seconds since boot: the stamp of a kernel log line written now."""
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
 def xid_line(data: NodeData, fault: Xid, seq: int) -> str:
     g = _gpu(data, fault.gpu, fault)
     domain, bus, rest = _bus(data, g).split(":")
     pci = f"{domain[-4:]}:{bus}:{rest.split('.')[0]}".lower()
     message = fault.message or XID_MESSAGES.get(fault.code, "Unknown error")
-    stamp = 1234.567890 + 61.25 * seq
+    stamp = fault.at_s if fault.at_s is not None else uptime_s() + 0.25 * seq
     return f"[{stamp:12.6f}] NVRM: Xid (PCI:{pci}): {fault.code}, pid=0, name=swapper/0, {message}\n"
 
 
@@ -286,7 +292,7 @@ def build_node(
         raise FaultApplyError(f"{node}: {exc}") from exc
     data.modes = [k for k in MODE_KINDS if any(f.kind == k for f in faults)]
     data.refused_fields = sorted({name for f in faults if isinstance(f, OldDriver) for name in f.refuse})
-    data.under_load = loaded_answers(data, [f for f in faults if isinstance(f, Throttle)])
+    data.under_load = loaded_answers(data, [f for f in faults if isinstance(f, (Throttle, HotGpu))])
     cotenants = [f for f in faults if isinstance(f, Cotenant)]
     if cotenants:
         data.files["query-compute-apps-loaded.txt"] = loaded_apps(data, cotenants)
@@ -304,19 +310,25 @@ def loaded_apps(data: NodeData, cotenants: Sequence[Cotenant]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def loaded_answers(data: NodeData, throttles: Sequence[Throttle]) -> dict[str, dict[str, str]]:
+def loaded_answers(data: NodeData, faults: Sequence[Throttle | HotGpu]) -> dict[str, dict[str, str]]:
     """What nvidia-smi answers while the GPUs are loaded: every GPU at its maximum SM clock with no reason
-    active (the captures are of idle GPUs), a throttled GPU at its fault's clock with its fault's reasons."""
+    active (the captures are of idle GPUs), a throttled GPU at its fault's clock with its fault's reasons, a hot
+    GPU at its fault's temperature."""
     maxima = data.table.values.get("clocks.max.sm", [])
     loaded = {
         str(gpu): {"clocks.current.sm": clock, "clocks_event_reasons.active": "0x0000000000000000"}
         for gpu, clock in enumerate(maxima)
     }
-    for fault in throttles:
-        loaded[str(fault.gpu)] = {
-            "clocks.current.sm": f"{fault.sm_clock_mhz} MHz",
-            "clocks_event_reasons.active": f"0x{int(fault.reasons, 16):016x}",
-        }
+    for fault in faults:
+        if isinstance(fault, HotGpu):
+            loaded.setdefault(str(fault.gpu), {})["temperature.gpu"] = str(fault.temp_c)
+            continue
+        loaded.setdefault(str(fault.gpu), {}).update(
+            {
+                "clocks.current.sm": f"{fault.sm_clock_mhz} MHz",
+                "clocks_event_reasons.active": f"0x{int(fault.reasons, 16):016x}",
+            }
+        )
     return loaded
 
 

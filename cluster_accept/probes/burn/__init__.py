@@ -41,6 +41,21 @@ METRICS = {
 REASONS = declare(
     Reason("sustained", Status.PASS, "held its throughput and clocks through the burn", Action.NONE),
     Reason(
+        "runs_hot",
+        Status.FAIL,
+        "under the same sustained load this GPU ran hotter than its node's other GPUs by more than the profile "
+        "allows (burn.temp_above_median_max_c): check its fan, heat sink and thermal paste; it will throttle first",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "thermal_spread",
+        Status.FAIL,
+        "the node's GPUs ran further apart in temperature under the same load than the profile allows "
+        "(burn.temp_spread_max_c): uneven cooling (airflow, a fan, a blocked inlet)",
+        Action.CHECK_NODE,
+    ),
+    Reason("thermal_uniform", Status.PASS, "the node's GPUs ran within the allowed temperature spread", Action.NONE),
+    Reason(
         "throughput_dropped",
         Status.FAIL,
         "its throughput in the burn's last part fell from its first part by more than the profile allows: a GPU "
@@ -174,12 +189,12 @@ def _judged_rows(
 ) -> list[CheckRow]:
     burns = judgement.summarise(windows, samples, seconds, unit, profile.burn.clock_drop_max_pct)
     rows = []
-    for finding in judgement.judge(burns, profile.burn):
+    for finding in judgement.judge(burns, profile.burn) + judgement.thermal(burns, profile.burn):
         status = REASONS[finding.reason].severity
         rows.append(
             CheckRow(
                 NAME,
-                f"gpu{finding.gpu}",
+                f"gpu{finding.gpu}" if finding.gpu is not None else "thermal",
                 status,
                 finding.reason,
                 finding.observed,
@@ -214,15 +229,18 @@ def _log_rows(output: ProbeOutput, cuda: bool) -> list[CheckRow]:
     return rows
 
 
+def _thinned(frame: pd.DataFrame, points: int) -> pd.DataFrame:
+    parts = [g.iloc[:: max(1, -(-len(g) // points))] for _, g in frame.groupby("gpu")]
+    return pd.concat(parts) if parts else frame
+
+
 def time_series(node: str, output: ProbeOutput, points: int | None = None) -> list[dict[str, Any]]:
     """The burn's rows for ``burn/<node>.parquet``: per GPU, its throughput windows and its samples; with
-    ``points``, the throughput windows only, at most that many per GPU (what a chart draws)."""
+    ``points``, at most that many of each per GPU (what the report's charts draw)."""
     windows, samples = series(output)
     unit = unit_of(output)
-    if points is not None:
-        thinned = [g.iloc[:: max(1, -(-len(g) // points))] for _, g in windows.groupby("gpu")]
-        windows = pd.concat(thinned) if thinned else windows
-        samples = samples.iloc[0:0]
+    if points is not None:  # each GPU's throughput and temperature, thinned for the report's charts
+        windows, samples = _thinned(windows, points), _thinned(samples, points)
     rows: list[dict[str, Any]] = []
     for record in samples.to_dict("records"):
         rows.append(

@@ -52,6 +52,7 @@ class GpuBurn:
     hardware_samples: int  # late samples with one of them active
     late_samples: int
     temp_max_c: float | None
+    late_temp_c: float | None  # median temperature after the first part: the GPU under sustained load
     power_median_w: float | None
     ecc_corrected_grew: float
     ecc_uncorrected_grew: float
@@ -134,6 +135,7 @@ def _summary(
         hardware_samples=sum(1 for b in hardware if b),
         late_samples=len(late),
         temp_max_c=max((float(t) for t in s.temp_c if t == t and t is not None), default=None) if not s.empty else None,
+        late_temp_c=_median(late.temp_c) if not late.empty else None,
         power_median_w=_median(s.power_w) if not s.empty else None,
         ecc_corrected_grew=_grew(s, "ecc_corrected") if not s.empty else 0.0,
         ecc_uncorrected_grew=_grew(s, "ecc_uncorrected") if not s.empty else 0.0,
@@ -161,9 +163,10 @@ def _union(bits: list[int]) -> int:
 @dataclass(frozen=True)
 class BurnFinding:
     """One judged GPU: ``reason`` (``sustained``, ``throughput_dropped``, ``throttled``, ``clocks_fell``,
-    ``ecc_uncorrected_grew``, ``ecc_corrected_grew``, ``no_windows``), the measured value and what was expected."""
+    ``ecc_uncorrected_grew``, ``ecc_corrected_grew``, ``no_windows``, ``runs_hot``), the measured value and what
+    was expected; ``gpu`` None: the node's GPUs together (``thermal_uniform``, ``thermal_spread``)."""
 
-    gpu: int
+    gpu: int | None
     reason: str
     observed: str
     expected: str
@@ -242,6 +245,38 @@ def _conditions(burn: GpuBurn) -> str:
         f"SM clock {_fmt(burn.first_clock_mhz)} MHz first, {_fmt(burn.late_clock_mhz)} MHz later; "
         f"temperature max {_fmt(burn.temp_max_c)} C; power median {_fmt(burn.power_median_w)} W"
     )
+
+
+def thermal(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
+    """The node's GPUs against each other under sustained load: each GPU's temperature (its late median) against
+    the node's median, and the spread between the hottest and the coolest. A GPU hotter than its neighbours under
+    the same load has a failing fan, a clogged heat sink or poor contact with it; a node whose spread is wide has
+    uneven cooling. One row for the node (none with fewer than two GPUs sampled), and one per GPU too hot."""
+    temps = {b.gpu: b.late_temp_c for b in burns if b.late_temp_c is not None}
+    if len(temps) < 2:
+        return []
+    median = statistics.median(temps.values())
+    hot = [g for g, t in temps.items() if t - median > settings.temp_above_median_max_c]
+    found = [
+        BurnFinding(
+            g,
+            "runs_hot",
+            f"{temps[g]:.0f} °C under load, {temps[g] - median:+.1f} °C from the node's median {median:.0f} °C",
+            f"≤ {settings.temp_above_median_max_c:g} °C above the node's median",
+            "late-part median temperature; " + _spread_text(temps),
+        )  # fmt: skip
+        for g in hot
+    ]
+    spread = max(temps.values()) - min(temps.values())
+    ok = spread <= settings.temp_spread_max_c
+    said = f"spread {spread:.1f} °C ({_spread_text(temps)})"
+    limit = f"≤ {settings.temp_spread_max_c:g} °C between the node's GPUs"
+    found.append(BurnFinding(None, "thermal_uniform" if ok else "thermal_spread", said, limit, "late-part medians"))
+    return found
+
+
+def _spread_text(temps: dict[int, float]) -> str:
+    return ", ".join(f"gpu{g} {t:.0f} °C" for g, t in sorted(temps.items()))
 
 
 def xid_codes(lines: Iterable[str]) -> list[tuple[int, str, str]]:

@@ -1,5 +1,6 @@
-"""The burn in the report: a chart per node of each GPU's throughput over the burn (the GPUs judged bad drawn on
-top), and a table of every GPU that did not hold, worst first. Pure; the drawing is in :mod:`reports.charts`.
+"""The burn in the report: charts per node of each GPU's throughput and temperature over the burn (the GPUs judged
+bad drawn on top), and a table of every GPU that did not hold, worst first. Pure; the drawing is in
+:mod:`reports.charts`.
 
 A cluster of thousands of nodes would give thousands of charts: up to :data:`ALL_CHARTS_UP_TO` nodes each gets
 its chart; beyond that only nodes with a finding do, at most that many (the rest counted in the caption; the
@@ -31,19 +32,35 @@ def _bad_gpus(rows: Sequence[Any]) -> dict[str, set[int]]:
 
 
 def node_chart(node: str, series: Sequence[Mapping[str, Any]], bad: set[int]) -> Markup | None:
-    lines: dict[int, list[tuple[float, float]]] = {}
-    unit = ""
-    for record in series:
-        if record.get("kind") == "throughput" and record.get("value") is not None:
-            lines.setdefault(int(record["gpu"]), []).append((float(record["t_s"]), float(record["value"])))
-            unit = str(record.get("unit") or unit)
+    """Each GPU's throughput over the burn (the GPUs judged bad drawn on top)."""
+    lines = _lines(series, "throughput", "value")
     if not lines:
         return None
+    unit = next((str(r["unit"]) for r in series if r.get("kind") == "throughput" and r.get("unit")), "")
     drawn = [Series(f"GPU {g}", tuple(sorted(p)), g in bad) for g, p in sorted(lines.items())]
     title = f"{node}: throughput per GPU under sustained load" + (
         f" (GPU {', '.join(map(str, sorted(bad)))} judged bad)" if bad else ""
     )
     return line_chart(f"burn-{node}", title, drawn, unit, "seconds into the burn")
+
+
+def temperature_chart(node: str, series: Sequence[Mapping[str, Any]], bad: set[int]) -> Markup | None:
+    """Each GPU's temperature over the burn: a GPU running hotter than its neighbours stands apart."""
+    lines = _lines(series, "sample", "temp_c")
+    if len(lines) < 2:
+        return None
+    drawn = [Series(f"GPU {g}", tuple(sorted(p)), g in bad) for g, p in sorted(lines.items())]
+    return line_chart(f"burn-temp-{node}", f"{node}: temperature per GPU under sustained load", drawn, "°C",
+                      "seconds into the burn")  # fmt: skip
+
+
+def _lines(series: Sequence[Mapping[str, Any]], kind: str, column: str) -> dict[int, list[tuple[float, float]]]:
+    lines: dict[int, list[tuple[float, float]]] = {}
+    for record in series:
+        value = record.get(column)
+        if record.get("kind") == kind and value is not None and value == value:
+            lines.setdefault(int(record["gpu"]), []).append((float(record["t_s"]), float(value)))
+    return lines
 
 
 def burn_section(view: ReportView, reasons: Mapping[str, Reason]) -> ReportSection | None:
@@ -56,7 +73,8 @@ def burn_section(view: ReportView, reasons: Mapping[str, Reason]) -> ReportSecti
         by_node.setdefault(str(record["node"]), []).append(record)
     bad = _bad_gpus(rows)
     chosen = sorted(by_node) if len(by_node) <= ALL_CHARTS_UP_TO else sorted(bad)[:ALL_CHARTS_UP_TO]
-    charts = tuple(c for node in chosen if (c := node_chart(node, by_node[node], bad.get(node, set()))) is not None)
+    drawn = [(node, by_node[node], bad.get(node, set())) for node in chosen]
+    charts = tuple(c for args in drawn for c in (node_chart(*args), temperature_chart(*args)) if c is not None)
     findings = sorted(
         (r for r in rows if r.status not in (Status.PASS, Status.SKIP)),
         key=lambda r: (reasons[r.reason].severity != Status.FAIL if r.reason in reasons else True, r.node, r.gpu or 0),

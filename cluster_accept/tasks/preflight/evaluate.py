@@ -4,10 +4,12 @@ values each check compares across nodes. The stage (:mod:`.stage`) and a node ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from cluster_accept.analysis.verdicts import COUNTER
+from cluster_accept.analysis.verdicts import COUNTER, MARK
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, error_row, majority_values
+from cluster_accept.checks.declarations import Link
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
@@ -29,7 +31,8 @@ def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks
             model = outcome.models[check.name]
             compared = check.cluster_values(model) if check.cluster_values else {}
             counted = {f"{COUNTER}{k}": str(v) for k, v in (check.counters(model) if check.counters else {}).items()}
-            for key, value in sorted({**compared, **counted}.items()):
+            marked = {f"{MARK}{k}": v for k, v in (check.marks(model) if check.marks else {}).items()}
+            for key, value in sorted({**compared, **counted, **marked}.items()):
                 rows.append(
                     {
                         "run_id": run_id,
@@ -41,6 +44,27 @@ def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks
                     }
                 )
     return rows
+
+
+def preflight_causes(checks: list[Check]) -> tuple[Link, ...]:
+    """What explains the preflight's own findings, as its checks declare it (a fabric down: no NVLink peers)."""
+    return tuple(link for check in checks for link in check.causes)
+
+
+def since_previous(
+    outcomes: list[NodePreflight], checks: list[Check], previous: Mapping[str, Mapping[str, Mapping[str, str]]]
+) -> list[NodePreflight]:
+    """Each node's models cut to what is new since its previous run (``previous``: node -> check -> marks, from
+    :func:`analysis.verdicts.marks_by_node`), for the checks that judge so (``Check.since``); a node without a
+    previous run keeps everything since boot."""
+    cut = [check for check in checks if check.since is not None]
+    for outcome in outcomes:
+        marks = previous.get(outcome.node, {})
+        for check in cut:
+            if check.name in outcome.models and check.name in marks:
+                assert check.since is not None
+                outcome.models[check.name] = check.since(outcome.models[check.name], marks[check.name])
+    return outcomes
 
 
 def evaluate_preflight(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from typing import Any, cast
 
 from cluster_accept.analysis.regressions import counter_growth
-from cluster_accept.analysis.verdicts import values_by_node
+from cluster_accept.analysis.verdicts import marks_by_node, values_by_node
 from cluster_accept.checks.base import Check, NodeRow, discover
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
@@ -22,7 +23,13 @@ from cluster_accept.tasks.preflight.auto_profile import CHECK as AUTO_CHECK
 from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.preflight.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
-from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, node_values
+from cluster_accept.tasks.preflight.evaluate import (
+    NAME,
+    evaluate_preflight,
+    node_values,
+    preflight_causes,
+    since_previous,
+)
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, per_node
 
@@ -40,20 +47,24 @@ def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, 
     return {node: parse_node_result(result, checks) for node, result in checkpoints.load_nodes(NAME).items()}
 
 
-def counter_rows(state: RunState, checks: list[Check]) -> list[NodeRow]:
-    """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
+def previous_values(state: RunState) -> list[dict[str, Any]]:
+    """Each node's ``node_values`` rows of its latest earlier run in the history (none without a history)."""
     if state.history is None:
         return []
     past = state.history.node_values
-    previous: dict[str, dict[str, str]] = {}
-    if not past.empty:
-        latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
-        previous = values_by_node(past[past["run_id"] == past["node"].map(latest)].to_dict("records"), counters=True)
+    if past.empty:
+        return []
+    latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
+    return cast(list[dict[str, Any]], past[past["run_id"] == past["node"].map(latest)].to_dict("records"))
+
+
+def counter_rows(state: RunState, checks: list[Check], previous: list[dict[str, Any]]) -> list[NodeRow]:
+    """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
+    if not previous:
+        return []
     commands = {c.name: c.command for c in checks}
-    return [
-        node_row(state.run_id, state.cluster, NAME, node, row, "", commands.get(row.check, ""))
-        for node, row in counter_growth(values_by_node(state.values, counters=True), previous)
-    ]
+    grown = counter_growth(values_by_node(state.values, counters=True), values_by_node(previous, counters=True))
+    return [node_row(state.run_id, state.cluster, NAME, n, row, "", commands.get(row.check, "")) for n, row in grown]
 
 
 class PreflightStage:
@@ -79,15 +90,17 @@ class PreflightStage:
         nic_models = {o.node: o.models.get(NIC_CHECK) for o in outcomes}
         state.inventory, picked = resolve_auto_nodes(state.run_id, state.inventory, gpu_models, answered, nic_models)
         state.rows += picked
+        previous = previous_values(state)
+        since_previous(outcomes, checks, marks_by_node(previous))  # XIDs new since the node's last run
         state.rows += evaluate_preflight(state.run_id, state.inventory, outcomes, checks)
         state.values += node_values(state.run_id, state.cluster, outcomes, checks)
-        state.rows += counter_rows(state, checks)
+        state.rows += counter_rows(state, checks, previous)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return [(check.name, check.reasons) for check in discover()] + [(AUTO_CHECK, AUTO_REASONS)]
 
     def causes(self) -> tuple[Link, ...]:
-        return ()  # a node's configuration is read, not measured: nothing here is a symptom of another row
+        return preflight_causes(discover())
 
     def expectations(self) -> tuple[Expectation, ...]:
         return tuple(e for check in discover() for e in check.expectations)

@@ -1,0 +1,189 @@
+"""Firmware drift: each GPU's VBIOS and InfoROM, each HCA's firmware (sysfs ``fw_ver``, per board type) and the
+NIC driver stack (MLNX_OFED / DOCA-OFED as ``ofed_info -s`` names it), against the profile (``firmware:``) and
+against the cluster's majority, folded into node sets in the report like the driver version.
+
+A node whose GPU firmware differs from its peers behaves differently under the same job (power and clock
+tables, ECC and NVLink handling change with the VBIOS); an HCA firmware off the majority is the usual cause of
+one node's links flapping or training slower. Field tools compare exactly these across a cluster (azNHC, imbue,
+GCM). GPUs of one node that disagree warn; drift from the majority fails, softened to a warning where the node
+meets a version the profile pins. ``nvidia_peermem`` is the infiniband check's (``infiniband.peermem``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.declarations import Expectation, always
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, read_gpu_query, small_int
+from cluster_accept.inventory.model import Profile
+
+NAME = "firmware"
+FIELDS = ["index", "pci.bus_id", "vbios_version", "inforom.img"]
+COMMAND = (
+    f'nvidia-smi --query-gpu={",".join(FIELDS)} --format=csv,noheader 2>&1; echo "### rc=$?"; '
+    's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; echo "### hca"; for d in "$s"/class/infiniband/*; do [ -e "$d" ] || '
+    'continue; echo "${d##*/}|$(cat "$d/fw_ver" 2>/dev/null)|$(cat "$d/hca_type" 2>/dev/null)|'
+    '$(cat "$d/board_id" 2>/dev/null)"; done; echo "### ofed"; ofed_info -s 2>/dev/null || echo none; echo "### end"'
+)
+
+REASONS = declare(
+    NVIDIA_SMI_SKIPPED,
+    Reason(
+        "version_mismatch",
+        Status.FAIL,
+        "the firmware differs from the version the profile pins: flash the cluster's version (nvflash, mlxfwmanager)",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "differs_between_gpus",
+        Status.WARN,
+        "the node's GPUs run different VBIOS or InfoROM versions: flash them alike",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "differs_between_hcas",
+        Status.WARN,
+        "HCAs of one board type run different firmware on this node: flash them alike (mlxfwmanager)",
+        Action.FIX_CONFIG,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Hca:
+    name: str  # mlx5_0
+    fw_ver: str
+    hca_type: str  # MT4129
+    board_id: str
+
+
+@dataclass(frozen=True)
+class Firmware:
+    vbios: dict[int, str] = field(default_factory=dict)  # GPU index -> VBIOS
+    inforom: dict[int, str] = field(default_factory=dict)
+    hcas: list[Hca] = field(default_factory=list)
+    ofed: str | None = None
+    failure: str = ""
+    error: str | None = None
+    raw: str = ""
+
+
+def _sections(stdout: str) -> dict[str, list[str]] | None:
+    head, sep, rest = stdout.partition("### rc=")
+    if not sep or "\n### end" not in "\n" + rest:
+        return None
+    rc_text, _, rest = rest.partition("\n")
+    parts: dict[str, list[str]] = {"smi": [head, rc_text.strip()]}
+    current = None
+    for line in rest.splitlines():
+        if line.startswith("### "):
+            current = line[4:].strip()
+            parts[current] = []
+        elif current is not None:
+            parts[current].append(line)
+    return parts if {"hca", "ofed", "end"} <= set(parts) else None
+
+
+def parse(stdout: str, exit_code: int | None = 0) -> Firmware:
+    parts = _sections(stdout)
+    if parts is None:
+        return Firmware(error="output truncated or without its sections", raw=stdout)
+    smi, rc = parts["smi"]
+    rows, failure, problem = read_gpu_query(smi, small_int(rc.lstrip("-")), FIELDS)
+    if failure or problem:
+        return Firmware(failure=failure, error=problem or None, raw=stdout)
+    if any(small_int(r["index"]) is None for r in rows):
+        return Firmware(error="a GPU index that is no small number", raw=stdout)
+    hcas = [Hca(*(line.split("|") + ["", "", ""])[:4]) for line in parts["hca"] if line.count("|") == 3]
+    ofed = " ".join(line.strip() for line in parts["ofed"] if line.strip()) or None
+    return Firmware(
+        vbios={int(r["index"]): r["vbios_version"] for r in rows},  # small numbers, checked above
+        inforom={int(r["index"]): r["inforom.img"] for r in rows},
+        hcas=[Hca(h.name, h.fw_ver.strip(), h.hca_type.strip(), h.board_id.strip()) for h in hcas],
+        ofed=None if ofed in (None, "none") else ofed,
+        raw=stdout,
+    )
+
+
+def _one(values: dict[int, str]) -> str | None:
+    found = set(values.values())
+    return found.pop() if len(found) == 1 else None
+
+
+def _hca_types(model: Firmware) -> dict[str, list[Hca]]:
+    types: dict[str, list[Hca]] = {}
+    for hca in model.hcas:
+        types.setdefault(hca.hca_type or hca.board_id or "hca", []).append(hca)
+    return types
+
+
+def cluster_values(model: Firmware) -> dict[str, str]:
+    """The versions compared across nodes: one per kind (a node whose GPUs disagree compares as 'mixed')."""
+    if model.error or model.failure:
+        return {}
+    values = {"vbios": _one(model.vbios) or "mixed", "inforom": _one(model.inforom) or "mixed"}
+    for kind, hcas in _hca_types(model).items():
+        versions = sorted({h.fw_ver for h in hcas})
+        values[f"hca_fw:{kind}"] = versions[0] if len(versions) == 1 else "mixed"
+    if model.ofed:
+        values["ofed"] = model.ofed
+    return values
+
+
+def _judged(key: str, item: str, seen: str, pinned: str | None, cluster: ClusterView) -> list[CheckRow]:
+    """One version against the profile's pin and the cluster's majority (drift softened where the pin is met)."""
+    rows: list[CheckRow] = []
+    met = False
+    if pinned is not None:
+        met = seen == pinned
+        rows.append(CheckRow(NAME, item, Status.PASS if met else Status.FAIL, "ok" if met else "version_mismatch",
+                             seen, pinned))  # fmt: skip
+    majority = cluster.majority_of(key)
+    if majority is not None and majority != seen:
+        rows.append(CheckRow(NAME, f"{item}_drift", Status.WARN if met else Status.FAIL, "drift", seen,
+                             f"{majority} (majority)"))  # fmt: skip
+    elif pinned is None:
+        reason, expected = ("ok", f"{majority} (majority)") if majority is not None else ("recorded", None)
+        rows.append(CheckRow(NAME, item, Status.PASS, reason, seen, expected))
+    return rows
+
+
+def _gpu_rows(values: dict[int, str], key: str, pinned: str | None, cluster: ClusterView) -> list[CheckRow]:
+    one = _one(values)
+    if one is None:
+        seen = ", ".join(f"gpu{i} {v}" for i, v in sorted(values.items()))
+        return [CheckRow(NAME, key, Status.WARN, "differs_between_gpus", seen, "one version on every GPU")]
+    return _judged(key, key, one, pinned, cluster)
+
+
+def evaluate(model: Firmware, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
+    if model.failure:
+        return [CheckRow(NAME, "nvidia-smi", Status.SKIP, "nvidia_smi_failed", model.failure, None)]
+    if model.error:
+        return [error_row(NAME, "unparsable_output", model.error, model.raw)]
+    pins = profile.firmware
+    rows = _gpu_rows(model.vbios, "vbios", pins.vbios if pins else None, cluster)
+    rows += _gpu_rows(model.inforom, "inforom", pins.inforom if pins else None, cluster)
+    for kind, hcas in sorted(_hca_types(model).items()):
+        versions = sorted({h.fw_ver for h in hcas})
+        if len(versions) > 1:
+            seen = ", ".join(f"{h.name} {h.fw_ver}" for h in hcas)
+            rows.append(CheckRow(NAME, f"hca_fw:{kind}", Status.WARN, "differs_between_hcas", seen, "one version"))
+            continue
+        rows += _judged(f"hca_fw:{kind}", f"hca_fw:{kind}", versions[0], pins.hca_fw if pins else None, cluster)
+    if model.ofed is not None or (pins and pins.ofed):
+        rows += _judged("ofed", "ofed", model.ofed or "none", pins.ofed if pins else None, cluster)
+    return rows
+
+
+CHECK = Check(
+    name=NAME,
+    command=COMMAND,
+    parse=parse,
+    evaluate=evaluate,
+    reasons=REASONS,
+    cluster_values=cluster_values,
+    expectations=(Expectation("firmware", "preflight", NAME, always),),
+)
