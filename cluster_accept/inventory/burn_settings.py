@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MIN_SAMPLES = 8  # fewer samples than this over a burn cannot tell its first part from its last
 # The limits that judge the sustained load (not the silent-data check or DCGM, which run without it).
 LOAD_LIMITS = ("throughput_drop_max_pct", "clock_drop_max_pct", "temp_spread_max_c", "temp_above_median_max_c")
-# The thermal gate's defaults (calibrated on lent machines: bench/results/): the spread between a node's GPUs under
-# sustained load, and one GPU's distance above its node's median.
+# The thermal gate's defaults: the spread between a node's GPUs under sustained load, and one GPU's distance above
+# its node's median (4 x H100 under a 3-minute burn spread 8 °C, none more than 3 °C above their median:
+# bench/results/h100x4-hgx/).
 TEMP_SPREAD_MAX_C = 10.0
 TEMP_ABOVE_MEDIAN_MAX_C = 6.0
 
