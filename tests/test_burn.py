@@ -283,3 +283,16 @@ def test_one_gpu_has_no_spread_and_the_rows_reach_the_probe():
     rows = {(r.item, r.reason): r for r in burn.inspect(burn.parse(run_text(records)), Profile(burn=SETTINGS))}
     assert rows[("gpu2", "runs_hot")].gpu == 2 and rows[("gpu2", "runs_hot")].status is Status.FAIL
     assert rows[("thermal", "thermal_spread")].gpu is None
+
+
+def test_a_gpu_whose_pcie_link_ran_below_its_maximum_under_load_is_named():
+    s = samples(4, 120)
+    s["pcie_gen"], s["pcie_gen_max"], s["pcie_width"], s["pcie_width_max"] = 5.0, 5.0, 16.0, 16.0
+    s.loc[(s.gpu == 3) & (s.t_s > 30), "pcie_gen"] = 3.0  # trained down to Gen3 under load
+    found = judged(windows(4, 120), s)
+    assert sorted(k for k in found if k[1] != "sustained") == [(3, "pcie_downtrained")]
+    row = found[(3, "pcie_downtrained")]
+    assert (row.observed, row.expected) == ("PCIe Gen3 x16 under load", "Gen5 x16 (its maximum)")
+    assert burn.REASONS["pcie_downtrained"].action.value == "reseat cable"
+    unknown = samples(4, 120)  # an older burn output without the link: nothing judged, nothing invented
+    assert not [k for k in judged(windows(4, 120), unknown) if k[1] == "pcie_downtrained"]

@@ -112,3 +112,13 @@ def test_a_dead_driver_skips_and_truncated_output_is_an_error() -> None:
     assert [r[1:3] for r in _rows(firmware.parse(dead, 0))] == [("skip", "nvidia_smi_failed")]
     (row,) = firmware.evaluate(firmware.parse(f"0, 00000000:18:00.0, {VBIOS}", 0), Profile(), NO_CLUSTER)
     assert (row.status, row.reason) == (Status.ERROR, "unparsable_output")
+
+
+def test_nvidia_peermem_off_the_majority_is_drift_and_absent_says_nothing() -> None:
+    text = _model().raw.replace("### end\n", "### peermem\n580.95.05\n### end\n")
+    model = firmware.parse(text, 0)
+    assert model.peermem == "580.95.05" and firmware.cluster_values(model)["peermem"] == "580.95.05"
+    majority = ClusterView({"peermem": "580.159.04"}, 8)
+    assert ("peermem_drift", "fail", "drift", "580.95.05", "580.159.04 (majority)") in _rows(model, cluster=majority)
+    absent = firmware.parse(_model().raw.replace("### end\n", "### peermem\nnone\n### end\n"), 0)
+    assert absent.peermem is None and not [r for r in _rows(absent) if r[0].startswith("peermem")]

@@ -114,6 +114,10 @@ BURN = pa.schema(
         ("reasons", pa.string()),  # active clock event reasons, NVML's bitmask in hex
         ("ecc_corrected", pa.float64()),  # volatile totals
         ("ecc_uncorrected", pa.float64()),
+        ("pcie_gen", pa.float64()),  # the GPU's PCIe link under load: generation and width, current and maximum
+        ("pcie_gen_max", pa.float64()),
+        ("pcie_width", pa.float64()),
+        ("pcie_width_max", pa.float64()),
     ],
     metadata={"cluster_accept_schema": "burn", "version": SCHEMA_VERSION},
 )

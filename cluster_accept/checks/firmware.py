@@ -6,7 +6,9 @@ A node whose GPU firmware differs from its peers behaves differently under the s
 tables, ECC and NVLink handling change with the VBIOS); an HCA firmware off the majority is the usual cause of
 one node's links flapping or training slower. Field tools compare exactly these across a cluster (azNHC, imbue,
 GCM). GPUs of one node that disagree warn; drift from the majority fails, softened to a warning where the node
-meets a version the profile pins. ``nvidia_peermem`` is the infiniband check's (``infiniband.peermem``).
+meets a version the profile pins. ``nvidia_peermem``'s version (GPUDirect RDMA's bridge between the GPU and the
+NIC driver stacks) is compared with the majority; whether it must be loaded is the infiniband check's
+(``infiniband.peermem``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ COMMAND = (
     f'nvidia-smi --query-gpu={",".join(FIELDS)} --format=csv,noheader 2>&1; echo "### rc=$?"; '
     's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; echo "### hca"; for d in "$s"/class/infiniband/*; do [ -e "$d" ] || '
     'continue; echo "${d##*/}|$(cat "$d/fw_ver" 2>/dev/null)|$(cat "$d/hca_type" 2>/dev/null)|'
-    '$(cat "$d/board_id" 2>/dev/null)"; done; echo "### ofed"; ofed_info -s 2>/dev/null || echo none; echo "### end"'
+    '$(cat "$d/board_id" 2>/dev/null)"; done; echo "### ofed"; ofed_info -s 2>/dev/null || echo none; '
+    'echo "### peermem"; m="$s/module/nvidia_peermem"; if [ -r "$m/version" ]; then cat "$m/version"; '
+    'elif [ -d "$m" ]; then echo loaded; else echo none; fi; echo "### end"'
 )
 
 REASONS = declare(
@@ -65,6 +69,7 @@ class Firmware:
     inforom: dict[int, str] = field(default_factory=dict)
     hcas: list[Hca] = field(default_factory=list)
     ofed: str | None = None
+    peermem: str | None = None  # nvidia_peermem's version ('loaded' where it has none); None: not loaded
     failure: str = ""
     error: str | None = None
     raw: str = ""
@@ -98,11 +103,13 @@ def parse(stdout: str, exit_code: int | None = 0) -> Firmware:
         return Firmware(error="a GPU index that is no small number", raw=stdout)
     hcas = [Hca(*(line.split("|") + ["", "", ""])[:4]) for line in parts["hca"] if line.count("|") == 3]
     ofed = " ".join(line.strip() for line in parts["ofed"] if line.strip()) or None
+    peermem = " ".join(line.strip() for line in parts.get("peermem", []) if line.strip()) or None
     return Firmware(
         vbios={int(r["index"]): r["vbios_version"] for r in rows},  # small numbers, checked above
         inforom={int(r["index"]): r["inforom.img"] for r in rows},
         hcas=[Hca(h.name, h.fw_ver.strip(), h.hca_type.strip(), h.board_id.strip()) for h in hcas],
         ofed=None if ofed in (None, "none") else ofed,
+        peermem=None if peermem in (None, "none") else peermem,
         raw=stdout,
     )
 
@@ -129,6 +136,8 @@ def cluster_values(model: Firmware) -> dict[str, str]:
         values[f"hca_fw:{kind}"] = versions[0] if len(versions) == 1 else "mixed"
     if model.ofed:
         values["ofed"] = model.ofed
+    if model.peermem:
+        values["peermem"] = model.peermem
     return values
 
 
@@ -175,6 +184,8 @@ def evaluate(model: Firmware, profile: Profile, cluster: ClusterView) -> list[Ch
         rows += _judged(f"hca_fw:{kind}", f"hca_fw:{kind}", versions[0], pins.hca_fw if pins else None, cluster)
     if model.ofed is not None or (pins and pins.ofed):
         rows += _judged("ofed", "ofed", model.ofed or "none", pins.ofed if pins else None, cluster)
+    if model.peermem is not None:
+        rows += _judged("peermem", "peermem", model.peermem, None, cluster)
     return rows
 
 

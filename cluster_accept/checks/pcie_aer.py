@@ -5,9 +5,9 @@ maximum, under ``$CLUSTER_ACCEPT_SYSFS``.
 A fatal uncorrectable error took the link down (the GPU falls off the bus next); a non-fatal one lost a
 transaction; correctable errors (bad TLPs and DLLPs, replays) are a link degrading, and matter by how fast they
 grow: each severity's total is a counter compared with the node's previous run (``counter_grew``). A link
-narrower than its maximum is a reseat. The speed is recorded, not judged: an idle GPU trains its link down to
-save power, so the speed means something only under load. A node whose devices expose no AER files (a VM) is a
-skip with that reason.
+narrower than its maximum is a reseat. The speed is recorded, not judged here: an idle GPU trains its link down to
+save power, so the burn judges each GPU's link under load (``burn:pcie_downtrained``). A node whose devices
+expose no AER files (a VM) is a skip with that reason.
 """
 
 from __future__ import annotations

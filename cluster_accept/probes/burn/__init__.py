@@ -56,6 +56,13 @@ REASONS = declare(
     ),
     Reason("thermal_uniform", Status.PASS, "the node's GPUs ran within the allowed temperature spread", Action.NONE),
     Reason(
+        "pcie_downtrained",
+        Status.FAIL,
+        "under load the GPU's PCIe link ran below its maximum generation or width (an idle GPU trains down to "
+        "save power, a loaded one must not): reseat the GPU or its riser, check the slot",
+        Action.RESEAT_CABLE,
+    ),
+    Reason(
         "throughput_dropped",
         Status.FAIL,
         "its throughput in the burn's last part fell from its first part by more than the profile allows: a GPU "
@@ -117,7 +124,7 @@ REASONS = declare(
 )
 OTHER_REASONS = {"gpu": declare(BUSY)}
 _SAMPLE_COLUMNS = ["gpu", "t_s", "sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "reasons", "ecc_corrected",
-                   "ecc_uncorrected"]  # fmt: skip
+                   "ecc_uncorrected", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"]  # fmt: skip
 
 
 def run_info(output: ProbeOutput) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class GpuBurn:
     late_samples: int
     temp_max_c: float | None
     late_temp_c: float | None  # median temperature after the first part: the GPU under sustained load
+    pcie_link: tuple[float, float, float, float] | None  # under load (late medians): gen, its max, width, its max
     power_median_w: float | None
     ecc_corrected_grew: float
     ecc_uncorrected_grew: float
@@ -136,10 +137,22 @@ def _summary(
         late_samples=len(late),
         temp_max_c=max((float(t) for t in s.temp_c if t == t and t is not None), default=None) if not s.empty else None,
         late_temp_c=_median(late.temp_c) if not late.empty else None,
+        pcie_link=_link(late),
         power_median_w=_median(s.power_w) if not s.empty else None,
         ecc_corrected_grew=_grew(s, "ecc_corrected") if not s.empty else 0.0,
         ecc_uncorrected_grew=_grew(s, "ecc_uncorrected") if not s.empty else 0.0,
     )
+
+
+def _link(late: pd.DataFrame) -> tuple[float, float, float, float] | None:
+    """The PCIe link the GPU kept under load (late-part medians), None where nvidia-smi did not report it."""
+    columns = ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max")
+    if late.empty or not all(c in late for c in columns):
+        return None
+    gen, gen_max, width, width_max = (_median(late[c]) for c in columns)
+    if gen is None or gen_max is None or width is None or width_max is None:
+        return None
+    return gen, gen_max, width, width_max
 
 
 def _reference_clock(
@@ -203,6 +216,11 @@ def _findings(burn: GpuBurn, settings: BurnSettings) -> list[BurnFinding]:
     clock = _clock_finding(burn, settings)
     if clock is not None:
         found.append(clock)
+    link = burn.pcie_link
+    if link is not None and (link[0] < link[1] or link[2] < link[3]):
+        said = f"PCIe Gen{link[0]:g} x{link[2]:g} under load"
+        found.append(BurnFinding(burn.gpu, "pcie_downtrained", said, f"Gen{link[1]:g} x{link[3]:g} (its maximum)",
+                                 _conditions(burn)))  # fmt: skip
     if burn.ecc_uncorrected_grew:
         said = f"+{burn.ecc_uncorrected_grew:g} uncorrected ECC errors during the burn"
         found.append(

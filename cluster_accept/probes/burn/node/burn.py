@@ -35,9 +35,11 @@ from gpu_bench import ConditionSampler, emit  # shipped beside this script (prob
 
 SAMPLE_FIELDS = (
     "index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active,"
-    "ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total"
+    "ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,"
+    "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
 )
-SAMPLE_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "reasons", "ecc_corrected", "ecc_uncorrected")
+SAMPLE_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "reasons", "ecc_corrected", "ecc_uncorrected",
+               "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max")  # fmt: skip
 SDC_SEED = 20261123
 COPY_EVERY = 4  # one memory copy per this many GEMMs: HBM and SMs loaded together, as in training
 SAMPLER_RETRIES = 3
@@ -90,7 +92,7 @@ class SeriesSampler(ConditionSampler):
         t_s = round(time.monotonic() - self.started, 2)
         for line in text.splitlines():
             cells = [c.strip() for c in line.split(",")]
-            if len(cells) != 8 or not cells[0].isdigit() or int(cells[0]) not in self.visible:
+            if len(cells) != 1 + len(SAMPLE_KEYS) or not cells[0].isdigit() or int(cells[0]) not in self.visible:
                 continue
             values: dict[str, Any] = {k: number(v) for k, v in zip(SAMPLE_KEYS, cells[1:], strict=True)}
             values["reasons"] = cells[5] if cells[5].startswith("0x") else None
