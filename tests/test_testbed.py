@@ -24,7 +24,11 @@ PREFIX, SUBNET = "catb", "10.254.32.0/24"
 HOSTILE = "INIT,ENV  \"quoted\" 'single' back\\slash $HOME"
 PLAN = {
     "nodes": {
-        "node02": ["gpu_missing", {"persistence_disabled": {"gpu": 1}}, {"xid": {"code": 79, "gpu": 2}}],
+        "node02": [
+            "gpu_missing",
+            {"persistence_disabled": {"gpu": 1}},
+            {"xid": {"code": 79, "gpu": 2, "at_s": 1234.56789}},  # its stamp: seconds since boot, as dmesg prints it
+        ],
         "node03": ["down"],
         "node04": ["host_key_changed"],
         "node05": ["auth_refused"],
