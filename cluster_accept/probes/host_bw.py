@@ -43,5 +43,10 @@ PROBE = Probe(
     parse=parse,
     evaluate=evaluate,
     order=ORDER,
-    causes=(*gpu_state_causes(frozenset({NAME})), Link("pcie", frozenset({NAME}), SINGLE_NODE, same_gpu=True)),
+    causes=(
+        *gpu_state_causes(frozenset({NAME})),
+        Link("pcie", frozenset({NAME}), SINGLE_NODE, same_gpu=True),
+        # a link trained narrower, or one losing transactions (AER), moves less between host and GPU
+        Link("pcie_aer", frozenset({NAME}), SINGLE_NODE, frozenset({"width_degraded", "aer_fatal", "aer_nonfatal"})),
+    ),
 )
