@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, read_gpu_query, small_int
+from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, marked_sections, read_gpu_query, small_int
 from cluster_accept.inventory.model import Profile
 
 NAME = "firmware"
@@ -76,19 +76,13 @@ class Firmware:
 
 
 def _sections(stdout: str) -> dict[str, list[str]] | None:
+    """nvidia-smi's answer and its exit status (``smi``: [answer, status]), then the marked sections."""
     head, sep, rest = stdout.partition("### rc=")
-    if not sep or "\n### end" not in "\n" + rest:
+    if not sep:
         return None
     rc_text, _, rest = rest.partition("\n")
-    parts: dict[str, list[str]] = {"smi": [head, rc_text.strip()]}
-    current = None
-    for line in rest.splitlines():
-        if line.startswith("### "):
-            current = line[4:].strip()
-            parts[current] = []
-        elif current is not None:
-            parts[current].append(line)
-    return parts if {"hca", "ofed", "end"} <= set(parts) else None
+    parts = marked_sections(rest, frozenset({"hca", "ofed"}))
+    return None if parts is None else {"smi": [head, rc_text.strip()], **parts}
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> Firmware:

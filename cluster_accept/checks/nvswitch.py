@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.sections import marked_sections
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_quote
 
 NAME = "nvswitch"
 SERVICE = "nvidia-fabricmanager"
-_SECTIONS = ("switches", "service", "process", "fm_version", "driver", "fabric")
+_SECTIONS = frozenset({"switches", "service", "process", "fm_version", "driver", "fabric"})
 COMMAND = (
     's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; echo "### switches"; '
     'for d in "$s"/bus/pci/devices/*; do [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue; '
@@ -135,20 +136,6 @@ class Fabric:
     raw: str = ""
 
 
-def _sections(stdout: str) -> dict[str, list[str]] | None:
-    found: dict[str, list[str]] = {}
-    current: str | None = None
-    for line in stdout.splitlines():
-        if line.startswith("### "):
-            current = line[4:].strip()
-            if current == "end":
-                return found if set(_SECTIONS) <= set(found) else None
-            found[current] = []
-        elif current is not None:
-            found[current].append(line)
-    return None
-
-
 def _gpus(lines: list[str]) -> list[GpuFabric]:
     gpus: list[GpuFabric] = []
     bus: str | None = None
@@ -165,7 +152,7 @@ def _gpus(lines: list[str]) -> list[GpuFabric]:
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> Fabric:
-    parts = _sections(stdout)
+    parts = marked_sections(stdout, _SECTIONS)
     if parts is None:
         return Fabric(error="output truncated or without its sections", raw=stdout)
     service = dict(line.split("=", 1) for line in parts["service"] if "=" in line and not line.startswith("rc="))

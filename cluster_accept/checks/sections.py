@@ -272,3 +272,20 @@ class GpuQuery:
         back = {asked: name for name, asked in answered.items()}
         keyed = [{back[asked]: value for asked, value in row.items()} for row in rows]
         return QueryAnswer(keyed, failure, error, answered, missing, refused)
+
+
+def marked_sections(text: str, required: frozenset[str]) -> dict[str, list[str]] | None:
+    """``text`` cut at its ``### <name>`` lines into name -> the lines under it, up to ``### end``; None when the
+    output stops before ``### end`` (cut off) or lacks one of the ``required`` sections. Lines before the first
+    marker are not a section's."""
+    found: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("### "):
+            current = line[4:].strip()
+            if current == "end":
+                return found if required <= set(found) else None
+            found[current] = []
+        elif current is not None:
+            found[current].append(line)
+    return None
