@@ -122,3 +122,59 @@ def test_nvidia_peermem_off_the_majority_is_drift_and_absent_says_nothing() -> N
     assert ("peermem_drift", "fail", "drift", "580.95.05", "580.159.04 (majority)") in _rows(model, cluster=majority)
     absent = firmware.parse(_model().raw.replace("### end\n", "### peermem\nnone\n### end\n"), 0)
     assert absent.peermem is None and not [r for r in _rows(absent) if r[0].startswith("peermem")]
+
+
+def _mixed(versions: list[str], hca_fw: tuple[str, ...] = ("28.39.1002",)) -> firmware.Firmware:
+    """A node whose GPUs run ``versions`` (one a GPU, by index)."""
+    smi = "".join(f"{i}, 00000000:{0x18 + i:02X}:00.0, {v}, {INFOROM}\n" for i, v in enumerate(versions))
+    hcas = "".join(f"mlx5_{k}|{fw}|MT4129|MT_0000000838\n" for k, fw in enumerate(hca_fw))
+    return firmware.parse(f"{smi}### rc=0\n### hca\n{hcas}### ofed\nnone\n### end\n", 0)
+
+
+def test_gpus_on_several_versions_fail_a_pin_none_of_them_may_soften() -> None:
+    """Pinned VBIOS 96.00.A5.00.1A, GPUs on 96.00.61… x3 and 96.00.74… x1: the pin is missed by every GPU, and a
+    further disagreement among them does not turn that failure into a warning."""
+    node = _mixed(["96.00.61.00.01"] * 3 + ["96.00.74.00.0B"])
+    pinned = Profile.model_validate({"firmware": {"vbios": VBIOS}})
+    assert _rows(node, pinned)[0] == (
+        "vbios",
+        "fail",
+        "version_mismatch",
+        "gpu0 96.00.61.00.01, gpu1 96.00.61.00.01, gpu2 96.00.61.00.01, gpu3 96.00.74.00.0B",
+        VBIOS,
+    )
+    one_off = _mixed([VBIOS] * 3 + ["96.00.74.00.0B"])  # the pin met by three GPUs of four: not met
+    (row, *_) = firmware.evaluate(one_off, pinned, NO_CLUSTER)
+    assert (row.item, row.status, row.reason, row.observed, row.expected) == (
+        "vbios", Status.FAIL, "version_mismatch", "gpu3 96.00.74.00.0B", VBIOS)  # fmt: skip
+    assert row.detail == f"several versions on the node: gpu0 {VBIOS}, gpu1 {VBIOS}, gpu2 {VBIOS}, gpu3 96.00.74.00.0B"
+    assert _rows(_mixed([VBIOS] * 4), pinned)[0] == ("vbios", "pass", "ok", VBIOS, VBIOS)
+
+
+def test_gpus_on_several_versions_warn_without_a_pin_and_those_off_the_majority_fail() -> None:
+    node = _mixed([VBIOS] * 3 + ["96.00.74.00.0B"])
+    seen = f"gpu0 {VBIOS}, gpu1 {VBIOS}, gpu2 {VBIOS}, gpu3 96.00.74.00.0B"
+    assert _rows(node)[0] == ("vbios", "warn", "differs_between_gpus", seen, "one version on every GPU")
+    majority = ClusterView({"vbios": VBIOS}, 16)
+    assert _rows(node, cluster=majority)[:2] == [
+        ("vbios", "warn", "differs_between_gpus", seen, "one version on every GPU"),
+        ("vbios_drift", "fail", "drift", "gpu3 96.00.74.00.0B", f"{VBIOS} (majority)"),
+    ]
+    elsewhere = ClusterView({"vbios": "96.00.99.00.01"}, 16)  # the node's every GPU off the majority
+    assert _rows(node, cluster=elsewhere)[1] == ("vbios_drift", "fail", "drift", seen, "96.00.99.00.01 (majority)")
+
+
+def test_a_majority_of_mixed_nodes_is_no_version_to_drift_from() -> None:
+    mostly_mixed = ClusterView({"vbios": "mixed", "inforom": INFOROM}, 16)
+    assert _rows(_model(), cluster=mostly_mixed)[0] == ("vbios", "pass", "recorded", VBIOS, None)
+
+
+def test_hcas_of_one_type_on_several_versions_fail_a_pin_and_an_hca_pin_needs_an_hca() -> None:
+    pinned = Profile.model_validate({"firmware": {"hca_fw": "28.39.1002"}})
+    rows = _rows(_model(hca_fw=("28.39.1002", "28.35.2000", "28.39.1002")), pinned)
+    assert ("hca_fw:MT4129", "fail", "version_mismatch", "mlx5_1 28.35.2000", "28.39.1002") in rows
+    assert not [r for r in rows if r[0].startswith("hca_fw") and r[1] != "fail"]
+    majority = ClusterView({"hca_fw:MT4129": "28.39.1002"}, 16)
+    unpinned = _rows(_model(hca_fw=("28.39.1002", "28.35.2000")), cluster=majority)
+    assert ("hca_fw:MT4129_drift", "fail", "drift", "mlx5_1 28.35.2000", "28.39.1002 (majority)") in unpinned
+    assert ("hca_fw", "fail", "version_mismatch", "no HCA", "28.39.1002") in _rows(_model(hca_fw=()), pinned)

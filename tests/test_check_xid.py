@@ -108,22 +108,23 @@ def test_healthy_testbed_node_passes_with_zero_events(tmp_path: Path) -> None:
                                                                      "uptime_s": f"{model.uptime_s:.3f}"}  # fmt: skip
 
 
-def test_several_codes_one_row_each_benign_ones_warn() -> None:
+def test_several_codes_one_row_each_application_ones_fail_beside_a_hardware_xid() -> None:
     data = build_node("h200x4", [], {})
     faults = [Xid(code=79, gpu=1), Xid(code=43, gpu=2), Xid(code=79, gpu=0), Xid(code=48, gpu=3), Xid(code=45)]
     log = data.dmesg + "".join(xid_line(data, f, i) for i, f in enumerate(faults))
     model = xid.parse(framed("dmesg", log, 0) + "### done\n", 0)
     assert [e.code for e in model.events] == [79, 43, 79, 48, 45]
     assert rows_of(model) == [
-        ("xid_43", "warn", "xid_43", "1 event on PCI 0000:00:08", "0 XID events"),
-        ("xid_45", "warn", "xid_45", "1 event on PCI 0000:00:06", "0 XID events"),
+        ("xid_43", "fail", "xid_app_with_hardware", "1 event on PCI 0000:00:08", "0 XID events"),
+        ("xid_45", "fail", "xid_app_with_hardware", "1 event on PCI 0000:00:06", "0 XID events"),
         ("xid_48", "fail", "xid_48", "1 event on PCI 0000:00:09", "0 XID events"),
         ("xid_79", "fail", "xid_79", "2 events on PCI 0000:00:06, 0000:00:07", "0 XID events"),
     ]
     details = [r.detail.splitlines()[0] for r in xid.evaluate(model, PROFILE, NO_CLUSTER)]
+    with_hardware = "with XID 48, XID 79 in the last 24 h: not the application's alone"
     assert details == [
-        "XID 43: GPU stopped processing (commonly follows a killed job); since boot, from dmesg",
-        "XID 45: preemptive cleanup (commonly follows a killed job); since boot, from dmesg",
+        f"XID 43: GPU stopped processing (commonly follows a killed job); since boot, from dmesg; {with_hardware}",
+        f"XID 45: preemptive cleanup (commonly follows a killed job); since boot, from dmesg; {with_hardware}",
         "XID 48: double-bit ECC error; since boot, from dmesg",
         "XID 79: GPU has fallen off the bus; since boot, from dmesg",
     ]
@@ -198,12 +199,29 @@ def test_xid_lines_beyond_the_cap_are_counted(tmp_path: Path) -> None:
     assert (len(model.events), model.xid_lines, model.reads[0].lines) == (1000, 1500, 1508)
     rows = xid.evaluate(model, PROFILE, NO_CLUSTER)
     assert [(r.item, r.status, r.observed) for r in rows] == [
-        ("xid_13", Status.FAIL, "1000 events on PCI 0000:00:06, 0000:00:07, 0000:00:08, 0000:00:09")
+        ("xid_13", Status.WARN, "1000 events on PCI 0000:00:06, 0000:00:07, 0000:00:08, 0000:00:09")
     ]
     assert rows[0].detail.startswith(
         "XID 13: graphics engine exception (usually the application's fault); since boot, from dmesg (1500 Xid lines "
-        "in the log, the first 1000 read)\n"
+        "in the log, the last 1000 read); the application's unless it repeats: bursts in the last 24 h: "
+        "1 on PCI 0000:00:06, 1 on PCI 0000:00:07, 1 on PCI 0000:00:08, 1 on PCI 0000:00:09 (at most 5)\n"
     )
+
+
+@pytest.mark.integration
+def test_a_hardware_xid_after_a_log_full_of_one_jobs_xids_is_read(tmp_path: Path) -> None:
+    """The node keeps the newest Xid lines past its cap: a job's thousands of XID 13 lines must not hide the XID 79
+    logged after them (the events new since the previous run are the last ones)."""
+    data = build_node("h200x4", [], {})
+    faults = [Xid(code=13, gpu=0)] * 1500 + [Xid(code=79, gpu=1)]
+    log = data.dmesg + "".join(xid_line(data, fault, i) for i, fault in enumerate(faults))
+    fake_tool(tmp_path, "dmesg", log)
+    model = xid.parse(*run_command(tmp_path))
+    assert (len(model.events), model.xid_lines, model.events[-1].code) == (1000, 1501, 79)
+    assert [(r.item, r.status, r.reason) for r in xid.evaluate(model, PROFILE, NO_CLUSTER)] == [
+        ("xid_13", Status.FAIL, "xid_app_with_hardware"),
+        ("xid_79", Status.FAIL, "xid_79"),
+    ]
 
 
 def test_xid_line_without_a_code_is_not_ignored() -> None:
@@ -342,3 +360,99 @@ def test_xid_154_takes_the_recovery_action_its_line_names() -> None:
 def test_an_unreadable_log_keeps_no_marks() -> None:
     stdout = f"### boot={BOOT}\n### uptime=12.0\n" + framed("dmesg", DENIED, 1) + framed("journalctl", "x\n", 1)
     assert xid.marks(xid.parse(stdout + "### done\n", 0)) == {}
+
+
+def _xid_13(at_s: float, pid: int = 4242, pci: str = "0000:18:00") -> str:
+    """An XID 13 line as the driver logs it for a job's faulty kernel (one line per exception)."""
+    return (
+        f"[{at_s:12.6f}] NVRM: Xid (PCI:{pci}): 13, pid={pid}, name=python3, Graphics SM Warp Exception on "
+        "(GPC 0, TPC 0, SM 0): Out Of Range Address\n"
+    )
+
+
+XID_79_LINE = "[ 1234.500000] NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=swapper/0, GPU has fallen off the bus.\n"
+
+
+def test_an_application_xid_warns_on_its_own_and_is_judged_once() -> None:
+    """NVIDIA's catalogue: XID 13 is usually the application's fault; one user's job must not drain the node."""
+    model = _log(_xid_13(2000.5))
+    assert rows_of(model) == [("xid_13", "warn", "xid_13", "1 event on PCI 0000:18:00", "0 XID events")]
+    (row,) = xid.evaluate(model, PROFILE, NO_CLUSTER)
+    assert row.detail.splitlines()[0] == (
+        "XID 13: graphics engine exception (usually the application's fault); since boot, from dmesg; the "
+        "application's unless it repeats: bursts in the last 24 h: 1 on PCI 0000:18:00 (at most 5)"
+    )
+    again = xid.since(_log(_xid_13(2000.5)), xid.marks(model))  # the next read, its marks kept: judged once
+    assert rows_of(again) == [
+        ("kernel_log", "pass", "ok", "0 XID events", "0 XID events"),
+        ("xid_13", "pass", "seen_before", "1 event, the last at 2000 s after boot", "none new since the previous run"),
+    ]
+
+
+def test_application_xids_fail_when_one_gpu_repeats_them_in_more_bursts_than_the_profile_allows() -> None:
+    one_job = "".join(_xid_13(1000.0 + rank * 0.1, pid=100 + rank) for rank in range(8))  # 8 ranks: one burst
+    assert rows_of(_log(one_job))[0][1:3] == ("warn", "xid_13")
+    six_jobs = "".join(_xid_13(1000.0 + 100 * k, pid=100 + k) for k in range(6))  # 100 s apart: six bursts
+    rows = xid.evaluate(_log(six_jobs), PROFILE, NO_CLUSTER)
+    assert [(r.item, r.status, r.reason) for r in rows] == [("xid_13", Status.FAIL, "xid_app_repeated")]
+    assert "; bursts in the last 24 h: 6 on PCI 0000:18:00, more than thresholds.app_xid_max (5)\n" in rows[0].detail
+    assert xid.REASONS["xid_app_repeated"].action == Action.RESET_GPU
+
+    looser = Profile.model_validate({"thresholds": {"app_xid_max": 6}})
+    assert [r.reason for r in xid.evaluate(_log(six_jobs), looser, NO_CLUSTER)] == ["xid_13"]
+    shorter = Profile.model_validate({"thresholds": {"app_xid_window_h": 0.5}})  # from 1200.25 s: 3 bursts
+    assert [r.reason for r in xid.evaluate(_log(six_jobs), shorter, NO_CLUSTER)] == ["xid_13"]
+    two_gpus = "".join(_xid_13(1000.0 + 100 * k, pci=("0000:18:00", "0000:19:00")[k % 2]) for k in range(6))
+    assert [r.reason for r in xid.evaluate(_log(two_gpus), PROFILE, NO_CLUSTER)] == ["xid_13"]  # 3 bursts each
+
+    killed = six_jobs.replace("): 13, ", "): 45, ")  # XID 45: logged for every job killed with work on the GPU
+    (row,) = xid.evaluate(_log(killed), PROFILE, NO_CLUSTER)
+    assert (row.reason, row.detail.splitlines()[0].split("dmesg; ")[1]) == (
+        "xid_45",
+        "logged for every job killed with work on the GPU: not counted as a repeat",
+    )
+
+    judged = xid.since(_log(six_jobs), {"boot_id": BOOT, "uptime_s": "1450.0"})  # five judged, the sixth is new
+    assert [r[1:3] for r in rows_of(judged)] == [("fail", "xid_app_repeated"), ("pass", "seen_before")]
+
+
+def test_an_application_xid_fails_in_the_window_of_a_hardware_xid_even_one_seen_before() -> None:
+    dbe = "[ 1500.000000] NVRM: Xid (PCI:0000:19:00): 48, pid=7, name=python3, DBE\n"
+    model = xid.since(_log(dbe + _xid_13(2900.0)), {"boot_id": BOOT, "uptime_s": "2000.0"})
+    assert rows_of(model) == [
+        ("xid_13", "fail", "xid_app_with_hardware", "1 event on PCI 0000:18:00", "0 XID events"),
+        ("xid_48", "pass", "seen_before", "1 event, the last at 1500 s after boot", "none new since the previous run"),
+    ]
+    assert "; with XID 48 in the last 24 h: not the application's alone\n" in xid.evaluate(
+        model, PROFILE, NO_CLUSTER)[0].detail  # fmt: skip
+    shorter = Profile.model_validate({"thresholds": {"app_xid_window_h": 0.25}})  # from 2100.25 s: the DBE is older
+    assert xid.evaluate(model, shorter, NO_CLUSTER)[0].reason == "xid_13"
+    assert rows_of(_log(SXID_FATAL_LINES + _xid_13(2900.0)))[0][:3] == ("xid_13", "fail", "xid_app_with_hardware")
+    assert rows_of(_log(SXID_NONFATAL_LINE + _xid_13(2900.0)))[0][:3] == ("xid_13", "warn", "xid_13")
+
+
+@pytest.mark.parametrize(
+    ("uptime", "header", "problem"),
+    [
+        ("inf", "3000.25", "uptime_s='inf' is impossible"),
+        ("nan", "3000.25", "uptime_s='nan' is impossible"),
+        ("1e999", "3000.25", "uptime_s='1e999' is impossible"),
+        ("-1.5", "3000.25", "uptime_s='-1.5' is impossible"),
+        ("3000.3", "3000.25", "uptime_s='3000.3' is after this reading (3000.250): from the future"),
+        ("1e12", "3000.25", "uptime_s='1e12' is after this reading (3000.250): from the future"),
+        ("12 s", "3000.25", "uptime_s='12 s' is not a number"),
+        ("2000", "", "uptime_s='2000' cannot be checked: this reading has no uptime_s of its own"),
+    ],
+)
+def test_an_impossible_or_future_mark_is_named_and_never_passes_an_event(
+    uptime: str, header: str, problem: str
+) -> None:
+    model = xid.since(_log(XID_79_LINE, uptime=header), {"boot_id": BOOT, "uptime_s": uptime})
+    assert model.earlier == [] and model.since_s is None
+    assert rows_of(model) == [
+        ("xid_79", "fail", "xid_79", "1 event on PCI 0000:18:00", "0 XID events"),
+        ("mark", "warn", "mark_impossible", problem, "a read of this boot at or before this read's uptime"),
+    ]
+    assert xid.evaluate(model, PROFILE, NO_CLUSTER)[0].detail.startswith(
+        "XID 79: GPU has fallen off the bus; since boot"
+    )

@@ -48,6 +48,8 @@ NOT_EXPECTATIONS = {
     "thresholds.straggler_pct",
     "thresholds.relative_verdict",
     "thresholds.link_flap_clear_h",  # how long a flapped port stays failed: the ib_counters rows say it
+    "thresholds.app_xid_max",  # when the application's XIDs fail the node: the xid rows say it
+    "thresholds.app_xid_window_h",
     "base",  # resolved into the profile's own keys when loaded (auto: in preflight, with a profile:auto row)
     "fabric",  # resolved into the profile's own keys (named: when loaded; auto: in preflight, with profile:fabric)
     "nccl_harmful",  # site rules: judged by the 'harmful NCCL settings' expectation, stated for every profile

@@ -65,7 +65,7 @@ def test_one_of_four_is_drained_and_resumes_go_ahead_when_drains_are_held() -> N
 
     many = _verdicts({f"n{i}": (Verdict.REJECTED, ["nvlink:inactive"]) for i in (1, 2)}, 2)
     slurm = _slurm(many, drained=("ok00",))
-    held = held_back(plan(many, slurm, "r1", True, True), many, DrainLimits())
+    held = held_back(plan(many, slurm, "r1", True, True, judged={"ok00": {"nvlink"}}), many, DrainLimits())
     assert [(a.node, a.action) for a in held.actions] == [("ok00", "resume")]
     assert held.breaker is not None and [n for n, _ in held.breaker.held] == ["n1", "n2"]
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cluster_accept.inventory.threshold_needs import NEEDS_CUDA
+from cluster_accept.inventory.threshold_needs import GPU_DATASHEET_FLOORS, NEEDS_CUDA
 from cluster_accept.testbed import bed as testbed
 from tests.processes import only_run, run_cli, run_verdicts
 
@@ -28,7 +28,8 @@ def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
     profile["base"] = "auto"
     profile["probes"].pop("rails")
     profile["probes"]["expected_transport"].pop("inter_node")
-    profile["thresholds"] = {"straggler_pct": 90, "relative_verdict": "warn", **dict.fromkeys(NEEDS_CUDA)}
+    floors = dict.fromkeys(sorted({*NEEDS_CUDA, *GPU_DATASHEET_FLOORS}))  # none measured by gloo on CPU
+    profile["thresholds"] = {"straggler_pct": 90, "relative_verdict": "warn", **floors}
     path.write_text(yaml.safe_dump(data))
     return path
 

@@ -72,6 +72,18 @@ def test_min_driver_version_and_named_profile_file(tmp_path: Path) -> None:
     assert inv.nodes[0].profile.driver_version == MinVersion(min="570.0")
 
 
+@pytest.mark.parametrize("minimum", ["latest", "", "r580", "580.x"])
+def test_a_min_driver_version_of_other_than_numbers_is_refused(tmp_path: Path, minimum: str) -> None:
+    """A minimum is compared number by number: one with no number in it ('latest') would be met by every driver
+    installed, and one with letters is read as the numbers alone; both are refused when the inventory loads."""
+    profile = f"{{driver_version: {{min: '{minimum}'}}}}"
+    inv_path = tmp_path / "inv.yaml"
+    inv_path.write_text(f"cluster: c\ndefaults: {{profile: p}}\nnodes: [{{hosts: n1}}]\nprofiles:\n  p: {profile}\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(inv_path)
+    assert any("driver_version" in problem and "min" in problem for problem in info.value.problems), info.value
+
+
 def test_hostlists_expand_and_fold() -> None:
     assert expand("node[001-003,009]") == ["node001", "node002", "node003", "node009"]
     assert fold(["node001", "node002", "node003", "node010"]) == "node[001-003,010]"

@@ -84,14 +84,15 @@ def test_thresholds_a_builtin_base_brings_to_cpu_probes_are_refused_saying_where
     problem = only_problem(inventory(tmp_path, "{base: h100-sxm, probes: {device: cpu}}"))
     assert problem.startswith(
         "profiles.p: profile 'p': thresholds gemm_bf16_tflops_min, gemm_fp16_tflops_min, gemm_tf32_tflops_min, "
-        "gemm_fp8_tflops_min, hbm_copy_gbps_min (from base h100-sxm; write them as null under thresholds to leave "
-        f"them out) cannot be measured: {CPU_WHY}"
+        "gemm_fp8_tflops_min, hbm_copy_gbps_min, allreduce_intra_busbw_gbps_min (from base h100-sxm; write them as "
+        f"null under thresholds to leave them out) cannot be measured: {CPU_WHY}"
     )
     nulls = ", ".join(f"{key}: null" for key in ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8"))
     nulls = nulls.replace(": null", "_tflops_min: null") + ", hbm_copy_gbps_min: null"
+    nulls += ", allreduce_intra_busbw_gbps_min: null"
     kept = load_inventory(inventory(tmp_path, f"{{base: h100-sxm, probes: {{device: cpu}}, thresholds: {{{nulls}}}}}"))
     profile = kept.nodes[0].profile
-    assert profile.thresholds.gemm_bf16_tflops_min is None and profile.thresholds.allreduce_intra_busbw_gbps_min == 287
+    assert profile.thresholds.gemm_bf16_tflops_min is None and profile.thresholds.allreduce_intra_busbw_gbps_min is None
     assert profile.gpu is not None and profile.gpu.model == "NVIDIA H100 80GB HBM3"  # the rest of the base stays
 
 
@@ -101,8 +102,8 @@ def test_an_auto_profile_is_checked_over_every_builtin_profile_it_may_pick(tmp_p
     cpu.write_text(f"{head}profiles:\n  auto: {{probes: {{device: cpu}}}}\n")
     assert only_problem(cpu).startswith(
         "profiles.auto: profile 'auto': thresholds gemm_bf16_tflops_min, gemm_fp16_tflops_min, gemm_tf32_tflops_min, "
-        "gemm_fp8_tflops_min, hbm_copy_gbps_min (from the built-in profile auto picks; write them as null under "
-        f"thresholds to leave them out) cannot be measured: {CPU_WHY}"
+        "gemm_fp8_tflops_min, hbm_copy_gbps_min, allreduce_intra_busbw_gbps_min (from the built-in profile auto "
+        f"picks; write them as null under thresholds to leave them out) cannot be measured: {CPU_WHY}"
     )
     one_gpu = tmp_path / "one.yaml"
     one_gpu.write_text(f"{head}profiles:\n  auto: {{gpu: {{count: 1}}}}\n")

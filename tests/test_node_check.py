@@ -3,20 +3,23 @@ prints one line as Slurm's reason field takes it and exits with its verdict; no 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
-from cluster_accept.flows.node_check import NodeCheck, slurm_reason, this_node
+from cluster_accept.flows.node_check import NodeCheck, SlurmOps, slurm_actions, slurm_reason, this_node
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.remote.session import LocalSession
-from tests.processes import run_cli
+from tests.processes import ROOT, cli_env, run_cli
 
 INVENTORY = """cluster: c
 defaults: {profile: p}
@@ -109,7 +112,8 @@ def test_check_local_on_this_machine_prints_the_line_and_exits_with_the_verdict(
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(LOCAL)
     prom = tmp_path / "textfile" / "ca.prom"
-    done = run_cli("check", "--local", "--inventory", str(inventory), "--prometheus", str(prom), timeout=120)
+    state = ["--state-dir", str(tmp_path / "state")]  # not this machine's /var/lib/cluster-accept
+    done = run_cli("check", "--local", "--inventory", str(inventory), "--prometheus", str(prom), *state, timeout=120)
     if Path("/usr/bin/nvidia-smi").exists():
         pytest.skip("this machine has a GPU: its verdict is its own")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -131,7 +135,8 @@ def test_check_local_starts_neither_prefect_nor_ssh_nor_loads_frames(tmp_path: P
     inventory.write_text(LOCAL)
     script = (
         "import sys\n"
-        f"sys.argv = ['cluster-accept', 'check', '--local', '--inventory', {str(inventory)!r}]\n"
+        f"sys.argv = ['cluster-accept', 'check', '--local', '--inventory', {str(inventory)!r}, "
+        f"'--state-dir', {str(tmp_path / 'state')!r}]\n"
         "from cluster_accept.flows.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = ('prefect', 'paramiko', 'fabric', 'pandas', 'numpy', 'pyarrow')\n"
@@ -148,3 +153,81 @@ def test_the_node_check_judges_with_the_links_the_stages_declare() -> None:
     from cluster_accept.tasks.stages import declared_links
 
     assert preflight_links() == declared_links()
+
+
+def _node_check(rows: list[NodeRow]) -> NodeCheck:
+    return NodeCheck("here", rows, VerdictRow("check-here-1", "c", "here", "p", Verdict.ACCEPTED))
+
+
+@pytest.mark.integration
+def test_the_nodes_own_check_does_not_resume_a_drain_for_an_xid_it_passed_as_seen_before(tmp_path: Path) -> None:
+    scontrol = tmp_path / "scontrol"
+    shown = {"nodes": [{"name": "here", "state": ["IDLE", "DRAIN"], "reason": "cluster-accept: xid:xid_79 (run r1)"}]}
+    scontrol.write_text(f"#!/bin/sh\necho '{json.dumps(shown)}'\n")
+    scontrol.chmod(0o755)
+    ops = SlurmOps(resume_passing=True, scontrol=str(scontrol))
+    seen = NodeRow("check-here-1", "c", "preflight", "here", "xid", "xid_79", Status.PASS, "seen_before")
+    gpus = NodeRow("check-here-1", "c", "preflight", "here", "gpu_count", "gpus", Status.PASS, "ok")
+    planned = slurm_actions(_node_check([seen, gpus]), "here", ops)
+    assert (planned.actions, planned.kept) == ([], [("here", "drained for xid:xid_79, which this run did not check")])
+    clean = NodeRow("check-here-1", "c", "preflight", "here", "xid", "kernel_log", Status.PASS, "ok")
+    assert [a.action for a in slurm_actions(_node_check([clean, gpus]), "here", ops).actions] == ["resume"]
+
+
+def _uptime_s() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def _plant(node: Path, code: int, at_s: float, gpu_pci: str, message: str) -> None:
+    """A line of the driver's in the test-bed node's kernel log (what its dmesg stand-in prints)."""
+    line = f"[{at_s:12.6f}] NVRM: Xid (PCI:{gpu_pci}): {code}, pid=4242, name=python3, {message}\n"
+    with (node / "data" / "dmesg.txt").open("a", encoding="utf-8") as log:
+        log.write(line)
+
+
+@pytest.mark.integration
+def test_check_local_judges_an_application_xid_once_and_still_fails_a_hardware_one(tmp_path: Path) -> None:
+    """What a prolog sees before each job: XID 13 (a user's faulty kernel) warns in the first check, the next
+    checks pass without judging it again, and an XID 79 logged after them fails the node."""
+    if Path("/usr/bin/nvidia-smi").exists():
+        pytest.skip("this machine has a GPU: its verdict is its own")
+    from cluster_accept.testbed.nodedata import build_node, write_node_data
+    from cluster_accept.testbed.profile import base_profile, testbed_nccl_env
+    from cluster_accept.testbed.standins import write_standins
+
+    node = tmp_path / "node"
+    write_node_data(build_node("h200x4", [], testbed_nccl_env(0)), node / "data", seed="n")
+    write_standins(node / "bin", node / "data")
+    inventory = tmp_path / "inventory.yaml"
+    nodes = [{"hosts": "here", "address": "local"}]
+    profiles = {"p": base_profile("h200x4")}
+    inventory.write_text(
+        yaml.safe_dump({"cluster": "c", "defaults": {"profile": "p"}, "nodes": nodes, "profiles": profiles})
+    )
+    env = {**(cli_env() or os.environ), **testbed_nccl_env(0), "CLUSTER_ACCEPT_STATE_DIR": str(tmp_path / "state")}
+    env["PATH"] = f"{node / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+
+    def check(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "cluster_accept.flows.cli", "check", "--local", "--inventory", str(inventory)]
+        return subprocess.run([*argv, *extra], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+
+    _plant(node, 13, _uptime_s() - 50, "0000:00:06", "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0)")
+    first = check()
+    line = first.stdout.strip()
+    assert (first.returncode, line.startswith("cluster-accept: ok (warn: ")) == (0, True), first.stdout + first.stderr
+    assert "xid:xid_13" in line
+    for _ in range(3):
+        again = check()
+        assert (again.returncode, "xid" in again.stdout) == (0, False), again.stdout + again.stderr
+    assert json.loads((tmp_path / "state" / "marks-here.json").read_text())["checks"]["xid"]["boot_id"]
+
+    _plant(node, 79, _uptime_s(), "0000:00:07", "GPU has fallen off the bus.")
+    failed = check()
+    assert (failed.returncode, failed.stdout.strip()) == (1, "cluster-accept: xid:xid_79"), failed.stderr
+    assert check().returncode == 0  # judged once, as a run judges it (a drain for it stays: see above)
+
+    (tmp_path / "state" / "marks-here.json").write_text("null")  # a broken file: named, every event new again
+    broken = check("--state-dir", str(tmp_path / "state"))
+    assert broken.returncode == 1 and broken.stdout.strip().startswith("cluster-accept: xid:xid_79")
+    assert f"check: marks file {tmp_path / 'state' / 'marks-here.json'} holds no marks" in broken.stderr
+    assert check("--state-dir", str(tmp_path / "state")).returncode == 0  # healed

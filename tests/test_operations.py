@@ -18,6 +18,7 @@ from cluster_accept.inventory.model import Thresholds
 from cluster_accept.ops.after_run import Operations, warnings_by_node
 from cluster_accept.ops.slurm import (
     REASON_PREFIX,
+    SSH_CHECK,
     SlurmNode,
     SlurmPlan,
     drain_codes,
@@ -121,7 +122,8 @@ def test_parse_show_nodes_reads_state_and_reason() -> None:
 def test_plan_drains_bad_nodes_and_resumes_only_what_we_drained() -> None:
     nodes = parse_show_nodes(SHOW)
     verdicts = VERDICTS + [verdict("n5", Verdict.ACCEPTED)]
-    planned = plan(verdicts, nodes, "r9", drain=True, resume_passing=True, scontrol="/usr/bin/scontrol")
+    judged = {"n4": {"gemm"}}  # what this run tested again on n4, drained for gemm:straggler
+    planned = plan(verdicts, nodes, "r9", drain=True, resume_passing=True, scontrol="/usr/bin/scontrol", judged=judged)
     actions = planned.actions
     assert [(a.node, a.action, a.command) for a in actions] == [
         (
@@ -142,7 +144,7 @@ def test_plan_tells_slurm_its_own_node_names() -> None:
     shown = parse_show_nodes("NodeName=gpu-n2 State=IDLE\nNodeName=gpu-n4 State=IDLE+DRAIN Reason=cluster-accept: x\n")
     verdicts = [verdict("n2", Verdict.REJECTED, ["gpu_count:count_low"]), verdict("n4", Verdict.ACCEPTED)]
     names = {"n2": "gpu-n2", "n4": "gpu-n4"}
-    planned = plan(verdicts, shown, "r1", drain=True, resume_passing=True, names=names)
+    planned = plan(verdicts, shown, "r1", drain=True, resume_passing=True, names=names, judged={"n4": {"x"}})
     assert [(a.node, a.slurm_node, a.argv[2], a.action) for a in planned.actions] == [
         ("n2", "gpu-n2", "nodename=gpu-n2", "drain"),
         ("n4", "gpu-n4", "nodename=gpu-n4", "resume"),
@@ -153,14 +155,14 @@ def test_plan_tells_slurm_its_own_node_names() -> None:
 
 def test_a_node_drained_for_what_this_run_did_not_check_stays_drained() -> None:
     """A preflight-only run (Slurm's health check) passes a node drained for its all-reduce: it stays drained;
-    a node drained for a preflight finding that passes now is resumed."""
+    a node drained for a preflight finding and SSH that passes now, reached over SSH, is resumed."""
     shown = parse_show_nodes(
         "NodeName=n1 State=IDLE+DRAIN Reason=cluster-accept: allreduce:below_min, gpu_count:count_low (run r1)\n"
         "NodeName=n2 State=IDLE+DRAIN Reason=cluster-accept: gpu_count:count_low, ssh:refused (run r1)\n"
         "NodeName=n3 State=IDLE+DRAIN Reason=cluster-accept: a:b, c:d, e:f...\n"
     )
     verdicts = [verdict(n, Verdict.ACCEPTED) for n in ("n1", "n2", "n3")]
-    judged = {n: {"gpu_count", "driver"} for n in ("n1", "n2", "n3")}
+    judged = {n: {"gpu_count", "driver", SSH_CHECK} for n in ("n1", "n2", "n3")}
     planned = plan(verdicts, shown, "r2", drain=True, resume_passing=True, judged=judged)
     assert [(a.node, a.action) for a in planned.actions] == [("n2", "resume")]
     assert planned.kept == [
@@ -292,7 +294,8 @@ def test_counters_that_grew_since_the_previous_run_are_flagged() -> None:
         "counter_grew",
     )
     assert (row.observed, row.expected) == ("25", "<= 10") and "went from 10 to 25" in row.detail
-    assert counter_growth({"n1": {"nvlink.counter:x": "3"}}, {"n1": {"nvlink.counter:x": "9"}}) == []  # a reset
+    ((_, reset),) = counter_growth({"n1": {"nvlink.counter:x": "3"}}, {"n1": {"nvlink.counter:x": "9"}})
+    assert (reset.status, reset.reason) == (Status.WARN, "counter_reset")  # cleared: cannot tell, never "no growth"
 
 
 def test_suites_choose_stages_and_probe_length() -> None:

@@ -108,3 +108,90 @@ def test_a_failed_cuda_start_is_never_kept(tmp_path: Path) -> None:
         (cuda,) = [r for r in probe_python.evaluate(model, CUDA, NOBODY) if r.item == "cuda"]
         assert (cuda.status, cuda.reason) == (Status.FAIL, "cuda_unavailable")
     assert not cache.exists() and (tmp_path / "imports").read_text() == "xx"
+
+
+def _rows(env: dict[str, str]) -> list[tuple[str, Status, str]]:
+    done = subprocess.run(["sh", "-c", probe_python.command_for(CUDA)], env=env, capture_output=True, text=True)
+    model = probe_python.parse(done.stdout, done.returncode)
+    return [(r.item, r.status, r.reason) for r in probe_python.evaluate(model, CUDA, NOBODY)]
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "null",
+        "[]",
+        '"probe"',
+        "{}",
+        "{not json",
+        "KEPT without answer",
+        "KEPT with cuda_devices '99'",
+        "KEPT with cuda_available 1",
+        "KEPT with an extra key",
+    ],
+)
+def test_a_kept_answer_of_another_shape_is_replaced_never_trusted(tmp_path: Path, planted: str) -> None:
+    """A file of the checking user, but not of the shape written (cut, edited, another version's): torch is
+    imported afresh, the node passes, and the file is replaced by the fresh answer, taken from then on."""
+    env = _stand_ins(tmp_path)
+    cache = tmp_path / "state" / "probe-import.json"
+    kept = {**env, probe_python.IMPORT_CACHE_ENV: str(cache)}
+    _check(kept)
+    good = json.loads(cache.read_text())
+    if planted.startswith("KEPT"):
+        bad = json.loads(cache.read_text())
+        if "without answer" in planted:
+            del bad["answer"]
+        elif "'99'" in planted:
+            bad["answer"]["cuda_devices"] = "99"
+        elif "available 1" in planted:
+            bad["answer"]["cuda_available"] = 1
+        else:
+            bad["by"] = "hand"
+        planted = json.dumps(bad)
+    cache.write_text(planted)
+    assert _rows(kept) == [("python", Status.PASS, "ok"), ("torch", Status.PASS, "ok"), ("cuda", Status.PASS, "ok")]
+    assert (tmp_path / "imports").read_text() == "xx"  # imported afresh
+    healed = json.loads(cache.read_text())
+    assert healed["key"] == good["key"] and healed["answer"] == good["answer"]
+    info, said = _check(kept)
+    assert info["cuda_devices"] == 8 and said.startswith("torch sees 8 GPUs (as torch's import answered at ")
+    assert (tmp_path / "imports").read_text() == "xx"
+
+
+def _external_library(root: Path) -> Path:
+    """A copy of the C maths library outside torch's folder, which the stand-in torch loads at import (as torch
+    loads CUDA's libraries from their own pip packages)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    libm = next(line.split()[-1] for line in maps if line.split()[-1].rsplit("/", 1)[-1].startswith("libm.so"))
+    lib = root / "elsewhere" / "libext.so.1"
+    lib.parent.mkdir()
+    lib.write_bytes(Path(libm).read_bytes())
+    init = root / "site" / "torch" / "__init__.py"
+    init.write_text(init.read_text() + f"import ctypes\nctypes.CDLL({str(lib)!r}).cos\n")
+    return lib
+
+
+def test_a_library_torch_loads_from_elsewhere_is_part_of_the_key(tmp_path: Path) -> None:
+    env = _stand_ins(tmp_path)
+    lib = _external_library(tmp_path)
+    kept = {**env, probe_python.IMPORT_CACHE_ENV: str(tmp_path / "state" / "probe-import.json")}
+    imports = tmp_path / "imports"
+    assert "cached_at" not in _check(kept)[0] and "cached_at" in _check(kept)[0] and imports.read_text() == "x"
+
+    lib.write_bytes(b"not a shared object any more\n")  # broken in place, torch's own folder untouched
+    assert _rows(kept) == [("python", Status.PASS, "ok"), ("torch", Status.FAIL, "torch_broken")]
+    assert imports.read_text() == "xx"  # imported afresh, not taken from the kept answer
+
+
+def test_a_state_directory_that_is_a_link_is_never_used(tmp_path: Path) -> None:
+    """The state directory must be the checking user's own directory, not a link to one (root's prolog would
+    write wherever another user's link points)."""
+    env = _stand_ins(tmp_path)
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (tmp_path / "state").symlink_to(target)
+    kept = {**env, probe_python.IMPORT_CACHE_ENV: str(tmp_path / "state" / "probe-import.json")}
+    for _ in range(2):
+        assert "cached_at" not in _check(kept)[0]
+    assert (tmp_path / "imports").read_text() == "xx" and list(target.iterdir()) == []

@@ -117,6 +117,20 @@ def test_a_shard_without_results_says_why_and_its_nodes_get_a_tool_row(tmp_path:
     assert rows[0].detail == "shard a (gpu[01-02]): flow run x Crashed" and rows[0].run_id == "parent-run"
 
 
+def test_a_shard_whose_files_are_of_another_shape_says_why_instead_of_stopping_the_run(tmp_path: Path) -> None:
+    shard_dir = tmp_path / "a"
+    shard_dir.mkdir()
+    (shard_dir / "run.json").write_text("null")
+    assert read_shard(shard_dir) == f"its run.json in {shard_dir} holds a JSON NoneType, not an object"
+    (shard_dir / "run.json").write_text(json.dumps({"run_id": "a", "ended": "2026-11-23T10:00:00+00:00"}))
+    write_table(shard_dir / "checks.parquet", [_row("gpu01", "a")], CHECKS)
+    whole = (shard_dir / "checks.parquet").read_bytes()
+    (shard_dir / "checks.parquet").write_bytes(whole[: len(whole) // 2])  # cut short
+    found = read_shard(shard_dir)
+    said = f"its table checks.parquet in {shard_dir}: cannot be read as a Parquet file of checks ("
+    assert isinstance(found, str) and found.startswith(said + "ArrowInvalid: "), found
+
+
 def test_a_value_a_whole_shard_agrees_on_is_drift_only_the_parent_sees(tmp_path: Path) -> None:
     inventory = _inventory(tmp_path, "  - {hosts: 'gpu[01-06]', labels: {rack: a}}\n")
     state = _state(tmp_path, inventory)

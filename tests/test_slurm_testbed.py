@@ -26,6 +26,7 @@ from cluster_accept.tasks.multi_node.ranks import launch_group
 from cluster_accept.testbed import bed as testbed
 from cluster_accept.testbed import slurm as slurm_bed
 from cluster_accept.testbed.slurm import node_states
+from cluster_accept.testbed.slurm_nodes import node_marks_env
 from tests.processes import ROOT, only_run, run_cli, run_verdicts
 
 pytestmark = pytest.mark.testbed
@@ -273,7 +274,7 @@ def test_the_prolog_example_keeps_a_job_off_a_faulty_node(testbed_factory, tmp_p
     )
     for key, value in bed.slurm_env.items():
         monkeypatch.setenv(key, value)
-    site = {"CLUSTER_ACCEPT_INVENTORY": str(bed.inventory_path)}
+    site = {"CLUSTER_ACCEPT_INVENTORY": str(bed.inventory_path), **node_marks_env(bed.state_dir)}
     prolog = slurm_bed.health_check_wrapper(bed.state_dir, str(EXAMPLES / "prolog.sh"), site, name="prolog")
     conf = Path(bed.slurm_env["SLURM_CONF"])
     conf.write_text(conf.read_text() + f"Prolog={prolog}\n")

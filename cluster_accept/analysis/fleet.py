@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster_accept.analysis.history import key_figures, load
+from cluster_accept.analysis.history import MEASURED, key_figures, load
+from cluster_accept.analysis.history_files import HistoryFiles
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.analysis.verdicts import COUNTER, MARK, NOT_ACCEPTED
 from cluster_accept.vocabulary.lazy import pandas as pd
@@ -160,17 +161,20 @@ class FleetView:
 
 
 def read_fleet(
-    history: Path, cluster: str, rules: Mapping[str, MetricRule], last_runs: int = 10, min_bad: int = 3
+    history: Path | HistoryFiles, cluster: str, rules: Mapping[str, MetricRule], last_runs: int = 10, min_bad: int = 3
 ) -> FleetView:
-    """The fleet over the cluster's last ``last_runs`` runs in the history at ``history``."""
-    verdicts = load(history, "verdicts", cluster)
-    runs = sorted(set(verdicts["run_id"].astype(str)))[-last_runs:] if not verdicts.empty else []
-    # only the last runs' files, and of the checks only what a flip needs: at 16,384 nodes a run holds ~10^6 rows
-    checks = load(history, "checks", cluster, runs, ["run_id", "node", "check", "status"])
-    values = load(history, "node_values", cluster, runs)
-    measured = load(history, "measurements", cluster, runs)
+    """The fleet over the cluster's last ``last_runs`` runs in the history at ``history`` (its runs by their
+    rows in ``runs``; a file that does not read as its table is skipped and set aside, see
+    :class:`~analysis.history_files.HistoryFiles`)."""
+    files = history if isinstance(history, HistoryFiles) else HistoryFiles(history)
+    runs = [run.run_id for run in files.cluster_runs(cluster)][-last_runs:]
+    # only the last runs' files, and of each only the columns read here: at 16,384 nodes a run holds ~10^6 checks
+    verdicts = load(files, "verdicts", cluster, runs, ["run_id", "node", "verdict", "reasons"])
+    checks = load(files, "checks", cluster, runs, ["run_id", "node", "check", "status"])
+    values = load(files, "node_values", cluster, runs, ["run_id", "node", "check", "key", "value"])
+    measured = load(files, "measurements", cluster, runs, MEASURED)
     return FleetView(
-        repeat_offenders(verdicts[verdicts["run_id"].isin(runs)], last_runs, min_bad),
+        repeat_offenders(verdicts, last_runs, min_bad),
         flaky_checks(checks, values),
         drifting_figures(measured, rules, last_runs=last_runs),
         len(runs),

@@ -7,21 +7,33 @@ never duplicates rows (a resumed run appends once). Each table directory is a hi
 - pandas: ``pd.read_parquet("HISTORY/measurements")`` (``date`` comes back as a column);
 - DuckDB: ``SELECT * FROM read_parquet('HISTORY/measurements/*/*.parquet', hive_partitioning=true)``.
 
-Scheduled runs accumulate here; the report's trends and the regression checks read it back.
+Scheduled runs accumulate here; the report's trends and the regression checks read it back, through
+:class:`analysis.history_files.HistoryFiles`: a run's files only as far as its row in ``runs`` makes them
+plausible, a file that cannot be read as its table set aside with a warning, and of a node's past only what a
+run compares with (its last figures, its latest counters and marks), so that neither a bad file nor a long
+history stops a run or grows its memory without bound.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from cluster_accept.analysis.history_files import HistoryFiles
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures
 from cluster_accept.analysis.schemas import TABLES
+from cluster_accept.analysis.verdicts import COUNTER, MARK
 from cluster_accept.vocabulary.lazy import pandas as pd
-from cluster_accept.vocabulary.lazy import parquet as pq
+
+PAST_RUNS = 10  # a node's figures are compared with its last K runs' (regressions, the report's trends)
+RUNS_READ = 200  # the cluster's latest runs a run reads its nodes' past from: older ones are not its past
+VALUE_RUNS = 2  # a node's counters and marks, per check, of its latest runs: the previous one, and the one
+# before it should the latest be dated after the run reading them (a controller's clock ran fast)
+MEASURED = ["run_id", "stage", "node", "metric", "unit", "model", "value", "size"]  # what a key figure needs
 
 
 def partition_dir(history: Path, table: str, date: str) -> Path:
@@ -45,8 +57,12 @@ def append_run(history: Path, run_dir: Path, run_id: str, date: str) -> list[Pat
     return written
 
 
+def _files(history: Path | HistoryFiles) -> HistoryFiles:
+    return history if isinstance(history, HistoryFiles) else HistoryFiles(history)
+
+
 def load(
-    history: Path,
+    history: Path | HistoryFiles,
     table: str,
     cluster: str | None = None,
     runs: Collection[str] | None = None,
@@ -54,19 +70,20 @@ def load(
 ) -> pd.DataFrame:
     """One table of the history as a frame (empty when none was written), optionally one cluster's rows, only
     the files of ``runs`` (each run's file is named by its id: the others are never read) and only ``columns``
-    (``cluster`` is read too when a cluster is asked for)."""
-    root = history / table
-    files = sorted(root.glob("date=*/*.parquet")) if root.is_dir() else []
-    if runs is not None:
-        files = [path for path in files if path.stem in set(runs)]
-    wanted = None if columns is None else list(dict.fromkeys([*columns, *(["cluster"] if cluster else [])]))
-    if not files:
-        return pd.DataFrame(columns=(wanted or list(TABLES[table].names)) + ["date"])
+    (``cluster`` is read too when a cluster is asked for). Only runs with a row in ``runs`` are read (a file of
+    no recorded run has nothing to bound it), and a file that does not read as its table is skipped and set
+    aside (:class:`~analysis.history_files.HistoryFiles`)."""
+    files = _files(history)
+    asked = TABLES[table].names if columns is None else [*columns, *(["cluster"] if cluster else [])]
+    wanted = list(dict.fromkeys(asked))
+    found = files.paths(table)
     frames = []
-    for path in files:
-        frame = pq.read_table(path, columns=wanted).to_pandas()
-        frame["date"] = path.parent.name.removeprefix("date=")
-        frames.append(frame)
+    for path in [path for run in sorted(found if runs is None else set(runs)) for path in found.get(run, [])]:
+        read = files.read(table, path, wanted)
+        if read is not None:
+            frames.append(read.to_pandas().assign(date=path.parent.name.removeprefix("date=")))
+    if not frames:
+        return pd.DataFrame(columns=[*wanted, "date"])
     df = pd.concat(frames, ignore_index=True)
     if cluster is not None:
         df = df[df["cluster"] == cluster]
@@ -93,17 +110,50 @@ def key_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) -> 
 
 
 def past_figures(
-    history: Path, cluster: str, rules: Mapping[str, MetricRule], exclude_run: str | None = None
+    history: Path | HistoryFiles,
+    cluster: str,
+    rules: Mapping[str, MetricRule],
+    exclude_run: str | None = None,
+    last_k: int = PAST_RUNS,
 ) -> pd.DataFrame:
     """Key figures of the earlier runs in the history (see :func:`key_figures`), each with its run's start
-    (``started``), oldest first: what the current run's nodes are compared with. Read once per run."""
-    runs = load(history, "runs", cluster)
-    past = key_figures(load(history, "measurements", cluster), rules)
-    if exclude_run is not None:
-        past = past[past["run_id"] != exclude_run]
-    started = dict(zip(runs["run_id"], runs["started"], strict=False)) if not runs.empty else {}
-    past = past.assign(started=[str(started.get(r, r)) for r in past["run_id"]])
+    (``started``), oldest first: what the current run's nodes are compared with. Read once per run, one run's
+    file at a time, newest first, keeping of each node's figure only its ``last_k`` latest (of the cluster's
+    last :data:`RUNS_READ` runs): what is held grows with the nodes, not with the history."""
+    files = _files(history)
+    chosen = sorted((r for r in files.cluster_runs(cluster) if r.run_id != exclude_run), key=lambda r: r.started)
+    kept: Counter[tuple[str, str, str, str]] = Counter()
+    parts = []
+    for run in reversed(chosen[-RUNS_READ:]):
+        figures = key_figures(load(files, "measurements", cluster, [run.run_id], MEASURED), rules)
+        groups = list(zip(figures["node"], figures["metric"], figures["unit"], figures["model"], strict=True))
+        wanted = [kept[group] < last_k for group in groups]
+        kept.update(group for group, keep in zip(groups, wanted, strict=True) if keep)
+        parts.append(figures[wanted].assign(started=run.started))
+    found = [p for p in parts if not p.empty]
+    columns = ["run_id", "node", "metric", "unit", "model", "value", "started"]
+    past = pd.concat(found) if found else pd.DataFrame(columns=columns)
     return past.sort_values(["started", "run_id"]).reset_index(drop=True)
+
+
+def past_node_values(history: Path | HistoryFiles, cluster: str, exclude_run: str | None = None) -> pd.DataFrame:
+    """The error counters and marks (``counter:``, ``mark:`` keys of ``node_values``) of each node and check, of
+    its :data:`VALUE_RUNS` latest runs in the history (of the cluster's last :data:`RUNS_READ`): what a run
+    compares its counters with and judges its kernel-log events since. One run's file at a time, newest first."""
+    files = _files(history)
+    chosen = [r.run_id for r in files.cluster_runs(cluster) if r.run_id != exclude_run][-RUNS_READ:]
+    columns = ["run_id", "cluster", "node", "check", "key", "value"]
+    seen: Counter[tuple[str, str]] = Counter()
+    parts = []
+    for run_id in reversed(chosen):
+        values = load(files, "node_values", cluster, [run_id], columns)
+        values = values[values["key"].astype(str).str.startswith((COUNTER, MARK))]
+        pairs = list(zip(values["node"].astype(str), values["check"].astype(str), strict=True))
+        keep = [seen[pair] < VALUE_RUNS for pair in pairs]
+        seen.update({pair for pair, kept in zip(pairs, keep, strict=True) if kept})
+        parts.append(values[keep])
+    found = [p for p in parts if not p.empty]
+    return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=[*columns, "date"])
 
 
 def node_trends(
@@ -144,7 +194,7 @@ def node_trends(
 class RunHistory:
     """The history as one run sees it: each table read at most once, on first use, and handed to whatever
     needs it (regressions, counters that grew, the report's trends). Earlier runs only: this run is left out
-    (a resumed run may have appended before)."""
+    (a resumed run may have appended before). ``files`` says what was set aside reading it."""
 
     path: Path
     cluster: str
@@ -152,12 +202,15 @@ class RunHistory:
     rules: Mapping[str, MetricRule]
 
     @cached_property
+    def files(self) -> HistoryFiles:
+        return HistoryFiles(self.path)
+
+    @cached_property
     def figures(self) -> pd.DataFrame:
         """Key figures of earlier runs, oldest first (see :func:`past_figures`)."""
-        return past_figures(self.path, self.cluster, self.rules, exclude_run=self.run_id)
+        return past_figures(self.files, self.cluster, self.rules, exclude_run=self.run_id)
 
     @cached_property
     def node_values(self) -> pd.DataFrame:
-        """``node_values`` rows of earlier runs."""
-        past = load(self.path, "node_values", self.cluster)
-        return past[past["run_id"] != self.run_id]
+        """Counters and marks of earlier runs (see :func:`past_node_values`)."""
+        return past_node_values(self.files, self.cluster, exclude_run=self.run_id)

@@ -7,6 +7,11 @@ The immediate action is the catalogue's: *restart the job* (the application's ow
 node* (the GPU left the bus, or the NVSwitch fabric needs a reset); a hardware fault that repeats after that
 action is a *replace GPU* (RMA), which the reason's explanation says. XID 154 names its own recovery action in
 its message ("GPU Reset Required", "Node Reboot Required", "Drain and Reset"): that action is taken from the line.
+
+The XIDs the catalogue attributes to the application (immediate action *restart the job*: 13, 31, 43, 45, 109)
+warn: one user's faulty job must not take a healthy node out of service. They fail only with evidence against
+the GPU, which the xid check weighs (:data:`APPLICATION`): they repeat in more separate bursts than the profile
+allows (:data:`REPEATS_COUNTED`), or a hardware XID came with them.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ class XidKind:
     action: Action
 
 
-def _job(meaning: str, severity: Status = Status.WARN) -> XidKind:
-    return XidKind(severity, meaning, Action.RESTART_JOB)
+def _job(meaning: str) -> XidKind:
+    return XidKind(Status.WARN, meaning, Action.RESTART_JOB)
 
 
 def _reset(meaning: str) -> XidKind:
@@ -42,8 +47,8 @@ def _reboot(meaning: str) -> XidKind:
 
 # The one table of XIDs: severity, meaning and immediate action of each listed code.
 XIDS: Mapping[int, XidKind] = {
-    13: _job("graphics engine exception (usually the application's fault)", Status.FAIL),
-    31: _job("GPU memory page fault (usually the application's fault)", Status.FAIL),
+    13: _job("graphics engine exception (usually the application's fault)"),
+    31: _job("GPU memory page fault (usually the application's fault)"),
     43: _job("GPU stopped processing (commonly follows a killed job)"),
     45: _job("preemptive cleanup (commonly follows a killed job)"),
     48: _reset("double-bit ECC error"),
@@ -56,7 +61,7 @@ XIDS: Mapping[int, XidKind] = {
     92: XidKind(Status.WARN, "high single-bit ECC error rate", Action.NONE),
     94: _reset("contained ECC error (the job was stopped; the reset applies the remap)"),
     95: _reset("uncontained ECC error"),
-    109: _job("context switch timeout", Status.FAIL),
+    109: _job("context switch timeout"),
     119: _reset("GSP RPC timeout"),
     120: _reset("GSP error"),
     121: _reset("C2C link error"),
@@ -66,6 +71,11 @@ XIDS: Mapping[int, XidKind] = {
     154: _reset("GPU recovery action changed (the line names the action)"),
 }
 UNLISTED = XidKind(Status.FAIL, "see NVIDIA's XID catalogue", Action.CHECK_NODE)  # an XID the table does not list
+# The XIDs the catalogue attributes to the application (restart the job): they warn on their own.
+APPLICATION: frozenset[int] = frozenset(code for code, kind in XIDS.items() if kind.action is Action.RESTART_JOB)
+# Those counted when a GPU repeats them: not XID 45, which the driver logs whenever a job with work on the GPU
+# is killed (Ctrl-C, scancel, a time limit): counted, it would drain a busy node for its users' cancellations.
+REPEATS_COUNTED: frozenset[int] = APPLICATION - {45}
 ADVICE: Mapping[Action, str] = {
     Action.NONE: "nothing to do unless it repeats",
     Action.RESTART_JOB: "restart the job; the GPU is healthy unless it repeats with other jobs",

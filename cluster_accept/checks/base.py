@@ -15,8 +15,12 @@ A check is one module in ``checks/`` that ends with ``CHECK = Check(...)`` (:cla
 - optionally ``cluster_values(model)``: the values compared across nodes for drift; ``counters(model)``: error
   counters compared with the node's previous run (a counter that grew is flagged by scheduled checks);
 - optionally ``marks(model)`` and ``since(model, marks)``: where this reading of the node ended (the boot and
-  the time of a kernel log read), kept for the node's next run, and the model cut to what happened after the
-  previous run's marks (XIDs new since the last run, not since boot);
+  the time of a kernel log read), kept for the node's next run (in the history, or on the node for its own
+  check), and the model cut to what happened after the previous run's marks (XIDs new since the last run, not
+  since boot). ``since`` never raises and never trusts a mark it cannot check (:func:`read_mark`): an
+  impossible or future mark is named in a row and the reading is judged as without marks, so a mark can never
+  turn a finding into a pass; a row that passes only because an earlier reading judged it carries the reason
+  :data:`SEEN_BEFORE`, and such a check has not looked at that finding again (:func:`retested`);
 - optionally ``job_view``: the check describes what a job sees (its environment, NCCL and CUDA), so with
   ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
   ``environment``: it judges a job's settings, not the hardware, so its findings do not stop the node from
@@ -33,10 +37,11 @@ edit (ClusterShell finds its workers the same way).
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -46,12 +51,15 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.rows import CheckRow as CheckRow
 from cluster_accept.vocabulary.rows import NodeRow as NodeRow
-from cluster_accept.vocabulary.secrets import masked_head
+from cluster_accept.vocabulary.secrets import masked_head, masked_quote
 from cluster_accept.vocabulary.status import BAD_STATUSES as BAD_STATUSES
 from cluster_accept.vocabulary.status import Status as Status
 
 # An unreadable output row keeps this much of its message and the raw text, with a note where it was cut.
 ERROR_DETAIL_CHARS = 4000
+# The reason of a row that passes only because an earlier reading of the node judged what it shows.
+SEEN_BEFORE = "seen_before"
+_MARK_SHOWN_CHARS = 40  # an impossible mark is quoted this far in its row
 
 
 @dataclass(frozen=True)
@@ -156,3 +164,43 @@ def error_row(check: str, reason: str, detail: str, raw: str = "") -> CheckRow:
     it is cut, so that no secret is cut in two)."""
     detail = masked_head(detail + "\n" + raw, ERROR_DETAIL_CHARS)
     return CheckRow(check=check, item="output", status=Status.ERROR, reason=reason, detail=detail)
+
+
+@dataclass(frozen=True)
+class MarkRead:
+    """A time the node's previous reading kept as a mark: its ``value`` where it can be used, else ``problem``
+    (why it cannot: impossible, from the future), never both; neither when no mark was kept."""
+
+    value: float | None = None
+    problem: str | None = None
+
+
+def read_mark(previous: Mapping[str, str], key: str, now: float | None) -> MarkRead:
+    """The mark ``key`` of ``previous``, checked against ``now``, this reading's time on the same clock (the
+    uptime, the node's epoch): a mark that is no number, not finite, negative or after ``now`` is impossible,
+    and so is any mark when ``now`` is unknown (it cannot be checked). A mark is kept by the node or the history,
+    and either can be wrong or edited: what cannot be checked is named, never trusted."""
+    text = previous.get(key)
+    if text is None:
+        return MarkRead()
+    shown = masked_quote(text[:_MARK_SHOWN_CHARS] + ("..." if len(text) > _MARK_SHOWN_CHARS else ""))
+    try:
+        value = float(text)
+    except ValueError:
+        return MarkRead(problem=f"{key}={shown} is not a number")
+    if not math.isfinite(value) or value < 0:
+        return MarkRead(problem=f"{key}={shown} is impossible")
+    if now is None or not math.isfinite(now):
+        return MarkRead(problem=f"{key}={shown} cannot be checked: this reading has no {key} of its own")
+    if value > now:
+        return MarkRead(problem=f"{key}={shown} is after this reading ({now:.3f}): from the future")
+    return MarkRead(value)
+
+
+def retested(rows: Iterable[CheckRow | NodeRow]) -> set[str]:
+    """The checks whose rows looked at their findings again: a check with a :data:`SEEN_BEFORE` row passed an
+    event only because an earlier reading judged it, and whether the node was repaired since is not known, so a
+    drain for that check's findings is not lifted on its word (the next boot, or a person, lifts it)."""
+    rows = list(rows)
+    stale = {row.check for row in rows if row.reason == SEEN_BEFORE}
+    return {row.check for row in rows} - stale

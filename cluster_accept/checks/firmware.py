@@ -5,10 +5,13 @@ against the cluster's majority, folded into node sets in the report like the dri
 A node whose GPU firmware differs from its peers behaves differently under the same job (power and clock
 tables, ECC and NVLink handling change with the VBIOS); an HCA firmware off the majority is the usual cause of
 one node's links flapping or training slower. Field tools compare exactly these across a cluster (azNHC, imbue,
-GCM). GPUs of one node that disagree warn; drift from the majority fails, softened to a warning where the node
-meets a version the profile pins. ``nvidia_peermem``'s version (GPUDirect RDMA's bridge between the GPU and the
-NIC driver stacks) is compared with the majority; whether it must be loaded is the infiniband check's
-(``infiniband.peermem``).
+GCM). A pin is met only when every GPU (every HCA of a board type) meets it: GPUs or HCAs that disagree fail
+against a pin, naming those off it with their versions, and an HCA pin on a node that shows no HCA is not met;
+without a pin they warn, and those off the cluster's majority fail as drift (a further disagreement never turns a
+failure into a pass; a majority of nodes that disagree within themselves is no version to compare with). Drift from
+the majority fails, softened to a warning where the node meets a version the profile pins. ``nvidia_peermem``'s
+version (GPUDirect RDMA's bridge between the GPU and the NIC driver stacks) is compared with the majority; whether
+it must be loaded is the infiniband check's (``infiniband.peermem``).
 """
 
 from __future__ import annotations
@@ -108,6 +111,10 @@ def parse(stdout: str, exit_code: int | None = 0) -> Firmware:
     )
 
 
+MIXED = "mixed"  # what a node whose GPUs (or HCAs of one type) disagree compares as across the cluster
+_ALIKE = {"differs_between_gpus": "one version on every GPU", "differs_between_hcas": "one version"}
+
+
 def _one(values: dict[int, str]) -> str | None:
     found = set(values.values())
     return found.pop() if len(found) == 1 else None
@@ -124,15 +131,22 @@ def cluster_values(model: Firmware) -> dict[str, str]:
     """The versions compared across nodes: one per kind (a node whose GPUs disagree compares as 'mixed')."""
     if model.error or model.failure:
         return {}
-    values = {"vbios": _one(model.vbios) or "mixed", "inforom": _one(model.inforom) or "mixed"}
+    values = {"vbios": _one(model.vbios) or MIXED, "inforom": _one(model.inforom) or MIXED}
     for kind, hcas in _hca_types(model).items():
         versions = sorted({h.fw_ver for h in hcas})
-        values[f"hca_fw:{kind}"] = versions[0] if len(versions) == 1 else "mixed"
+        values[f"hca_fw:{kind}"] = versions[0] if len(versions) == 1 else MIXED
     if model.ofed:
         values["ofed"] = model.ofed
     if model.peermem:
         values["peermem"] = model.peermem
     return values
+
+
+def _majority(key: str, cluster: ClusterView) -> str | None:
+    """The cluster's version of ``key``; none where most nodes disagree within themselves ('mixed' is no version
+    to flash a node to, and a node that agrees with itself is no drift from it)."""
+    majority = cluster.majority_of(key)
+    return None if majority == MIXED else majority
 
 
 def _judged(key: str, item: str, seen: str, pinned: str | None, cluster: ClusterView) -> list[CheckRow]:
@@ -143,7 +157,7 @@ def _judged(key: str, item: str, seen: str, pinned: str | None, cluster: Cluster
         met = seen == pinned
         rows.append(CheckRow(NAME, item, Status.PASS if met else Status.FAIL, "ok" if met else "version_mismatch",
                              seen, pinned))  # fmt: skip
-    majority = cluster.majority_of(key)
+    majority = _majority(key, cluster)
     if majority is not None and majority != seen:
         rows.append(CheckRow(NAME, f"{item}_drift", Status.WARN if met else Status.FAIL, "drift", seen,
                              f"{majority} (majority)"))  # fmt: skip
@@ -153,12 +167,43 @@ def _judged(key: str, item: str, seen: str, pinned: str | None, cluster: Cluster
     return rows
 
 
+def _parts_rows(key: str, parts: dict[str, str], pinned: str | None, cluster: ClusterView, why: str) -> list[CheckRow]:
+    """The versions of one kind on a node's parts (its GPUs, or its HCAs of one board type), by part name. One
+    version is judged as the node's. Parts that disagree fail ``version_mismatch`` against a pin, naming the parts
+    off it with their versions (a pin is met only when every part meets it); without a pin they warn (``why``),
+    and those off the cluster's majority fail ``drift``, named likewise."""
+    versions = set(parts.values())
+    if len(versions) == 1:
+        return _judged(key, key, versions.pop(), pinned, cluster)
+    seen = ", ".join(f"{name} {version}" for name, version in parts.items())
+    mixed = f"several versions on the node: {seen}"
+    if pinned is not None:
+        off = ", ".join(f"{name} {version}" for name, version in parts.items() if version != pinned)
+        return [CheckRow(NAME, key, Status.FAIL, "version_mismatch", off, pinned, mixed)]
+    rows = [CheckRow(NAME, key, Status.WARN, why, seen, _ALIKE[why])]
+    majority = _majority(key, cluster)
+    if majority is not None:
+        off = ", ".join(f"{name} {version}" for name, version in parts.items() if version != majority)
+        rows.append(CheckRow(NAME, f"{key}_drift", Status.FAIL, "drift", off, f"{majority} (majority)", mixed))
+    return rows
+
+
 def _gpu_rows(values: dict[int, str], key: str, pinned: str | None, cluster: ClusterView) -> list[CheckRow]:
-    one = _one(values)
-    if one is None:
-        seen = ", ".join(f"gpu{i} {v}" for i, v in sorted(values.items()))
-        return [CheckRow(NAME, key, Status.WARN, "differs_between_gpus", seen, "one version on every GPU")]
-    return _judged(key, key, one, pinned, cluster)
+    parts = {f"gpu{index}": version for index, version in sorted(values.items())}
+    return _parts_rows(key, parts, pinned, cluster, "differs_between_gpus")
+
+
+def _hca_rows(model: Firmware, pinned: str | None, cluster: ClusterView) -> list[CheckRow]:
+    """Each board type's firmware; a pin with no HCA to meet it is not met (it names no HCA found, not a pass)."""
+    types = _hca_types(model)
+    if not types and pinned is not None:
+        return [CheckRow(NAME, "hca_fw", Status.FAIL, "version_mismatch", "no HCA", pinned,
+                         "the profile pins firmware.hca_fw; /sys/class/infiniband lists no device")]  # fmt: skip
+    rows: list[CheckRow] = []
+    for kind, hcas in sorted(types.items()):
+        parts = {hca.name: hca.fw_ver for hca in hcas}
+        rows += _parts_rows(f"hca_fw:{kind}", parts, pinned, cluster, "differs_between_hcas")
+    return rows
 
 
 def evaluate(model: Firmware, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
@@ -169,13 +214,7 @@ def evaluate(model: Firmware, profile: Profile, cluster: ClusterView) -> list[Ch
     pins = profile.firmware
     rows = _gpu_rows(model.vbios, "vbios", pins.vbios if pins else None, cluster)
     rows += _gpu_rows(model.inforom, "inforom", pins.inforom if pins else None, cluster)
-    for kind, hcas in sorted(_hca_types(model).items()):
-        versions = sorted({h.fw_ver for h in hcas})
-        if len(versions) > 1:
-            seen = ", ".join(f"{h.name} {h.fw_ver}" for h in hcas)
-            rows.append(CheckRow(NAME, f"hca_fw:{kind}", Status.WARN, "differs_between_hcas", seen, "one version"))
-            continue
-        rows += _judged(f"hca_fw:{kind}", f"hca_fw:{kind}", versions[0], pins.hca_fw if pins else None, cluster)
+    rows += _hca_rows(model, pins.hca_fw if pins else None, cluster)
     if model.ofed is not None or (pins and pins.ofed):
         rows += _judged("ofed", "ofed", model.ofed or "none", pins.ofed if pins else None, cluster)
     if model.peermem is not None:

@@ -35,7 +35,7 @@ COMMAND = (
 _DEVICE = re.compile(r"^D\|(?P<addr>[0-9a-f:.]{7,16})\|(?P<klass>0x[0-9a-f]{6})\|(?P<cw>\d{0,3})\|(?P<mw>\d{0,3})\|"
                      r"(?P<cs>[^|]*)\|(?P<ms>[^|]*)$")  # fmt: skip
 _COUNT = re.compile(r"^A\|(?P<addr>[0-9a-f:.]{7,16})\|(?P<sev>correctable|nonfatal|fatal)\|(?P<name>\w{1,40})\|"
-                    r"(?P<n>\d{1,18})$")  # fmt: skip
+                    r"(?P<n>\d{1,20})$")  # fmt: skip
 
 REASONS = declare(
     Reason(

@@ -35,15 +35,19 @@ _DRIVER_CUDA = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
 _CUDA = re.compile(r"(\d+)\.(\d+)")
 # Where a node's own check (check --local, at every job start) keeps the last good answer of torch's import: the
 # import and CUDA start take seconds, and a prolog has about two. The answer is taken again only while nothing it
-# rests on changed: the interpreter, torch's files, the loaded driver, the boot, the GPU device nodes and the
-# variables that pick GPUs; a file another user could have written is ignored. A run from the controller never
-# sets it: every run imports torch afresh.
+# rests on changed: the interpreter, torch's files, every shared library the answered import had mapped (torch's
+# own and those it loads from elsewhere: CUDA's pip packages, the driver's libcuda, libstdc++ …, each by its size,
+# mtime and inode), the loader's cache, the loaded driver, the boot, the GPU device nodes and the variables that
+# pick GPUs and libraries. What is read back is held to the exact shape written (a file of another shape is removed
+# and torch imported afresh: a bad file never fails the node by itself); a file another user could have written
+# is ignored. A run from the controller never sets it: every run imports torch afresh.
 IMPORT_CACHE_ENV = "CA_IMPORT_CACHE"
 # Reads torch's version file without importing torch; with argv[1] == 'import', imports it and asks CUDA (or takes
 # the answer kept under $CA_IMPORT_CACHE when nothing it rests on changed).
 _SCRIPT = """
-import importlib.util, json, os, sys, time, warnings
+import importlib.util, json, os, re, stat, sys, time, warnings
 out = {"python": sys.version.split()[0], "executable": sys.executable}
+LIMIT = 1 << 20
 def stamp(path):
     try:
         s = os.stat(path)
@@ -52,38 +56,97 @@ def stamp(path):
         return None
 def text(path):
     try:
-        return open(path).read()
+        with open(path) as f:
+            return f.read(4096)
     except OSError:
         return None
 def mine(st):
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
+def home(path):
+    st = os.lstat(os.path.dirname(path))
+    return stat.S_ISDIR(st.st_mode) and mine(st)
 def fingerprint(where):
     gpus = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
-    picks = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")}
+    names = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LD_PRELOAD")
     files = [stamp(os.path.join(where, f)) for f in ("version.py", "__init__.py", "lib")]
-    return {"exe": os.path.realpath(sys.executable), "torch": files, "driver": text("/proc/driver/nvidia/version"),
-            "boot": text("/proc/sys/kernel/random/boot_id"), "devices": gpus, "env": picks}
+    return {"exe": os.path.realpath(sys.executable), "exe_file": stamp(sys.executable), "where": where,
+            "torch": files, "loader": stamp("/etc/ld.so.cache"), "driver": text("/proc/driver/nvidia/version"),
+            "boot": text("/proc/sys/kernel/random/boot_id"), "devices": gpus,
+            "env": {k: os.environ.get(k) for k in names}}
+def library(path):
+    s = os.stat(path)
+    return [path, s.st_size, s.st_mtime_ns, s.st_ino]
+def loaded():
+    libs = {}
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.rstrip("\\n").split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/") or parts[5].startswith(("/dev/", "/memfd:")):
+                continue
+            if ".so" not in os.path.basename(parts[5]) or parts[5] in libs:
+                continue
+            if parts[5].endswith(" (deleted)"):
+                return None
+            libs[parts[5]] = library(parts[5])
+    return sorted(libs.values())
+def exact(value, kind):
+    return type(value) is kind
+def well_formed(kept):
+    if not (exact(kept, dict) and sorted(kept) == ["answer", "at", "key", "libs"]):
+        return False
+    answer, libs = kept["answer"], kept["libs"]
+    if not (exact(answer, dict) and sorted(answer) == ["cuda_available", "cuda_devices", "warnings"]):
+        return False
+    said, devices = answer["warnings"], answer["cuda_devices"]
+    if not (answer["cuda_available"] is True and exact(devices, int) and 0 < devices <= 4096
+            and exact(said, list) and len(said) <= 3 and all(exact(w, str) and len(w) <= 500 for w in said)):
+        return False
+    if not (exact(kept["at"], str) and re.fullmatch(r"\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ", kept["at"])):
+        return False
+    return exact(kept["key"], dict) and exact(libs, list) and len(libs) <= 100000 and all(
+        exact(lib, list) and len(lib) == 4 and exact(lib[0], str) and lib[0].startswith("/")
+        and all(exact(n, int) for n in lib[1:]) for lib in libs)
+def unchanged(libs):
+    for lib in libs:
+        try:
+            if library(lib[0]) != lib:
+                return False
+        except OSError:
+            return False
+    return True
 def recall(path, key):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd) as f:
-            if not (mine(os.fstat(fd)) and mine(os.stat(os.path.dirname(path)))):
-                return None
-            kept = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return dict(kept["answer"], cached_at=kept["at"]) if kept.get("key") == key else None
-def remember(path, key, answer):
-    try:
-        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-        if not mine(os.stat(os.path.dirname(path))):
-            return
-        tmp = path + "." + str(os.getpid())
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as f:
-            json.dump({"key": key, "answer": answer, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
-        os.replace(tmp, path)
     except OSError:
-        pass
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not (mine(os.fstat(fd)) and home(path)):
+            return None
+        data = f.read(LIMIT + 1)
+    try:
+        kept = json.loads(data.decode()) if len(data) <= LIMIT else None
+    except (ValueError, RecursionError):
+        kept = None
+    if not well_formed(kept):
+        os.unlink(path)
+        return None
+    if json.dumps(kept["key"], sort_keys=True) != json.dumps(key, sort_keys=True) or not unchanged(kept["libs"]):
+        return None
+    return dict(kept["answer"], cached_at=kept["at"])
+def remember(path, key, answer, libs):
+    os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+    if not home(path):
+        return
+    tmp = path + "." + str(os.getpid())
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as f:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        json.dump({"key": key, "libs": libs, "answer": answer, "at": at}, f)
+    os.replace(tmp, path)
+def cached(step, *args):
+    try:
+        return step(*args)
+    except Exception:
+        return None
 try:
     spec = importlib.util.find_spec("torch")
 except Exception as exc:
@@ -98,8 +161,8 @@ if spec is not None and spec.submodule_search_locations:
     except Exception as exc:
         out["torch_error"] = f"{type(exc).__name__}: {exc}"
     cache = os.environ.get("CA_IMPORT_CACHE")
-    key = fingerprint(where) if cache and sys.argv[1:] == ["import"] else None
-    seen = recall(cache, key) if key else None
+    key = cached(fingerprint, where) if cache and sys.argv[1:] == ["import"] else None
+    seen = cached(recall, cache, key) if key else None
     if seen is not None and "torch_error" not in out:
         out.update(seen)
     elif sys.argv[1:] == ["import"] and "torch_error" not in out:
@@ -112,8 +175,10 @@ if spec is not None and spec.submodule_search_locations:
             except Exception as exc:
                 out["torch_error"] = f"{type(exc).__name__}: {exc}"
         out["warnings"] = [str(w.message)[:500] for w in caught][:3]
-        if key and out.get("cuda_available") and "torch_error" not in out:
-            remember(cache, key, {k: out[k] for k in ("cuda_available", "cuda_devices", "warnings")})
+        libs = cached(loaded) if key and out.get("cuda_available") is True and "torch_error" not in out else None
+        if libs is not None:
+            answer = {k: out[k] for k in ("cuda_available", "cuda_devices", "warnings")}
+            cached(remember, cache, key, answer, libs)
 print(json.dumps(out))
 """
 COMMAND = "python3 -c SCRIPT"  # the shape; each profile's interpreter is in command_for(profile)

@@ -126,6 +126,26 @@ COMMON = declare(
         Action.RESEAT_CABLE,
     ),
     Reason(
+        "counter_reset",
+        Status.WARN,
+        "an error counter is lower than at the node's previous run: it was cleared since (a reboot, a driver "
+        "reload, a counter reset), so whether it grew before the clear cannot be told; this run is the next base",
+    ),
+    Reason(
+        "counter_saturated",
+        Status.WARN,
+        "an error counter sits at the most it can hold: the hardware stopped counting, so whether it still grows "
+        "cannot be told until it is cleared; that many errors since the last clear is itself a link to reseat",
+        Action.RESEAT_CABLE,
+    ),
+    Reason(
+        "counter_impossible",
+        Status.WARN,
+        "an error counter's value cannot be a count it holds (not a number, negative, above its maximum): whether "
+        "it grew cannot be told; read the evidence",
+        Action.CHECK_NODE,
+    ),
+    Reason(
         "unparsable_output",
         Status.ERROR,
         "the command's output has an unexpected shape: rerun, and keep the raw output for a bug report",

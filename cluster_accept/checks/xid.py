@@ -5,7 +5,9 @@ The command also prints the boot's id and the uptime at which the log was read: 
 (:attr:`Check.marks`), and the node's next run judges only events logged after them in the same boot
 (:func:`since`); an event logged before is shown as seen before, and passes: a node that logged XID 79 last week
 and was repaired is not rejected for it again. Without a previous run (or after a reboot) every event since boot
-is new.
+is new. A mark that cannot be (not a number, not finite, negative, after this read's uptime) is named in a
+warning row (``mark_impossible``) and not used: every event since boot is then judged as new, so a wrong mark
+never passes an event.
 
 ``dmesg`` is tried first; where the kernel log is restricted (``dmesg: read kernel buffer failed: Operation
 not permitted``) or the ring buffer comes back empty, ``journalctl -k -b`` is asked instead. Each source's
@@ -16,7 +18,12 @@ An unreadable log is a ``skip`` with reason ``kernel_log_unreadable``, never a s
 means, how bad it is and what to do about it is :data:`XIDS`, the one table: XIDs 43 and 45 follow a killed
 or crashed job on a healthy GPU, so they warn; hardware faults fail with *replace GPU*; other listed XIDs
 fail with the action NVIDIA's XID catalogue gives (restart the job, reset the GPU, reboot the node; a fault
-that repeats after it: replace the GPU). An XID the table does not list fails the node with reason
+that repeats after it: replace the GPU). The XIDs the catalogue attributes to the application (13, 31, 43, 45,
+109: :data:`APPLICATION`) warn: one user's faulty job does not drain a healthy node. They fail only with
+evidence against the GPU, over the profile's ``thresholds.app_xid_window_h``: the GPU logged them in more
+separate bursts (events less than a minute apart are one job's; XID 45, logged for every killed job, is not
+counted) than ``thresholds.app_xid_max`` (``xid_app_repeated``), or a hardware XID or a fatal SXID was
+logged in that window too (``xid_app_with_hardware``). An XID the table does not list fails the node with reason
 ``xid_unlisted`` (its code is in the row's item), so every reason the check emits is declared. A fatal SXID
 (the line says ``Fatal``) fails the node (the NVSwitch fabric needs a reset: reboot the node); a non-fatal one
 warns.
@@ -30,6 +37,8 @@ from dataclasses import dataclass, field, replace
 
 from cluster_accept.checks._xid_catalogue import (
     ADVICE,
+    APPLICATION,
+    REPEATS_COUNTED,
     SXID_FATAL,
     SXID_NONFATAL,
     SXID_UNCLASSIFIED,
@@ -39,7 +48,8 @@ from cluster_accept.checks._xid_catalogue import (
     xid_kind,
     xid_reason,
 )
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import SEEN_BEFORE, Check, CheckRow, ClusterView, Status, error_row, read_mark
+from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_quote
@@ -48,13 +58,18 @@ NAME = "xid"
 TIMEOUT_S = 60
 _HEAD_LINES = 8  # lines shown from the start of each source: what the tool said when it did not answer
 _MAX_XID_LINES = 1000
-# awk: drop blank lines; print the first _HEAD_LINES lines and up to _MAX_XID_LINES Xid lines, each once;
-# then the source's exit status and its line counts. ``### rc=`` comes from the shell, after the log.
+_BURST_GAP_S = 60.0  # application XIDs of one GPU less than this apart are one burst: one job's fault
+_PID = re.compile(r"\bpid=([^,\s]{1,40})")
+# awk: drop blank lines; print the first _HEAD_LINES other lines, then the *last* _MAX_XID_LINES Xid lines (the
+# newest: a log full of one job's XIDs must not hide a later hardware XID past the cap), each once; then the
+# source's exit status and its line counts. ``### rc=`` comes from the shell, after the log.
 _AWK = (
     "/^### rc=-?[0-9]+$/ { rc = $0; next } /^[ \\t\\r]*$/ { next } "
-    f"{{ n++; if ($0 ~ /NVRM: Xid|SXid/) {{ if (++x <= {_MAX_XID_LINES}) {{ print; next }} }} "
+    f"{{ n++; if ($0 ~ /NVRM: Xid|SXid/) {{ x++; kept[x % {_MAX_XID_LINES}] = $0; next }} "
     f"if (n <= {_HEAD_LINES}) print }} "
-    'END { print (rc == "" ? "### rc=?" : rc); printf "### lines=%d xid=%d\\n", n, x }'
+    f"END {{ for (i = (x > {_MAX_XID_LINES} ? x - {_MAX_XID_LINES} + 1 : 1); i <= x; i++) "
+    f"print kept[i % {_MAX_XID_LINES}]; "
+    'print (rc == "" ? "### rc=?" : rc); printf "### lines=%d xid=%d\\n", n, x }'
 )
 COMMAND = (
     "printf '### boot=%s\\n### uptime=%s\\n' \"$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)\" "
@@ -114,11 +129,33 @@ REASONS = declare(
         "kernel log lines name an XID without a readable code: read them in the evidence",
         Action.CHECK_NODE,
     ),
+    Reason(
+        "xid_app_repeated",
+        Status.FAIL,
+        "XIDs usually of the application's making (13, 31, 43, 109; not 45, logged for every killed job) on one GPU "
+        "in more separate bursts than thresholds.app_xid_max within thresholds.app_xid_window_h: they follow the "
+        "GPU, not one job: "
+        f"{ADVICE[Action.RESET_GPU]}",
+        Action.RESET_GPU,
+    ),
+    Reason(
+        "xid_app_with_hardware",
+        Status.FAIL,
+        "an XID usually of the application's making logged within thresholds.app_xid_window_h of a hardware XID or "
+        "a fatal SXID: part of the hardware fault; act on the hardware XID's row",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "mark_impossible",
+        Status.WARN,
+        "the previous read's mark (its boot and uptime) is impossible or from the future: it was ignored and every "
+        "event since boot judged as new; see whether the history or the node's marks file was edited",
+    ),
     Reason("sxid_fatal", SXID_FATAL.severity, SXID_FATAL.meaning, SXID_FATAL.action),
     Reason("sxid_nonfatal", SXID_NONFATAL.severity, SXID_NONFATAL.meaning, SXID_NONFATAL.action),
     Reason("sxid_unclassified", SXID_UNCLASSIFIED.severity, SXID_UNCLASSIFIED.meaning, SXID_UNCLASSIFIED.action),
     Reason(
-        "seen_before",
+        SEEN_BEFORE,
         Status.PASS,
         "logged before the node's previous run, which judged it: not counted again (a node repaired since passes)",
     ),
@@ -181,6 +218,7 @@ class KernelLog:
     uptime_s: float | None = None
     earlier: list[XidEvent] = field(default_factory=list)  # XIDs and SXIDs logged before the previous run
     since_s: float | None = None  # the previous run's read, in seconds since this boot (None: since boot)
+    ignored_mark: str | None = None  # why the previous run's mark was not used (impossible, from the future)
 
 
 def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
@@ -300,13 +338,17 @@ def marks(model: KernelLog) -> dict[str, str]:
 def since(model: KernelLog, previous: Mapping[str, str]) -> KernelLog:
     """``model`` with the events logged at or before the previous run's read of the same boot moved to
     ``earlier``. After a reboot (another boot id), or without the previous marks, every event is new; a line
-    without a stamp is new (nothing says it is old)."""
-    try:
-        then = float(previous["uptime_s"])
-    except (KeyError, ValueError):
+    without a stamp is new (nothing says it is old). An uptime mark this read cannot vouch for (not a number,
+    not finite, negative, after this read's uptime, or this read has none) is named in ``ignored_mark`` and
+    not used: every event is new."""
+    if "uptime_s" not in previous:
         return model
     if not model.boot_id or previous.get("boot_id") != model.boot_id:
-        return model
+        return model  # another boot's marks say nothing of this one
+    mark = read_mark(previous, "uptime_s", model.uptime_s)
+    if mark.value is None:
+        return replace(model, ignored_mark=mark.problem)
+    then = mark.value
     old = [e for e in [*model.events, *model.sxids] if e.at_s is not None and e.at_s <= then]
     return replace(
         model,
@@ -332,7 +374,7 @@ def evaluate(model: KernelLog, profile: Profile, cluster: ClusterView) -> list[C
     if model.unreadable is not None:
         why = f"neither dmesg nor journalctl could be read: {model.unreadable}"
         return [CheckRow(NAME, "kernel_log", Status.SKIP, "kernel_log_unreadable", None, "readable kernel log", why)]
-    rows = _xid_rows(model) + _sxid_rows(model) + _earlier_rows(model)
+    rows = _xid_rows(model, profile) + _sxid_rows(model) + _earlier_rows(model)
     if model.unparsed:
         lines = "\n".join(model.unparsed[:3])
         said = f"Xid lines without a readable code; from {model.source}\n{lines}"
@@ -341,24 +383,96 @@ def evaluate(model: KernelLog, profile: Profile, cluster: ClusterView) -> list[C
     if not model.events and not model.sxids and not model.unparsed:
         said = f"read with {model.source}, {_window(model)}; 0 SXID events"
         rows.insert(0, CheckRow(NAME, "kernel_log", Status.PASS, "ok", "0 XID events", "0 XID events", said))
+    if model.ignored_mark is not None:
+        said = f"the previous read's mark was ignored ({model.ignored_mark}): every event since boot was judged as new"
+        expected = "a read of this boot at or before this read's uptime"
+        rows.append(CheckRow(NAME, "mark", Status.WARN, "mark_impossible", model.ignored_mark, expected, said))
     return rows
 
 
-def _xid_rows(model: KernelLog) -> list[CheckRow]:
+def _is_hardware(event: XidEvent) -> bool:
+    """An event that fails the node on its own and is not the application's: a fatal SXID, or an XID that fails."""
+    if event.switch is not None:
+        return event.severity == "Fatal"
+    return event.code not in APPLICATION and xid_kind(event.code, event.text).severity is Status.FAIL
+
+
+def _bursts(events: list[XidEvent]) -> dict[str, int]:
+    """Each GPU's separate bursts of ``events``: stamped events less than :data:`_BURST_GAP_S` apart are one
+    burst (one job's fault, whatever its processes); unstamped ones count once per process they name."""
+    per_gpu: dict[str, list[XidEvent]] = {}
+    for event in events:
+        per_gpu.setdefault(event.pci, []).append(event)
+    counts: dict[str, int] = {}
+    for pci, found in per_gpu.items():
+        stamps = sorted(e.at_s for e in found if e.at_s is not None)
+        runs = sum(1 for i, at in enumerate(stamps) if i == 0 or at - stamps[i - 1] > _BURST_GAP_S)
+        unstamped = {(pid.group(1) if (pid := _PID.search(e.text)) else e.line) for e in found if e.at_s is None}
+        counts[pci] = runs + len(unstamped)
+    return counts
+
+
+@dataclass(frozen=True)
+class _AppContext:
+    """What weighs against a GPU beside its application XIDs within the profile's window."""
+
+    hardware: list[str]  # the hardware XIDs and fatal SXIDs logged in the window, named ('XID 79')
+    bursts: dict[str, int]  # GPU (PCI) -> its separate bursts of application XIDs in the window
+    limit: int
+    window: str  # 'the last 24 h'
+
+
+def _in_window(event: XidEvent, start_s: float | None) -> bool:
+    return start_s is None or event.at_s is None or event.at_s >= start_s
+
+
+def _app_context(model: KernelLog, profile: Profile) -> _AppContext:
+    """Over ``thresholds.app_xid_window_h`` before this read (new events and those seen before alike; an
+    unstamped one, or all without this read's uptime, counts as in it)."""
+    hours = profile.thresholds.app_xid_window_h
+    start = None if model.uptime_s is None else model.uptime_s - hours * 3600
+    logged = [e for e in [*model.events, *model.sxids, *model.earlier] if _in_window(e, start)]
+    hardware = sorted({f"{'SXID' if e.switch is not None else 'XID'} {e.code}" for e in logged if _is_hardware(e)})
+    bursts = _bursts([e for e in logged if e.switch is None and e.code in REPEATS_COUNTED])
+    return _AppContext(hardware, bursts, profile.thresholds.app_xid_max, f"the last {hours:g} h")
+
+
+def _app_judgement(code: int, events: list[XidEvent], context: _AppContext) -> tuple[Status, str | None, str]:
+    """An application XID's row: a warning, unless a hardware XID came with it or its GPU repeats it."""
+    if context.hardware:
+        said = f"with {', '.join(context.hardware)} in {context.window}: not the application's alone"
+        return Status.FAIL, "xid_app_with_hardware", said
+    if code not in REPEATS_COUNTED:
+        return Status.WARN, None, "logged for every job killed with work on the GPU: not counted as a repeat"
+    gpus = sorted({e.pci for e in events})
+    over = [f"{context.bursts.get(pci, 0)} on PCI {pci}" for pci in gpus if context.bursts.get(pci, 0) > context.limit]
+    if over:
+        said = f"bursts in {context.window}: {', '.join(over)}, more than thresholds.app_xid_max ({context.limit})"
+        return Status.FAIL, "xid_app_repeated", said
+    counted = ", ".join(f"{context.bursts.get(pci, 0)} on PCI {pci}" for pci in gpus)
+    said = f"the application's unless it repeats: bursts in {context.window}: {counted} (at most {context.limit})"
+    return Status.WARN, None, said
+
+
+def _xid_rows(model: KernelLog, profile: Profile) -> list[CheckRow]:
     rows: list[CheckRow] = []
+    context = _app_context(model, profile)
     by_code: dict[int, list[XidEvent]] = {}
     for event in model.events:
         by_code.setdefault(event.code, []).append(event)
     cap = len(model.events) + len(model.sxids) + len(model.unparsed) + len(model.earlier)
-    beyond = f" ({model.xid_lines} Xid lines in the log, the first {cap} read)" if model.xid_lines > cap else ""
+    beyond = f" ({model.xid_lines} Xid lines in the log, the last {cap} read)" if model.xid_lines > cap else ""
     for code in sorted(by_code):
         events = by_code[code]
         kind = xid_kind(code, " ".join(e.text for e in events))
         lines = "\n".join(e.line for e in events[:3])
         observed = f"{_plural(len(events), 'event')} on PCI {', '.join(sorted({e.pci for e in events}))}"
-        detail = f"XID {code}: {kind.meaning}; {_window(model)}, from {model.source}{beyond}\n{lines}"
-        reason = xid_reason(code, " ".join(e.text for e in events))
-        rows.append(CheckRow(NAME, f"xid_{code}", kind.severity, reason, observed, "0 XID events", detail))
+        status, reason, weighed = kind.severity, xid_reason(code, " ".join(e.text for e in events)), ""
+        if code in APPLICATION:
+            status, escalated, said = _app_judgement(code, events, context)
+            reason, weighed = escalated or reason, f"; {said}"
+        detail = f"XID {code}: {kind.meaning}; {_window(model)}, from {model.source}{beyond}{weighed}\n{lines}"
+        rows.append(CheckRow(NAME, f"xid_{code}", status, reason, observed, "0 XID events", detail))
     return rows
 
 
@@ -389,11 +503,18 @@ def _earlier_rows(model: KernelLog) -> list[CheckRow]:
         observed = f"{_plural(len(events), 'event')}, the last at {last:.0f} s after boot"
         detail = f"logged before the previous run read the log ({model.since_s:.0f} s after boot)\n" + "\n".join(
             e.line for e in events[:3])  # fmt: skip
-        rows.append(
-            CheckRow(NAME, item, Status.PASS, "seen_before", observed, "none new since the previous run", detail)
-        )
+        rows.append(CheckRow(NAME, item, Status.PASS, SEEN_BEFORE, observed, "none new since the previous run", detail))
     return rows
 
+
+# The hardware XIDs (and fatal SXIDs) explain the application XIDs logged with them: named first.
+_HARDWARE_REASONS = frozenset(
+    {xid_reason(code) for code, kind in XIDS.items() if code not in APPLICATION and kind.severity is Status.FAIL}
+    | {"xid_154_reboot", "xid_unlisted", "sxid_fatal"}
+)
+CAUSES = (
+    Link(NAME, frozenset({NAME}), "preflight", _HARDWARE_REASONS, symptom_reasons=frozenset({"xid_app_with_hardware"})),
+)
 
 CHECK = Check(
     name=NAME,
@@ -404,4 +525,5 @@ CHECK = Check(
     timeout_s=TIMEOUT_S,
     marks=marks,
     since=since,
+    causes=CAUSES,
 )

@@ -33,6 +33,7 @@ from cluster_accept.analysis.schemas import (
 from cluster_accept.checks.reasons import Reason, ReasonCatalog, catalog
 from cluster_accept.flows import progress
 from cluster_accept.flows.finish import NothingToTest, ReportContext, RunOutcome, finish, refuse_nothing_to_test
+from cluster_accept.flows.run_record import check_run_record
 from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.load import as_local, select_nodes
@@ -142,13 +143,15 @@ def start_acceptance_run(
 
 
 def resumable(out_dir: Path, run_id: str) -> tuple[dict[str, Any], Inventory]:
-    """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing."""
+    """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing. A key a
+    resume reads that was edited into a wrong value is named (:func:`flows.run_record.check_run_record`)."""
     run_info = resumable_info(out_dir, run_id)
     if run_info.get("sharded"):
         raise ResumeError(
             f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
             "(the finished shards' results stay under its shards/)"
         )
+    check_run_record(run_id, out_dir / run_id / "run.json", run_info)
     inventory = load_checked_inventory(run_info["inventory"])
     if inventory.digest != run_info.get("inventory_digest"):
         raise ResumeError(

@@ -33,6 +33,7 @@ from cluster_accept.flows.profile_commands import profile_app
 from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_request, outcome_of
 from cluster_accept.inventory.hostlist import HostlistError, fold
 from cluster_accept.inventory.load import InventoryError
+from cluster_accept.inventory.node_part import WantedNode
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION
 from cluster_accept.ops.slurm import SlurmPlan
@@ -347,17 +348,18 @@ def history_command(
     import json
 
     from cluster_accept.analysis.fleet import read_fleet
-    from cluster_accept.analysis.history import load
+    from cluster_accept.analysis.history_files import HistoryFiles
     from cluster_accept.probes.base import discover as discover_probes
 
-    clusters = sorted(set(load(history, "runs")["cluster"].astype(str)))
+    files = HistoryFiles(history)  # a file that does not read is skipped with a warning and set aside
+    clusters = sorted({run.cluster for run in files.cluster_runs()})
     if not clusters:
         raise _fail_usage(f"{history} holds no run (is it a history directory, OUT/history?)")
     if cluster is None and len(clusters) > 1:
         raise _fail_usage(f"{history} holds several clusters ({', '.join(clusters)}): give --cluster")
     name = cluster or clusters[0]
     rules = {metric: rule for probe in discover_probes() for metric, rule in probe.metrics.items()}
-    fleet = read_fleet(history, name, rules, runs, min_bad)
+    fleet = read_fleet(files, name, rules, runs, min_bad)
     tables = {"repeat_offenders": fleet.offenders, "flaky_checks": fleet.flaky, "drifting_figures": fleet.drifting}
     if as_json:
         print(json.dumps({k: v.to_dict("records") for k, v in tables.items()}, default=str, indent=1))
@@ -397,25 +399,36 @@ def check(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="start torch's CUDA now, not taken from the last good check of this boot")
     ] = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="where this node's checks keep their marks between checks, so a kernel-log event is judged once "
+            "(default $CLUSTER_ACCEPT_STATE_DIR, else /var/lib/cluster-accept for root, ~/.local/state/cluster-accept)",
+        ),
+    ] = None,
 ) -> None:
     """This node checks itself now, synchronously: the preflight on this machine, no SSH, no Prefect. Prints one
     line as Slurm's reason field takes it; exits 0 healthy, 1 not, 2 usage, 3 tool failure (a Slurm Prolog or
     HealthCheckProgram: docs/slurm.md)."""
     from cluster_accept.flows.node_check import SlurmOps, check_node, slurm_actions, this_node, write_prometheus
+    from cluster_accept.flows.node_marks import state_dir as marks_dir
 
     if not local:
         raise _fail_usage("check runs on the node it checks: give --local")
     path = inventory or Path(os.environ.get("CLUSTER_ACCEPT_INVENTORY") or SITE_INVENTORY)
     try:
-        loaded = load_checked_inventory(path)
+        loaded = load_checked_inventory(path, WantedNode.for_check(node, os.environ))  # this node's part only
         name = this_node(loaded, node, os.environ)
     except InventoryError as exc:
         raise _inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         raise _fail_usage(str(exc)) from None
     run_id = f"check-{name}-{os.getpid()}"
-    found = check_node(loaded, name, run_id, fresh)
+    found = check_node(loaded, name, run_id, fresh, marks_dir(state_dir, os.environ))
     print(found.reason_line, flush=True)
+    for note in found.notes:
+        _say(f"check: {note}")
     if prometheus is not None:
         write_prometheus(prometheus, found, loaded.cluster, run_id)
     if drain or resume_passing:

@@ -12,23 +12,28 @@ nothing was.
 
 A failure of the tool prints one line on stderr and keeps the traceback in a log file (secrets masked, as
 everywhere a run writes), so that a terminal or a cron mail says what happened and where to look, and a bug
-report has the whole story. Prefect logs a failed flow's exception with its traceback on its own console
-handler first; :func:`keep_run_tracebacks_off_the_console` keeps those records off the terminal.
+report has the whole story. Without a run directory to hold it, the log goes to a directory of the user's own
+in the temporary directory, never through a link another user planted there (:func:`log_failure`). Prefect logs
+a failed flow's exception with its traceback on its own console handler first;
+:func:`keep_run_tracebacks_off_the_console` keeps those records off the terminal.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from cluster_accept.inventory.load import InventoryError
+from cluster_accept.vocabulary.own_files import append_own, own_dir
 from cluster_accept.vocabulary.secrets import mask_secrets
 from cluster_accept.vocabulary.text import visible
 
@@ -53,23 +58,38 @@ def inventory_error(exc: InventoryError) -> typer.Exit:
     return typer.Exit(USAGE_ERROR)
 
 
+def own_temp_dir() -> Path:
+    """This user's own directory in the temporary directory, ``cluster-accept-UID`` (0700, checked: another
+    user's directory or link of that name is refused, never written through)."""
+    return Path(tempfile.gettempdir()) / f"cluster-accept-{os.geteuid()}"
+
+
+def _log_folders(out_dir: Path | None) -> list[Callable[[], Path]]:
+    """Where the error log may go, in order, each made when it is tried: ``out_dir``, this user's own temporary
+    directory, a fresh private one (the temporary directory is shared: a name there may be another user's)."""
+
+    def given(folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    tried: list[Callable[[], Path]] = [] if out_dir is None else [functools.partial(given, out_dir)]
+    return [*tried, lambda: own_dir(own_temp_dir()), lambda: Path(tempfile.mkdtemp(prefix="cluster-accept-"))]
+
+
 def log_failure(exc: BaseException, out_dir: Path | None) -> Path:
-    """Append ``exc`` with its traceback to ``OUT/cluster-accept-errors.log`` (the temporary directory when
-    ``out_dir`` cannot be written); the log's path."""
+    """Append ``exc`` with its traceback to ``OUT/cluster-accept-errors.log``, else (no ``out_dir``, or one that
+    cannot be written) to this user's own temporary directory (:func:`own_temp_dir`), else to a fresh private
+    one; never through a link (:func:`~vocabulary.own_files.append_own`). The log's path."""
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     text = f"--- {stamp} pid {os.getpid()}\n" + mask_secrets("".join(traceback.format_exception(exc)))
-    for folder in (out_dir, Path(tempfile.gettempdir())):
-        if folder is None:
-            continue
-        path = folder / ERROR_LOG
+    for folder in _log_folders(out_dir):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as handle:
-                handle.write(text)
+            path = folder() / ERROR_LOG
+            append_own(path, text)
             return path
         except OSError:
             continue
-    return Path(tempfile.gettempdir()) / ERROR_LOG
+    return own_temp_dir() / ERROR_LOG
 
 
 def failure_line(exc: BaseException, log: Path) -> str:

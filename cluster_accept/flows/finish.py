@@ -13,6 +13,7 @@ from typing import Any
 
 from cluster_accept.analysis.fleet import FleetView, read_fleet
 from cluster_accept.analysis.history import append_run
+from cluster_accept.analysis.history_files import HistoryFiles
 from cluster_accept.analysis.schemas import RUNS, VERDICTS, write_table
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import NodeRow
@@ -124,17 +125,29 @@ def finish(
     fleet = None
     if history is not None:
         append_run(history, state.run_dir.path, state.run_id, str(run_info["started"])[:10])
-        fleet = read_fleet(history, state.cluster, judged_rules(context.probes))
+        fleet = read_history_fleet(state, run_info, history, context)
     html_path, _ = render_report(state, run_info, verdicts, context, fleet)
     publish(run_info, verdicts, html_path)
     names = {n.name: n.slurm_node for n in state.inventory.nodes if n.slurm_name}
+    over_ssh = {n.name for n in state.inventory.nodes if n.reached_over_ssh}
     slurm = after_run(
-        state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations, None, names, fleet
+        state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations, None, names, fleet, over_ssh
     )
     state.run_dir.write_json("run.json", run_info)
     Checkpoints(state.run_dir.path).clear()
     state.run_dir.release()
     return RunOutcome(state.run_id, state.run_dir.path, verdicts, slurm)
+
+
+def read_history_fleet(state: RunState, run_info: dict[str, Any], history: Path, context: ReportContext) -> FleetView:
+    """The fleet over the history, this run's included; every history file the run skipped (read earlier by the
+    stages, or now) is named in ``run.json`` (``history_set_aside``) beside the warning it got."""
+    files = HistoryFiles(history)  # read afresh: this run's own files were appended just now
+    fleet = read_fleet(files, state.cluster, judged_rules(context.probes))
+    skipped = [*(state.history.files.set_aside if state.history is not None else []), *files.set_aside]
+    if skipped:
+        run_info["history_set_aside"] = list({str(s.file): s.record() for s in skipped}.values())
+    return fleet
 
 
 def render_report(

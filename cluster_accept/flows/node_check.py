@@ -5,7 +5,9 @@ server), judged by the same checks, the same coverage rule and the same verdict 
 form Slurm's reason field takes (``cluster-accept: nvlink:inactive gpu3, persistence:off``) and an exit status
 that *is* the verdict: 0 healthy, 1 not, 2 a usage or inventory error, 3 the tool failed. The node is named by
 ``--node``, else ``SLURMD_NODENAME`` (a Slurm name, mapped by the inventory's ``slurm.node_names``), else this
-host's short name; an inventory of one node needs none of them.
+host's short name; an inventory of one node needs none of them. The checks' marks (where the kernel log was read)
+are kept on the node from one check to the next (:mod:`.node_marks`), as a run keeps them in the history: an
+XID is judged by one check, not again before every job.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cluster_accept.analysis import between_nodes, coverage
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
-from cluster_accept.checks.base import BAD_STATUSES, NodeRow, discover
+from cluster_accept.checks.base import BAD_STATUSES, Check, NodeRow, Status, discover, retested
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.probe_python import IMPORT_CACHE_ENV
+from cluster_accept.flows.node_marks import read_marks, write_marks
 from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX, SlurmPlan, slurm_step
@@ -31,8 +35,9 @@ from cluster_accept.remote.result import NodeStatus
 from cluster_accept.reports.summary import prometheus_text
 from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
-from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, preflight_causes
+from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, preflight_causes, since_previous
 from cluster_accept.tasks.rows import node_row
+from cluster_accept.vocabulary.own_files import replace_whole
 
 HEALTHY, UNHEALTHY, TOOL_FAILURE = 0, 1, 3
 
@@ -55,6 +60,7 @@ class NodeCheck:
     rows: list[NodeRow] = field(default_factory=list)
     verdict: VerdictRow | None = None
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the operator should know beside the verdict (marks)
 
     @property
     def exit_code(self) -> int:
@@ -65,9 +71,11 @@ class NodeCheck:
     @property
     def reason_line(self) -> str:
         """``cluster-accept: <code> [gpuN], …`` cause first, cut to Slurm's field; ``cluster-accept: ok`` when
-        healthy."""
+        healthy, with its warnings named (``cluster-accept: ok (warn: xid:xid_13)``)."""
         if self.verdict is None or not self.verdict.reasons:
-            return f"{REASON_PREFIX}ok"
+            warned = list(dict.fromkeys(row.code for row in self.rows if row.status is Status.WARN))
+            text = f"{REASON_PREFIX}ok" + (f" (warn: {', '.join(warned)})" if warned else "")
+            return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
         return slurm_reason(self.verdict.reasons, self.rows)
 
 
@@ -133,9 +141,13 @@ def import_cache() -> Path:
     return base / f"cluster-accept-{os.getuid()}" / "probe-import.json"
 
 
-def check_node(inventory: Inventory, node_name: str, run_id: str, fresh: bool = False) -> NodeCheck:
+def check_node(
+    inventory: Inventory, node_name: str, run_id: str, fresh: bool = False, state: Path | None = None
+) -> NodeCheck:
     """The preflight of ``node_name`` on this machine, judged and held to its profile as in a run. Unless ``fresh``,
-    the probe interpreter's CUDA start is taken from the last good one while nothing it rests on changed."""
+    the probe interpreter's CUDA start is taken from the last good one while nothing it rests on changed. With a
+    ``state`` dir, what is new since the node's previous check is judged, and this check's marks are kept there
+    (:mod:`.node_marks`)."""
     started = time.monotonic()
     inventory = as_local(select_nodes(inventory, node_name))
     checks = discover()
@@ -144,13 +156,29 @@ def check_node(inventory: Inventory, node_name: str, run_id: str, fresh: bool = 
     answered = [] if outcome.result.status in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE) else [node_name]
     gpu, nic = {node_name: outcome.models.get(GPU_CHECK)}, {node_name: outcome.models.get(NIC_CHECK)}
     inventory, rows = resolve_auto_nodes(run_id, inventory, gpu, answered, nic)
+    kept = read_marks(state, node_name) if state is not None else None
+    if kept is not None:
+        since_previous([outcome], checks, {node_name: kept.marks})
     rows += evaluate_preflight(run_id, inventory, [outcome], checks)
     node = inventory.node(node_name)
     expectations = tuple(e for check in checks for e in check.expectations)
     for name, expectation in coverage.missing(NAME, {node_name: node.profile}, rows, expectations):
         rows.append(node_row(run_id, inventory.cluster, NAME, name, coverage.gap_row(expectation)))
     verdict = node_verdict(node_name, rows, preflight_links()).row(run_id, inventory.cluster, node.profile_name)
-    return NodeCheck(node_name, rows, verdict, time.monotonic() - started)
+    notes = [] if kept is None or kept.note is None else [kept.note]
+    if state is not None:
+        notes += _keep_marks(state, node_name, checks, outcome.models, kept.marks if kept else {})
+    return NodeCheck(node_name, rows, verdict, time.monotonic() - started, notes)
+
+
+def _keep_marks(
+    state: Path, node: str, checks: list[Check], models: Mapping[str, Any], before: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """This check's marks kept for the node's next check; a check that read nothing this time (its log unreadable)
+    keeps its previous marks, which still say what was judged. Returns why nothing was kept, if so."""
+    marks = {c.name: c.marks(models[c.name]) for c in checks if c.marks is not None and c.name in models}
+    why = write_marks(state, node, {**before, **{name: found for name, found in marks.items() if found}})
+    return [why] if why else []
 
 
 def slurm_actions(found: NodeCheck, slurm_node: str, ops: SlurmOps) -> SlurmPlan:
@@ -158,7 +186,7 @@ def slurm_actions(found: NodeCheck, slurm_node: str, ops: SlurmOps) -> SlurmPlan
     again (only for findings this check looked at again): the run's own Slurm rules, for one node."""
     if found.verdict is None:
         return SlurmPlan()
-    judged = {found.node: {row.check for row in found.rows}}
+    judged = {found.node: retested(found.rows)}  # an XID passed as seen before was not looked at again
     return slurm_step(
         [found.verdict],
         found.verdict.run_id,
@@ -178,6 +206,4 @@ def write_prometheus(path: Path, found: NodeCheck, cluster: str, run_id: str) ->
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = prometheus_text({"run_id": run_id, "cluster": cluster, "ended": stamp}, [found.verdict], {})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    replace_whole(path, text)  # never through a link planted in the textfile directory

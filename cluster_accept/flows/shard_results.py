@@ -19,12 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from cluster_accept.analysis.table_files import UnfitTable, read_table_file, row_limit
 from cluster_accept.analysis.verdicts import values_by_node
 from cluster_accept.checks.base import NodeRow, Status, majority_values
 from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
-from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.hostlist import MAX_NODES, fold
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.tasks.stage import RunState
 from cluster_accept.vocabulary.rows import Measurement
@@ -84,9 +83,11 @@ class ShardTables:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def read_table(path: Path) -> list[dict[str, Any]]:
-    """A table's records with their own types (nulls stay None, integers stay integers); none when absent."""
-    return pq.read_table(path).to_pylist() if path.exists() else []
+def read_table(path: Path, nodes: int) -> list[dict[str, Any]]:
+    """A table's records with their own types (nulls stay None, integers stay integers); none when absent. Held
+    to the table's schema and to the rows a run of ``nodes`` nodes can write (:func:`read_table_file`)."""
+    table = path.name.removesuffix(".parquet")
+    return read_table_file(path, table, max_rows=row_limit(table, nodes)).to_pylist() if path.exists() else []
 
 
 def read_shard(shard_dir: Path) -> ShardTables | str:
@@ -95,10 +96,18 @@ def read_shard(shard_dir: Path) -> ShardTables | str:
         info = json.loads((shard_dir / "run.json").read_text())
     except (OSError, ValueError) as exc:
         return f"its run directory {shard_dir} is not readable from this host ({exc})"
+    if not isinstance(info, dict):
+        return f"its run.json in {shard_dir} holds a JSON {type(info).__name__}, not an object"
     if not info.get("ended"):
         return f"its run {shard_dir} did not end (started {info.get('started')}, no 'ended' in run.json)"
-    tables = {name: read_table(shard_dir / f"{name}.parquet") for name in STATE_TABLES}
-    rows = [NodeRow.from_record(r) for r in tables.pop("checks")]
+    nodes = len(info.get("nodes_tested") or []) if isinstance(info.get("nodes_tested"), list) else MAX_NODES
+    try:  # a table cut short or of another schema is this shard's problem, not the whole run's
+        tables = {name: read_table(shard_dir / f"{name}.parquet", nodes) for name in STATE_TABLES}
+        rows = [NodeRow.from_record(r) for r in tables.pop("checks")]
+    except UnfitTable as exc:
+        return f"its table {exc.path.name} in {shard_dir}: {exc.problem}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"its tables in {shard_dir} cannot be read ({type(exc).__name__}: {exc})"
     return ShardTables(info, rows, tables)
 
 

@@ -21,6 +21,10 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
 # index of a range when it parses it, so a[0-99999999] takes minutes and gigabytes before it can be counted.
 MAX_NODES = 100_000
 _BRACKETS = re.compile(r"\[([^\[\]]*)\]")
+# One operand of an expression as written (``node[001-003]``, ``gpu7``): what lies between ClusterShell's
+# operators (``,`` union, ``!`` difference, ``&`` intersection, ``^`` symmetric difference) outside brackets,
+# which do not nest. One character a step: linear, however long the expression.
+_OPERAND = re.compile(r"(?:[^,!&^\[]|\[[^\]]*\]?)+")
 
 
 class HostlistError(ValueError):
@@ -54,6 +58,7 @@ def expand(expression: str) -> list[str]:
         raise HostlistError("empty hostlist expression")
     if any(ch.isspace() for ch in text):
         raise HostlistError(f"whitespace inside hostlist expression {quoted(expression)}")
+    _refuse_operands(text, expression)
     too_many = f"hostlist expression {quoted(expression)} names more than {MAX_NODES} nodes"
     if _span(text) > MAX_NODES:
         raise HostlistError(too_many)
@@ -68,11 +73,28 @@ def expand(expression: str) -> list[str]:
         raise HostlistError(f"hostlist expression {quoted(expression)} names no node")
     for name in names:
         if not _NODE_NAME.match(name):
-            raise HostlistError(
-                f"{quoted(name)} (from {quoted(expression)}) is not a valid node name: use letters, digits, '.', "
-                "'-', '_'"
-            )
+            raise _not_a_name(name, expression)
     return names
+
+
+def _not_a_name(name: str, expression: str) -> HostlistError:
+    return HostlistError(
+        f"{quoted(name)} (from {quoted(expression)}) is not a valid node name: use letters, digits, '.', '-', '_'"
+    )
+
+
+def _refuse_operands(text: str, expression: str) -> None:
+    """Refuse, in one pass over ``text``, what needs no expansion to be refused: more operands than
+    :data:`MAX_NODES` (ClusterShell's parse of a list of names grows with the square of its length, minutes for a
+    million), and a plain name that is not one (the first as written, not the first once sorted)."""
+    operands = _OPERAND.findall(text)
+    if len(operands) > MAX_NODES:
+        raise HostlistError(
+            f"hostlist expression {quoted(expression)} lists {len(operands):,} names, more than {MAX_NODES} nodes"
+        )
+    for operand in operands:
+        if "[" not in operand and not _NODE_NAME.match(operand):
+            raise _not_a_name(operand, expression)
 
 
 def fold(names: Iterable[str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,10 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import Event
+from yaml.resolver import Resolver
 
 from cluster_accept.inventory.builtin import builtin_names, builtin_profile, with_base
 from cluster_accept.inventory.files import ssh_file_problems
@@ -33,6 +38,7 @@ from cluster_accept.inventory.model import (
     Profile,
     SshSettings,
 )
+from cluster_accept.inventory.node_part import WantedNode, part_events
 from cluster_accept.inventory.plugins import SettingsModels, plugin_problems
 from cluster_accept.inventory.quoting import cut, cut_quotes, quoted
 from cluster_accept.inventory.simulation_settings import SimulatedAs, simulated_as
@@ -144,26 +150,79 @@ def _load_profile_file(path: Path) -> Profile:
         raise InventoryError(str(path), _describe(exc.errors())) from exc
 
 
-def load_inventory(path: str | Path, check_files: bool = True, plugins: SettingsModels | None = None) -> Inventory:
+def load_inventory(
+    path: str | Path, check_files: bool = True, plugins: SettingsModels | None = None, node: WantedNode | None = None
+) -> Inventory:
     """Read, validate and resolve an inventory file. Raises :class:`InventoryError`.
 
     ``check_files``: also check the controller's files the nodes' SSH settings name (keys, known_hosts:
     :mod:`inventory.files`); off only where an inventory is read, not used to connect. ``plugins``: the settings
     models of the probes the caller runs, each profile's ``plugins:`` checked against them (left unchecked
-    without)."""
+    without). ``node``: a node's own check, which reads only that node's entries of the file besides its other
+    blocks (:mod:`inventory.node_part`); where that part is refused, the whole file is loaded, so that the
+    problems named are those of a whole load."""
     path = Path(path)
+    if node is not None and (part := _node_part(path, node)) is not None:
+        try:
+            return _resolved(path, part, check_files, plugins, scoped=True)
+        except InventoryError:
+            pass  # named below, every problem of the file at once, as any load names them
+    return _resolved(path, _read_yaml(path, str(path)), check_files, plugins)
+
+
+class _Replayed(_UniqueKeyLoader):
+    """The inventory's own composer and constructors (keys given twice refused) over events already parsed."""
+
+    def __init__(self, events: list[Event]) -> None:  # no reader, scanner or parser: the events are parsed
+        self._events = deque(events)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+    def check_event(self, *choices: Any) -> bool:
+        return bool(self._events) and (not choices or isinstance(self._events[0], choices))
+
+    def peek_event(self) -> Event:
+        return self._events[0]
+
+    def get_event(self) -> Event:
+        return self._events.popleft()
+
+    def dispose(self) -> None:
+        self._events.clear()
+
+
+def _built(events: list[Event]) -> Any:
+    return _Replayed(events).get_single_data()
+
+
+def _node_part(path: Path, node: WantedNode) -> Any:
+    """The file with only ``node``'s entries under ``nodes``, built; None where that part cannot be told apart
+    (:func:`inventory.node_part.part_events`) or read: the whole file is then read as any load reads it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        events = part_events(text, node, _built)
+        return None if events is None else _built(events)
+    except (OSError, ValueError, yaml.YAMLError, TypeError, LookupError, AttributeError, RecursionError):
+        return None  # UnicodeDecodeError is a ValueError: the whole load says what is wrong, where
+
+
+def _resolved(
+    path: Path, data: Any, check_files: bool, plugins: SettingsModels | None, scoped: bool = False
+) -> Inventory:
+    """``data`` (the file as read) validated and resolved. ``scoped``: ``data`` holds only one node's entries
+    (:func:`_node_part`), so the file's other nodes are neither missing nor listed for ``exclude``."""
     source = str(path)
-    data = _read_yaml(path, source)
     if not isinstance(data, dict):
         raise InventoryError(source, ["(top level): expected a mapping with keys cluster, nodes, profiles, ..."])
     try:
         parsed = InventoryFile.model_validate(data)
     except ValidationError as exc:
         raise InventoryError(source, _describe(exc.errors())) from exc
-    loading = _Loading(path, parsed)
+    loading = _Loading(path, parsed, scoped)
     for name, own in parsed.profiles.items():
         loading.based(name, own, _key_path(("profiles", name)))
-    if not parsed.nodes:
+    if not parsed.nodes and not scoped:
         loading.problems.append("nodes: empty list; at least one node entry is required")
     nodes, listed = loading.nodes()
     if plugins is not None:
@@ -195,9 +254,10 @@ class _Loading:
     """One inventory being resolved: its profiles as they are resolved (named, from files, built in), every
     problem found so far (all are reported at once), and the digest of every file read."""
 
-    def __init__(self, path: Path, parsed: InventoryFile) -> None:
+    def __init__(self, path: Path, parsed: InventoryFile, scoped: bool = False) -> None:
         self.path = path
         self.parsed = parsed
+        self.scoped = scoped  # one node's entries only (a node's own check): the others are not listed
         self.problems: list[str] = []
         self.digest = hashlib.sha256(path.read_bytes())
         self.profiles: dict[str, Profile] = {}
@@ -313,7 +373,7 @@ class _Loading:
                 self.problems.append(f"exclude[{j}]: the entries up to this one name more than {MAX_NODES} nodes")
                 break
             for name in names:
-                if name not in listed:
+                if name not in listed and not self.scoped:
                     self.problems.append(f"exclude[{j}]: node {name} is not listed under nodes")
                 excluded.add(name)
         return excluded

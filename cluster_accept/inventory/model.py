@@ -122,7 +122,8 @@ def parse_jump(jump: str) -> tuple[str | None, str, int | None]:
 
 
 class MinVersion(_Strict):
-    min: StrictStr
+    # numbers and dots only: a minimum with no number in it would compare below every version and pass them all
+    min: Annotated[StrictStr, Field(pattern=r"^\d{1,9}(\.\d{1,9}){0,3}$", description="e.g. 570 or 580.95.05")]
 
 
 class GpuSpec(_Strict):
@@ -241,6 +242,15 @@ class Thresholds(_Strict):
     straggler_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
     link_flap_clear_h: Annotated[float, Field(gt=0, le=24 * 365)] = Field(
         default=24.0, description="hours an InfiniBand/RoCE port must stay up after it flapped before it passes again"
+    )
+    app_xid_max: Annotated[int, Field(ge=0, le=100_000)] = Field(
+        default=5,
+        description="separate bursts of XIDs usually of the application's making (13, 31, 43, 109) one GPU may "
+        "log within app_xid_window_h: they warn up to this many, more fail the node (they follow the GPU)",
+    )
+    app_xid_window_h: Annotated[float, Field(gt=0, le=24 * 365)] = Field(
+        default=24.0,
+        description="hours over which application XIDs are counted, and in which a hardware XID makes them fail",
     )
     relative_verdict: Literal["fail", "warn"] = Field(
         default="fail",
@@ -392,6 +402,11 @@ class Node:
     @property
     def is_local(self) -> bool:
         return self.address == LOCAL_ADDRESS
+
+    @property
+    def reached_over_ssh(self) -> bool:
+        """A run reaches this node over SSH (not this machine, not simulated), so it tests SSH on it again."""
+        return not self.is_local and self.simulated is None
 
     @property
     def connect_host(self) -> str:

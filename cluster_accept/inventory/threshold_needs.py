@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol, get_args
 
+from cluster_accept.inventory.gpus import MODELS, profile_data
 from cluster_accept.inventory.probe_settings import ExtraCollective, ProbeSettings, busbw_threshold
 from cluster_accept.inventory.quoting import quoted
 
@@ -53,13 +54,19 @@ NEEDS_TWO_GPUS: tuple[str, ...] = (
     *(busbw_threshold(op, "intra") for op in get_args(ExtraCollective)),
     "gpu_pair_copy_gbps_min",
 )
+# Floors a built-in GPU profile brings (:func:`inventory.gpus.profile_data`): each a fraction of the GPU's
+# datasheet, the all-reduce minimum among them a fraction of NVLink's bandwidth. On CPU none of them is what the
+# probes measure (gloo's all-reduce between two processes on one node moves through host memory, not NVLink):
+# taken from a base, they are unmeasurable there like the figures only a GPU produces.
+GPU_DATASHEET_FLOORS: frozenset[str] = frozenset(key for model in MODELS for key in profile_data(model)["thresholds"])
 # Validation context keys: a profile merged over a built-in base is told which thresholds came from the base,
 # so that a problem with one says where it came from and how to leave it out.
 BASE = "base"
 INHERITED = "inherited"
 CPU_WHY = (
     "probes.device is cpu: the GPU probes do not run (on CPU the bench reports GEMM in GFLOP/s and host memory "
-    "copy, and measures no GPU pair copy and no MFU); leave them out, or probe with device cuda"
+    "copy, and measures no GPU pair copy and no MFU; a built-in profile's floors are its GPU's, its all-reduce "
+    "minimum NVLink's, not what gloo moves between processes); leave them out, or probe with device cuda"
 )
 
 
@@ -80,13 +87,15 @@ def _probed_gpus(profile: Profile) -> tuple[int, str] | None:
     return None
 
 
-def unmeasurable(profile: Profile) -> list[tuple[list[str], str]]:
-    """(keys, why) for the thresholds ``profile`` sets that no probe of it can measure: GPU figures on CPU, and
-    figures between a node's GPUs where the probes run on one GPU."""
+def unmeasurable(profile: Profile, inherited: Collection[str] = ()) -> list[tuple[list[str], str]]:
+    """(keys, why) for the thresholds ``profile`` sets that no probe of it can measure: on CPU, the figures only
+    a GPU produces and every floor a built-in GPU profile brought (``inherited``: the keys taken from a base,
+    :data:`GPU_DATASHEET_FLOORS`); figures between a node's GPUs where the probes run on one GPU. One rule for
+    every built-in profile, whichever floors its model has."""
     keys = stated(profile)
     found: list[tuple[list[str], str]] = []
     if profile.probes.device == "cpu":
-        on_gpu = [k for k in keys if k in NEEDS_CUDA]
+        on_gpu = [k for k in keys if k in NEEDS_CUDA or (k in inherited and k in GPU_DATASHEET_FLOORS)]
         if on_gpu:
             found.append((on_gpu, CPU_WHY))
         return found
@@ -152,5 +161,6 @@ def threshold_problems(profile: Profile, context: object = None) -> list[str]:
     taken = inherited if isinstance(inherited, (set, frozenset, tuple, list)) else ()
     base = str(given.get(BASE) or "the base")
     problems = switched_off(profile)
-    problems += [f"{_named(keys, taken, base)} cannot be measured: {why}" for keys, why in unmeasurable(profile)]
+    found = unmeasurable(profile, taken)
+    problems += [f"{_named(keys, taken, base)} cannot be measured: {why}" for keys, why in found]
     return problems

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,11 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame
 from cluster_accept.analysis.verdicts import VerdictRow
-from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.checks.base import NodeRow, Status, retested
 from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION, BreakerTrip, DrainLimits
-from cluster_accept.ops.slurm import SlurmPlan, slurm_step
+from cluster_accept.ops.slurm import SSH_CHECK, SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
+from cluster_accept.vocabulary.own_files import replace_whole
 from cluster_accept.vocabulary.rows import Measurement
 
 if TYPE_CHECKING:  # the history's frames: a node's own check (check --local) loads no pyarrow
@@ -45,32 +46,62 @@ class Operations(BaseModel):
 
     def drain_limits(self, run_dir: Path | None = None) -> DrainLimits:
         """The breaker's limits; under ``serve`` with the drains the other runs beside ``run_dir`` applied in
-        the window."""
-        recent = 0
+        the window, and the records of the window that could not be read (their drains are unknown)."""
+        recent: int = 0
+        unknown: tuple[str, ...] = ()
         if self.drain_window_h is not None and run_dir is not None:
-            recent = drains_applied_since(run_dir.parent, time.time() - 3600 * self.drain_window_h, run_dir)
-        return DrainLimits(self.max_drain_fraction, self.max_drain, self.force, self.drain_window_h, recent)
+            since = time.time() - 3600 * self.drain_window_h
+            recent, unknown = drains_applied_since(run_dir.parent, since, run_dir)
+        return DrainLimits(self.max_drain_fraction, self.max_drain, self.force, self.drain_window_h, recent, unknown)
 
 
-def drains_applied_since(out_dir: Path, since: float, this_run: Path) -> int:
-    """Drains the runs under ``out_dir`` (their ``slurm.json``, written at their end) applied since ``since``."""
-    count = 0
-    for path in out_dir.glob("*/slurm.json"):
-        try:
-            if path.parent == this_run or path.stat().st_mtime < since:
-                continue
-            actions = json.loads(path.read_text()).get("actions") or []
-        except (OSError, ValueError, AttributeError):
+# ``slurm.json``'s state while its drains are being applied: written before the first command runs, so a run
+# that dies meanwhile leaves its drains counted (each as applied: whether it was is not known), never none.
+APPLYING = "applying"
+
+
+def drains_applied_since(out_dir: Path, since: float, this_run: Path) -> tuple[int, tuple[str, ...]]:
+    """Drains the runs under ``out_dir`` (their ``slurm.json``) applied since ``since``, and each record of the
+    window that cannot be read, with why: a record cut short or unreadable is no record of zero drains."""
+    count, unknown = 0, []
+    for path in sorted(out_dir.glob("*/slurm.json")):
+        if path.parent == this_run:
             continue
-        count += sum(1 for a in actions if isinstance(a, dict) and a.get("action") == "drain" and a.get("applied"))
-    return count
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            count += _drains_recorded(path)
+        except FileNotFoundError:
+            continue  # gone since it was listed: set aside by an operator, not a record of this window
+        except (OSError, ValueError, RecursionError) as exc:
+            unknown.append(f"{path.parent.name}/{path.name} ({_why(exc)})")
+    return count, tuple(unknown)
+
+
+def _drains_recorded(path: Path) -> int:
+    """The drains one ``slurm.json`` applied (every drain of one left :data:`APPLYING`); ValueError naming what
+    is wrong where it is no such record."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    actions = data.get("actions") if isinstance(data, dict) else None
+    if not isinstance(actions, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("action"), str) and isinstance(a.get("applied"), bool) for a in actions
+    ):
+        raise ValueError("not a record of actions, each with what it was and whether it was applied")
+    pending = data.get("state") == APPLYING
+    return sum(1 for a in actions if a["action"] == "drain" and (a["applied"] or pending))
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON, cut short or corrupt: {exc.msg} at character {exc.pos}"
+    if isinstance(exc, OSError):
+        return f"cannot be read: {exc.strerror or exc}"
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
 
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    replace_whole(path, text)  # the Prometheus directory may be writable by others: never a fixed temporary name
 
 
 def _probe_rules() -> dict[str, MetricRule]:
@@ -87,11 +118,12 @@ def warnings_by_node(rows: Sequence[NodeRow]) -> dict[str, list[str]]:
 
 
 def judged_checks(rows: Sequence[NodeRow]) -> dict[str, set[str]]:
-    """node -> the checks this run judged on it (a row of any status)."""
-    judged: dict[str, set[str]] = {}
+    """node -> the checks this run judged on it (a row of any status), but those that passed an event only as
+    seen before (:func:`checks.base.retested`): a drain for their findings is not lifted on their word."""
+    by_node: dict[str, list[NodeRow]] = {}
     for row in rows:
-        judged.setdefault(row.node, set()).add(row.check)
-    return judged
+        by_node.setdefault(row.node, []).append(row)
+    return {node: retested(found) for node, found in by_node.items()}
 
 
 def after_run(
@@ -104,11 +136,15 @@ def after_run(
     rules: Mapping[str, MetricRule] | None = None,
     slurm_names: Mapping[str, str] | None = None,
     fleet: FleetView | None = None,
+    over_ssh: Collection[str] = (),
 ) -> SlurmPlan:
-    """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json``.
+    """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json`` (first
+    as :data:`APPLYING`, before any command runs).
 
     ``rules``: the judged figures (the probes' ``METRICS``) the Prometheus file's key figures come from;
-    every discovered probe's when not given. ``slurm_names``: inventory name -> Slurm name, where they differ."""
+    every discovered probe's when not given. ``slurm_names``: inventory name -> Slurm name, where they differ.
+    ``over_ssh``: the nodes the run reached over SSH, which tested SSH again (a drain for ``ssh:refused`` may
+    be lifted); no other node's."""
     _write_atomic(
         run_dir / "summary.json",
         json.dumps(summary(run_info, verdicts, warnings_by_node(rows)), indent=2, default=str) + "\n",
@@ -130,20 +166,31 @@ def after_run(
         operations.apply,
         operations.scontrol,
         slurm_names,
-        judged_checks(rows),
+        _with_ssh(judged_checks(rows), over_ssh),
         operations.drain_limits(run_dir),
+        lambda planned: _write_atomic(run_dir / "slurm.json", _slurm_record(planned, operations, APPLYING)),
     )
     if operations.drain or operations.resume_passing:
-        record = {
-            "apply": operations.apply,
-            "error": plan.error,
-            "actions": [asdict(a) for a in plan.actions],
-            "unknown_to_slurm": plan.unknown,
-            "kept_drained": [{"node": node, "why": why} for node, why in plan.kept],
-            "breaker": None if plan.breaker is None else _breaker_record(plan.breaker),
-        }
-        _write_atomic(run_dir / "slurm.json", json.dumps(record, indent=2) + "\n")
+        _write_atomic(run_dir / "slurm.json", _slurm_record(plan, operations, "done"))
     return plan
+
+
+def _with_ssh(judged: Mapping[str, set[str]], over_ssh: Collection[str]) -> dict[str, set[str]]:
+    """``judged`` with SSH tested again on the nodes the run reached over it (an unreachable node's reasons)."""
+    return {node: checks | {SSH_CHECK} if node in over_ssh else set(checks) for node, checks in judged.items()}
+
+
+def _slurm_record(plan: SlurmPlan, operations: Operations, state: str) -> str:
+    record = {
+        "apply": operations.apply,
+        "state": state,
+        "error": plan.error,
+        "actions": [asdict(a) for a in plan.actions],
+        "unknown_to_slurm": plan.unknown,
+        "kept_drained": [{"node": node, "why": why} for node, why in plan.kept],
+        "breaker": None if plan.breaker is None else _breaker_record(plan.breaker),
+    }
+    return json.dumps(record, indent=2) + "\n"
 
 
 def _breaker_record(tripped: BreakerTrip) -> dict[str, Any]:

@@ -5,6 +5,8 @@ A controller that lost its route, a bad profile or an outage of a shared service
 node mounts) makes every node fail the same way; drained on that word, the cluster empties. So a run drains at
 most ``max(1, max_drain_fraction × tested nodes)`` (or ``--max-drain N``): past that, no drain is applied at all,
 every node that would have been drained is listed with its reasons, and the run exits 3 for an operator to look.
+Under ``serve`` the limit holds over a window of runs, counted from their ``slurm.json``; a record of the window
+that cannot be read holds every drain back, naming it (its drains are unknown, never counted as none).
 When every tested node is unreachable the same way, the controller is named as the likely fault and nothing is
 drained. ``--force`` lifts both, and the run records it (the operations in ``run.json``). Pure: the plan in,
 the plan out.
@@ -34,6 +36,8 @@ class DrainLimits:
     # together they may drain no more than one run may (a schedule never empties the cluster run by run)
     window_h: float | None = None
     drained_in_window: int = 0
+    # the window's drain records that could not be read, each with why: their drains are unknown, not zero
+    unknown_in_window: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ def trip(verdicts: Sequence[VerdictRow], drains: Sequence[tuple[str, str]], limi
         return BreakerTrip(f"{fault}; nothing drained", held)
     tested = tested_count(verdicts)
     allowed = allowed_drains(tested, limits)
+    if allowed is not None and limits.window_h is not None and limits.unknown_in_window:
+        return BreakerTrip(_unknown_window(len(drains), limits.window_h, limits.unknown_in_window), held)
     if allowed is not None and limits.window_h is not None and limits.drained_in_window + len(drains) > allowed:
         why = (
             f"{len(drains)} nodes would be drained, and the runs of the last {limits.window_h:g} h drained "
@@ -103,3 +109,14 @@ def trip(verdicts: Sequence[VerdictRow], drains: Sequence[tuple[str, str]], limi
         "with --max-drain N or --force"
     )
     return BreakerTrip(why, held)
+
+
+def _unknown_window(drains: int, window_h: float, unknown: tuple[str, ...]) -> str:
+    """Why drains are held when records of the window cannot be read: what they drained is not known, so
+    the breaker cannot tell that this run's drains stay within its limit (it never counts them as none)."""
+    named = "; ".join(unknown[:3]) + (f"; and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+    return (
+        f"{drains} nodes would be drained, and {len(unknown)} drain record(s) of the runs of the last {window_h:g} h "
+        f"cannot be read ({named}): how many nodes those runs drained is unknown, so the breaker holds every drain; "
+        "nothing drained; repair the record or set it aside out of the runs' directory, or drain with --force"
+    )

@@ -16,7 +16,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 from cluster_accept.ops.breaker import BreakerTrip, DrainLimits, trip
 
 REASON_PREFIX = "cluster-accept: "
+SSH_CHECK = "ssh"  # the check an unreachable node's reasons are under (``ssh:refused``, ``ssh:host-key``)
 REASON_MAX = 200  # Slurm keeps the reason in a short field; the run's reasons are all in its report
 BAD = NOT_ACCEPTED  # the verdicts a node is drained for
 
@@ -173,12 +174,15 @@ def drain_codes(reason: str) -> list[str] | None:
 
 
 def unchecked_codes(reason: str, judged: set[str]) -> list[str] | None:
-    """The codes of ``reason`` whose check this run did not judge (``ssh`` counts as judged: the node was
-    reached); None when the reason was cut short. Empty: every code was looked at again."""
+    """The codes of ``reason`` whose check is not in ``judged``, the checks this run tested again; None when the
+    reason was cut short. Empty: every code was looked at again. One rule for every check, ``ssh`` among them:
+    SSH was tested again only where the caller says so (:data:`SSH_CHECK`: a run that reached the node over SSH),
+    never by a node's own check, which reaches nothing; a drain that names no code (``not accepted``) names
+    nothing tested again."""
     codes = drain_codes(reason)
     if codes is None:
         return None
-    return [c for c in codes if c != "not accepted" and c.split(":")[0] not in judged | {"ssh"}]
+    return [c for c in codes if c.split(":")[0] not in judged]
 
 
 def drain_reason(reasons: Sequence[str], run_id: str) -> str:
@@ -198,8 +202,9 @@ def plan(
 ) -> SlurmPlan:
     """What to ask Slurm, per node; pure. ``names``: inventory name -> Slurm name (the same when absent).
     Nodes Slurm does not know are listed in ``unknown`` when there was something to do for them. ``judged``:
-    node -> the checks this run judged on it; a node drained for a finding this run did not look at again
-    (a preflight-only health check, a node drained for its all-reduce) stays drained, listed in ``kept``."""
+    node -> the checks this run tested again on it (:func:`unchecked_codes`); a node drained for a finding this
+    run did not look at again (a preflight-only health check, a node drained for its all-reduce, a node's own
+    check and a drain for SSH) stays drained, listed in ``kept``, and so does every node without ``judged``."""
     result = SlurmPlan()
     for verdict in verdicts:
         name, outcome = verdict.node, verdict.verdict
@@ -218,7 +223,7 @@ def plan(
             action = SlurmAction(name, "drain", [*update, "state=drain", f"reason={reason}"], reason)
             result.actions.append(replace(action, slurm_node=slurm_name))
         elif resume_passing and outcome == Verdict.ACCEPTED and known.drained_by_us:
-            left = unchecked_codes(known.reason, judged.get(name, set())) if judged is not None else []
+            left = unchecked_codes(known.reason, (judged or {}).get(name, set()))
             if left is None or left:
                 why = (
                     f"drained for {', '.join(left)}, which this run did not check"
@@ -241,15 +246,18 @@ def slurm_step(
     names: Mapping[str, str] | None = None,
     judged: Mapping[str, set[str]] | None = None,
     limits: DrainLimits | None = None,
+    before_apply: Callable[[SlurmPlan], None] | None = None,
 ) -> SlurmPlan:
     """Ask Slurm for its nodes, plan, hold the drains back where the breaker says so (:mod:`ops.breaker`), and
-    (with ``apply``) run each command; every outcome is data."""
+    (with ``apply``) run each command, after ``before_apply`` has recorded the plan; every outcome is data."""
     if not (drain or resume_passing):
         return SlurmPlan()
     known, error = read_nodes(scontrol)
     if error:
         return SlurmPlan(error=error)
     result = held_back(plan(verdicts, known, run_id, drain, resume_passing, scontrol, names, judged), verdicts, limits)
+    if apply and result.actions and before_apply is not None:
+        before_apply(result)
     if apply:
         for action in result.actions:
             try:

@@ -46,6 +46,7 @@ from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
+from cluster_accept.inventory.node_part import WantedNode
 
 if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --local) loads no pandas
     import pandas as pd
@@ -149,11 +150,12 @@ def plugin_settings(probes: Sequence[Probe] | None = None) -> dict[str, type[Bas
     return {probe.name: probe.settings for probe in chosen if probe.settings is not None}
 
 
-def load_checked_inventory(path: str | Path) -> Inventory:
+def load_checked_inventory(path: str | Path, node: WantedNode | None = None) -> Inventory:
     """The inventory at ``path``, each added probe's ``plugins:`` settings checked against its model on load
     (the inventory cannot see the probes: it lies below them); raises
-    :class:`~inventory.load.InventoryError`, naming what is wrong."""
-    return load_inventory(path, plugins=plugin_settings())
+    :class:`~inventory.load.InventoryError`, naming what is wrong. ``node``: only that node's part of the
+    file (a node's own check: :mod:`inventory.node_part`)."""
+    return load_inventory(path, plugins=plugin_settings(), node=node)
 
 
 def scripts_for(node: Node, probes: Sequence[Probe], quick: bool = False) -> list[NodeScript]:

@@ -8,6 +8,12 @@ enters the script from an inventory (env values) is quoted with :func:`shlex.quo
 
 A hung driver hangs every ``nvidia-smi``: once one command of a batch times out, the rest get at most
 :data:`AFTER_HANG_S` each, so a hung node costs one timeout plus seconds, not one timeout per check.
+
+What a node prints is capped where it enters the controller, each stream of each command on its own, before any
+parser reads it (:func:`output_limit`; the cut is said on a line of its own): a check's at
+:data:`CHECK_OUTPUT_CHARS`, about twenty times an 8-GPU ``nvidia-smi -q -x``; a probe's or a rank's at
+:data:`PROBE_OUTPUT_CHARS`, a day-long burn sampling 8 GPUs every second with room to spare. A node's 30 MB sysfs
+file is not stored whole.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ import shlex
 from collections.abc import Sequence
 
 from cluster_accept.remote.result import CommandResult, RemoteCommand
-from cluster_accept.vocabulary.secrets import mask_secrets
+from cluster_accept.vocabulary.secrets import masked_cap
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CHECK_OUTPUT_CHARS = 4 * 1024 * 1024  # a command that only reads the node's state (a check)
+PROBE_OUTPUT_CHARS = 256 * 1024 * 1024  # a probe, a rank of a multi-node run: ~290 characters a GPU sample
 KILL_GRACE_S = 5
 AFTER_HANG_S = 5
 # How long the client waits beyond the sum of the node-side timeouts before it declares the batch lost.
@@ -33,6 +41,11 @@ class UnsafeCommandError(ValueError):
 
 def _marker(nonce: str, index: int, part: str) -> str:
     return f"@@CA:{nonce}:{index}:{part}"
+
+
+def output_limit(command: RemoteCommand) -> int:
+    """How much of each of ``command``'s streams the controller keeps (:func:`~vocabulary.secrets.masked_cap`)."""
+    return CHECK_OUTPUT_CHARS if command.reads_only else PROBE_OUTPUT_CHARS
 
 
 def command_timeout(command: RemoteCommand, default_timeout_s: float) -> int:
@@ -113,8 +126,9 @@ def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, non
 
     A command whose end frame is missing (the session died or the client timed out) gets ``exit_code`` None
     and whatever output arrived; commands that never started get empty results, also with ``None``. Each
-    output is masked here, once, where node text enters the controller (:func:`~vocabulary.secrets.mask_secrets`):
-    everything above, the checkpoints, rows and reports included, holds it masked.
+    output is capped and masked here, once, where node text enters the controller (:func:`output_limit`,
+    :func:`~vocabulary.secrets.masked_cap`): everything above, the checkpoints, rows and reports included, holds it
+    masked.
     """
     results: list[CommandResult] = []
     out_pos = err_pos = 0
@@ -126,8 +140,8 @@ def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, non
             CommandResult(
                 command.name,
                 exit_code,
-                mask_secrets(out or ""),
-                mask_secrets(err or ""),
+                masked_cap(out or "", output_limit(command)),
+                masked_cap(err or "", output_limit(command)),
                 timed_out=exit_code in (124, 137),
             )
         )

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from cluster_accept.remote.batch import command_timeout, under_timeout
+from cluster_accept.remote.batch import PROBE_OUTPUT_CHARS, command_timeout, under_timeout
 from cluster_accept.remote.result import PollAnswer, RemoteCommand
-from cluster_accept.vocabulary.secrets import mask_secrets
+from cluster_accept.vocabulary.secrets import masked_cap
 
 WRAPPER = "run.sh"
 START_WAIT_S = 10  # how long the start-up waits for the wrapper to report its pid
@@ -122,8 +122,8 @@ def poll_script(remote_dir: str, pid: int, kill_pattern: str | None = None) -> s
 def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
     """What :func:`poll_script` printed; None when the poll itself did not complete (no answer).
 
-    Only the first line is ours: the rest is the command's output and cannot forge it; it is masked here, where
-    it enters the controller."""
+    Only the first line is ours: the rest is the command's output and cannot forge it; it is capped and masked
+    here, where it enters the controller (:data:`~remote.batch.PROBE_OUTPUT_CHARS` a stream)."""
     if code != 0:
         return None
     first, _, rest = stdout.partition("\n")
@@ -133,4 +133,5 @@ def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
     if match is None:
         return None
     status = match.group(1)
-    return PollAnswer(False, None if status == "none" else int(status), mask_secrets(rest), mask_secrets(stderr))
+    out, err = masked_cap(rest, PROBE_OUTPUT_CHARS), masked_cap(stderr, PROBE_OUTPUT_CHARS)
+    return PollAnswer(False, None if status == "none" else int(status), out, err)

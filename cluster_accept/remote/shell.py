@@ -126,7 +126,8 @@ class ShellSession(ABC):
         text = out.strip().splitlines()[-1] if out.strip() else ""
         if code == 0 and text.isascii() and text.isdigit():
             return int(text)
-        return NoAnswer(f"could not pick a free port: {err.strip() or out}", timed_out or code is None)
+        said = masked_tail(err.strip() or out.strip(), START_ERROR_CHARS) or f"exit {code}"
+        return NoAnswer(f"could not pick a free port: {said}", timed_out or code is None)
 
     def start_detached(
         self, remote_dir: str, command: RemoteCommand, default_timeout_s: float, tag: str | None

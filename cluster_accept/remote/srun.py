@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cluster_accept.inventory.hostlist import HostlistError, expand
 from cluster_accept.inventory.model import Node
+from cluster_accept.remote.batch import output_limit
 from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.launch import (
     GroupJob,
@@ -47,7 +48,7 @@ from cluster_accept.remote.srun_script import (
     srun_argv,
     srun_errors_for,
 )
-from cluster_accept.vocabulary.secrets import mask_secrets, masked_tail
+from cluster_accept.vocabulary.secrets import masked_cap, masked_tail
 
 SLURM_TIMEOUT_S = 120.0  # salloc, scancel and the port step: Slurm answers these in seconds
 STOP_WAIT_S = 15.0
@@ -252,7 +253,7 @@ def _task_run(node: Node, command: RemoteCommand, task: TaskOutput, step_stopped
     the node); without an exit status it was stopped — by us at the step's time limit, else by srun for another
     task's bad exit — and complete nonetheless when it had printed that it finished its work."""
     code = task.exit_code
-    stdout = mask_secrets("\n".join(task.lines) + "\n")  # where the task's output enters the controller
+    stdout = masked_cap("\n".join(task.lines) + "\n", output_limit(command))  # where it enters the controller
     limit = command.timeout_s or 3600.0  # as the step's time limit takes it (_step)
     timed_out = killed_at_timeout(code, elapsed_s, limit) or (code is None and step_stopped)
     result = CommandResult(command.name, code, stdout, "", timed_out=timed_out)

@@ -46,20 +46,24 @@ class Checkpoints:
         found: dict[str, NodeResult] = {}
         for path in sorted((self.root / stage).glob("*.json")):
             try:
-                found[path.stem] = node_result_from_data(json.loads(path.read_text()))
-            except (OSError, ValueError, KeyError, TypeError):
+                result = node_result_from_data(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
                 continue
+            if result.node == path.stem:  # another node's result under this name is not this node's
+                found[path.stem] = result
         return found
 
     def save_stage(self, stage: str, data: dict[str, Any]) -> None:
         _write_atomic(self.root / f"{stage}.json", data)
 
     def load_stage(self, stage: str) -> dict[str, Any] | None:
+        """The stage's saved outcome; None where none was saved, or what is there is no JSON object (the stage
+        runs again; the stage holds the object's members to its own shape)."""
         try:
-            loaded: dict[str, Any] = json.loads((self.root / f"{stage}.json").read_text())
-        except (OSError, ValueError):
+            loaded = json.loads((self.root / f"{stage}.json").read_text())
+        except (OSError, ValueError, RecursionError):
             return None
-        return loaded
+        return loaded if isinstance(loaded, dict) else None
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -76,12 +80,39 @@ def node_result_to_data(result: NodeResult) -> dict[str, Any]:
     }
 
 
-def node_result_from_data(data: dict[str, Any]) -> NodeResult:
+_COMMAND_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "exit_code": (int, type(None)),
+    "stdout": (str,),
+    "stderr": (str,),
+    "timed_out": (bool,),
+}
+
+
+def _command_from_data(data: Any) -> CommandResult:
+    """One saved command, held to the exact shape :func:`node_result_to_data` writes (a ``true`` is no exit
+    status, a number no output): another shape raises ValueError rather than reach the parsers."""
+    if not isinstance(data, dict) or set(data) != set(_COMMAND_TYPES):
+        raise ValueError("a saved command of another shape")
+    for key, kinds in _COMMAND_TYPES.items():
+        if type(data[key]) not in kinds:
+            raise ValueError(f"a saved command's {key} is a {type(data[key]).__name__}")
+    return CommandResult(**data)
+
+
+def node_result_from_data(data: Any) -> NodeResult:
+    """A saved node result, held to the shape :func:`node_result_to_data` writes; another shape raises ValueError
+    (the node counts as not saved and runs again)."""
+    if not isinstance(data, dict) or type(data.get("node")) is not str or type(data.get("detail", "")) is not str:
+        raise ValueError("a saved node result of another shape")
+    commands, duration = data.get("commands", []), data.get("duration_s", 0.0)
+    if type(commands) is not list or type(duration) not in (int, float):
+        raise ValueError("a saved node result of another shape")
     return NodeResult(
         node=data["node"],
         status=NodeStatus(data["status"]),
         cause=UnreachableCause(data["cause"]) if data.get("cause") else None,
         detail=data.get("detail", ""),
-        commands=[CommandResult(**c) for c in data.get("commands", [])],
-        duration_s=float(data.get("duration_s", 0.0)),
+        commands=[_command_from_data(c) for c in commands],
+        duration_s=float(duration),
     )

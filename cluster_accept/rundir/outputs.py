@@ -152,6 +152,8 @@ def resumable_info(out_dir: Path, run_id: str) -> dict[str, Any]:
         run_info: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ResumeError(f"cannot resume {run_id}: no readable {path} ({exc})") from None
+    if not isinstance(run_info, dict):
+        raise ResumeError(f"cannot resume {run_id}: {path} holds a JSON {type(run_info).__name__}, not an object")
     if run_info.get("ended"):
         raise ResumeError(f"run {run_id} already finished at {run_info['ended']}; nothing to resume")
     return run_info

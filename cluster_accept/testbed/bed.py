@@ -32,6 +32,7 @@ from cluster_accept.testbed.profile import inventory, testbed_nccl_env, write_in
 from cluster_accept.testbed.sdcflip import write_sitecustomize, write_slower
 from cluster_accept.testbed.slurm_nodes import start_slurm, start_slurmd
 from cluster_accept.testbed.standins import write_standins
+from cluster_accept.vocabulary.own_files import check_own_dir
 
 STATE_VERSION = 1
 # Files a state dir holds; a dir with anything else and no state.json is not removed by down().
@@ -249,7 +250,7 @@ def up(
     net.check_name(prefix)
     _require_root()
     plan = faults or FaultPlan()
-    state_dir = Path(state_dir or default_state_dir(prefix)).resolve()
+    state_dir = own_state_dir(state_dir, prefix)
     names = _checked_names(nodes, plan, subnet, prefix)
     healthy = _node_data(base, names[0], [], rails)
     data = {n: _node_data(base, n, plan.faults(n), rails) if plan.faults(n) else healthy for n in names}
@@ -270,6 +271,21 @@ def up(
             down(state_dir, prefix)
         raise
     return tb
+
+
+def own_state_dir(given: Path | None, prefix: str) -> Path:
+    """The state dir a test-bed is brought up in, resolved. The default one lies in the shared ``/tmp``: a link or
+    another user's directory already holding its name is refused (root would write the test-bed's keys through
+    it), never followed."""
+    if given is not None:
+        return Path(given).resolve()
+    path = default_state_dir(prefix)
+    if os.path.lexists(path):
+        try:
+            check_own_dir(path)
+        except PermissionError as exc:
+            raise TestbedError(f"{exc}: remove it, or give --state-dir") from None
+    return path.resolve()
 
 
 def _checked_names(nodes: int, plan: FaultPlan, subnet: str | None, prefix: str) -> list[str]:

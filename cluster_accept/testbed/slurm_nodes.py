@@ -45,11 +45,17 @@ def node_env(tb: Testbed, node: str) -> dict[str, str]:
     }  # fmt: skip
 
 
+def node_marks_env(state_dir: Path) -> dict[str, str]:
+    """Where the nodes' own checks keep their marks: in the test-bed's state dir, so that a test-bed never reads
+    the marks another left in this machine's ``/var/lib/cluster-accept`` (its nodes share this machine's boot)."""
+    return {"CLUSTER_ACCEPT_STATE_DIR": str(state_dir / "node-marks")}
+
+
 def start_slurm(tb: Testbed, site_env: Mapping[str, str] | None = None) -> None:
     """Slurm for the test-bed's nodes; the health check's site settings name the test-bed's inventory unless
-    ``site_env`` names another."""
+    ``site_env`` names another, and keep the nodes' marks in the test-bed's state dir (not this machine's)."""
     live = _slurm_live(tb)
-    site = {"CLUSTER_ACCEPT_INVENTORY": str(tb.inventory_path), **(site_env or {})}
+    site = {"CLUSTER_ACCEPT_INVENTORY": str(tb.inventory_path), **node_marks_env(tb.state_dir), **(site_env or {})}
     pids = {tb.slurm_name(n): sshd.read_pid(tb.node_dir(n)) for n in live}
     slurm.up(
         tb.state_dir, tb.prefix, tb.host_ip, {tb.slurm_name(n): ip for n, ip in tb.nodes.items()},

@@ -38,6 +38,12 @@ second line of defence, applied where node output enters stored rows. It masks:
   password (``machine h login u password ***``); ``Bearer ***`` (16 or more token characters with a digit or
   mixed case) and ``Basic ***`` (base64 of ``user:password``). The option's or scheme's word stays.
 
+What a terminal draws as nothing cannot hide a secret from these patterns: a colour code right before a token
+(``\x1b[31mAKIA…``, ``grep --color`` around a name), a title or hyperlink sequence, a zero-width or bidi character
+between a key's characters, a backspace. Text holding any is masked a second time with them taken out; when that
+masks more, the text is kept in that plain form (masked), else as it came. A bare CR is an overprint, not a line's
+end: a secret value runs on past it to the newline.
+
 Every pattern runs in time linear in the text (node output may be long and hostile).
 """
 
@@ -62,7 +68,22 @@ _RATE = re.compile(r"TOKENS?_PER_")
 # A name (not the tail of a longer word, nor a URL's user; an option's dashes before it), an optional closing
 # quote (JSON, repr) and the separator.
 _ASSIGNMENT = re.compile(r"(?<![\w./-])-{0,2}(?P<name>[A-Za-z_][\w.-]*)[\"']?[ \t]*[=:][ \t]*")
-_LINE_END = re.compile(r"[\r\n]")
+_LINE_END = re.compile(r"\r?\n")  # a bare CR overprints the line (``TOKEN=a\rb``): the value runs on past it
+# What a terminal draws as nothing, yet splits a token or a name for the patterns here: ECMA-48 sequences (CSI with
+# its parameters, the final byte optional for one cut off; OSC, DCS, SOS, PM and APC strings to their end or the
+# line's; other escapes; their 8-bit forms), a character a backspace takes back, other C0 and C1 controls but tab,
+# newline and CR, and zero-width, soft-hyphen and bidi format characters.
+_HIDDEN = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[^\n\x08]?\x08"
+    r"|[\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+    r"\u2066-\u2069\ufeff]"
+)
+_MAY_HIDE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
 # Not a value: already masked (the check's own ``****``) or a placeholder (``<unset> (majority)``, ``<value>``).
 _NOT_A_VALUE = re.compile(r"(?:\*+|<[a-z]+>)(?: \([a-z]+\))?")
 _QUOTED = re.compile(r"'[^'\r\n]*'|\"[^\"\r\n]*\"")  # how checks quote a value in a detail: repr()
@@ -287,7 +308,17 @@ def mask_shapes(text: str) -> str:
 
 def mask_secrets(text: str) -> str:
     """``text`` with secrets by shape masked (:func:`mask_shapes`), and the value of every secret-looking
-    ``NAME=value`` / ``NAME: value`` replaced by ``***``."""
+    ``NAME=value`` / ``NAME: value`` replaced by ``***``; masked again without what a terminal draws as nothing
+    (:data:`_HIDDEN`), and kept in that plain form when that masked more."""
+    masked = _mask_as_written(text)
+    if _MAY_HIDE.search(masked) is None:
+        return masked
+    plain = _HIDDEN.sub("", masked)
+    again = _mask_as_written(plain)
+    return masked if again == plain else again
+
+
+def _mask_as_written(text: str) -> str:
     text = mask_shapes(text)
     parts: list[str] = []
     pos = 0
@@ -303,6 +334,20 @@ def mask_secrets(text: str) -> str:
                 pos = value_end
     parts.append(text[pos:])
     return "".join(parts)
+
+
+# Past a cap, how much more of node output is masked before the cut: a secret that starts before the cut is seen
+# whole (a token, a JWT, a URL's password), and the rest is never read.
+CAP_MARGIN_CHARS = 64 * 1024
+
+
+def masked_cap(text: str, limit: int) -> str:
+    """Node output as the controller takes it in: masked, then cut to its first ``limit`` characters with a line
+    saying so (:func:`keep_head`, counting the whole). Only ``limit`` and :data:`CAP_MARGIN_CHARS` more are
+    masked: a node's 30 MB file costs what ``limit`` costs, before any parser sees it."""
+    if len(text) <= limit:
+        return mask_secrets(text)
+    return keep_head(mask_secrets(text[: limit + CAP_MARGIN_CHARS]), limit, len(text))
 
 
 def masked_head(text: str, limit: int) -> str:

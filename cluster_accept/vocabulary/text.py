@@ -40,12 +40,14 @@ def truncation_note(kept: int, total: int, end: str) -> str:
     return f"[truncated: kept the {end} {kept:,} of {total:,} characters]"
 
 
-def keep_head(text: str, limit: int) -> str:
+def keep_head(text: str, limit: int, total: int | None = None) -> str:
     """The first ``limit`` characters of ``text``, followed by a line saying what was cut; ``text`` itself when
-    it fits."""
-    if len(text) <= limit:
+    it fits. ``total``: the length of the whole, when ``text`` stands for its start (masked: shorter than what
+    it stands for); the note then counts the whole, and says the cut even where ``text`` fits."""
+    whole = len(text) if total is None else total
+    if whole <= limit and len(text) <= limit:
         return text
-    return f"{text[:limit]}\n… {truncation_note(limit, len(text), 'first')}"
+    return f"{text[:limit]}\n… {truncation_note(limit, whole, 'first')}"
 
 
 def keep_tail(text: str, limit: int) -> str:

@@ -13,6 +13,8 @@
 # from here or from the site file /etc/default/cluster-accept (CLUSTER_ACCEPT_ENV names another):
 #   PATH                       where cluster-accept, nvidia-smi and scontrol are
 #   CLUSTER_ACCEPT_INVENTORY   the site's inventory (default /etc/cluster-accept/inventory.yaml)
+#   CLUSTER_ACCEPT_STATE_DIR   where the node keeps its marks between checks, so an XID is judged once
+#                              (default /var/lib/cluster-accept; root's alone to write)
 #   SLURM_CONF                 when slurm.conf is not in its default place
 set -u
 site=${CLUSTER_ACCEPT_ENV:-/etc/default/cluster-accept}

@@ -350,6 +350,17 @@ def _outcome_from(data: dict[str, Any]) -> MultiNodeOutcome:
     return MultiNodeOutcome(rows, measurements, data["isolation"], data["scaling"], training)
 
 
+def _saved_outcome(data: dict[str, Any] | None) -> MultiNodeOutcome | None:
+    """The stage's checkpointed outcome; None where none was saved or it is of another shape (edited, another
+    version's), so that the stage runs again rather than the resumed run stopping on it."""
+    if data is None or not all(isinstance(data.get(k), list) for k in ("rows", "measurements", "isolation", "scaling")):
+        return None
+    try:
+        return _outcome_from(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 class MultiNodeStage:
     """All-reduce across 2, 4, 8 … of the nodes still accepted, scaling efficiency, the transport between
     nodes, and isolation of the node to pull when a run underperforms. Driven as one sequence (each round
@@ -361,10 +372,8 @@ class MultiNodeStage:
 
     def run(self, state: RunState) -> None:
         state.progress.start(NAME, 1)
-        saved = state.checkpoints.load_stage(NAME)
-        if saved is not None:
-            outcome = _outcome_from(saved)
-        else:
+        outcome = _saved_outcome(state.checkpoints.load_stage(NAME))
+        if outcome is None:
             outcome = run_multi_node(state.run_id, state.inventory, state.still_accepted(), state.concurrency)
             state.checkpoints.save_stage(NAME, _outcome_data(outcome))
         self._add(state, outcome)

@@ -56,14 +56,20 @@ def since_previous(
 ) -> list[NodePreflight]:
     """Each node's models cut to what is new since its previous run (``previous``: node -> check -> marks, from
     :func:`analysis.verdicts.marks_by_node`), for the checks that judge so (``Check.since``); a node without a
-    previous run keeps everything since boot."""
+    previous run keeps everything since boot. Marks come from the history or a file on the node, either of which
+    can hold anything: a ``since`` that raises on them leaves the check an error row naming it (its model uncut
+    could miss what changed since, a counter's growth), never a pass and never the whole stage stopped."""
     cut = [check for check in checks if check.since is not None]
     for outcome in outcomes:
         marks = previous.get(outcome.node, {})
         for check in cut:
-            if check.name in outcome.models and check.name in marks:
+            if check.name in outcome.models and check.name in marks and check.name not in outcome.parse_errors:
                 assert check.since is not None
-                outcome.models[check.name] = check.since(outcome.models[check.name], marks[check.name])
+                try:
+                    outcome.models[check.name] = check.since(outcome.models[check.name], marks[check.name])
+                except Exception as exc:  # noqa: BLE001 - the check's row says it; the other checks go on
+                    why = f"reading the previous run's marks raised {type(exc).__name__}: {exc}"
+                    outcome.parse_errors[check.name] = why
     return outcomes
 
 

@@ -7,9 +7,13 @@ the node answers; evaluation waits for every node because drift is judged agains
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, cast
+
+import pandas as pd
 
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.verdicts import marks_by_node, values_by_node
@@ -33,6 +37,10 @@ from cluster_accept.tasks.preflight.evaluate import (
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, per_node
 
+_STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # how a run id starts (rundir.outputs.new_run_id)
+_STAMP = re.compile(r"^\d{8}T\d{6}Z")
+_STAMP_CHARS = 16
+
 
 def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
     """A node's preflight, checkpointed as soon as it answered."""
@@ -47,19 +55,33 @@ def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, 
     return {node: parse_node_result(result, checks) for node, result in checkpoints.load_nodes(NAME).items()}
 
 
+def earlier(run_ids: pd.Series, this_run: str) -> pd.Series:
+    """Which of ``run_ids`` started before this run: run ids start with their UTC start time
+    (``20261118T110600Z-…``), so one after this run's (a controller whose clock ran fast, a run resumed after later
+    ones) is not this run's past. A run not named so (a shard's, named by its key) starts now, by this clock."""
+    start = this_run[:_STAMP_CHARS] if _STAMP.match(this_run) else time.strftime(_STAMP_FORMAT, time.gmtime())
+    ids = run_ids.astype(str)
+    return (ids.str[:_STAMP_CHARS] <= start) & (ids != this_run)
+
+
 def previous_values(state: RunState) -> list[dict[str, Any]]:
-    """Each node's ``node_values`` rows of its latest earlier run in the history (none without a history)."""
+    """Each node's ``node_values`` rows, per check, of the latest :func:`earlier` run in the history that recorded
+    that check on it (none without a history). Per check: a run where a check could not read the node (an error,
+    a timeout) keeps no counters or marks for it, and the run before still knows them (a port that flapped stays
+    known)."""
     if state.history is None:
         return []
     past = state.history.node_values
     if past.empty:
         return []
-    latest = past.groupby("node")["run_id"].max()  # run ids start with their UTC start time
-    return cast(list[dict[str, Any]], past[past["run_id"] == past["node"].map(latest)].to_dict("records"))
+    past = past[earlier(past["run_id"], state.run_id)]
+    latest = past.groupby(["node", "check"])["run_id"].transform("max")
+    return cast(list[dict[str, Any]], past[past["run_id"] == latest].to_dict("records"))
 
 
 def counter_rows(state: RunState, checks: list[Check], previous: list[dict[str, Any]]) -> list[NodeRow]:
-    """Error counters (NVLink, ECC) that grew since each node's previous run in the history."""
+    """Error counters (NVLink, ECC, InfiniBand …) that grew since each node's previous run in the history, or whose
+    growth cannot be told (cleared since, held at their maximum, no count): :func:`counter_growth`."""
     if not previous:
         return []
     commands = {c.name: c.command for c in checks}
