@@ -12,7 +12,7 @@ from cluster_accept.checks.base import ERROR_DETAIL_CHARS, CheckRow, Status, dis
 from cluster_accept.checks.reasons import catalog
 from cluster_accept.flows.artifacts import summary_markdown
 from cluster_accept.reports.render import EXCERPT_CHARS, ReportData, build_context, render
-from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
+from cluster_accept.tasks.rows import FIELD_LIMIT, RAW_OUTPUT_LIMIT, node_row
 from cluster_accept.tasks.stages import declared_links
 from cluster_accept.vocabulary.text import keep_head, keep_tail, visible
 from tests.processes import run_cli
@@ -131,3 +131,18 @@ def test_terminal_shows_control_characters_as_escapes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert not any(raw in proc.stdout for raw in RAW)
     assert "\\x1b[31mred\\x07\\u202e" in proc.stdout
+
+
+def test_a_file_read_whole_into_a_rows_observed_is_cut_saying_so() -> None:
+    """A node's 30 MB sysfs file read as a value: the row keeps its head and says how much there was."""
+    sysfs = "0123456789abcdef\n" * 1_800_000
+    checked = CheckRow("pcie", "gpu0", Status.FAIL, "width_low", sysfs, "x16", "detail " + sysfs)
+    stored = node_row("r1", "c", "preflight", "n1", checked)
+    note = f"\n… [truncated: kept the first {FIELD_LIMIT:,} of {len(sysfs):,} characters]"
+    assert stored.observed == sysfs[:FIELD_LIMIT] + note
+    assert (
+        stored.detail
+        == ("detail " + sysfs)[:FIELD_LIMIT]
+        + f"\n… [truncated: kept the first {FIELD_LIMIT:,} of {len(sysfs) + 7:,} characters]"
+    )
+    assert stored.expected == "x16"

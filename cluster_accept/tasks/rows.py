@@ -7,8 +7,12 @@ import functools
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import TOOL_CHECK
 from cluster_accept.vocabulary.secrets import mask_row, masked_head
+from cluster_accept.vocabulary.text import keep_head
 
 RAW_OUTPUT_LIMIT = 64 * 1024
+# A row's observed, expected and detail: a value or a sentence, never a file. A node's file read whole (a
+# sysfs or proc file gone wrong) is cut here, the cut said, so a row never carries megabytes in each column.
+FIELD_LIMIT = 16 * 1024
 NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked on the way in
 
 
@@ -16,7 +20,12 @@ def node_row(
     run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str = "", command: str = ""
 ) -> NodeRow:
     """``command``: the node-side command whose output is the row's evidence (what reproduces it)."""
-    masked = mask_row(row.item, {"observed": row.observed, "expected": row.expected, "detail": row.detail})
+    masked = {
+        name: None if text is None else keep_head(text, FIELD_LIMIT)
+        for name, text in mask_row(
+            row.item, {"observed": row.observed, "expected": row.expected, "detail": row.detail}
+        ).items()
+    }
     return NodeRow(
         run_id=run_id,
         cluster=cluster,
