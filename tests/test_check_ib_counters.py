@@ -34,7 +34,9 @@ def test_two_ports_parse_with_every_counter_and_the_one_with_errors_is_named() -
     assert len(model.ports[0].values) == 11 and len(model.ports[1].values) == 12  # a counter the port lacks is left out
     assert rows_of(TWO_PORTS) == [
         ("mlx5_0/1", Status.PASS, "ok", "0"),
+        ("mlx5_0/1 flaps", Status.PASS, "first_reading", "link_downed 0"),  # no previous run: nothing to compare
         ("mlx5_1/1", Status.WARN, "errors_since_reset", "link_downed 1, link_error_recovery 1, symbol_error 3"),
+        ("mlx5_1/1 flaps", Status.PASS, "first_reading", "link_downed 1"),
     ]
     counters = ibc.counters(model)
     assert counters["mlx5_1/1.symbol_error"] == 3 and counters["mlx5_0/1.link_downed"] == 0 and len(counters) == 23
@@ -131,7 +133,8 @@ def _flaps(model: ibc.IbCounters, clear_h: float = 24.0) -> list[tuple[str, str,
 
 def _flapped(node: Node) -> None:
     """mlx5_1 read once an hour before NOW, then found to have gone down twice since, at NOW."""
-    assert _flaps(node.run(_output(NOW - 3600), NOW - 3600)) == []  # no previous run: nothing is known of flaps
+    first = [f[2] for f in _flaps(node.run(_output(NOW - 3600), NOW - 3600))]
+    assert first == ["first_reading", "first_reading"]  # no previous run: nothing is known of flaps, and said so
     assert [f[1:4] for f in _flaps(node.run(_output(NOW, downed=3), NOW))] == [
         ("fail", "link_flapping", "link_downed 1 -> 3")
     ]
@@ -196,14 +199,15 @@ def test_a_flap_recorded_after_this_runs_clock_is_named_and_dated_at_this_run(
 
 
 def test_a_counter_reset_between_runs_cannot_tell_whether_the_port_flapped(monkeypatch: pytest.MonkeyPatch) -> None:
-    node = Node(monkeypatch)
-    node.run(_output(NOW - 3600, downed=4), NOW - 3600)
-    reset = node.run(_output(NOW, downed=2), NOW)  # 4 -> 2 on the same boot: a driver reload or a counter reset
+    before = {"at_s": str(NOW - 3600), "boot": BOOT, "mlx5_0/1.link_downed": "0", "mlx5_1/1.link_downed": "4"}
+    reset = ibc.since(ibc.parse(_output(NOW, downed=0)), before, now_s=NOW)  # 4 -> 0 on the same boot: cleared
     why = (
         "link_downed went down 4 -> 2: cleared since the previous run (a driver reload or a counter reset), so a "
         "flap before the clear is not counted"
     )
-    assert _flaps(reset) == [("mlx5_1/1 flaps", "warn", "flap_unknown", "link_downed 4 -> 2", why)]
+    assert _flaps(reset) == [("mlx5_1/1 flaps", "warn", "flap_unknown", "link_downed 4 -> 0", why.replace("2", "0"))]
+    node = Node(monkeypatch)
+    node.run(_output(NOW, downed=2), NOW)
     other = "0b8f1d6c-1111-4222-8333-944455556666"
     rebooted = node.run(_output(NOW + 3600, downed=1, boot=other), NOW + 3600)
     after_reboot = why.replace("4 -> 2", "2 -> 1").replace(
@@ -257,8 +261,45 @@ def test_every_counter_at_its_maximum_is_named_and_one_above_it_is_impossible() 
 def test_marks_of_an_earlier_version_in_the_nodes_clock_are_carried_by_their_age() -> None:
     earlier = {"now_s": "1000000000", "mlx5_1/1.link_downed": "3", "mlx5_1/1.last_flap_s": str(1000000000 - 7200)}
     model = ibc.since(ibc.parse(_output(0, downed=3)), earlier, now_s=NOW)  # two hours old then: at least that now
-    assert [f[2:4] for f in _flaps(model)] == [("flapped_recently", "last flapped 2026-11-18 09:06 UTC (2.0 h ago)")]
+    assert [f[2:4] for f in _flaps(model)] == [
+        ("first_reading", "link_downed 0"),  # the earlier version kept no mark of this port
+        ("flapped_recently", "last flapped 2026-11-18 09:06 UTC (2.0 h ago)"),
+    ]
     wrong = dict(earlier, **{"mlx5_1/1.last_flap_s": "1000009999"})  # after its own reading: cannot be dated
     assert [f[1:4] for f in _flaps(ibc.since(ibc.parse(_output(0, downed=3)), wrong, now_s=NOW))] == [
-        ("fail", "flap_time_impossible", "after this run")
+        ("pass", "first_reading", "link_downed 0"),
+        ("fail", "flap_time_impossible", "after this run"),
     ]
+
+
+def test_a_first_reading_is_said_and_never_counts_as_a_retest_of_a_flap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No earlier reading (no marks: the node's file missing or replaced): nothing to compare link_downed with,
+    so a drain for a flap is not lifted on this check's word."""
+    from cluster_accept.checks.base import retested
+
+    rows = ibc.evaluate(ibc.parse(_output(NOW)), Profile(), NO_CLUSTER)
+    assert [(r.item, r.status, r.reason) for r in rows if r.item.endswith(" flaps")] == [
+        ("mlx5_0/1 flaps", Status.PASS, "first_reading"),
+        ("mlx5_1/1 flaps", Status.PASS, "first_reading"),
+    ]
+    assert "ib_counters" not in retested(rows)
+    replaced = ibc.since(ibc.parse(_output(NOW)), {"at_s": str(NOW - 60)}, now_s=NOW)  # marks without the ports
+    assert "ib_counters" not in retested(ibc.evaluate(replaced, Profile(), NO_CLUSTER))
+    node = Node(monkeypatch)
+    node.run(_output(NOW - 3600), NOW - 3600)
+    compared = ibc.evaluate(node.run(_output(NOW), NOW), Profile(), NO_CLUSTER)
+    assert "ib_counters" in retested(compared)  # compared with the previous reading: looked at again
+
+
+def test_a_counter_that_went_down_and_counts_again_on_the_same_boot_is_a_flap(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = Node(monkeypatch)
+    node.run(_output(NOW - 3600, downed=4), NOW - 3600)
+    reset = node.run(_output(NOW, downed=2), NOW)  # 4 -> 2, same boot: cleared, then down twice since
+    ((item, status, reason, observed, detail),) = _flaps(reset)
+    assert (item, status, reason, observed) == ("mlx5_1/1 flaps", "fail", "link_flapping", "link_downed 4 -> 2")
+    assert detail == (
+        "went down between 2026-11-18 10:06 UTC and 2026-11-18 11:06 UTC; clears after 24 h up; link_downed went "
+        "down 4 -> 2 on the same boot: cleared since the previous run (a driver reload or a counter reset) and down "
+        "at least 2 times since, a lower bound"
+    )
+    assert node.marks()["mlx5_1/1.last_flap_at_s"] == str(NOW)

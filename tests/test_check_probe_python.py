@@ -128,3 +128,18 @@ def test_real_gpu_nodes_pass(capture: str, devices: int) -> None:
     ]
     assert rows[-1].detail == f"torch sees {devices} GPUs"
     assert rows[0].detail == "/opt/torch/.venv/bin/python3"
+
+
+def test_an_answer_taken_from_the_import_cache_is_said_and_is_no_retest() -> None:
+    """The node's own check took torch's answer as an earlier check got it: torch was not imported again, so a
+    drain for the interpreter is not lifted on this check's word."""
+    from cluster_accept.checks.base import retested
+
+    kept = probe_python.parse(_cuda_output("12.8", "13.0", cached_at="2026-11-18T11:06:00Z"), 0)
+    rows = probe_python.evaluate(kept, CUDA, NOBODY)
+    assert [(r.item, r.status, r.reason, r.observed) for r in rows if r.item == "import"] == [
+        ("import", Status.PASS, "kept_answer", "as answered at 2026-11-18T11:06:00Z")
+    ]
+    assert "probe" not in retested(rows)
+    fresh = probe_python.evaluate(probe_python.parse(_cuda_output("12.8", "13.0"), 0), CUDA, NOBODY)
+    assert "probe" in retested(fresh) and [r.item for r in fresh] == ["python", "torch", "cuda"]

@@ -203,7 +203,8 @@ def test_xid_lines_beyond_the_cap_are_counted(tmp_path: Path) -> None:
     ]
     assert rows[0].detail.startswith(
         "XID 13: graphics engine exception (usually the application's fault); since boot, from dmesg (1500 Xid lines "
-        "in the log, the last 1000 read); the application's unless it repeats: bursts in the last 24 h: "
+        "in the log, 1000 read: the newest 1000 of the application's and of the others); the application's unless it "
+        "repeats: bursts in the last 24 h: "
         "1 on PCI 0000:00:06, 1 on PCI 0000:00:07, 1 on PCI 0000:00:08, 1 on PCI 0000:00:09 (at most 5)\n"
     )
 
@@ -217,7 +218,24 @@ def test_a_hardware_xid_after_a_log_full_of_one_jobs_xids_is_read(tmp_path: Path
     log = data.dmesg + "".join(xid_line(data, fault, i) for i, fault in enumerate(faults))
     fake_tool(tmp_path, "dmesg", log)
     model = xid.parse(*run_command(tmp_path))
-    assert (len(model.events), model.xid_lines, model.events[-1].code) == (1000, 1501, 79)
+    assert (len(model.events), model.xid_lines, model.events[-1].code) == (1001, 1501, 79)
+    assert [(r.item, r.status, r.reason) for r in xid.evaluate(model, PROFILE, NO_CLUSTER)] == [
+        ("xid_13", Status.FAIL, "xid_app_with_hardware"),
+        ("xid_79", Status.FAIL, "xid_79"),
+    ]
+
+
+@pytest.mark.integration
+def test_a_flood_of_application_xids_never_hides_an_earlier_hardware_xid(tmp_path: Path) -> None:
+    """The node keeps non-application XIDs and SXIDs apart from its cap of application lines: XID 79 followed by
+    1,001 lines of XID 13 is read with the newest 1,000 of them, in the log's order."""
+    data = build_node("h200x4", [], {})
+    faults = [Xid(code=79, gpu=1)] + [Xid(code=13, gpu=0)] * 1001
+    log = data.dmesg + "".join(xid_line(data, fault, i) for i, fault in enumerate(faults))
+    fake_tool(tmp_path, "dmesg", log)
+    model = xid.parse(*run_command(tmp_path))
+    codes = [e.code for e in model.events]
+    assert (len(model.events), model.xid_lines, codes[0], codes.count(13)) == (1001, 1002, 79, 1000)
     assert [(r.item, r.status, r.reason) for r in xid.evaluate(model, PROFILE, NO_CLUSTER)] == [
         ("xid_13", Status.FAIL, "xid_app_with_hardware"),
         ("xid_79", Status.FAIL, "xid_79"),
@@ -306,7 +324,8 @@ def test_only_events_after_the_previous_runs_read_of_the_same_boot_are_new() -> 
     old = "[ 1234.567890] NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=swapper/0, GPU has fallen off the bus.\n"
     new = "[ 2990.000001] NVRM: Xid (PCI:0000:19:00): 48, pid=7, name=python3, DBE\n"
     model = _log(old + SXID_FATAL_LINES + new)
-    assert xid.marks(model) == {"boot_id": BOOT, "uptime_s": "3000.250"}
+    assert xid.marks(model) == {"boot_id": BOOT}  # new hardware events only: the next read judges them again
+    assert xid.marks(_log(_xid_13(1000.0))) == {"boot_id": BOOT, "uptime_s": "3000.250"}
 
     cut = xid.since(model, {"boot_id": BOOT, "uptime_s": "2500.000"})  # the previous run read the log at 2500 s
     assert [e.code for e in cut.earlier] == [79, 20034] and [e.code for e in cut.events] == [48] and not cut.sxids
@@ -387,6 +406,38 @@ def test_an_application_xid_warns_on_its_own_and_is_judged_once() -> None:
         ("kernel_log", "pass", "ok", "0 XID events", "0 XID events"),
         ("xid_13", "pass", "seen_before", "1 event, the last at 2000 s after boot", "none new since the previous run"),
     ]
+
+
+@pytest.mark.parametrize("hardware", [XID_79_LINE, SXID_FATAL_LINES], ids=["xid_79", "sxid_fatal"])
+def test_a_hardware_event_fails_every_later_read_of_the_same_boot_until_a_reboot(hardware: str) -> None:
+    """A check that failed the node may drain nothing (the controller out of reach) or run by hand: the next
+    read must fail it again, so the mark never passes a hardware event; the application XID before it is judged
+    once; another boot's log starts anew."""
+    log = _xid_13(1000.0) + hardware + _xid_13(2500.0, pid=7)
+    first = _log(log)
+    item = "xid_79" if hardware == XID_79_LINE else "sxid_20034"
+    failing = {("xid_13", "fail", "xid_app_with_hardware"), (item, "fail", item if item == "xid_79" else "sxid_fatal")}
+    previous = xid.marks(first)
+    for _ in range(3):
+        again = xid.since(_log(log, uptime="3100.5"), previous)
+        assert {r[:3] for r in rows_of(again) if r[1] == "fail"} == failing
+        assert [e.at_s for e in again.earlier] == [1000.0]
+        assert previous == {"boot_id": BOOT, "uptime_s": "1000.000"}  # the XID 13 before it: judged once
+        previous = xid.marks(again)
+    rebooted = xid.since(_log(_xid_13(50.0), boot="9d1e0f0e-0000-4000-8000-000000000001", uptime="60.0"), previous)
+    assert [r[1:3] for r in rows_of(rebooted)] == [("warn", "xid_13")]
+
+
+def test_the_mark_before_a_hardware_event_is_cut_down_never_rounded_past_it() -> None:
+    first = _log("[ 1000.000600] NVRM: Xid (PCI:0000:18:00): 43, pid=1, name=python3, Ch 00000010\n"
+                 "[ 1000.000900] NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=python3, DBE\n")  # fmt: skip
+    assert xid.marks(first) == {"boot_id": BOOT, "uptime_s": "1000.000"}
+    assert [r[1:3] for r in rows_of(xid.since(first, xid.marks(first))) if r[1] == "fail"] == [
+        ("fail", "xid_app_with_hardware"),
+        ("fail", "xid_48"),
+    ]
+    alone = _log("[ 1234.5] NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=python3, DBE\n")
+    assert xid.marks(alone) == {"boot_id": BOOT}  # nothing judged before it: the next read starts at boot
 
 
 def test_application_xids_fail_when_one_gpu_repeats_them_in_more_bursts_than_the_profile_allows() -> None:

@@ -4,13 +4,17 @@ none of them reads as "it did not grow". And which earlier run each node's count
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pandas as pd
 
 import cluster_accept.checks.pcie_aer as aer
+from cluster_accept.analysis.history import RunHistory, append_run, past_node_values
 from cluster_accept.analysis.regressions import counter_growth
+from cluster_accept.analysis.schemas import TABLES, write_table
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import COMMON
 from cluster_accept.tasks.preflight.stage import earlier, previous_values
@@ -78,3 +82,25 @@ def test_a_64_bit_aer_count_is_read_and_compared_not_dropped() -> None:
     assert counted[0] == {"0000:00:06.0.aer_correctable": U64}
     keyed = [{f"pcie_aer.counter:{k}": str(v) for k, v in c.items()} for c in counted]
     assert [r.reason for _, r in counter_growth({"n1": keyed[1]}, {"n1": keyed[0]})] == ["counter_saturated"]
+
+
+def test_runs_started_after_this_one_never_hide_its_past(tmp_path: Path) -> None:
+    """A resumed run (or one after a controller's clock ran fast) has later runs in the history: its past is the
+    latest runs that started before it, not the latest two of all."""
+    history = tmp_path / "history"
+    runs = ["20261101T000000Z-aaaaaa", "20261103T000000Z-aaaaaa", "20261104T000000Z-aaaaaa"]
+    for day, run in zip((1, 3, 4), runs, strict=True):
+        run_dir = tmp_path / "runs" / run
+        run_dir.mkdir(parents=True)
+        started = dt.datetime(2026, 11, day, tzinfo=dt.timezone.utc)
+        row = {"run_id": run, "cluster": "c", "started": started, "nodes_tested": 1, "skipped": 0}
+        write_table(run_dir / "runs.parquet", [row], TABLES["runs"])
+        mark = {"run_id": run, "cluster": "c", "node": "n1", "check": "ib_counters",
+                "key": "mark:mlx5_0/1.last_flap_at_s", "value": str(day)}  # fmt: skip
+        write_table(run_dir / "node_values.parquet", [mark], TABLES["node_values"])
+        append_run(history, run_dir, run, f"2026-11-0{day}")
+    this = "20261102T000000Z-bbbbbb"  # started before the two latest
+    past = past_node_values(history, "c", exclude_run=this)
+    assert past["run_id"].tolist() == [runs[0]]
+    state = SimpleNamespace(history=RunHistory(history, "c", this, {}), run_id=this)
+    assert [(r["run_id"], r["value"]) for r in previous_values(cast(Any, state))] == [(runs[0], "1")]

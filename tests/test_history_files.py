@@ -348,3 +348,81 @@ def test_a_shard_table_with_more_rows_than_its_nodes_can_have_is_refused_naming_
     assert read_shard(shard_dir) == (
         f"its table measurements.parquet in {shard_dir}: another schema: value holds text, not a number"
     )
+
+
+def test_a_file_of_a_newer_schema_version_is_left_where_it_is_even_where_a_column_changed_type(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its schema is its own version's to judge: a later version storing ``value`` as text is not another schema."""
+    history = _history(tmp_path)
+    newer = _file(history, "measurements", RUNS[4])
+    table = pq.read_table(newer)
+    table = table.set_column(table.column_names.index("value"), "value", pa.array(["705.0", "705.0"]))
+    pq.write_table(table.replace_schema_metadata({"cluster_accept_schema": "measurements", "version": "2"}), newer)
+    kept = newer.read_bytes()
+    caplog.set_level(logging.WARNING, LOGGER)
+    assert past_figures(history, "c", RULES)["run_id"].drop_duplicates().tolist() == RUNS[:4]
+    assert _warnings(caplog) == [
+        f"history file {newer} skipped: written with schema version '2', this version reads '1'; left where it is "
+        "for the version that wrote it"
+    ]
+    assert newer.read_bytes() == kept and not (history / SET_ASIDE).exists()
+
+
+def test_a_file_whose_footer_says_it_unpacks_past_the_budget_is_set_aside_before_it_is_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs' row claims 100 nodes (2,000,000 rows a table): the rows are plausible, what they unpack to is not.
+    What one file may take is a constant, whatever the row says (here 100,000 bytes)."""
+    from cluster_accept.analysis import table_files
+
+    history = _history(tmp_path)
+    row = _file(history, "runs", RUNS[4])
+    runs = pq.read_table(row)
+    pq.write_table(runs.set_column(runs.column_names.index("nodes_tested"), "nodes_tested", pa.array([100])), row)
+    path = _file(history, "measurements", RUNS[4])
+    pq.write_table(pq.read_table(path).slice(0, 1).take(pa.array([0] * 5_000)), path, compression="zstd")
+    monkeypatch.setattr(table_files, "FILE_BUDGET_BYTES", 100_000, raising=False)
+    monkeypatch.setattr(table_files, "ROW_BUDGET_BYTES", 0, raising=False)
+    read_rows: list[int] = []  # the row count of each file whose columns were read
+    real_read = pq.ParquetFile.read
+
+    def read(self: pq.ParquetFile, *args: object, **kwargs: object) -> pa.Table:
+        read_rows.append(self.metadata.num_rows)
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read", read)
+    caplog.set_level(logging.WARNING, LOGGER)
+    assert past_figures(history, "c", RULES)["run_id"].drop_duplicates().tolist() == RUNS[:4]
+    [said] = _warnings(caplog)
+    assert said.startswith(f"history file {path} skipped: it unpacks to ")  # 5,000 rows x 9 values x 64 bytes and more
+    assert said.endswith(f" bytes, more than a file may take here (100,000); moved to {_aside(history, path)}")
+    assert int(said.split("it unpacks to ")[1].split(" bytes")[0].replace(",", "")) > 5_000 * 9 * 64
+    assert 5_000 not in read_rows and read_rows.count(2) == 4  # the four other runs' measurements, never this file
+
+
+def test_appending_a_run_never_writes_through_a_link_planted_in_the_history(tmp_path: Path) -> None:
+    """The history may be shared: a link planted at a fixed temporary name (``<run>.parquet.tmp``) is never
+    followed; the link's target stays as it was."""
+    history = _history(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("theirs\n")
+    target = _file(history, "checks", RUNS[4])
+    target.with_name(target.name + ".tmp").symlink_to(victim)
+    assert target in append_run(history, tmp_path / "runs" / RUNS[4], RUNS[4], "2026-11-05")
+    assert victim.read_bytes() == b"theirs\n"
+    assert target.read_bytes() == (tmp_path / "runs" / RUNS[4] / "checks.parquet").read_bytes()
+
+
+def test_setting_a_file_aside_never_writes_its_why_through_a_link_planted_in_the_history(tmp_path: Path) -> None:
+    """A dangling link planted at ``<file>.why`` (the name looks free) is never written through."""
+    from cluster_accept.analysis.history_files import move_aside
+
+    history = _history(tmp_path)
+    absent, target = tmp_path / "absent", _file(history, "checks", RUNS[4])
+    aside = _aside(history, target)
+    aside.parent.mkdir(parents=True)
+    aside.with_name(aside.name + ".why").symlink_to(absent)
+    moved = move_aside(history, target, "cut short")
+    assert not absent.exists()
+    assert moved.is_file() and moved.with_name(moved.name + ".why").read_text().startswith("cut short\nset aside at ")

@@ -4,6 +4,7 @@ prints one line as Slurm's reason field takes it and exits with its verdict; no 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -188,7 +189,8 @@ def _plant(node: Path, code: int, at_s: float, gpu_pci: str, message: str) -> No
 @pytest.mark.integration
 def test_check_local_judges_an_application_xid_once_and_still_fails_a_hardware_one(tmp_path: Path) -> None:
     """What a prolog sees before each job: XID 13 (a user's faulty kernel) warns in the first check, the next
-    checks pass without judging it again, and an XID 79 logged after them fails the node."""
+    checks pass without judging it again, and an XID 79 logged after them fails the node in every later check of
+    the boot, whether or not its drain reached the controller."""
     if Path("/usr/bin/nvidia-smi").exists():
         pytest.skip("this machine has a GPU: its verdict is its own")
     from cluster_accept.testbed.nodedata import build_node, write_node_data
@@ -211,7 +213,8 @@ def test_check_local_judges_an_application_xid_once_and_still_fails_a_hardware_o
         argv = [sys.executable, "-m", "cluster_accept.flows.cli", "check", "--local", "--inventory", str(inventory)]
         return subprocess.run([*argv, *extra], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
 
-    _plant(node, 13, _uptime_s() - 50, "0000:00:06", "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0)")
+    thirteen_s = float(f"{_uptime_s() - 50:.6f}")
+    _plant(node, 13, thirteen_s, "0000:00:06", "Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0)")
     first = check()
     line = first.stdout.strip()
     assert (first.returncode, line.startswith("cluster-accept: ok (warn: ")) == (0, True), first.stdout + first.stderr
@@ -222,12 +225,20 @@ def test_check_local_judges_an_application_xid_once_and_still_fails_a_hardware_o
     assert json.loads((tmp_path / "state" / "marks-here.json").read_text())["checks"]["xid"]["boot_id"]
 
     _plant(node, 79, _uptime_s(), "0000:00:07", "GPU has fallen off the bus.")
-    failed = check()
-    assert (failed.returncode, failed.stdout.strip()) == (1, "cluster-accept: xid:xid_79"), failed.stderr
-    assert check().returncode == 0  # judged once, as a run judges it (a drain for it stays: see above)
+    unreachable = tmp_path / "scontrol"  # the drain never reaches the controller: the next check must fail again
+    unreachable.write_text("#!/bin/sh\necho 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1\n")
+    unreachable.chmod(0o755)
+    for _ in range(2):
+        failed = check("--drain", "--apply", "--scontrol", str(unreachable))
+        assert (failed.returncode, failed.stdout.strip()) == (1, "cluster-accept: xid:xid_79"), failed.stderr
+    assert check().returncode == 1  # a hardware XID fails every check of its boot, until the node reboots
 
     (tmp_path / "state" / "marks-here.json").write_text("null")  # a broken file: named, every event new again
     broken = check("--state-dir", str(tmp_path / "state"))
     assert broken.returncode == 1 and broken.stdout.strip().startswith("cluster-accept: xid:xid_79")
     assert f"check: marks file {tmp_path / 'state' / 'marks-here.json'} holds no marks" in broken.stderr
-    assert check("--state-dir", str(tmp_path / "state")).returncode == 0  # healed
+    healed = check("--state-dir", str(tmp_path / "state"))
+    assert (healed.returncode, healed.stdout.strip(), "marks file" in healed.stderr) == (
+        1, "cluster-accept: xid:xid_79", False)  # fmt: skip
+    kept = json.loads((tmp_path / "state" / "marks-here.json").read_text())["checks"]["xid"]
+    assert kept["uptime_s"] == f"{math.floor(thirteen_s * 1000) / 1000:.3f}"  # held at the XID 13 before the 79

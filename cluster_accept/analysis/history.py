@@ -16,7 +16,8 @@ history stops a run or grows its memory without bound.
 
 from __future__ import annotations
 
-import shutil
+import re
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,11 +29,15 @@ from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures
 from cluster_accept.analysis.schemas import TABLES
 from cluster_accept.analysis.verdicts import COUNTER, MARK
 from cluster_accept.vocabulary.lazy import pandas as pd
+from cluster_accept.vocabulary.own_files import copy_whole
 
 PAST_RUNS = 10  # a node's figures are compared with its last K runs' (regressions, the report's trends)
 RUNS_READ = 200  # the cluster's latest runs a run reads its nodes' past from: older ones are not its past
-VALUE_RUNS = 2  # a node's counters and marks, per check, of its latest runs: the previous one, and the one
-# before it should the latest be dated after the run reading them (a controller's clock ran fast)
+VALUE_RUNS = 2  # a node's counters and marks, per check, of its latest runs started before the run reading them:
+# the previous one, and the one before it should a check have read nothing of the node in the latest
+STAMP_CHARS = 16  # how many characters of a run id are its UTC start (rundir.outputs.new_run_id)
+_STAMP = re.compile(r"^\d{8}T\d{6}Z")
+_STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 MEASURED = ["run_id", "stage", "node", "metric", "unit", "model", "value", "size"]  # what a key figure needs
 
 
@@ -41,7 +46,8 @@ def partition_dir(history: Path, table: str, date: str) -> Path:
 
 
 def append_run(history: Path, run_dir: Path, run_id: str, date: str) -> list[Path]:
-    """Copy the run's Parquet tables into the history under ``date`` (``YYYY-MM-DD``). Idempotent per run."""
+    """Copy the run's Parquet tables into the history under ``date`` (``YYYY-MM-DD``). Idempotent per run. The
+    history may be shared: each file is written through a new file of a random name, never through a link."""
     written = []
     for table in TABLES:
         source = run_dir / f"{table}.parquet"
@@ -50,9 +56,7 @@ def append_run(history: Path, run_dir: Path, run_id: str, date: str) -> list[Pat
         target_dir = partition_dir(history, table, date)
         target_dir.mkdir(parents=True, exist_ok=True)
         target = target_dir / f"{run_id}.parquet"
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.copyfile(source, tmp)
-        tmp.replace(target)
+        copy_whole(source, target)  # a random new name, never a fixed one a link may have been planted at
         written.append(target)
     return written
 
@@ -136,12 +140,22 @@ def past_figures(
     return past.sort_values(["started", "run_id"]).reset_index(drop=True)
 
 
+def run_start(run_id: str) -> str:
+    """When ``run_id`` started, as the UTC stamp its id starts with (``20261118T110600Z``), to compare with other
+    ids' first :data:`STAMP_CHARS`; a run not named so (a shard's, named by its key) starts now, by this clock."""
+    return run_id[:STAMP_CHARS] if _STAMP.match(run_id) else time.strftime(_STAMP_FORMAT, time.gmtime())
+
+
 def past_node_values(history: Path | HistoryFiles, cluster: str, exclude_run: str | None = None) -> pd.DataFrame:
     """The error counters and marks (``counter:``, ``mark:`` keys of ``node_values``) of each node and check, of
-    its :data:`VALUE_RUNS` latest runs in the history (of the cluster's last :data:`RUNS_READ`): what a run
-    compares its counters with and judges its kernel-log events since. One run's file at a time, newest first."""
+    its :data:`VALUE_RUNS` latest runs in the history (of the cluster's last :data:`RUNS_READ`) that started before
+    ``exclude_run`` (:func:`run_start`): what a run compares its counters with and judges its kernel-log events
+    since. Runs dated at or after it (it was resumed after later runs, or a controller's clock ran fast) are left
+    out before the latest are kept, so that they never push its past out. One run's file at a time, newest first."""
     files = _files(history)
-    chosen = [r.run_id for r in files.cluster_runs(cluster) if r.run_id != exclude_run][-RUNS_READ:]
+    start = None if exclude_run is None else run_start(exclude_run)
+    runs = [r.run_id for r in files.cluster_runs(cluster) if r.run_id != exclude_run]
+    chosen = [run for run in runs if start is None or run[:STAMP_CHARS] <= start][-RUNS_READ:]
     columns = ["run_id", "cluster", "node", "check", "key", "value"]
     seen: Counter[tuple[str, str]] = Counter()
     parts = []

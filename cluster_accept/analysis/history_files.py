@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cluster_accept.analysis.table_files import UnfitTable, read_table_file, row_limit
 from cluster_accept.inventory.hostlist import MAX_NODES
+from cluster_accept.vocabulary.own_files import replace_whole
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,16 +64,18 @@ class SetAside:
 
 def move_aside(root: Path, path: Path, problem: str) -> Path:
     """Move ``path`` (under ``root``) to ``root/_set_aside/`` under its own relative path, never over a file
-    already there (``<name>.1.parquet`` …), with ``<name>.why`` beside it. Raises OSError when it cannot."""
+    already there (``<name>.1.parquet`` …), with ``<name>.why`` beside it, written through a new file of a random
+    name (the history may be shared: a link planted there is never written through). Raises OSError when it
+    cannot."""
     target = root / SET_ASIDE / path.relative_to(root)
     count = 0
-    while target.exists() or target.with_name(target.name + ".why").exists():
+    while os.path.lexists(target) or os.path.lexists(target.with_name(target.name + ".why")):  # a link is taken
         count += 1
         target = target.with_name(f"{path.stem}.{count}{path.suffix}")
     target.parent.mkdir(parents=True, exist_ok=True)
     path.rename(target)
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    target.with_name(target.name + ".why").write_text(f"{problem}\nset aside at {when} from {path}\n")
+    replace_whole(target.with_name(target.name + ".why"), f"{problem}\nset aside at {when} from {path}\n")
     return target
 
 

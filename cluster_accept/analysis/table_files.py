@@ -5,8 +5,9 @@ been cut short (a full disk, a copy stopped), edited, or written by another vers
 stopping on the first such file left every later run without verdicts; a file of another schema met a sort or a
 comparison much later (``TypeError: '<' not supported``) naming neither the file nor the problem; and a few dozen
 KB can hold millions of identical rows, each a Python object once read. So a file is checked from its footer
-alone (schema, row count) and then read only for the columns asked for; what does not fit raises
-:class:`UnfitTable` naming the file and the problem, and the reader decides what to do without it.
+alone (schema version, schema, row count, what its columns unpack to) and then read only for the columns asked
+for; what does not fit raises :class:`UnfitTable` naming the file and the problem, and the reader decides what
+to do without it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ from cluster_accept.inventory.hostlist import MAX_NODES
 # counters, a few dozen figures): a file with more rows than its run's nodes can have is no record of that run.
 ROWS_PER_NODE = 20_000
 ONE_ROW_PER = {"runs": "run", "verdicts": "node"}  # exactly: a run's one row, one verdict per node
+# What any file may take once read (the run's row is as editable as the file, so it buys little more): the footer
+# tells each column's unpacked bytes, and each value read is an object of about CELL_BYTES in a frame.
+FILE_BUDGET_BYTES = 512 * 2**20
+# Beyond FILE_BUDGET_BYTES, a file may take this much for each row its run can have: a run of 16,384 nodes
+# (a million check rows, several million figures) is read whole, while a run's row claiming more nodes than it
+# had buys little (20,000 rows a node: 320 KiB a node).
+ROW_BUDGET_BYTES = 16
+CELL_BYTES = 64
 KEY_COLUMNS = ("run_id",)  # every table's rows name their run
 _SAID_CHARS = 200  # a reader's own error is quoted this far
 
@@ -84,6 +93,31 @@ def schema_problem(found: pa.Schema, table: str) -> str | None:
     return f"another schema: {'; '.join(wrong[:3])}" if wrong else None
 
 
+def read_cost_bytes(metadata: pq.FileMetaData, stored: Sequence[str], columns: int) -> int:
+    """What reading ``stored`` columns of a file takes, from its footer alone: their bytes unpacked (each row
+    group's column chunks, uncompressed) plus :data:`CELL_BYTES` for each of the ``columns`` values of each row
+    (a run of identical values packs to a few bytes whatever the row count)."""
+    unpacked = sum(
+        group.column(i).total_uncompressed_size
+        for group in (metadata.row_group(g) for g in range(metadata.num_row_groups))
+        for i in range(group.num_columns)
+        if group.column(i).path_in_schema.split(".")[0] in stored
+    )
+    return unpacked + metadata.num_rows * columns * CELL_BYTES
+
+
+def _hold_to_budget(
+    path: Path, metadata: pq.FileMetaData, stored: Sequence[str], columns: int, max_rows: int | None
+) -> None:
+    """Raise :class:`UnfitTable` when reading the file would take more than :data:`FILE_BUDGET_BYTES`, or, for
+    a large run, more than :data:`ROW_BUDGET_BYTES` for each row it can have: what one file costs is bounded by
+    the size of its run, never by how well its values pack."""
+    budget = FILE_BUDGET_BYTES if max_rows is None else max(FILE_BUDGET_BYTES, max_rows * ROW_BUDGET_BYTES)
+    cost = read_cost_bytes(metadata, stored, columns)
+    if cost > budget:
+        raise UnfitTable(path, f"it unpacks to {cost:,} bytes, more than a file may take here ({budget:,})")
+
+
 def _said(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:_SAID_CHARS]}"
 
@@ -100,21 +134,24 @@ def read_table_file(
 ) -> pa.Table:
     """``table``'s file at ``path``: its ``columns``, those it lacks as nulls (default: those of the table's
     columns it has), each of this version's type. Raises :class:`UnfitTable` when the file is no readable
-    Parquet file, is of another schema, or holds more than ``max_rows`` rows, each found from the footer before
-    any column is read; a file of another schema version is one to leave where it is (``left``)."""
+    Parquet file, is of another schema, holds more than ``max_rows`` rows or unpacks past its budget
+    (:func:`_hold_to_budget`), each found from the footer before any column is read; a file of another schema
+    version (its schema that version's to judge) is one to leave where it is (``left``)."""
     expected = TABLES[table]
     try:
         with pq.ParquetFile(path) as parquet:
             found, rows = parquet.schema_arrow, parquet.metadata.num_rows
+            if (version := _version_problem(found)) is not None:  # its schema is its version's to judge
+                raise UnfitTable(path, version, left="for the version that wrote it")
             problem = schema_problem(found, table)
             if problem is not None:
                 raise UnfitTable(path, problem)
-            if (version := _version_problem(found)) is not None:
-                raise UnfitTable(path, version, left="for the version that wrote it")
             if max_rows is not None and rows > max_rows:
                 raise UnfitTable(path, f"{rows:,} rows, more than its run can have ({max_rows:,})")
             wanted = [c for c in (found.names if columns is None else columns) if c in expected.names]
-            read = parquet.read(columns=[c for c in wanted if c in found.names])
+            stored = [c for c in wanted if c in found.names]
+            _hold_to_budget(path, parquet.metadata, stored, len(wanted), max_rows)
+            read = parquet.read(columns=stored)
         return _as_written(read, wanted, expected)
     except UnfitTable:
         raise

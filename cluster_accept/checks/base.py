@@ -20,7 +20,8 @@ A check is one module in ``checks/`` that ends with ``CHECK = Check(...)`` (:cla
   since boot). ``since`` never raises and never trusts a mark it cannot check (:func:`read_mark`): an
   impossible or future mark is named in a row and the reading is judged as without marks, so a mark can never
   turn a finding into a pass; a row that passes only because an earlier reading judged it carries the reason
-  :data:`SEEN_BEFORE`, and such a check has not looked at that finding again (:func:`retested`);
+  :data:`SEEN_BEFORE`, and such a check has not looked at that finding again (:func:`retested`); nor has one
+  whose finding is a change since the previous reading and that had none (a row :data:`FIRST_READING`);
 - optionally ``job_view``: the check describes what a job sees (its environment, NCCL and CUDA), so with
   ``probes.command_prefix`` set (``docker exec trainer``) it runs behind the prefix, as the probes do;
   ``environment``: it judges a job's settings, not the hardware, so its findings do not stop the node from
@@ -59,6 +60,13 @@ from cluster_accept.vocabulary.status import Status as Status
 ERROR_DETAIL_CHARS = 4000
 # The reason of a row that passes only because an earlier reading of the node judged what it shows.
 SEEN_BEFORE = "seen_before"
+# The reason of a row saying a finding that rests on a comparison with an earlier reading (a counter's growth) had
+# none to compare with: the node's first reading, or its marks missing or replaced.
+FIRST_READING = "first_reading"
+# The reason of a row saying the check took an answer kept from an earlier check instead of asking again.
+KEPT_ANSWER = "kept_answer"
+# Rows of these reasons say their check did not look at its findings again this time (:func:`retested`).
+NOT_RETESTED = frozenset({SEEN_BEFORE, FIRST_READING, KEPT_ANSWER})
 _MARK_SHOWN_CHARS = 40  # an impossible mark is quoted this far in its row
 
 
@@ -198,9 +206,12 @@ def read_mark(previous: Mapping[str, str], key: str, now: float | None) -> MarkR
 
 
 def retested(rows: Iterable[CheckRow | NodeRow]) -> set[str]:
-    """The checks whose rows looked at their findings again: a check with a :data:`SEEN_BEFORE` row passed an
-    event only because an earlier reading judged it, and whether the node was repaired since is not known, so a
-    drain for that check's findings is not lifted on its word (the next boot, or a person, lifts it)."""
+    """The checks whose rows looked at their findings again. A check with a row of :data:`NOT_RETESTED` did not:
+    it passed an event only because an earlier reading judged it (:data:`SEEN_BEFORE`), it had no earlier reading
+    to compare with where its finding is a change since one (:data:`FIRST_READING`: a flap is a ``link_downed``
+    that grew), or it took an answer kept from an earlier check (:data:`KEPT_ANSWER`). Whether the node was
+    repaired since is then not known, so a drain for that check's findings is not lifted on its word (a later
+    check that looks again, or a person, lifts it)."""
     rows = list(rows)
-    stale = {row.check for row in rows if row.reason == SEEN_BEFORE}
+    stale = {row.check for row in rows if row.reason in NOT_RETESTED}
     return {row.check for row in rows} - stale

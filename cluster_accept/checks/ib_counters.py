@@ -18,9 +18,13 @@ edited) is named (``flap_time_impossible``) and dated at this run instead, an up
 
 The counters never wrap: each stops at the most its field in the PortCounters attribute holds
 (:data:`COUNTER_BITS`; ``link_downed`` 255) until cleared, and a clear (a reboot, a driver reload, a counter
-reset) takes it back to 0. So a ``link_downed`` that went down since the previous run (cleared in between), that
-sits at 255, or that reads as before across a reboot cannot tell whether the port flapped since: a warning that
-says so (``flap_unknown``), never a pass; any counter at its maximum is named (``counter_saturated``).
+reset) takes it back to 0. A ``link_downed`` that went down since the previous run on the same boot but counts
+again (4 -> 2) was cleared and the port went down at least that often since: a flap (``link_flapping``, the count
+a lower bound, said so). One that went down to 0 or across a reboot, that sits at 255, or that reads as before
+across a reboot cannot tell whether the port flapped since: a warning that says so (``flap_unknown``), never a
+pass; any counter at its maximum is named (``counter_saturated``). A port with no earlier reading to compare with
+(the node's first, or its marks missing or replaced) says so (``first_reading``): the check has then not looked at
+a flap again, and a drain for one is not lifted on its word (:func:`~cluster_accept.checks.base.retested`).
 
 One line per counter, ``<hca>/ports/<n> <counter> <value>``, e.g. ``mlx5_0/ports/1 symbol_error 0``. The sysfs
 root is ``$CLUSTER_ACCEPT_SYSFS`` when a node sets it (a container with the host's ``/sys`` under
@@ -34,7 +38,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row, read_mark
+from cluster_accept.checks.base import FIRST_READING, Check, CheckRow, ClusterView, Status, error_row, read_mark
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import small_int
 from cluster_accept.inventory.model import Profile
@@ -91,8 +95,9 @@ REASONS = declare(
     Reason(
         "link_flapping",
         Status.FAIL,
-        "the port went down since the node's previous run (link_downed grew): reseat or replace the cable or "
-        "transceiver; it clears by itself once the port stays up for thresholds.link_flap_clear_h",
+        "the port went down since the node's previous run (link_downed grew, or was cleared on the same boot and "
+        "counts again): reseat or replace the cable or transceiver; it clears by itself once the port stays up for "
+        "thresholds.link_flap_clear_h",
         Action.RESEAT_CABLE,
     ),
     Reason(
@@ -101,12 +106,19 @@ REASONS = declare(
         "the port flapped less than thresholds.link_flap_clear_h ago: it passes again once it stays up that long",
         Action.RESEAT_CABLE,
     ),
+    Reason(
+        FIRST_READING,
+        Status.PASS,
+        "the port's first reading: no earlier link_downed to compare with (the node's first run, or its marks "
+        "missing or replaced), so whether it flapped is told from the next run on; a drain for a flap stays",
+    ),
     Reason("flap_cleared", Status.PASS, "the port flapped before, and has stayed up long enough since: cleared"),
     Reason(
         "flap_unknown",
         Status.WARN,
         "whether the port flapped since the node's previous run cannot be told: link_downed was cleared in between "
-        "(a reboot, a driver reload, a counter reset), sits at its maximum 255, or reads what no counter holds",
+        "(a reboot, or to 0 by a driver reload or a counter reset), sits at its maximum 255, or reads what no "
+        "counter holds",
         Action.CHECK_NODE,
     ),
     Reason(
@@ -152,6 +164,7 @@ class Flap:
     flapped_now: bool = False
     unknown: str | None = None  # why whether it flapped since the previous run cannot be told
     impossible: str | None = None  # the recorded last flap could not be (from the future): dated at this run
+    bound: str | None = None  # why the flap found now is a lower bound (cleared on the same boot, counting again)
 
 
 @dataclass(frozen=True)
@@ -208,9 +221,10 @@ def marks(model: IbCounters) -> dict[str, str]:
     return found
 
 
-def _downed(before: str | None, now: int | None, rebooted: bool) -> tuple[bool, str | None]:
-    """Whether ``link_downed`` says the port went down since the previous reading (``before``), or why that cannot
-    be told: the counter only grows between clears and stops at its maximum."""
+def _downed(before: str | None, now: int | None, rebooted: bool, same_boot: bool) -> tuple[bool, str | None]:
+    """Whether ``link_downed`` says the port went down since the previous reading (``before``), and why that
+    cannot be told, or why it is a lower bound: the counter only grows between clears and stops at its maximum,
+    so on the same boot one that went down but counts again went down since it was cleared."""
     if before is None:
         return False, None  # the port's first reading: nothing to compare with
     if now is None:
@@ -223,6 +237,9 @@ def _downed(before: str | None, now: int | None, rebooted: bool) -> tuple[bool, 
         why = f"the previous run recorded link_downed {masked_quote(before, _SHOWN_CHARS)}, not a count it holds"
     elif now > then:
         return True, None
+    elif now < then and now and same_boot:
+        why = f"link_downed went down {then} -> {now} on the same boot: cleared since the previous run (a driver "
+        return True, why + f"reload or a counter reset) and down at least {now} times since, a lower bound"
     elif now < then:
         cleared = "the node rebooted: its boot id changed" if rebooted else "a driver reload or a counter reset"
         why = f"link_downed went down {then} -> {now}: cleared since the previous run ({cleared}), so a flap before "
@@ -258,14 +275,16 @@ def since(model: IbCounters, previous: Mapping[str, str], now_s: float | None = 
     now = float(time.time() if now_s is None else now_s)
     then = read_mark(previous, "at_s", now).value
     rebooted = bool(previous.get("boot")) and bool(model.boot) and previous.get("boot") != model.boot
+    same_boot = bool(model.boot) and previous.get("boot") == model.boot
     flaps: dict[str, Flap] = {}
     for port in model.ports:
         before = previous.get(f"{port.name}.link_downed")
-        grew, unknown = _downed(before, port.values.get("link_downed"), rebooted)
+        grew, why = _downed(before, port.values.get("link_downed"), rebooted, same_boot)
+        unknown, bound = (None, why) if grew else (why, None)
         last, impossible = (now, None) if grew else _last_flap(previous, port.name, now)
         if before is not None and small_int(before) is None:
             before = masked_quote(before, _SHOWN_CHARS)  # shown in a row: masked and cut
-        flaps[port.name] = Flap(before, now if impossible else last, then, grew, unknown, impossible)
+        flaps[port.name] = Flap(before, now if impossible else last, then, grew, unknown, impossible, bound)
     return replace(model, at_s=now, flaps=flaps)
 
 
@@ -276,13 +295,13 @@ def _when(epoch: float) -> str:
 def _flap_rows(port: PortCounters, flap: Flap, now_s: float, clear_h: float) -> list[CheckRow]:
     item = f"{port.name} flaps"
     went = f"link_downed {flap.downed_before} -> {port.values.get('link_downed')}"
-    rows = []
+    rows = [] if flap.downed_before is not None else [_first_reading(port)]
     if flap.unknown:
         expected = "a count that only grows, below 255"
         rows.append(CheckRow(NAME, item, Status.WARN, "flap_unknown", went, expected, flap.unknown))
     if flap.flapped_now:
         between = f"between {_when(flap.since_s)} and {_when(now_s)}" if flap.since_s else f"before {_when(now_s)}"
-        detail = f"went down {between}; clears after {clear_h:g} h up"
+        detail = f"went down {between}; clears after {clear_h:g} h up" + (f"; {flap.bound}" if flap.bound else "")
         return rows + [
             CheckRow(NAME, item, Status.FAIL, "link_flapping", went, "no change since the previous run", detail)
         ]
@@ -299,6 +318,13 @@ def _flap_rows(port: PortCounters, flap: Flap, now_s: float, clear_h: float) -> 
         found = CheckRow(NAME, item, Status.FAIL, "flapped_recently", seen, f"up {clear_h:g} h", f"clears at {clears}")
         return rows + [found]
     return rows or [CheckRow(NAME, item, Status.PASS, "flap_cleared", seen, f"up {clear_h:g} h", "")]
+
+
+def _first_reading(port: PortCounters) -> CheckRow:
+    """No earlier ``link_downed`` of the port to compare with: whether it flapped is not told, and said so."""
+    why = "no earlier reading of the port's link_downed to compare with: whether it flapped is told from the next run"
+    said = f"link_downed {port.values.get('link_downed')}"
+    return CheckRow(NAME, f"{port.name} flaps", Status.PASS, FIRST_READING, said, "an earlier reading", why)
 
 
 def _ceiling_rows(port: PortCounters) -> list[CheckRow]:
@@ -337,6 +363,8 @@ def evaluate(model: IbCounters, profile: Profile, cluster: ClusterView) -> list[
         flap = model.flaps.get(port.name)
         if flap is not None and model.at_s is not None:
             rows += _flap_rows(port, flap, model.at_s, profile.thresholds.link_flap_clear_h)
+        else:  # the previous run's marks were not read (none kept): nothing to compare with
+            rows.append(_first_reading(port))
     return rows
 
 

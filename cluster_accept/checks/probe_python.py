@@ -23,7 +23,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import KEPT_ANSWER, Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
@@ -40,7 +40,8 @@ _CUDA = re.compile(r"(\d+)\.(\d+)")
 # mtime and inode), the loader's cache, the loaded driver, the boot, the GPU device nodes and the variables that
 # pick GPUs and libraries. What is read back is held to the exact shape written (a file of another shape is removed
 # and torch imported afresh: a bad file never fails the node by itself); a file another user could have written
-# is ignored. A run from the controller never sets it: every run imports torch afresh.
+# is ignored. A run from the controller never sets it: every run imports torch afresh. An answer taken from it is
+# said in a row of its own (``kept_answer``): such a check did not import torch again, so it lifts no drain for it.
 IMPORT_CACHE_ENV = "CA_IMPORT_CACHE"
 # Reads torch's version file without importing torch; with argv[1] == 'import', imports it and asks CUDA (or takes
 # the answer kept under $CA_IMPORT_CACHE when nothing it rests on changed).
@@ -229,6 +230,12 @@ REASONS = declare(
         "a CUDA build of torch that sees no GPU: read torch's warning (driver, CUDA_VISIBLE_DEVICES, device nodes)",
         Action.CHECK_NODE,
     ),
+    Reason(
+        KEPT_ANSWER,
+        Status.PASS,
+        "torch's answer was taken as an earlier check of the node got it (nothing it rests on changed): torch was "
+        "not imported again, so a drain for the interpreter stays until a check imports it",
+    ),
     Reason("cuda_unknown", Status.SKIP, "the driver's CUDA version is unknown (nvidia-smi fails or prints none)"),
     Reason("cpu_device", Status.SKIP, "the profile probes on the CPU (probes.device: cpu): CUDA is not needed"),
 )
@@ -327,6 +334,10 @@ def evaluate(model: ProbePython, profile: Profile, cluster: ClusterView) -> list
         rows.append(CheckRow(NAME, "cuda", Status.SKIP, "cpu_device", _text(info, "cuda_build"), None))
     else:
         rows.append(_cuda_row(info, model.driver_cuda))
+    if info.get("cached_at"):  # what the rows say rests on an earlier import: no retest (checks.base.retested)
+        why = "torch was not imported again: nothing its import rests on changed since"
+        said = f"as answered at {info['cached_at']}"
+        rows.append(CheckRow(NAME, "import", Status.PASS, KEPT_ANSWER, said, None, why))
     return rows
 
 

@@ -4,7 +4,10 @@ faults (NVRM ``Xid`` lines) and of NVSwitch faults (``nvidia-nvswitchN: SXid`` l
 The command also prints the boot's id and the uptime at which the log was read: the run keeps them
 (:attr:`Check.marks`), and the node's next run judges only events logged after them in the same boot
 (:func:`since`); an event logged before is shown as seen before, and passes: a node that logged XID 79 last week
-and was repaired is not rejected for it again. Without a previous run (or after a reboot) every event since boot
+and was repaired is not rejected for it again. A hardware event (a failing XID not of the application's making,
+a fatal SXID) is never marked as judged within its boot (:func:`marks` stops before it): whatever became of the
+verdict that found it (a drain the controller never got, a check run by hand), every later check of that boot
+fails it again, until the node reboots. Without a previous run (or after a reboot) every event since boot
 is new. A mark that cannot be (not a number, not finite, negative, after this read's uptime) is named in a
 warning row (``mark_impossible``) and not used: every event since boot is then judged as new, so a wrong mark
 never passes an event.
@@ -12,7 +15,9 @@ never passes an event.
 ``dmesg`` is tried first; where the kernel log is restricted (``dmesg: read kernel buffer failed: Operation
 not permitted``) or the ring buffer comes back empty, ``journalctl -k -b`` is asked instead. Each source's
 section says which tool answered and its exit status. The log is filtered on the node (the first lines, as
-evidence of what the tool printed, and the ``NVRM: Xid`` lines): a kernel log since boot can be megabytes.
+evidence of what the tool printed, and the ``NVRM: Xid`` and ``SXid`` lines): a kernel log since boot can be
+megabytes. The newest 1,000 application XID lines and the newest 1,000 others are kept apart, so no flood of one
+job's XIDs hides a hardware line.
 
 An unreadable log is a ``skip`` with reason ``kernel_log_unreadable``, never a silent pass. What each XID
 means, how bad it is and what to do about it is :data:`XIDS`, the one table: XIDs 43 and 45 follow a killed
@@ -31,6 +36,7 @@ warns.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -57,18 +63,24 @@ from cluster_accept.vocabulary.secrets import masked_quote
 NAME = "xid"
 TIMEOUT_S = 60
 _HEAD_LINES = 8  # lines shown from the start of each source: what the tool said when it did not answer
-_MAX_XID_LINES = 1000
+_MAX_XID_LINES = 1000  # per kind: the application's XIDs, and every other XID and SXID line
 _BURST_GAP_S = 60.0  # application XIDs of one GPU less than this apart are one burst: one job's fault
 _PID = re.compile(r"\bpid=([^,\s]{1,40})")
-# awk: drop blank lines; print the first _HEAD_LINES other lines, then the *last* _MAX_XID_LINES Xid lines (the
-# newest: a log full of one job's XIDs must not hide a later hardware XID past the cap), each once; then the
-# source's exit status and its line counts. ``### rc=`` comes from the shell, after the log.
+_APP_LINE = "NVRM: Xid \\([^)]*\\):[ \\t]*(" + "|".join(str(c) for c in sorted(APPLICATION)) + ")([^0-9]|$)"
+# awk: drop blank lines; print the first _HEAD_LINES other lines, then the *last* _MAX_XID_LINES Xid lines of each
+# kind (the newest: a log full of one job's XIDs must not hide a later hardware XID past the cap), each once, in
+# the log's order; the application's XIDs are kept apart from the others (hardware XIDs, SXIDs, lines without a
+# code), so no flood of them hides a hardware line logged before it; then the source's exit status and its line
+# counts. ``### rc=`` comes from the shell, after the log.
 _AWK = (
     "/^### rc=-?[0-9]+$/ { rc = $0; next } /^[ \\t\\r]*$/ { next } "
-    f"{{ n++; if ($0 ~ /NVRM: Xid|SXid/) {{ x++; kept[x % {_MAX_XID_LINES}] = $0; next }} "
-    f"if (n <= {_HEAD_LINES}) print }} "
-    f"END {{ for (i = (x > {_MAX_XID_LINES} ? x - {_MAX_XID_LINES} + 1 : 1); i <= x; i++) "
-    f"print kept[i % {_MAX_XID_LINES}]; "
+    f"{{ n++; if ($0 ~ /NVRM: Xid|SXid/) {{ x++; if ($0 ~ /{_APP_LINE}/) {{ a++; ak[a % {_MAX_XID_LINES}] = $0; "
+    f"an[a % {_MAX_XID_LINES}] = x }} else {{ h++; hk[h % {_MAX_XID_LINES}] = $0; hn[h % {_MAX_XID_LINES}] = x }} "
+    f"next }} if (n <= {_HEAD_LINES}) print }} "
+    f"END {{ i = (h > {_MAX_XID_LINES} ? h - {_MAX_XID_LINES} + 1 : 1); "
+    f"j = (a > {_MAX_XID_LINES} ? a - {_MAX_XID_LINES} + 1 : 1); "
+    f"while (i <= h || j <= a) {{ if (j > a || (i <= h && hn[i % {_MAX_XID_LINES}] < an[j % {_MAX_XID_LINES}])) "
+    f"{{ print hk[i % {_MAX_XID_LINES}]; i++ }} else {{ print ak[j % {_MAX_XID_LINES}]; j++ }} }} "
     'print (rc == "" ? "### rc=?" : rc); printf "### lines=%d xid=%d\\n", n, x }'
 )
 COMMAND = (
@@ -329,10 +341,21 @@ def parse(stdout: str, exit_code: int | None = 0) -> KernelLog:
 
 
 def marks(model: KernelLog) -> dict[str, str]:
-    """Where this read of the kernel log ended (the boot, the uptime): the node's next run judges what follows."""
+    """Where this read of the kernel log ended (the boot, the uptime): the node's next run judges what follows.
+    A hardware event this read found new (:func:`_is_hardware`) stops the mark before it, whatever this read's
+    verdict led to (a drain that failed, a check run by hand): the next read of the boot judges it again and
+    fails again, until a reboot. The mark is then the last event judged before it (cut down to the mark's
+    precision, never rounded past it), else the previous mark, else none (every event since boot is new)."""
     if model.error or model.unreadable is not None or not model.boot_id or model.uptime_s is None:
         return {}
-    return {"boot_id": model.boot_id, "uptime_s": f"{model.uptime_s:.3f}"}
+    stamps = [(e.at_s, _is_hardware(e)) for e in [*model.events, *model.sxids] if e.at_s is not None]
+    first = min((at for at, hardware in stamps if hardware), default=None)
+    if first is None:
+        return {"boot_id": model.boot_id, "uptime_s": f"{model.uptime_s:.3f}"}
+    before = max((at for at, _ in stamps if at < first), default=model.since_s)
+    if before is None:
+        return {"boot_id": model.boot_id}
+    return {"boot_id": model.boot_id, "uptime_s": f"{math.floor(before * 1000) / 1000:.3f}"}
 
 
 def since(model: KernelLog, previous: Mapping[str, str]) -> KernelLog:
@@ -461,7 +484,8 @@ def _xid_rows(model: KernelLog, profile: Profile) -> list[CheckRow]:
     for event in model.events:
         by_code.setdefault(event.code, []).append(event)
     cap = len(model.events) + len(model.sxids) + len(model.unparsed) + len(model.earlier)
-    beyond = f" ({model.xid_lines} Xid lines in the log, the last {cap} read)" if model.xid_lines > cap else ""
+    kept = f"the newest {_MAX_XID_LINES} of the application's and of the others"
+    beyond = f" ({model.xid_lines} Xid lines in the log, {cap} read: {kept})" if model.xid_lines > cap else ""
     for code in sorted(by_code):
         events = by_code[code]
         kind = xid_kind(code, " ".join(e.text for e in events))

@@ -7,7 +7,8 @@ that *is* the verdict: 0 healthy, 1 not, 2 a usage or inventory error, 3 the too
 ``--node``, else ``SLURMD_NODENAME`` (a Slurm name, mapped by the inventory's ``slurm.node_names``), else this
 host's short name; an inventory of one node needs none of them. The checks' marks (where the kernel log was read)
 are kept on the node from one check to the next (:mod:`.node_marks`), as a run keeps them in the history: an
-XID is judged by one check, not again before every job.
+application's XID is judged by one check, not again before every job; a hardware XID is never marked as judged
+(:func:`checks.xid.marks`), so it fails every check of its boot whatever became of the first one's drain.
 """
 
 from __future__ import annotations

@@ -7,15 +7,17 @@ its owner put in it. So a program keeps its files in a directory of its user's o
 0700, and refused when it is a link, another user's, or writable by others) and opens them without following a
 link (:func:`append_own`: ``O_NOFOLLOW``, and refused when the file is not a plain file of its own with one
 name). A file rewritten whole in such a directory goes through a new file of a random name, created exclusively
-(:func:`replace_whole`), never a fixed temporary name another user could take first.
+(:func:`replace_whole`, :func:`copy_whole`), never a fixed temporary name another user could take first.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 
 def _refusal(path: Path, why: str) -> PermissionError:
@@ -69,11 +71,24 @@ def replace_whole(path: Path, text: str, mode: int = 0o644) -> None:
     name beside it, created exclusively and without following a link, then renamed over ``path`` (which replaces
     a link there, never writes through it). For a file in a directory another user may write to (a
     node_exporter textfile directory)."""
+    _write_whole(path, text.encode("utf-8"), None, mode)
+
+
+def copy_whole(source: Path, path: Path, mode: int = 0o644) -> None:
+    """Copy ``source`` as ``path`` the way :func:`replace_whole` writes (a directory that may be shared: the
+    history), streamed rather than held whole."""
+    with source.open("rb") as read:
+        _write_whole(path, b"", read, mode)
+
+
+def _write_whole(path: Path, data: bytes, stream: BinaryIO | None, mode: int) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if stream is not None:
+                shutil.copyfileobj(stream, handle)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -7,14 +7,13 @@ the node answers; evaluation waits for every node because drift is judged agains
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, cast
 
 import pandas as pd
 
+from cluster_accept.analysis.history import STAMP_CHARS, run_start
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.verdicts import marks_by_node, values_by_node
 from cluster_accept.checks.base import Check, NodeRow, discover
@@ -37,10 +36,6 @@ from cluster_accept.tasks.preflight.evaluate import (
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, per_node
 
-_STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # how a run id starts (rundir.outputs.new_run_id)
-_STAMP = re.compile(r"^\d{8}T\d{6}Z")
-_STAMP_CHARS = 16
-
 
 def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
     """A node's preflight, checkpointed as soon as it answered."""
@@ -58,10 +53,10 @@ def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, 
 def earlier(run_ids: pd.Series, this_run: str) -> pd.Series:
     """Which of ``run_ids`` started before this run: run ids start with their UTC start time
     (``20261118T110600Z-…``), so one after this run's (a controller whose clock ran fast, a run resumed after later
-    ones) is not this run's past. A run not named so (a shard's, named by its key) starts now, by this clock."""
-    start = this_run[:_STAMP_CHARS] if _STAMP.match(this_run) else time.strftime(_STAMP_FORMAT, time.gmtime())
+    ones) is not this run's past. A run not named so (a shard's, named by its key) starts now, by this clock
+    (:func:`analysis.history.run_start`, the rule the history reader keeps its runs by)."""
     ids = run_ids.astype(str)
-    return (ids.str[:_STAMP_CHARS] <= start) & (ids != this_run)
+    return (ids.str[:STAMP_CHARS] <= run_start(this_run)) & (ids != this_run)
 
 
 def previous_values(state: RunState) -> list[dict[str, Any]]:
