@@ -32,17 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-WALL_TARGET_S = 2.0
-RSS_TARGET_MB = 150.0  # the tool's own peak in bench/check_local.py
-# Runs the real CLI's main and reports its own peak RSS (not its children's) on stderr as it exits.
-WRAPPER = (
-    "import atexit, resource, sys\n"
-    "atexit.register(lambda: sys.stderr.write("
-    "f'\\nSELF_MAXRSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n'))\n"
-    "sys.argv = ['cluster-accept', *sys.argv[1:]]\n"
-    "from cluster_accept.flows.cli import main\n"
-    "main()\n"
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the targets and the CLI wrapper that reports the tool's own peak RSS: bench/check_local.py's
+from check_local import RSS_TARGET_MB, WALL_TARGET_S, WRAPPER  # noqa: E402
+
 HEAD = "cluster: bench\ndefaults: {profile: p, labels: {site: s1}}\nnodes:\n"
 TAIL = "profiles:\n  p: {probes: {device: cpu}}\n"
 RULE = "slurm: {node_names: {match: 'node(\\d+)', replace: 'gpu-\\1'}}\n"
