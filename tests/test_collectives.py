@@ -16,6 +16,9 @@ from pydantic import ValidationError
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import allreduce, collectives
+from cluster_accept.remote.launch import GroupRun, RankRun
+from cluster_accept.remote.result import CommandResult, NodeStatus
+from cluster_accept.tasks.multi_node.rails import collective_rows
 
 DATA = Path(__file__).parent / "data" / "collectives"
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,14 +48,29 @@ def test_the_capture_yields_each_collectives_figures_to_its_own_probe() -> None:
         assert record["value"] == pytest.approx(record["algbw_gbps"] * factor, abs=1e-4), record
 
 
-def test_each_listed_collective_gets_a_row_measured_at_its_largest_size() -> None:
-    rows = collectives.inspect(collectives.parse(GLOO), CPU)
-    assert [(r.item, r.status, r.reason, r.observed) for r in rows] == [
-        ("all_gather_intra", Status.PASS, "measured", "0.3569"),
-        ("reduce_scatter_intra", Status.PASS, "measured", "0.1914"),
-        ("all_to_all_intra", Status.PASS, "measured", "0.4163"),
-        ("send_recv_intra", Status.PASS, "measured", "0.8251"),
-    ]
+def _lone(stdout: str) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{**m, "node": "n1", "profile": "p", "gpu": None} for m in collectives.parse(stdout).measurements]
+    )
+
+
+def test_each_listed_collective_measured_alone_on_cpu_is_not_judged_at_its_largest_size() -> None:
+    """A lone CPU node: no minimum (no datasheet for gloo between processes) and no peer, so each figure is
+    ``not_judged`` (never a pass) at its largest size, naming the key that would judge it; the inspection adds
+    nothing for a collective that has its figure."""
+    assert collectives.inspect(collectives.parse(GLOO), CPU) == []
+    rows = [row for _, row in collectives.evaluate(_lone(GLOO), {"n1": CPU})]
+    assert [(r.item, r.status, r.reason, r.observed, r.expected) for r in rows] == [
+        ("allgather_busbw_gbps", Status.NOT_JUDGED, "no_expectation", "0.357",
+         "none: set thresholds.allgather_intra_busbw_gbps_min"),
+        ("alltoall_busbw_gbps", Status.NOT_JUDGED, "no_expectation", "0.416",
+         "none: set thresholds.alltoall_intra_busbw_gbps_min"),
+        ("reducescatter_busbw_gbps", Status.NOT_JUDGED, "no_expectation", "0.191",
+         "none: set thresholds.reducescatter_intra_busbw_gbps_min"),
+        ("sendrecv_busbw_gbps", Status.NOT_JUDGED, "no_expectation", "0.825",
+         "none: set thresholds.sendrecv_intra_busbw_gbps_min"),
+    ]  # fmt: skip
+    assert "probes run on CPU" in rows[0].detail
 
 
 def test_a_collective_the_backend_lacks_or_the_run_lost_says_why() -> None:
@@ -63,10 +81,11 @@ def test_a_collective_the_backend_lacks_or_the_run_lost_says_why() -> None:
         )
     )
     rows = {r.item: r for r in collectives.inspect(collectives.parse("\n".join(lines)), CPU)}
-    assert (rows["reduce_scatter_intra"].status, rows["reduce_scatter_intra"].reason) == (Status.SKIP, "unsupported")
-    assert "not supported by gloo" in rows["reduce_scatter_intra"].detail
-    assert (rows["send_recv_intra"].status, rows["send_recv_intra"].reason) == (Status.ERROR, "not_measured")
-    assert rows["all_gather_intra"].reason == "measured"
+    assert set(rows) == {"reducescatter_busbw_gbps", "sendrecv_busbw_gbps"}  # all-gather has its figure
+    unsupported, lost = rows["reducescatter_busbw_gbps"], rows["sendrecv_busbw_gbps"]
+    assert (unsupported.status, unsupported.reason) == (Status.SKIP, "unsupported")
+    assert "not supported by gloo" in unsupported.detail
+    assert (lost.status, lost.reason) == (Status.ERROR, "not_measured")
     # the run's own skip (one GPU) is the whole run's, not one collective's
     single = collectives.parse('{"info": "skip", "reason": "fewer than 2 GPUs"}\n')
     assert {r.reason for r in collectives.inspect(single, CPU)} == {"single_gpu"}
@@ -158,3 +177,28 @@ def test_lines_of_ranks_sharing_one_stdout_stay_whole() -> None:
     ).stdout
     lines = out.splitlines()
     assert len(lines) == 4 * 500 and all(json.loads(line)["info"] == "rank_done" for line in lines)
+
+
+def test_a_collective_across_nodes_is_judged_against_its_minimum_or_not_judged_without_one() -> None:
+    """Between nodes one run of the whole group measures each collective: no peer compares it, so without the
+    profile's ``*_inter_busbw_gbps_min`` it is not judged (never the pass it once was), naming the key."""
+    figures = [
+        {"metric": "allgather_busbw_gbps", "value": 4.6, "size": 1 << 30},
+        {"metric": "alltoall_busbw_gbps", "value": 2.3, "size": 1 << 30},
+        {"metric": "allreduce_busbw_gbps", "value": 3.6, "size": 1 << 30},
+    ]
+    done = CommandResult("allreduce_inter", 0, "", "")
+    ranks = {n: RankRun(n, NodeStatus.OK, result=done) for n in ("n1", "n2")}
+    run = GroupRun(("n1", "n2"), "t", ranks, figures)
+    profile = Profile.model_validate(
+        {"probes": {"collectives": ["all_gather", "all_to_all"]}, "thresholds": {"alltoall_inter_busbw_gbps_min": 2}}
+    )
+    rows = {r.item: r for r in collective_rows(run, profile)}
+    gather, a2a = rows["all_gather_inter"], rows["all_to_all_inter"]
+    assert (gather.status, gather.reason, gather.observed) == (Status.NOT_JUDGED, "no_expectation", "4.6")
+    assert gather.expected == "none: set thresholds.allgather_inter_busbw_gbps_min"
+    assert (a2a.status, a2a.reason, a2a.expected) == (Status.PASS, "ok", ">= 2 GB/s")
+    strict = profile.model_copy(
+        update={"thresholds": profile.thresholds.model_copy(update={"alltoall_inter_busbw_gbps_min": 5})}
+    )
+    assert [r.reason for r in collective_rows(run, strict) if r.item == "all_to_all_inter"] == ["below_threshold"]

@@ -44,6 +44,8 @@ NOT_EXPECTATIONS = {
     "probes.launcher",
     "probes.max_parallel_nodes",
     "probes.nccl_tests_all_reduce",
+    "probes.kept_settings",  # settings never suspected: the job_settings rows say which were
+    "probes.prove_causes",  # whether suspects are measured again: the job_settings rows say it
     *(f"training.{key}" for key in TrainingSettings.model_fields if key != "enabled"),
     "thresholds.straggler_pct",
     "thresholds.relative_verdict",
@@ -170,12 +172,18 @@ def test_training_expectations_are_settled_by_their_rows_or_a_failed_probe() -> 
     )
     tested = {"n1": profile}
     model = _row("n1", "single-node", "training", "model")
-    assert [e.name for _, e in missing("single-node", tested, [model])] == ["training_mfu_min"]
-    assert missing("single-node", tested, [model, _row("n1", "single-node", "training", "mfu")]) == []
+    # every figure the probe emits is expected to be judged, written or not (its defaults: probes.training.defaults)
+    figures = ["training_tokens_per_s_per_gpu_min", "training_solo_tokens_per_s", "training_dp_efficiency_min"]
+    assert [e.name for _, e in missing("single-node", tested, [model])] == [*figures, "training_mfu_min"]
+    judged = [
+        _row("n1", "single-node", "training", item)
+        for item in ("mfu", "training_tokens_per_s_per_gpu", "training_solo_tokens_per_s", "training_dp_efficiency")
+    ]
+    assert missing("single-node", tested, [model, *judged]) == []
     failed = NodeRow("r", "c", "single-node", "n1", "training", "training", Status.ERROR, "probe_failed")
     assert missing("single-node", tested, [failed]) == []
     unrelated = NodeRow("r", "c", "single-node", "n1", "training", "slowest_rank", Status.SKIP, "single_rank")
-    assert [e.name for _, e in missing("single-node", tested, [unrelated])] == ["training_mfu_min"]
+    assert [e.name for _, e in missing("single-node", tested, [unrelated])] == [*figures, "training_mfu_min"]
     allreduce = _row("n1", "multi-node", "scaling", "2 nodes")
     names = [e.name for _, e in missing("multi-node", tested, [allreduce])]
     assert names == ["multi-node training", "training_scaling_efficiency_min"]

@@ -57,8 +57,11 @@ def test_the_probe_writes_a_summary_row_per_node_then_each_problem() -> None:
     profile = Profile.model_validate({"thresholds": {"gpu_pair_copy_gbps_min": 300, "relative_verdict": "warn"}})
     df = pd.DataFrame(matrix("n1", 4, {(1, 2): 250.0}) + matrix("n2", 4))
     rows = gpu_pairs.evaluate(df, {"n1": profile, "n2": profile})
-    summary = [(n, r.observed, r.expected) for n, r in rows if r.item == "pairs"]
-    assert summary == [("n1", "250.0", ">= 300 GB/s"), ("n2", "379.7", ">= 300 GB/s")]
+    summary = [(n, r.status, r.reason, r.observed, r.expected) for n, r in rows if r.item == "pairs"]
+    assert summary == [
+        ("n1", Status.FAIL, "below_threshold", "250.0", ">= 300.0 GB/s"),  # the node's slowest pair
+        ("n2", Status.PASS, "ok", "379.7", ">= 300.0 GB/s"),
+    ]
     assert "12 pairs: min 250.0" in rows[0][1].detail and "GPU1->GPU2 slowest" in rows[0][1].detail
     problems = [(n, r.item, r.status, r.reason) for n, r in rows if r.item != "pairs"]
     assert problems == [
@@ -66,6 +69,28 @@ def test_the_probe_writes_a_summary_row_per_node_then_each_problem() -> None:
         ("n1", "GPU1->GPU2", Status.WARN, "weak_direction"),  # relative findings follow relative_verdict
         ("n1", "GPU1->GPU2", Status.WARN, "straggler"),
     ]
+
+
+def test_pairs_without_a_minimum_pass_only_where_something_compares_them() -> None:
+    """No minimum (a GPU no built-in datasheet describes): a 2-GPU node alone has nothing to compare its pairs
+    with and is not judged, naming the key; beside a peer, or with pairs of its own to compare, it passes."""
+    profile = Profile.model_validate({"gpu": {"model": "NVIDIA Future GPU"}})
+    alone = gpu_pairs.evaluate(pd.DataFrame(matrix("n1", 2)), {"n1": profile})
+    assert [(r.item, r.status, r.reason, r.expected) for _, r in alone] == [
+        ("pairs", Status.NOT_JUDGED, "no_expectation", "none: set thresholds.gpu_pair_copy_gbps_min")
+    ]
+    assert "no built-in datasheet describes 'NVIDIA Future GPU'" in alone[0][1].detail
+    beside = gpu_pairs.evaluate(pd.DataFrame(matrix("n1", 2) + matrix("n2", 2)), {"n1": profile, "n2": profile})
+    assert [(n, r.status, r.reason) for n, r in beside] == [("n1", Status.PASS, "ok"), ("n2", Status.PASS, "ok")]
+    four = gpu_pairs.evaluate(pd.DataFrame(matrix("n1", 4)), {"n1": profile})
+    assert [(r.status, r.reason) for _, r in four] == [(Status.PASS, "ok")]
+    # a built-in GPU derives the minimum from its NVLink: 0.2 of 18 x 26.562 GB/s
+    auto = Profile.model_validate({"gpu": {"model": "NVIDIA H200"}})
+    ((_, row),) = gpu_pairs.evaluate(pd.DataFrame(matrix("n1", 2)), {"n1": auto})
+    assert (row.status, row.expected) == (
+        Status.PASS,
+        ">= 96.0 GB/s (0.2 × NVLink 478 GB/s; set thresholds.gpu_pair_copy_gbps_min to change)",
+    )
 
 
 def test_the_node_side_output_parses_to_pair_figures_and_a_single_gpu_skips() -> None:

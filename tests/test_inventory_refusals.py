@@ -14,7 +14,7 @@ from cluster_accept.flows.cli import app
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.inventory.probe_settings import ExtraCollective, busbw_threshold
-from cluster_accept.inventory.threshold_needs import NEEDS_CUDA, NEEDS_TWO_GPUS
+from cluster_accept.inventory.threshold_needs import CUDA_WHY, NEEDS_CPU, NEEDS_CUDA, NEEDS_TWO_GPUS
 from cluster_accept.tasks.stages import declared_expectations
 from tests.processes import run_cli
 
@@ -128,6 +128,27 @@ def test_a_profile_file_is_refused_like_an_inline_profile(tmp_path: Path) -> Non
     assert f"cpu.yaml: (top level): Value error, thresholds hbm_copy_gbps_min cannot be measured: {CPU_WHY}" in problem
 
 
+def test_cpu_figures_minimums_on_gpu_probes_are_refused_and_load_on_cpu(tmp_path: Path) -> None:
+    """The CPU bench's GFLOP/s, host memory copy and CPU burn are never measured on a GPU node; on CPU they are
+    the only minimums a one-node run can be judged by."""
+    keys = "gemm_fp32_gflops_min: 40, mem_copy_gbps_min: 5, burn_gflops_min: 30"
+    problem = only_problem(inventory(tmp_path, f"{{thresholds: {{{keys}, h2d_gbps_min: 20}}}}"))
+    assert problem == (
+        "profiles.p: Value error, thresholds gemm_fp32_gflops_min, mem_copy_gbps_min, burn_gflops_min cannot be "
+        f"measured: {CUDA_WHY}"
+    )
+    cpu = load_inventory(inventory(tmp_path, f"{{probes: {{device: cpu}}, thresholds: {{{keys}}}}}"))
+    assert cpu.nodes[0].profile.thresholds.mem_copy_gbps_min == 5
+    assert "h2d_gbps_min" in only_problem(inventory(tmp_path, "{probes: {device: cpu}, thresholds: {h2d_gbps_min: 9}}"))
+
+
+def test_a_burn_minimum_without_a_burn_is_refused(tmp_path: Path) -> None:
+    profile = "{burn: {minutes: 0, light_minutes: 0}, thresholds: {burn_tflops_min: 500}}"
+    assert only_problem(inventory(tmp_path, profile)) == (
+        "profiles.p: Value error, thresholds burn_tflops_min need the burn: burn.minutes and burn.light_minutes are 0"
+    )
+
+
 def test_burn_limits_without_a_burn_are_refused(tmp_path: Path) -> None:
     profile = "{burn: {minutes: 0, light_minutes: 0, throughput_drop_max_pct: 5, clock_drop_max_pct: 5}}"
     assert only_problem(inventory(tmp_path, profile)).startswith(
@@ -141,7 +162,7 @@ def test_burn_limits_without_a_burn_are_refused(tmp_path: Path) -> None:
 def test_every_threshold_said_to_need_a_gpu_is_one_coverage_judges() -> None:
     """The table the loader refuses by and the table coverage judges by name the same keys."""
     judged = {e.name for e in declared_expectations()}
-    for key in (*NEEDS_CUDA, *NEEDS_TWO_GPUS):
+    for key in (*NEEDS_CUDA, *NEEDS_CPU, *NEEDS_TWO_GPUS):
         assert key in Thresholds.model_fields and key in judged, key
     assert {busbw_threshold(op, "intra") for op in get_args(ExtraCollective)} <= set(NEEDS_TWO_GPUS)
 

@@ -95,7 +95,7 @@ def test_a_finished_shard_is_merged_under_the_parents_run_id_with_its_types_kept
     merge_shard(state, found, shard_dir)
     assert state.rows == [_row("gpu01", "parent-run"), _row("gpu02", "parent-run", Status.FAIL, gpu=3)]
     assert [(m.run_id, m.node, m.value) for m in state.measurements] == [("parent-run", "gpu01", 612.5)]
-    assert state.tables == {"isolation": [], "scaling": [], "training_scaling": []}
+    assert state.tables == {"isolation": [], "scaling": [], "training_scaling": [], "nccl": []}
     assert (tmp_path / "parent" / "burn" / "gpu01.parquet").read_bytes() == b"series"
 
 

@@ -53,3 +53,15 @@ def test_per_node_table_slowest_first_and_the_scaling_table() -> None:
 
 def test_no_training_figures_no_section() -> None:
     assert training_section(ReportView()) is None
+
+
+def test_the_per_node_table_shows_each_nodes_data_parallel_efficiency() -> None:
+    healthy = node_figures("node001", 139_715.0, [154_600.0] * 8)
+    crippled = node_figures("node002", 100_222.0, [154_600.0] * 8)
+    measurements = [*healthy, figure("node001", "training_dp_efficiency", 0.9037)]
+    measurements += [*crippled, figure("node002", "training_dp_efficiency", 0.6483)]
+    section = training_section(ReportView(measurements, [], {}, {}))
+    assert section is not None
+    per_node = section.tables[0]
+    assert per_node.columns[-1] == "together / solo"
+    assert [(r[0], r[-1]) for r in per_node.rows] == [("node002", 0.6483), ("node001", 0.9037)]

@@ -159,3 +159,25 @@ def test_nodes_that_train_differently_sweep_apart(monkeypatch: pytest.MonkeyPatc
     stage.train(members)
     assert swept == [["n1", "n3"], ["n2", "n5"]]  # n4 does not train
     assert [r["group"] for r in stage.out.training_scaling] == ["n1", "n2"]
+
+
+def test_the_failing_scaling_row_carries_its_figure_into_the_cause_sentence() -> None:
+    """Two "nodes" of one 4 x H100 host under their own NCCL_HOSTID: training kept 20.9 % of one node's tokens/s
+    per GPU across NCCL's socket transport, against the 60 % auto derives; the row that fails the nodes (and that
+    the cause sentence starts with) says both."""
+    from cluster_accept.analysis.between_nodes import CAUSES
+    from cluster_accept.analysis.causes import explain, node_cause
+    from cluster_accept.tasks.rows import node_row
+
+    profile = Profile.model_validate({"thresholds": {"training_scaling_efficiency_min": 0.6}})
+    halves = [Node(f"n{i}", SshSettings(), "p", profile) for i in (1, 2)]
+    stage = FakeStage({1: 150_000.0, 2: 31_350.0}, IsolationVerdict([], [], ["n1", "n2"], [], 1, "n[1-2] unresolved"))
+    table, trouble = training_sweep(stage, halves)
+    isolate_training(stage, halves, table)
+    assert trouble
+    ((_, failed),) = [(n, r) for n, r in stage.rows if n == "n1" and r.reason == "unattributed"]
+    assert (failed.item, failed.observed, failed.expected) == ("2 nodes", "20.9%", ">= 60%")
+    fabric = CheckRow("profile", "fabric", Status.WARN, "no_rdma_fabric", "no RDMA port", "an RDMA fabric", "auto")
+    rows = [node_row("r", "c", "preflight", "n1", fabric), node_row("r", "c", "multi-node", "n1", failed)]
+    said = node_cause(rows, explain(rows, CAUSES))
+    assert said.startswith("training_scaling 2 nodes 20.9% (expected >= 60%): profile:no_rdma_fabric no RDMA port")

@@ -137,3 +137,27 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
     assert "Verdict." not in html + md and "Status." not in html + md and "Action." not in html + md
     assert "- refused on n4" in md
     assert hostile not in md and "&lt;script&gt;" in md
+
+
+def test_a_figure_not_judged_accepts_its_node_and_is_listed_with_the_key_to_write(tmp_path: Path) -> None:
+    """A ``not_judged`` figure rejects nothing and is no finding, but it is never said to have passed: the report
+    lists it under "Not judged" with the key that would judge it, folded across nodes and GPUs."""
+    said = "none: set thresholds.gemm_fp32_gflops_min"
+    rows = [
+        row(n, "gemm", "not_judged", "no_expectation", "41.5", item="gemm_fp32_gflops", gpu=0, expected=said)
+        for n in ("n1", "n2")
+    ] + [row("n1", "driver", "pass", "ok", "580.159.04")]
+    verdict = node_verdict("n1", rows[::2], LINKS)
+    assert (verdict.verdict, verdict.reasons) == (Verdict.ACCEPTED, [])
+    verdicts = [VerdictRow("r1", "c", n, "p", Verdict.ACCEPTED, []) for n in ("n1", "n2")]
+    run = {"run_id": "r1", "cluster": "c", "stages": ["single-node"], "started": "s", "ended": "e"}
+    reasons = catalog((c.name, c.reasons) for c in discover())
+    context = build_context(run, verdicts, ReportData(links=LINKS, rows=rows, reasons=reasons))
+    assert context["findings"] == {} and context["skipped"] == []
+    assert context["not_judged"] == [("gemm gemm_fp32_gflops", "set thresholds.gemm_fp32_gflops_min", "n[1-2]")]
+    html_path, md_path = render(context, tmp_path)
+    html, md = html_path.read_text(), md_path.read_text()
+    assert "every check passed" not in html + md
+    assert "figures not judged: 1 (below)" in html and "figures not judged: 1 (below)" in md
+    assert "<li>gemm gemm_fp32_gflops on n[1-2]: set thresholds.gemm_fp32_gflops_min</li>" in html
+    assert "## Not judged" in md and "- gemm gemm_fp32_gflops on n[1-2]: set thresholds.gemm_fp32_gflops_min" in md

@@ -18,7 +18,7 @@ from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 
-_NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP})
+_NOT_FINDINGS = frozenset({Status.PASS, Status.SKIP, Status.NOT_JUDGED})
 SINGLE_NODE = "single-node"
 # A slow training step: what a co-tenant or clock events explain; not numerics (no co-tenant makes NaN).
 SLOW_TRAINING = frozenset({"slow_rank", "straggler", "below_threshold"})
@@ -127,4 +127,14 @@ def node_cause(rows: Sequence[NodeRow], explained: Explained) -> str:
         return ""
     # The failing finding at the end of the longest chain: the figure, not the transport that explains it.
     first = min(explained, key=lambda i: (rows[i].status != Status.FAIL, -len(explained[i]), i))
-    return sentence(rows[first], explained[first])
+    return sentence(rows[first], mechanism_then_cause(rows, explained, explained[first]))
+
+
+def mechanism_then_cause(rows: Sequence[NodeRow], explained: Explained, causes: Sequence[NodeRow]) -> list[NodeRow]:
+    """What one finding's sentence says of its ``causes``: the first that is itself explained (the mechanism:
+    the transport NCCL chose, the channels it opened), then the first that is not (the setting or state behind
+    it), in link order; "because" joins only a mechanism to its cause, never two causes."""
+    has_cause = {id(rows[i]) for i in explained}
+    mechanism = next((c for c in causes if id(c) in has_cause), None)
+    root = next((c for c in causes if id(c) not in has_cause), None)
+    return [c for c in (mechanism, root) if c is not None]

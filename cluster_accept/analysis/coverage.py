@@ -6,11 +6,16 @@ Each check and probe declares the expectations of the profile model its rows ans
 (:class:`~cluster_accept.checks.declarations.Expectation`: the check and item whose row judges it, and the stage
 that writes that row); :func:`missing` lists what a stage left without a row, and the stage adds an ``error``
 row ``coverage:no_row`` for each, so a gap rejects the node instead of passing it.
+
+The other side: a figure measured with nothing to judge it against — no minimum set or derived from the node's
+hardware, no peer to compare it with — is a ``not_judged`` row, never a pass; :func:`not_judged` gathers them
+with the key the profile would need, for the report's "Not judged" list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation
@@ -72,3 +77,22 @@ def missing(
 def gap_row(expectation: Expectation) -> CheckRow:
     what = f"{expectation.check} row" + (f" for {expectation.item}" if expectation.item else "")
     return CheckRow(NAME, expectation.name, Status.ERROR, "no_row", None, what, "the stage judged nothing for it")
+
+
+@dataclass(frozen=True)
+class NotJudged:
+    """A figure (``check item``) left without an expectation on ``nodes``, and what to write to judge it."""
+
+    figure: str
+    write: str  # ``set thresholds.<key>``, as the rows name it
+    nodes: frozenset[str]
+
+
+def not_judged(rows: Iterable[NodeRow]) -> list[NotJudged]:
+    """Every figure written ``not_judged``, once per figure and key to write, with the nodes it was on."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for row in rows:
+        if row.status == Status.NOT_JUDGED:
+            write = (row.expected or "").removeprefix("none: ")
+            found.setdefault((f"{row.check} {row.item}", write), set()).add(row.node)
+    return [NotJudged(figure, write, frozenset(nodes)) for (figure, write), nodes in sorted(found.items())]

@@ -1,35 +1,84 @@
 """Verdicts on probe measurements: absolute thresholds and stragglers relative to the cluster. Pure.
 
 A GPU can pass its profile's threshold and still run at half the speed of its peers (the seed reports
-found such nodes only by comparing per-node TFLOPS), so each figure is judged twice: against the profile's
-``*_min`` and against the cluster's median — per GPU for per-GPU figures, per node for node figures. The
-spread is the median absolute deviation (robust to the very outliers we look for), reported with the median.
+found such nodes only by comparing per-node TFLOPS), so each figure is judged twice: against its minimum and
+against the cluster's median — per GPU for per-GPU figures, per node for node figures. The spread is the
+median absolute deviation (robust to the very outliers we look for), reported with the median.
+
+A figure's minimum is the profile's ``*_min`` where it sets one; where it sets none, the probe's
+:class:`Default` for that figure applied to the node's GPU (a fraction of a datasheet figure, calibrated on
+measurements), said as such in the row with the key that changes it. A figure with neither a minimum nor a
+peer to compare with (a CPU node alone, a GPU no built-in profile describes, a minimum turned off with ``null``)
+is never a pass: its row is ``not_judged`` and names the key to write.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from pydantic import BaseModel
 
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.inventory.model import Thresholds
+from cluster_accept.inventory.gpus import GpuModel, Rating, model_for_name
+from cluster_accept.inventory.model import Profile, Thresholds
 from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.rows import Measurement
+
+NO_EXPECTATION = "no_expectation"  # the reason of a not-judged figure (checks.reasons.COMMON)
+DEVICES = frozenset({"cuda", "cpu"})
+
+
+@dataclass(frozen=True)
+class Default:
+    """How a figure's minimum derives from the node's GPU where the profile sets none: ``fraction`` of one
+    figure of the GPU model's datasheet (``datasheet``: None where the model has no such figure), chosen on what
+    the probes measured on healthy and faulty machines (``calibration``); ``otherwise``: the derivation for a
+    model without that figure (PCIe where no NVLink joins every GPU)."""
+
+    basis: str  # what the minimum is a fraction of, in words: "NVLink bandwidth per GPU and direction"
+    fraction: float
+    datasheet: Callable[[GpuModel], Rating | None]
+    calibration: str  # the measurements the fraction was chosen on, healthy and faulty
+    otherwise: Default | None = None
+
+    def floor(self, model: GpuModel) -> tuple[float, str] | None:
+        """(minimum, how it was derived: ``0.4 × NVLink 478 GB/s``) for ``model``; None when nothing derives."""
+        rating = self.datasheet(model)
+        if rating is None:
+            return self.otherwise.floor(model) if self.otherwise is not None else None
+        return float(round(rating.value * self.fraction)), f"{self.fraction:g} × {rating}"
 
 
 @dataclass(frozen=True)
 class MetricRule:
-    """How a probe's figure is judged: the profile threshold holding its minimum (if any), whether it is a
-    per-GPU figure, and what being far below the cluster's median means for it."""
+    """How a probe's figure is judged: the profile threshold holding its minimum (if any), the minimum derived
+    from the node's GPU where the profile sets none (``default``), whether it is a per-GPU figure, and what being
+    far below the cluster's median means for it. ``devices``: where the figure is measured (``probes.device``);
+    ``emitted_by``: the GPU models whose nodes measure it (None: every one; fp8 needs fp8 tensor cores)."""
 
     check: str  # the verdict reason's prefix: gemm, hbm, host_bw, allreduce
     threshold: str | None  # the key holding the minimum, if any: of the profile's thresholds or the probe's settings
     per_gpu: bool
     straggler: Status = Status.FAIL  # the worst a relative finding can be for this figure
+    default: Default | None = None
+    devices: frozenset[str] = DEVICES
+    emitted_by: Callable[[GpuModel], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A figure's minimum on one node: the profile's own (``source`` empty) or derived by a :class:`Default`
+    (``source`` says how, and which key changes it)."""
+
+    value: float
+    source: str = ""
+
+    def expected(self, unit: str) -> str:
+        said = f">= {_fmt(self.value)} {unit}"
+        return f"{said} ({self.source})" if self.source else said
 
 
 def relative_status(rule: MetricRule, limits: Thresholds) -> Status:
@@ -63,39 +112,103 @@ def judged_figures(measurements: pd.DataFrame, rules: Mapping[str, MetricRule]) 
 def judge(
     measurements: pd.DataFrame,
     rules: Mapping[str, MetricRule],
-    thresholds: Mapping[str, Thresholds],
+    profiles: Mapping[str, Profile | Thresholds],
     own: Mapping[str, BaseModel] | None = None,
 ) -> list[tuple[str, CheckRow]]:
-    """(node, row) for every figure ``rules`` judge: threshold rows and straggler rows, pass or not.
+    """(node, row) for every figure ``rules`` judge: threshold rows and straggler rows, pass or not, and a
+    ``not_judged`` row for a figure with neither.
 
-    ``thresholds``: each node's profile thresholds (its minimums, its straggler margin and how a relative
-    finding counts); ``own``: each node's settings of the probe, where its minimums are its own keys."""
+    ``profiles``: each node's profile (its minimums, the GPU its defaults derive from, its straggler margin and
+    how a relative finding counts), or only its thresholds (no default derived); ``own``: each node's settings
+    of the probe, where its minimums are its own keys."""
     df = judged_figures(measurements, rules)
     out: list[tuple[str, CheckRow]] = []
     if "profile" not in df.columns:
         df = df.assign(profile="")
     # Peers are GPUs of the same profile: an H100 is no straggler among H200s.
     for (_, metric), group in df.groupby(["profile", "metric"], sort=True):
+        rule = rules[str(metric)]
         values, unit = [float(v) for v in group["value"]], str(group["unit"].iloc[0])
-        peers = _Peers.of(str(metric), rules[str(metric)], values, unit)
+        peers = _Peers.of(str(metric), rule, values, unit)
+        minimums: dict[str, tuple[Floor | None, str]] = {}  # once per node, not per GPU
         for record in group.to_dict("records"):
             node = str(record["node"])
             gpu = None if pd.isna(record["gpu"]) else int(record["gpu"])
-            limits = thresholds.get(node, Thresholds())
-            minimum = _minimum(rules[str(metric)], limits, (own or {}).get(node))
-            out += [(node, row) for row in peers.rows(float(record["value"]), gpu, limits, minimum)]
+            given = profiles.get(node)
+            if node not in minimums:
+                minimums[node] = minimum_of(rule, given, (own or {}).get(node))
+            limits = given if isinstance(given, Thresholds) else given.thresholds if given else Thresholds()
+            out += [(node, row) for row in peers.rows(float(record["value"]), gpu, limits, *minimums[node])]
     return out
 
 
-def _minimum(rule: MetricRule, limits: Thresholds, own: BaseModel | None) -> float | None:
-    """The figure's minimum: the probe's own setting of that name where it has one, else the profile's."""
-    if not rule.threshold:
+def minimum_of(
+    rule: MetricRule, given: Profile | Thresholds | None, own: BaseModel | None = None
+) -> tuple[Floor | None, str]:
+    """The figure's minimum on a node — the probe's own setting of that name where it has one, else the
+    profile's threshold, else the rule's default for the node's GPU — or None and why there is none. A key the
+    profile writes as ``null`` turns the default off."""
+    key = rule.threshold
+    if key and own is not None and key in type(own).model_fields:
+        value = getattr(own, key)
+        return (Floor(float(value)), "") if value is not None else (None, f"plugins.{rule.check}.{key} is not set")
+    limits = given if isinstance(given, Thresholds) else given.thresholds if given is not None else Thresholds()
+    if key and key in Thresholds.model_fields:
+        value = getattr(limits, key)
+        if value is not None:
+            return Floor(float(value)), ""
+        if key in limits.model_fields_set:
+            return None, f"thresholds.{key} is null in the profile (its minimum turned off)"
+    if not isinstance(given, Profile):
+        return None, "the profile sets no minimum"
+    model, why = gpu_model(given)
+    derived = rule.default.floor(model) if rule.default is not None and model is not None else None
+    if rule.default is None:
+        why = why or "no datasheet figure bounds it"
+    elif model is not None and derived is None:
+        why = f"the {model.key} datasheet gives no {rule.default.basis} to derive it from"
+    if derived is None:
+        return None, f"the profile sets no minimum and none derives: {why}"
+    value, how = derived
+    return Floor(value, f"{how}; set {key_path(rule)} to change"), ""
+
+
+def gpu_model(profile: Profile) -> tuple[GpuModel | None, str]:
+    """The built-in GPU model a node's default minimums derive from — the profile's GPU by its nvidia-smi name,
+    with the NVLink and PCIe the profile states over the datasheet's (``nvlink: null``: none) — or None and
+    why: probes on CPU, no GPU model named, or one no built-in profile describes."""
+    if profile.probes.device != "cuda":
+        return None, "the probes run on CPU, which no datasheet describes"
+    if profile.gpu is None or profile.gpu.model is None:
+        return None, "the profile names no GPU model (gpu.model)"
+    model = model_for_name(profile.gpu.model)
+    if model is None:
+        return None, f"no built-in datasheet describes {profile.gpu.model!r}"
+    if profile.nvlink is not None:
+        model = replace(
+            model, nvlink_links=profile.nvlink.links_per_gpu, nvlink_link_gbps=profile.nvlink.link_speed_gbps
+        )
+    elif "nvlink" in profile.model_fields_set:
+        model = replace(model, nvlink_links=0)
+    if profile.pcie is not None:
+        model = replace(model, pcie_gen=profile.pcie.gen, pcie_width=profile.pcie.width)
+    return model, ""
+
+
+def key_path(rule: MetricRule) -> str | None:
+    """Where the figure's minimum is written: ``thresholds.<key>``, or a probe's own ``plugins.<probe>.<key>``;
+    None for a figure no key bounds."""
+    if rule.threshold is None:
         return None
-    if own is not None and rule.threshold in type(own).model_fields:
-        value = getattr(own, rule.threshold)
-    else:
-        value = getattr(limits, rule.threshold)
-    return None if value is None else float(value)
+    if rule.threshold in Thresholds.model_fields:
+        return f"thresholds.{rule.threshold}"
+    return f"plugins.{rule.check}.{rule.threshold}"
+
+
+def to_write(rule: MetricRule) -> str:
+    """A not-judged row's expected column: the key that would judge the figure, or how to compare it."""
+    key = key_path(rule)
+    return f"none: set {key}" if key else "none: no key bounds it; measure it on two or more to compare them"
 
 
 @dataclass(frozen=True)
@@ -114,17 +227,38 @@ class _Peers:
     def of(cls, metric: str, rule: MetricRule, values: list[float], unit: str) -> _Peers:
         return cls(metric, rule, unit, len(values), statistics.median(values), mad(values))
 
-    def rows(self, value: float, gpu: int | None, limits: Thresholds, minimum: float | None) -> list[CheckRow]:
-        """The figure against the profile's minimum (where it sets one) and against its peers' median."""
+    def rows(
+        self, value: float, gpu: int | None, limits: Thresholds, minimum: Floor | None, why: str = ""
+    ) -> list[CheckRow]:
+        """The figure against its minimum (where it has one) and against its peers' median; with neither,
+        a not-judged row saying why and what to write."""
         rows = []
         if minimum is not None:
-            ok = value >= minimum
+            ok = value >= minimum.value
             status, reason = (Status.PASS, "ok") if ok else (Status.FAIL, "below_threshold")
             said = "" if ok else f"{_fmt(value)} {self.unit}"
-            expected = f">= {_fmt(minimum)} {self.unit}"
+            expected = minimum.expected(self.unit)
             rows.append(CheckRow(self.rule.check, self.metric, status, reason, _fmt(value), expected, said, gpu=gpu))
         straggler = self._against_median(value, gpu, limits)
-        return rows + ([straggler] if straggler is not None else [])
+        if straggler is not None:
+            rows.append(straggler)
+        elif minimum is None:
+            what = "GPU" if self.rule.per_gpu else "node"
+            said = f"{_fmt(value)} {self.unit}: {why}; no other {what} measured it to compare with"
+            expected = to_write(self.rule)
+            rows.append(
+                CheckRow(
+                    self.rule.check,
+                    self.metric,
+                    Status.NOT_JUDGED,
+                    NO_EXPECTATION,
+                    _fmt(value),
+                    expected,
+                    said,
+                    gpu=gpu,
+                )
+            )
+        return rows
 
     def _against_median(self, value: float, gpu: int | None, limits: Thresholds) -> CheckRow | None:
         median = self.median

@@ -190,6 +190,24 @@ VERDICTS = pa.schema(
 )
 
 
+NCCL = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("stage", pa.string()),
+        ("node", pa.string()),
+        ("probe", pa.string()),  # which run: allreduce, training; multi-node: allreduce, collectives, rail0 …
+        ("group", pa.string()),  # multi-node runs: the nodes of the run, folded
+        ("rank", pa.int32()),  # the rank NCCL gave the process
+        ("communicator", pa.string()),  # NCCL's commId; null for what holds per process
+        ("kind", pa.string()),  # channels, communicator, algorithm, protocol, setting, version, plugin
+        ("name", pa.string()),
+        ("value", pa.string()),  # a secret-looking setting's value masked
+    ],
+    metadata={"cluster_accept_schema": "nccl", "version": SCHEMA_VERSION},
+)
+
+
 # Every table of a run directory, by name: ``<name>.parquet`` in the run directory and ``history/<name>/``.
 TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,
@@ -201,6 +219,7 @@ TABLES: dict[str, pa.Schema] = {
     "training_scaling": TRAINING_SCALING,
     "verdicts": VERDICTS,
     "burn": BURN,
+    "nccl": NCCL,
 }
 
 

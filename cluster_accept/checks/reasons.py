@@ -71,6 +71,13 @@ COMMON = declare(
     Reason("ok", Status.PASS, "as expected"),
     Reason("recorded", Status.PASS, "recorded for comparison; nothing to judge it against"),
     Reason(
+        "no_expectation",
+        Status.NOT_JUDGED,
+        "a figure measured with nothing to judge it against: the profile sets no minimum, none derives from the "
+        "node's hardware, and no peer measured it; write the key the row names in the profile",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
         "drift",
         Status.FAIL,
         "differs from the value most nodes of the cluster have: align the configuration",

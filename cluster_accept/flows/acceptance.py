@@ -25,6 +25,7 @@ from cluster_accept.analysis.schemas import (
     CHECKS,
     ISOLATION,
     MEASUREMENTS,
+    NCCL,
     NODE_VALUES,
     SCALING,
     TRAINING_SCALING,
@@ -66,6 +67,7 @@ TABLES = {
     "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
     "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
     "training_scaling": (TRAINING_SCALING, lambda state: state.tables.get("training_scaling", [])),
+    "nccl": (NCCL, lambda state: state.tables.get("nccl", [])),
 }
 __all__ = [
     "NothingToTest",

@@ -164,6 +164,7 @@ def render_report(
         values=state.values,
         scaling=state.tables.get("scaling", ()),
         isolation=state.tables.get("isolation", ()),
+        nccl=state.tables.get("nccl", ()),
         trends=state.trends,
         thresholds=thresholds,
         reasons=context.reasons,

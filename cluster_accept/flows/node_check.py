@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_accept.analysis import between_nodes, coverage
+from cluster_accept.analysis import between_nodes, coverage, suspects
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import BAD_STATUSES, Check, NodeRow, Status, discover, retested
 from cluster_accept.checks.declarations import Link
@@ -127,9 +127,14 @@ def preflight_links() -> tuple[Link, ...]:
     """The cause links a run's verdicts use, gathered as the stages gather them (probes of the single-node stage,
     the burn's, those between nodes), without importing the stages (and Prefect)."""
     probes = discover_probes()
-    ordered = [p for stage in ("single-node", "burn") for p in probes if p.stage == stage]
+    single = [p for p in probes if p.stage == "single-node"]
+    ordered = single + [p for p in probes if p.stage == "burn"]
     return (
-        preflight_causes(discover()) + tuple(link for probe in ordered for link in probe.causes) + between_nodes.CAUSES
+        preflight_causes(discover())
+        + suspects.probe_stage_causes(frozenset(p.check for p in single), "single-node")
+        + tuple(link for probe in ordered for link in probe.causes)
+        + suspects.causes(suspects.BETWEEN_NODES_SYMPTOMS, "multi-node")
+        + between_nodes.CAUSES
     )
 
 

@@ -31,7 +31,7 @@ from cluster_accept.vocabulary.rows import Measurement
 SHARDS_DIR = "shards"
 SHARD_NOT_FINISHED = "shard_not_finished"
 # The tables a shard's stages write, and where the parent's state keeps them.
-STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling")
+STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling", "nccl")
 SERIES_DIRS = ("burn",)  # per-node files a stage writes beside its tables
 _KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 # Check ``shards``: what only the parent of a sharded run can see. Each shard judges drift within itself; a value
@@ -123,7 +123,7 @@ def merge_shard(state: RunState, shard: ShardTables, shard_dir: Path) -> None:
     state.measurements += [
         replace(Measurement.from_record(r), run_id=state.run_id) for r in shard.tables.get("measurements", [])
     ]
-    for name in ("isolation", "scaling", "training_scaling"):
+    for name in ("isolation", "scaling", "training_scaling", "nccl"):
         state.tables.setdefault(name, []).extend(_own(shard.tables.get(name, []), state.run_id))
     for series in SERIES_DIRS:
         source = shard_dir / series

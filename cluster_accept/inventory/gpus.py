@@ -29,6 +29,13 @@ HBM_FRACTION = 0.80
 # - intra-node all-reduce bus bandwidth at 1 GiB over NVLink: 355.6-362 GB/s on 4 x H200 against 450 GB/s per
 #   direction (0.79-0.80); 8-GPU boards reach about the same through NVSwitch. Judged only where NVLink is.
 ALLREDUCE_NVLINK_FRACTION = 0.60
+# The other figures' default floors (collectives, GPU-pair copies, host<->device, the burn) are fractions of the
+# same datasheet figures, declared by each probe beside its rules (``MetricRule.default``) with the measurements
+# they were calibrated on, and applied when the figure is judged.
+
+# PCIe per lane and direction, GB/s, after line coding (8b/10b to Gen2, 128b/130b from Gen3, FLIT from Gen6):
+# a Gen5 x16 link moves about 63 GB/s each way.
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563, 7: 15.125}
 
 
 @dataclass(frozen=True)
@@ -49,11 +56,56 @@ class GpuModel:
     gpus_per_node: int | None  # None: boards or servers differ (4- and 8-GPU HGX); the cluster's majority
     source: str
     nvlink_bridged: bool = False  # NVLink bridges join pairs or small groups only, not every GPU of the node
+    # per direction, GB/s, where the GPU reaches its CPU otherwise than over PCIe (GB200: NVLink-C2C)
+    host_link: tuple[str, float] | None = None
 
     @property
     def nvlink_gbps(self) -> float:
         """Per GPU, per direction: what a ring all-reduce's bus bandwidth can approach."""
         return self.nvlink_links * self.nvlink_link_gbps
+
+    @property
+    def pcie_gbps(self) -> float | None:
+        """The GPU's PCIe link, per direction (None: it has none to the host)."""
+        return None if self.pcie_gen is None else PCIE_LANE_GBPS[self.pcie_gen] * self.pcie_width
+
+
+@dataclass(frozen=True)
+class Rating:
+    """One datasheet figure of a GPU model that a default floor is a fraction of: ``NVLink 478 GB/s``."""
+
+    name: str
+    value: float
+    unit: str = "GB/s"
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.value:,.0f} {self.unit}"
+
+
+def nvlink_rating(model: GpuModel) -> Rating | None:
+    """NVLink per GPU and direction where it joins every GPU of the node (an HGX board, a GB200 tray); None on
+    PCIe cards and on NVL cards, whose bridges join pairs or groups of four (the rest cross PCIe)."""
+    if not model.nvlink_links or model.nvlink_bridged:
+        return None
+    return Rating("NVLink", model.nvlink_gbps)
+
+
+def pcie_rating(model: GpuModel) -> Rating | None:
+    """The GPU's PCIe link per direction (``PCIe Gen5 x16 63 GB/s``); None where it has none to the host."""
+    gbps = model.pcie_gbps
+    return None if gbps is None else Rating(f"PCIe Gen{model.pcie_gen} x{model.pcie_width}", gbps)
+
+
+def host_rating(model: GpuModel) -> Rating | None:
+    """The GPU's link to its host's memory per direction: NVLink-C2C on GB200, PCIe elsewhere."""
+    if model.host_link is not None:
+        return Rating(*model.host_link)
+    return pcie_rating(model)
+
+
+def bf16_rating(model: GpuModel) -> Rating:
+    """The dense bf16 tensor-core peak."""
+    return Rating("bf16 peak", model.bf16_tflops, "TFLOP/s")
 
 
 # Sources (each figure below comes from the datasheet named in its ``source``):
@@ -71,7 +123,7 @@ class GpuModel:
 #         nvidia.com/en-us/data-center/gb200-nvl72): per GPU bf16 4.5 / 5 PFLOP/s, fp8 9 / 10, tf32 2.2 / 2.5
 #         with sparsity (halved here), HBM3e 8 TB/s, NVLink 5 1.8 TB/s (18 links x 50 GB/s per direction, a
 #         minimum: the check passes any link at or above it); the HGX B200 board is PCIe Gen5 x16 to the host,
-#         GB200 reaches its Grace CPU over NVLink-C2C.
+#         GB200 reaches its Grace CPU over NVLink-C2C (900 GB/s both ways: 450 per direction).
 # Calibration: the fractions below were measured on Hopper (H100 SXM, H200) only; on A100, B200, GB200 and L40S
 # they are the same fractions of those datasheets' peaks, not yet checked against a measurement there.
 #   L40S: "NVIDIA L40S" datasheet (nvidia.com/en-us/data-center/l40s): bf16/fp16 733, fp8 1,466, tf32 366 with
@@ -94,7 +146,7 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("b200", "NVIDIA B200", 2250.0, 2250.0, 1125.0, 4500.0, 8000.0, 18, 50.0, 5, 16, 8,
              "HGX B200 datasheet (8-GPU boards only)"),
     GpuModel("gb200", "NVIDIA GB200", 2500.0, 2500.0, 1250.0, 5000.0, 8000.0, 18, 50.0, None, 16, 4,
-             "GB200 NVL72 datasheet (per GPU; 4 GPUs per compute tray)"),
+             "GB200 NVL72 datasheet (per GPU; 4 GPUs per compute tray)", host_link=("NVLink-C2C", 450.0)),
     GpuModel("l40s", "NVIDIA L40S", 362.05, 362.05, 183.0, 733.0, 864.0, 0, 0.0, 4, 16, None,
              "L40S datasheet"),
 )  # fmt: skip

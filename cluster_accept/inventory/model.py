@@ -223,6 +223,25 @@ class Thresholds(_Strict):
     gemm_tf32_tflops_min: Annotated[float, Field(ge=0)] | None = None
     gemm_fp8_tflops_min: Annotated[float, Field(ge=0)] | None = None
     hbm_copy_gbps_min: Annotated[float, Field(ge=0)] | None = None
+    h2d_gbps_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="pinned host-to-device copy bandwidth of each GPU, one GPU at a time"
+    )
+    d2h_gbps_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="pinned device-to-host copy bandwidth of each GPU, one GPU at a time"
+    )
+    burn_tflops_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="each GPU's median bf16 GEMM throughput over the burn's sustained load"
+    )
+    # What the bench and the burn report on nodes probed on CPU (probes.device: cpu), where no datasheet says
+    # what to expect: a one-node run is judged only where these are written.
+    gemm_fp32_gflops_min: Annotated[float, Field(ge=0)] | None = None
+    gemm_bf16_gflops_min: Annotated[float, Field(ge=0)] | None = None
+    mem_copy_gbps_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="host memory copy bandwidth per process (the CPU bench's memory figure)"
+    )
+    burn_gflops_min: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="each process's median fp32 GEMM throughput over a CPU burn"
+    )
     allreduce_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allreduce_inter_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
     allgather_intra_busbw_gbps_min: Annotated[float, Field(ge=0)] | None = None
@@ -259,7 +278,16 @@ class Thresholds(_Strict):
     )
     scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = None
     training_tokens_per_s_per_gpu_min: Annotated[float, Field(ge=0)] | None = None
-    training_mfu_min: Annotated[float, Field(ge=0, le=1)] | None = None
+    training_mfu_min: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None,
+        description="tokens/s per GPU x FLOPs per token over the GPU's dense bf16 peak; left out: the training "
+        "probe's default floor (probes.training.defaults)",
+    )
+    training_dp_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None,
+        description="tokens/s per GPU with every GPU of a node training together over its slowest GPU's solo "
+        "tokens/s; left out: the training probe's default (probes.training.defaults)",
+    )
     training_scaling_efficiency_min: Annotated[float, Field(ge=0, le=1)] | None = Field(
         default=None, description="per-GPU tokens/s at n nodes over one node's, at every step of the sweep"
     )

@@ -95,6 +95,16 @@ class ProbeSettings(_Strict):
         "reduce_scatter (FSDP/ZeRO-3), all_to_all (mixture of experts), send_recv (pipeline parallelism)",
     )
     gpu_pairs: bool = Field(default=True, description="measure copy bandwidth between every ordered pair of GPUs")
+    kept_settings: list[StrictStr] = Field(
+        default_factory=list,
+        description="variables of the job's environment set on purpose: never suspected of slowing a figure, never "
+        "removed when one is measured again (NCCL keys pinned in nccl_env are kept too)",
+    )
+    prove_causes: bool = Field(
+        default=True,
+        description="measure a failed figure once more on its node without the settings suspected of slowing it "
+        "(set in the job environment or NCCL's config files), to confirm or clear them",
+    )
     rails: list[Rail] = Field(
         default_factory=list,
         description="per-rail runs across nodes: one rank per node on each rail's GPU and NIC (empty: none)",

@@ -33,6 +33,8 @@ class Profile(Protocol):
     def gpu(self) -> Any: ...  # inventory.model.GpuSpec | None
     @property
     def training(self) -> Any: ...  # inventory.model.TrainingSettings
+    @property
+    def burn(self) -> Any: ...  # inventory.burn_settings.BurnSettings
 
 
 # Figures only the GPU probes produce. With probes.device: cpu the bench reports GEMM in GFLOP/s and host memory
@@ -44,9 +46,16 @@ NEEDS_CUDA: tuple[str, ...] = (
     "gemm_tf32_tflops_min",
     "gemm_fp8_tflops_min",
     "hbm_copy_gbps_min",
+    "h2d_gbps_min",
+    "d2h_gbps_min",
+    "burn_tflops_min",
     "gpu_pair_copy_gbps_min",
     "training_mfu_min",
 )
+# Figures only the CPU path produces (probes.device: cpu): GEMM in GFLOP/s, host memory copy, a CPU burn.
+NEEDS_CPU: tuple[str, ...] = ("gemm_fp32_gflops_min", "gemm_bf16_gflops_min", "mem_copy_gbps_min", "burn_gflops_min")
+# The burn's figures: measured only where the profile gives the burn minutes in some suite.
+BURN_FIGURES: tuple[str, ...] = ("burn_tflops_min", "burn_gflops_min")
 # Figures measured between the GPUs of one node: a node probed on one GPU answers them with a skip. On CPU the
 # intra-node collectives run on two gloo ranks whatever the node's GPU count, so this holds on CUDA only.
 NEEDS_TWO_GPUS: tuple[str, ...] = (
@@ -63,6 +72,10 @@ GPU_DATASHEET_FLOORS: frozenset[str] = frozenset(key for model in MODELS for key
 # so that a problem with one says where it came from and how to leave it out.
 BASE = "base"
 INHERITED = "inherited"
+CUDA_WHY = (
+    "probes.device is cuda: they are what the bench and the burn report on a node probed on CPU; on GPUs write "
+    "gemm_*_tflops_min, hbm_copy_gbps_min and burn_tflops_min"
+)
 CPU_WHY = (
     "probes.device is cpu: the GPU probes do not run (on CPU the bench reports GEMM in GFLOP/s and host memory "
     "copy, and measures no GPU pair copy and no MFU; a built-in profile's floors are its GPU's, its all-reduce "
@@ -90,8 +103,8 @@ def _probed_gpus(profile: Profile) -> tuple[int, str] | None:
 def unmeasurable(profile: Profile, inherited: Collection[str] = ()) -> list[tuple[list[str], str]]:
     """(keys, why) for the thresholds ``profile`` sets that no probe of it can measure: on CPU, the figures only
     a GPU produces and every floor a built-in GPU profile brought (``inherited``: the keys taken from a base,
-    :data:`GPU_DATASHEET_FLOORS`); figures between a node's GPUs where the probes run on one GPU. One rule for
-    every built-in profile, whichever floors its model has."""
+    :data:`GPU_DATASHEET_FLOORS`); on CUDA, the figures only the CPU path produces; figures between a node's
+    GPUs where the probes run on one GPU. One rule for every built-in profile, whichever floors its model has."""
     keys = stated(profile)
     found: list[tuple[list[str], str]] = []
     if profile.probes.device == "cpu":
@@ -99,6 +112,9 @@ def unmeasurable(profile: Profile, inherited: Collection[str] = ()) -> list[tupl
         if on_gpu:
             found.append((on_gpu, CPU_WHY))
         return found
+    on_cpu = [k for k in keys if k in NEEDS_CPU]
+    if on_cpu:
+        found.append((on_cpu, CUDA_WHY))
     gpus = _probed_gpus(profile)
     between = [k for k in keys if k in NEEDS_TWO_GPUS]
     if gpus is not None and gpus[0] < 2 and between:
@@ -108,7 +124,8 @@ def unmeasurable(profile: Profile, inherited: Collection[str] = ()) -> list[tupl
 
 def switched_off(profile: Profile) -> list[str]:
     """Thresholds whose probe the profile switches off: a collective it does not list, all-reduce by nccl-tests
-    beside other collectives in the node, GPU pairs or rails it does not measure, training it disables."""
+    beside other collectives in the node, GPU pairs or rails it does not measure, a burn of no minutes in any
+    suite, training it disables."""
     thresholds, probes = profile.thresholds, profile.probes
     problems = []
     measured = set(probes.collectives)
@@ -134,6 +151,9 @@ def switched_off(profile: Profile) -> list[str]:
             )
     if thresholds.gpu_pair_copy_gbps_min is not None and not probes.gpu_pairs:
         problems.append("thresholds gpu_pair_copy_gbps_min needs probes.gpu_pairs: true")
+    burn = [k for k in BURN_FIGURES if getattr(thresholds, k) is not None]
+    if burn and profile.burn.minutes <= 0 and profile.burn.light_minutes <= 0:
+        problems.append(f"thresholds {', '.join(burn)} need the burn: burn.minutes and burn.light_minutes are 0")
     if thresholds.rail_busbw_gbps_min is not None and not probes.rails:
         problems.append("thresholds rail_busbw_gbps_min needs probes.rails")
     training = [k for k in stated(profile) if k.startswith("training_")]

@@ -3,7 +3,8 @@ and the transport NCCL actually used between them (read from its ``NCCL_DEBUG=IN
 
 NCCL falls back silently (to ``SHM`` when P2P is unavailable, to sockets between nodes), so the transport is
 checked against the profile's ``expected_transport.intra_node`` beside the bandwidth. Judged at the largest
-size against ``allreduce_intra_busbw_gbps_min`` and the cluster's median per node.
+size against ``allreduce_intra_busbw_gbps_min`` (where the profile sets none, a fraction of the GPU's NVLink, or
+of its PCIe where no NVLink joins every GPU) and the cluster's median per node.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from collections.abc import Mapping
 from cluster_accept.analysis.causes import intra_node_causes
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, is_set, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.gpus import ALLREDUCE_NVLINK_FRACTION, nvlink_rating, pcie_rating
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
 from cluster_accept.probes.scripts import ALLREDUCE
@@ -26,7 +28,28 @@ NAME = "allreduce"
 ORDER = 40
 SCRIPT = ALLREDUCE
 METRIC = "allreduce_busbw_gbps"
-METRICS = {METRIC: MetricRule(NAME, "allreduce_intra_busbw_gbps_min", False)}
+# Where no NVLink joins every GPU of the node (PCIe cards; NVL cards, whose bridges join pairs or groups of four),
+# a collective's ring crosses PCIe. Not yet measured on such a host; the floor stays under what NCCL's SHM
+# transport (through host memory, the slowest path inside a node short of the network) moved on Gen5 hosts with
+# P2P disabled: 19.7-27.1 GB/s for every collective on 2 and 4 x H100 and 4 x H200 (0.31-0.43 of 63 GB/s), so
+# it catches a fall to sockets or a link trained down, not a PCIe node's P2P turned off (the transport row does).
+PCIE_COLLECTIVE = Default(
+    "PCIe bandwidth per GPU and direction",
+    0.25,
+    pcie_rating,
+    "not measured on a PCIe-only host; SHM through host memory on Gen5 hosts: 19.7-27.1 GB/s (0.31-0.43 of 63)",
+)
+# Over NVLink joining every GPU (the built-in profiles write the same minimum, inventory.gpus.profile_data):
+# 1 GiB-4 GiB, 4 x H200 355.6-362.4 GB/s, 2 x H200 342.8-343.8, 4 x H100 351.7, 2 x H100 324.8 (0.68-0.76 of
+# 478); with NCCL_P2P_DISABLE=1 (SHM) 23.7-27.1 (4 x H200 with the line in /etc/nccl.conf: 25.0).
+NVLINK = Default(
+    "NVLink bandwidth per GPU and direction",
+    ALLREDUCE_NVLINK_FRACTION,
+    nvlink_rating,
+    "2 and 4 x H100/H200 at 1-4 GiB: 324.8-362.4 GB/s (0.68-0.76 of 478); P2P disabled (SHM): 23.7-27.1",
+    otherwise=PCIE_COLLECTIVE,
+)
+METRICS = {METRIC: MetricRule(NAME, "allreduce_intra_busbw_gbps_min", False, default=NVLINK)}
 REASONS = declare(
     Reason(
         "below_threshold",

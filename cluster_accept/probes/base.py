@@ -8,7 +8,9 @@ beside it) that declares ``PROBE = Probe(...)``:
 - ``script``: the :class:`NodeScript` it runs on the node. Probes may share one: ``gemm``, ``hbm`` and
   ``host_bw`` read the one GPU-bench run, which loads every GPU at once as a training job does;
 - ``metrics``: the figures it judges, metric -> :class:`~cluster_accept.analysis.probe_verdicts.MetricRule`,
-  whose threshold is a key of the profile's ``thresholds`` or of the probe's own ``settings``;
+  whose threshold is a key of the profile's ``thresholds`` or of the probe's own ``settings``, and whose
+  ``default`` derives the minimum from the node's GPU where the profile sets none (a figure with no minimum and
+  no peer is ``not_judged``, never a pass);
 - ``reasons``: its reason codes (:mod:`cluster_accept.checks.reasons`);
 - ``parse(stdout) -> ProbeOutput``: pure; its figures from the run's output (other figures are left out);
 - ``evaluate(figures, profiles) -> [(node, CheckRow)]``: pure, over the whole cluster's figures (thresholds
@@ -70,6 +72,7 @@ class NodeScript:
     owner: str
     command: Callable[[Node, bool], str | None]
     timeout_s: Callable[[Node, bool], float] | None = None  # default: the profile's probes.timeout_s
+    says_settings: bool = True  # the settings it runs with are read first (what a slow figure is checked against)
 
     def timeout_for(self, node: Node, quick: bool) -> float:
         """How long the run may take on ``node``: a burn lasts its minutes plus the usual margin."""
@@ -108,6 +111,9 @@ class Probe:
         ]
         if unknown:
             raise TypeError(f"probe {self.name}: thresholds {unknown} are neither a profile threshold nor its setting")
+        keyless = [metric for metric, rule in self.metrics.items() if rule.default is not None and not rule.threshold]
+        if keyless:
+            raise TypeError(f"probe {self.name}: {keyless} derive a default minimum but name no key that changes it")
 
     def _own_key(self, key: str) -> bool:
         return self.settings is not None and key in self.settings.model_fields
@@ -195,16 +201,16 @@ def own_settings(name: str, model: type[SettingsT], profile: Profile) -> Setting
 def cluster_judgement(
     metrics: Mapping[str, MetricRule], settings: tuple[str, type[BaseModel]] | None = None
 ) -> Callable[[pd.DataFrame, Mapping[str, Profile]], list[tuple[str, CheckRow]]]:
-    """``evaluate`` for a probe judged the usual way: each figure against its threshold and against the
-    cluster's median (per GPU or per node), as its rule says. ``settings``: the probe's name and settings
-    model, where its thresholds are its own keys (``plugins: {name: {...}}``)."""
+    """``evaluate`` for a probe judged the usual way: each figure against its minimum (the profile's, or its
+    rule's default for the node's GPU) and against the cluster's median (per GPU or per node), as its rule says;
+    a figure with neither is not judged. ``settings``: the probe's name and settings model, where its
+    thresholds are its own keys (``plugins: {name: {...}}``)."""
 
     def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
-        limits = {node: profile.thresholds for node, profile in profiles.items()}
         if settings is None:
-            return judge(figures, metrics, limits)
+            return judge(figures, metrics, profiles)
         name, model = settings
         own = {node: own_settings(name, model, profile) for node, profile in profiles.items()}
-        return judge(figures, metrics, limits, own)
+        return judge(figures, metrics, profiles, own)
 
     return evaluate

@@ -1,7 +1,9 @@
 """GEMM throughput per GPU (bf16, fp16, tf32, fp8; GFLOP/s on a CPU node), every GPU of the node loaded at
 once, as a training job loads it: power and thermal limits show only then.
 
-Judged against the profile's ``gemm_bf16_tflops_min`` (and the fp16, tf32 and fp8 minimums) and against the
+Judged against the profile's ``gemm_bf16_tflops_min`` (and the fp16, tf32 and fp8 minimums; where a profile
+naming its GPU sets none, the same fractions of its datasheet's peaks as the built-in profiles write; on a CPU
+node ``gemm_fp32_gflops_min`` and ``gemm_bf16_gflops_min``, which no datasheet gives) and against the
 cluster's median per GPU (a GPU can pass its threshold and still run at half its peers' speed: the seed reports
 found such nodes only by comparing per-node TFLOPS). The report shows the figure per GPU and the per-node
 table, worst node first.
@@ -10,16 +12,24 @@ table, worst node first.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY, busy_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.gpus import (
+    GEMM_16BIT_FRACTION,
+    GEMM_FP8_FRACTION,
+    GEMM_TF32_FRACTION,
+    GpuModel,
+    Rating,
+)
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
@@ -28,13 +38,46 @@ from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table,
 NAME = "gemm"
 ORDER = 10
 SCRIPT = GPU_BENCH
+ON_CPU = frozenset({"cpu"})
+ON_GPU = frozenset({"cuda"})
+
+
+def _peak(dtype: str, of: Callable[[GpuModel], float | None]) -> Callable[[GpuModel], Rating | None]:
+    def rating(model: GpuModel) -> Rating | None:
+        peak = of(model)
+        return None if peak is None else Rating(f"{dtype} peak", peak, "TFLOP/s")
+
+    return rating
+
+
+# The built-in profiles write the same minimums (inventory.gpus.profile_data); the defaults hold them for a
+# profile that names its GPU model without them.
+_16BIT = "8192³ GEMM, every GPU loaded at once: 641-775 TFLOP/s on H100 SXM and H200 (0.65-0.78 of 989.4)"
+DEFAULTS = {
+    "bf16": Default("dense bf16 peak", GEMM_16BIT_FRACTION, _peak("bf16", lambda m: m.bf16_tflops), _16BIT),
+    "fp16": Default("dense fp16 peak", GEMM_16BIT_FRACTION, _peak("fp16", lambda m: m.fp16_tflops), _16BIT),
+    "tf32": Default(
+        "dense tf32 peak", GEMM_TF32_FRACTION, _peak("tf32", lambda m: m.tf32_tflops), "347-374 of 494.7 (0.70-0.76)"
+    ),
+    "fp8": Default(
+        "dense fp8 peak", GEMM_FP8_FRACTION, _peak("fp8", lambda m: m.fp8_tflops), "1,205-1,420 of 1,978.9 (0.61-0.72)"
+    ),
+}
 METRICS = {
-    "gemm_bf16_tflops": MetricRule(NAME, "gemm_bf16_tflops_min", True),
-    "gemm_fp16_tflops": MetricRule(NAME, "gemm_fp16_tflops_min", True),
-    "gemm_tf32_tflops": MetricRule(NAME, "gemm_tf32_tflops_min", True),
-    "gemm_fp8_tflops": MetricRule(NAME, "gemm_fp8_tflops_min", True),
-    "gemm_fp32_gflops": MetricRule(NAME, None, True),
-    "gemm_bf16_gflops": MetricRule(NAME, None, True),
+    "gemm_bf16_tflops": MetricRule(NAME, "gemm_bf16_tflops_min", True, default=DEFAULTS["bf16"], devices=ON_GPU),
+    "gemm_fp16_tflops": MetricRule(NAME, "gemm_fp16_tflops_min", True, default=DEFAULTS["fp16"], devices=ON_GPU),
+    "gemm_tf32_tflops": MetricRule(NAME, "gemm_tf32_tflops_min", True, default=DEFAULTS["tf32"], devices=ON_GPU),
+    # the bench measures fp8 only on GPUs with fp8 tensor cores (compute capability 8.9 and later)
+    "gemm_fp8_tflops": MetricRule(
+        NAME,
+        "gemm_fp8_tflops_min",
+        True,
+        default=DEFAULTS["fp8"],
+        devices=ON_GPU,
+        emitted_by=lambda model: model.fp8_tflops is not None,
+    ),
+    "gemm_fp32_gflops": MetricRule(NAME, "gemm_fp32_gflops_min", True, devices=ON_CPU),
+    "gemm_bf16_gflops": MetricRule(NAME, "gemm_bf16_gflops_min", True, devices=ON_CPU),
 }
 # The figure the report draws: the first of these the run has (a CPU node reports GFLOP/s).
 CHART_METRICS = ("gemm_bf16_tflops", "gemm_bf16_gflops", "gemm_fp16_tflops", "gemm_fp32_gflops")
@@ -152,15 +195,8 @@ PROBE = Probe(
     causes=gpu_state_causes(frozenset({NAME})),
     expectations=tuple(
         # each GEMM minimum needs its own figure's row (a bf16 row says nothing of fp8), unless the bench failed
-        Expectation(
-            f"gemm_{dtype}_tflops_min",
-            SINGLE_NODE,
-            NAME,
-            threshold_set(f"gemm_{dtype}_tflops_min"),
-            f"gemm_{dtype}_tflops",
-            (NAME,),
-            RUN_FAILED,
-        )
-        for dtype in ("bf16", "fp16", "tf32", "fp8")
+        Expectation(key, SINGLE_NODE, NAME, threshold_set(key), metric, (NAME,), RUN_FAILED)
+        for metric, rule in METRICS.items()
+        if (key := rule.threshold) is not None
     ),
 )

@@ -1,27 +1,51 @@
 """Pinned host<->device bandwidth per GPU, one GPU at a time, from the GPU bench run.
 
 It depends on which NUMA node the pinned buffer sits on and on the PCIe switch layout, not only on the GPU:
-a GPU far below its peers is reported as a warning, never a reason to reject the node.
+a GPU far below its peers is reported as a warning, never a reason to reject the node. Below its minimum — the
+profile's ``h2d_gbps_min`` / ``d2h_gbps_min``, or where it sets none a fraction of the GPU's link to the host
+(PCIe generation x width; NVLink-C2C on GB200) well under what healthy hosts measured whatever the NUMA
+placement — the link itself is suspect (trained narrower or slower, a riser), and the GPU fails.
 """
 
 from __future__ import annotations
 
 from cluster_accept.analysis.causes import gpu_state_causes
-from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.coverage import RUN_FAILED
+from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import Status
-from cluster_accept.checks.declarations import Link
+from cluster_accept.checks.declarations import Expectation, Link, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.inventory.gpus import host_rating
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 
 NAME = "host_bw"
 ORDER = 30
 SCRIPT = GPU_BENCH
+# Healthy, one GPU at a time, 1 GiB pinned: h2d 53.5-55.5 GB/s and d2h 55.0-55.5 on H100 SXM and 2 x H200
+# (0.85-0.88 of a Gen5 x16 link's 63 GB/s per direction); on 4 x H200 h2d 30.0-55.3 and d2h 41.6-55.4 (0.48-0.88)
+# across runs, a buffer on the far socket or a neighbour's traffic. 0.40 (25 GB/s on Gen5 x16) stays under every
+# healthy figure; a link trained to x4 or Gen3 moves under half of it. A link at x8 or Gen4 can still pass:
+# the pcie check compares the trained width and generation with the profile's. NVLink-C2C (GB200) is the same
+# fraction of its 450 GB/s per direction, not yet measured.
+HOST_LINK = Default(
+    "the GPU's link to the host per direction (PCIe generation x width; NVLink-C2C on GB200)",
+    0.40,
+    host_rating,
+    "H100 SXM and H200, Gen5 x16, one GPU at a time: h2d 30.0-55.5 GB/s, d2h 41.6-55.5 (0.48-0.88 of 63)",
+)
 METRICS = {
-    "h2d_gbps": MetricRule(NAME, None, True, Status.WARN),
-    "d2h_gbps": MetricRule(NAME, None, True, Status.WARN),
+    "h2d_gbps": MetricRule(NAME, "h2d_gbps_min", True, Status.WARN, default=HOST_LINK, devices=frozenset({"cuda"})),
+    "d2h_gbps": MetricRule(NAME, "d2h_gbps_min", True, Status.WARN, default=HOST_LINK, devices=frozenset({"cuda"})),
 }
 REASONS = declare(
+    Reason(
+        "below_threshold",
+        Status.FAIL,
+        "host<->device bandwidth below the minimum, a fraction of the GPU's link well under any healthy host's: "
+        "check the link's trained width and generation (the pcie row, nvidia-smi -q), the slot and riser",
+        Action.RESEAT_CABLE,
+    ),
     Reason(
         "straggler",
         Status.WARN,
@@ -48,5 +72,9 @@ PROBE = Probe(
         Link("pcie", frozenset({NAME}), SINGLE_NODE, same_gpu=True),
         # a link trained narrower, or one losing transactions (AER), moves less between host and GPU
         Link("pcie_aer", frozenset({NAME}), SINGLE_NODE, frozenset({"width_degraded", "aer_fatal", "aer_nonfatal"})),
+    ),
+    expectations=tuple(
+        Expectation(key, SINGLE_NODE, NAME, threshold_set(key), metric, ("gemm",), RUN_FAILED)
+        for metric, key in (("h2d_gbps", "h2d_gbps_min"), ("d2h_gbps", "d2h_gbps_min"))
     ),
 )

@@ -8,7 +8,10 @@ timeout; ``command_prefix`` is the operator's own (``docker exec trainer``).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
+from types import MappingProxyType
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.base import NodeScript
@@ -24,14 +27,33 @@ def _prefix(node: Node) -> str:
     return f"{probes.command_prefix} " if probes.command_prefix else ""
 
 
+# Settings a run is measured again without (key -> None: unset; -> "": set empty, which NCCL takes as its
+# default and which keeps NCCL from reading the key from its config files, where ``setenv(k, v, 0)`` never
+# overwrites). Set only around building one node's commands (:func:`tasks.prove_causes`); empty otherwise.
+REMOVED_SETTINGS: ContextVar[Mapping[str, str | None]] = ContextVar("removed_settings", default=MappingProxyType({}))
+# Keys the tool sets for its own runs: whatever the node has for them is not what the probe ran with.
+TOOL_KEYS = frozenset({"NCCL_DEBUG", "GLOO_SOCKET_IFNAME"})
+
+
 def job_env(node: Node, **extra: str) -> str:
     """``env K=V … `` placed after the command prefix, so the variables reach the probe inside a container too
-    (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``."""
-    values = {}
+    (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``; while
+    a run is measured again without some settings (:data:`REMOVED_SETTINGS`), ``-u K`` or ``K=`` for each."""
+    removed = REMOVED_SETTINGS.get()
+    values = {k: v for k, v in removed.items() if v is not None}
     if node.profile.probes.cuda_visible_devices:
         values["CUDA_VISIBLE_DEVICES"] = node.profile.probes.cuda_visible_devices
     values.update(extra)  # a run's own choice (one rail's GPU) over the profile's partition
-    return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items()) + " " if values else ""
+    unset = [f"-u {shlex.quote(k)}" for k, v in removed.items() if v is None and k not in values]
+    words = unset + [f"{k}={shlex.quote(v)}" for k, v in values.items()]
+    return "env " + " ".join(words) + " " if words else ""
+
+
+def settings_prelude(node: Node) -> str:
+    """Before a run, in its environment (inside the operator's container too): the settings it runs with
+    (``job_settings.py``), one JSON line on stderr, out of the way of every probe's own output."""
+    python = shlex.quote(node.profile.probes.python)
+    return f'( cd "$CA_PROBE_DIR" && {_prefix(node)}{python} job_settings.py ) >&2 2>/dev/null; '
 
 
 def gpu_count(node: Node) -> str:
@@ -149,11 +171,12 @@ def dcgm_timeout_s(node: Node, quick: bool) -> float:
     return node.profile.burn.dcgm_timeout_s
 
 
+SETTINGS_FILE = "job_settings.py"
 GPU_BENCH = NodeScript("gpu_bench", ("gpu_bench.py",), "gemm", gpu_bench_command)
 # The burn's node-side script lives in its sub-package (probes/burn/node/); it samples with the GPU bench's sampler.
 BURN_SCRIPT = str(Path(__file__).resolve().parent / "burn" / "node" / "burn.py")
 BURN = NodeScript("burn", (BURN_SCRIPT, "gpu_bench.py"), "burn", burn_command, burn_timeout_s)
-DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s)
+DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s, says_settings=False)
 # The torch sweep and the nccl-tests variant never run on the same node (a profile picks one): one name, so a
 # run's results and checkpoints read the same whichever ran.
 ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_command)

@@ -18,7 +18,7 @@ from cluster_accept.checks.base import Status
 from cluster_accept.reports.charts import Bar, Ref, Series, bar_chart, line_chart, sparkline
 from cluster_accept.vocabulary.rows import Measurement
 
-GOOD = {Status.PASS, Status.SKIP}
+GOOD = {Status.PASS, Status.SKIP, Status.NOT_JUDGED}  # not a bad bar: nothing said it was bad
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,14 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from cluster_accept.analysis import coverage
 from cluster_accept.analysis.fleet import FleetView
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, differences, fold_by, values_by_node
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.reports import evidence, figures, paging
+from cluster_accept.reports import evidence, figures, nccl, paging
 from cluster_accept.reports.charts import fmt, sparkline
 from cluster_accept.reports.evidence import EXCERPT_CHARS
 from cluster_accept.vocabulary.text import visible
@@ -53,6 +54,7 @@ class ReportData:
     sections: Sequence[figures.ReportSection] = ()  # each probe's charts and table, in probe order
     links: Sequence[Link] = field(kw_only=True)  # which findings explain which: the causes the stages declare
     fleet: FleetView | None = field(default=None, kw_only=True)  # the fleet read from the history, when kept
+    nccl: Sequence[Any] = field(default=(), kw_only=True)  # NCCL's account of each run (nccl.parquet's rows)
 
 
 def charts(data: ReportData) -> dict[str, Markup]:
@@ -101,7 +103,9 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
         "scaling": list(data.scaling),
         "isolation": list(data.isolation),
         "skipped": sorted((what, fold(sorted(set(nodes)))) for what, nodes in skipped.items()),
+        "not_judged": [(nj.figure, nj.write, fold(sorted(nj.nodes))) for nj in coverage.not_judged(rows)],
         "differences": differences(per_item),
+        "nccl_account": nccl.account_lines(data.nccl),
         "unreachable_sets": fold_by(unreachable),
         "rejected_nodes": fold([v.node for v in verdicts if v.verdict not in (Verdict.ACCEPTED, Verdict.SKIPPED)]),
         "charts": charts(data),

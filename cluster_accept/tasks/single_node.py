@@ -18,8 +18,9 @@ from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis import stragglers
+from cluster_accept.analysis import nccl_mechanism, stragglers, suspects
 from cluster_accept.analysis.history import key_figures, node_trends
+from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame, measurement_row
@@ -29,12 +30,14 @@ from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.probes.base import NodeScript, Probe, discover, scripts_for
+from cluster_accept.probes.scripts import SETTINGS_FILE, settings_prelude
 from cluster_accept.remote.probe_dir import run_in_probe_dir
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
 from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.tasks.prove_causes import mechanism_rows, prove_causes
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, per_node
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import Measurement, NcclFact
 from cluster_accept.vocabulary.text import keep_tail
 
 NAME = "single-node"
@@ -56,7 +59,11 @@ def probe_commands(node: Node, quick: bool = False, probes: Sequence[Probe] | No
     """The node-side runs for ``node``, each once. ``command_prefix`` is the operator's own."""
     chosen = probes_of_stage() if probes is None else probes
     return [
-        RemoteCommand(script.name, script.command(node, quick) or "", timeout_s=script.timeout_for(node, quick))
+        RemoteCommand(
+            script.name,
+            (settings_prelude(node) if script.says_settings else "") + (script.command(node, quick) or ""),
+            timeout_s=script.timeout_for(node, quick),
+        )
         for script in scripts_for(node, chosen, quick)
     ]
 
@@ -74,7 +81,9 @@ def probe_script(node: Node, check: str, quick: bool = False, probes: Sequence[P
 def run_probes_on_node(node: Node, quick: bool = False, probes: Sequence[Probe] | None = None) -> NodeResult:
     """Ship, run, collect, clean up. Never raises."""
     chosen = probes_of_stage() if probes is None else probes
-    files = tuple(dict.fromkeys(f for script in scripts_for(node, chosen, quick) for f in script.files))
+    scripts = scripts_for(node, chosen, quick)
+    settings = (SETTINGS_FILE,) if any(script.says_settings for script in scripts) else ()
+    files = tuple(dict.fromkeys([*(f for script in scripts for f in script.files), *settings]))
     return run_in_probe_dir(node, files, probe_commands(node, quick, chosen))
 
 
@@ -129,6 +138,7 @@ class _Judged:
     rows: list[NodeRow] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     outputs: dict[str, dict[str, ProbeOutput]] = field(default_factory=dict)  # probe -> node -> its output
+    nccl: list[NcclFact] = field(default_factory=list)  # NCCL's account of each run (analysis.nccl_account)
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,7 @@ class StageFigures:
     rows: list[NodeRow]
     measurements: list[Measurement]
     frame: pd.DataFrame
+    nccl: list[NcclFact] = field(default_factory=list)
 
 
 def _evaluate_node(
@@ -167,6 +178,7 @@ def _evaluate_node(
         sharing = [p for p in probes if p.script.name == script.name and p.command(node, quick) is not None]
         outputs = [(probe, probe.parse(result.stdout)) for probe in sharing]
         command, raw = script.command(node, quick) or "", _raw(result)
+        judged.nccl += read_account(result.stdout, NcclRun(run_id, inventory.cluster, stage, node.name, script.name))
         rows = run_rows(node, script, result, outputs[0][1], quick)  # the run's errors, once: each output carries them
         for probe, output in outputs:
             rows += probe.inspect(output, node.profile) if probe.inspect else []
@@ -200,6 +212,7 @@ def evaluate_single_node(
         node_part = _evaluate_node(run_id, inventory, outcome, chosen, quick, stage, keep)
         judged.rows += node_part.rows
         judged.measurements += node_part.measurements
+        judged.nccl += node_part.nccl
         for probe in chosen:  # a node's outputs are held only as long as they are needed
             output = node_part.outputs.get(probe.name, {}).get(outcome.node)
             if output is not None and keep is not None and probe is chosen[0]:
@@ -213,7 +226,7 @@ def evaluate_single_node(
         for node_name, row in found:
             command = probe.command(inventory.node(node_name), quick) or ""
             judged.rows.append(node_row(run_id, inventory.cluster, stage, node_name, row, "", command))
-    return StageFigures(judged.rows, judged.measurements, frame)
+    return StageFigures(judged.rows, judged.measurements, frame, judged.nccl)
 
 
 def _cluster_rows(
@@ -231,6 +244,15 @@ def _cluster_rows(
     ran = [n.name for n in inventory.tested if probe.command(n, quick) is not None]
     mine = frame[frame["metric"].isin(list(probe.metrics)) & frame["node"].isin(ran)]
     return found + (probe.evaluate(mine, profiles) if not mine.empty else [])
+
+
+def figure_reader(state: RunState) -> Callable[[NodeResult, Sequence[Probe], str], list[Measurement]]:
+    """How proving a suspect reads one node's figures of a run made again."""
+
+    def read(outcome: NodeResult, probes: Sequence[Probe], stage: str) -> list[Measurement]:
+        return evaluate_single_node(state.run_id, state.inventory, [outcome], state.quick, probes, stage).measurements
+
+    return read
 
 
 def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]) -> list[NodeResult]:
@@ -298,7 +320,7 @@ class SingleNodeStage:
 
     name = NAME
     suites = frozenset({"light", "full"})
-    tables = ("checks", "measurements")
+    tables = ("checks", "measurements", "nccl")
 
     def run(self, state: RunState) -> None:
         probes = probes_of_stage()
@@ -313,8 +335,13 @@ class SingleNodeStage:
             wave=min(limits) if limits else None,
         )
         judged = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
-        state.rows += confirm_stragglers(state, probes, judged)
-        state.measurements += judged.measurements
+        state.tables.setdefault("nccl", []).extend(fact.record() for fact in judged.nccl)
+        rows = confirm_stragglers(state, probes, judged)
+        proof = prove_causes(
+            state, NAME, probes, outcomes, (rows, judged.frame), (run_probes_on_node, figure_reader(state))
+        )
+        state.rows += proof.rows + mechanism_rows(state, NAME, probes, proof.rows, judged.nccl)
+        state.measurements += judged.measurements + proof.measurements
         state.rows += regression_rows(state, probes, judged_rules(probes), judged.frame)
         state.trends = trend_records(state, judged.frame)
 
@@ -322,7 +349,9 @@ class SingleNodeStage:
         return probe_reasons(probes_of_stage())
 
     def causes(self) -> tuple[Link, ...]:
-        return tuple(link for probe in probes_of_stage() for link in probe.causes)
+        probes = probes_of_stage()
+        own = suspects.probe_stage_causes(frozenset(p.check for p in probes), NAME)
+        return own + tuple(link for probe in probes for link in probe.causes)
 
     def expectations(self) -> tuple[Expectation, ...]:
         return tuple(e for probe in probes_of_stage() for e in probe.expectations)
@@ -340,7 +369,11 @@ def trend_records(state: RunState, current: pd.DataFrame) -> list[dict[str, Any]
 
 def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:
     """The reasons a probe stage's rows carry: the session's, each probe's, and those it writes under other checks."""
-    found: list[tuple[str, Mapping[str, Reason]]] = [("probe", SESSION_REASONS)]
+    found: list[tuple[str, Mapping[str, Reason]]] = [
+        ("probe", SESSION_REASONS),
+        (suspects.NAME, suspects.REASONS),
+        (nccl_mechanism.NAME, nccl_mechanism.REASONS),
+    ]
     for probe in probes:
         found.append((probe.check, probe.reasons))
         found += list(probe.other_reasons.items())

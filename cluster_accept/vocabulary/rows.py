@@ -103,3 +103,37 @@ class Measurement:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in record.items() if key in known}
         return cls(**{**values, "value": float(record["value"])})
+
+
+@dataclass(frozen=True)
+class NcclFact:
+    """One thing NCCL said about itself in a run's ``NCCL_DEBUG=INFO`` log, on one node and rank, as
+    ``nccl.parquet`` holds it: what a failed collective's cause is read from (fewer channels, a setting NCCL
+    took, another plug-in). ``kind`` is ``channels`` (``name``: ``coll``, ``collnet``, ``nvls``, ``p2p``,
+    ``p2p_per_peer``), ``communicator`` (``nranks``, ``nnodes``, ``local_ranks``), ``algorithm`` and
+    ``protocol`` (``name``: the collective and its bytes, or ``NCCL_ALGO``/``NCCL_PROTO``), ``setting`` (a variable
+    NCCL says it took: ``name`` the variable, ``value`` masked when the name is secret-looking), ``version``, or
+    ``plugin`` (``net``, ``collnet``, ``tuner``, ``profiler``, ``env``, ``gin``, ``rma``, ``network``: ``none``
+    when NCCL found no plug-in of that kind and used its own)."""
+
+    run_id: str
+    cluster: str
+    stage: str
+    node: str
+    probe: str  # which run: allreduce, training, collectives, rail0 …
+    kind: str
+    name: str
+    value: str
+    group: str | None = None  # multi-node runs: the nodes of the run, folded
+    rank: int | None = None  # the rank NCCL gave the process; None where the log never named one
+    communicator: str | None = None  # NCCL's commId (else the comm's address); None for what holds per process
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet row."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> NcclFact:
+        """A row read back from ``nccl.parquet`` (or a checkpoint); other keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in record.items() if key in known})

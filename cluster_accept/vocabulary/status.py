@@ -15,6 +15,10 @@ class Status(str, enum.Enum):
     ERROR = "error"
     TIMEOUT = "timeout"
     UNREACHABLE = "unreachable"
+    # A figure measured with nothing to hold it against: no minimum (none set, none derivable from the node's
+    # hardware) and no peer to compare it with. Never a pass, never a reason to reject: the report lists it with
+    # the key to write.
+    NOT_JUDGED = "not_judged"
 
 
 BAD_STATUSES = frozenset({Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.UNREACHABLE})

@@ -4,7 +4,8 @@ throttle reasons and ECC sampled every second, the kernel log read for XIDs befo
 Fails a GPU whose clocks fall under load with a thermal or power reason active (``throttled``), whose sustained
 throughput in the burn's last part falls from its first by more than the profile allows (``throughput_dropped``:
 a GPU heating up, or a co-tenant that started half-way), that grows uncorrected ECC errors, or whose driver logs
-an XID meanwhile. Each GPU's median throughput over the burn is also judged against its peers across the cluster
+an XID meanwhile. Each GPU's median throughput over the burn is also judged against its minimum
+(``burn_tflops_min``, or where the profile sets none half the GPU's bf16 peak) and its peers across the cluster
 (a GPU at half its peers' speed under sustained load). The per-second series go to ``burn/<node>.parquet`` and a
 chart per node into the report.
 """
@@ -14,13 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from cluster_accept.analysis.causes import gpu_state_causes
+from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation
+from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.xid import XIDS
+from cluster_accept.inventory.gpus import Rating
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe, cluster_judgement
 from cluster_accept.probes.burn import judge as judgement
@@ -34,12 +37,28 @@ NAME = "burn"
 STAGE = "burn"
 ORDER = 60
 SCRIPT = BURN
+# Each GPU's median bf16 GEMM throughput over the burn, memory load beside it: 615-624 TFLOP/s on 4 x H100 SXM
+# over 180 s and 622.7 on one (0.62-0.63 of the 989.4 peak); 284.0 with another process loading the same GPU
+# (0.29). 0.50 (495 on H100/H200) sits between, under the GEMM probe's 0.60: a sustained load runs hotter.
+DEFAULT = Default(
+    "dense bf16 peak",
+    0.50,
+    lambda model: Rating("bf16 peak", model.bf16_tflops, "TFLOP/s"),
+    "H100 SXM, 20-180 s: 615-624 TFLOP/s (0.62-0.63 of 989.4); a co-tenant on the GPU: 284.0 (0.29)",
+)
 METRICS = {
-    "burn_tflops": MetricRule(NAME, None, True),
-    "burn_gflops": MetricRule(NAME, None, True),
+    "burn_tflops": MetricRule(NAME, "burn_tflops_min", True, default=DEFAULT, devices=frozenset({"cuda"})),
+    "burn_gflops": MetricRule(NAME, "burn_gflops_min", True, devices=frozenset({"cpu"})),
 }
 REASONS = declare(
     Reason("sustained", Status.PASS, "held its throughput and clocks through the burn", Action.NONE),
+    Reason(
+        "below_threshold",
+        Status.FAIL,
+        "its throughput over the burn is below the minimum (the profile's, or the row's fraction of the GPU's "
+        "peak): see clocks, power and other processes in the evidence",
+        Action.REPLACE_GPU,
+    ),
     Reason(
         "runs_hot",
         Status.FAIL,
@@ -279,5 +298,11 @@ PROBE = Probe(
     report=report,
     other_reasons=OTHER_REASONS,
     causes=gpu_state_causes(frozenset({NAME}), STAGE, SLOW_BURN),
-    expectations=(Expectation("burn.minutes", STAGE, NAME, lambda p: p.burn.minutes > 0 or p.burn.light_minutes > 0),),
+    expectations=(
+        Expectation("burn.minutes", STAGE, NAME, lambda p: p.burn.minutes > 0 or p.burn.light_minutes > 0),
+        *(
+            Expectation(key, STAGE, NAME, threshold_set(key), metric, (NAME,), RUN_FAILED | {"not_in_suite"})
+            for metric, key in (("burn_tflops", "burn_tflops_min"), ("burn_gflops", "burn_gflops_min"))
+        ),
+    ),
 )

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.reports.charts import Series, line_chart
-from cluster_accept.reports.figures import ReportSection, ReportView, Table
+from cluster_accept.reports.figures import GOOD, ReportSection, ReportView, Table
 
 CHECK = "burn"
 ALL_CHARTS_UP_TO = 64  # (the stage hands over each GPU's line thinned to 60 points)
@@ -26,7 +26,7 @@ ALL_CHARTS_UP_TO = 64  # (the stage hands over each GPU's line thinned to 60 poi
 def _bad_gpus(rows: Sequence[Any]) -> dict[str, set[int]]:
     bad: dict[str, set[int]] = {}
     for row in rows:
-        if row.check == CHECK and row.status not in (Status.PASS, Status.SKIP) and row.gpu is not None:
+        if row.check == CHECK and row.status not in GOOD and row.gpu is not None:
             bad.setdefault(row.node, set()).add(int(row.gpu))
     return bad
 
@@ -76,7 +76,7 @@ def burn_section(view: ReportView, reasons: Mapping[str, Reason]) -> ReportSecti
     drawn = [(node, by_node[node], bad.get(node, set())) for node in chosen]
     charts = tuple(c for args in drawn for c in (node_chart(*args), temperature_chart(*args)) if c is not None)
     findings = sorted(
-        (r for r in rows if r.status not in (Status.PASS, Status.SKIP)),
+        (r for r in rows if r.status not in GOOD),
         key=lambda r: (reasons[r.reason].severity != Status.FAIL if r.reason in reasons else True, r.node, r.gpu or 0),
     )
     table = Table(

@@ -7,10 +7,13 @@ and reports tokens/s per GPU, achieved TFLOP/s and MFU (:mod:`probes.training.ju
 peak memory, the loss on the fixed batch, and each rank's own forward+backward time: under data parallelism a
 slow GPU holds every step of every rank, so only the solo time names it.
 
-Judged: tokens/s per GPU against ``training_tokens_per_s_per_gpu_min`` and the cluster's median per node (the
-seed's per-node table); each GPU's solo throughput against the cluster's GPUs; MFU against
-``training_mfu_min``; the loss (finite, falling); the slowest rank against its node's median. Across nodes the
-multi-node stage runs the same model at 1, 2, 4 … nodes (:mod:`tasks.multi_node.training_sweep`).
+Judged: tokens/s per GPU against ``training_tokens_per_s_per_gpu_min``, or where the profile writes none against
+an MFU floor (``training_mfu_min``, with a default: :mod:`probes.training.defaults`), and against the cluster's
+median per node (the seed's per-node table); each GPU's solo throughput against the same MFU floor and the
+cluster's GPUs; the node's data-parallel efficiency (together over solo) against ``training_dp_efficiency_min``
+(with a default); MFU against ``training_mfu_min`` where written; the loss (finite, falling); the slowest rank
+against its node's median. Across nodes the multi-node stage runs the same model at 1, 2, 4 … nodes
+(:mod:`tasks.multi_node.training_sweep`).
 """
 
 from __future__ import annotations
@@ -20,19 +23,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes
+from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes, intra_node_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, threshold_set
+from cluster_accept.checks.declarations import Expectation, Link, threshold_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Node, Profile
 from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
 from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
+from cluster_accept.probes.training.defaults import (
+    DP_EFFICIENCY_METRIC,
+    dp_efficiency_row,
+    floor_judgement,
+    other_model_detail,
+    trains_profile_model,
+)
 from cluster_accept.probes.training.judge import (
     FLOP_FORMULA,
     derived_figures,
+    dp_efficiency_figure,
     info_peak,
     loss_check,
     model_text,
@@ -54,8 +65,16 @@ REASONS = declare(
     Reason(
         "below_threshold",
         Status.FAIL,
-        "training throughput below the profile's minimum: compare its GEMM, clocks and the slowest rank first",
+        "training throughput below the profile's minimum or the MFU floor (a fraction of the GPU's dense bf16 "
+        "peak): compare its GEMM, clocks and the slowest rank first",
         Action.REPLACE_GPU,
+    ),
+    Reason(
+        "dp_efficiency_low",
+        Status.FAIL,
+        "the node's GPUs train far slower together than each alone: their gradient all-reduce is slow; look at the "
+        "node's all-reduce, the transport NCCL chose between its GPUs and the NCCL settings in effect",
+        Action.CHECK_NODE,
     ),
     Reason(
         "straggler",
@@ -159,6 +178,7 @@ def parse(stdout: str) -> ProbeOutput:
     if info is not None:
         per_gpu = next((m for m in figures if m["metric"] == PER_GPU), None)
         figures += derived_figures(info, float(per_gpu["value"])) if per_gpu is not None else []
+        figures += dp_efficiency_figure(info, figures)
         described = model_text(info)
         figures = [{**m, "model": described} for m in figures]
     output.measurements = figures
@@ -211,39 +231,33 @@ def _mfu_row(output: ProbeOutput, info: dict[str, Any], profile: Profile) -> Che
 
 
 def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
-    """The model trained (recorded), the loss, the slowest rank and MFU; nothing when the run printed no rank
-    (its own row says why it failed)."""
+    """The model trained (recorded), the loss, the slowest rank, MFU where the profile writes a minimum and the
+    node's data-parallel efficiency (:mod:`probes.training.defaults`); nothing when the run printed no rank (its
+    own row says why it failed)."""
     info, ranks = model_info(output), rank_infos(output)
     if info is None or not ranks:
         return []
     model = CheckRow(NAME, "model", Status.PASS, "recorded", model_text(info), None, FLOP_FORMULA)
     rows = [model, _loss_row(ranks), _slow_rank_row(ranks, profile)]
     mfu = _mfu_row(output, info, profile)
-    return rows + ([mfu] if mfu is not None else [])
-
-
-def profile_model_tag(profile: Profile) -> str:
-    """The dimensions of the model the profile's thresholds are for: its full-suite model."""
-    shape = profile.training.shape(profile.probes.device, False)
-    return f"L{shape.layers} d{shape.width} h{shape.heads} s{shape.seq_len} mb{shape.micro_batch} v{shape.vocab}"
-
-
-def trains_profile_model(model: str, profile: Profile) -> bool:
-    return f" {profile_model_tag(profile)} " in f" {model} "
-
-
-def other_model_detail(model: str, profile: Profile) -> str:
-    return (
-        f"this run trained {model} (the light suite's default); the profile's minimum is for its own model "
-        f"({profile_model_tag(profile)}), judged by the full suite"
-    )
+    rows += [mfu] if mfu is not None else []
+    efficiency = dp_efficiency_row(output.measurements, profile)
+    return rows + ([efficiency] if efficiency is not None else [])
 
 
 _judge = cluster_judgement(METRICS)
+# A node whose GPUs train slowly together but fast alone: the setting or link that slows its all-reduce, or the
+# all-reduce's own failure on that node.
+_DP_LOW = frozenset({"dp_efficiency_low"})
+DP_CAUSES: tuple[Link, ...] = (
+    *(replace(link, symptom_reasons=_DP_LOW) for link in intra_node_causes(frozenset({NAME}))),
+    Link("allreduce", frozenset({NAME}), SINGLE_NODE, symptom_reasons=_DP_LOW),
+)
 
 
 def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
-    """Against the cluster's median and the profile's minimum; a minimum is only held against the model it is
+    """Against the cluster's median and the profile's minimum, or where it writes none the MFU floor
+    (:func:`~probes.training.defaults.floor_judgement`); a written minimum is only held against the model it is
     for (the light suite trains a smaller model unless the profile names a preset)."""
     models = {}
     if "model" in figures.columns:
@@ -256,7 +270,7 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
             said = other_model_detail(model, profiles[node])
             row = replace(row, status=Status.SKIP, reason="other_model", detail=said)
         out.append((node, row))
-    return out
+    return floor_judgement(figures.to_dict("records"), profiles, out)
 
 
 def report(view: ReportView) -> ReportSection | None:
@@ -273,15 +287,25 @@ PROBE = Probe(
     order=ORDER,
     inspect=inspect,
     report=report,
-    causes=gpu_state_causes(frozenset({NAME}), symptom_reasons=SLOW_TRAINING),
+    causes=gpu_state_causes(frozenset({NAME}), symptom_reasons=SLOW_TRAINING) + DP_CAUSES,
     expectations=(
         Expectation("training", SINGLE_NODE, NAME, lambda p: p.training.enabled),
         Expectation(
             "training_tokens_per_s_per_gpu_min",
             SINGLE_NODE,
             NAME,
-            threshold_set("training_tokens_per_s_per_gpu_min"),
-            "training_tokens_per_s_per_gpu",
+            lambda p: p.training.enabled,
+            PER_GPU,
+            (NAME,),
+            RUN_FAILED,
+        ),
+        Expectation(SOLO, SINGLE_NODE, NAME, lambda p: p.training.enabled, SOLO, (NAME,), RUN_FAILED),
+        Expectation(
+            "training_dp_efficiency_min",
+            SINGLE_NODE,
+            NAME,
+            lambda p: p.training.enabled,
+            DP_EFFICIENCY_METRIC,
             (NAME,),
             RUN_FAILED,
         ),

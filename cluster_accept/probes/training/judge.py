@@ -17,6 +17,7 @@ by device name or the profile's ``training.peak_tflops``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,22 @@ def model_text(info: Mapping[str, Any]) -> str:
     )
 
 
+_SHAPE = re.compile(r"\bL(\d+) d(\d+) h(\d+) s(\d+) mb(\d+) v(\d+)\b")
+
+
+def shape_of(model: str) -> ModelShape | None:
+    """The dimensions a :func:`model_text` line names (what a figure's ``model`` column holds); None when it
+    names none."""
+    found = _SHAPE.search(model)
+    return ModelShape(*(int(g) for g in found.groups())) if found else None
+
+
+def shape_flops(shape: ModelShape) -> tuple[int, float]:
+    """(parameters, training FLOPs per token) of the probe's model of ``shape``."""
+    params, position = parameters(shape)
+    return params, flops_per_token(params, position, shape.layers, shape.width, shape.seq_len)
+
+
 def info_flops(info: Mapping[str, Any]) -> float | None:
     """FLOPs per token of the model an ``info: training`` record describes; None when it lacks a dimension."""
     keys = ("params", "position_params", "layers", "width", "seq_len")
@@ -165,6 +182,29 @@ def derived_figures(info: Mapping[str, Any], per_gpu_tokens_per_s: float) -> lis
         share = mfu(per_gpu_tokens_per_s, flops, peak)
         out.append({**common, "metric": "training_mfu", "value": round(share, 4), "unit": "ratio"})
     return out
+
+
+def dp_efficiency(together_per_gpu: float, solo: Sequence[float]) -> float | None:
+    """A node's data-parallel efficiency: tokens/s per GPU with every GPU training together over the slowest of
+    the same GPUs' solo tokens/s (every step waits for the slowest GPU; what is lost beyond it is communication
+    and the optimizer). None with fewer than two GPUs (no data parallelism) or no positive solo figure."""
+    if len(solo) < 2 or min(solo) <= 0:
+        return None
+    return together_per_gpu / min(solo)
+
+
+def dp_efficiency_figure(info: Mapping[str, Any], figures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``training_dp_efficiency`` of a node's run (tokens/s per GPU and each GPU's solo tokens/s), where it
+    trained on two GPUs or more; none for a run across nodes (its efficiency is the scaling sweep's)."""
+    if info.get("label") != "intra_node":
+        return []
+    together = next((float(m["value"]) for m in figures if m.get("metric") == "training_tokens_per_s_per_gpu"), None)
+    solo = [float(m["value"]) for m in figures if m.get("metric") == "training_solo_tokens_per_s"]
+    efficiency = None if together is None else dp_efficiency(together, solo)
+    if efficiency is None:
+        return []
+    common = {"probe": "training", "label": info.get("label"), "world_size": info.get("world_size"), "gpu": None}
+    return [{**common, "metric": "training_dp_efficiency", "value": round(efficiency, 4), "unit": "ratio"}]
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ def node_chart(view: ReportView) -> Markup | None:
 
 
 def node_table(view: ReportView) -> Table | None:
-    """One row per node, slowest first: GPUs, tokens/s, per GPU, TFLOP/s per GPU, MFU, step time, and its
-    slowest GPU's own throughput against its fastest."""
+    """One row per node, slowest first: GPUs, tokens/s, per GPU, TFLOP/s per GPU, MFU, step time, its slowest
+    GPU's own throughput against its fastest, and its data-parallel efficiency (together over solo)."""
     nodes = {n: e for n, e in _per_node(_single_node(view)).items() if PER_GPU in e}
     if not nodes:
         return None
@@ -79,12 +79,19 @@ def node_table(view: ReportView) -> Table | None:
                 e.get("training_step_ms"),
                 slowest,
                 spread,
+                e.get("training_dp_efficiency"),
             )
         )
     rows.sort(key=lambda r: (r[3], r[0]))
     models = sorted({str(e.get("model")) for e in nodes.values()})
-    columns = ("node", "GPUs", "tokens/s", "per GPU", "TFLOP/s per GPU", "MFU", "step ms", "slowest GPU", "gap %")
-    title = f"Training per node, slowest first ({'; '.join(models)}); gap: slowest GPU's own speed below fastest"
+    columns = (
+        "node", "GPUs", "tokens/s", "per GPU", "TFLOP/s per GPU", "MFU", "step ms", "slowest GPU", "gap %",
+        "together / solo",
+    )  # fmt: skip
+    title = (
+        f"Training per node, slowest first ({'; '.join(models)}); gap: slowest GPU's own speed below fastest; "
+        "together / solo: per GPU over the slowest GPU's own speed"
+    )
     return Table(title, columns, tuple(rows), "training-table")
 
 

@@ -25,6 +25,7 @@ class MultiNodeOutcome:
     scaling: list[dict[str, Any]] = field(default_factory=list)
     training_scaling: list[dict[str, Any]] = field(default_factory=list)
     verdict: IsolationVerdict | None = None
+    nccl: list[dict[str, Any]] = field(default_factory=list)  # NCCL's account of every rank's run
 
 
 class GroupStage(Protocol):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from cluster_accept.analysis.isolation import IsolationPolicy
 from cluster_accept.analysis.probe_output import parse_json_lines
+from cluster_accept.analysis.probe_verdicts import NO_EXPECTATION
 from cluster_accept.analysis.rails import judge_rails
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
@@ -29,8 +30,9 @@ COLLECTIVES = "collectives"
 
 
 def collective_rows(run: GroupRun, profile: Profile) -> list[CheckRow]:
-    """The profile's other collectives across the group: each measured (against ``*_inter_busbw_gbps_min``),
-    or why not. Nothing when the run failed: its all-reduce rows say why."""
+    """The profile's other collectives across the group: each against ``*_inter_busbw_gbps_min``, not judged
+    where the profile sets none (one run of the whole group: no peer to compare it with), or why not measured.
+    Nothing when the run failed: its all-reduce rows say why."""
     if not run.ok:
         return []
     skipped = {
@@ -40,8 +42,8 @@ def collective_rows(run: GroupRun, profile: Profile) -> list[CheckRow]:
     }
     rows = []
     for op in profile.probes.collectives:
-        item = f"{op}_inter"
-        minimum = getattr(profile.thresholds, busbw_threshold(op, "inter"))
+        item, key = f"{op}_inter", busbw_threshold(op, "inter")
+        minimum = getattr(profile.thresholds, key)
         expected = f">= {minimum:g} GB/s" if minimum is not None else None
         value = run.busbw_of(COLLECTIVE_METRICS[op])
         if op in skipped:
@@ -49,13 +51,22 @@ def collective_rows(run: GroupRun, profile: Profile) -> list[CheckRow]:
         elif value is None:
             said = f"the run across {len(run.nodes)} nodes printed no {op} figure"
             rows.append(CheckRow(COLLECTIVES, item, Status.ERROR, "not_measured", None, expected, said))
-        elif minimum is not None and value < minimum:
-            said = f"{value:.4g} GB/s across {len(run.nodes)} nodes"
-            rows.append(CheckRow(COLLECTIVES, item, Status.FAIL, "below_threshold", f"{value:.4g}", expected, said))
         else:
-            said = f"bus bandwidth across {len(run.nodes)} nodes at the largest size"
-            rows.append(CheckRow(COLLECTIVES, item, Status.PASS, "measured", f"{value:.4g}", expected, said))
+            rows.append(_judged(item, key, value, minimum, len(run.nodes)))
     return rows
+
+
+def _judged(item: str, key: str, value: float, minimum: float | None, nodes: int) -> CheckRow:
+    """One collective's bus bandwidth across the group against its minimum; with none, not judged (nothing
+    derives one between nodes for collectives other than all-reduce), naming the key to write."""
+    said = f"{value:.4g} GB/s across {nodes} nodes at the largest size"
+    if minimum is None:
+        said += ": the profile sets no minimum, and one run of the group has no peer to compare it with"
+        return CheckRow(
+            COLLECTIVES, item, Status.NOT_JUDGED, NO_EXPECTATION, f"{value:.4g}", f"none: set thresholds.{key}", said
+        )
+    status, reason = (Status.PASS, "ok") if value >= minimum else (Status.FAIL, "below_threshold")
+    return CheckRow(COLLECTIVES, item, status, reason, f"{value:.4g}", f">= {minimum:g} GB/s", said)
 
 
 def collectives_not_reached(stage: GroupStage, nodes: Sequence[Node]) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from cluster_accept.analysis.nccl_log import nccl_transports
 from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.inventory.model import Node, Rail
-from cluster_accept.probes.scripts import gpu_count, job_env
+from cluster_accept.probes.scripts import SETTINGS_FILE, gpu_count, job_env, settings_prelude
 from cluster_accept.probes.training import TRAIN_STEP_SCRIPT, ranks_per_node, train_arguments
 from cluster_accept.remote.launch import GroupJob, GroupRun, refused
 from cluster_accept.remote.launchers import launcher_for
@@ -64,7 +64,7 @@ def torchrun_rank(
     extra.update(env or {})
     wait = int(meet.wait_s)
     variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
-    line = (
+    line = settings_prelude(node) + (
         f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={meet.world} '
         f"--nproc_per_node=$n --node_rank={meet.rank} --master_addr={shlex.quote(meet.addr)} "
         f"--master_port={meet.port} --rdzv-conf=timeout={wait} {script} --init-timeout-s {wait} 2>&1"
@@ -128,7 +128,7 @@ def rail_job(rail: Rail) -> GroupJob:
         meet = meeting(node, rank, world, master_addr, port, tag)
         return torchrun_rank(f"{rail.name}_inter", node, "n=1; ", meet, script, rail_env(node, rail))
 
-    return GroupJob(rail.name, ("allreduce.py",), command, collective=True, check="rails")
+    return GroupJob(rail.name, ("allreduce.py", SETTINGS_FILE), command, collective=True, check="rails")
 
 
 def training_rank_command(node: Node, rank: int, world: int, master_addr: str, port: int, tag: str) -> RemoteCommand:
@@ -138,10 +138,14 @@ def training_rank_command(node: Node, rank: int, world: int, master_addr: str, p
     return torchrun_rank("training_inter", node, ranks_per_node(node), meet, script)
 
 
-ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py",), rank_command, collective=True)
-COLLECTIVES_JOB = GroupJob("collectives", ("allreduce.py",), collectives_rank_command, collective=True)
+ALLREDUCE_JOB = GroupJob("allreduce", ("allreduce.py", SETTINGS_FILE), rank_command, collective=True)
+COLLECTIVES_JOB = GroupJob("collectives", ("allreduce.py", SETTINGS_FILE), collectives_rank_command, collective=True)
 TRAINING_JOB = GroupJob(
-    "training", (TRAIN_STEP_SCRIPT, "allreduce.py"), training_rank_command, min_nodes=1, check="training_scaling"
+    "training",
+    (TRAIN_STEP_SCRIPT, "allreduce.py", SETTINGS_FILE),
+    training_rank_command,
+    min_nodes=1,
+    check="training_scaling",
 )
 
 

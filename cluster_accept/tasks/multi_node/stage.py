@@ -16,10 +16,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
-from cluster_accept.analysis import between_nodes
+from cluster_accept.analysis import between_nodes, suspects
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
+from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.probe_verdicts import measurement_row
 from cluster_accept.analysis.scaling import ScalingPoint, StepVerdict, judge_steps, scaling_table, sweep_sizes
+from cluster_accept.analysis.suspects import JobSetting, read_settings
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, Reason, declare
@@ -30,6 +32,7 @@ from cluster_accept.remote.launch import GroupJob, GroupRun
 from cluster_accept.remote.ssh_launcher import DEFAULT_CONCURRENCY
 from cluster_accept.tasks.multi_node.group_rows import GROUP_REASONS, failed_run_rows, teardown_rows, transport_rows
 from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
+from cluster_accept.tasks.multi_node.prove import prove_between
 from cluster_accept.tasks.multi_node.rails import REASONS as RAIL_REASONS
 from cluster_accept.tasks.multi_node.rails import collective_rows, collectives_not_reached, rail_runs
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, launch_groups
@@ -68,6 +71,7 @@ class _Stage:
         self.unreachable: set[str] = set()
         self.steps: list[StepVerdict] = []  # the all-reduce sweep's, with the nodes of each step's group
         self.groups: dict[int, list[Node]] = {}
+        self.settings: dict[str, list[JobSetting]] = {}  # what each node's first rank ran with (job_settings.py)
 
     @property
     def cluster(self) -> str:
@@ -101,6 +105,13 @@ class _Stage:
                 self.row(name, unreachable_row(rank.cause, rank.detail))
         for name, row in teardown_rows(run, job.check):
             self.row(name, row)
+        for name, rank in run.ranks.items():
+            if rank.result is not None and name not in self.settings:
+                self.settings[name] = read_settings(rank.result.stderr or "")
+        for name, rank in run.ranks.items():  # NCCL's own account of each rank's part, whatever the run's outcome
+            if rank.result is not None:
+                where = NcclRun(self.run_id, self.cluster, NAME, name, job.name, group)
+                self.out.nccl += [fact.record() for fact in read_account(rank.result.stdout, where)]
         if not job.collective:
             return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
@@ -257,6 +268,7 @@ def run_multi_node(
         stage.isolate(nodes)
         for name, row in slow_together_rows(stage.steps, stage.groups, stage.out.verdict, stage.out.measurements):
             stage.row(name, row)
+        prove_between(stage, nodes)
     rail_runs(stage, nodes)
     stage.train(nodes)
     return stage.out
@@ -327,6 +339,7 @@ REASONS = {
             Action.RERUN,
         ),
     ),
+    suspects.NAME: suspects.REASONS,
     **GROUP_REASONS,
     **TRAINING_REASONS,
     **RAIL_REASONS,
@@ -340,6 +353,7 @@ def _outcome_data(outcome: MultiNodeOutcome) -> dict[str, Any]:
         "isolation": outcome.isolation,
         "scaling": outcome.scaling,
         "training_scaling": outcome.training_scaling,
+        "nccl": outcome.nccl,
     }
 
 
@@ -347,7 +361,7 @@ def _outcome_from(data: dict[str, Any]) -> MultiNodeOutcome:
     rows = [NodeRow.from_record(r) for r in data["rows"]]
     training = data.get("training_scaling", [])
     measurements = [Measurement.from_record(m) for m in data["measurements"]]
-    return MultiNodeOutcome(rows, measurements, data["isolation"], data["scaling"], training)
+    return MultiNodeOutcome(rows, measurements, data["isolation"], data["scaling"], training, nccl=data.get("nccl", []))
 
 
 def _saved_outcome(data: dict[str, Any] | None) -> MultiNodeOutcome | None:
@@ -368,7 +382,7 @@ class MultiNodeStage:
 
     name = NAME
     suites = frozenset({"full"})
-    tables = ("checks", "measurements", "isolation", "scaling", "training_scaling")
+    tables = ("checks", "measurements", "isolation", "scaling", "training_scaling", "nccl")
 
     def run(self, state: RunState) -> None:
         state.progress.start(NAME, 1)
@@ -390,12 +404,13 @@ class MultiNodeStage:
         state.tables["isolation"] = list(outcome.isolation)
         state.tables["scaling"] = list(outcome.scaling)
         state.tables["training_scaling"] = list(outcome.training_scaling)
+        state.tables.setdefault("nccl", []).extend(outcome.nccl)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return list(REASONS.items())
 
     def causes(self) -> tuple[Link, ...]:
-        return between_nodes.CAUSES
+        return suspects.causes(suspects.BETWEEN_NODES_SYMPTOMS, NAME) + between_nodes.CAUSES
 
     def expectations(self) -> tuple[Expectation, ...]:
         return between_nodes.EXPECTATIONS

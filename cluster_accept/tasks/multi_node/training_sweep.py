@@ -136,8 +136,11 @@ def isolate_training(stage: GroupStage, nodes: list[Node], scaling: list[dict[st
             f"and isolation blames no node ({verdict.detail}): the nodes are slow together; check the transport "
             f"between nodes ({record.get('transport') or 'not read'}), NCCL's environment and the fabric"
         )
+        # the row that carries the verdict says its own figure and expectation (a cause sentence starts with them)
+        observed, expected = f"{record['efficiency']:.1%}", f">= {minimum:.0%}"
+        row = CheckRow(CHECK, f"{record['nodes']} nodes", Status.FAIL, "unattributed", observed, expected, said)
         for name in _names(record["group"], candidates):
-            stage.row(name, CheckRow(CHECK, f"{record['nodes']} nodes", Status.FAIL, "unattributed", None, None, said))
+            stage.row(name, row)
 
 
 def _names(group: str, nodes: Sequence[Node]) -> list[str]:

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Causes proved on a lent multi-GPU host, profile: auto with no figure's minimum written, the real CLI (local
+# transport). Usage on the machine, from the repo root, wheels carried in .whl:
+#   bash bench/prove_causes.sh one      the host as one node: healthy (with a harmless NCCL_DEBUG_SUBSYS in the
+#                                       environment), then three NCCL settings that slow collectives planted one
+#                                       at a time (/etc/nccl.conf, the environment, ~/.nccl.conf)
+#   bash bench/prove_causes.sh halves   the host as two "nodes" NCCL takes for two hosts (NCCL_HOSTID per half):
+#                                       healthy, then a setting on one half that slows the path between them
+# Prints the verdicts, the job_settings rows and the failing figures' rows, and asserts what each run must say.
+set -u
+. bench/device_env.sh
+mode=${1:-one}
+mkdir -p /tmp/runs
+log=$OUT/prove_causes_$mode.log
+lean() {  # INVENTORY OUT: the inventory with training and the GPU pair matrix off (the planted runs judge collectives)
+  python3 - "$1" "$2" <<'PY'
+import sys, yaml
+data = yaml.safe_load(open(sys.argv[1]))
+for profile in data["profiles"].values():
+    profile["training"] = {"enabled": False}
+    profile.setdefault("probes", {})["gpu_pairs"] = False
+yaml.safe_dump(data, open(sys.argv[2], "w"))
+PY
+}
+run() {  # NAME INVENTORY STAGES [env...]
+  local name=$1 inv=$2 stages=$3; shift 3
+  s=$(date +%s)
+  env "$@" python3 -m cluster_accept.flows.cli run --inventory "$inv" --out "/tmp/runs/$name" --stages "$stages" \
+    --history -
+  echo "### $name: exit $? wall $(( $(date +%s) - s )) s"
+}
+planted_file() {  # FILE LINE NAME INVENTORY STAGES: LINE in FILE for one run, the file put back after
+  local file=$1 line=$2 name=$3 inv=$4 stages=$5 kept=""
+  [ -e "$file" ] && kept=$(mktemp) && cp "$file" "$kept"
+  echo "$line" >> "$file"
+  run "$name" "$inv" "$stages"
+  if [ -n "$kept" ]; then cp "$kept" "$file"; else rm -f "$file"; fi
+}
+{
+  nvidia-smi -L
+  ls -l /etc/nccl.conf ~/.nccl.conf 2>&1
+  if [ "$mode" = one ]; then
+    inv=bench/inventories/gpu-host-auto.yaml
+    lean "$inv" /tmp/lean.yaml
+    run healthy "$inv" preflight,single-node NCCL_DEBUG_SUBSYS=INIT,ENV
+    planted_file /etc/nccl.conf NCCL_MAX_NCHANNELS=1 max_nchannels /tmp/lean.yaml preflight,single-node
+    run proto_ll /tmp/lean.yaml preflight,single-node NCCL_PROTO=LL
+    planted_file ~/.nccl.conf NCCL_P2P_LEVEL=LOC p2p_level /tmp/lean.yaml preflight,single-node
+  else
+    inv=bench/inventories/gpu-host-halves.yaml
+    run halves_healthy "$inv" preflight,multi-node
+    lean "$inv" /tmp/lean.yaml
+    python3 - <<'PY'
+import yaml
+data = yaml.safe_load(open("/tmp/lean.yaml"))
+data["profiles"]["half-b"]["probes"]["command_prefix"] = "env NCCL_HOSTID=half-b NCCL_MAX_NCHANNELS=1"
+yaml.safe_dump(data, open("/tmp/planted-half.yaml", "w"))
+PY
+    run halves_planted /tmp/planted-half.yaml preflight,multi-node
+  fi
+  python3 bench/prove_causes_report.py "$mode"
+} > "$log" 2>&1
+tar czf "$OUT/prove_causes_$mode.tgz" -C /tmp runs
+tail -c 14000 "$log"

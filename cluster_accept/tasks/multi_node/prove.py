@@ -1,0 +1,142 @@
+"""Between nodes, a suspected setting proved the way it is inside one: the all-reduce measured once more without it.
+
+When the all-reduce between nodes failed (a node isolation pulled, nodes slow together), the settings each
+implicated node's ranks ran with (``job_settings.py`` before every rank) that a node outside the trouble did not
+run with, and that are neither the library's defaults nor pinned by the profile, are suspects
+(:mod:`analysis.suspects`). The implicated nodes (with one good partner when only one is implicated) run the
+all-reduce once more, each without its own suspects; the figure against the profile's floor between nodes
+confirms or clears them. Only the all-reduce family is proved here: a failing training or rail figure on its
+own is left to its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from cluster_accept.analysis.probe_verdicts import measurement_row
+from cluster_accept.analysis.scaling import StepVerdict
+from cluster_accept.analysis.suspects import (
+    BETWEEN_NODES_FAILURES,
+    JobSetting,
+    Retest,
+    proof_rows,
+    retest_note,
+    suspects,
+    unproved_rows,
+)
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.probes.scripts import REMOVED_SETTINGS, TOOL_KEYS
+from cluster_accept.remote.launch import GroupJob
+from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
+from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_groups
+from cluster_accept.tasks.prove_causes import SUFFIX
+from cluster_accept.tasks.rows import node_row
+
+
+class _Stage(Protocol):
+    """What proving reads and writes of the multi-node stage (which passes itself)."""
+
+    run_id: str
+    inventory: Inventory
+    concurrency: int
+    out: MultiNodeOutcome
+    unreachable: set[str]
+    steps: list[StepVerdict]
+    settings: dict[str, list[JobSetting]]
+
+    @property
+    def cluster(self) -> str: ...
+
+    def row(self, node: str, row: CheckRow, raw: str = "") -> None: ...
+
+
+NAME = "multi-node"
+
+
+def without(job: GroupJob, removed: Mapping[str, Mapping[str, str | None]]) -> GroupJob:
+    """``job`` whose rank on each node runs without that node's ``removed`` settings (by node name): the
+    command is built while :data:`probes.scripts.REMOVED_SETTINGS` names them, in the thread that builds it."""
+
+    def command(node: Node, rank: int, world: int, master: str, port: int, tag: str) -> RemoteCommand:
+        token = REMOVED_SETTINGS.set(removed.get(node.name, {}))
+        try:
+            return job.command(node, rank, world, master, port, tag)
+        finally:
+            REMOVED_SETTINGS.reset(token)
+
+    return replace(job, command=command)
+
+
+def _failing(stage: _Stage) -> list[NodeRow]:
+    return [
+        r
+        for r in stage.out.rows
+        if r.status == Status.FAIL and (r.check, r.reason) in BETWEEN_NODES_FAILURES and r.node not in stage.unreachable
+    ]
+
+
+def _suspected(stage: _Stage, bad: Sequence[str], good: Sequence[Node]) -> dict[str, list[JobSetting]]:
+    healthy = [stage.settings.get(n.name, []) for n in good]
+    found = {}
+    for name in bad:
+        node = stage.inventory.node(name)
+        tool = TOOL_KEYS | ({"CUDA_VISIBLE_DEVICES"} if node.profile.probes.cuda_visible_devices else set())
+        mine = suspects(stage.settings.get(name, []), node.profile, frozenset(tool), healthy)
+        if mine:
+            found[name] = mine
+    return found
+
+
+def _unproved(stage: _Stage, suspected: Mapping[str, list[JobSetting]], why: str) -> None:
+    for name, found in suspected.items():
+        for row in unproved_rows(found, why):
+            stage.row(name, row)
+
+
+def _noted(stage: _Stage, failing: Sequence[NodeRow], notes: Mapping[str, str]) -> None:
+    """Each failing row of a node with suspects followed by what the all-reduce measured without them."""
+    ids = {id(r) for r in failing if r.node in notes}
+    stage.out.rows = [
+        replace(r, detail=f"{r.detail}; {notes[r.node]}" if r.detail else notes[r.node]) if id(r) in ids else r
+        for r in stage.out.rows
+    ]
+
+
+def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
+    """The suspects of a failed all-reduce between ``nodes`` named, and proved or cleared by one all-reduce of
+    the implicated nodes without them, against the profile's floor between nodes."""
+    failing = _failing(stage)
+    bad = sorted({r.node for r in failing})
+    good = [n for n in nodes if n.name not in bad and n.name not in stage.unreachable]
+    suspected = _suspected(stage, bad, good) if bad else {}
+    if not suspected:
+        return
+    profile = stage.inventory.node(bad[0]).profile
+    floor = profile.thresholds.allreduce_inter_busbw_gbps_min
+    if floor is None or not profile.probes.prove_causes:
+        off = "not measured again without it (probes.prove_causes: false)"
+        _unproved(stage, suspected, off if floor is not None else "not measured again: no floor between nodes")
+        return
+    group = [stage.inventory.node(n) for n in bad] + (good[:1] if len(bad) < 2 else [])
+    removed = {name: {s.key: s.removal() for s in found} for name, found in suspected.items()}
+    run = launch_groups([group], stage.concurrency, job=without(ALLREDUCE_JOB, removed))[0]
+    for record in run.measurements:
+        figure = measurement_row(
+            stage.run_id, stage.cluster, f"{NAME}{SUFFIX}", group[0].name, group[0].profile_name, record
+        )
+        stage.out.measurements.append(replace(figure, probe=ALLREDUCE_JOB.name))
+    before = min((step.busbw_gbps for step in stage.steps if not step.ok), default=None)
+    said = CheckRow(
+        "allreduce", "allreduce_busbw_gbps", Status.FAIL, "below_threshold", f"{before:.3g}" if before else "-"
+    )
+    symptom = node_row(stage.run_id, stage.cluster, NAME, bad[0], said)
+    after = run.busbw_gbps
+    retest = Retest(symptom, None if after is None else f"{after:.3g} GB/s", after is not None and after >= floor)
+    for name, found in suspected.items():
+        for row in proof_rows(found, [retest]):
+            stage.row(name, row)
+    _noted(stage, failing, {name: retest_note(retest, found) for name, found in suspected.items()})

@@ -1,0 +1,216 @@
+"""Prove a suspected setting by measuring again without it: the step no health check takes.
+
+After a probe stage is judged (and its stragglers measured again), every node with a figure that failed and a
+suspect among the settings its run had (:mod:`analysis.suspects`) runs the probes behind those figures once
+more, with the suspects removed from the job's environment (unset, or set empty where an NCCL config file sets
+them: NCCL never overwrites a key the environment has). The failing rows are judged again on the new figures;
+the suspects become confirmed or cleared rows, and each failing row says what it measured without them.
+
+Bounded: one extra run per node and probe script, only for nodes with a failed figure and a suspect, in
+waves of the profiles' ``max_parallel_nodes``; ``probes.prove_causes: false`` names the suspects without
+measuring again. The extra figures are kept under the stage ``<stage>:without-suspects``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from cluster_accept.analysis import nccl_mechanism
+from cluster_accept.analysis.nccl_mechanism import ClusterAccount, mechanism
+from cluster_accept.analysis.probe_verdicts import judged_figures, measurement_frame
+from cluster_accept.analysis.suspects import (
+    NCCL_SYMPTOMS,
+    JobSetting,
+    Retest,
+    failing_figures,
+    figure_of,
+    proof_rows,
+    read_settings,
+    retest_note,
+    suspects,
+    unproved_rows,
+)
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.inventory.model import Node, Profile
+from cluster_accept.probes.base import Probe
+from cluster_accept.probes.scripts import REMOVED_SETTINGS, TOOL_KEYS
+from cluster_accept.remote.result import NodeResult
+from cluster_accept.tasks.rows import node_row
+from cluster_accept.tasks.stage import RunState
+from cluster_accept.vocabulary.rows import Measurement, NcclFact
+
+SUFFIX = ":without-suspects"
+# How the stage runs a node's probes, and reads their figures: (node, quick, probes) -> its result;
+# (result, probes, stage) -> its figures.
+Measure = Callable[[Node, bool, Sequence[Probe]], NodeResult]
+ReadFigures = Callable[[NodeResult, Sequence[Probe], str], list[Measurement]]
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One node to prove: its failing figure rows, the probes behind them, and the suspects its runs had."""
+
+    node: Node
+    failing: list[NodeRow]
+    probes: list[Probe]
+    suspected: list[JobSetting]
+
+
+def node_settings(outcome: NodeResult, scripts: frozenset[str]) -> list[JobSetting]:
+    """The settings the node's runs of ``scripts`` said they had (each key once, the first run's)."""
+    found: dict[str, JobSetting] = {}
+    for result in outcome.commands:
+        if result.name in scripts:
+            for setting in read_settings(result.stderr or ""):
+                found.setdefault(setting.key, setting)
+    return list(found.values())
+
+
+def _tool_keys(node: Node) -> frozenset[str]:
+    return TOOL_KEYS | (frozenset({"CUDA_VISIBLE_DEVICES"}) if node.profile.probes.cuda_visible_devices else set())
+
+
+def _cases(
+    state: RunState, probes: Sequence[Probe], outcomes: Sequence[NodeResult], rows: Sequence[NodeRow]
+) -> list[_Case]:
+    metrics = {metric for probe in probes for metric in probe.metrics}
+    by_node = {outcome.node: outcome for outcome in outcomes}
+    failed = failing_figures(rows, metrics)
+    cases = []
+    for name, failing in sorted(failed.items()):
+        node, outcome = state.inventory.node(name), by_node.get(name)
+        behind = frozenset(p.script.name for p in probes if any(figure_of(r) in p.metrics for r in failing))
+        chosen = [p for p in probes if p.script.name in behind and p.command(node, state.quick) is not None]
+        if outcome is None or not chosen:
+            continue
+        figures = {figure_of(r) for r in failing}
+        healthy = [
+            node_settings(other, behind)
+            for other in outcomes
+            if state.inventory.node(other.node).profile_name == node.profile_name
+            and not any(figure_of(r) in figures for r in failed.get(other.node, []))
+        ]
+        suspected = suspects(node_settings(outcome, behind), node.profile, _tool_keys(node), healthy)
+        if suspected:
+            cases.append(_Case(node, failing, chosen, suspected))
+    return cases
+
+
+def _without(case: _Case, quick: bool, measure: Measure) -> NodeResult:
+    """The case's probes run once more on its node with the suspects removed (the commands are built while
+    :data:`probes.scripts.REMOVED_SETTINGS` names them, in the thread that runs them)."""
+    token = REMOVED_SETTINGS.set({s.key: s.removal() for s in case.suspected})
+    try:
+        return measure(case.node, quick, case.probes)
+    finally:
+        REMOVED_SETTINGS.reset(token)
+
+
+def _again(before: pd.DataFrame, again: pd.DataFrame, node: str, metrics: set[str]) -> pd.DataFrame:
+    """The stage's figures with ``node``'s figures of ``metrics`` replaced by those measured again."""
+    kept = before[~((before["node"] == node) & before["metric"].isin(list(metrics)))]
+    return pd.concat([kept, again[again["metric"].isin(list(metrics))]], ignore_index=True) if not again.empty else kept
+
+
+def _retests(case: _Case, before: pd.DataFrame, again: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[Retest]:
+    """Each failing row judged again by its probe over the stage's figures with the node's measured again."""
+    out = []
+    for probe in case.probes:
+        mine = [r for r in case.failing if figure_of(r) in probe.metrics]
+        if not mine:
+            continue
+        metrics = {figure_of(r) for r in mine}
+        figures = _again(before, again, case.node.name, metrics)
+        measured = set(judged_figures(again, probe.metrics)["metric"]) if not again.empty else set()
+        judged = probe.evaluate(figures[figures["metric"].isin(list(probe.metrics))], profiles)
+        for row in mine:
+            twin = next((r for n, r in judged if n == case.node.name and r.item == row.item and r.gpu == row.gpu), None)
+            if figure_of(row) not in measured or twin is None:
+                out.append(Retest(row, None, False))
+            else:
+                out.append(Retest(row, twin.observed, twin.status == Status.PASS))
+    return out
+
+
+def _run_cases(cases: Sequence[_Case], quick: bool, measure: Measure) -> dict[str, NodeResult]:
+    """Each case measured again, in waves of the profiles' ``max_parallel_nodes``; by node."""
+    limits = [c.node.profile.probes.max_parallel_nodes for c in cases if c.node.profile.probes.max_parallel_nodes]
+    with ThreadPoolExecutor(max_workers=max(1, min([*limits, len(cases)]))) as pool:
+        results = pool.map(lambda case: _without(case, quick, measure), cases)
+        return {case.node.name: result for case, result in zip(cases, results, strict=True)}
+
+
+def _noted(rows: Sequence[NodeRow], notes: Mapping[int, str]) -> list[NodeRow]:
+    """``rows``, each failing figure's detail followed by what it measured without the suspects."""
+    return [
+        replace(r, detail=f"{r.detail}; {notes[id(r)]}" if r.detail else notes[id(r)]) if id(r) in notes else r
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What proving added to a stage: its rows (the failing ones noted, the suspects' rows after them) and the
+    figures measured without the suspects."""
+
+    rows: list[NodeRow]
+    measurements: list[Measurement]
+
+
+def prove_causes(
+    state: RunState,
+    stage: str,
+    probes: Sequence[Probe],
+    outcomes: Sequence[NodeResult],
+    judged: tuple[list[NodeRow], pd.DataFrame],
+    run: tuple[Measure, ReadFigures],
+) -> Proof:
+    """The stage's rows (``judged``: with the frame of figures they were judged on) with the suspects of each
+    failing figure named and, unless the profile turns it off, proved or cleared by one run without them
+    (``run``: how the stage measures a node and reads its figures)."""
+    rows, before = judged
+    cases = _cases(state, probes, outcomes, rows)
+    if not cases:
+        return Proof(rows, [])
+    profiles = {n.name: n.profile for n in state.inventory.nodes}
+    results = _run_cases([c for c in cases if c.node.profile.probes.prove_causes], state.quick, run[0])
+    notes: dict[int, str] = {}
+    added: list[NodeRow] = []
+    kept: list[Measurement] = []
+    for case in cases:
+        outcome = results.get(case.node.name)
+        if outcome is None:
+            found = unproved_rows(case.suspected, "not measured again without it (probes.prove_causes: false)")
+        else:
+            figures = [replace(m, stage=f"{stage}{SUFFIX}") for m in run[1](outcome, case.probes, stage)]
+            kept += figures
+            retests = _retests(case, before, measurement_frame(figures), profiles)
+            notes.update({id(r.row): retest_note(r, case.suspected) for r in retests})
+            found = proof_rows(case.suspected, retests)
+        added += [node_row(state.run_id, state.cluster, stage, case.node.name, r) for r in found]
+    return Proof(_noted(rows, notes) + added, kept)
+
+
+def mechanism_rows(
+    state: RunState, stage: str, probes: Sequence[Probe], rows: Sequence[NodeRow], facts: Sequence[NcclFact]
+) -> list[NodeRow]:
+    """How NCCL ran each node with a failing collective or training figure otherwise than the nodes whose figures
+    passed (or than the node's NVLinks allow), read from NCCL's own log of the stage's runs: the mechanism
+    between the slow figure and the setting behind it."""
+    metrics = {m for p in probes if p.check in NCCL_SYMPTOMS for m in p.metrics}
+    failing = failing_figures(rows, metrics)
+    if not failing or not facts:
+        return []
+    account = ClusterAccount.of(facts)
+    healthy = [n.name for n in state.inventory.tested if n.name not in failing]
+    found = []
+    for name in sorted(failing):
+        nvlink = state.inventory.node(name).profile.nvlink
+        links = nvlink.links_per_gpu if nvlink is not None else None
+        for row in nccl_mechanism.mechanism_rows(mechanism(name, account, healthy, links)):
+            found.append(node_row(state.run_id, state.cluster, stage, name, row))
+    return found

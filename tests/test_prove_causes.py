@@ -1,0 +1,106 @@
+"""The stage's step that proves a suspect: which nodes it measures again, with what removed, and the rows it
+writes from the figures that came back (the node's runs stood in by functions: no node, no process)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from cluster_accept.analysis.probe_verdicts import measurement_frame
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.inventory.model import Node, Profile, SshSettings
+from cluster_accept.probes.gemm import PROBE as GEMM
+from cluster_accept.probes.scripts import REMOVED_SETTINGS
+from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
+from cluster_accept.tasks.prove_causes import prove_causes
+from cluster_accept.tasks.stage import RunState
+from cluster_accept.vocabulary.rows import Measurement
+
+SETTINGS = json.dumps(
+    {
+        "info": "settings",
+        "settings": [
+            {"name": "NCCL_MAX_NCHANNELS", "value": "1", "source": "/etc/nccl.conf"},
+            {"name": "OMP_NUM_THREADS", "value": "4", "source": "env"},
+        ],
+    }
+)
+
+
+def _state(prove: bool) -> RunState:
+    profile = Profile.model_validate({"thresholds": {"gemm_bf16_tflops_min": 600}, "probes": {"prove_causes": prove}})
+    nodes = {name: Node(name, SshSettings(), "p", profile) for name in ("n1", "n2")}
+    inventory = SimpleNamespace(node=nodes.__getitem__, nodes=list(nodes.values()), tested=list(nodes.values()))
+    return cast(RunState, SimpleNamespace(inventory=inventory, quick=False, run_id="r", cluster="c"))
+
+
+def _figure(node: str, value: float) -> Measurement:
+    return Measurement("r", "c", "single-node", node, "gemm_bf16_tflops", value, profile="p", gpu=0, unit="TFLOP/s")
+
+
+def _outcome(node: str, settings: str) -> NodeResult:
+    return NodeResult(node, NodeStatus.OK, commands=[CommandResult("gpu_bench", 0, "", settings)])
+
+
+def _failing() -> list[NodeRow]:
+    row = NodeRow("r", "c", "single-node", "n1", "gemm", "gemm_bf16_tflops", Status.FAIL, "below_threshold", "300",
+                  ">= 600 TFLOP/s", "", gpu=0)  # fmt: skip
+    return [row]
+
+
+def test_a_failed_figure_is_measured_again_without_the_suspects_and_the_recovery_confirms_them() -> None:
+    removed: list[dict[str, Any]] = []
+
+    def measure(node: Node, quick: bool, probes: Any) -> NodeResult:
+        removed.append(dict(REMOVED_SETTINGS.get()))
+        return _outcome(node.name, "")
+
+    before = measurement_frame([_figure("n1", 300.0), _figure("n2", 700.0)])
+    outcomes = [_outcome("n1", SETTINGS), _outcome("n2", "")]
+    proof = prove_causes(
+        _state(True),
+        "single-node",
+        [GEMM],
+        outcomes,
+        (_failing(), before),
+        (measure, lambda o, p, s: [_figure(o.node, 690.0)]),
+    )
+    # n1 only (n2 passed); NCCL's key set empty (a config file sets it), the environment's unset
+    assert removed == [{"NCCL_MAX_NCHANNELS": "", "OMP_NUM_THREADS": None}]
+    rows = {(r.check, r.item): r for r in proof.rows}
+    assert rows[("job_settings", "NCCL_MAX_NCHANNELS")].reason == "confirmed"
+    assert "gemm_bf16_tflops gpu 0 300 -> 690.0" in rows[("job_settings", "OMP_NUM_THREADS")].detail
+    assert rows[("gemm", "gemm_bf16_tflops")].detail.endswith("690.0, recovered: the setting is the cause")
+    assert [(m.node, m.stage, m.value) for m in proof.measurements] == [("n1", "single-node:without-suspects", 690.0)]
+
+
+@pytest.mark.parametrize("again", [310.0, None])
+def test_a_figure_as_low_without_them_clears_them_and_none_back_leaves_them_suspects(again: float | None) -> None:
+    before = measurement_frame([_figure("n1", 300.0)])
+    figures = [] if again is None else [_figure("n1", again)]
+    proof = prove_causes(
+        _state(True), "single-node", [GEMM], [_outcome("n1", SETTINGS)], (_failing(), before),
+        (lambda n, q, p: _outcome(n.name, ""), lambda o, p, s: figures),
+    )  # fmt: skip
+    settings = [r for r in proof.rows if r.check == "job_settings"]
+    assert {r.reason for r in settings} == ({"cleared"} if again is not None else {"suspect"})
+
+
+def test_proving_turned_off_names_the_suspects_without_measuring() -> None:
+    def measure(node: Node, quick: bool, probes: Any) -> NodeResult:
+        raise AssertionError("measured again with probes.prove_causes: false")
+
+    before = measurement_frame([_figure("n1", 300.0)])
+    proof = prove_causes(
+        _state(False), "single-node", [GEMM], [_outcome("n1", SETTINGS)], (_failing(), before),
+        (measure, lambda o, p, s: []),
+    )  # fmt: skip
+    settings = [r for r in proof.rows if r.check == "job_settings"]
+    assert [(r.item, r.status) for r in settings] == [
+        ("NCCL_MAX_NCHANNELS", Status.WARN),
+        ("OMP_NUM_THREADS", Status.WARN),
+    ]
+    assert all("probes.prove_causes: false" in r.detail for r in settings) and not proof.measurements

@@ -1,0 +1,121 @@
+"""A setting no table names, found as the cause of a slow figure and proved by measuring again without it, on the
+test-bed (real sshd, the real CLI, ``profile: auto`` with no minimum written).
+
+``ONEDNN_MAX_CPU_ISA=SSE41`` in one node's job environment (and its ``/etc/nccl.conf``) caps oneDNN at SSE4.1:
+torch's bf16 matrix multiply on CPU runs about 190 times slower, and nothing else changes. No harmful-settings
+rule knows the variable. The node must be rejected with that setting named as the confirmed cause and both
+numbers in its row; a harmless unusual setting on a healthy node is named nowhere; the healthy nodes pass, and no
+figure of theirs passes without an expectation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from cluster_accept.inventory.threshold_needs import GPU_DATASHEET_FLOORS, NEEDS_CUDA
+from cluster_accept.testbed import bed as testbed
+from tests.processes import only_run, run_cli, run_verdicts
+
+pytestmark = pytest.mark.testbed
+SLOW = "ONEDNN_MAX_CPU_ISA"
+
+
+def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
+    """The test-bed's inventory on ``profile: auto``: a CPU test-bed's own keys (gloo ranks, no GPU figures), no
+    minimum of any figure written; a figure far below its peers fails (the test-bed's default only warns)."""
+    data: dict[str, Any] = yaml.safe_load(bed.inventory_path.read_text())
+    profile = next(iter(data["profiles"].values()))
+    profile["base"] = "auto"
+    profile["probes"].pop("rails")
+    profile["probes"]["expected_transport"].pop("inter_node")
+    floors = dict.fromkeys(sorted({*NEEDS_CUDA, *GPU_DATASHEET_FLOORS}))  # none measured by gloo on CPU
+    profile["thresholds"] = {"straggler_pct": 90, **floors}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_setting_no_table_names_is_proved_the_cause_by_measuring_again_without_it(
+    testbed_factory,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    faults = {
+        "nodes": {
+            "node02": [{"nccl_env": {SLOW: "SSE41"}}],
+            "node03": [{"nccl_env": {"NCCL_DEBUG_SUBSYS": "INIT,ENV"}}],  # unusual, harmless
+        }
+    }
+    bed = testbed_factory(nodes=4, faults=faults, prefix="capc", subnet="10.254.151.0/24")
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    out = tmp_path / "out"
+    stages = ["--stages", "preflight,single-node"]
+    proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), *stages, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = only_run(out)
+    checks = pd.read_parquet(run / "checks.parquet")
+    verdicts = run_verdicts(out)
+    assert verdicts["node02"][0] == "rejected", verdicts
+    assert all(verdicts[n][0] == "accepted" for n in ("node01", "node03", "node04")), verdicts
+
+    cause = checks[(checks.node == "node02") & (checks.check == "job_settings")]
+    assert list(cause.reason) == ["confirmed"] and list(cause.observed) == [f"{SLOW}=SSE41"], cause
+    assert "in the job environment" in cause.detail.iloc[0] and "confirmed" in cause.detail.iloc[0]
+    slow = checks[(checks.node == "node02") & (checks["item"] == "gemm_bf16_gflops_vs_cluster")]
+    assert list(slow.status) == ["fail"], slow
+    detail = slow.detail.iloc[0]
+    assert f"measured again without {SLOW}=SSE41 (the job environment and /etc/nccl.conf)" in detail, detail
+    assert detail.endswith("recovered: the setting is the cause"), detail
+    before, after = (
+        float(slow.observed.iloc[0]),
+        float(detail.split("measured again without")[1].split(": ")[1].split(",")[0]),
+    )
+    assert after > 20 * before, (before, after)  # both numbers: SSE4.1 bf16 vs the node's own again
+    assert verdicts["node02"][1][0].startswith("job_settings:"), verdicts["node02"]  # cause first
+
+    assert checks[(checks.check == "job_settings") & (checks.node != "node02")].empty  # node03 blamed nowhere
+    measurements = pd.read_parquet(run / "measurements.parquet")
+    again = measurements[measurements.stage == "single-node:without-suspects"]
+    assert set(again.node) == {"node02"} and "gemm_bf16_gflops" in set(again.metric), again
+    healthy = checks[checks.node.isin(["node01", "node03", "node04"]) & (checks.stage == "single-node")]
+    assert not (healthy.reason == "measured").any(), healthy[healthy.reason == "measured"]
+
+
+def test_between_nodes_a_suspect_that_is_not_the_cause_is_cleared_by_the_all_reduce_measured_without_it(
+    testbed_factory,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """Two nodes whose all-reduce cannot reach the floor written for it (gloo over the test-bed's veths moves
+    about 0.1-0.4 GB/s): slow together. The setting only one of them has is a suspect; the all-reduce measured
+    once more without it stays below the floor, so it is cleared, and the failing rows say so."""
+    faults = {"nodes": {"node02": [{"nccl_env": {SLOW: "SSE41"}}]}}
+    bed = testbed_factory(nodes=2, faults=faults, prefix="capd", subnet="10.254.152.0/24")
+    inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
+    data: dict[str, Any] = yaml.safe_load(inventory.read_text())
+    profile = next(iter(data["profiles"].values()))
+    profile["thresholds"]["allreduce_inter_busbw_gbps_min"] = 50.0
+    profile["probes"]["expected_transport"]["inter_node"] = "NET/Socket"
+    inventory.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    proc = run_cli(
+        "run", "--inventory", str(inventory), "--out", str(out), "--stages", "preflight,multi-node", timeout=900
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = only_run(out)
+    checks = pd.read_parquet(run / "checks.parquet")
+    settings = checks[checks.check == "job_settings"]
+    # slow together: what both nodes run with is suspected on both (the image's variables), node02's own setting
+    # on node02; every one removed at once, and the all-reduce stayed below the floor: all cleared
+    assert set(settings.reason) == {"cleared"}, settings
+    mine = settings[(settings.node == "node02") & (settings["item"] == SLOW)]
+    assert list(mine.observed) == [f"{SLOW}=SSE41"] and SLOW not in set(settings[settings.node == "node01"]["item"])
+    settings = mine
+    assert "still low, not the cause" in settings.detail.iloc[0], settings.detail.iloc[0]
+    failing = checks[(checks.node == "node02") & (checks.status == "fail") & (checks.stage == "multi-node")]
+    notes = [d.split("; measured again without ")[-1] for d in failing.detail if "measured again without" in d]
+    assert notes and all(f"{SLOW}=SSE41" in n and n.endswith("still low: not the setting") for n in notes), notes
+    again = pd.read_parquet(run / "measurements.parquet")
+    assert set(again[again.stage == "multi-node:without-suspects"].metric) == {"allreduce_busbw_gbps"}
