@@ -6,6 +6,7 @@
 #                                       at a time (/etc/nccl.conf, the environment, ~/.nccl.conf)
 #   bash bench/prove_causes.sh halves   the host as two "nodes" NCCL takes for two hosts (NCCL_HOSTID per half):
 #                                       healthy, then a setting on one half that slows the path between them
+#                                       (halves-planted: the planted runs only)
 # Prints the verdicts, the job_settings rows and the failing figures' rows, and asserts what each run must say.
 set -u
 . bench/device_env.sh
@@ -19,6 +20,8 @@ data = yaml.safe_load(open(sys.argv[1]))
 for profile in data["profiles"].values():
     profile["training"] = {"enabled": False}
     profile.setdefault("probes", {})["gpu_pairs"] = False
+    kept = {k: v for k, v in profile.get("thresholds", {}).items() if not k.startswith("training_")}
+    profile["thresholds"] = kept  # a training minimum without training is refused when the inventory loads
 yaml.safe_dump(data, open(sys.argv[2], "w"))
 PY
 }
@@ -48,15 +51,23 @@ planted_file() {  # FILE LINE NAME INVENTORY STAGES: LINE in FILE for one run, t
     planted_file ~/.nccl.conf NCCL_P2P_LEVEL=LOC p2p_level /tmp/lean.yaml preflight,single-node
   else
     inv=bench/inventories/gpu-host-halves.yaml
-    run halves_healthy "$inv" preflight,multi-node
+    [ "$mode" = halves ] && run halves_healthy "$inv" preflight,multi-node
     lean "$inv" /tmp/lean.yaml
-    python3 - <<'PY'
-import yaml
+    plant() {  # SETTING OUT: half-b's job environment with SETTING
+      python3 - "$1" "$2" <<'PY'
+import sys, yaml
 data = yaml.safe_load(open("/tmp/lean.yaml"))
-data["profiles"]["half-b"]["probes"]["command_prefix"] = "env NCCL_HOSTID=half-b NCCL_MAX_NCHANNELS=1"
-yaml.safe_dump(data, open("/tmp/planted-half.yaml", "w"))
+data["profiles"]["half-b"]["probes"]["command_prefix"] = f"env NCCL_HOSTID=half-b {sys.argv[1]}"
+yaml.safe_dump(data, open(sys.argv[2], "w"))
 PY
+    }
+    plant NCCL_MAX_NCHANNELS=1 /tmp/planted-half.yaml
     run halves_planted /tmp/planted-half.yaml preflight,multi-node
+    if python3 -c "import glob,sys,pandas as p; v=p.read_parquet(sorted(glob.glob('/tmp/runs/halves_planted/2*/'))[-1]+'verdicts.parquet'); sys.exit('rejected' in set(v.verdict))"; then
+      echo "### one channel did not slow the socket path: a smaller NCCL buffer instead"
+      plant NCCL_BUFFSIZE=65536 /tmp/planted-half2.yaml
+      run halves_buffsize /tmp/planted-half2.yaml preflight,multi-node
+    fi
   fi
   python3 bench/prove_causes_report.py "$mode"
 } > "$log" 2>&1

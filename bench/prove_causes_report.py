@@ -17,7 +17,8 @@ EXPECTED = {  # run -> the setting that must be the confirmed cause (None: a hea
         "proto_ll": "NCCL_PROTO",
         "p2p_level": "NCCL_P2P_LEVEL",
     },
-    "halves": {"halves_healthy": None, "halves_planted": "NCCL_MAX_NCHANNELS"},
+    "halves": {"halves_healthy": None, "halves_planted": "NCCL_MAX_NCHANNELS", "halves_buffsize": "NCCL_BUFFSIZE"},
+    "halves-planted": {"halves_planted": "NCCL_MAX_NCHANNELS", "halves_buffsize": "NCCL_BUFFSIZE"},
 }
 COLUMNS = ["stage", "node", "check", "item", "gpu", "status", "reason", "observed", "expected", "detail"]
 

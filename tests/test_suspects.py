@@ -177,3 +177,13 @@ def test_a_verdict_reads_figure_then_mechanism_then_the_confirmed_setting() -> N
         "(NCCL's log: single-node allreduce, 4 ranks on 1 node) because job_settings:confirmed NCCL_MAX_NCHANNELS=1 "
         "(set in /etc/nccl.conf; measured again without it: allreduce_busbw_gbps 25.0 -> 351.9: confirmed)"
     )
+
+
+def test_the_settings_line_is_never_a_failed_runs_last_words() -> None:
+    from cluster_accept.remote.rank_end import rank_end
+    from cluster_accept.vocabulary.text import run_output
+
+    stderr = f"{LINE}\nTraceback (most recent call last):\nRuntimeError: NCCL error: unhandled system error"
+    end = rank_end(1, run_output("", stderr))
+    assert "RuntimeError: NCCL error" in end.lines and '"settings"' not in end.lines
+    assert run_output("out", LINE) == "out\n"

@@ -156,9 +156,17 @@ def figure_of(row: NodeRow) -> str:
 
 
 # Between nodes, the all-reduce's failing rows: what a second all-reduce without the suspects proves
-# (:mod:`tasks.multi_node.prove`).
+# (:mod:`tasks.multi_node.prove`): slow (a node isolation pulled, nodes slow together), or not completing at all
+# (a setting ranks must agree on, set on one node only, fails the run: NCCL_MAX_NCHANNELS on one of two nodes
+# ends in "Message truncated").
 BETWEEN_NODES_FAILURES = frozenset(
-    {("isolation", "slow_node"), ("scaling", "below_floor_together"), ("allreduce", "below_threshold")}
+    {
+        ("isolation", "slow_node"),
+        ("scaling", "below_floor_together"),
+        ("allreduce", "below_threshold"),
+        ("allreduce", "collective_failed"),
+        ("allreduce", "collective_timeout"),
+    }
 )
 BETWEEN_NODES_SYMPTOMS = frozenset(check for check, _ in BETWEEN_NODES_FAILURES)
 

@@ -54,14 +54,17 @@ REASONS = declare(
     Reason(
         "below_threshold",
         Status.FAIL,
-        "all-reduce bus bandwidth below the profile's minimum: check NVLink/NVSwitch (nvidia-smi nvlink -s)",
-        Action.RERUN,
+        "all-reduce bus bandwidth below the minimum: first the job_settings rows (a setting measured again without "
+        "it) and NCCL's transport and channels (nccl_mechanism, nccl.parquet); with no setting to blame, the "
+        "hardware path: nvidia-smi nvlink -s / -e, nvidia-smi topo -m, the NVSwitch and Fabric Manager rows",
+        Action.CHECK_NODE,
     ),
     Reason(
         "straggler",
         Status.FAIL,
-        "all-reduce bus bandwidth far below the other nodes': check NVLink/NVSwitch (nvidia-smi nvlink -s)",
-        Action.RERUN,
+        "all-reduce bus bandwidth far below the other nodes' (measured again alone, see the detail): the "
+        "job_settings rows, then NVLink/NVSwitch (nvidia-smi nvlink -s / -e, topo -m)",
+        Action.CHECK_NODE,
     ),
     Reason("single_gpu", Status.SKIP, "fewer than two GPUs: nothing to all-reduce between"),
     Reason(

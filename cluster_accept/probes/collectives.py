@@ -70,14 +70,16 @@ REASONS = declare(
         "below_threshold",
         Status.FAIL,
         "this collective's bus bandwidth is below its minimum (the profile's, or the row's fraction of the GPU's "
-        "NVLink or PCIe): check NVLink/NVSwitch (nvidia-smi nvlink -s, topo -m) and the transport NCCL chose",
-        Action.RERUN,
+        "NVLink or PCIe): first the job_settings rows (a setting measured again without it) and NCCL's channels "
+        "and transport (nccl_mechanism); with no setting to blame, NVLink/NVSwitch (nvidia-smi nvlink -s, topo -m)",
+        Action.CHECK_NODE,
     ),
     Reason(
         "straggler",
         Status.FAIL,
-        "this collective is far slower here than on the other nodes: check NVLink/NVSwitch and the GPU pair matrix",
-        Action.RERUN,
+        "this collective is far slower here than on the other nodes: the job_settings rows, then NVLink/NVSwitch "
+        "and the GPU pair matrix",
+        Action.CHECK_NODE,
     ),
     Reason("single_gpu", Status.SKIP, "fewer than two GPUs: no collective inside the node"),
     Reason("unsupported", Status.SKIP, "the backend has no such collective (gloo on CPU, an old torch)"),

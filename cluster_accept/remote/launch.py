@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.rank_end import rank_done, rank_end
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.vocabulary.text import run_output
 
 # A rank that failed has peers that fail seconds later, of the lost connection: both launchers give them this long
 # to end of themselves before the run is stopped, so that the failed rank's own end (its signal, its last lines)
@@ -65,7 +66,7 @@ class RankRun:
             return self.detail or "stopped with the run"
         if result.timed_out:
             return "killed at the probe timeout"
-        return rank_end(result.exit_code, result.stdout + "\n" + result.stderr).why
+        return rank_end(result.exit_code, run_output(result.stdout, result.stderr)).why
 
     @property
     def teardown_error(self) -> bool:

@@ -56,3 +56,15 @@ def keep_tail(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{truncation_note(limit, len(text), 'last')} …\n{text[-limit:] if limit else ''}"
+
+
+# The line a probe's run prints first, on its stderr, with the settings it runs with (probes/node/job_settings.py):
+# what is read for suspects, never a run's last words.
+SETTINGS_LINE_START = '{"info": "settings"'
+
+
+def run_output(stdout: str, stderr: str) -> str:
+    """A run's output as its end is read (why it failed, its last lines): stdout, then stderr less the settings
+    line it printed before it started."""
+    kept = "\n".join(line for line in stderr.splitlines() if not line.startswith(SETTINGS_LINE_START))
+    return stdout + "\n" + kept

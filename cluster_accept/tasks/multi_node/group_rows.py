@@ -15,7 +15,7 @@ from cluster_accept.remote.launch import GroupRun, RankRun
 from cluster_accept.remote.rank_end import RankEnd, rank_end
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.rows import tool_error_row
-from cluster_accept.vocabulary.text import keep_head, keep_tail
+from cluster_accept.vocabulary.text import keep_head, keep_tail, run_output
 
 OBSERVED_CHARS = 80  # of how a failed rank ended, in its row's observed column (the whole of it is in the detail)
 LAST_LINES_CHARS = 600  # of a failed rank's last lines in its row's detail
@@ -91,7 +91,7 @@ def culprits(run: GroupRun) -> dict[str, RankEnd]:
         if result is None:  # it never ran: its start failed on its node (a refused copy, srun did not start it)
             found[name] = RankEnd(True, rank.detail or "it did not start")
         elif not result.timed_out:
-            end = rank_end(result.exit_code, result.stdout + "\n" + result.stderr)
+            end = rank_end(result.exit_code, run_output(result.stdout, result.stderr))
             if end.own:
                 found[name] = end
     return found
@@ -104,7 +104,7 @@ def _blamed_row(name: str, rank: RankRun, end: RankEnd, check: str, item: str, w
     if result is None:
         why, evidence = "", rank.detail
     else:
-        text = result.stdout + "\n" + result.stderr
+        text = run_output(result.stdout, result.stderr)
         why, evidence = why_first(text, keep_tail(result.stdout, 1500) + keep_tail(result.stderr, 500))
     last = keep_tail(end.lines, LAST_LINES_CHARS)
     said = end.why

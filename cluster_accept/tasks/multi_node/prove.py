@@ -26,7 +26,7 @@ from cluster_accept.analysis.suspects import (
     suspects,
     unproved_rows,
 )
-from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.base import BAD_STATUSES, CheckRow, NodeRow, Status
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.scripts import REMOVED_SETTINGS, TOOL_KEYS
 from cluster_accept.remote.launch import GroupJob
@@ -55,6 +55,7 @@ class _Stage(Protocol):
 
 
 NAME = "multi-node"
+RUN_FAILURES = frozenset({"collective_failed", "collective_timeout"})
 
 
 def without(job: GroupJob, removed: Mapping[str, Mapping[str, str | None]]) -> GroupJob:
@@ -75,7 +76,9 @@ def _failing(stage: _Stage) -> list[NodeRow]:
     return [
         r
         for r in stage.out.rows
-        if r.status == Status.FAIL and (r.check, r.reason) in BETWEEN_NODES_FAILURES and r.node not in stage.unreachable
+        if r.status in BAD_STATUSES
+        and (r.check, r.reason) in BETWEEN_NODES_FAILURES
+        and r.node not in stage.unreachable
     ]
 
 
@@ -108,7 +111,8 @@ def _noted(stage: _Stage, failing: Sequence[NodeRow], notes: Mapping[str, str]) 
 
 def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     """The suspects of a failed all-reduce between ``nodes`` named, and proved or cleared by one all-reduce of
-    the implicated nodes without them, against the profile's floor between nodes."""
+    the implicated nodes without them: it must complete, and reach the profile's floor between nodes (a slow
+    all-reduce is proved only against a floor)."""
     failing = _failing(stage)
     bad = sorted({r.node for r in failing})
     good = [n for n in nodes if n.name not in bad and n.name not in stage.unreachable]
@@ -117,9 +121,10 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
         return
     profile = stage.inventory.node(bad[0]).profile
     floor = profile.thresholds.allreduce_inter_busbw_gbps_min
-    if floor is None or not profile.probes.prove_causes:
+    broken = any(r.reason in RUN_FAILURES for r in failing)
+    if not profile.probes.prove_causes or (floor is None and not broken):
         off = "not measured again without it (probes.prove_causes: false)"
-        _unproved(stage, suspected, off if floor is not None else "not measured again: no floor between nodes")
+        _unproved(stage, suspected, off if profile.probes.prove_causes is False else "not measured again: no floor")
         return
     group = [stage.inventory.node(n) for n in bad] + (good[:1] if len(bad) < 2 else [])
     removed = {name: {s.key: s.removal() for s in found} for name, found in suspected.items()}
@@ -129,14 +134,18 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
             stage.run_id, stage.cluster, f"{NAME}{SUFFIX}", group[0].name, group[0].profile_name, record
         )
         stage.out.measurements.append(replace(figure, probe=ALLREDUCE_JOB.name))
-    before = min((step.busbw_gbps for step in stage.steps if not step.ok), default=None)
-    said = CheckRow(
-        "allreduce", "allreduce_busbw_gbps", Status.FAIL, "below_threshold", f"{before:.3g}" if before else "-"
-    )
-    symptom = node_row(stage.run_id, stage.cluster, NAME, bad[0], said)
-    after = run.busbw_gbps
-    retest = Retest(symptom, None if after is None else f"{after:.3g} GB/s", after is not None and after >= floor)
+    retest = _retest(stage, bad[0], broken, run.busbw_gbps, floor)
     for name, found in suspected.items():
         for row in proof_rows(found, [retest]):
             stage.row(name, row)
     _noted(stage, failing, {name: retest_note(retest, found) for name, found in suspected.items()})
+
+
+def _retest(stage: _Stage, node: str, broken: bool, after: float | None, floor: float | None) -> Retest:
+    """The failing all-reduce (slow, or not completed) next to the one without the suspects."""
+    before = min((step.busbw_gbps for step in stage.steps if not step.ok), default=None)
+    observed = "did not complete" if broken and before is None else f"{before:.3g} GB/s" if before else "-"
+    said = CheckRow("allreduce", "allreduce_busbw_gbps", Status.FAIL, "below_threshold", observed)
+    symptom = node_row(stage.run_id, stage.cluster, NAME, node, said)
+    recovered = after is not None and (floor is None or after >= floor)
+    return Retest(symptom, None if after is None else f"{after:.3g} GB/s", recovered)
