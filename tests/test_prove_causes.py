@@ -104,3 +104,26 @@ def test_proving_turned_off_names_the_suspects_without_measuring() -> None:
         ("OMP_NUM_THREADS", Status.WARN),
     ]
     assert all("probes.prove_causes: false" in r.detail for r in settings) and not proof.measurements
+
+
+def test_a_setting_only_nccls_log_names_is_a_suspect_too() -> None:
+    """A file the run could not read (inside a container, a launcher's own) still shows in NCCL's account: what NCCL
+    says it took is a setting of the run, set empty when the run is measured again."""
+    from cluster_accept.analysis.nccl_account import SETTING
+    from cluster_accept.tasks.prove_causes import NCCL_LOG, node_settings
+    from cluster_accept.vocabulary.rows import NcclFact
+
+    facts = [
+        NcclFact("r", "c", "single-node", "n1", "allreduce", SETTING, "NCCL_MAX_NCHANNELS", "1"),
+        NcclFact("r", "c", "single-node", "n1", "allreduce", SETTING, "OMP_NUM_THREADS", "8"),  # the run named it
+        NcclFact("r", "c", "single-node", "n2", "allreduce", SETTING, "NCCL_ALGO", "Tree"),  # another node's
+    ]
+    outcome = NodeResult("n1", NodeStatus.OK, commands=[CommandResult("allreduce", 0, "", SETTINGS)])
+    found = {s.key: s for s in node_settings(outcome, frozenset({"allreduce"}), facts)}
+    assert set(found) == {"NCCL_MAX_NCHANNELS", "OMP_NUM_THREADS"}
+    assert found["NCCL_MAX_NCHANNELS"].source == "/etc/nccl.conf"  # the run's own account first
+    only_log = node_settings(NodeResult("n1", NodeStatus.OK), frozenset({"allreduce"}), facts)
+    assert [(s.key, s.source, s.removal()) for s in only_log] == [
+        ("NCCL_MAX_NCHANNELS", NCCL_LOG, ""),
+        ("OMP_NUM_THREADS", NCCL_LOG, None),
+    ]

@@ -82,6 +82,8 @@ def test_a_setting_no_table_names_is_proved_the_cause_by_measuring_again_without
     assert set(again.node) == {"node02"} and "gemm_bf16_gflops" in set(again.metric), again
     healthy = checks[checks.node.isin(["node01", "node03", "node04"]) & (checks.stage == "single-node")]
     assert not (healthy.reason == "measured").any(), healthy[healthy.reason == "measured"]
+    unjudged = checks[(checks.stage == "single-node") & (checks.status == "not_judged")]
+    assert unjudged.empty, unjudged  # four nodes: every CPU figure has its peers, every GPU-less key its row
 
 
 def test_between_nodes_a_suspect_that_is_not_the_cause_is_cleared_by_the_all_reduce_measured_without_it(

@@ -131,7 +131,7 @@ def suspects(
     for setting in settings:
         if setting.key in tool_keys | kept | DESCRIPTIVE or (setting.key, setting.value) in exonerated:
             continue
-        if pinned.get(setting.key) == setting.value or setting.value == "****":
+        if pinned.get(setting.key) == setting.value or _masked(setting.value):
             continue
         if LIBRARY_DEFAULTS.get(setting.key) == setting.value.strip():
             continue
@@ -139,6 +139,11 @@ def suspects(
             continue
         found.append(setting)
     return found
+
+
+def _masked(value: str) -> bool:
+    """A value hidden before it reached the controller (``****``, ``***``): it cannot be set back or shown."""
+    return len(value) >= 3 and set(value) == {"*"}
 
 
 def failing_figures(rows: Sequence[NodeRow], metrics: Iterable[str]) -> dict[str, list[NodeRow]]:

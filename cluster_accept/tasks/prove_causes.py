@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from cluster_accept.analysis import nccl_mechanism
+from cluster_accept.analysis.nccl_account import SETTING
 from cluster_accept.analysis.nccl_mechanism import ClusterAccount, mechanism
 from cluster_accept.analysis.probe_verdicts import judged_figures, measurement_frame
 from cluster_accept.analysis.suspects import (
@@ -44,6 +45,7 @@ from cluster_accept.tasks.stage import RunState
 from cluster_accept.vocabulary.rows import Measurement, NcclFact
 
 SUFFIX = ":without-suspects"
+NCCL_LOG = "NCCL's log (set by environment)"  # where a setting only NCCL's own account named was set
 # How the stage runs a node's probes, and reads their figures: (node, quick, probes) -> its result;
 # (result, probes, stage) -> its figures.
 Measure = Callable[[Node, bool, Sequence[Probe]], NodeResult]
@@ -60,13 +62,17 @@ class _Case:
     suspected: list[JobSetting]
 
 
-def node_settings(outcome: NodeResult, scripts: frozenset[str]) -> list[JobSetting]:
-    """The settings the node's runs of ``scripts`` said they had (each key once, the first run's)."""
+def node_settings(outcome: NodeResult, scripts: frozenset[str], facts: Sequence[NcclFact] = ()) -> list[JobSetting]:
+    """The settings the node's runs of ``scripts`` said they had (each key once, the first run's), then those
+    NCCL's log says it took that the runs did not name (a file read inside a container, a launcher's own)."""
     found: dict[str, JobSetting] = {}
     for result in outcome.commands:
         if result.name in scripts:
             for setting in read_settings(result.stderr or ""):
                 found.setdefault(setting.key, setting)
+    for fact in facts:
+        if fact.kind == SETTING and fact.node == outcome.node and fact.probe in scripts and fact.name not in found:
+            found[fact.name] = JobSetting(fact.name, fact.value, NCCL_LOG)
     return list(found.values())
 
 
@@ -75,7 +81,11 @@ def _tool_keys(node: Node) -> frozenset[str]:
 
 
 def _cases(
-    state: RunState, probes: Sequence[Probe], outcomes: Sequence[NodeResult], rows: Sequence[NodeRow]
+    state: RunState,
+    probes: Sequence[Probe],
+    outcomes: Sequence[NodeResult],
+    rows: Sequence[NodeRow],
+    facts: Sequence[NcclFact] = (),
 ) -> list[_Case]:
     metrics = {metric for probe in probes for metric in probe.metrics}
     by_node = {outcome.node: outcome for outcome in outcomes}
@@ -89,12 +99,12 @@ def _cases(
             continue
         figures = {figure_of(r) for r in failing}
         healthy = [
-            node_settings(other, behind)
+            node_settings(other, behind, facts)
             for other in outcomes
             if state.inventory.node(other.node).profile_name == node.profile_name
             and not any(figure_of(r) in figures for r in failed.get(other.node, []))
         ]
-        suspected = suspects(node_settings(outcome, behind), node.profile, _tool_keys(node), healthy)
+        suspected = suspects(node_settings(outcome, behind, facts), node.profile, _tool_keys(node), healthy)
         if suspected:
             cases.append(_Case(node, failing, chosen, suspected))
     return cases
@@ -168,12 +178,14 @@ def prove_causes(
     outcomes: Sequence[NodeResult],
     judged: tuple[list[NodeRow], pd.DataFrame],
     run: tuple[Measure, ReadFigures],
+    facts: Sequence[NcclFact] = (),
 ) -> Proof:
     """The stage's rows (``judged``: with the frame of figures they were judged on) with the suspects of each
     failing figure named and, unless the profile turns it off, proved or cleared by one run without them
-    (``run``: how the stage measures a node and reads its figures)."""
+    (``run``: how the stage measures a node and reads its figures; ``facts``: NCCL's account of the stage's
+    runs, whose settings count too)."""
     rows, before = judged
-    cases = _cases(state, probes, outcomes, rows)
+    cases = _cases(state, probes, outcomes, rows, facts)
     if not cases:
         return Proof(rows, [])
     profiles = {n.name: n.profile for n in state.inventory.nodes}

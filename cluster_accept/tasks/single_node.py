@@ -338,7 +338,13 @@ class SingleNodeStage:
         state.tables.setdefault("nccl", []).extend(fact.record() for fact in judged.nccl)
         rows = confirm_stragglers(state, probes, judged)
         proof = prove_causes(
-            state, NAME, probes, outcomes, (rows, judged.frame), (run_probes_on_node, figure_reader(state))
+            state,
+            NAME,
+            probes,
+            outcomes,
+            (rows, judged.frame),
+            (run_probes_on_node, figure_reader(state)),
+            judged.nccl,
         )
         state.rows += proof.rows + mechanism_rows(state, NAME, probes, proof.rows, judged.nccl)
         state.measurements += judged.measurements + proof.measurements
