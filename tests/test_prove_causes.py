@@ -19,14 +19,12 @@ from cluster_accept.tasks.prove_causes import prove_causes
 from cluster_accept.tasks.stage import RunState
 from cluster_accept.vocabulary.rows import Measurement
 
-SETTINGS = json.dumps(
-    {
-        "info": "settings",
-        "settings": [
-            {"name": "NCCL_MAX_NCHANNELS", "value": "1", "source": "/etc/nccl.conf"},
-            {"name": "OMP_NUM_THREADS", "value": "4", "source": "env"},
-        ],
-    }
+SETTINGS = "\n".join(  # what job_settings.py printed on the run's stderr, one line per setting
+    json.dumps({"info": "settings", "setting": entry})
+    for entry in (
+        {"name": "NCCL_MAX_NCHANNELS", "value": "1", "source": "/etc/nccl.conf"},
+        {"name": "OMP_NUM_THREADS", "value": "4", "source": "env"},
+    )
 )
 
 
@@ -71,7 +69,10 @@ def test_a_failed_figure_is_measured_again_without_the_suspects_and_the_recovery
     # n1 only (n2 passed); NCCL's key set empty (a config file sets it), the environment's unset
     assert removed == [{"NCCL_MAX_NCHANNELS": "", "OMP_NUM_THREADS": None}]
     rows = {(r.check, r.item): r for r in proof.rows}
-    assert rows[("job_settings", "NCCL_MAX_NCHANNELS")].reason == "confirmed"
+    # two settings removed at once: each "confirmed_together" (one or more of them), a warning beside the figure
+    assert {rows[("job_settings", k)].reason for k in ("NCCL_MAX_NCHANNELS", "OMP_NUM_THREADS")} == {
+        "confirmed_together"
+    }
     assert "gemm_bf16_tflops gpu 0 300 -> 690.0" in rows[("job_settings", "OMP_NUM_THREADS")].detail
     assert rows[("gemm", "gemm_bf16_tflops")].detail.endswith("690.0, recovered: the setting is the cause")
     assert [(m.node, m.stage, m.value) for m in proof.measurements] == [("n1", "single-node:without-suspects", 690.0)]
@@ -125,5 +126,5 @@ def test_a_setting_only_nccls_log_names_is_a_suspect_too() -> None:
     only_log = node_settings(NodeResult("n1", NodeStatus.OK), frozenset({"allreduce"}), facts)
     assert [(s.key, s.source, s.removal()) for s in only_log] == [
         ("NCCL_MAX_NCHANNELS", NCCL_LOG, ""),
-        ("OMP_NUM_THREADS", NCCL_LOG, None),
+        ("OMP_NUM_THREADS", NCCL_LOG, ""),  # read from a file NCCL read: set empty, or NCCL sets it back
     ]

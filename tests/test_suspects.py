@@ -26,19 +26,17 @@ from cluster_accept.probes.scripts import REMOVED_SETTINGS, TOOL_KEYS, job_env
 
 # What job_settings.py printed on a test-bed node (its sshd session's environment, the capture's env-nccl.txt)
 # with ONEDNN_MAX_CPU_ISA planted in the environment and in /etc/nccl.conf.
-LINE = json.dumps(
-    {
-        "info": "settings",
-        "settings": [
-            {"name": "CUDA_VERSION", "value": "13.0.2", "source": "env"},
-            {"name": "NCCL_DEBUG", "value": "WARN", "source": "env"},
-            {"name": "NCCL_IB_DISABLE", "value": "0", "source": "env"},
-            {"name": "NCCL_SOCKET_IFNAME", "value": "eth0", "source": "env"},
-            {"name": "ONEDNN_MAX_CPU_ISA", "value": "SSE41", "source": "env", "also": "/etc/nccl.conf"},
-            {"name": "NCCL_P2P_LEVEL", "value": "LOC", "source": "/etc/nccl.conf"},
-            {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,ENV", "source": "env"},
-        ],
-    }
+LINE = "\n".join(
+    json.dumps({"info": "settings", "setting": entry})
+    for entry in (
+        {"name": "CUDA_VERSION", "value": "13.0.2", "source": "env"},
+        {"name": "NCCL_DEBUG", "value": "WARN", "source": "env"},
+        {"name": "NCCL_IB_DISABLE", "value": "0", "source": "env"},
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0", "source": "env"},
+        {"name": "ONEDNN_MAX_CPU_ISA", "value": "SSE41", "source": "env", "also": "/etc/nccl.conf"},
+        {"name": "NCCL_P2P_LEVEL", "value": "LOC", "source": "/etc/nccl.conf"},
+        {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,ENV", "source": "env"},
+    )
 )
 
 
@@ -50,7 +48,7 @@ def test_the_settings_line_is_read_from_the_runs_stderr_among_other_lines() -> N
     found = read_settings(f"Warning: something\n{LINE}\n")
     assert [s.key for s in found][:2] == ["CUDA_VERSION", "NCCL_DEBUG"] and len(found) == 7
     isa = next(s for s in found if s.key == "ONEDNN_MAX_CPU_ISA")
-    assert isa.where == "in the job environment and /etc/nccl.conf" and isa.removal() is None  # not NCCL's
+    assert isa.where == "in the job environment and /etc/nccl.conf" and isa.removal() is None  # oneDNN read it first
     p2p = next(s for s in found if s.key == "NCCL_P2P_LEVEL")
     assert p2p.where == "in /etc/nccl.conf" and p2p.removal() == ""  # set empty: /etc/nccl.conf is always read
     assert read_settings('{"info": "settings", "settings": [{"key": ***') == []  # masked or cut: nothing
@@ -95,20 +93,48 @@ def test_failing_figures_are_the_failed_rows_of_figures_below_a_minimum_or_their
 def test_a_figure_that_recovers_without_the_suspects_confirms_them_with_both_numbers() -> None:
     isa, subsys = JobSetting("ONEDNN_MAX_CPU_ISA", "SSE41", "env"), JobSetting("NCCL_DEBUG_SUBSYS", "INIT", "env")
     slow = _row("n1", "gemm_bf16_gflops_vs_cluster", Status.FAIL, "straggler")
-    rows = proof_rows([isa, subsys], [Retest(slow, "474.5", True)])
-    assert [(r.item, r.status, r.reason, r.observed) for r in rows] == [
-        ("ONEDNN_MAX_CPU_ISA", Status.FAIL, "confirmed", "ONEDNN_MAX_CPU_ISA=SSE41"),
-        ("NCCL_DEBUG_SUBSYS", Status.FAIL, "confirmed", "NCCL_DEBUG_SUBSYS=INIT"),
+    alone = proof_rows([isa], [Retest(slow, "474.5", True)])
+    assert [(r.item, r.status, r.reason, r.observed) for r in alone] == [
+        ("ONEDNN_MAX_CPU_ISA", Status.FAIL, "confirmed", "ONEDNN_MAX_CPU_ISA=SSE41")
     ]
-    assert rows[0].detail == (
+    assert (
+        alone[0].detail
+        == "set in the job environment; measured again without it: gemm_bf16_gflops 2.62 -> 474.5: confirmed"
+    )
+    # removed together, the one measurement cannot tell which: each a warning, the figure still failing
+    together = proof_rows([isa, subsys], [Retest(slow, "474.5", True)])
+    assert [(r.item, r.status, r.reason) for r in together] == [
+        ("ONEDNN_MAX_CPU_ISA", Status.WARN, "confirmed_together"),
+        ("NCCL_DEBUG_SUBSYS", Status.WARN, "confirmed_together"),
+    ]
+    assert together[0].detail == (
         "set in the job environment (removed together with NCCL_DEBUG_SUBSYS=INIT); measured again without it: "
-        "gemm_bf16_gflops 2.62 -> 474.5: confirmed"
+        "gemm_bf16_gflops 2.62 -> 474.5: recovered"
     )
     note = retest_note(Retest(slow, "474.5", True), [isa])
     assert note == (
         "measured again without ONEDNN_MAX_CPU_ISA=SSE41 (the job environment): 474.5, recovered: the setting is "
         "the cause"
     )
+
+
+def test_a_figure_is_recovered_only_beyond_the_margin_and_keys_that_cannot_be_removed_are_never_suspects() -> None:
+    from cluster_accept.analysis.suspects import recovered
+
+    assert recovered(280.0, 300.0, 5) and not recovered(280.0, 290.0, 5) and recovered(None, 1.0, 5)
+    odd = [
+        JobSetting("NCCL_X ", "1", "/etc/nccl.conf"),  # ``NCCL_X = 1``: a key NCCL never reads
+        JobSetting("NCCL_X$(touch /tmp/x)", "1", "/etc/nccl.conf"),
+        JobSetting("NCCL_NET", "Socket", "/etc/nccl.conf"),  # empty would load no network at all
+        JobSetting("NCCL_NET", "IB", "env"),  # from the environment it can be unset
+        JobSetting("CUBLAS_VERSION", "13.0.0", "env"),  # describes the image
+        JobSetting("NCCL_PROTO", "LL", "/etc/nccl.conf"),
+    ]
+    found = suspects(odd, _profile(), TOOL_KEYS)
+    assert [(s.key, s.source, s.removal()) for s in found] == [
+        ("NCCL_NET", "env", None),
+        ("NCCL_PROTO", "/etc/nccl.conf", "^"),
+    ]
 
 
 def test_a_figure_as_low_without_the_suspects_clears_them_and_no_figure_leaves_them_suspects() -> None:
@@ -187,3 +213,14 @@ def test_the_settings_line_is_never_a_failed_runs_last_words() -> None:
     end = rank_end(1, run_output("", stderr))
     assert "RuntimeError: NCCL error" in end.lines and '"settings"' not in end.lines
     assert run_output("out", LINE) == "out\n"
+
+
+def test_the_node_side_script_masks_by_the_projects_own_rule() -> None:
+    """job_settings.py ships alone: its copy of the rule for a secret name is the project's."""
+    from cluster_accept.vocabulary import secrets
+
+    assert job_settings.SECRET_NAME_ERE == secrets.SECRET_NAME_ERE
+    assert job_settings.NOT_SECRET_NAMES == {n for n in secrets.NOT_SECRET_NAMES if n.isupper()}
+    for name in ("UCX_COOKIE", "NCCL_PASS", "NCCL_IB_TOKEN", "TORCH_AUTH"):
+        assert job_settings._value(name, "s3cr3t") == "****", name
+    assert job_settings._value("NCCL_IB_PKEY", "0x8001") == "0x8001"

@@ -180,31 +180,34 @@ def _channel_findings(
 
 # Rows: a mechanism is named beside a node's failing collective, between the figure and the setting behind it.
 NAME = "nccl_mechanism"
-_WHY = "NCCL's own log of the run; the setting or state behind it is named beside it where one was found"
+_WHY = (
+    "NCCL's own log of the run; the setting behind it is named beside it where one was found (job_settings), else "
+    "look at the hardware path: nvidia-smi nvlink -s / -e, topo -m"
+)
 REASONS = declare(
     Reason(
         "channels_below_majority",
         Status.WARN,
         f"NCCL opened fewer channels here than on the healthy majority of the cluster in the same run ({_WHY})",
-        Action.FIX_CONFIG,
+        Action.CHECK_NODE,
     ),
     Reason(
         "channels_below_nvlinks",
         Status.WARN,
         f"NCCL opened fewer channels inside the node than its GPUs' NVLinks carry ({_WHY})",
-        Action.FIX_CONFIG,
+        Action.CHECK_NODE,
     ),
     Reason(
         "algorithm_differs",
         Status.WARN,
         f"NCCL ran another algorithm here than on the healthy majority ({_WHY})",
-        Action.FIX_CONFIG,
+        Action.CHECK_NODE,
     ),
     Reason(
         "protocol_differs",
         Status.WARN,
         f"NCCL ran another protocol here than on the healthy majority ({_WHY})",
-        Action.FIX_CONFIG,
+        Action.CHECK_NODE,
     ),
 )
 

@@ -19,6 +19,7 @@ Pure functions over typed rows; the frame of figures is the stage's.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,22 +28,29 @@ from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
+from cluster_accept.vocabulary.text import SETTINGS_LINE_START
 
 NAME = "job_settings"
 ENV_SOURCE = "env"
 # What NCCL does when the key is unset (its documented defaults): such a value changes nothing.
-LIBRARY_DEFAULTS = {
-    "NCCL_P2P_DISABLE": "0",
-    "NCCL_SHM_DISABLE": "0",
-    "NCCL_IB_DISABLE": "0",
-    "NCCL_NET_GDR_LEVEL": "",
-    "NCCL_ALGO": "",
-    "NCCL_PROTO": "",
-}
-# What an image or a login sets to describe itself, read by no library at run time: never a suspect.
-DESCRIPTIVE = frozenset(
-    {"CUDA_HOME", "CUDA_PATH", "CUDA_VERSION", "NCCL_VERSION", "CUDNN_VERSION", "TORCH_CUDA_ARCH_LIST"}
-)
+LIBRARY_DEFAULTS = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_IB_DISABLE": "0"}
+# How a key NCCL reads from a config file is neutralised for the second run (the environment's value wins over the
+# file's): empty for most, NCCL's integer and level parameters taking it as unset; "^" (exclude nothing) for the
+# lists, since an empty NCCL_ALGO/NCCL_PROTO disables every algorithm/protocol in NCCL <= 2.23.
+NEUTRAL = {"NCCL_ALGO": "^", "NCCL_PROTO": "^"}
+# Keys NCCL reads from a file that no value neutralises (an empty NCCL_NET loads no network at all): never removed.
+NOT_NEUTRALISED = frozenset({"NCCL_NET"})
+# A variable's name as a shell may set it: anything else (``NCCL_X = 1``, ``export NCCL_X``) is no setting.
+VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What an image or a login sets to describe itself, read by no library at run time: never a suspect (and any
+# ``*_VERSION``: CUBLAS_VERSION, CUDA_DRIVER_VERSION, NCCL_VERSION …).
+DESCRIPTIVE = frozenset({"CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "NVIDIA_REQUIRE_CUDA"})
+
+
+def descriptive(key: str) -> bool:
+    return key in DESCRIPTIVE or key.endswith("_VERSION")
+
+
 # Figures' findings a setting can explain: far below a minimum, or far below the node's peers.
 FIGURE_FAILURES = frozenset({"below_threshold", "straggler", "efficiency_low"})
 REASONS = declare(
@@ -51,6 +59,13 @@ REASONS = declare(
         Status.FAIL,
         "a setting in effect for the job slowed a figure: measured again without it, the figure recovered (both "
         "numbers in the detail): unset it where it is set, or set it right for this node",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "confirmed_together",
+        Status.WARN,
+        "several settings were in effect and the figure recovered without all of them: one or more of them slowed "
+        "it (both numbers in the detail); unset them one at a time and measure again to tell which",
         Action.FIX_CONFIG,
     ),
     Reason(
@@ -89,25 +104,36 @@ class JobSetting:
         return f"{self.key}={self.value}"
 
     def removal(self) -> str | None:
-        """How the run goes without it: unset (None), or, for an NCCL key a config file sets, set empty (NCCL
-        reads empty as unset, and its files never overwrite a key the environment has)."""
+        """How the run goes without it: unset (None), or, for a key only a config file sets, or an NCCL key a file
+        sets too (NCCL reads its files at its start and never overwrites a key the environment has), set to its
+        neutral value (:data:`NEUTRAL`, else empty). Another library's key the environment sets is unset: that
+        library read it at its own start, before NCCL's files."""
+        nccl_reads = self.source != ENV_SOURCE or (bool(self.also) and self.key.startswith("NCCL_"))
+        return NEUTRAL.get(self.key, "") if nccl_reads else None
+
+    @property
+    def removable(self) -> bool:
+        """Whether a second run can go without it: a shell variable's name, and not a key NCCL reads from a file
+        with no neutral value."""
         in_file = self.source != ENV_SOURCE or bool(self.also)
-        return "" if in_file and self.key.startswith("NCCL_") else None
+        return VARIABLE.fullmatch(self.key) is not None and not (in_file and self.key in NOT_NEUTRALISED)
 
 
 def read_settings(text: str) -> list[JobSetting]:
-    """The settings line ``job_settings.py`` printed (on the run's stderr); none when absent or unreadable."""
+    """The settings ``job_settings.py`` printed, one line each (on the run's stderr); a line masked or cut on its
+    way is left out, the others kept."""
+    found = []
     for line in text.splitlines():
-        if '"info": "settings"' not in line:
+        if not line.startswith(SETTINGS_LINE_START):
             continue
         try:
-            record = json.loads(line[line.index("{") :])
+            record = json.loads(line)
         except ValueError:
             continue
-        entries = record.get("settings") if isinstance(record, dict) else None
-        if isinstance(entries, list):
-            return [_setting(e) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)]
-    return []
+        entry = record.get("setting") if isinstance(record, dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            found.append(_setting(entry))
+    return found
 
 
 def _setting(entry: Mapping[str, object]) -> JobSetting:
@@ -129,7 +155,9 @@ def suspects(
     exonerated = {(s.key, s.value) for node in healthy for s in node}
     found = []
     for setting in settings:
-        if setting.key in tool_keys | kept | DESCRIPTIVE or (setting.key, setting.value) in exonerated:
+        if setting.key in tool_keys | kept or descriptive(setting.key) or (setting.key, setting.value) in exonerated:
+            continue
+        if not setting.removable:
             continue
         if pinned.get(setting.key) == setting.value or _masked(setting.value):
             continue
@@ -180,7 +208,7 @@ def causes(symptoms: frozenset[str], stage: str) -> tuple[Link, ...]:
     """A confirmed setting explains the figures of ``symptoms`` (checks) it slowed; a suspect, until cleared."""
     return (
         Link(NAME, symptoms, stage, frozenset({"confirmed"})),
-        Link(NAME, symptoms, stage, frozenset({"suspect"})),
+        Link(NAME, symptoms, stage, frozenset({"confirmed_together", "suspect"})),
     )
 
 
@@ -194,6 +222,20 @@ def probe_stage_causes(checks: frozenset[str], stage: str) -> tuple[Link, ...]:
     still a suspect, explains both. The mechanism is listed first: a verdict's sentence reads "figure: mechanism
     because setting"."""
     return (Link(nccl_mechanism.NAME, checks & NCCL_SYMPTOMS, stage),) + causes(checks | {nccl_mechanism.NAME}, stage)
+
+
+def recovered(before: float | None, again: float, margin_pct: float) -> bool:
+    """Whether a figure measured again without the suspects came back for real: beyond ``margin_pct`` over what it
+    was (a node just under its floor passing the second time is noise, not a cause)."""
+    return before is None or again >= before * (1 + margin_pct / 100)
+
+
+def figure_value(text: str | None) -> float | None:
+    """A row's figure as a number (``24.3``, ``3.64 GB/s``); None when it holds none."""
+    try:
+        return float((text or "").split()[0].replace(",", ""))
+    except (ValueError, IndexError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -230,9 +272,13 @@ def proof_rows(suspected: Sequence[JobSetting], retests: Sequence[Retest]) -> li
             rows.append(CheckRow(NAME, setting.key, Status.WARN, "suspect", setting.said, "unset", said))
         elif any(r.recovered for r in back):
             stayed = _figures(back, False)
-            said = f"{where}; measured again without it: {_figures(back, True)}: confirmed"
+            alone = len(suspected) == 1
+            said = (
+                f"{where}; measured again without it: {_figures(back, True)}: {'confirmed' if alone else 'recovered'}"
+            )
             said += f"; still low: {stayed}" if stayed else ""
-            rows.append(CheckRow(NAME, setting.key, Status.FAIL, "confirmed", setting.said, "unset", said))
+            status, reason = (Status.FAIL, "confirmed") if alone else (Status.WARN, "confirmed_together")
+            rows.append(CheckRow(NAME, setting.key, status, reason, setting.said, "unset", said))
         else:
             said = f"{where}; measured again without it: {_figures(back, False)}: still low, not the cause"
             rows.append(CheckRow(NAME, setting.key, Status.PASS, "cleared", setting.said, "unset", said))

@@ -22,15 +22,17 @@ import pandas as pd
 from cluster_accept.analysis import nccl_mechanism
 from cluster_accept.analysis.nccl_account import SETTING
 from cluster_accept.analysis.nccl_mechanism import ClusterAccount, mechanism
-from cluster_accept.analysis.probe_verdicts import judged_figures, measurement_frame
+from cluster_accept.analysis.probe_verdicts import measurement_frame
 from cluster_accept.analysis.suspects import (
     NCCL_SYMPTOMS,
     JobSetting,
     Retest,
     failing_figures,
     figure_of,
+    figure_value,
     proof_rows,
     read_settings,
+    recovered,
     retest_note,
     suspects,
     unproved_rows,
@@ -64,7 +66,8 @@ class _Case:
 
 def node_settings(outcome: NodeResult, scripts: frozenset[str], facts: Sequence[NcclFact] = ()) -> list[JobSetting]:
     """The settings the node's runs of ``scripts`` said they had (each key once, the first run's), then those
-    NCCL's log says it took that the runs did not name (a file read inside a container, a launcher's own)."""
+    NCCL's log says it took that the runs did not name (a file read inside a container, a launcher's own).
+    ``facts``: NCCL's account of this node's runs (the caller indexes the stage's by node once)."""
     found: dict[str, JobSetting] = {}
     for result in outcome.commands:
         if result.name in scripts:
@@ -80,6 +83,16 @@ def _tool_keys(node: Node) -> frozenset[str]:
     return TOOL_KEYS | (frozenset({"CUDA_VISIBLE_DEVICES"}) if node.profile.probes.cuda_visible_devices else set())
 
 
+def _passed(rows: Sequence[NodeRow], metrics: frozenset[str]) -> dict[str, set[str]]:
+    """By node, the figures (of ``metrics``) it measured and passed: only such a node clears a setting it shares
+    (one whose run crashed never measured the figure the setting may have cost)."""
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        if row.status == Status.PASS and figure_of(row) in metrics:
+            found.setdefault(row.node, set()).add(figure_of(row))
+    return found
+
+
 def _cases(
     state: RunState,
     probes: Sequence[Probe],
@@ -87,24 +100,33 @@ def _cases(
     rows: Sequence[NodeRow],
     facts: Sequence[NcclFact] = (),
 ) -> list[_Case]:
-    metrics = {metric for probe in probes for metric in probe.metrics}
+    """The nodes to prove: a failed figure, and a suspect among the settings of the runs behind it."""
+    metrics = frozenset(metric for probe in probes for metric in probe.metrics)
     by_node = {outcome.node: outcome for outcome in outcomes}
-    failed = failing_figures(rows, metrics)
+    facts_of: dict[str, list[NcclFact]] = {}
+    for fact in facts:
+        facts_of.setdefault(fact.node, []).append(fact)
+    failed, passed = failing_figures(rows, metrics), _passed(rows, metrics)
+    settings: dict[tuple[str, frozenset[str]], list[JobSetting]] = {}
+
+    def of(name: str, scripts: frozenset[str]) -> list[JobSetting]:
+        key = (name, scripts)
+        if key not in settings:
+            settings[key] = node_settings(by_node[name], scripts, facts_of.get(name, []))
+        return settings[key]
+
     cases = []
     for name, failing in sorted(failed.items()):
-        node, outcome = state.inventory.node(name), by_node.get(name)
+        node = state.inventory.node(name)
         behind = frozenset(p.script.name for p in probes if any(figure_of(r) in p.metrics for r in failing))
         chosen = [p for p in probes if p.script.name in behind and p.command(node, state.quick) is not None]
-        if outcome is None or not chosen:
+        if name not in by_node or not chosen:
             continue
         figures = {figure_of(r) for r in failing}
-        healthy = [
-            node_settings(other, behind, facts)
-            for other in outcomes
-            if state.inventory.node(other.node).profile_name == node.profile_name
-            and not any(figure_of(r) in figures for r in failed.get(other.node, []))
-        ]
-        suspected = suspects(node_settings(outcome, behind, facts), node.profile, _tool_keys(node), healthy)
+        peers = [n for n, done in passed.items() if figures <= done and n in by_node and n not in failed]
+        same = [n for n in peers if state.inventory.node(n).profile_name == node.profile_name]
+        healthy = [of(n, behind) for n in same]
+        suspected = suspects(of(name, behind), node.profile, _tool_keys(node), healthy)
         if suspected:
             cases.append(_Case(node, failing, chosen, suspected))
     return cases
@@ -120,29 +142,33 @@ def _without(case: _Case, quick: bool, measure: Measure) -> NodeResult:
         REMOVED_SETTINGS.reset(token)
 
 
-def _again(before: pd.DataFrame, again: pd.DataFrame, node: str, metrics: set[str]) -> pd.DataFrame:
-    """The stage's figures with ``node``'s figures of ``metrics`` replaced by those measured again."""
-    kept = before[~((before["node"] == node) & before["metric"].isin(list(metrics)))]
-    return pd.concat([kept, again[again["metric"].isin(list(metrics))]], ignore_index=True) if not again.empty else kept
-
-
-def _retests(case: _Case, before: pd.DataFrame, again: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[Retest]:
-    """Each failing row judged again by its probe over the stage's figures with the node's measured again."""
+def _retests(
+    cases: Sequence[_Case], before: pd.DataFrame, again: pd.DataFrame, profiles: Mapping[str, Profile]
+) -> list[Retest]:
+    """Each failing row judged again by its probe over the stage's figures, every proved node's figures replaced
+    by those it measured without its suspects (one judgement per probe, whatever the number of nodes); a row
+    recovered when it passes and its figure rose beyond the profile's ``straggler_pct``."""
+    replaced = {(c.node.name, figure_of(r)) for c in cases for r in c.failing}
+    keys = list(zip(before["node"], before["metric"], strict=True))
+    kept = before[[key not in replaced for key in keys]]
+    figures = pd.concat([kept, again], ignore_index=True) if not again.empty else kept
+    measured = {(n, m) for n, m in zip(again["node"], again["metric"], strict=True)} if not again.empty else set()
     out = []
-    for probe in case.probes:
-        mine = [r for r in case.failing if figure_of(r) in probe.metrics]
+    for probe in {p for c in cases for p in c.probes}:
+        mine = [(c, r) for c in cases for r in c.failing if figure_of(r) in probe.metrics]
         if not mine:
             continue
-        metrics = {figure_of(r) for r in mine}
-        figures = _again(before, again, case.node.name, metrics)
-        measured = set(judged_figures(again, probe.metrics)["metric"]) if not again.empty else set()
         judged = probe.evaluate(figures[figures["metric"].isin(list(probe.metrics))], profiles)
-        for row in mine:
-            twin = next((r for n, r in judged if n == case.node.name and r.item == row.item and r.gpu == row.gpu), None)
-            if figure_of(row) not in measured or twin is None:
+        twins = {(n, r.item, r.gpu): r for n, r in judged}
+        for case, row in mine:
+            twin = twins.get((case.node.name, row.item, row.gpu))
+            if (case.node.name, figure_of(row)) not in measured or twin is None:
                 out.append(Retest(row, None, False))
-            else:
-                out.append(Retest(row, twin.observed, twin.status == Status.PASS))
+                continue
+            margin = case.node.profile.thresholds.straggler_pct
+            after = figure_value(twin.observed)
+            came_back = after is not None and recovered(figure_value(row.observed), after, margin)
+            out.append(Retest(row, twin.observed, twin.status == Status.PASS and came_back))
     return out
 
 
@@ -189,20 +215,23 @@ def prove_causes(
     if not cases:
         return Proof(rows, [])
     profiles = {n.name: n.profile for n in state.inventory.nodes}
-    results = _run_cases([c for c in cases if c.node.profile.probes.prove_causes], state.quick, run[0])
+    proving = [c for c in cases if c.node.profile.probes.prove_causes]
+    results = _run_cases(proving, state.quick, run[0])
+    kept = [
+        replace(m, stage=f"{stage}{SUFFIX}")
+        for case in proving
+        for m in run[1](results[case.node.name], case.probes, stage)
+    ]
+    retests = _retests(proving, before, measurement_frame(kept), profiles)
     notes: dict[int, str] = {}
     added: list[NodeRow] = []
-    kept: list[Measurement] = []
     for case in cases:
-        outcome = results.get(case.node.name)
-        if outcome is None:
+        if case.node.name not in results:
             found = unproved_rows(case.suspected, "not measured again without it (probes.prove_causes: false)")
         else:
-            figures = [replace(m, stage=f"{stage}{SUFFIX}") for m in run[1](outcome, case.probes, stage)]
-            kept += figures
-            retests = _retests(case, before, measurement_frame(figures), profiles)
-            notes.update({id(r.row): retest_note(r, case.suspected) for r in retests})
-            found = proof_rows(case.suspected, retests)
+            mine = [r for r in retests if r.row.node == case.node.name]
+            notes.update({id(r.row): retest_note(r, case.suspected) for r in mine})
+            found = proof_rows(case.suspected, mine)
         added += [node_row(state.run_id, state.cluster, stage, case.node.name, r) for r in found]
     return Proof(_noted(rows, notes) + added, kept)
 

@@ -10,8 +10,8 @@ the libraries a probe goes through (NCCL, torch, OpenMP, MKL, oneDNN, gloo, CUDA
 - then NCCL's own files as NCCL reads them (``setenv(k, v, 0)``: the first to set a key wins):
   ``$NCCL_CONF_FILE`` when set, else ``~/.nccl.conf``; then ``/etc/nccl.conf``.
 
-Values of variables with secret-looking names are not printed; fields are "name", "value", "source" ("key" reads
-as a secret to the masking every output passes through). Only the standard library is needed.
+Values of variables with secret-looking names are not printed; one JSON line per setting, fields "name", "value",
+"source" ("key" reads as a secret to the masking every output passes through). Only the standard library is needed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ PREFIXES = (
     "NCCL_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "OPENBLAS_", "ATEN_",
     "GLOO_", "TP_", "CUDA_", "CUBLAS", "CUDNN_", "NVIDIA_TF32", "UCX_", "NVSHMEM_", "LD_PRELOAD",
 )  # fmt: skip
-SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|(?<!P)KEY|PAT$")
+# The project's rule for a secret name (vocabulary/secrets.py SECRET_NAME_ERE, NOT_SECRET_NAMES; a test holds the
+# two the same): this script ships alone and imports nothing of the package.
+_WORDS = "TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|AUTH|AUTHORIZATION"
+SECRET_NAME_ERE = f"({_WORDS})S?([^A-Z]|$)|(^|[^A-Z])(PASS|PAT)S?([^A-Z]|$)|[^A-Z]PWD([^A-Z]|$)"
+NOT_SECRET_NAMES = frozenset({"NCCL_IB_PKEY", "UCX_IB_PKEY"})
+SECRET = re.compile(SECRET_NAME_ERE)
 MASK = "****"
 ETC_FILE = "/etc/nccl.conf"
 USER_FILE = "~/.nccl.conf"
@@ -35,7 +40,7 @@ def watched(key: str) -> bool:
 
 
 def _value(key: str, value: str) -> str:
-    return MASK if SECRET.search(key.upper()) else value
+    return MASK if key not in NOT_SECRET_NAMES and SECRET.search(key.upper()) else value
 
 
 def conf_lines(path: str) -> list[tuple[str, str]]:
@@ -77,4 +82,6 @@ def settings() -> list[dict[str, str]]:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"info": "settings", "settings": settings()}), flush=True)
+    # one line per setting: where a value looks like a secret to the controller's masking, only its line is cut
+    for setting in settings():
+        print(json.dumps({"info": "settings", "setting": setting}), flush=True)

@@ -160,14 +160,18 @@ GROUP_REASONS = {
         Reason(
             "collective_timeout",
             Status.TIMEOUT,
-            "the all-reduce across nodes hung and was stopped on every node: rerun; if it repeats, bisect",
-            Action.RERUN,
+            "the all-reduce across nodes hung and was stopped on every node: first the job_settings rows (a setting "
+            "run again without), then NCCL's warnings in each rank's output, the node's HCAs and cables; bisect "
+            "with known-good nodes (cluster-accept bisect --good)",
+            Action.CHECK_NODE,
         ),
         Reason(
             "collective_failed",
             Status.ERROR,
-            "the all-reduce across nodes did not complete (see what each rank said): rerun, then bisect",
-            Action.RERUN,
+            "the all-reduce across nodes did not complete: the NCCL warning in the detail says why; the job_settings "
+            "rows say whether a setting of this node, run again without it, was the cause; else its HCAs, cables "
+            "and NCCL's environment",
+            Action.CHECK_NODE,
         ),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
         STOPPED,
