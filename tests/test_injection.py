@@ -67,6 +67,8 @@ def test_single_node_probe_paths_are_one_word(sandbox: Sandbox, template: str, v
     trainer += ["--master_addr=127.0.0.1", "--master_port=12345", "--rdzv-conf=timeout=120", "train_step.py"]
     trainer += [*train_arguments(target, False).split(), "--label", "intra_node", "--init-timeout-s", "120"]
     expected += [[python, "-c", LOOPBACK_PORT], trainer]
+    # before each run, the settings it runs with: the GPU bench, the sweep, training (and the pairs on CUDA)
+    expected += [[python, "job_settings.py"]] * (4 if device == "cuda" else 3)
     records = sandbox.records()
     assert sorted(r.argv for r in records) == sorted(expected)
     probe_dir = records[0].env["CA_PROBE_DIR"]
@@ -101,6 +103,7 @@ def test_multi_node_rank_command_and_free_port_probe(sandbox: Sandbox, template:
             + ["--device", device, "--label", "inter_node", "--tag", "cas9tag", "--min-bytes", str(1 << 20), *sizes]
             + ["--init-timeout-s", "120"]
         )
+        expected.append([python, "job_settings.py"])  # before each rank, the settings it runs with
     records = sandbox.records()
     assert sorted(r.argv for r in records) == sorted(expected)
     ranks = [r for r in records if "--nnodes=2" in r.argv]
