@@ -128,3 +128,31 @@ def test_a_setting_only_nccls_log_names_is_a_suspect_too() -> None:
         ("NCCL_MAX_NCHANNELS", NCCL_LOG, ""),
         ("OMP_NUM_THREADS", NCCL_LOG, ""),  # read from a file NCCL read: set empty, or NCCL sets it back
     ]
+
+
+def test_a_figure_the_probe_judges_off_its_own_output_is_proved_against_the_minimum_its_row_states() -> None:
+    """The data-parallel efficiency is judged by the training probe off its run (not one of its cluster metrics):
+    CUDA_DEVICE_MAX_CONNECTIONS=1 costs DDP its overlap; measured again without it the efficiency is back."""
+    from cluster_accept.probes.training import PROBE as TRAINING
+
+    settings = json.dumps(
+        {"info": "settings", "setting": {"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1", "source": "env"}}
+    )
+    row = NodeRow("r", "c", "single-node", "n1", "training", "training_dp_efficiency", Status.FAIL,
+                  "dp_efficiency_low", "0.648 (100,222 together / 154,600 solo tokens/s per GPU)",
+                  ">= 0.80 of the node's slowest GPU's solo tokens/s (default …)", "")  # fmt: skip
+
+    def figure(value: float) -> Measurement:
+        return Measurement("r", "c", "single-node", "n1", "training_dp_efficiency", value, profile="p", unit="ratio")
+
+    before = measurement_frame([figure(0.648)])
+    outcome = NodeResult("n1", NodeStatus.OK, commands=[CommandResult("training", 0, "", settings)])
+    proof = prove_causes(
+        _state(True), "single-node", [TRAINING], [outcome], ([row], before),
+        (lambda n, q, p: _outcome(n.name, ""), lambda o, p, s: [figure(0.904)]),
+    )  # fmt: skip
+    proved = [r for r in proof.rows if r.check == "job_settings"]
+    assert [(r.item, r.reason) for r in proved] == [("CUDA_DEVICE_MAX_CONNECTIONS", "confirmed")]
+    assert (
+        "training_dp_efficiency 0.648 (100,222 together / 154,600 solo tokens/s per GPU) -> 0.904" in proved[0].detail
+    )

@@ -52,7 +52,7 @@ def descriptive(key: str) -> bool:
 
 
 # Figures' findings a setting can explain: far below a minimum, or far below the node's peers.
-FIGURE_FAILURES = frozenset({"below_threshold", "straggler", "efficiency_low"})
+FIGURE_FAILURES = frozenset({"below_threshold", "straggler", "efficiency_low", "dp_efficiency_low"})
 REASONS = declare(
     Reason(
         "confirmed",
@@ -228,6 +228,12 @@ def recovered(before: float | None, again: float, margin_pct: float) -> bool:
     """Whether a figure measured again without the suspects came back for real: beyond ``margin_pct`` over what it
     was (a node just under its floor passing the second time is noise, not a cause)."""
     return before is None or again >= before * (1 + margin_pct / 100)
+
+
+def minimum_of(expected: str | None) -> float | None:
+    """The minimum a row's expected column states (``>= 0.80 of …``, ``>= 287.0 GB/s``); None without one."""
+    match = re.match(r">=\s*([0-9][0-9,]*\.?[0-9]*)", (expected or "").strip())
+    return float(match.group(1).replace(",", "")) if match else None
 
 
 def figure_value(text: str | None) -> float | None:

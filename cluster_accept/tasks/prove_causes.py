@@ -30,6 +30,7 @@ from cluster_accept.analysis.suspects import (
     failing_figures,
     figure_of,
     figure_value,
+    minimum_of,
     proof_rows,
     read_settings,
     recovered,
@@ -79,6 +80,11 @@ def node_settings(outcome: NodeResult, scripts: frozenset[str], facts: Sequence[
     return list(found.values())
 
 
+def _behind(probe: Probe, row: NodeRow) -> bool:
+    """Whether ``probe``'s run gave the figure ``row`` judges: one of its metrics, or one it judges itself."""
+    return figure_of(row) in probe.metrics or row.check == probe.check
+
+
 def _tool_keys(node: Node) -> frozenset[str]:
     return TOOL_KEYS | (frozenset({"CUDA_VISIBLE_DEVICES"}) if node.profile.probes.cuda_visible_devices else set())
 
@@ -99,9 +105,12 @@ def _cases(
     outcomes: Sequence[NodeResult],
     rows: Sequence[NodeRow],
     facts: Sequence[NcclFact] = (),
+    measured: frozenset[str] = frozenset(),
 ) -> list[_Case]:
-    """The nodes to prove: a failed figure, and a suspect among the settings of the runs behind it."""
-    metrics = frozenset(metric for probe in probes for metric in probe.metrics)
+    """The nodes to prove: a failed figure (``measured``: every metric the stage's runs gave), and a suspect among
+    the settings of the runs behind it."""
+    # the probes' judged figures, and those a probe judges off its own output (the data-parallel efficiency)
+    metrics = frozenset(metric for probe in probes for metric in probe.metrics) | frozenset(measured)
     by_node = {outcome.node: outcome for outcome in outcomes}
     facts_of: dict[str, list[NcclFact]] = {}
     for fact in facts:
@@ -118,7 +127,7 @@ def _cases(
     cases = []
     for name, failing in sorted(failed.items()):
         node = state.inventory.node(name)
-        behind = frozenset(p.script.name for p in probes if any(figure_of(r) in p.metrics for r in failing))
+        behind = frozenset(p.script.name for p in probes if any(_behind(p, r) for r in failing))
         chosen = [p for p in probes if p.script.name in behind and p.command(node, state.quick) is not None]
         if name not in by_node or not chosen:
             continue
@@ -154,6 +163,7 @@ def _retests(
     figures = pd.concat([kept, again], ignore_index=True) if not again.empty else kept
     measured = {(n, m) for n, m in zip(again["node"], again["metric"], strict=True)} if not again.empty else set()
     out = []
+    out += _inspected_retests(cases, again)
     for probe in {p for c in cases for p in c.probes}:
         mine = [(c, r) for c in cases for r in c.failing if figure_of(r) in probe.metrics]
         if not mine:
@@ -169,6 +179,30 @@ def _retests(
             after = figure_value(twin.observed)
             came_back = after is not None and recovered(figure_value(row.observed), after, margin)
             out.append(Retest(row, twin.observed, twin.status == Status.PASS and came_back))
+    return out
+
+
+def _inspected_retests(cases: Sequence[_Case], again: pd.DataFrame) -> list[Retest]:
+    """Failing rows of figures a probe judges off its own output (not among its metrics): the figure measured
+    again against the minimum the row states, beyond the straggler margin."""
+    out = []
+    for case in cases:
+        judged = {m for p in case.probes for m in p.metrics}
+        for row in case.failing:
+            if figure_of(row) in judged:
+                continue
+            hit = (
+                again[(again["node"] == case.node.name) & (again["metric"] == figure_of(row))]
+                if not again.empty
+                else again
+            )
+            after, floor = (float(hit["value"].iloc[0]) if not hit.empty else None), minimum_of(row.expected)
+            if after is None or floor is None:
+                out.append(Retest(row, None, False))
+                continue
+            margin = case.node.profile.thresholds.straggler_pct
+            ok = after >= floor and recovered(figure_value(row.observed), after, margin)
+            out.append(Retest(row, f"{after:.3g}", ok))
     return out
 
 
@@ -211,7 +245,8 @@ def prove_causes(
     (``run``: how the stage measures a node and reads its figures; ``facts``: NCCL's account of the stage's
     runs, whose settings count too)."""
     rows, before = judged
-    cases = _cases(state, probes, outcomes, rows, facts)
+    measured = frozenset(before["metric"]) if not before.empty else frozenset()
+    cases = _cases(state, probes, outcomes, rows, facts, measured)
     if not cases:
         return Proof(rows, [])
     profiles = {n.name: n.profile for n in state.inventory.nodes}
