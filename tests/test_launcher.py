@@ -37,6 +37,7 @@ def standin(path: Path, barrier: Path, fail_rank: int | None = None) -> str:
     path.write_text(
         "#!/bin/sh\n"
         'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'if [ "$1" = job_settings.py ]; then exit 0; fi\n'  # the settings a rank runs with: none here
         'for a in "$@"; do case "$a" in --nnodes=*) n=${a#*=} ;; --node_rank=*) k=${a#*=} ;; esac; done\n'
         f"{fail}"
         f'b={barrier}/$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'
@@ -261,6 +262,7 @@ def killing_standin(path: Path, barrier: Path, victim: int, teardown_rank: int |
     path.write_text(
         "#!/bin/sh\n"
         'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'if [ "$1" = job_settings.py ]; then exit 0; fi\n'  # the settings a rank runs with: none here
         'for a in "$@"; do case "$a" in --nnodes=*) n=${a#*=} ;; --node_rank=*) k=${a#*=} ;; esac; done\n'
         f'b={barrier}/$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'
         'mkdir -p "$b"; touch "$b/$k"\n'
@@ -311,6 +313,7 @@ def test_workers_a_failed_rank_left_behind_are_cleared_from_its_node(tmp_path: P
     path.write_text(
         "#!/bin/sh\n"
         'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'if [ "$1" = job_settings.py ]; then exit 0; fi\n'  # the settings a rank runs with: none here
         'for a in "$@"; do case "$a" in --node_rank=*) k=${a#*=} ;; esac; done\n'
         't=$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'
         'if [ "$k" = 1 ]; then setsid sh -c "while :; do sleep 1; done" worker --tag "$t" \\\n'
