@@ -176,6 +176,9 @@ class _Stage:
             status = Status.PASS if step.ok else Status.WARN  # the group's symptom: isolation names the node
             observed = f"{step.busbw_gbps:.3g} GB/s"
             row = CheckRow("scaling", f"{step.nodes} nodes", status, step.reason, observed, step.expected, step.detail)
+            if step.ok and step.expected == "completed":  # no floor, no smaller group, no efficiency: unjudged
+                unset = "none: set thresholds.allreduce_inter_busbw_gbps_min"
+                row = replace(row, status=Status.NOT_JUDGED, reason="no_expectation", expected=unset)
             for node in groups[step.nodes]:
                 self.row(node.name, row)
         # Nodes no completed group measured, and no failed group's row names: skipped, with why.
