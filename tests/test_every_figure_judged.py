@@ -198,3 +198,16 @@ def test_a_gpu_no_datasheet_describes_is_not_judged_alone() -> None:
     (row,) = _judge(_probe("collectives"), "allgather_busbw_gbps", {"n1": 300.0}, unknown)
     assert row.status == Status.NOT_JUDGED
     assert "no built-in datasheet describes 'NVIDIA Future GPU'" in row.detail
+
+
+def test_a_sweep_stopping_short_of_where_the_default_holds_derives_no_floor() -> None:
+    """The collectives' defaults are calibrated at 1 GiB: a profile whose sweep stops at 16 MiB (healthy all-reduce
+    263 GB/s there on 4 x H200) derives none, and its figures say why, not_judged, rather than failing a healthy
+    node."""
+    auto = _auto(BY_KEY["h200-sxm"])
+    short = auto.model_copy(update={"probes": auto.probes.model_copy(update={"allreduce_max_bytes": 16 << 20})})
+    [row] = _judge(_probe("collectives"), "allgather_busbw_gbps", {"n1": 189.3}, short)
+    assert (row.status, row.reason) == (Status.NOT_JUDGED, "no_expectation"), row
+    assert "the sweep stops at 16 MiB" in row.detail, row.detail
+    [full] = _judge(_probe("collectives"), "allgather_busbw_gbps", {"n1": 189.3}, _auto(BY_KEY["h200-sxm"]))
+    assert full.status == Status.FAIL  # at 1 GiB, 189.3 is under the 191 floor

@@ -167,10 +167,31 @@ def minimum_of(
         why = why or "no datasheet figure bounds it"
     elif model is not None and derived is None:
         why = f"the {model.key} datasheet gives no {rule.default.basis} to derive it from"
+    if derived is not None and _swept_short(rule, given):
+        top = given.probes.allreduce_max_bytes or 0
+        derived, why = (
+            None,
+            f"the sweep stops at {top >> 20} MiB, under the {CALIBRATED_BYTES >> 20} MiB its default holds at",
+        )
     if derived is None:
         return None, f"the profile sets no minimum and none derives: {why}"
     value, how = derived
     return Floor(value, f"{how}; set {key_path(rule)} to change"), ""
+
+
+# A collective's bus bandwidth approaches its link's only at large messages: the defaults are calibrated at 1 GiB
+# (healthy all-reduce 263 GB/s at 16 MiB on 4 x H200, under the 287 floor), and hold from 256 MiB on.
+CALIBRATED_BYTES = 256 << 20
+
+
+def _swept_short(rule: MetricRule, profile: Profile) -> bool:
+    """Whether ``rule`` judges a swept bus bandwidth the profile stops short of where its default holds."""
+    top = profile.probes.allreduce_max_bytes
+    return (
+        bool(rule.threshold and rule.threshold.endswith("_busbw_gbps_min"))
+        and top is not None
+        and top < CALIBRATED_BYTES
+    )
 
 
 def gpu_model(profile: Profile) -> tuple[GpuModel | None, str]:
