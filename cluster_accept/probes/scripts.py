@@ -49,11 +49,14 @@ def job_env(node: Node, **extra: str) -> str:
     return "env " + " ".join(words) + " " if words else ""
 
 
-def settings_prelude(node: Node) -> str:
+def settings_prelude(node: Node, on_stdout: bool = False) -> str:
     """Before a run, in its environment (inside the operator's container too): the settings it runs with
-    (``job_settings.py``), one JSON line on stderr, out of the way of every probe's own output."""
+    (``job_settings.py``), one JSON line each, on stderr, out of the way of every probe's own output; on stdout
+    (``on_stdout``) for a rank across nodes, whose stderr a launcher may not keep (srun keeps each task's
+    stdout only) and whose stdout is read line by line."""
     python = shlex.quote(node.profile.probes.python)
-    return f'( cd "$CA_PROBE_DIR" && {_prefix(node)}{python} job_settings.py ) >&2 2>/dev/null; '
+    to = "" if on_stdout else ">&2 "
+    return f'( cd "$CA_PROBE_DIR" && {_prefix(node)}{python} job_settings.py ) {to}2>/dev/null; '
 
 
 def gpu_count(node: Node) -> str:

@@ -64,7 +64,10 @@ SETTINGS_LINE_START = '{"info": "settings"'
 
 
 def run_output(stdout: str, stderr: str) -> str:
-    """A run's output as its end is read (why it failed, its last lines): stdout, then stderr less the settings
-    line it printed before it started."""
-    kept = "\n".join(line for line in stderr.splitlines() if not line.startswith(SETTINGS_LINE_START))
-    return stdout + "\n" + kept
+    """A run's output as its end is read (why it failed, its last lines): stdout, then stderr, less the settings
+    lines it printed before it started."""
+
+    def kept(text: str) -> str:
+        return "\n".join(line for line in text.splitlines() if not line.startswith(SETTINGS_LINE_START))
+
+    return kept(stdout) + "\n" + kept(stderr)

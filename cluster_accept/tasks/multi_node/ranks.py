@@ -64,7 +64,7 @@ def torchrun_rank(
     extra.update(env or {})
     wait = int(meet.wait_s)
     variables = job_env(node, **extra)  # after the prefix, so they reach ranks inside a container too
-    line = settings_prelude(node) + (
+    line = settings_prelude(node, on_stdout=True) + (
         f'cd "$CA_PROBE_DIR" && {count}exec {run}{variables}{python} -m torch.distributed.run --nnodes={meet.world} '
         f"--nproc_per_node=$n --node_rank={meet.rank} --master_addr={shlex.quote(meet.addr)} "
         f"--master_port={meet.port} --rdzv-conf=timeout={wait} {script} --init-timeout-s {wait} 2>&1"

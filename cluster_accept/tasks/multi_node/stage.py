@@ -107,7 +107,7 @@ class _Stage:
             self.row(name, row)
         for name, rank in run.ranks.items():
             if rank.result is not None and name not in self.settings:
-                self.settings[name] = read_settings(rank.result.stderr or "")
+                self.settings[name] = read_settings(f"{rank.result.stdout}\n{rank.result.stderr}")
         for name, rank in run.ranks.items():  # NCCL's own account of each rank's part, whatever the run's outcome
             if rank.result is not None:
                 where = NcclRun(self.run_id, self.cluster, NAME, name, job.name, group)
