@@ -282,11 +282,15 @@ def mechanism_rows(
     if not failing or not facts:
         return []
     account = ClusterAccount.of(facts)
-    healthy = [n.name for n in state.inventory.tested if n.name not in failing]
+    healthy: dict[str, set[str]] = {}  # by profile: a node is held to the majority of nodes like it only
+    for node in state.inventory.tested:
+        if node.name not in failing:
+            healthy.setdefault(node.profile_name, set()).add(node.name)
     found = []
     for name in sorted(failing):
-        nvlink = state.inventory.node(name).profile.nvlink
-        links = nvlink.links_per_gpu if nvlink is not None else None
-        for row in nccl_mechanism.mechanism_rows(mechanism(name, account, healthy, links)):
+        node = state.inventory.node(name)
+        links = node.profile.nvlink.links_per_gpu if node.profile.nvlink is not None else None
+        peers = healthy.get(node.profile_name, set())
+        for row in nccl_mechanism.mechanism_rows(mechanism(name, account, peers, links)):
             found.append(node_row(state.run_id, state.cluster, stage, name, row))
     return found
