@@ -156,3 +156,20 @@ def test_a_figure_the_probe_judges_off_its_own_output_is_proved_against_the_mini
     assert (
         "training_dp_efficiency 0.648 (100,222 together / 154,600 solo tokens/s per GPU) -> 0.904" in proved[0].detail
     )
+
+
+def test_a_rank_across_nodes_runs_without_its_own_nodes_suspects_only() -> None:
+    """Between nodes each rank's command is built without that node's suspects, in the call that builds it (the
+    launcher's threads see no setting of another's), and says its settings on stdout first."""
+    from cluster_accept.tasks.multi_node.prove import without
+    from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB
+
+    profile = Profile.model_validate({"probes": {"device": "cpu"}})
+    one, two = (Node(name, SshSettings(), "p", profile) for name in ("n1", "n2"))
+    job = without(ALLREDUCE_JOB, {"n2": {"NCCL_MAX_NCHANNELS": None, "NCCL_PROTO": "^"}})
+    first = job.command(one, 0, 2, "10.0.0.1", 29500, "tag").script
+    second = job.command(two, 1, 2, "10.0.0.1", 29500, "tag").script
+    assert "-u NCCL_MAX_NCHANNELS" not in first and "NCCL_PROTO" not in first
+    assert "env -u NCCL_MAX_NCHANNELS NCCL_PROTO='^' NCCL_DEBUG=INFO " in second
+    assert second.startswith('( cd "$CA_PROBE_DIR" && python3 job_settings.py ) 2>/dev/null; ')
+    assert REMOVED_SETTINGS.get() == {}  # nothing left set after the command was built
