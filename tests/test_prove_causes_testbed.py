@@ -49,7 +49,7 @@ def test_a_setting_no_table_names_is_proved_the_cause_by_measuring_again_without
             "node03": [{"nccl_env": {"NCCL_DEBUG_SUBSYS": "INIT,ENV"}}],  # unusual, harmless
         }
     }
-    bed = testbed_factory(nodes=4, faults=faults, prefix="capc", subnet="10.254.151.0/24")
+    bed = testbed_factory(nodes=4, faults=faults, prefix="capc", subnet="10.254.172.0/24")
     inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
     out = tmp_path / "out"
     stages = ["--stages", "preflight,single-node"]
@@ -94,7 +94,7 @@ def test_between_nodes_a_suspect_that_is_not_the_cause_is_cleared_by_the_all_red
     about 0.1-0.4 GB/s): slow together. The setting only one of them has is a suspect; the all-reduce measured
     once more without it stays below the floor, so it is cleared, and the failing rows say so."""
     faults = {"nodes": {"node02": [{"nccl_env": {SLOW: "SSE41"}}]}}
-    bed = testbed_factory(nodes=2, faults=faults, prefix="capd", subnet="10.254.152.0/24")
+    bed = testbed_factory(nodes=2, faults=faults, prefix="capd", subnet="10.254.176.0/24")
     inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
     data: dict[str, Any] = yaml.safe_load(inventory.read_text())
     profile = next(iter(data["profiles"].values()))
