@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import yaml
 
+from cluster_accept.inventory.threshold_needs import GPU_DATASHEET_FLOORS, NEEDS_CUDA
 from tests.prefect_server import session_api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,3 +85,18 @@ def interpreter_stand_in(body: str) -> str:
     ...``) and the settings read before each probe run (``job_settings.py``) with this machine's Python, so the
     node reaches the probes, and runs ``body`` for the probes."""
     return f'#!/bin/sh\ncase "$1" in -c|job_settings.py) exec {sys.executable} "$@";; esac\n{body}\n'
+
+
+def auto_cpu_inventory(inventory: Path, path: Path, **thresholds: Any) -> Path:
+    """A test-bed's inventory (at ``inventory``) on ``profile: auto``, written to ``path``: its own keys for what a
+    CPU test-bed is (gloo ranks, no GPU figures: every datasheet floor turned off), no rails and nothing expected
+    between nodes but what the fabric implies; ``thresholds`` over ``straggler_pct: 90``."""
+    data: dict[str, Any] = yaml.safe_load(inventory.read_text())
+    profile = next(iter(data["profiles"].values()))
+    profile["base"] = "auto"
+    profile["probes"].pop("rails")
+    profile["probes"]["expected_transport"].pop("inter_node")
+    floors = dict.fromkeys(sorted({*NEEDS_CUDA, *GPU_DATASHEET_FLOORS}))  # none measured by gloo on CPU
+    profile["thresholds"] = {"straggler_pct": 90, **thresholds, **floors}
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -12,9 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from cluster_accept.inventory.threshold_needs import GPU_DATASHEET_FLOORS, NEEDS_CUDA
 from cluster_accept.testbed import bed as testbed
-from tests.processes import only_run, run_cli, run_verdicts
+from tests.processes import auto_cpu_inventory, only_run, run_cli, run_verdicts
 
 pytestmark = pytest.mark.testbed
 FLOOR = ">= 0.031 GB/s"  # half the line rate of one 0.5 Gb/s port (testbed.ibsys.RATE)
@@ -23,15 +22,7 @@ FLOOR = ">= 0.031 GB/s"  # half the line rate of one 0.5 Gb/s port (testbed.ibsy
 def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
     """The test-bed's inventory on ``profile: auto``: its own keys for what a CPU test-bed is (gloo ranks, no GPU
     figures), and nothing between nodes: the transport, the ports and the floor come from the fabric."""
-    data: dict[str, Any] = yaml.safe_load(bed.inventory_path.read_text())
-    profile = next(iter(data["profiles"].values()))
-    profile["base"] = "auto"
-    profile["probes"].pop("rails")
-    profile["probes"]["expected_transport"].pop("inter_node")
-    floors = dict.fromkeys(sorted({*NEEDS_CUDA, *GPU_DATASHEET_FLOORS}))  # none measured by gloo on CPU
-    profile["thresholds"] = {"straggler_pct": 90, "relative_verdict": "warn", **floors}
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return auto_cpu_inventory(bed.inventory_path, path, relative_verdict="warn")
 
 
 def test_auto_reads_the_fabric_and_names_a_port_down_or_at_half_rate(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

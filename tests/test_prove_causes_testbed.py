@@ -17,9 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from cluster_accept.inventory.threshold_needs import GPU_DATASHEET_FLOORS, NEEDS_CUDA
 from cluster_accept.testbed import bed as testbed
-from tests.processes import only_run, run_cli, run_verdicts
+from tests.processes import auto_cpu_inventory, only_run, run_cli, run_verdicts
 
 pytestmark = pytest.mark.testbed
 SLOW = "ONEDNN_MAX_CPU_ISA"
@@ -28,15 +27,7 @@ SLOW = "ONEDNN_MAX_CPU_ISA"
 def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
     """The test-bed's inventory on ``profile: auto``: a CPU test-bed's own keys (gloo ranks, no GPU figures), no
     minimum of any figure written; a figure far below its peers fails (the test-bed's default only warns)."""
-    data: dict[str, Any] = yaml.safe_load(bed.inventory_path.read_text())
-    profile = next(iter(data["profiles"].values()))
-    profile["base"] = "auto"
-    profile["probes"].pop("rails")
-    profile["probes"]["expected_transport"].pop("inter_node")
-    floors = dict.fromkeys(sorted({*NEEDS_CUDA, *GPU_DATASHEET_FLOORS}))  # none measured by gloo on CPU
-    profile["thresholds"] = {"straggler_pct": 90, **floors}
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return auto_cpu_inventory(bed.inventory_path, path)
 
 
 def test_a_setting_no_table_names_is_proved_the_cause_by_measuring_again_without_it(

@@ -230,7 +230,7 @@ def recovered(before: float | None, again: float, margin_pct: float) -> bool:
     return before is None or again >= before * (1 + margin_pct / 100)
 
 
-def minimum_of(expected: str | None) -> float | None:
+def stated_minimum(expected: str | None) -> float | None:
     """The minimum a row's expected column states (``>= 0.80 of …``, ``>= 287.0 GB/s``); None without one."""
     match = re.match(r">=\s*([0-9][0-9,]*\.?[0-9]*)", (expected or "").strip())
     return float(match.group(1).replace(",", "")) if match else None

@@ -35,6 +35,12 @@ REMOVED_SETTINGS: ContextVar[Mapping[str, str | None]] = ContextVar("removed_set
 TOOL_KEYS = frozenset({"NCCL_DEBUG", "GLOO_SOCKET_IFNAME"})
 
 
+def tool_keys(node: Node) -> frozenset[str]:
+    """What :func:`job_env` sets on ``node`` whatever its job environment has: never a setting of the job's own."""
+    partition = frozenset({"CUDA_VISIBLE_DEVICES"}) if node.profile.probes.cuda_visible_devices else frozenset()
+    return TOOL_KEYS | partition
+
+
 def job_env(node: Node, **extra: str) -> str:
     """``env K=V … `` placed after the command prefix, so the variables reach the probe inside a container too
     (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``; while

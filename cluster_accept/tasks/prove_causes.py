@@ -30,18 +30,18 @@ from cluster_accept.analysis.suspects import (
     failing_figures,
     figure_of,
     figure_value,
-    minimum_of,
     proof_rows,
     read_settings,
     recovered,
     retest_note,
+    stated_minimum,
     suspects,
     unproved_rows,
 )
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.inventory.model import Node, Profile
 from cluster_accept.probes.base import Probe
-from cluster_accept.probes.scripts import REMOVED_SETTINGS, TOOL_KEYS
+from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.result import NodeResult
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState
@@ -83,10 +83,6 @@ def node_settings(outcome: NodeResult, scripts: frozenset[str], facts: Sequence[
 def _behind(probe: Probe, row: NodeRow) -> bool:
     """Whether ``probe``'s run gave the figure ``row`` judges: one of its metrics, or one it judges itself."""
     return figure_of(row) in probe.metrics or row.check == probe.check
-
-
-def _tool_keys(node: Node) -> frozenset[str]:
-    return TOOL_KEYS | (frozenset({"CUDA_VISIBLE_DEVICES"}) if node.profile.probes.cuda_visible_devices else set())
 
 
 def _passed(rows: Sequence[NodeRow], metrics: frozenset[str]) -> dict[str, set[str]]:
@@ -135,7 +131,7 @@ def _cases(
         peers = [n for n, done in passed.items() if figures <= done and n in by_node and n not in failed]
         same = [n for n in peers if state.inventory.node(n).profile_name == node.profile_name]
         healthy = [of(n, behind) for n in same]
-        suspected = suspects(of(name, behind), node.profile, _tool_keys(node), healthy)
+        suspected = suspects(of(name, behind), node.profile, tool_keys(node), healthy)
         if suspected:
             cases.append(_Case(node, failing, chosen, suspected))
     return cases
@@ -196,7 +192,7 @@ def _inspected_retests(cases: Sequence[_Case], again: pd.DataFrame) -> list[Rete
                 if not again.empty
                 else again
             )
-            after, floor = (float(hit["value"].iloc[0]) if not hit.empty else None), minimum_of(row.expected)
+            after, floor = (float(hit["value"].iloc[0]) if not hit.empty else None), stated_minimum(row.expected)
             if after is None or floor is None:
                 out.append(Retest(row, None, False))
                 continue
@@ -214,8 +210,8 @@ def _run_cases(cases: Sequence[_Case], quick: bool, measure: Measure) -> dict[st
         return {case.node.name: result for case, result in zip(cases, results, strict=True)}
 
 
-def _noted(rows: Sequence[NodeRow], notes: Mapping[int, str]) -> list[NodeRow]:
-    """``rows``, each failing figure's detail followed by what it measured without the suspects."""
+def noted(rows: Sequence[NodeRow], notes: Mapping[int, str]) -> list[NodeRow]:
+    """``rows``, each failing figure's detail (by ``id``) followed by what it measured without the suspects."""
     return [
         replace(r, detail=f"{r.detail}; {notes[id(r)]}" if r.detail else notes[id(r)]) if id(r) in notes else r
         for r in rows
@@ -268,7 +264,7 @@ def prove_causes(
             notes.update({id(r.row): retest_note(r, case.suspected) for r in mine})
             found = proof_rows(case.suspected, mine)
         added += [node_row(state.run_id, state.cluster, stage, case.node.name, r) for r in found]
-    return Proof(_noted(rows, notes) + added, kept)
+    return Proof(noted(rows, notes) + added, kept)
 
 
 def mechanism_rows(

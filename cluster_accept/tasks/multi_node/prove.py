@@ -28,12 +28,12 @@ from cluster_accept.analysis.suspects import (
 )
 from cluster_accept.checks.base import BAD_STATUSES, CheckRow, NodeRow, Status
 from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.probes.scripts import REMOVED_SETTINGS, TOOL_KEYS
+from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.launch import GroupJob
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_groups
-from cluster_accept.tasks.prove_causes import SUFFIX
+from cluster_accept.tasks.prove_causes import SUFFIX, noted
 from cluster_accept.tasks.rows import node_row
 
 
@@ -87,8 +87,7 @@ def _suspected(stage: _Stage, bad: Sequence[str], good: Sequence[Node]) -> dict[
     found = {}
     for name in bad:
         node = stage.inventory.node(name)
-        tool = TOOL_KEYS | ({"CUDA_VISIBLE_DEVICES"} if node.profile.probes.cuda_visible_devices else set())
-        mine = suspects(stage.settings.get(name, []), node.profile, frozenset(tool), healthy)
+        mine = suspects(stage.settings.get(name, []), node.profile, tool_keys(node), healthy)
         if mine:
             found[name] = mine
     return found
@@ -102,11 +101,7 @@ def _unproved(stage: _Stage, suspected: Mapping[str, list[JobSetting]], why: str
 
 def _noted(stage: _Stage, failing: Sequence[NodeRow], notes: Mapping[str, str]) -> None:
     """Each failing row of a node with suspects followed by what the all-reduce measured without them."""
-    ids = {id(r) for r in failing if r.node in notes}
-    stage.out.rows = [
-        replace(r, detail=f"{r.detail}; {notes[r.node]}" if r.detail else notes[r.node]) if id(r) in ids else r
-        for r in stage.out.rows
-    ]
+    stage.out.rows = noted(stage.out.rows, {id(r): notes[r.node] for r in failing if r.node in notes})
 
 
 def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
