@@ -48,6 +48,7 @@ NOT_EXPECTATIONS = {
     "probes.prove_causes",  # whether suspects are measured again: the job_settings rows say it
     *(f"training.{key}" for key in TrainingSettings.model_fields if key != "enabled"),
     "thresholds.straggler_pct",
+    "thresholds.noise_k",  # how far past its noise a relative figure must fall: the relative rows say it
     "thresholds.relative_verdict",
     "thresholds.link_flap_clear_h",  # how long a flapped port stays failed: the ib_counters rows say it
     "thresholds.app_xid_max",  # when the application's XIDs fail the node: the xid rows say it

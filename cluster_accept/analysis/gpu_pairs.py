@@ -14,10 +14,12 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_accept.analysis.noise import call, floor_of, robust_cv
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.vocabulary.lazy import pandas as pd
 
 METRIC = "gpu_pair_copy_gbps"
+INCONCLUSIVE = "inconclusive"  # below by more than straggler_pct, inside the pairs' spread
 _LABEL = re.compile(r"^GPU(\d{1,3})->GPU(\d{1,3})$")
 
 
@@ -45,15 +47,21 @@ def _fmt(value: float) -> str:
 
 def _weak_in_node(node: str, pairs: dict[tuple[int, int], float], limits: Thresholds) -> list[PairFinding]:
     """Pairs far below the node's own median, each named by its most likely cause: a GPU whose every pair is
-    slow, a link slow both ways, or one direction only."""
+    slow, a link slow both ways, or one direction only. "Far" is beyond ``straggler_pct`` and ``noise_k`` times
+    the spread of the pairs within ``straggler_pct`` of the median; a pair in between is ``inconclusive``."""
     if len(pairs) < 3:  # two GPUs: both directions share one link, nothing to compare with inside the node
         return []
     median = statistics.median(pairs.values())
-    floor = median * (1 - limits.straggler_pct / 100)
-    weak = {pair for pair, value in pairs.items() if value < floor}
+    # A slow GPU touches 2/n of the node's pairs (half on a 4-GPU node), more than a median absolute deviation
+    # tolerates: the spread is taken over the pairs within straggler_pct of the median.
+    kept = [v for v in pairs.values() if v >= floor_of(median, limits.straggler_pct)]
+    spread = robust_cv(kept, f"the spread of the node's {len(kept)} pairs within {limits.straggler_pct:g}%")
+    calls = {pair: call(value, median, limits.straggler_pct, [spread], limits.noise_k) for pair, value in pairs.items()}
+    margin = max(c.margin_pct for c in calls.values())
+    weak = {pair for pair, judged in calls.items() if judged.outcome == "below"}
     gpus = {g for pair in pairs for g in pair}
     bad_gpus = {g for g in gpus if all(p in weak for p in pairs if g in p)}
-    expected = f">= {_fmt(floor)} GB/s (node median {_fmt(median)} - {limits.straggler_pct:g}%)"
+    expected = f">= {_fmt(floor_of(median, margin))} GB/s (node median {_fmt(median)} - {margin:.3g}%)"
     findings = []
     for gpu in sorted(bad_gpus):
         worst = min(v for p, v in pairs.items() if gpu in p)
@@ -69,6 +77,10 @@ def _weak_in_node(node: str, pairs: dict[tuple[int, int], float], limits: Thresh
         said = f"GPU{i}<->GPU{j} slow both ways: the link between them" if both else f"GPU{i}->GPU{j} slow one way only"
         item = f"GPU{i}<->GPU{j}" if both else f"GPU{i}->GPU{j}"
         findings.append(PairFinding(node, item, reason, pairs[(i, j)], expected, said, True))
+    for (i, j), judged in sorted(calls.items()):
+        if judged.outcome == "inconclusive":
+            said = f"GPU{i}->GPU{j} {judged.inconclusive_said()}"
+            findings.append(PairFinding(node, f"GPU{i}->GPU{j}", INCONCLUSIVE, pairs[(i, j)], expected, said, True))
     return findings
 
 
@@ -97,16 +109,29 @@ def judge_pairs(figures: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> 
                 )
         findings += _weak_in_node(str(node), pairs, limits)
     for (_, label), group in df.groupby(["profile", "label"], sort=True):
-        if group["node"].nunique() < 2:
+        if group["node"].nunique() >= 2:
+            findings += _behind_cluster(str(label), group, thresholds)
+    return findings
+
+
+def _behind_cluster(label: str, group: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> list[PairFinding]:
+    """One pair (``label``) on each node against the same pair's median over the nodes, beyond the noise."""
+    values = [float(v) for v in group["value"]]
+    median = statistics.median(values)
+    spread = robust_cv(values, f"the same pair's spread over {len(values)} nodes")
+    findings = []
+    for node, value in zip(group["node"], values, strict=True):
+        limits = thresholds.get(str(node), Thresholds())
+        judged = call(value, median, limits.straggler_pct, [spread], limits.noise_k)
+        if judged.outcome == "ok":
             continue
-        median = statistics.median(float(v) for v in group["value"])
-        for node, value in zip(group["node"], group["value"], strict=True):
-            limits = thresholds.get(str(node), Thresholds())
-            floor = median * (1 - limits.straggler_pct / 100)
-            if float(value) < floor:
-                said = f"{label} is {100 * (median - float(value)) / median:.0f}% below the same pair's cluster median"
-                expected = f">= {_fmt(floor)} GB/s (cluster median {_fmt(median)} - {limits.straggler_pct:g}%)"
-                findings.append(PairFinding(str(node), str(label), "straggler", float(value), expected, said, True))
+        floor = floor_of(median, judged.margin_pct)
+        expected = f">= {_fmt(floor)} GB/s (cluster median {_fmt(median)} - {judged.margin_said()})"
+        said = f"{label} is {judged.shortfall_pct:.0f}% below the same pair's cluster median"
+        reason = "straggler" if judged.outcome == "below" else INCONCLUSIVE
+        if judged.outcome == "inconclusive":
+            said = f"{label} {judged.inconclusive_said()}"
+        findings.append(PairFinding(str(node), label, reason, value, expected, said, True))
     return findings
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from cluster_accept.analysis.calibration import NoiseTable, latest_table
 from cluster_accept.analysis.history_files import HistoryFiles
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures
 from cluster_accept.analysis.schemas import TABLES
@@ -223,6 +224,11 @@ class RunHistory:
     def figures(self) -> pd.DataFrame:
         """Key figures of earlier runs, oldest first (see :func:`past_figures`)."""
         return past_figures(self.files, self.cluster, self.rules, exclude_run=self.run_id)
+
+    @cached_property
+    def noise(self) -> NoiseTable | None:
+        """The cluster's latest calibration (``cluster-accept calibrate``), or None where it has none."""
+        return latest_table(self.path, self.cluster)
 
     @cached_property
     def node_values(self) -> pd.DataFrame:

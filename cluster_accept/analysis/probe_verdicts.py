@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from cluster_accept.analysis.noise import Call, Noise, call, floor_of, robust_cv
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.gpus import GpuModel, Rating, model_for_name
 from cluster_accept.inventory.model import Profile, Thresholds
@@ -28,6 +29,7 @@ from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.rows import Measurement
 
 NO_EXPECTATION = "no_expectation"  # the reason of a not-judged figure (checks.reasons.COMMON)
+INCONCLUSIVE = "inconclusive"  # below by more than straggler_pct, within the noise (checks.reasons.COMMON)
 DEVICES = frozenset({"cuda", "cpu"})
 
 
@@ -120,7 +122,9 @@ def judge(
 
     ``profiles``: each node's profile (its minimums, the GPU its defaults derive from, its straggler margin and
     how a relative finding counts), or only its thresholds (no default derived); ``own``: each node's settings
-    of the probe, where its minimums are its own keys."""
+    of the probe, where its minimums are its own keys. A figure below its peers is a straggler only beyond its
+    noise (:mod:`analysis.noise`): the peers' spread, and the figure's own columns ``repeat_cv`` (its repeats)
+    and ``calibrated_cv`` (the cluster's calibration, :func:`analysis.calibration.annotate`) where present."""
     df = judged_figures(measurements, rules)
     out: list[tuple[str, CheckRow]] = []
     if "profile" not in df.columns:
@@ -138,8 +142,21 @@ def judge(
             if node not in minimums:
                 minimums[node] = minimum_of(rule, given, (own or {}).get(node))
             limits = given if isinstance(given, Thresholds) else given.thresholds if given else Thresholds()
-            out += [(node, row) for row in peers.rows(float(record["value"]), gpu, limits, *minimums[node])]
+            noises = figure_noises(record)
+            figure = _Figure(float(record["value"]), gpu, noises)
+            out += [(node, row) for row in peers.rows(figure, limits, *minimums[node])]
     return out
+
+
+def figure_noises(record: Mapping[Any, Any]) -> tuple[Noise | None, ...]:
+    """The noises a figure's row carries: its spread over the probe's own repeats (``repeat_cv``) and the
+    cluster's calibration (``calibrated_cv``, said by ``calibrated_source``)."""
+    found: list[Noise | None] = []
+    for column, source in (("repeat_cv", "its own repeats"), ("calibrated_cv", None)):
+        value = record.get(column)
+        if value is not None and not pd.isna(value):
+            found.append(Noise(float(value), source or str(record.get("calibrated_source") or "the calibration")))
+    return tuple(found)
 
 
 def minimum_of(
@@ -233,6 +250,16 @@ def to_write(rule: MetricRule) -> str:
 
 
 @dataclass(frozen=True)
+class _Figure:
+    """One figure being judged: its value, its GPU (None: a node figure) and the noises known for it besides the
+    peers' spread (the calibration's, its own repeats')."""
+
+    value: float
+    gpu: int | None
+    noises: tuple[Noise | None, ...] = ()
+
+
+@dataclass(frozen=True)
 class _Peers:
     """One metric's figures among peers (GPUs or nodes of one profile): what each is judged against, their
     median and spread computed once for the group."""
@@ -243,16 +270,18 @@ class _Peers:
     count: int
     median: float
     spread: float  # median absolute deviation
+    noise: Noise | None  # the spread as a robust coefficient of variation
 
     @classmethod
     def of(cls, metric: str, rule: MetricRule, values: list[float], unit: str) -> _Peers:
-        return cls(metric, rule, unit, len(values), statistics.median(values), mad(values))
+        what = f"{len(values)} {'GPUs' if rule.per_gpu else 'nodes'}"
+        spread = robust_cv(values, f"the peers' spread, {what}")
+        return cls(metric, rule, unit, len(values), statistics.median(values), mad(values), spread)
 
-    def rows(
-        self, value: float, gpu: int | None, limits: Thresholds, minimum: Floor | None, why: str = ""
-    ) -> list[CheckRow]:
+    def rows(self, figure: _Figure, limits: Thresholds, minimum: Floor | None, why: str = "") -> list[CheckRow]:
         """The figure against its minimum (where it has one) and against its peers' median; with neither,
         a not-judged row saying why and what to write."""
+        value, gpu = figure.value, figure.gpu
         rows = []
         if minimum is not None:
             ok = value >= minimum.value
@@ -260,7 +289,7 @@ class _Peers:
             said = "" if ok else f"{_fmt(value)} {self.unit}"
             expected = minimum.expected(self.unit)
             rows.append(CheckRow(self.rule.check, self.metric, status, reason, _fmt(value), expected, said, gpu=gpu))
-        straggler = self._against_median(value, gpu, limits)
+        straggler = self._against_median(figure, limits)
         if straggler is not None:
             rows.append(straggler)
         elif minimum is None:
@@ -281,21 +310,32 @@ class _Peers:
             )
         return rows
 
-    def _against_median(self, value: float, gpu: int | None, limits: Thresholds) -> CheckRow | None:
-        median = self.median
+    def _against_median(self, figure: _Figure, limits: Thresholds) -> CheckRow | None:
+        median, value = self.median, figure.value
         if self.count < 2 or median <= 0:
             return None
-        floor = median * (1 - limits.straggler_pct / 100)
-        below_pct = 100 * (median - value) / median
+        judged = call(value, median, limits.straggler_pct, (self.noise, *figure.noises), limits.noise_k)
         detail = (
-            f"{_fmt(value)} {self.unit}, {below_pct:.1f}% below the cluster median {_fmt(median)} "
+            f"{_fmt(value)} {self.unit}, {judged.shortfall_pct:.1f}% below the cluster median {_fmt(median)} "
             f"(MAD {_fmt(self.spread)}, {self.count} {'GPUs' if self.rule.per_gpu else 'nodes'})"
         )
-        expected = f">= {_fmt(floor)} {self.unit} (median - {limits.straggler_pct:g}%)"
-        status, reason = (relative_status(self.rule, limits), "straggler") if value < floor else (Status.PASS, "ok")
+        status, reason = _relative_outcome(judged, self.rule, limits)
+        if judged.outcome == "inconclusive":
+            detail = f"{detail}: {judged.inconclusive_said()}"
+        expected = f">= {_fmt(floor_of(median, judged.margin_pct))} {self.unit} (median - {judged.margin_said()})"
         return CheckRow(
-            self.rule.check, f"{self.metric}_vs_cluster", status, reason, _fmt(value), expected, detail, gpu=gpu
+            self.rule.check, f"{self.metric}_vs_cluster", status, reason, _fmt(value), expected, detail, gpu=figure.gpu
         )
+
+
+def _relative_outcome(judged: Call, rule: MetricRule, limits: Thresholds) -> tuple[Status, str]:
+    """A relative call as a row's status and reason: ``straggler`` beyond the noise, ``inconclusive`` (a warning)
+    inside it."""
+    if judged.outcome == "below":
+        return relative_status(rule, limits), "straggler"
+    if judged.outcome == "inconclusive":
+        return Status.WARN, INCONCLUSIVE
+    return Status.PASS, "ok"
 
 
 def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
@@ -339,6 +379,7 @@ def measurement_row(
         temp_c=conditions.get("temp_c"),
         clock_event_reasons=conditions.get("clock_event_reasons"),
         model=record.get("model"),
+        repeat_cv=record.get("repeat_cv"),
         **placed,
     )
 

@@ -13,6 +13,10 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_accept.analysis.noise import NOISE_K, call, robust_cv
+
+INCONCLUSIVE = "inconclusive"
+
 
 @dataclass(frozen=True)
 class RailJudgement:
@@ -25,32 +29,39 @@ class RailJudgement:
 
 
 def judge_rails(
-    figures: Mapping[str, float | None], minimum_gbps: float | None, straggler_pct: float
+    figures: Mapping[str, float | None], minimum_gbps: float | None, straggler_pct: float, noise_k: float = NOISE_K
 ) -> list[RailJudgement]:
     """One judgement per rail, in the order given. The relative floor is the median of the rails that ran,
-    less ``straggler_pct``; the profile's minimum applies on its own; the higher bound wins."""
+    less the larger of ``straggler_pct`` and ``noise_k`` times the rails' own spread (three rails or more); a
+    rail below ``straggler_pct`` but inside that spread is ``inconclusive`` (kept, not isolated). The
+    profile's minimum applies on its own; the higher bound is the floor isolation uses."""
     measured = [v for v in figures.values() if v is not None]
-    relative = statistics.median(measured) * (1 - straggler_pct / 100) if len(measured) >= 2 else None
+    median = statistics.median(measured) if len(measured) >= 2 else None
+    spread = robust_cv(measured, f"the {len(measured)} rails' spread")
+    margin = max(straggler_pct, 100 * noise_k * spread.cv) if spread is not None else straggler_pct
+    relative = median * (1 - margin / 100) if median is not None else None
     bounds = [b for b in (minimum_gbps, relative) if b is not None]
     floor = max(bounds) if bounds else None
+    expected = _expected(minimum_gbps, relative, margin)
     out = []
     for rail, value in figures.items():
-        expected = _expected(minimum_gbps, relative, straggler_pct)
         if value is None:
             out.append(RailJudgement(rail, None, False, "run_failed", expected, floor))
         elif minimum_gbps is not None and value < minimum_gbps:
             out.append(RailJudgement(rail, value, False, "below_min", expected, floor))
-        elif relative is not None and value < relative:
-            out.append(RailJudgement(rail, value, False, "below_other_rails", expected, floor))
-        else:
+        elif median is None:
             out.append(RailJudgement(rail, value, True, "ok", expected, floor))
+        else:
+            judged = call(value, median, straggler_pct, [spread], noise_k)
+            reason = {"ok": "ok", "below": "below_other_rails", "inconclusive": INCONCLUSIVE}[judged.outcome]
+            out.append(RailJudgement(rail, value, judged.outcome != "below", reason, expected, floor))
     return out
 
 
-def _expected(minimum: float | None, relative: float | None, straggler_pct: float) -> str | None:
+def _expected(minimum: float | None, relative: float | None, margin_pct: float) -> str | None:
     parts = []
     if minimum is not None:
         parts.append(f">= {minimum:g} GB/s")
     if relative is not None:
-        parts.append(f">= {relative:.3g} GB/s (rails' median - {straggler_pct:g}%)")
+        parts.append(f">= {relative:.3g} GB/s (rails' median - {margin_pct:.3g}%)")
     return " and ".join(parts) or None

@@ -2,7 +2,9 @@
 
 A node can pass its thresholds and sit inside the cluster's spread while running well below what it did
 last week (a fan failing, a link retraining): scheduled checks compare each node with itself. A figure
-more than ``straggler_pct`` below the node's own median over its last K runs is a regression; error
+below the node's own median over its last K runs by more than ``straggler_pct`` and ``noise_k`` times its noise
+(its own spread over those runs, the cluster's calibration: :mod:`analysis.noise`) is a regression, one in
+between is inconclusive; error
 counters (NVLink CRC/replay/recovery, remapped rows, ECC) that grew since the previous run are flagged, and so
 are those whose growth cannot be told (cleared since, stopped at their maximum, not a count).
 """
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis.probe_verdicts import MetricRule, relative_status
+from cluster_accept.analysis.noise import Noise, call, floor_of, robust_cv
+from cluster_accept.analysis.probe_verdicts import INCONCLUSIVE, MetricRule, relative_status
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.vocabulary.secrets import masked_quote
@@ -32,11 +36,14 @@ def figure_regressions(
     thresholds: Mapping[str, Thresholds],
     rules: Mapping[str, MetricRule],
     last_k: int = 10,
+    calibrated: Mapping[tuple[str, str], Noise] | None = None,
 ) -> list[tuple[str, CheckRow]]:
-    """(node, row) per node and judged figure with enough history: pass, or ``regression``.
+    """(node, row) per node and judged figure with enough history: pass, ``regression`` beyond the figure's
+    noise, ``inconclusive`` inside it.
 
     ``current``/``past``: key figures (run_id, node, metric, unit, value; ``past`` ordered oldest first),
-    as :func:`analysis.history.key_figures` returns them.
+    as :func:`analysis.history.key_figures` returns them; ``calibrated``: the cluster's calibrated noise by
+    (node, metric), where it has one. The node's own spread over its past runs is a noise too.
     """
     out: list[tuple[str, CheckRow]] = []
     if current.empty or past.empty:
@@ -49,30 +56,33 @@ def figure_regressions(
         same = (past["node"] == node) & (past["metric"] == metric)
         if "model" in past.columns:  # a training figure is compared with the same model's only
             same &= past["model"] == str(record.get("model") or "")
-        mine = past[same]["value"].tolist()[-last_k:]
-        if len(mine) < MIN_PAST_RUNS:
+        mine = [float(v) for v in past[same]["value"].tolist()[-last_k:]]
+        if len(mine) < MIN_PAST_RUNS or statistics.median(mine) <= 0:
             continue
-        median = statistics.median(float(v) for v in mine)
-        if median <= 0:
-            continue
-        limits = thresholds.get(node, Thresholds())
-        pct = limits.straggler_pct
-        floor = median * (1 - pct / 100)
-        value = float(record["value"])
-        unit = str(record.get("unit") or "")
-        below = 100 * (median - value) / median
-        detail = (
-            f"{_fmt(value)} {unit}, {below:.1f}% below this node's own median {_fmt(median)} over its last "
-            f"{len(mine)} runs ({', '.join(_fmt(float(v)) for v in mine)})"
-        )
-        expected = f">= {_fmt(floor)} {unit} (own median - {pct:g}%)"
-        item = f"{metric}_vs_history"
-        if value < floor:
-            status = relative_status(rule, limits)
-            out.append((node, CheckRow(rule.check, item, status, "regression", _fmt(value), expected, detail)))
-        else:
-            out.append((node, CheckRow(rule.check, item, Status.PASS, "ok", _fmt(value), expected, detail)))
+        own = robust_cv(mine, f"its own last {len(mine)} runs")
+        noises = (own, (calibrated or {}).get((node, metric)))
+        out.append((node, _against_history(record, mine, rule, thresholds.get(node, Thresholds()), noises)))
     return out
+
+
+def _against_history(
+    record: Mapping[Any, Any], mine: list[float], rule: MetricRule, limits: Thresholds, noises: tuple[Noise | None, ...]
+) -> CheckRow:
+    median, value = statistics.median(mine), float(record["value"])
+    judged = call(value, median, limits.straggler_pct, noises, limits.noise_k)
+    unit = str(record.get("unit") or "")
+    detail = (
+        f"{_fmt(value)} {unit}, {judged.shortfall_pct:.1f}% below this node's own median {_fmt(median)} over its "
+        f"last {len(mine)} runs ({', '.join(_fmt(v) for v in mine)})"
+    )
+    expected = f">= {_fmt(floor_of(median, judged.margin_pct))} {unit} (own median - {judged.margin_said()})"
+    item = f"{record['metric']}_vs_history"
+    if judged.outcome == "below":
+        return CheckRow(rule.check, item, relative_status(rule, limits), "regression", _fmt(value), expected, detail)
+    if judged.outcome == "inconclusive":
+        said = f"{detail}: {judged.inconclusive_said()}"
+        return CheckRow(rule.check, item, Status.WARN, INCONCLUSIVE, _fmt(value), expected, said)
+    return CheckRow(rule.check, item, Status.PASS, "ok", _fmt(value), expected, detail)
 
 
 # Where a 32- or 64-bit counter stops: a count there at both reads may have stopped, not stayed. Narrower

@@ -93,6 +93,7 @@ MEASUREMENTS = pa.schema(
         ("transport", pa.string()),  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
         ("group", pa.string()),  # multi-node all-reduce: the nodes of the run, folded (node[01-04])
         ("model", pa.string()),  # training: the model trained (probes.training.judge.model_text)
+        ("repeat_cv", pa.float64()),  # the repeats' coefficient of variation: the figure's own noise
     ],
     metadata={"cluster_accept_schema": "measurements", "version": SCHEMA_VERSION},
 )

@@ -121,6 +121,14 @@ COMMON = declare(
         Action.RERUN,
     ),
     Reason(
+        "inconclusive",
+        Status.WARN,
+        "below its peers or its own history by more than straggler_pct, but inside the figure's measured noise "
+        "(the peers' spread, its repeats, the cluster's calibration): the difference cannot be told from the "
+        "spread; calibrate the cluster (cluster-accept calibrate) or measure again with nothing else running",
+        Action.RERUN,
+    ),
+    Reason(
         "regression",
         Status.FAIL,
         "well below this node's own recent runs: compare clocks, power and temperature in the evidence",

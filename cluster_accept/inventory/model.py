@@ -259,6 +259,12 @@ class Thresholds(_Strict):
         default=None, description="all-reduce bus bandwidth of one rail across nodes (one rank per node)"
     )
     straggler_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
+    noise_k: Annotated[float, Field(ge=1, le=10)] = Field(
+        default=3.0,
+        description="a figure is below its peers or its history only when the shortfall reaches both "
+        "straggler_pct and noise_k times its measured noise (the calibration's, the peers' spread, its repeats); "
+        "in between it is inconclusive",
+    )
     link_flap_clear_h: Annotated[float, Field(gt=0, le=24 * 365)] = Field(
         default=24.0, description="hours an InfiniBand/RoCE port must stay up after it flapped before it passes again"
     )

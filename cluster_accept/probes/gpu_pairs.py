@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from cluster_accept.analysis.causes import intra_node_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.gpu_pairs import METRIC, judge_pairs, summary
+from cluster_accept.analysis.gpu_pairs import INCONCLUSIVE, METRIC, judge_pairs, summary
 from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import (
     NO_EXPECTATION,
@@ -142,6 +142,8 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
     for finding in judge_pairs(mine, thresholds):
         limits = thresholds.get(finding.node, Thresholds())
         status = relative_status(METRICS[METRIC], limits) if finding.relative else Status.FAIL
+        if finding.reason == INCONCLUSIVE:
+            status = Status.WARN  # a difference inside the pairs' spread: never a rejection
         row = CheckRow(
             NAME, finding.item, status, finding.reason, f"{finding.measured:.1f}", finding.expected, finding.detail
         )

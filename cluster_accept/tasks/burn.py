@@ -79,7 +79,7 @@ class BurnStage:
             charted.extend({**tags, **r} for r in burn_probe.time_series(node, output, points=CHART_POINTS))
 
         judged = evaluate_single_node(
-            state.run_id, state.inventory, outcomes, state.quick, probes, stage=NAME, keep=keep
+            state.run_id, state.inventory, outcomes, state.quick, probes, stage=NAME, keep=keep, noise=state.calibration
         )
         state.rows += judged.rows
         state.measurements += judged.measurements

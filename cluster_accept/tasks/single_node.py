@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from cluster_accept.analysis import nccl_mechanism, stragglers, suspects
+from cluster_accept.analysis.calibration import NoiseTable, annotate, calibrated_by_figure
 from cluster_accept.analysis.history import key_figures, node_trends
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.nccl_log import why_first
@@ -202,10 +203,12 @@ def evaluate_single_node(
     probes: Sequence[Probe] | None = None,
     stage: str = NAME,
     keep: Callable[[str, ProbeOutput], None] | None = None,
+    noise: NoiseTable | None = None,
 ) -> StageFigures:
     """The stage's rows and figures: each node's own rows, then each probe's judgement over the whole
     cluster's figures (and its comparison of their outputs). ``keep(node, output)`` sees each node's output of
-    the stage's first probe (the burn's time series go to their own table)."""
+    the stage's first probe (the burn's time series go to their own table); ``noise``: the cluster's
+    calibration, beside each figure it measured (what its relative judgements rest on)."""
     chosen = probes_of_stage() if probes is None else probes
     judged = _Judged()
     for outcome in outcomes:
@@ -219,8 +222,8 @@ def evaluate_single_node(
                 keep(outcome.node, output)
             if output is not None and probe.compare is not None:
                 judged.outputs.setdefault(probe.name, {})[outcome.node] = output
-    frame = measurement_frame(judged.measurements)
     profiles = {n.name: n.profile for n in inventory.nodes}
+    frame = annotate(measurement_frame(judged.measurements), noise, profiles)
     for probe in chosen:
         found = _cluster_rows(probe, frame, judged.outputs.get(probe.name, {}), inventory, quick, profiles)
         for node_name, row in found:
@@ -279,7 +282,9 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
         outcomes = measure_again(state, names, chosen)
-        again += evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen).measurements
+        again += evaluate_single_node(
+            state.run_id, state.inventory, outcomes, state.quick, chosen, noise=state.calibration
+        ).measurements
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     rules = judged_rules(probes)
     return stragglers.confirm(judged.rows, judged.frame, measurement_frame(again), rules, thresholds)
@@ -309,7 +314,9 @@ def regression_rows(
             "",
             probe_script(state.inventory.node(node), row.check, state.quick, probes),
         )
-        for node, row in figure_regressions(current, state.history.figures, thresholds, rules)
+        for node, row in figure_regressions(
+            current, state.history.figures, thresholds, rules, calibrated=calibrated_by_figure(frame)
+        )
     ]
 
 
@@ -334,7 +341,9 @@ class SingleNodeStage:
             partial(single_node_probes, checkpoints=state.checkpoints, quick=state.quick, probes=probes),
             wave=min(limits) if limits else None,
         )
-        judged = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, probes)
+        judged = evaluate_single_node(
+            state.run_id, state.inventory, outcomes, state.quick, probes, noise=state.calibration
+        )
         state.tables.setdefault("nccl", []).extend(fact.record() for fact in judged.nccl)
         rows = confirm_stragglers(state, probes, judged)
         proof = prove_causes(

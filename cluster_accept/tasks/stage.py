@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.utilities.annotations import quote
 
 from cluster_accept.analysis import coverage
+from cluster_accept.analysis.calibration import NoiseTable
 from cluster_accept.analysis.history import RunHistory
 from cluster_accept.analysis.verdicts import is_accepted
 from cluster_accept.checks.base import NodeRow
@@ -85,6 +86,11 @@ class RunState:
     @property
     def run_id(self) -> str:
         return self.run_dir.run_id
+
+    @property
+    def calibration(self) -> NoiseTable | None:
+        """The cluster's noise table from the history (``cluster-accept calibrate``); None without either."""
+        return self.history.noise if self.history is not None else None
 
     @property
     def cluster(self) -> str:

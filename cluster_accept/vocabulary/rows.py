@@ -91,6 +91,7 @@ class Measurement:
     transport: str | None = None  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
     group: str | None = None  # multi-node runs: the nodes of the run, folded (node[01-04])
     model: str | None = None  # training: the model trained
+    repeat_cv: float | None = None  # the probe's repeats' coefficient of variation: the figure's own noise
 
     def record(self) -> dict[str, Any]:
         """The Parquet row."""

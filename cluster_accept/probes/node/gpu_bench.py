@@ -165,8 +165,9 @@ class ConditionSampler(threading.Thread):
         }
 
 
-def _timed(fn: Any, device: torch.device, iters: int, repeats: int) -> float:
-    """Median seconds per call of ``fn`` over ``repeats`` runs of ``iters`` back-to-back calls."""
+def _timed(fn: Any, device: torch.device, iters: int, repeats: int) -> tuple[float, float | None]:
+    """Median seconds per call of ``fn`` over ``repeats`` runs of ``iters`` back-to-back calls, and the repeats'
+    coefficient of variation (the figure's own noise: a co-tenant or a throttle makes it wide)."""
     times = []
     for _ in range(repeats):
         if device.type == "cuda":
@@ -182,7 +183,9 @@ def _timed(fn: Any, device: torch.device, iters: int, repeats: int) -> float:
             for _ in range(iters):
                 fn()
             times.append((time.perf_counter() - t0) / iters)
-    return statistics.median(times)
+    mean = statistics.fmean(times)
+    spread = round(statistics.stdev(times) / mean, 4) if len(times) >= 2 and mean > 0 else None
+    return statistics.median(times), spread
 
 
 def warm_up(fn: Any, device: torch.device, seconds: float) -> None:
@@ -226,7 +229,7 @@ def gemm(
 
     try:
         warm_up(fn, device, warmup_s)
-        seconds = _timed(fn, device, iters, repeats)
+        seconds, spread = _timed(fn, device, iters, repeats)
     except RuntimeError:
         return None
     flops = 2 * n * n * n / seconds
@@ -238,6 +241,7 @@ def gemm(
         "dtype": dtype_name,
         "size": n,
         "iterations": iters * repeats,
+        "repeat_cv": spread,
     }
 
 
@@ -246,7 +250,7 @@ def copy_bandwidth(device: torch.device, nbytes: int, iters: int, repeats: int) 
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    seconds = _timed(lambda: dst.copy_(src), device, iters, repeats)
+    seconds, spread = _timed(lambda: dst.copy_(src), device, iters, repeats)
     return {
         "metric": "hbm_copy_gbps" if device.type == "cuda" else "mem_copy_gbps",
         "value": round(2 * src.numel() * 4 / seconds / 1e9, 1),
@@ -254,6 +258,7 @@ def copy_bandwidth(device: torch.device, nbytes: int, iters: int, repeats: int) 
         "dtype": "fp32",
         "size": src.numel() * 4,
         "iterations": iters * repeats,
+        "repeat_cv": spread,
     }
 
 
@@ -267,7 +272,7 @@ def host_transfer(device: torch.device, nbytes: int, iters: int, repeats: int) -
     ):
         for _ in range(2):
             fn()
-        seconds = _timed(fn, device, iters, repeats)
+        seconds, spread = _timed(fn, device, iters, repeats)
         results.append(
             {
                 "metric": metric,
@@ -276,6 +281,7 @@ def host_transfer(device: torch.device, nbytes: int, iters: int, repeats: int) -
                 "dtype": "fp32",
                 "size": nbytes,
                 "iterations": iters * repeats,
+                "repeat_cv": spread,
             }
         )
     return results

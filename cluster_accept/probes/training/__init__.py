@@ -200,13 +200,17 @@ def _loss_row(ranks: list[dict[str, Any]]) -> CheckRow:
 def _slow_rank_row(ranks: list[dict[str, Any]], profile: Profile) -> CheckRow:
     margin = profile.thresholds.straggler_pct
     solo = {f"gpu {r['local_rank']}": float(r["solo_ms_median"]) for r in ranks}
-    slow = slowest_rank(solo, margin)
+    slow = slowest_rank(solo, margin, profile.thresholds.noise_k)
     if slow is None:
         return CheckRow(NAME, "slowest_rank", Status.SKIP, "single_rank", None, None, "one rank on this node")
     said = f"{slow.label}: {slow.solo_ms:.4g} ms"
-    expected = f"<= {slow.median_ms * (1 + margin / 100):.4g} ms (median {slow.median_ms:.4g} + {margin:g}%)"
+    widened = slow.margin_pct
+    expected = f"<= {slow.median_ms * (1 + widened / 100):.4g} ms (median {slow.median_ms:.4g} + {widened:.3g}%)"
     detail = f"own forward+backward {slow.over_pct:.1f}% over the ranks' median ({len(solo)} ranks)"
     status, reason = (Status.FAIL, "slow_rank") if slow.slow else (Status.PASS, "ok")
+    if slow.inconclusive:
+        status, reason = Status.WARN, "inconclusive"
+        detail = f"{detail}, past {margin:g}% but inside {widened:.3g}%, noise_k times the ranks' own spread"
     gpu = int(slow.label.split()[-1])
     return CheckRow(NAME, "slowest_rank", status, reason, said, expected, detail, gpu)
 

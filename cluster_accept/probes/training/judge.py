@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cluster_accept.analysis.noise import NOISE_K, robust_cv
 from cluster_accept.inventory.shapes import ModelShape
 
 
@@ -106,23 +108,28 @@ class SlowRank:
     label: str  # where it is: "gpu 3" or "node007 gpu 3"
     solo_ms: float
     median_ms: float
-    slow: bool  # beyond the margin
+    slow: bool  # beyond the margin and the ranks' spread
+    margin_pct: float = 0.0  # the overrun that counts: max(straggler_pct, noise_k × the ranks' spread)
+    inconclusive: bool = False  # beyond straggler_pct, inside the ranks' spread
 
     @property
     def over_pct(self) -> float:
         return 100 * (self.solo_ms - self.median_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
 
-def slowest_rank(solo_ms: dict[str, float], margin_pct: float) -> SlowRank | None:
-    """The rank whose own forward+backward is slowest, and whether it is more than ``margin_pct`` slower than
-    the ranks' median (every step waits for it). None with fewer than two ranks: nothing to compare."""
+def slowest_rank(solo_ms: dict[str, float], margin_pct: float, noise_k: float = NOISE_K) -> SlowRank | None:
+    """The rank whose own forward+backward is slowest, and whether it is more than ``margin_pct`` — and
+    ``noise_k`` times the ranks' own spread (three ranks or more) — slower than the ranks' median (every step
+    waits for it); an overrun past ``margin_pct`` inside the spread is inconclusive. None with fewer than two
+    ranks: nothing to compare."""
     if len(solo_ms) < 2:
         return None
-    ordered = sorted(solo_ms.values())
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    median = statistics.median(solo_ms.values())
+    spread = robust_cv(list(solo_ms.values()), f"the {len(solo_ms)} ranks' spread")
+    widened = max(margin_pct, 100 * noise_k * spread.cv) if spread is not None else margin_pct
     label, worst = max(solo_ms.items(), key=lambda item: (item[1], item[0]))
-    return SlowRank(label, worst, median, worst > median * (1 + margin_pct / 100))
+    over = 100 * (worst - median) / median if median > 0 else 0.0
+    return SlowRank(label, worst, median, over > widened, widened, margin_pct < over <= widened)
 
 
 def model_text(info: Mapping[str, Any]) -> str:

@@ -115,12 +115,13 @@ def _one_node_set(stage: GroupStage, rails: list[Rail], group: list[Node]) -> No
         if runs[rail.name].busbw_gbps is None:
             stage.failed_run(runs[rail.name], RAILS, f"{rail.name} ({_nic(rail)}) all-reduce")
     figures = {name: run.busbw_gbps for name, run in runs.items()}
-    verdicts = judge_rails(figures, thresholds.rail_busbw_gbps_min, thresholds.straggler_pct)
+    verdicts = judge_rails(figures, thresholds.rail_busbw_gbps_min, thresholds.straggler_pct, thresholds.noise_k)
     by_name = {rail.name: rail for rail in rails}
     for verdict in verdicts:
         rail = by_name[verdict.rail]
         if verdict.busbw_gbps is not None:
-            status = Status.PASS if verdict.ok else Status.WARN  # the rail's symptom: isolation names the node
+            # the rail's symptom (isolation names the node), or a difference inside the rails' spread
+            status = Status.PASS if verdict.ok and verdict.reason == "ok" else Status.WARN
             said = f"{rail.name} (GPU {rail.gpu}, {_nic(rail)}) across {len(group)} nodes, one rank each"
             row = CheckRow(
                 RAILS, rail.name, status, verdict.reason, f"{verdict.busbw_gbps:.3g}", verdict.expected, said

@@ -1,0 +1,183 @@
+"""Relative judgements rest on the figure's measured noise: a shortfall inside it is inconclusive, never a
+rejection; one beyond it is still found. Synthetic figures with exact numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from cluster_accept.analysis import stragglers
+from cluster_accept.analysis.calibration import NoiseTable, annotate, noise_table, size_tier
+from cluster_accept.analysis.noise import Noise, call, expected_false_rejections, false_rejection_rate, robust_cv
+from cluster_accept.analysis.probe_verdicts import judge
+from cluster_accept.analysis.rails import judge_rails
+from cluster_accept.analysis.regressions import figure_regressions
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.inventory.model import Profile, Thresholds
+from cluster_accept.probes import gemm
+from cluster_accept.probes.training.judge import slowest_rank
+
+pytestmark = pytest.mark.unit
+
+CPU = Profile.model_validate({"probes": {"device": "cpu"}})
+METRIC = "gemm_bf16_gflops"
+
+
+def _figures(values: dict[str, float], **extra: object) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"node": n, "profile": "cpu", "metric": METRIC, "value": v, "gpu": None, "unit": "GFLOP/s", **extra}
+            for n, v in values.items()
+        ]
+    )
+
+
+def _relative(rows: list[tuple[str, CheckRow]]) -> dict[str, tuple[Status, str]]:
+    return {node: (r.status, r.reason) for node, r in rows if r.item.endswith("_vs_cluster")}
+
+
+def test_the_margin_is_the_larger_of_straggler_pct_and_k_times_the_noise() -> None:
+    spread = Noise(0.04, "peers")
+    assert call(95.0, 100.0, 5, [spread]).outcome == "inconclusive"  # 5% short, margin 12%
+    assert call(88.0, 100.0, 5, [spread]).outcome == "below"
+    assert call(96.0, 100.0, 5, [spread]).outcome == "ok"
+    judged = call(90.0, 100.0, 5, [Noise(0.01, "a"), spread, None], k=3)
+    assert (judged.margin_pct, judged.noise) == (pytest.approx(12.0), spread)
+    assert call(90.0, 100.0, 5, []).outcome == "below"  # no noise known: the profile's margin alone
+    spread_of_four = robust_cv([100.0, 100.0, 90.0, 110.0], "s")
+    assert spread_of_four is not None and spread_of_four.cv == pytest.approx(0.074130)
+    assert robust_cv([100.0, 50.0], "two figures say nothing of the noise apart from their difference") is None
+
+
+def test_false_rejections_are_the_normal_tail_beyond_the_margin_times_the_comparisons() -> None:
+    assert false_rejection_rate(15.0, 0.05) == pytest.approx(0.0013499, rel=1e-4)  # 3 sigma
+    assert expected_false_rejections(15.0, 0.05, 8000) == pytest.approx(10.799, rel=1e-3)
+    assert false_rejection_rate(5.0, 0.0) == 0.0
+    assert math.isclose(false_rejection_rate(0.0, 0.05), 0.5)
+
+
+def test_peers_spread_too_wide_to_call_is_inconclusive_and_a_quiet_15_pct_straggler_still_fails() -> None:
+    # four healthy nodes on a busy machine: their MAD is most of their median
+    busy = judge(_figures({"n1": 2854.0, "n2": 12000.0, "n3": 30000.0, "n4": 39022.0}), gemm.METRICS, {})
+    assert _relative(busy)["n1"] == (Status.WARN, "inconclusive")
+    assert all(status != Status.FAIL for status, _ in _relative(busy).values())
+    said = next(r.detail for node, r in busy if node == "n1" and r.item.endswith("_vs_cluster"))
+    assert "inside the noise" in said and "cluster-accept calibrate" in said
+    quiet = judge(_figures({"n1": 100.0, "n2": 101.0, "n3": 99.0, "n4": 85.0}), gemm.METRICS, {})
+    assert _relative(quiet)["n4"] == (Status.FAIL, "straggler")
+    assert _relative(quiet)["n1"] == (Status.PASS, "ok")
+
+
+def test_a_figure_own_repeats_and_the_calibration_widen_its_margin() -> None:
+    values = {"n1": 100.0, "n2": 101.0, "n3": 99.0, "n4": 90.0}
+    assert _relative(judge(_figures(values), gemm.METRICS, {}))["n4"] == (Status.FAIL, "straggler")
+    wobbly = _figures(values).assign(repeat_cv=[0.0, 0.0, 0.0, 0.05])
+    assert _relative(judge(wobbly, gemm.METRICS, {}))["n4"] == (Status.WARN, "inconclusive")
+    calibrated = _figures(values).assign(calibrated_cv=0.04, calibrated_source="calibration c1")
+    rows = judge(calibrated, gemm.METRICS, {})
+    assert _relative(rows)["n4"] == (Status.WARN, "inconclusive")
+    expected = next(r.expected for node, r in rows if node == "n4" and r.item.endswith("_vs_cluster"))
+    assert expected == ">= 87.6 GFLOP/s (median - 12.0% (3 × 4.0%: calibration c1))"
+
+
+def test_a_confirmation_inside_the_noise_does_not_confirm() -> None:
+    before = _figures({"n1": 1713.0, "n2": 5476.0, "n3": 5500.0, "n4": 5450.0})
+    row = NodeRow("r", "c", "single-node", "n1", "gemm", f"{METRIC}_vs_cluster", Status.FAIL, "straggler")
+    limits = {n: Thresholds() for n in ("n1", "n2", "n3", "n4")}
+    wobbly = stragglers.confirm([row], before, _figures({"n1": 3884.0}), gemm.METRICS, limits)[0]
+    assert (wobbly.status, wobbly.reason) == (Status.WARN, "inconclusive")
+    assert "its two measurements, 1713 and 3884" in wobbly.detail
+    steady = stragglers.confirm([row], before, _figures({"n1": 1750.0}), gemm.METRICS, limits)[0]
+    assert (steady.status, steady.reason) == (Status.FAIL, "straggler")
+    assert steady.detail.endswith("confirmed") and "not confirmed" not in steady.detail
+    gone = stragglers.confirm([row], before, _figures({"n1": 5480.0}), gemm.METRICS, limits)[0]
+    assert (gone.status, gone.reason) == (Status.WARN, "straggler_unconfirmed")
+
+
+def test_a_regression_inside_the_node_own_spread_is_inconclusive() -> None:
+    def key(run: str, value: float) -> dict[str, object]:
+        return {"run_id": run, "node": "n1", "metric": METRIC, "unit": "GFLOP/s", "model": "", "value": value}
+
+    steady = pd.DataFrame([key(f"r{i}", v) for i, v in enumerate([100.0, 101.0, 99.0, 100.0])])
+    wobbly = pd.DataFrame([key(f"r{i}", v) for i, v in enumerate([100.0, 70.0, 130.0, 100.0])])
+    now = pd.DataFrame([key("now", 85.0)])
+    limits = {"n1": Thresholds()}
+    [(_, found)] = figure_regressions(now, steady, limits, gemm.METRICS)
+    assert (found.status, found.reason) == (Status.FAIL, "regression")
+    [(_, unsure)] = figure_regressions(now, wobbly, limits, gemm.METRICS)
+    assert (unsure.status, unsure.reason) == (Status.WARN, "inconclusive")
+    calibrated = {("n1", METRIC): Noise(0.06, "calibration c1")}
+    [(_, wide)] = figure_regressions(now, steady, limits, gemm.METRICS, calibrated=calibrated)
+    assert wide.reason == "inconclusive" and "calibration c1" in (wide.expected or "")
+
+
+def test_rails_and_ranks_inside_their_spread_are_inconclusive() -> None:
+    tight = judge_rails({"rail0": 10.0, "rail1": 10.1, "rail2": 9.9, "rail3": 8.0}, None, 5)
+    assert [(j.rail, j.ok, j.reason) for j in tight][-1] == ("rail3", False, "below_other_rails")
+    loose = judge_rails({"rail0": 10.0, "rail1": 13.0, "rail2": 7.5, "rail3": 8.0, "rail4": 12.0}, None, 5)
+    assert [(j.rail, j.ok, j.reason) for j in loose if j.reason != "ok"] == [
+        ("rail2", True, "inconclusive"),
+        ("rail3", True, "inconclusive"),
+    ]
+    slow = slowest_rank({"gpu 0": 100.0, "gpu 1": 101.0, "gpu 2": 99.0, "gpu 3": 120.0}, 5)
+    assert slow is not None and (slow.slow, slow.inconclusive) == (True, False)
+    unsure = slowest_rank({"gpu 0": 100.0, "gpu 1": 130.0, "gpu 2": 80.0, "gpu 3": 140.0}, 5)
+    assert unsure is not None and (unsure.slow, unsure.inconclusive) == (False, True)
+
+
+def test_the_noise_table_keeps_the_p95_of_each_figure_cv_per_model_metric_and_tier() -> None:
+    runs = pd.DataFrame(
+        [
+            {"run_id": f"r{k}", "node": node, "gpu": gpu, "metric": METRIC, "size": 4096, "label": None, "value": v}
+            for k in range(3)
+            for node, gpu, v in (("n1", 0, 100.0 + k), ("n1", 1, 100.0), ("n2", 0, 100.0 + 4 * k))
+        ]
+        + [
+            {
+                "run_id": f"r{k}",
+                "node": "n1",
+                "gpu": None,
+                "metric": "allreduce_busbw_gbps",
+                "size": s,
+                "label": "x",
+                "value": v,
+            }
+            for k in range(2)
+            for s, v in ((1024, 10.0 + k), (1 << 30, 300.0))
+        ]  # fmt: skip
+    )
+    table = noise_table(runs, {"n1": "H100", "n2": "H100"})
+    by_key = {(r.metric, r.size_tier): r for r in table.itertuples()}
+    gemm_row = by_key[(METRIC, "small")]
+    # cvs: n1 gpu0 std([100,101,102])/101 = 0.0099; n1 gpu1 0; n2 std([100,104,108])/104 = 0.03846
+    assert (gemm_row.runs, gemm_row.figures) == (3, 3)
+    assert gemm_row.cv_median == pytest.approx(0.009901, rel=1e-3)
+    assert gemm_row.cv_p95 == pytest.approx(0.009901 + 0.9 * (0.038462 - 0.009901), rel=1e-3)
+    assert by_key[("allreduce_busbw_gbps", "large")].cv_p95 == 0.0
+    assert by_key[("allreduce_busbw_gbps", "small")].cv_p95 == pytest.approx(0.067344, rel=1e-3)
+    assert [size_tier(s) for s in (None, float("nan"), 1024, 1 << 20, 64 << 20)] == ["", "", "small", "medium", "large"]
+    noise = NoiseTable(table, "c1").noise("H100", METRIC, 4096)
+    assert noise is not None and noise.source == "calibration c1: p95 of 3 figures over 3 runs"
+    assert NoiseTable(table, "c1").noise("H200", METRIC, 4096) is None  # another GPU model: not calibrated
+
+
+def test_annotate_puts_each_figure_calibrated_noise_beside_it() -> None:
+    table = pd.DataFrame(
+        [
+            {
+                "gpu_model": "cpu",
+                "metric": METRIC,
+                "size_tier": "",
+                "runs": 5,
+                "figures": 4,
+                "cv_median": 0.01,
+                "cv_p95": 0.03,
+            }
+        ]  # fmt: skip
+    )
+    figures = _figures({"n1": 100.0, "n2": 90.0})
+    out = annotate(figures, NoiseTable(table, "c1"), {"n1": CPU, "n2": CPU})
+    assert list(out["calibrated_cv"]) == [0.03, 0.03]
+    assert annotate(figures, None, {"n1": CPU}) is figures
