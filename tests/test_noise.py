@@ -181,3 +181,19 @@ def test_annotate_puts_each_figure_calibrated_noise_beside_it() -> None:
     out = annotate(figures, NoiseTable(table, "c1"), {"n1": CPU, "n2": CPU})
     assert list(out["calibrated_cv"]) == [0.03, 0.03]
     assert annotate(figures, None, {"n1": CPU}) is figures
+
+
+def test_a_burn_drop_inside_its_first_part_own_spread_is_inconclusive() -> None:
+    from cluster_accept.inventory.burn_settings import BurnSettings
+    from cluster_accept.probes.burn.judge import GpuBurn
+    from cluster_accept.probes.burn.judge import judge as judge_burn
+
+    def burn(first_cv: float) -> GpuBurn:
+        return GpuBurn(0, 100.0, 80.0, "TFLOP/s", None, None, None, 0, 0, 0, 0, 0, None, None, None, None, 0.0, 0.0,
+                       first_cv)  # fmt: skip
+
+    settings = BurnSettings()
+    assert settings.throughput_drop_max_pct < 20
+    assert [f.reason for f in judge_burn([burn(0.01)], settings)] == ["throughput_dropped"]
+    [unsure] = judge_burn([burn(0.08)], settings)  # margin 3 x 8% = 24%
+    assert unsure.reason == "inconclusive" and "inside 24 %" in unsure.detail

@@ -53,6 +53,13 @@ METRICS = {
 REASONS = declare(
     Reason("sustained", Status.PASS, "held its throughput and clocks through the burn", Action.NONE),
     Reason(
+        "inconclusive",
+        Status.WARN,
+        "its throughput fell past the allowed drop, but inside the spread of its own first part's windows: the "
+        "drop cannot be told from the load's wobble; burn again with nothing else running on the node",
+        Action.RERUN,
+    ),
+    Reason(
         "below_threshold",
         Status.FAIL,
         "its throughput over the burn is below the minimum (the profile's, or the row's fraction of the GPU's "

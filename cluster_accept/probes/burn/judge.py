@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cluster_accept.analysis.noise import NOISE_K, robust_cv
 from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.vocabulary.lazy import pandas as pd
 
@@ -57,6 +58,7 @@ class GpuBurn:
     power_median_w: float | None
     ecc_corrected_grew: float
     ecc_uncorrected_grew: float
+    first_cv: float | None = None  # the first part's windows' robust spread: the throughput's own noise
 
     @property
     def drop_pct(self) -> float | None:
@@ -76,6 +78,12 @@ def reason_names(bits: int) -> str:
 def _median(values: Iterable[float]) -> float | None:
     kept = [float(v) for v in values if v is not None and v == v]
     return statistics.median(kept) if kept else None
+
+
+def _spread(values: Iterable[float]) -> float | None:
+    kept = [float(v) for v in values if v is not None and v == v]
+    noise = robust_cv(kept, "the first part's windows")
+    return noise.cv if noise is not None else None
 
 
 def _bits(text: object) -> int:
@@ -125,6 +133,7 @@ def _summary(
     return GpuBurn(
         gpu=gpu,
         first=_median(w[w.t_s <= part].value) if not w.empty else None,
+        first_cv=_spread(w[w.t_s <= part].value) if not w.empty else None,
         last=_median(w[w.t_s > duration_s - part].value) if not w.empty else None,
         unit=unit,
         first_clock_mhz=_median(s[s.t_s <= part].sm_clock_mhz) if not s.empty else None,
@@ -209,10 +218,22 @@ def judge(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
 def _findings(burn: GpuBurn, settings: BurnSettings) -> list[BurnFinding]:
     found = []
     drop = burn.drop_pct
-    if drop is not None and drop > settings.throughput_drop_max_pct:
+    allowed = settings.throughput_drop_max_pct
+    margin = max(allowed, 100 * NOISE_K * burn.first_cv) if burn.first_cv is not None else allowed
+    if drop is not None and drop > allowed:
         said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit} (-{drop:.1f} %)"
-        expected = f"≤ {settings.throughput_drop_max_pct:g} % drop"
-        found.append(BurnFinding(burn.gpu, "throughput_dropped", said, expected, _conditions(burn)))
+        if drop > margin:
+            expected = f"≤ {margin:.3g} % drop" + (
+                f" ({allowed:g} %, widened by the first part's spread)" if margin > allowed else ""
+            )
+            found.append(BurnFinding(burn.gpu, "throughput_dropped", said, expected, _conditions(burn)))
+        else:
+            detail = (
+                f"past {allowed:g} % but inside {margin:.3g} %, {NOISE_K:g} × the first part's windows' spread "
+                f"({100 * (burn.first_cv or 0):.1f} %): the drop cannot be told from the load's own wobble; "
+                f"{_conditions(burn)}"
+            )
+            found.append(BurnFinding(burn.gpu, "inconclusive", said, f"≤ {allowed:g} % drop", detail))
     clock = _clock_finding(burn, settings)
     if clock is not None:
         found.append(clock)

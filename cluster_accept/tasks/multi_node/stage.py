@@ -50,7 +50,9 @@ NAME = "multi-node"
 def _policy(nodes: Sequence[Node]) -> IsolationPolicy:
     thresholds = nodes[0].profile.thresholds
     return IsolationPolicy(
-        min_busbw_gbps=thresholds.allreduce_inter_busbw_gbps_min, straggler_pct=thresholds.straggler_pct
+        min_busbw_gbps=thresholds.allreduce_inter_busbw_gbps_min,
+        straggler_pct=thresholds.straggler_pct,
+        noise_k=thresholds.noise_k,
     )
 
 
