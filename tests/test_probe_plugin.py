@@ -28,7 +28,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.probes.base import NodeScript, Probe, cluster_judgement, own_figures, own_settings
 from cluster_accept.reports.figures import ReportSection, Table
 
@@ -48,8 +48,8 @@ def command(node, quick):
 SCRIPT = NodeScript("trivial", (str(Path(__file__).parent / "node" / "trivial_node.py"),), NAME, command)
 METRICS = {METRIC: MetricRule(NAME, "trivial_rate_per_s_min", False)}
 REASONS = declare(
-    Reason("below_threshold", Status.FAIL, "slower than the profile's minimum", Action.CHECK_NODE),
-    Reason("straggler", Status.FAIL, "far slower than its peers", Action.CHECK_NODE),
+    Reason("below_threshold", Status.FAIL, "below the profile's minimum", Action.CHECK_NODE, kind=FindingKind.RELATIVE),
+    Reason("straggler", Status.FAIL, "far slower than its peers", Action.CHECK_NODE, kind=FindingKind.RELATIVE),
     Reason("powersave", Status.WARN, "the CPU ran under a power-saving governor", Action.FIX_CONFIG),
 )
 

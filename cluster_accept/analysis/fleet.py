@@ -14,17 +14,22 @@ with the run's UTC start time.
 - **Drifting figures**: a node's key figure (its median per run of a judged metric) falling over its last
   runs: at least ``min_runs`` runs, mostly falling from one to the next, the fitted line down by at least
   ``min_drop_pct`` across them.
+- **Lemon nodes** (:mod:`analysis.lemons`): the three read together into one ranked list a scheduler can leave
+  out of a large job.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_accept.analysis.history import MEASURED, key_figures, load
 from cluster_accept.analysis.history_files import HistoryFiles
+from cluster_accept.analysis.lemons import LEMON_COLUMNS, lemons
+from cluster_accept.analysis.noise import NOISE_K
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.analysis.verdicts import COUNTER, MARK, NOT_ACCEPTED
 from cluster_accept.vocabulary.lazy import pandas as pd
@@ -110,17 +115,22 @@ def drifting_figures(
     min_runs: int = 4,
     min_drop_pct: float = 5.0,
     last_runs: int = 10,
+    noise_k: float = NOISE_K,
 ) -> pd.DataFrame:
     """Per node and judged metric, over its last ``last_runs`` runs: a figure falling run after run (at least
-    ``min_runs`` runs, three steps in four or more falling, the fitted line down ``min_drop_pct`` % or more)."""
+    ``min_runs`` runs, three steps in four or more falling, the fitted line down ``min_drop_pct`` % or more, and
+    by ``noise_k`` times the fit's own uncertainty: a figure that wobbles by more than it slid has not slid)."""
     if measurements.empty:
         return pd.DataFrame(columns=DRIFT_COLUMNS)
     figures = key_figures(measurements, rules)  # per run: a figure is compared only with the same model's
     rows = []
     for (node, metric, _), series in figures.groupby(["node", "metric", "model"], sort=True):
         values = [float(v) for v in series.sort_values("run_id")["value"].tail(last_runs)]
-        drop = _fitted_drop_pct(values)
-        if len(values) < min_runs or drop is None or drop < min_drop_pct:
+        fitted = _fitted_drop_pct(values)
+        if len(values) < min_runs or fitted is None:
+            continue
+        drop, uncertainty = fitted
+        if drop < max(min_drop_pct, noise_k * uncertainty):
             continue
         falling = sum(1 for a, b in zip(values, values[1:], strict=False) if b < a)
         if falling * 4 < 3 * (len(values) - 1):
@@ -131,9 +141,10 @@ def drifting_figures(
     return found.sort_values(["drop_pct", "node"], ascending=[False, True], ignore_index=True)
 
 
-def _fitted_drop_pct(values: list[float]) -> float | None:
+def _fitted_drop_pct(values: list[float]) -> tuple[float, float] | None:
     """How far the least-squares line through ``values`` falls from its first point to its last, in % of its
-    first point; None when it cannot say (one value, or a line starting at zero or below)."""
+    first point, and that drop's standard error (from the points' scatter about the line; 0 with two points);
+    None when it cannot say (one value, or a line starting at zero or below)."""
     n = len(values)
     if n < 2:
         return None
@@ -143,21 +154,25 @@ def _fitted_drop_pct(values: list[float]) -> float | None:
     start = mean_y - slope * mean_x
     if start <= 0:
         return None
-    return -100.0 * slope * (n - 1) / start
+    residuals = [v - (start + slope * i) for i, v in enumerate(values)]
+    scatter = math.sqrt(sum(r * r for r in residuals) / (n - 2)) if n > 2 else 0.0
+    slope_error = scatter / math.sqrt(spread)
+    return -100.0 * slope * (n - 1) / start, 100.0 * slope_error * (n - 1) / start
 
 
 @dataclass(frozen=True)
 class FleetView:
-    """The three readings of the fleet from its history, each a frame (empty when the history says nothing)."""
+    """The readings of the fleet from its history, each a frame (empty when the history says nothing)."""
 
     offenders: pd.DataFrame
     flaky: pd.DataFrame
     drifting: pd.DataFrame
     runs: int  # the runs read
+    lemons: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LEMON_COLUMNS))  # ranked, worst first
 
     @property
     def empty(self) -> bool:
-        return self.offenders.empty and self.flaky.empty and self.drifting.empty
+        return self.offenders.empty and self.flaky.empty and self.drifting.empty and self.lemons.empty
 
 
 def read_fleet(
@@ -173,9 +188,11 @@ def read_fleet(
     checks = load(files, "checks", cluster, runs, ["run_id", "node", "check", "status"])
     values = load(files, "node_values", cluster, runs, ["run_id", "node", "check", "key", "value"])
     measured = load(files, "measurements", cluster, runs, MEASURED)
+    drifting = drifting_figures(measured, rules, last_runs=last_runs)
     return FleetView(
         repeat_offenders(verdicts, last_runs, min_bad),
         flaky_checks(checks, values),
-        drifting_figures(measured, rules, last_runs=last_runs),
+        drifting,
         len(runs),
+        lemons(verdicts, drifting, last_runs),
     )

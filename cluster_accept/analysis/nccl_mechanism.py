@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from cluster_accept.analysis.nccl_account import ALGORITHM, CHANNELS, COMMUNICATOR, PROTOCOL
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.vocabulary.rows import NcclFact
 
@@ -190,24 +190,28 @@ REASONS = declare(
         Status.WARN,
         f"NCCL opened fewer channels here than on the healthy majority of the cluster in the same run ({_WHY})",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "channels_below_nvlinks",
         Status.WARN,
         f"NCCL opened fewer channels inside the node than its GPUs' NVLinks carry ({_WHY})",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "algorithm_differs",
         Status.WARN,
         f"NCCL ran another algorithm here than on the healthy majority ({_WHY})",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "protocol_differs",
         Status.WARN,
         f"NCCL ran another protocol here than on the healthy majority ({_WHY})",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
 )
 

@@ -209,6 +209,26 @@ NCCL = pa.schema(
 )
 
 
+THRESHOLDS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("stage", pa.string()),
+        ("metric", pa.string()),
+        ("profile", pa.string()),
+        ("gpu_model", pa.string()),
+        ("size_tier", pa.string()),
+        ("straggler_pct", pa.float64()),
+        ("noise_k", pa.float64()),
+        ("noise_pct", pa.float64()),  # the noise the margin rests on; null: none known
+        ("noise_source", pa.string()),
+        ("margin_pct", pa.float64()),
+        ("comparisons", pa.int32()),
+        ("expected_false_rejections", pa.float64()),
+    ],
+    metadata={"cluster_accept_schema": "thresholds", "version": SCHEMA_VERSION},
+)
+
 # Every table of a run directory, by name: ``<name>.parquet`` in the run directory and ``history/<name>/``.
 TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,
@@ -221,6 +241,7 @@ TABLES: dict[str, pa.Schema] = {
     "verdicts": VERDICTS,
     "burn": BURN,
     "nccl": NCCL,
+    "thresholds": THRESHOLDS,
 }
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from cluster_accept.analysis.calibration_said import SuggestedLimits
+from cluster_accept.analysis.suggest_calibration import Calibrated, ClusterShape, write_calibration, write_limits
 from cluster_accept.analysis.suggest_fabric import fabric_values, write_floor, write_infiniband, write_transport
 from cluster_accept.checks.base import plurality
 from cluster_accept.inventory.gpus import GpuModel, model_for_name, profile_data, unknown_model_help
@@ -36,6 +38,7 @@ _MASK = "****"
 # What CPU probes on nodes sharing one machine's cores need (the test-bed): their figures vary with the load of
 # the machine, so a node far below the others is a warning, not a rejection.
 CPU_THRESHOLDS = {"relative_verdict": "warn"}
+_Limits = tuple[SuggestedLimits, str] | None  # the limits a calibration suggests, and its id
 
 
 def _one(values: Iterable[object]) -> str | None:
@@ -334,7 +337,9 @@ def _write_probes(out: _Writer, device: str) -> None:
             out.note("a CPU build of torch cannot probe GPUs (probe:torch_no_cuda): install a CUDA build", 1)
 
 
-def _write_thresholds(out: _Writer, device: str, model: GpuModel | None) -> None:
+def _write_thresholds(out: _Writer, device: str, model: GpuModel | None, limits: _Limits = None) -> None:
+    """``thresholds:``: CPU's, the base's, or placeholders for a GPU no base describes; with ``limits`` (from a
+    calibration), ``straggler_pct`` and ``noise_k`` too."""
     if device == "cpu":
         out.raw("thresholds:")
         out.prose(
@@ -343,10 +348,11 @@ def _write_thresholds(out: _Writer, device: str, model: GpuModel | None) -> None
             1,
         )
         out.raw(f"  relative_verdict: {CPU_THRESHOLDS['relative_verdict']}")
+        _write_limits(out, limits, opened=True)
         return write_floor(out, opened=True)
     if model is not None:
         out.note(f"thresholds: those of base {model.key} (above); write any to override it")
-        return write_floor(out, opened=False)
+        return write_floor(out, opened=_write_limits(out, limits, opened=False))
     name = out.found["gpu.model"].value if "gpu.model" in out.found else None
     out.prose(unknown_model_help(name) if name else "no GPU model most nodes share, so no built-in profile applies")
     out.prose("Fill in what a healthy node reaches (e.g. a run's measurements.parquet on known-good nodes):")
@@ -354,7 +360,30 @@ def _write_thresholds(out: _Writer, device: str, model: GpuModel | None) -> None
     out.raw("#   gemm_bf16_tflops_min: <fill in>            # bf16 GEMM per GPU, TFLOP/s")
     out.raw("#   hbm_copy_gbps_min: <fill in>               # HBM copy per GPU, GB/s")
     out.raw("#   allreduce_intra_busbw_gbps_min: <fill in>  # all-reduce bus bandwidth in a node, GB/s")
-    write_floor(out, opened=False)
+    write_floor(out, opened=_write_limits(out, limits, opened=False))
+
+
+def _write_limits(out: _Writer, limits: _Limits, opened: bool) -> bool:
+    """The calibration's ``straggler_pct`` and ``noise_k`` (``thresholds:`` opened here unless ``opened``);
+    whether ``thresholds:`` is open after."""
+    if limits is None:
+        return opened
+    if not opened:
+        out.raw("thresholds:")
+    write_limits(out, *limits)
+    return True
+
+
+def _shape(found: Mapping[str, Agreement], base: Mapping[str, str], device: str, nodes: int) -> ClusterShape:
+    """The profile's nodes as a calibration counts them: the GPU model its ``gpu.model`` will hold (the nodes',
+    else the base's), as :func:`analysis.calibration.model_key` keys it, and GPUs a node."""
+    if device != "cuda":
+        return ClusterShape("cpu", 1, nodes, device)
+    model = found["gpu.model"].value if "gpu.model" in found else None
+    count = found["gpu.count"].value if "gpu.count" in found else None
+    gpus = int(count) if count is not None and _writable(count, int) else 1
+    named = model if model is not None and _writable(model, str) else base.get("gpu.model")
+    return ClusterShape(named or "unknown GPU", gpus, nodes, device)
 
 
 def _write_header(out: _Writer, cluster: str, answered: list[str], unreachable: Mapping[str, str], device: str) -> None:
@@ -374,11 +403,14 @@ def suggest_profile(
     unreachable: Mapping[str, str] | None = None,
     device: str | None = None,
     cluster: str = "cluster",
+    calibrated: Calibrated | None = None,
 ) -> str:
     """The profile YAML, with comments, from node -> {check: parsed model} of the nodes that answered.
     ``unreachable``: node -> why it was not read (listed in a comment); ``device``: ``cuda`` or ``cpu`` (default:
     cuda when most nodes list GPUs). On cuda, a built-in GPU model becomes ``base:`` with its thresholds shown;
-    an unknown one gets commented placeholders. Loads with ``Profile.model_validate(yaml.safe_load(text))``."""
+    an unknown one gets commented placeholders. ``calibrated``: the cluster's calibration, shown before the
+    thresholds (each key figure's noise and margin) with the ``straggler_pct``/``noise_k`` it suggests, if any.
+    Loads with ``Profile.model_validate(yaml.safe_load(text))``."""
     found = cluster_values(models)
     device = device or pick_device(found)
     gpu_model = _gpu_model(found) if device == "cuda" else None
@@ -395,5 +427,10 @@ def suggest_profile(
     write_infiniband(out)
     _write_nccl_env(out)
     _write_probes(out, device)
-    _write_thresholds(out, device, gpu_model)
+    limits = None
+    if calibrated is not None:
+        shape = _shape(found, base, device, len(models) + len(unreachable or {}))
+        suggested = write_calibration(out, calibrated, shape)
+        limits = (suggested, calibrated.table.calibrated_at) if suggested is not None else None
+    _write_thresholds(out, device, gpu_model, limits)
     return "\n".join(out.lines) + "\n"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from cluster_accept.analysis import nccl_mechanism
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Link
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import SETTINGS_LINE_START
 
@@ -60,6 +60,7 @@ REASONS = declare(
         "a setting in effect for the job slowed a figure: measured again without it, the figure recovered (both "
         "numbers in the detail): unset it where it is set, or set it right for this node",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "confirmed_together",
@@ -67,6 +68,7 @@ REASONS = declare(
         "several settings were in effect and the figure recovered without all of them: one or more of them slowed "
         "it (both numbers in the detail); unset them one at a time and measure again to tell which",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "cleared",
@@ -80,6 +82,7 @@ REASONS = declare(
         "a setting in effect for the job while a figure failed, not measured again without it (see the detail): "
         "unset it and measure again to tell whether it is the cause",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
 )
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import NOT_SECRET_NAMES, SECRET_NAME_ERE, is_secret_name, mask_secrets
 
@@ -92,6 +92,7 @@ REASONS = declare(
         Status.WARN,
         "an NCCL variable not pinned by the profile is set (or unset) differently from most nodes: align them",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
 )
 

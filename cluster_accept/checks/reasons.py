@@ -38,15 +38,28 @@ class Action(str, enum.Enum):
     RERUN = "rerun"
 
 
+class FindingKind(str, enum.Enum):
+    """What a finding says of a node, for ``--drain`` (:mod:`ops.repeats`): a *hard* fact drains at once; a
+    *relative* one (a figure judged against a floor, the node's peers or its own past, or a setting against the
+    cluster's majority) drains once it repeats, since a co-tenant, a throttle event or a shifting reference can
+    make it once on a healthy node."""
+
+    HARD = "hard"  # a GPU missing, an ECC error, an XID, a port down, the node out of reach, a probe that crashed
+    RELATIVE = "relative"  # a straggler, a figure below its floor or its own history, a slow pair or rail, drift
+
+
 @dataclass(frozen=True)
 class Reason:
     """One reason code: ``severity`` is the status its rows carry by default (a profile may soften a
-    relative verdict to a warning); ``explanation`` is one line an operator understands."""
+    relative verdict to a warning); ``explanation`` is one line an operator understands; ``kind`` whether
+    ``--drain`` waits for the finding to repeat (:class:`FindingKind`), declared here, beside the code, so a new
+    check or probe classifies its own findings."""
 
     code: str
     severity: Status
     explanation: str
     action: Action = Action.NONE
+    kind: FindingKind = FindingKind.HARD
 
 
 def declare(*reasons: Reason) -> Mapping[str, Reason]:
@@ -82,6 +95,7 @@ COMMON = declare(
         Status.FAIL,
         "differs from the value most nodes of the cluster have: align the configuration",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "no_output",
@@ -119,6 +133,7 @@ COMMON = declare(
         "far below its peers in the stage, but not when measured again alone: a transient load (a co-tenant, a "
         "throttle event); see the other findings on the node, and watch it in the next runs",
         Action.RERUN,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "inconclusive",
@@ -127,12 +142,14 @@ COMMON = declare(
         "(the peers' spread, its repeats, the cluster's calibration): the difference cannot be told from the "
         "spread; calibrate the cluster (cluster-accept calibrate) or measure again with nothing else running",
         Action.RERUN,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "regression",
         Status.FAIL,
         "well below this node's own recent runs: compare clocks, power and temperature in the evidence",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "counter_grew",
@@ -240,6 +257,7 @@ TOOL_REASONS = declare(
     ),
 )
 
+
 UNDECLARED = Reason("undeclared", Status.ERROR, "a reason no module declares: rerun and compare", Action.RERUN)
 
 
@@ -257,6 +275,13 @@ class ReasonCatalog:
 
     def declared(self, check: str, code: str) -> bool:
         return self.lookup(check, code) is not UNDECLARED
+
+    def kind(self, reason: str) -> FindingKind:
+        """The kind of a verdict's reason (``check:code``), as the module that declares it says (the check's
+        own declaration first, then the common one); a reason nobody declares is hard, so it drains at once, as
+        every finding did before repeats were counted."""
+        check, _, code = reason.partition(":")
+        return self.lookup(check, code).kind
 
 
 def catalog(declarations: Iterable[tuple[str, Mapping[str, Reason]]]) -> ReasonCatalog:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks._rdma import counter_line, nccl_conf_setting
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_quote
 
@@ -75,6 +75,7 @@ REASONS = declare(
         "dropped or paused where the other nodes' are not, and every collective through the node slows; set it "
         "as the other nodes have it",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
 )
 

@@ -36,6 +36,7 @@ from cluster_accept.inventory.load import InventoryError
 from cluster_accept.inventory.node_part import WantedNode
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION
+from cluster_accept.ops.repeats import DEFAULT_RULE
 from cluster_accept.ops.slurm import SlurmPlan
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.vocabulary.text import visible
@@ -158,6 +159,25 @@ MaxDrainFractionOption = Annotated[
 ForceOption = Annotated[
     bool, typer.Option("--force", help="drain every rejected node, past the breaker (recorded in run.json)")
 ]
+FailStreakOption = Annotated[
+    int,
+    typer.Option(
+        "--fail-streak",
+        min=1,
+        help="drain a node rejected for relative findings only (a straggler, a figure below its floor) once it "
+        "failed N consecutive runs (1: at once; a hard fault always drains at once)",
+    ),
+]
+FailShareOption = Annotated[
+    float, typer.Option("--fail-share", max=1.0, help="... or once it failed this share of its last --fail-window runs")
+]
+FailWindowOption = Annotated[int, typer.Option("--fail-window", min=1, help="the runs --fail-share counts")]
+ResumePassingOption = Annotated[
+    bool, typer.Option("--resume-passing", help="resume nodes cluster-accept drained that pass now")
+]
+PrometheusOption = Annotated[
+    Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
+]
 
 
 def _operations(
@@ -167,13 +187,18 @@ def _operations(
     scontrol: str,
     prometheus: Path | None,
     breaker: tuple[int | None, float, bool] = (None, DEFAULT_MAX_DRAIN_FRACTION, False),
+    repeats: tuple[int, float, int] = (DEFAULT_RULE.streak, DEFAULT_RULE.share, DEFAULT_RULE.window),
 ) -> Operations:
-    """The run's operations; ``breaker``: (--max-drain, --max-drain-fraction, --force)."""
+    """The run's operations; ``breaker``: (--max-drain, --max-drain-fraction, --force); ``repeats``:
+    (--fail-streak, --fail-share, --fail-window), when a relative finding drains (ops.repeats)."""
     max_drain, fraction, force = breaker
+    streak, share, window = repeats
     if (max_drain is not None or force) and not drain:
         raise _fail_usage("--max-drain and --force go with --drain")
     if fraction <= 0:
         raise _fail_usage("--max-drain-fraction must be above 0 (use --max-drain 0 to drain nothing)")
+    if share <= 0 or window < streak:
+        raise _fail_usage("--fail-share must be above 0, and --fail-window at least --fail-streak")
     return Operations(
         drain=drain,
         resume_passing=resume_passing,
@@ -183,6 +208,9 @@ def _operations(
         max_drain_fraction=fraction,
         max_drain=max_drain,
         force=force,
+        fail_streak=streak,
+        fail_share=share,
+        fail_window=window,
     )
 
 
@@ -203,17 +231,16 @@ def run(
         str | None, typer.Option("--resume", help="finish the interrupted run RUN_ID under --out (no other input)")
     ] = None,
     drain: DrainOption = False,
-    resume_passing: Annotated[
-        bool, typer.Option("--resume-passing", help="resume nodes cluster-accept drained that pass now")
-    ] = False,
+    resume_passing: ResumePassingOption = False,
     apply: ApplyOption = False,
     max_drain: MaxDrainOption = None,
     max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
     force: ForceOption = False,
+    fail_streak: FailStreakOption = DEFAULT_RULE.streak,
+    fail_share: FailShareOption = DEFAULT_RULE.share,
+    fail_window: FailWindowOption = DEFAULT_RULE.window,
     scontrol: ScontrolOption = "scontrol",
-    prometheus: Annotated[
-        Path | None, typer.Option("--prometheus", help="write a node_exporter textfile-collector file")
-    ] = None,
+    prometheus: PrometheusOption = None,
     slurm_nodes: Annotated[
         str | None,
         typer.Option("--slurm-nodes", help='test these nodes, by Slurm name (e.g. "$SLURM_JOB_NODELIST")'),
@@ -239,7 +266,8 @@ def run(
 
     A run killed mid-way is finished with --resume RUN_ID: nodes and stages already done are not run again."""
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
-    ops = _operations(drain, resume_passing, apply, scontrol, prometheus, (max_drain, max_drain_fraction, force))
+    breaker, repeats = (max_drain, max_drain_fraction, force), (fail_streak, fail_share, fail_window)
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus, breaker, repeats)
     request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
     request.slurm_nodes, request.local = slurm_nodes, local
     if shard_by is not None:
@@ -265,14 +293,20 @@ def serve(
     drain_window: Annotated[
         float, typer.Option("--drain-window", min=0.01, help="hours over which the runs together drain no more")
     ] = 24.0,
+    fail_streak: FailStreakOption = DEFAULT_RULE.streak,
+    fail_share: FailShareOption = DEFAULT_RULE.share,
+    fail_window: FailWindowOption = DEFAULT_RULE.window,
     scontrol: ScontrolOption = "scontrol",
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
 ) -> None:
     """Serve the acceptance flow as a Prefect deployment on a schedule (runs until interrupted). The drain
-    breaker's limit holds over --drain-window hours of runs, not each run alone."""
+    breaker's limit holds over --drain-window hours of runs, not each run alone; a node rejected for relative
+    findings only (a straggler, a figure below its floor) is drained once they repeat (--fail-streak,
+    --fail-share, --fail-window), one with a hard fault at once."""
     from cluster_accept.flows.schedule import serve_deployment
 
-    ops = _operations(drain, resume_passing, apply, scontrol, prometheus, (max_drain, max_drain_fraction, False))
+    breaker, repeats = (max_drain, max_drain_fraction, False), (fail_streak, fail_share, fail_window)
+    ops = _operations(drain, resume_passing, apply, scontrol, prometheus, breaker, repeats)
     ops.drain_window_h = drain_window
     try:
         request = RunRequest(inventory, out_dir, suite=suite, history=history, operations=ops)
@@ -313,6 +347,31 @@ def bisect_command(
     raise typer.Exit(outcome.exit_code)
 
 
+@app.command("calibrate")
+def calibrate_command(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    runs: Annotated[int, typer.Option("--runs", min=2, help="A=A runs to make (each figure measured K times)")] = 5,
+    stages: Annotated[
+        str | None, typer.Option("--stages", help="comma-separated, as run takes them (default: single-node)")
+    ] = None,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="the trusted nodes to calibrate on (hostlist; default: every node)")
+    ] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="where run directories go")] = Path("runs"),
+    history: Annotated[
+        str | None, typer.Option("--history", help="history dataset directory (default OUT/history)")
+    ] = None,
+) -> None:
+    """Measure the cluster's noise: K ordinary runs on trusted nodes, each figure's spread across them, the p95 per
+    GPU model, metric and size tier written to the history, where later runs widen their relative margins by it.
+    Prints each row's margin and the false rejections it costs per run at the inventory's size."""
+    from cluster_accept.flows.calibrate import CalibrationRequest, calibrate
+
+    stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
+    request = CalibrationRequest(inventory, runs, stage_list, nodes, out_dir, history)
+    raise typer.Exit(calibrate(request, _run, out))
+
+
 testbed_app.command("up")(testbed_commands.testbed_up)
 testbed_app.command("down")(testbed_commands.testbed_down)
 
@@ -342,15 +401,24 @@ def history_command(
     cluster: Annotated[str | None, typer.Option("--cluster", help="the cluster (needed when it holds several)")] = None,
     runs: Annotated[int, typer.Option("--runs", min=2, help="read the cluster's last N runs")] = 10,
     min_bad: Annotated[int, typer.Option("--min-bad", min=1, help="a repeat offender failed K of them")] = 3,
-    as_json: Annotated[bool, typer.Option("--json", help="print the three tables as JSON")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON (--format json)")] = False,
+    lemons: Annotated[
+        bool, typer.Option("--lemons", help="only the lemon nodes, ranked: leave them out of big jobs")
+    ] = False,
+    output: Annotated[str, typer.Option("--format", help="table, json or hostlist (the lemons, folded)")] = "table",
+    min_score: Annotated[float, typer.Option("--min-score", min=0, max=1, help="lemons scoring this or more")] = 0.0,
 ) -> None:
-    """The fleet over its recent runs: repeat offenders, flaky checks and figures sliding down."""
+    """The fleet over its recent runs: repeat offenders, flaky checks and figures sliding down; with --lemons the
+    nodes likeliest to fail a large job, ranked (--format hostlist: one folded line for a scheduler's exclude)."""
     import json
 
     from cluster_accept.analysis.fleet import read_fleet
     from cluster_accept.analysis.history_files import HistoryFiles
     from cluster_accept.probes.base import discover as discover_probes
 
+    output = "json" if as_json else output
+    if output not in ("table", "json", "hostlist") or (output == "hostlist" and not lemons):
+        raise _fail_usage(f"--format {output!r}: give table, json or hostlist (hostlist with --lemons)")
     files = HistoryFiles(history)  # a file that does not read is skipped with a warning and set aside
     clusters = sorted({run.cluster for run in files.cluster_runs()})
     if not clusters:
@@ -361,7 +429,12 @@ def history_command(
     rules = {metric: rule for probe in discover_probes() for metric, rule in probe.metrics.items()}
     fleet = read_fleet(files, name, rules, runs, min_bad)
     tables = {"repeat_offenders": fleet.offenders, "flaky_checks": fleet.flaky, "drifting_figures": fleet.drifting}
-    if as_json:
+    if lemons:
+        tables = {"lemons": fleet.lemons[fleet.lemons["score"] >= min_score]}
+    if output == "hostlist":
+        print(fold(str(node) for node in tables["lemons"]["node"]))
+        return
+    if output == "json":
         print(json.dumps({k: v.to_dict("records") for k, v in tables.items()}, default=str, indent=1))
         return
     out.print(f"{name}: the last {fleet.runs} runs", highlight=False)

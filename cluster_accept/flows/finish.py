@@ -14,7 +14,9 @@ from typing import Any
 from cluster_accept.analysis.fleet import FleetView, read_fleet
 from cluster_accept.analysis.history import append_run
 from cluster_accept.analysis.history_files import HistoryFiles
-from cluster_accept.analysis.schemas import RUNS, VERDICTS, write_table
+from cluster_accept.analysis.probe_verdicts import measurement_frame
+from cluster_accept.analysis.schemas import RUNS, THRESHOLDS, VERDICTS, write_table
+from cluster_accept.analysis.thresholds_said import JUDGED_STAGES, ThresholdSaid, run_thresholds
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow, node_verdict
 from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.declarations import Link
@@ -27,6 +29,7 @@ from cluster_accept.ops.slurm import SlurmPlan
 from cluster_accept.probes.base import Probe
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.render import ReportData, build_context, render
+from cluster_accept.reports.thresholds import thresholds_section
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import now_iso, runs_row
 from cluster_accept.tasks.single_node import judged_rules
@@ -97,6 +100,17 @@ def probe_sections(state: RunState, probes: list[Probe], thresholds: dict[str, d
     return [s for s in sections if s is not None]
 
 
+def relative_thresholds(state: RunState, probes: list[Probe]) -> list[ThresholdSaid]:
+    """The run's relative thresholds, each with the noise it rests on (the cluster's calibration where the history
+    holds one) and the false rejections to expect from it per run. A run that judged no figure against its peers
+    (a bisection) reads no calibration."""
+    if not any(m.stage in JUDGED_STAGES for m in state.measurements):
+        return []
+    profiles = {n.name: n.profile for n in state.inventory.nodes}
+    frame = measurement_frame(state.measurements)
+    return run_thresholds(frame, judged_rules(probes), profiles, state.calibration)
+
+
 def _thresholds(state: RunState) -> dict[str, dict[str, Any]]:
     return {n.profile_name: n.profile.thresholds.model_dump() for n in state.inventory.nodes}
 
@@ -120,18 +134,31 @@ def finish(
 ) -> RunOutcome:
     verdicts = verdict_rows(state, context.links)
     write_table(state.run_dir.path / "verdicts.parquet", verdicts, VERDICTS)
+    said = relative_thresholds(state, context.probes)
+    tagged = [{"run_id": state.run_id, "cluster": state.cluster, **row.record()} for row in said]
+    write_table(state.run_dir.path / "thresholds.parquet", tagged, THRESHOLDS)
     run_info["ended"] = now_iso()
     write_table(state.run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
     fleet = None
     if history is not None:
         append_run(history, state.run_dir.path, state.run_id, str(run_info["started"])[:10])
         fleet = read_history_fleet(state, run_info, history, context)
-    html_path, _ = render_report(state, run_info, verdicts, context, fleet)
+    html_path, _ = render_report(state, run_info, verdicts, context, fleet, said)
     publish(run_info, verdicts, html_path)
     names = {n.name: n.slurm_node for n in state.inventory.nodes if n.slurm_name}
     over_ssh = {n.name for n in state.inventory.nodes if n.reached_over_ssh}
     slurm = after_run(
-        state.run_dir.path, run_info, verdicts, state.rows, state.measurements, operations, None, names, fleet, over_ssh
+        state.run_dir.path,
+        run_info,
+        verdicts,
+        state.rows,
+        state.measurements,
+        operations,
+        None,
+        names,
+        fleet,
+        over_ssh,
+        reasons=context.reasons,
     )
     state.run_dir.write_json("run.json", run_info)
     Checkpoints(state.run_dir.path).clear()
@@ -156,9 +183,12 @@ def render_report(
     verdicts: list[VerdictRow],
     context: ReportContext,
     fleet: FleetView | None = None,
+    said: list[ThresholdSaid] | None = None,
 ) -> tuple[Path, Path]:
-    """Write report.html and report.md (with the fleet read from the history, when one is kept)."""
+    """Write report.html and report.md (with the fleet read from the history, when one is kept, and the relative
+    thresholds ``said``, after the probes' sections)."""
     thresholds = _thresholds(state)
+    shown = thresholds_section(said or [])
     data = ReportData(
         rows=state.rows,
         values=state.values,
@@ -168,7 +198,7 @@ def render_report(
         trends=state.trends,
         thresholds=thresholds,
         reasons=context.reasons,
-        sections=probe_sections(state, context.probes, thresholds),
+        sections=[*probe_sections(state, context.probes, thresholds), *([shown] if shown is not None else [])],
         links=context.links,
         fleet=fleet,
     )

@@ -51,6 +51,10 @@ def print_outcome(outcome: RunOutcome) -> None:
         _say(f"slurm: drain refused: {slurm.breaker.why}")
         for node, reason in slurm.breaker.held:
             out.print(visible(f"slurm: not drained: {node}: {reason}"), highlight=False, markup=False, soft_wrap=True)
+    for held in slurm.held:  # a relative finding drains once it repeats (ops.repeats)
+        out.print(visible(f"slurm: {held.said}"), highlight=False, markup=False, soft_wrap=True)
+    if slurm.held and slurm.repeats_unread:
+        _say(f"slurm: earlier runs' verdicts not read, left out of the counts: {'; '.join(slurm.repeats_unread)}")
     for node, why in slurm.kept:
         out.print(visible(f"slurm: {node} stays drained: {why}"), highlight=False, markup=False, soft_wrap=True)
     for action in slurm.actions:

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from cluster_accept.analysis.calibration import NoiseTable, latest_table
 from cluster_accept.flows.exits import NOT_ACCEPTED, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
 from cluster_accept.inventory.hostlist import HostlistError
@@ -38,6 +39,20 @@ def _progress(result: NodeResult) -> None:
         _say(f"{result.node}: {result.status.value}{cause}")
 
 
+DEFAULT_HISTORY = Path("runs/history")  # run's default: --out runs, its history beside the runs
+
+
+def calibration_of(history: Path | None, cluster: str) -> NoiseTable | None:
+    """The cluster's latest calibration in ``history`` (default: the run's default history, where it exists);
+    a history named that does not exist, or a calibration that cannot be read, is an error."""
+    if history is not None and not history.is_dir():
+        raise ValueError(f"--history {history} is not a directory")
+    found = latest_table(history or DEFAULT_HISTORY, cluster)
+    if found is not None:
+        _say(f"calibration {found.calibrated_at} of cluster {cluster} read from {history or DEFAULT_HISTORY}")
+    return found
+
+
 @profile_app.command("suggest")
 def suggest(
     inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file (how to reach the nodes)")],
@@ -46,14 +61,25 @@ def suggest(
         Device | None, typer.Option("--device", help="what the probes run on (default: cuda when nodes list GPUs)")
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="nodes in flight at once")] = 64,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            "--history",
+            help="history directory whose latest calibration of the cluster (cluster-accept calibrate) the profile "
+            f"shows, with the margins it gives (default {DEFAULT_HISTORY}, where it exists)",
+        ),
+    ] = None,
 ) -> None:
     """Read driver, CUDA, GPUs, NVLink, PCIe, persistence mode, the NCCL environment and the probe interpreter
-    from the nodes, and print a commented profile of what most of them have, marking where nodes disagree."""
+    from the nodes, and print a commented profile of what most of them have, marking where nodes disagree. With
+    a calibration of the cluster in the history: each key figure's noise and margin, and the straggler_pct and
+    noise_k it suggests."""
     from cluster_accept.tasks.preflight.suggest import read_cluster
 
     try:
         inv = load_checked_inventory(inventory)
         chosen = select_nodes(inv, nodes).tested
+        calibration = calibration_of(history, inv.cluster)
     except InventoryError as exc:
         raise inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
@@ -68,5 +94,5 @@ def suggest(
         _say(f"error: no node answered, so there is nothing to suggest ({len(reading.unread)} not read)")
         raise typer.Exit(NOT_ACCEPTED)
     _say(f"read {len(reading.models)} of {len(chosen)} nodes in {time.monotonic() - started:.1f} s")
-    sys.stdout.write(reading.profile_text(device.value if device else None))
+    sys.stdout.write(reading.profile_text(device.value if device else None, calibration))
     sys.stdout.flush()

@@ -33,6 +33,7 @@ class RunRequest:
     slurm_nodes: str | None = None  # the nodes by their Slurm names (a job's SLURM_JOB_NODELIST)
     local: bool = False  # the one selected node is this machine: no SSH
     shards: ShardRequest | None = None  # split over Prefect workers by a node label
+    run_id: str | None = None  # the new run's id (default: one made when it starts)
 
 
 @dataclass
@@ -130,6 +131,7 @@ def outcome_of(request: RunRequest) -> RunOutcome:
         suite=request.suite,
         operations=request.operations,
         local=request.local,
+        run_id=request.run_id,
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from cluster_accept.analysis.table_files import UnfitTable, read_table_file, row_limit
 from cluster_accept.analysis.verdicts import values_by_node
 from cluster_accept.checks.base import NodeRow, Status, majority_values
-from cluster_accept.checks.reasons import TOOL_CHECK, Action, Reason, declare
+from cluster_accept.checks.reasons import TOOL_CHECK, Action, FindingKind, Reason, declare
 from cluster_accept.inventory.hostlist import MAX_NODES, fold
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.tasks.stage import RunState
@@ -44,6 +44,7 @@ SHARD_REASONS = declare(
         "every node of this shard has a value the cluster's majority has otherwise (each shard judges drift "
         "within itself, so the shard did not flag it): align the configuration, or pin the value in the profile",
         Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
     ),
 )
 

@@ -14,12 +14,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame
 from cluster_accept.analysis.verdicts import VerdictRow
 from cluster_accept.checks.base import NodeRow, Status, retested
+from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION, BreakerTrip, DrainLimits
+from cluster_accept.ops.repeats import DEFAULT_RULE, HeldDrain, RepeatRule, holds_for_run
 from cluster_accept.ops.slurm import SSH_CHECK, SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
@@ -43,6 +45,21 @@ class Operations(BaseModel):
     max_drain: int | None = Field(default=None, ge=0)
     force: bool = False
     drain_window_h: float | None = Field(default=None, gt=0)  # serve: the breaker's limit holds over this window
+    # a node rejected for relative findings only (ops.repeats) drains once not accepted in fail_streak consecutive
+    # runs, or in ceil(fail_share x fail_window) of its last fail_window runs; fail_streak 1: at once
+    fail_streak: int = Field(default=DEFAULT_RULE.streak, ge=1)
+    fail_share: float = Field(default=DEFAULT_RULE.share, gt=0, le=1)
+    fail_window: int = Field(default=DEFAULT_RULE.window, ge=1)
+
+    @model_validator(mode="after")
+    def _window_holds_the_streak(self) -> Operations:
+        """A window shorter than the streak could never see the streak it waits for."""
+        if self.fail_window < self.fail_streak:
+            raise ValueError(f"fail_window ({self.fail_window}) must be at least fail_streak ({self.fail_streak})")
+        return self
+
+    def repeat_rule(self) -> RepeatRule:
+        return RepeatRule(self.fail_streak, self.fail_share, self.fail_window)
 
     def drain_limits(self, run_dir: Path | None = None) -> DrainLimits:
         """The breaker's limits; under ``serve`` with the drains the other runs beside ``run_dir`` applied in
@@ -137,6 +154,7 @@ def after_run(
     slurm_names: Mapping[str, str] | None = None,
     fleet: FleetView | None = None,
     over_ssh: Collection[str] = (),
+    reasons: ReasonCatalog | None = None,
 ) -> SlurmPlan:
     """Write ``summary.json`` (and the Prometheus file), then the Slurm step, recorded in ``slurm.json`` (first
     as :data:`APPLYING`, before any command runs).
@@ -144,7 +162,10 @@ def after_run(
     ``rules``: the judged figures (the probes' ``METRICS``) the Prometheus file's key figures come from;
     every discovered probe's when not given. ``slurm_names``: inventory name -> Slurm name, where they differ.
     ``over_ssh``: the nodes the run reached over SSH, which tested SSH again (a drain for ``ssh:refused`` may
-    be lifted); no other node's."""
+    be lifted); no other node's. A node rejected for relative findings only is drained once they repeat over the
+    runs beside ``run_dir`` (:mod:`ops.repeats`); until then its drain is held, with its count so far.
+    ``reasons``: the run's declarations (every stage's checks and probes), which say which findings are relative;
+    without them only the common reasons are known, and a check's or probe's own finding drains at once."""
     _write_atomic(
         run_dir / "summary.json",
         json.dumps(summary(run_info, verdicts, warnings_by_node(rows)), indent=2, default=str) + "\n",
@@ -158,6 +179,10 @@ def after_run(
             for n, m, v in zip(figures["node"], figures["metric"], figures["value"], strict=True)
         }
         _write_atomic(Path(operations.prometheus), prometheus_text(run_info, verdicts, values, fleet))
+    held: tuple[Mapping[str, HeldDrain], tuple[str, ...]] = ({}, ())
+    if operations.drain:
+        declared = ReasonCatalog() if reasons is None else reasons
+        held = holds_for_run(run_dir, str(run_info["cluster"]), verdicts, operations.repeat_rule(), declared)
     plan = slurm_step(
         verdicts,
         str(run_info["run_id"]),
@@ -169,6 +194,7 @@ def after_run(
         _with_ssh(judged_checks(rows), over_ssh),
         operations.drain_limits(run_dir),
         lambda planned: _write_atomic(run_dir / "slurm.json", _slurm_record(planned, operations, APPLYING)),
+        *held,
     )
     if operations.drain or operations.resume_passing:
         _write_atomic(run_dir / "slurm.json", _slurm_record(plan, operations, "done"))
@@ -189,6 +215,9 @@ def _slurm_record(plan: SlurmPlan, operations: Operations, state: str) -> str:
         "unknown_to_slurm": plan.unknown,
         "kept_drained": [{"node": node, "why": why} for node, why in plan.kept],
         "breaker": None if plan.breaker is None else _breaker_record(plan.breaker),
+        "repeat_rule": {k: getattr(operations, k) for k in ("fail_streak", "fail_share", "fail_window")},
+        "held_until_repeated": [held.record() for held in plan.held],
+        "repeats_unread": list(plan.repeats_unread),
     }
     return json.dumps(record, indent=2) + "\n"
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 from cluster_accept.ops.breaker import BreakerTrip, DrainLimits, trip
+from cluster_accept.ops.repeats import HeldDrain
 
 REASON_PREFIX = "cluster-accept: "
 SSH_CHECK = "ssh"  # the check an unreachable node's reasons are under (``ssh:refused``, ``ssh:host-key``)
@@ -69,6 +70,8 @@ class SlurmPlan:
     unknown: list[str] = field(default_factory=list)  # nodes to act on that Slurm does not know (inventory names)
     kept: list[tuple[str, str]] = field(default_factory=list)  # (node, why) drained by us, passing, not resumed
     breaker: BreakerTrip | None = None  # the drains held back as a whole (ops.breaker), and why
+    held: list[HeldDrain] = field(default_factory=list)  # drains for relative findings not repeated yet (ops.repeats)
+    repeats_unread: tuple[str, ...] = ()  # earlier runs' verdicts the held drains' counts could not read
 
 
 # ``scontrol show node -o``: the fields Slurm prints after the reason (``Comment=``, ``Extra=`` ...), and the
@@ -199,12 +202,15 @@ def plan(
     scontrol: str = "scontrol",
     names: Mapping[str, str] | None = None,
     judged: Mapping[str, set[str]] | None = None,
+    hold: Mapping[str, HeldDrain] | None = None,
 ) -> SlurmPlan:
     """What to ask Slurm, per node; pure. ``names``: inventory name -> Slurm name (the same when absent).
     Nodes Slurm does not know are listed in ``unknown`` when there was something to do for them. ``judged``:
     node -> the checks this run tested again on it (:func:`unchecked_codes`); a node drained for a finding this
     run did not look at again (a preflight-only health check, a node drained for its all-reduce, a node's own
-    check and a drain for SSH) stays drained, listed in ``kept``, and so does every node without ``judged``."""
+    check and a drain for SSH) stays drained, listed in ``kept``, and so does every node without ``judged``.
+    ``hold``: node -> its drain held until its relative finding repeats (:mod:`ops.repeats`): listed in ``held``
+    where it would be drained now, not drained."""
     result = SlurmPlan()
     for verdict in verdicts:
         name, outcome = verdict.node, verdict.verdict
@@ -218,7 +224,10 @@ def plan(
         if not wanted:
             continue
         update = [scontrol, "update", f"nodename={slurm_name}"]
-        if drain and outcome in BAD and not known.drained:
+        held = (hold or {}).get(name)
+        if drain and outcome in BAD and not known.drained and held is not None:
+            result.held.append(held)
+        elif drain and outcome in BAD and not known.drained:
             reason = drain_reason(verdict.reasons, run_id)
             action = SlurmAction(name, "drain", [*update, "state=drain", f"reason={reason}"], reason)
             result.actions.append(replace(action, slurm_node=slurm_name))
@@ -247,15 +256,22 @@ def slurm_step(
     judged: Mapping[str, set[str]] | None = None,
     limits: DrainLimits | None = None,
     before_apply: Callable[[SlurmPlan], None] | None = None,
+    hold: Mapping[str, HeldDrain] | None = None,
+    unread: tuple[str, ...] = (),
 ) -> SlurmPlan:
     """Ask Slurm for its nodes, plan, hold the drains back where the breaker says so (:mod:`ops.breaker`), and
-    (with ``apply``) run each command, after ``before_apply`` has recorded the plan; every outcome is data."""
+    (with ``apply``) run each command, after ``before_apply`` has recorded the plan; every outcome is data.
+    ``hold``: the drains held until their relative findings repeat (:func:`plan`), ``unread`` the earlier runs
+    their counts could not read (kept in the plan where a drain is held); the breaker counts only what is
+    drained."""
     if not (drain or resume_passing):
         return SlurmPlan()
     known, error = read_nodes(scontrol)
     if error:
         return SlurmPlan(error=error)
-    result = held_back(plan(verdicts, known, run_id, drain, resume_passing, scontrol, names, judged), verdicts, limits)
+    planned = plan(verdicts, known, run_id, drain, resume_passing, scontrol, names, judged, hold)
+    planned.repeats_unread = unread if planned.held else ()
+    result = held_back(planned, verdicts, limits)
     if apply and result.actions and before_apply is not None:
         before_apply(result)
     if apply:

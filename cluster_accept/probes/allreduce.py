@@ -17,7 +17,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, is_set, threshold_set
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import ALLREDUCE_NVLINK_FRACTION, nvlink_rating, pcie_rating
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
@@ -58,6 +58,7 @@ REASONS = declare(
         "it) and NCCL's transport and channels (nccl_mechanism, nccl.parquet); with no setting to blame, the "
         "hardware path: nvidia-smi nvlink -s / -e, nvidia-smi topo -m, the NVSwitch and Fabric Manager rows",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "straggler",
@@ -65,6 +66,7 @@ REASONS = declare(
         "all-reduce bus bandwidth far below the other nodes' (measured again alone, see the detail): the "
         "job_settings rows, then NVLink/NVSwitch (nvidia-smi nvlink -s / -e, topo -m)",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason("single_gpu", Status.SKIP, "fewer than two GPUs: nothing to all-reduce between"),
     Reason(

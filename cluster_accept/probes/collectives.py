@@ -19,7 +19,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import nvlink_rating
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
@@ -73,6 +73,7 @@ REASONS = declare(
         "NVLink or PCIe): first the job_settings rows (a setting measured again without it) and NCCL's channels "
         "and transport (nccl_mechanism); with no setting to blame, NVLink/NVSwitch (nvidia-smi nvlink -s, topo -m)",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "straggler",
@@ -80,6 +81,7 @@ REASONS = declare(
         "this collective is far slower here than on the other nodes: the job_settings rows, then NVLink/NVSwitch "
         "and the GPU pair matrix",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason("single_gpu", Status.SKIP, "fewer than two GPUs: no collective inside the node"),
     Reason("unsupported", Status.SKIP, "the backend has no such collective (gloo on CPU, an old torch)"),

@@ -20,7 +20,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import DCGM, DCGM_EXIT
@@ -64,7 +64,13 @@ REASONS = declare(
         "DCGM found the node's software or settings wrong (see the message)",
         Action.FIX_CONFIG,
     ),
-    Reason("performance_error", Status.FAIL, "below DCGM's performance limit for this SKU", Action.CHECK_NODE),
+    Reason(
+        "performance_error",
+        Status.FAIL,
+        "below DCGM's performance limit for this SKU",
+        Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
+    ),
     Reason("xid_error", Status.FAIL, "an XID during DCGM's test (see the message)", Action.CHECK_NODE),
     Reason(
         "test_failed",

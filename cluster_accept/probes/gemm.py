@@ -22,7 +22,7 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY, busy_row
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import (
     GEMM_16BIT_FRACTION,
     GEMM_FP8_FRACTION,
@@ -87,12 +87,14 @@ REASONS = declare(
         Status.FAIL,
         "GEMM throughput below the profile's minimum: compare clocks and power in the evidence, then replace",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "straggler",
         Status.FAIL,
         "far below its peers: look at clocks, power and throttle reasons in the evidence",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "probe_timeout",
@@ -130,6 +132,7 @@ OTHER_REASONS = {
             "this GPU's SM clock under load was well below the node's other GPUs' (see power and clock event "
             "reasons): power or thermal limits, or a co-tenant",
             Action.CHECK_NODE,
+            kind=FindingKind.RELATIVE,
         ),
     )
 }

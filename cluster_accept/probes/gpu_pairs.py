@@ -27,7 +27,7 @@ from cluster_accept.analysis.probe_verdicts import (
 )
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import nvlink_rating
 from cluster_accept.inventory.model import Node, Profile, Thresholds
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
@@ -63,6 +63,7 @@ REASONS = declare(
         "a GPU pair copies below its minimum (the profile's, or the row's fraction of the GPU's NVLink or PCIe): "
         "check that pair's NVLinks (nvidia-smi nvlink -s, topo -m)",
         Action.RESEAT_CABLE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "weak_gpu",
@@ -70,24 +71,28 @@ REASONS = declare(
         "every copy to and from this GPU is far below the node's other pairs: its NVLinks or NVSwitch ports; reseat "
         "or replace the GPU",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "weak_link",
         Status.FAIL,
         "this GPU pair is slow both ways while the node's other pairs are not: the link between them",
         Action.RESEAT_CABLE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "weak_direction",
         Status.FAIL,
         "this GPU pair is slow one way only: rerun; if it repeats, check the link (nvidia-smi nvlink -e)",
         Action.RERUN,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "straggler",
         Status.FAIL,
         "this pair is far slower than the same pair on the cluster's other nodes: check the node's NVLinks",
         Action.RESEAT_CABLE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason("single_gpu", Status.SKIP, "fewer than two GPUs: no pairs"),
     Reason(

@@ -12,7 +12,7 @@ from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import HBM_FRACTION, Rating
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
@@ -35,8 +35,16 @@ METRICS = {
     "mem_copy_gbps": MetricRule(NAME, "mem_copy_gbps_min", True, devices=frozenset({"cpu"})),
 }
 REASONS = declare(
-    Reason("below_threshold", Status.FAIL, "memory bandwidth below the profile's minimum", Action.REPLACE_GPU),
-    Reason("straggler", Status.FAIL, "memory bandwidth far below its peers", Action.REPLACE_GPU),
+    Reason(
+        "below_threshold",
+        Status.FAIL,
+        "memory bandwidth below the profile's minimum",
+        Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
+    ),
+    Reason(
+        "straggler", Status.FAIL, "memory bandwidth far below its peers", Action.REPLACE_GPU, kind=FindingKind.RELATIVE
+    ),
 )
 
 

@@ -14,7 +14,7 @@ from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.declarations import Expectation, Link, threshold_set
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import host_rating
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
@@ -45,12 +45,14 @@ REASONS = declare(
         "host<->device bandwidth below the minimum, a fraction of the GPU's link well under any healthy host's: "
         "check the link's trained width and generation (the pcie row, nvidia-smi -q), the slot and riser",
         Action.RESEAT_CABLE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "straggler",
         Status.WARN,
         "host<->device bandwidth far below its peers: check the GPU's PCIe slot and NUMA placement",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
 )
 

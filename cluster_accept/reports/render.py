@@ -118,7 +118,7 @@ def build_context(run: Mapping[str, Any], verdicts: Sequence[VerdictRow], data: 
 
 
 def fleet_context(fleet: FleetView | None) -> dict[str, Any] | None:
-    """The fleet's three tables as the templates show them; None when the history names nothing."""
+    """The fleet's tables as the templates show them; None when the history names nothing."""
     if fleet is None or fleet.empty:
         return None
     return {
@@ -126,6 +126,7 @@ def fleet_context(fleet: FleetView | None) -> dict[str, Any] | None:
         "offenders": fleet.offenders.to_dict("records"),
         "flaky": fleet.flaky.to_dict("records"),
         "drifting": fleet.drifting.to_dict("records"),
+        "lemons": fleet.lemons.to_dict("records"),
     }
 
 

@@ -115,7 +115,7 @@ def prometheus_text(
 
 def _fleet_lines(cluster: str, fleet: FleetView) -> list[str]:
     """The fleet read from the history, each family with its samples: repeat offenders, each check's flake
-    rate, figures sliding down."""
+    rate, figures sliding down, and each lemon's score (:mod:`analysis.lemons`)."""
     lines: list[str] = []
     off, flaky, drift = fleet.offenders, fleet.flaky, fleet.drifting
     offenders = [(f'node="{_label(n)}"', v) for n, v in zip(off["node"], off["not_accepted"], strict=True)]
@@ -124,6 +124,7 @@ def _fleet_lines(cluster: str, fleet: FleetView) -> list[str]:
         (f'node="{_label(n)}",metric="{_label(m)}"', v)
         for n, m, v in zip(drift["node"], drift["metric"], drift["drop_pct"], strict=True)
     ]
+    lemons = [(f'node="{_label(n)}"', v) for n, v in zip(fleet.lemons["node"], fleet.lemons["score"], strict=True)]
     for name, help_text, samples in (
         (
             "cluster_accept_node_recent_not_accepted",
@@ -132,6 +133,11 @@ def _fleet_lines(cluster: str, fleet: FleetView) -> list[str]:
         ),
         ("cluster_accept_check_flake_rate", "Share of a check's run pairs that flipped, nothing changed.", flakes),
         ("cluster_accept_node_figure_drift_pct", "How far a node's figure fell over its recent runs, %.", drifting),
+        (
+            "cluster_accept_lemon_score",
+            "A lemon's score, 0 to 1, over its recent runs: keep it out of big jobs.",
+            lemons,
+        ),
     ):
         if samples:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]

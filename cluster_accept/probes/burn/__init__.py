@@ -21,7 +21,7 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.checks.xid import XIDS
 from cluster_accept.inventory.gpus import Rating
 from cluster_accept.inventory.model import Profile
@@ -58,6 +58,7 @@ REASONS = declare(
         "its throughput fell past the allowed drop, but inside the spread of its own first part's windows: the "
         "drop cannot be told from the load's wobble; burn again with nothing else running on the node",
         Action.RERUN,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "below_threshold",
@@ -65,6 +66,7 @@ REASONS = declare(
         "its throughput over the burn is below the minimum (the profile's, or the row's fraction of the GPU's "
         "peak): see clocks, power and other processes in the evidence",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "runs_hot",
@@ -72,6 +74,7 @@ REASONS = declare(
         "under the same sustained load this GPU ran hotter than its node's other GPUs by more than the profile "
         "allows (burn.temp_above_median_max_c): check its fan, heat sink and thermal paste; it will throttle first",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "thermal_spread",
@@ -79,6 +82,7 @@ REASONS = declare(
         "the node's GPUs ran further apart in temperature under the same load than the profile allows "
         "(burn.temp_spread_max_c): uneven cooling (airflow, a fan, a blocked inlet)",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason("thermal_uniform", Status.PASS, "the node's GPUs ran within the allowed temperature spread", Action.NONE),
     Reason(
@@ -94,6 +98,7 @@ REASONS = declare(
         "its throughput in the burn's last part fell from its first part by more than the profile allows: a GPU "
         "heating up (see clocks and reasons) or another process that started meanwhile",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "throttled",
@@ -101,6 +106,7 @@ REASONS = declare(
         "its SM clock fell under sustained load with a thermal or power reason active: check the node's cooling "
         "(fans, airflow, heat sink) and power; replace the GPU if it repeats",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "clocks_fell",
@@ -108,6 +114,7 @@ REASONS = declare(
         "its SM clock fell under sustained load without a thermal or power reason: application clocks or "
         "another process",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "ecc_uncorrected_grew",
@@ -137,7 +144,11 @@ REASONS = declare(
     Reason("not_in_suite", Status.SKIP, "this suite runs no burn (its minutes are 0 in the profile)", Action.NONE),
     Reason("no_windows", Status.ERROR, "the burn reported no throughput for this GPU (see its errors)", Action.RERUN),
     Reason(
-        "straggler", Status.FAIL, "far below its peers under sustained load: see clocks and power", Action.REPLACE_GPU
+        "straggler",
+        Status.FAIL,
+        "far below its peers under sustained load: see clocks and power",
+        Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason("probe_timeout", Status.TIMEOUT, "the burn hung and was killed with its process group", Action.CHECK_NODE),
     Reason(

@@ -29,7 +29,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, Link, threshold_set
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Node, Profile
 from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
 from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
@@ -68,6 +68,7 @@ REASONS = declare(
         "training throughput below the profile's minimum or the MFU floor (a fraction of the GPU's dense bf16 "
         "peak): compare its GEMM, clocks and the slowest rank first",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "dp_efficiency_low",
@@ -75,12 +76,14 @@ REASONS = declare(
         "the node's GPUs train far slower together than each alone: their gradient all-reduce is slow; look at the "
         "node's all-reduce, the transport NCCL chose between its GPUs and the NCCL settings in effect",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "straggler",
         Status.FAIL,
         "trains far slower than its peers: look at the slowest rank, clocks and power in the evidence",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "slow_rank",
@@ -88,6 +91,7 @@ REASONS = declare(
         "one GPU's own forward+backward is far slower than the node's others, and every step waits for it: "
         "check that GPU's clocks, power and throttle reasons",
         Action.REPLACE_GPU,
+        kind=FindingKind.RELATIVE,
     ),
     Reason(
         "numerics",

@@ -17,7 +17,7 @@ from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.analysis.probe_verdicts import NO_EXPECTATION
 from cluster_accept.analysis.rails import judge_rails
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, Node, Profile, Rail, busbw_threshold
 from cluster_accept.probes import collectives as collectives_probe
 from cluster_accept.remote.launch import GroupRun
@@ -154,12 +154,14 @@ REASONS = {
             Status.WARN,
             "this rail's all-reduce is below the profile's rail_busbw_gbps_min: isolation on the rail names the node",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "below_other_rails",
             Status.WARN,
             "this rail is far slower than the node set's other rails: isolation on the rail names the node and NIC",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes left to run rails across"),
         STOPPED,

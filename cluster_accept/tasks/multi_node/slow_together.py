@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from cluster_accept.analysis.isolation import IsolationVerdict
 from cluster_accept.analysis.scaling import StepVerdict
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.reasons import Action, Reason
+from cluster_accept.checks.reasons import Action, FindingKind, Reason
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.vocabulary.rows import Measurement
@@ -27,6 +27,7 @@ REASON = Reason(
     "Check the transport NCCL used between nodes (sockets instead of RDMA), NCCL's environment (NCCL_IB_HCA, "
     "NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE, the net plugin) and the fabric's port rates",
     Action.FIX_CONFIG,
+    kind=FindingKind.RELATIVE,
 )
 
 

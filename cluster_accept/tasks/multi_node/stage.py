@@ -24,7 +24,7 @@ from cluster_accept.analysis.scaling import ScalingPoint, StepVerdict, judge_ste
 from cluster_accept.analysis.suspects import JobSetting, read_settings
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.training import train_arguments
@@ -299,6 +299,7 @@ REASONS = {
             Status.WARN,
             "this group's all-reduce is below the profile's floor: isolation names the node or pair to blame",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "below_smaller_groups",
@@ -306,12 +307,14 @@ REASONS = {
             "this group is far below what its smaller groups achieved (beyond straggler_pct): a slow node or "
             "link joined it; isolation names it",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "efficiency_low",
             Status.WARN,
             "scaling efficiency against the 2-node run is below the profile's minimum: isolation looks for the cause",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
         Reason("not_reached", Status.SKIP, "no sweep group completed with this node, so it was not measured here"),
         SLOW_TOGETHER,
@@ -323,6 +326,7 @@ REASONS = {
             "slows every group it joins (all-reduce or training runs, as the item says): check its HCAs, cables "
             "and NCCL's transport",
             Action.RESEAT_CABLE,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "slow_rail",
@@ -330,18 +334,21 @@ REASONS = {
             "slows every group on this rail and only on it: this node's NIC, transceiver or cable of that rail (the "
             "item names the rail, the value its NIC); reseat it, then swap the optic",
             Action.RESEAT_CABLE,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "slow_pair",
             Status.WARN,
             "slow only with one partner: check the link (and switch path) between the two",
             Action.RESEAT_CABLE,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "unresolved",
             Status.WARN,
             "isolation could not tell which node: bisect again with known-good nodes (--good)",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
     ),
     suspects.NAME: suspects.REASONS,

@@ -16,7 +16,7 @@ from typing import Any
 from cluster_accept.analysis.isolation import IsolationPolicy
 from cluster_accept.analysis.scaling import sweep_sizes
 from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes import training
@@ -160,6 +160,7 @@ REASONS = {
             "training at this many nodes keeps less of one node's tokens/s per GPU than the profile's minimum: "
             "isolation looks for the node or link",
             Action.RERUN,
+            kind=FindingKind.RELATIVE,
         ),
         Reason(
             "unattributed",
@@ -167,6 +168,7 @@ REASONS = {
             "training scales below the profile's minimum and isolation names no node (at most a slow pair): the "
             "fabric, the transport NCCL chose between nodes or its environment (NCCL_SOCKET_IFNAME, NCCL_IB_HCA …)",
             Action.FIX_CONFIG,
+            kind=FindingKind.RELATIVE,
         ),
         Reason("not_reached", Status.SKIP, "no training run across nodes completed with this node"),
         Reason("no_baseline", Status.SKIP, "the one-node training run failed (see its row): no efficiency to judge"),

@@ -11,7 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_accept.analysis.calibration import NoiseTable
+from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.analysis.suggest import CHECKS, suggest_profile
+from cluster_accept.analysis.suggest_calibration import Calibrated
 from cluster_accept.checks.base import Check, discover
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.fanout import DEFAULT_CONCURRENCY, fan_out
@@ -28,8 +31,18 @@ class ClusterReading:
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     unread: dict[str, str] = field(default_factory=dict)
 
-    def profile_text(self, device: str | None = None) -> str:
-        return suggest_profile(self.models, self.unread, device, self.cluster)
+    def profile_text(self, device: str | None = None, calibration: NoiseTable | None = None) -> str:
+        """The suggested profile; ``calibration``: the cluster's latest (``cluster-accept calibrate``), shown with
+        the margins it gives each key figure."""
+        calibrated = Calibrated(calibration, judged_rules()) if calibration is not None else None
+        return suggest_profile(self.models, self.unread, device, self.cluster, calibrated)
+
+
+def judged_rules() -> dict[str, MetricRule]:
+    """Every figure a probe judges, with its rule (whether per GPU, which key bounds it)."""
+    from cluster_accept.probes.base import discover as discover_probes
+
+    return {metric: rule for probe in discover_probes() for metric, rule in probe.metrics.items()}
 
 
 def suggest_checks() -> list[Check]:
