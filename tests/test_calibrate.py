@@ -77,15 +77,16 @@ def test_the_runs_noise_goes_to_the_history_a_failed_node_losing_only_its_own_fi
     table = latest_table(tmp_path / "runs" / "history", "cal")
     assert table is not None
     # local1: 100, 102, 98 (CV 2 %); local2: 200, 204 (CV 1.40 %): p95 1.97 %, margin 3 × 1.97 % over 5 %; the
-    # inventory's three nodes judge one figure each a run: 3 × P(Z > 3) false rejections
+    # inventory's three nodes judge one figure each a run: 3 × P(Z > 3 / √(1 + π / 6)) false rejections (their
+    # median moves too)
     line = (
-        "cpu gemm_fp32_gflops (small): noise p95 1.97% (median 1.70%, 2 figures, 3 runs); margin 5.9% "
-        "(straggler_pct 5%, noise_k 3); 3 judged a run on 3 nodes: 0.004 false rejections a run"
+        "cpu gemm_fp32_gflops: noise p95 1.97% (median 1.70%, 2 figures, 3 runs); margin 5.9% "
+        "(straggler_pct 5%, noise_k 3); 3 judged a run on 3 nodes: 0.023 false rejections a run"
     )
     assert line in printed.getvalue().splitlines()
     assert f"calibration {table.calibrated_at} written to" in printed.getvalue()
     assert table.frame[["gpu_model", "metric", "size_tier", "runs", "figures"]].values.tolist() == [
-        ["cpu", "gemm_fp32_gflops", "small", 3, 2]
+        ["cpu", "gemm_fp32_gflops", "", 3, 2]
     ]
     assert f"run {runs.asked[1].run_id} exited 3" in capsys.readouterr().err
 
@@ -131,3 +132,15 @@ def test_calibrate_runs_the_real_flow_twice_and_later_reports_rest_on_its_table(
     said = pd.read_parquet(runs[-1] / "thresholds.parquet")
     assert set(said["metric"]) >= {"gemm_fp32_gflops", "mem_copy_gbps"}
     assert "Relative thresholds" in (runs[-1] / "report.md").read_text()
+
+
+@pytest.mark.integration
+def test_a_calibration_that_cannot_be_read_refuses_the_run_before_any_stage(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    broken = out / "history" / "calibration" / "cal" / "20260101T000000Z-abcdef.parquet"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("not parquet")
+    proc = run_cli("run", "--inventory", str(inventory(tmp_path)), "--out", str(out), timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"calibration {broken} cannot be read" in proc.stdout + proc.stderr
+    assert [p.name for p in out.iterdir()] == ["history"]  # no run directory: nothing ran

@@ -79,6 +79,7 @@ RELATIVE_EVERYWHERE = ("straggler", "straggler_unconfirmed", "below_threshold", 
         # every relative finding of one check, and each probe's judgement against its peers and its floor
         *("burn:throughput_dropped", "burn:runs_hot", "burn:thermal_spread", "burn:clocks_fell", "burn:inconclusive"),
         *("gpu:clocks_low", "dcgm:performance_error", "roce_qos:differs", "nccl_env:drift", "shards:drift"),
+        "gpu:busy",  # another process on the GPU: often gone by the next run
         *("gpu_pairs:weak_gpu", "gpu_pairs:weak_link", "gpu_pairs:weak_direction", "rails:below_min"),
         *("scaling:below_min", "scaling:below_smaller_groups", "scaling:efficiency_low"),
         *("isolation:slow_node", "isolation:slow_rail", "isolation:unresolved"),

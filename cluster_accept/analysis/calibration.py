@@ -25,9 +25,10 @@ _LARGE_BYTES = 64 << 20
 _KEY = ["node", "gpu", "metric", "size", "label"]
 
 
-def size_tier(size: object) -> str:
-    """``small`` (< 1 MiB: latency-bound), ``medium`` (< 64 MiB), ``large``; empty for a figure with no size."""
-    if size is None or (isinstance(size, float) and math.isnan(size)):
+def size_tier(size: object, metric: str = "") -> str:
+    """``small`` (< 1 MiB: latency-bound), ``medium`` (< 64 MiB), ``large``; empty for a figure with no size in
+    bytes (none given, or a GEMM's, whose size is its matrix dimension)."""
+    if size is None or (isinstance(size, float) and math.isnan(size)) or "flops" in metric:
         return ""
     nbytes = int(size)  # type: ignore[call-overload]
     return "small" if nbytes < _SMALL_BYTES else "medium" if nbytes < _LARGE_BYTES else "large"
@@ -66,7 +67,7 @@ def noise_table(measurements: pd.DataFrame, model_of: Mapping[str, str]) -> pd.D
     if cvs.empty:
         return pd.DataFrame(columns=NOISE_COLUMNS)
     cvs["gpu_model"] = [model_of.get(str(node), "") for node in cvs["node"]]
-    cvs["size_tier"] = [size_tier(s) for s in cvs["size"]]
+    cvs["size_tier"] = [size_tier(s, str(m)) for s, m in zip(cvs["size"], cvs["metric"], strict=True)]
     rows = []
     for (model, metric, tier), group in cvs.groupby(["gpu_model", "metric", "size_tier"], sort=True):
         values = [float(v) for v in group["cv"]]
@@ -94,7 +95,7 @@ class NoiseTable:
     def noise(self, gpu_model: str, metric: str, size: object = None) -> Noise | None:
         if self.frame.empty:
             return None
-        tier = size_tier(size)
+        tier = size_tier(size, metric)
         df = self.frame
         hit = df[(df["gpu_model"] == gpu_model) & (df["metric"] == metric) & (df["size_tier"] == tier)]
         if hit.empty:

@@ -83,7 +83,7 @@ def figures_per_node(
         judged = judged_figures(group, rules)
         sizes = judged["size"] if "size" in judged.columns else [None] * len(judged)
         for run, node, metric, size in zip(judged["run_id"], judged["node"], judged["metric"], sizes, strict=True):
-            kind = (model_of.get(str(node), ""), str(metric), size_tier(None if pd.isna(size) else size))
+            kind = (model_of.get(str(node), ""), str(metric), size_tier(None if pd.isna(size) else size, str(metric)))
             counts[(kind, str(run), str(node))] += 1
     per_kind: dict[FigureKind, list[int]] = {}
     for (kind, _, _), count in counts.items():

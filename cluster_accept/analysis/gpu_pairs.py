@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster_accept.analysis.noise import call, floor_of, robust_cv
+from cluster_accept.analysis.noise import Noise, call, floor_of, robust_cv
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.vocabulary.lazy import pandas as pd
 
@@ -45,7 +45,20 @@ def _fmt(value: float) -> str:
     return f"{value:.1f}"
 
 
-def _weak_in_node(node: str, pairs: dict[tuple[int, int], float], limits: Thresholds) -> list[PairFinding]:
+def _calibrated(group: pd.DataFrame) -> Noise | None:
+    """The cluster's calibrated noise of the pair copies in ``group`` (annotated by
+    :func:`analysis.calibration.annotate`), where a calibration measured them."""
+    if "calibrated_cv" not in group.columns:
+        return None
+    known = group.dropna(subset=["calibrated_cv"])
+    if known.empty:
+        return None
+    return Noise(float(known["calibrated_cv"].max()), str(known["calibrated_source"].iloc[0]))
+
+
+def _weak_in_node(
+    node: str, pairs: dict[tuple[int, int], float], limits: Thresholds, calibrated: Noise | None = None
+) -> list[PairFinding]:
     """Pairs far below the node's own median, each named by its most likely cause: a GPU whose every pair is
     slow, a link slow both ways, or one direction only. "Far" is beyond ``straggler_pct`` and ``noise_k`` times
     the spread of the pairs within ``straggler_pct`` of the median; a pair in between is ``inconclusive``."""
@@ -56,7 +69,8 @@ def _weak_in_node(node: str, pairs: dict[tuple[int, int], float], limits: Thresh
     # tolerates: the spread is taken over the pairs within straggler_pct of the median.
     kept = [v for v in pairs.values() if v >= floor_of(median, limits.straggler_pct)]
     spread = robust_cv(kept, f"the spread of the node's {len(kept)} pairs within {limits.straggler_pct:g}%")
-    calls = {pair: call(value, median, limits.straggler_pct, [spread], limits.noise_k) for pair, value in pairs.items()}
+    noises = [spread, calibrated]
+    calls = {pair: call(value, median, limits.straggler_pct, noises, limits.noise_k) for pair, value in pairs.items()}
     margin = max(c.margin_pct for c in calls.values())
     weak = {pair for pair, judged in calls.items() if judged.outcome == "below"}
     gpus = {g for pair in pairs for g in pair}
@@ -107,7 +121,7 @@ def judge_pairs(figures: pd.DataFrame, thresholds: Mapping[str, Thresholds]) -> 
                         str(node), f"GPU{i}->GPU{j}", "below_threshold", value, f">= {minimum:g} GB/s", said, False
                     )
                 )
-        findings += _weak_in_node(str(node), pairs, limits)
+        findings += _weak_in_node(str(node), pairs, limits, _calibrated(group))
     for (_, label), group in df.groupby(["profile", "label"], sort=True):
         if group["node"].nunique() >= 2:
             findings += _behind_cluster(str(label), group, thresholds)
@@ -119,10 +133,11 @@ def _behind_cluster(label: str, group: pd.DataFrame, thresholds: Mapping[str, Th
     values = [float(v) for v in group["value"]]
     median = statistics.median(values)
     spread = robust_cv(values, f"the same pair's spread over {len(values)} nodes")
+    calibrated = _calibrated(group)
     findings = []
     for node, value in zip(group["node"], values, strict=True):
         limits = thresholds.get(str(node), Thresholds())
-        judged = call(value, median, limits.straggler_pct, [spread], limits.noise_k)
+        judged = call(value, median, limits.straggler_pct, [spread, calibrated], limits.noise_k)
         if judged.outcome == "ok":
             continue
         floor = floor_of(median, judged.margin_pct)

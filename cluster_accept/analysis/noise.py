@@ -15,7 +15,10 @@ figure takes the largest noise known for that figure:
 The shortfall must reach ``max(straggler_pct, k × noise)``. Between ``straggler_pct`` and that margin the
 difference cannot be called: the outcome is ``inconclusive``, a warning that says the spread and what would
 decide it, never a rejection. With a calibrated noise σ and a margin of ``k σ``, the chance that a healthy figure
-falls below it is the normal tail ``P(Z > k)``: times the comparisons of a run, the false rejections to expect.
+falls below it is, under a normal spread, the tail ``P(Z > k)`` (a little more: the peers' median moves too);
+times the comparisons of a run, the false rejections to expect. The figure is only as good as the calibration: a
+p95 over few runs is itself uncertain, and A=A runs measure each node's run-to-run noise, not the spread between
+nodes, which the peers' spread in each run adds.
 """
 
 from __future__ import annotations
@@ -29,10 +32,7 @@ from typing import Literal
 NOISE_K = 3.0  # margins at 3 σ: a healthy figure crosses one with probability 0.13 %
 MAD_TO_SIGMA = 1.4826  # σ of a normal spread whose median absolute deviation is 1
 
-DECIDES = (
-    "calibrate the cluster's noise on trusted nodes (cluster-accept calibrate), or measure again with nothing "
-    "else running on the nodes"
-)
+DECIDES = "measure again with nothing else running on the nodes, when the peers themselves agree"
 
 Outcome = Literal["ok", "below", "inconclusive"]
 
@@ -132,8 +132,8 @@ def floor_of(reference: float, margin_pct: float) -> float:
 
 
 def false_rejection_rate(margin_pct: float, noise_cv: float) -> float:
-    """The chance a healthy figure with run-to-run spread ``noise_cv`` falls ``margin_pct`` or more below its
-    reference: the normal tail beyond ``margin / σ``."""
+    """The chance a healthy figure with run-to-run spread ``noise_cv`` falls ``margin_pct`` or more below a
+    reference known exactly, under a normal spread: the tail beyond ``margin / σ``."""
     if noise_cv <= 0:
         return 0.0
     z = margin_pct / (100 * noise_cv)
@@ -141,5 +141,10 @@ def false_rejection_rate(margin_pct: float, noise_cv: float) -> float:
 
 
 def expected_false_rejections(margin_pct: float, noise_cv: float, comparisons: int) -> float:
-    """False rejections to expect per run at ``comparisons`` figures judged against the margin."""
-    return comparisons * false_rejection_rate(margin_pct, noise_cv)
+    """False rejections to expect per run, under a normal spread, when ``comparisons`` healthy figures are each
+    judged against the median of those same figures: the median of n varies too (by σ √(π / 2n)), which widens
+    the spread of the difference to σ √(1 + π / 2n)."""
+    if comparisons < 1:
+        return 0.0
+    widened = noise_cv * math.sqrt(1 + math.pi / (2 * comparisons))
+    return comparisons * false_rejection_rate(margin_pct, widened)

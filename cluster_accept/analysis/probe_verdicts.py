@@ -123,8 +123,8 @@ def judge(
     ``profiles``: each node's profile (its minimums, the GPU its defaults derive from, its straggler margin and
     how a relative finding counts), or only its thresholds (no default derived); ``own``: each node's settings
     of the probe, where its minimums are its own keys. A figure below its peers is a straggler only beyond its
-    noise (:mod:`analysis.noise`): the peers' spread, and the figure's own columns ``repeat_cv`` (its repeats)
-    and ``calibrated_cv`` (the cluster's calibration, :func:`analysis.calibration.annotate`) where present."""
+    noise (:mod:`analysis.noise`): the peers' spread, the figure's repeats (``repeat_cv``, at most the peers'
+    typical repeats) and the cluster's calibration (``calibrated_cv``, :func:`analysis.calibration.annotate`)."""
     df = judged_figures(measurements, rules)
     out: list[tuple[str, CheckRow]] = []
     if "profile" not in df.columns:
@@ -134,6 +134,7 @@ def judge(
         rule = rules[str(metric)]
         values, unit = [float(v) for v in group["value"]], str(group["unit"].iloc[0])
         peers = _Peers.of(str(metric), rule, values, unit)
+        typical = typical_repeats(group)
         minimums: dict[str, tuple[Floor | None, str]] = {}  # once per node, not per GPU
         for record in group.to_dict("records"):
             node = str(record["node"])
@@ -142,20 +143,32 @@ def judge(
             if node not in minimums:
                 minimums[node] = minimum_of(rule, given, (own or {}).get(node))
             limits = given if isinstance(given, Thresholds) else given.thresholds if given else Thresholds()
-            noises = figure_noises(record)
-            figure = _Figure(float(record["value"]), gpu, noises)
+            figure = _Figure(float(record["value"]), gpu, figure_noises(record, typical))
             out += [(node, row) for row in peers.rows(figure, limits, *minimums[node])]
     return out
 
 
-def figure_noises(record: Mapping[Any, Any]) -> tuple[Noise | None, ...]:
-    """The noises a figure's row carries: its spread over the probe's own repeats (``repeat_cv``) and the
-    cluster's calibration (``calibrated_cv``, said by ``calibrated_source``)."""
+def typical_repeats(figures: pd.DataFrame) -> float | None:
+    """The median of the peers' own repeat spreads (``repeat_cv``): how much this figure's repeats wobble on a
+    healthy GPU of this run; None where the probe does not report it."""
+    if "repeat_cv" not in figures.columns:
+        return None
+    known = [float(v) for v in figures["repeat_cv"] if v is not None and not pd.isna(v)]
+    return statistics.median(known) if known else None
+
+
+def figure_noises(record: Mapping[Any, Any], typical: float | None = None) -> tuple[Noise | None, ...]:
+    """The noises a figure's row carries: its repeats' spread (``repeat_cv``) — no wider than the peers' typical
+    repeats (``typical``), since a GPU whose own figure wobbles more than its peers' is itself the finding, not
+    a reason to excuse it — and the cluster's calibration (``calibrated_cv``, said by ``calibrated_source``)."""
     found: list[Noise | None] = []
-    for column, source in (("repeat_cv", "its own repeats"), ("calibrated_cv", None)):
-        value = record.get(column)
-        if value is not None and not pd.isna(value):
-            found.append(Noise(float(value), source or str(record.get("calibrated_source") or "the calibration")))
+    repeats = record.get("repeat_cv")
+    if repeats is not None and not pd.isna(repeats):
+        own = float(repeats) if typical is None else min(float(repeats), typical)
+        found.append(Noise(own, "its repeats" if typical is None else "its repeats, at most the peers' median"))
+    calibrated = record.get("calibrated_cv")
+    if calibrated is not None and not pd.isna(calibrated):
+        found.append(Noise(float(calibrated), str(record.get("calibrated_source") or "the calibration")))
     return tuple(found)
 
 

@@ -2,11 +2,11 @@
 row says whether the shortfall persisted. Pure: the stage runs the re-measurement, this judges it.
 
 The re-measured figure is compared with the median the stage used (the peers' of the same profile), beyond the
-larger of ``straggler_pct`` and the figure's noise (:mod:`analysis.noise`): the peers' spread, the calibration's,
-and the two measurements' own difference — a node that measured 1,713 then 3,884 says its own figure moves by
-more than the shortfall. A shortfall that persists beyond the noise stays the finding it was ("confirmed"); one
-inside the noise becomes ``inconclusive``; one that vanished becomes ``straggler_unconfirmed``, a warning:
-something transient (a co-tenant, a throttle event) slowed the GPU, and the other findings on the node say what.
+larger of ``straggler_pct`` and the figure's noise (:mod:`analysis.noise`): the peers' spread (four healthy
+nodes measuring 1,713 to 63,180 leave nothing to call), the calibration's, its repeats'. A shortfall that
+persists beyond the noise stays the finding it was ("confirmed"); one inside the noise becomes ``inconclusive``;
+one that vanished becomes ``straggler_unconfirmed``, a warning: something transient (a co-tenant, a throttle
+event) slowed the GPU, and the other findings on the node say what.
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis.noise import Call, Noise, call, floor_of, repeat_cv, robust_cv
-from cluster_accept.analysis.probe_verdicts import INCONCLUSIVE, MetricRule, figure_noises, judged_figures
+from cluster_accept.analysis.noise import Call, Noise, call, floor_of, robust_cv
+from cluster_accept.analysis.probe_verdicts import (
+    INCONCLUSIVE,
+    MetricRule,
+    figure_noises,
+    judged_figures,
+    typical_repeats,
+)
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.inventory.model import Thresholds
 
@@ -42,6 +48,7 @@ class _Reference:
 
     median: float
     spread: Noise | None
+    typical: float | None  # the peers' median repeat spread (probe_verdicts.typical_repeats)
 
 
 def _references(before: pd.DataFrame, rules: Mapping[str, MetricRule]) -> Callable[[str, str], _Reference | None]:
@@ -59,7 +66,7 @@ def _references(before: pd.DataFrame, rules: Mapping[str, MetricRule]) -> Callab
         rule = rules.get(str(metric))
         what = f"{len(values)} {'GPUs' if rule is not None and rule.per_gpu else 'nodes'}"
         references[(metric, profile)] = _Reference(
-            statistics.median(values), robust_cv(values, f"the peers' spread, {what}")
+            statistics.median(values), robust_cv(values, f"the peers' spread, {what}"), typical_repeats(group)
         )
     profile_of = before.drop_duplicates("node").set_index("node")["profile"].to_dict()
     measured = set(zip(before["node"], before["metric"], strict=True))
@@ -94,8 +101,10 @@ def confirm(
     thresholds: Mapping[str, Thresholds],
 ) -> list[NodeRow]:
     """``rows`` with each straggler row re-judged on its re-measured figure (``after``: the figures of the
-    nodes measured again, alone); other rows unchanged. The noises are those the stage's judgement read
-    (:func:`probe_verdicts.figure_noises`) and the two measurements' difference."""
+    nodes measured again, alone); other rows unchanged. The noises are those the stage's judgement read: the
+    peers' spread, the calibration, the figure's repeats (:func:`probe_verdicts.figure_noises`); the gap between
+    the two measurements is not one of them (a GPU that measures 1,713 then 3,884 among peers at 5,500 is slow
+    both times, however much it wobbles)."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
     reference_of = _references(first, rules)
     out = []
@@ -110,22 +119,11 @@ def confirm(
             out.append(replace(row, detail=_said(row, "measured again alone: no figure (not confirmed)")))
             continue
         limits = thresholds.get(row.node, Thresholds())
-        value, was = float(again["value"]), _record(first, row.node, metric, row.gpu)
-        noises = [reference.spread, *figure_noises(again)]
-        if was is not None:
-            first_value = float(was["value"])
-            noises += [
-                *figure_noises(was),
-                repeat_cv(first_value, value, f"its two measurements, {first_value:.4g} and {value:.4g}"),
-            ]
-        out.append(
-            _rejudged(
-                row,
-                value,
-                reference.median,
-                call(value, reference.median, limits.straggler_pct, noises, limits.noise_k),
-            )
-        )
+        value, was = float(again["value"]), _record(first, row.node, metric, row.gpu) or {}
+        calibration = {key: was.get(key) for key in ("calibrated_cv", "calibrated_source")}
+        noises = [reference.spread, *figure_noises({**again, **calibration}, reference.typical)]
+        judged = call(value, reference.median, limits.straggler_pct, noises, limits.noise_k)
+        out.append(_rejudged(row, value, reference.median, judged))
     return out
 
 

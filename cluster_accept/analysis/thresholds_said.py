@@ -94,7 +94,7 @@ def _peer_group(
     limits = profile.thresholds if profile is not None else Thresholds()
     model = model_key(profile) if profile is not None else ""
     sizes = [None if pd.isna(s) else s for s in group["size"]] if "size" in group.columns else [None] * len(values)
-    tiers = [size_tier(s) for s in sizes]
+    tiers = [size_tier(s, str(group["metric"].iloc[0])) for s in sizes]
     out = []
     for tier in sorted(set(tiers)):
         size = sizes[tiers.index(tier)]

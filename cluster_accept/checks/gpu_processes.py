@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import masked_head
@@ -30,6 +30,7 @@ BUSY = Reason(
     "another process uses this GPU (see pid and name): its figures are not the GPU's own; stop the process "
     "(or drain the node of jobs) and rerun before judging the GPU",
     Action.CHECK_NODE,
+    kind=FindingKind.RELATIVE,  # a co-tenant is often gone by the next run: drained once it repeats
 )
 REASONS = declare(NVIDIA_SMI_SKIPPED, BUSY)
 

@@ -140,7 +140,7 @@ COMMON = declare(
         Status.WARN,
         "below its peers or its own history by more than straggler_pct, but inside the figure's measured noise "
         "(the peers' spread, its repeats, the cluster's calibration): the difference cannot be told from the "
-        "spread; calibrate the cluster (cluster-accept calibrate) or measure again with nothing else running",
+        "spread; measure again with nothing else running on the nodes, and watch it in the next runs",
         Action.RERUN,
         kind=FindingKind.RELATIVE,
     ),

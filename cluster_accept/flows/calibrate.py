@@ -169,7 +169,8 @@ def threshold_lines(rows: list[CalibratedThreshold], cluster: str, calibration_i
     the margin it gives and the false rejections it costs per run at the inventory's size."""
     lines = [
         f"cluster {cluster}: calibration {calibration_id} over {runs} runs; margin = max(straggler_pct, noise_k × "
-        "noise p95); false rejections per run = figures judged a run × the normal tail beyond the margin"
+        "noise p95); false rejections per run = figures judged a run × the normal tail beyond the margin (the "
+        "peers' median moving too)"
     ]
     for r in rows:
         tier = f" ({r.size_tier})" if r.size_tier else ""

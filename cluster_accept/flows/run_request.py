@@ -48,7 +48,14 @@ class ShardRequest:
 
 def check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
-    from cluster_accept.flows.acceptance import refuse_unresolved_auto, resolve_suite, resumable, select_nodes
+    from cluster_accept.analysis.calibration import latest_table
+    from cluster_accept.flows.acceptance import (
+        history_dir,
+        refuse_unresolved_auto,
+        resolve_suite,
+        resumable,
+        select_nodes,
+    )
     from cluster_accept.rundir.outputs import check_not_held
 
     if request.resume:
@@ -82,6 +89,9 @@ def check_request(request: RunRequest) -> None:
     if request.shards is not None:
         check_shards(request.shards, request.local, inventory)
     refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
+    history = history_dir(request.out_dir, request.history)
+    if history is not None:
+        latest_table(history, inventory.cluster)  # a calibration that cannot be read is refused before any stage
     why = unwritable(request.out_dir)
     if why:
         raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")

@@ -176,7 +176,10 @@ def _node_row(group: pd.DataFrame, floor: Floor | None, why: str, compared: bool
         status, reason = (Status.PASS, "ok") if ok else (Status.FAIL, "below_threshold")
         return CheckRow(NAME, "pairs", status, reason, f"{low:.1f}", floor.expected("GB/s"), said)
     if compared:
-        expected = "within straggler_pct of the node's median pair and of the same pair on other nodes"
+        expected = (
+            "within the margin (straggler_pct, widened by the noise) of the node's median pair and of the same "
+            "pair on other nodes"
+        )
         return CheckRow(NAME, "pairs", Status.PASS, "ok", f"{low:.1f}", expected, said)
     said = f"{said}: {why}; no other pair inside the node or on another node to compare with"
     expected = to_write(METRICS[METRIC])

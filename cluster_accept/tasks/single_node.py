@@ -24,7 +24,7 @@ from cluster_accept.analysis.history import key_figures, node_trends
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import MetricRule, measurement_frame, measurement_row
+from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame, measurement_row
 from cluster_accept.analysis.regressions import figure_regressions
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
@@ -315,7 +315,11 @@ def regression_rows(
             probe_script(state.inventory.node(node), row.check, state.quick, probes),
         )
         for node, row in figure_regressions(
-            current, state.history.figures, thresholds, rules, calibrated=calibrated_by_figure(frame)
+            current,
+            state.history.figures,
+            thresholds,
+            rules,
+            calibrated=calibrated_by_figure(judged_figures(frame, rules)),
         )
     ]
 

@@ -233,7 +233,9 @@ def _judged_rows(
 ) -> list[CheckRow]:
     burns = judgement.summarise(windows, samples, seconds, unit, profile.burn.clock_drop_max_pct)
     rows = []
-    for finding in judgement.judge(burns, profile.burn) + judgement.thermal(burns, profile.burn):
+    for finding in judgement.judge(burns, profile.burn, profile.thresholds.noise_k) + judgement.thermal(
+        burns, profile.burn
+    ):
         status = REASONS[finding.reason].severity
         rows.append(
             CheckRow(

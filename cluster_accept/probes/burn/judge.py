@@ -10,6 +10,7 @@ GPU among healthy ones.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Iterable
@@ -59,6 +60,17 @@ class GpuBurn:
     ecc_corrected_grew: float
     ecc_uncorrected_grew: float
     first_cv: float | None = None  # the first part's windows' robust spread: the throughput's own noise
+    windows: tuple[int, int] = (0, 0)  # windows in the first and in the last part
+
+    @property
+    def drop_noise(self) -> float | None:
+        """The noise of the drop between the two parts' medians, as a fraction: a median of n windows varies by
+        1.2533 σ / √n; the difference of two, by 1.2533 σ √(1/n₁ + 1/n₂); doubled in variance, as if half as
+        many windows were independent (a GPU's throughput wanders slowly, window to window)."""
+        first, last = self.windows
+        if self.first_cv is None or first < 1 or last < 1:
+            return None
+        return 1.2533 * self.first_cv * math.sqrt(2 * (1 / first + 1 / last))
 
     @property
     def drop_pct(self) -> float | None:
@@ -134,6 +146,7 @@ def _summary(
         gpu=gpu,
         first=_median(w[w.t_s <= part].value) if not w.empty else None,
         first_cv=_spread(w[w.t_s <= part].value) if not w.empty else None,
+        windows=(int((w.t_s <= part).sum()), int((w.t_s > duration_s - part).sum())) if not w.empty else (0, 0),
         last=_median(w[w.t_s > duration_s - part].value) if not w.empty else None,
         unit=unit,
         first_clock_mhz=_median(s[s.t_s <= part].sm_clock_mhz) if not s.empty else None,
@@ -195,12 +208,12 @@ class BurnFinding:
     detail: str
 
 
-def judge(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
+def judge(burns: list[GpuBurn], settings: BurnSettings, noise_k: float = NOISE_K) -> list[BurnFinding]:
     """Every GPU's findings; a GPU with none gets its ``sustained`` row, the figures it held. A GPU whose
     throughput was not reported gets ``no_windows``, and its clocks and ECC counters are still judged."""
     out: list[BurnFinding] = []
     for burn in burns:
-        found = _findings(burn, settings)
+        found = _findings(burn, settings, noise_k)
         if burn.first is None or burn.last is None:
             found.insert(0, BurnFinding(burn.gpu, "no_windows", "no throughput reported", "throughput per window", ""))
         elif not found:
@@ -215,25 +228,28 @@ def judge(burns: list[GpuBurn], settings: BurnSettings) -> list[BurnFinding]:
     return out
 
 
-def _findings(burn: GpuBurn, settings: BurnSettings) -> list[BurnFinding]:
-    found = []
-    drop = burn.drop_pct
-    allowed = settings.throughput_drop_max_pct
-    margin = max(allowed, 100 * NOISE_K * burn.first_cv) if burn.first_cv is not None else allowed
-    if drop is not None and drop > allowed:
-        said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit} (-{drop:.1f} %)"
-        if drop > margin:
-            expected = f"≤ {margin:.3g} % drop" + (
-                f" ({allowed:g} %, widened by the first part's spread)" if margin > allowed else ""
-            )
-            found.append(BurnFinding(burn.gpu, "throughput_dropped", said, expected, _conditions(burn)))
-        else:
-            detail = (
-                f"past {allowed:g} % but inside {margin:.3g} %, {NOISE_K:g} × the first part's windows' spread "
-                f"({100 * (burn.first_cv or 0):.1f} %): the drop cannot be told from the load's own wobble; "
-                f"{_conditions(burn)}"
-            )
-            found.append(BurnFinding(burn.gpu, "inconclusive", said, f"≤ {allowed:g} % drop", detail))
+def _drop_findings(burn: GpuBurn, settings: BurnSettings, noise_k: float) -> list[BurnFinding]:
+    """The throughput's drop from the first part to the last: past the allowed drop and ``noise_k`` times the
+    drop's own noise (:attr:`GpuBurn.drop_noise`) it dropped; past the allowed drop only, it is inconclusive."""
+    drop, allowed, noise = burn.drop_pct, settings.throughput_drop_max_pct, burn.drop_noise
+    if drop is None or drop <= allowed:
+        return []
+    margin = max(allowed, 100 * noise_k * noise) if noise is not None else allowed
+    said = f"{_fmt(burn.first)} → {_fmt(burn.last)} {burn.unit} (-{drop:.1f} %)"
+    widened = f" ({allowed:g} %, widened by the windows' spread)" if margin > allowed else ""
+    expected = f"≤ {margin:.3g} % drop{widened}"
+    if drop > margin:
+        return [BurnFinding(burn.gpu, "throughput_dropped", said, expected, _conditions(burn))]
+    detail = (
+        f"past {allowed:g} % but inside {margin:.3g} %, {noise_k:g} × the drop's own noise "
+        f"({100 * (noise or 0):.1f} %, from the first part's windows): the drop cannot be told from the load's "
+        f"wobble; {_conditions(burn)}"
+    )
+    return [BurnFinding(burn.gpu, "inconclusive", said, expected, detail)]
+
+
+def _findings(burn: GpuBurn, settings: BurnSettings, noise_k: float = NOISE_K) -> list[BurnFinding]:
+    found = _drop_findings(burn, settings, noise_k)
     clock = _clock_finding(burn, settings)
     if clock is not None:
         found.append(clock)
