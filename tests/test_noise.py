@@ -4,6 +4,7 @@ rejection; one beyond it is still found. Synthetic figures with exact numbers.""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -257,3 +258,30 @@ def test_gpu_pairs_read_the_calibration_beside_their_figures() -> None:
     calibrated = pd.DataFrame(pairs("n1", 270.0, calibrated_cv=0.05, calibrated_source="calibration c1"))
     [unsure] = judge_pairs(calibrated, {})
     assert unsure.reason == "inconclusive" and "calibration c1" in unsure.detail
+
+
+def test_a_confirmation_beside_a_control_takes_the_machine_drift_out() -> None:
+    row = NodeRow("r", "c", "single-node", "n1", "gemm", f"{METRIC}_vs_cluster", Status.FAIL, "straggler")
+    limits = {n: Thresholds() for n in ("n1", "n2", "n3", "n4")}
+    before = _figures({"n1": 80.0, "n2": 100.0, "n3": 101.0, "n4": 99.0})
+
+    def rounds(*pairs: tuple[float, float]) -> pd.DataFrame:
+        return pd.concat(
+            [_figures({"n1": s, "n2": c}).assign(round=i) for i, (s, c) in enumerate(pairs)], ignore_index=True
+        )
+
+    # the whole machine is 20 % slower now: the suspect's 80 is the control's 80, nothing of its own
+    loaded = rounds((80.0, 80.0), (81.0, 80.5))
+    healthy = stragglers.confirm([row], before, loaded, gemm.METRICS, limits, control="n2")[0]
+    assert (healthy.status, healthy.reason) == (Status.WARN, "straggler_unconfirmed"), healthy.detail
+    assert "beside the control n2 (its own figure ×0.8, ×0.805 since)" in healthy.detail
+    unpaired = stragglers.confirm([row], before, loaded, gemm.METRICS, limits)[0]
+    assert unpaired.reason == "straggler"  # without a control the load is taken for the node's own
+    # slow on its own: 20 % under the control in both rounds
+    slow = stragglers.confirm([row], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, "n2")[0]
+    assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed")
+    # an inconclusive row measured again is decided by the paired rounds: a failure now
+    unsure = replace(row, status=Status.WARN, reason="inconclusive")
+    decided = stragglers.confirm([unsure], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, "n2")
+    assert (decided[0].status, decided[0].reason) == (Status.FAIL, "straggler")
+    assert stragglers.flagged([unsure]) == {"n1": {"gemm"}}

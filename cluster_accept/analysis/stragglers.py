@@ -24,6 +24,7 @@ from cluster_accept.analysis.probe_verdicts import (
     MetricRule,
     figure_noises,
     judged_figures,
+    relative_status,
     typical_repeats,
 )
 from cluster_accept.checks.base import NodeRow, Status
@@ -33,11 +34,16 @@ STRAGGLER = "straggler"
 _SUFFIX = "_vs_cluster"
 
 
+AGAIN = frozenset({STRAGGLER, INCONCLUSIVE})  # the rows against peers a second measurement decides
+ROUNDS = 2  # paired rounds: the suspects and a control measured again, back to back, this many times
+
+
 def flagged(rows: Sequence[NodeRow]) -> dict[str, set[str]]:
-    """Nodes with a straggler row, and the checks that flagged them: what to measure again."""
+    """Nodes with a straggler or inconclusive row against their peers, and the checks that flagged them: what to
+    measure again."""
     found: dict[str, set[str]] = {}
     for row in rows:
-        if row.reason == STRAGGLER:
+        if row.reason in AGAIN and row.item.endswith(_SUFFIX):
             found.setdefault(row.node, set()).add(row.check)
     return found
 
@@ -99,48 +105,105 @@ def confirm(
     after: pd.DataFrame,
     rules: Mapping[str, MetricRule],
     thresholds: Mapping[str, Thresholds],
+    control: str | None = None,
 ) -> list[NodeRow]:
-    """``rows`` with each straggler row re-judged on its re-measured figure (``after``: the figures of the
-    nodes measured again, alone); other rows unchanged. The noises are those the stage's judgement read: the
-    peers' spread, the calibration, the figure's repeats (:func:`probe_verdicts.figure_noises`); the gap between
-    the two measurements is not one of them (a GPU that measures 1,713 then 3,884 among peers at 5,500 is slow
-    both times, however much it wobbles)."""
+    """``rows`` with each straggler or inconclusive row against its peers re-judged on its figure measured again
+    (``after``: the flagged nodes' figures, and ``control``'s, in ``round`` 0, 1, …); other rows unchanged.
+
+    With a control (a node that passed, measured in each round beside the suspects), each round's figure is
+    compared with the peers' median moved as the control's own figure moved since the stage measured it: a load
+    or throttle that came and went is seen on the control too, so what is left is the node's own. The noise is
+    then the rounds' own spread, the calibration's and the repeats'. Without a control, the first round's figure
+    is compared with the median as it was, with the peers' spread among the noises."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
     reference_of = _references(first, rules)
     out = []
     for row in rows:
-        if row.reason != STRAGGLER or not row.item.endswith(_SUFFIX):
+        metric = row.item.removesuffix(_SUFFIX)
+        if row.reason not in AGAIN or not row.item.endswith(_SUFFIX):
             out.append(row)
             continue
-        metric = row.item[: -len(_SUFFIX)]
         reference = reference_of(row.node, metric)
-        again = _record(second, row.node, metric, row.gpu)
-        if reference is None or again is None:
+        rounds = _rounds(second, row.node, metric, row.gpu)
+        if reference is None or not rounds:
             out.append(replace(row, detail=_said(row, "measured again alone: no figure (not confirmed)")))
             continue
         limits = thresholds.get(row.node, Thresholds())
-        value, was = float(again["value"]), _record(first, row.node, metric, row.gpu) or {}
+        was = _record(first, row.node, metric, row.gpu) or {}
         calibration = {key: was.get(key) for key in ("calibrated_cv", "calibrated_source")}
-        noises = [reference.spread, *figure_noises({**again, **calibration}, reference.typical)]
+        noises = [*figure_noises({**rounds[0], **calibration}, reference.typical)]
+        paired = _paired(first, second, control, metric, rounds) if control is not None else None
+        if paired is None:
+            value, said = float(rounds[0]["value"]), f"measured again alone: {float(rounds[0]['value']):.4g}"
+            noises.append(reference.spread)
+        else:
+            value, spread, said = paired
+            noises.append(spread)
         judged = call(value, reference.median, limits.straggler_pct, noises, limits.noise_k)
-        out.append(_rejudged(row, value, reference.median, judged))
+        rule = rules.get(metric)
+        below = relative_status(rule, limits) if rule is not None else Status.FAIL
+        out.append(_rejudged(row, said, reference.median, judged, below))
     return out
 
 
-def _rejudged(row: NodeRow, value: float, median: float, judged: Call) -> NodeRow:
-    """The straggler row after its figure was measured again: confirmed beyond the noise, inconclusive inside
-    it (a warning), unconfirmed when it came back within ``straggler_pct``."""
+def _rounds(figures: pd.DataFrame, node: str, metric: str, gpu: int | None) -> list[dict[Any, Any]]:
+    """The figure's rows measured again, one per round, in round order."""
+    if figures.empty:
+        return []
+    if "round" not in figures.columns:
+        found = _record(figures, node, metric, gpu)
+        return [found] if found is not None else []
+    return [
+        found
+        for _, group in figures.groupby("round", sort=True)
+        if (found := _record(group, node, metric, gpu)) is not None
+    ]
+
+
+def _node_figure(figures: pd.DataFrame, node: str, metric: str) -> float | None:
+    """A node's figure of ``metric``: the median over its GPUs."""
+    hit = figures[(figures["node"] == node) & (figures["metric"] == metric)] if not figures.empty else figures
+    return float(statistics.median(float(v) for v in hit["value"])) if not hit.empty else None
+
+
+def _paired(
+    first: pd.DataFrame, second: pd.DataFrame, control: str, metric: str, rounds: list[dict[Any, Any]]
+) -> tuple[float, Noise | None, str] | None:
+    """The suspect's rounds with the control's drift taken out: (the mean drift-corrected figure, the rounds'
+    spread as a noise, what was measured); None where the control has no figure to compare with."""
+    base = _node_figure(first, control, metric)
+    if base is None or base <= 0 or "round" not in second.columns:
+        return None
+    corrected, moved = [], []
+    for found in rounds:
+        control_now = _node_figure(second[second["round"] == found["round"]], control, metric)
+        if control_now is None or control_now <= 0:
+            return None
+        moved.append(control_now / base)
+        corrected.append(float(found["value"]) / moved[-1])
+    mean = statistics.fmean(corrected)
+    spread = None
+    if len(corrected) >= 2 and mean > 0:
+        spread = Noise(statistics.stdev(corrected) / mean, f"its {len(corrected)} paired rounds' spread")
+    values = ", ".join(f"{float(r['value']):.4g}" for r in rounds)
+    drift = ", ".join(f"×{m:.3g}" for m in moved)
+    said = (
+        f"measured again {len(rounds)} time(s) beside the control {control} (its own figure {drift} since): "
+        f"{values}, {mean:.4g} with the control's drift taken out"
+    )
+    return mean, spread, said
+
+
+def _rejudged(row: NodeRow, said: str, median: float, judged: Call, below: Status) -> NodeRow:
+    """The row after its figure was measured again (``said``): a straggler (status ``below``) beyond the noise,
+    inconclusive inside it (a warning), unconfirmed when it came back within ``straggler_pct``."""
     floor = floor_of(median, judged.margin_pct)
     if judged.outcome == "below":
         margin = f" (median less {judged.margin_said()})" if judged.widened else ""
-        return replace(
-            row, detail=_said(row, f"measured again alone: {value:.4g}, still below {floor:.4g}{margin}: confirmed")
-        )
+        detail = _said(row, f"{said}, still below {floor:.4g}{margin}: confirmed")
+        return replace(row, status=below, reason=STRAGGLER, detail=detail)
     if judged.outcome == "inconclusive":
-        said = _said(row, f"measured again alone: {value:.4g}; {judged.inconclusive_said()}: not confirmed")
-        return replace(row, status=Status.WARN, reason=INCONCLUSIVE, detail=said)
-    said = _said(
-        row,
-        f"measured again alone: {value:.4g}, at or above {floor_of(median, judged.straggler_pct):.4g}: not confirmed",
-    )
-    return replace(row, status=Status.WARN, reason="straggler_unconfirmed", detail=said)
+        detail = _said(row, f"{said}; {judged.inconclusive_said()}: not confirmed")
+        return replace(row, status=Status.WARN, reason=INCONCLUSIVE, detail=detail)
+    detail = _said(row, f"{said}, at or above {floor_of(median, judged.straggler_pct):.4g}: not confirmed")
+    return replace(row, status=Status.WARN, reason="straggler_unconfirmed", detail=detail)

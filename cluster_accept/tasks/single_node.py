@@ -269,25 +269,34 @@ def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]
 
 
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
-    """Each node with a straggler row measured again (only the runs that flagged it; suspects in waves of the
-    profile's ``max_parallel_nodes``), and the straggler rows re-judged on it
-    (:func:`analysis.stragglers.confirm`)."""
+    """Each node with a straggler or inconclusive row against its peers measured again (only the runs that
+    flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside a control node that passed, each round in
+    waves of the profile's ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
     suspects = stragglers.flagged(judged.rows)
     if not suspects:
         return judged.rows
+    control = control_node(judged, suspects)
     by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
     for name, checks in sorted(suspects.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
-    again: list[Measurement] = []
+    again: list[dict[str, Any]] = []
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
-        outcomes = measure_again(state, names, chosen)
-        again += evaluate_single_node(
-            state.run_id, state.inventory, outcomes, state.quick, chosen, noise=state.calibration
-        ).measurements
+        for turn in range(stragglers.ROUNDS if control else 1):
+            outcomes = measure_again(state, [*names, *([control] if control else [])], chosen)
+            found = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)
+            again += [{**m.record(), "round": turn} for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
-    rules = judged_rules(probes)
-    return stragglers.confirm(judged.rows, judged.frame, measurement_frame(again), rules, thresholds)
+    after = pd.DataFrame(again) if again else measurement_frame([])
+    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, control)
+
+
+def control_node(judged: StageFigures, suspects: Mapping[str, set[str]]) -> str | None:
+    """The node measured again beside the suspects: one with figures and no relative row that did not pass (its
+    drift is the machine's, not its own), the first by name; None where there is none."""
+    doubtful = {r.node for r in judged.rows if r.item.endswith("_vs_cluster") and r.status != Status.PASS}
+    measured = sorted(set(judged.frame["node"])) if not judged.frame.empty else []
+    return next((n for n in measured if n not in suspects and n not in doubtful), None)
 
 
 def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
