@@ -11,6 +11,7 @@ event) slowed the GPU, and the other findings on the node say what.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +36,7 @@ _SUFFIX = "_vs_cluster"
 
 
 AGAIN = frozenset({STRAGGLER, INCONCLUSIVE})  # the rows against peers a second measurement decides
-ROUNDS = 2  # paired rounds: the suspects and a control measured again, back to back, this many times
+ROUNDS = 3  # paired rounds: the suspects and a control measured again, back to back, this many times
 
 
 def flagged(rows: Sequence[NodeRow]) -> dict[str, set[str]]:
@@ -113,8 +114,9 @@ def confirm(
     With a control (a node that passed, measured in each round beside the suspects), each round's figure is
     compared with the peers' median moved as the control's own figure moved since the stage measured it: a load
     or throttle that came and went is seen on the control too, so what is left is the node's own. The noise is
-    then the rounds' own spread, the calibration's and the repeats'. Without a control, the first round's figure
-    is compared with the median as it was, with the peers' spread among the noises."""
+    then the standard error of the rounds' mean (their spread over √rounds), the calibration's and the repeats'.
+    Without a control, the first round's figure is compared with the median as it was, with the peers' spread
+    among the noises."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
     reference_of = _references(first, rules)
     out = []
@@ -183,8 +185,9 @@ def _paired(
         corrected.append(float(found["value"]) / moved[-1])
     mean = statistics.fmean(corrected)
     spread = None
-    if len(corrected) >= 2 and mean > 0:
-        spread = Noise(statistics.stdev(corrected) / mean, f"its {len(corrected)} paired rounds' spread")
+    if len(corrected) >= 2 and mean > 0:  # the noise of their mean: the rounds' spread over √rounds
+        error = statistics.stdev(corrected) / mean / math.sqrt(len(corrected))
+        spread = Noise(error, f"the mean of its {len(corrected)} paired rounds (their spread / √{len(corrected)})")
     values = ", ".join(f"{float(r['value']):.4g}" for r in rounds)
     drift = ", ".join(f"×{m:.3g}" for m in moved)
     said = (
