@@ -4,8 +4,6 @@ resolved it, and the ``straggler_pct``/``noise_k`` a profile could take from it.
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
 
@@ -19,22 +17,9 @@ from cluster_accept.analysis.calibration_said import (
     resolved_profiles,
     suggest_limits,
 )
-from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.inventory.builtin import resolve_auto
 from cluster_accept.inventory.model import Node, Profile, SshSettings, Thresholds
-
-
-def tail(z: float, peers: int) -> float:
-    """P(Z > z) for the difference of a figure and its peers' median: the median of ``peers`` figures varies
-    by σ √(π / 2n) too."""
-    return 0.5 * math.erfc(z / math.sqrt(1 + math.pi / (2 * peers)) / math.sqrt(2))
-
-
-H100 = "NVIDIA H100 80GB HBM3"
-RULES = {
-    "gemm_bf16_tflops": MetricRule("gemm", "gemm_bf16_tflops_min", True),
-    "allreduce_busbw_gbps": MetricRule("allreduce", "allreduce_intra_busbw_gbps_min", False),
-}
+from tests.test_thresholds_said import H100, RULES, tail
 
 
 def figure(run: str, node: str, metric: str, value: float, **more: object) -> dict[str, object]:
