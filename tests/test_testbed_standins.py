@@ -7,7 +7,10 @@ should reproduce them and against the exact edited text where a fault should cha
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,12 +21,14 @@ from cluster_accept.testbed.faults import (
     FaultPlan,
     FaultPlanError,
     Replace,
+    Slower,
     Xid,
     fault_plan_from_data,
     load_fault_plan,
     parse_fault,
 )
 from cluster_accept.testbed.nodedata import FaultApplyError, build_node, write_node_data
+from cluster_accept.testbed.sdcflip import write_every_slower
 from cluster_accept.testbed.standins import write_standins
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -295,3 +300,70 @@ def test_fault_plan_yaml_and_errors(tmp_path: Path) -> None:
         FaultPlan(nodes={"node01": ["nope"]})
     with pytest.raises(FaultPlanError, match="extra: unknown key"):
         fault_plan_from_data({"nodes": {}, "extra": 1})
+
+
+def test_slower_fault_takes_a_factor_above_one_and_at_most_100() -> None:
+    assert parse_fault("slower", "n").as_yaml() == "slower"  # the default, 1.15, written back as a bare kind
+    assert parse_fault("slower", "n") == Slower(factor=1.15)
+    assert parse_fault({"slower": {"factor": 2}}, "n").as_yaml() == {"slower": {"factor": 2.0}}
+    assert parse_fault({"slower": {"factor": 100}}, "n") == Slower(factor=100)
+    for factor, said in (
+        (1, "Input should be greater than 1"),
+        (0.9, "Input should be greater than 1"),
+        (100.5, "Input should be less than or equal to 100"),
+        ("1.2", "Input should be a valid number"),  # a number, not text that reads as one
+        (True, "Input should be a valid number"),
+    ):
+        with pytest.raises(FaultPlanError) as err:
+            parse_fault({"slower": {"factor": factor}}, "nodes.node02[0]")
+        assert err.value.problems == [f"nodes.node02[0].slower.factor: {said} (got {factor!r})"], factor
+    with pytest.raises(FaultPlanError, match=r"slower.gpu: unknown parameter \(known: factor\)"):
+        parse_fault({"slower": {"gpu": 1}}, "n")
+
+
+SLOWER_PROBE = """
+import json, multiprocessing as mp, statistics, time
+import torch
+
+
+def ratio(queue):
+    torch.set_num_threads(1)
+    a, b, c = torch.randn(384, 384), torch.randn(384, 384), torch.empty(384, 384)
+    ratios = []
+    for _ in range(9):
+        t0 = time.perf_counter()
+        torch.matmul(a, b, out=c)
+        torch.matmul(a, b)
+        t1 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        torch.mm(a, b)
+        ratios.append((t1 - t0) / (time.perf_counter() - t1))
+    queue.put((getattr(torch, "_testbed_fault", False), statistics.median(ratios)))
+
+
+if __name__ == "__main__":
+    queue = mp.get_context("spawn").SimpleQueue()
+    ratio(queue)
+    child = mp.get_context("spawn").Process(target=ratio, args=(queue,))
+    child.start()
+    child.join()
+    assert child.exitcode == 0, child.exitcode
+    print(json.dumps([queue.get(), queue.get()]))
+"""
+
+
+@pytest.mark.integration
+def test_slower_fault_slows_every_matmul_of_every_process(tmp_path: Path) -> None:
+    """The ``slower`` sitecustomize: ``torch.matmul`` (into ``out=`` or not) takes the factor times as long in the
+    process and in the one it spawns, as the GPU bench's worker is; ``torch.mm`` is left alone."""
+    site = write_every_slower(tmp_path / "slower", 3.0)
+    script = tmp_path / "probe.py"  # a file: a spawned child imports its parent's main module
+    script.write_text(SLOWER_PROBE)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(site.parent), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (parent_wrapped, parent), (child_wrapped, child) = json.loads(proc.stdout)
+    assert parent_wrapped and child_wrapped, proc.stdout
+    assert 2.6 < parent < 4.5 and 2.6 < child < 4.5, proc.stdout  # 3x, within a shared machine's noise

@@ -25,11 +25,11 @@ from typing import Any
 from cluster_accept.testbed import claim, hgx, net, slurm, sshd, subnets
 from cluster_accept.testbed.burn_faults import Cotenant, DcgmFail, NoDcgm, SdcFlip
 from cluster_accept.testbed.claim import DEFAULT_NAME, TestbedError, default_state_dir
-from cluster_accept.testbed.faults import FaultPlan, Slow, SlowRail, _Fault, parse_fault
+from cluster_accept.testbed.faults import FaultPlan, Slow, Slower, SlowRail, _Fault, parse_fault
 from cluster_accept.testbed.ibsys import write_ib_sysfs
 from cluster_accept.testbed.nodedata import NodeData, build_node, write_node_data
 from cluster_accept.testbed.profile import inventory, testbed_nccl_env, write_inventory
-from cluster_accept.testbed.sdcflip import write_sitecustomize, write_slower
+from cluster_accept.testbed.sdcflip import write_every_slower, write_sitecustomize, write_slower
 from cluster_accept.testbed.slurm_nodes import start_slurm, start_slurmd
 from cluster_accept.testbed.standins import write_standins
 from cluster_accept.vocabulary.own_files import check_own_dir
@@ -181,13 +181,15 @@ def _prepare_node(tb: Testbed, node: str, data: NodeData, client_pub: str) -> No
     }
     env.update(hgx.write_pci_sysfs(tb.sysfs_dir(node), tb.bin_dir(node), data, faults))
     env.update(write_ib_sysfs(tb.sysfs_dir(node), tb.bin_dir(node), tb.rails, faults))
-    if sum(isinstance(f, (SdcFlip, Cotenant)) for f in faults) > 1:
-        raise ValueError(f"{node}: one fault in the simulated GPUs' torch per node (sdc or cotenant)")
+    if sum(isinstance(f, (SdcFlip, Cotenant, Slower)) for f in faults) > 1:
+        raise ValueError(f"{node}: one fault in the simulated GPUs' torch per node (sdc, cotenant or slower)")
     for fault in faults:
         if isinstance(fault, SdcFlip):
             env["PYTHONPATH"] = str(write_sitecustomize(ndir / "sdc", fault.gpu).parent)
         if isinstance(fault, Cotenant):
             env["PYTHONPATH"] = str(write_slower(ndir / "cotenant", fault.gpu, fault.after_s, fault.slowdown).parent)
+        if isinstance(fault, Slower):
+            env["PYTHONPATH"] = str(write_every_slower(ndir / "slower", fault.factor).parent)
         if isinstance(fault, NoDcgm):
             (tb.bin_dir(node) / "dcgmi").unlink(missing_ok=True)
     planted = [{"test": f.test, "gpu": f.gpu} for f in faults if isinstance(f, DcgmFail)]

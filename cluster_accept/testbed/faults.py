@@ -58,6 +58,15 @@ class Slow(_Fault):
     rate_mbit: Annotated[float, Field(gt=0)]
 
 
+class Slower(_Fault):
+    """Every ``torch.matmul`` on the node takes ``factor`` times as long, in every process of the node (a
+    ``sitecustomize`` on its ``PYTHONPATH``): its GEMM figures are that much lower and nothing else changes, a
+    node slower than its peers by a known amount. Above 1 (1 would be no fault), at most 100."""
+
+    kind: Literal["slower"] = "slower"
+    factor: Annotated[float, Field(gt=1, le=100, strict=True)] = 1.15
+
+
 class NvidiaSmiFail(_Fault):
     """Every nvidia-smi call prints the "couldn't communicate with the NVIDIA driver" message, exit 9."""
 
@@ -218,6 +227,7 @@ Fault = (
     | HostKeyChanged
     | AuthRefused
     | Slow
+    | Slower
     | NvidiaSmiFail
     | NvidiaSmiHang
     | Garbage
