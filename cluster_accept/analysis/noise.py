@@ -128,7 +128,9 @@ def call(
 
 
 def floor_of(reference: float, margin_pct: float) -> float:
-    return reference * (1 - margin_pct / 100)
+    """The figure under which a shortfall reaches ``margin_pct``: never below zero (a margin past 100 % says the
+    noise allows any figure)."""
+    return max(0.0, reference * (1 - margin_pct / 100))
 
 
 def false_rejection_rate(margin_pct: float, noise_cv: float) -> float:
