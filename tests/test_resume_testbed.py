@@ -94,8 +94,8 @@ def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_
     assert len(measurements) == len(pd.read_parquet(clean_dir / "measurements.parquet"))
     history = sorted(p.name for p in (out / "history").rglob("*.parquet"))
     assert (
-        history == sorted(f"{run_dir.name}.parquet" for _ in history) and len(history) == 6
-    )  # one per table written, nccl's among them
+        history == sorted(f"{run_dir.name}.parquet" for _ in history) and len(history) == 7
+    )  # one per table written, nccl's and the relative thresholds' among them
     # What the killed controller had started on a node ends there on its own (node-side timeout): nothing stays.
     _wait_for(
         lambda: not processes_matching("gpu_bench.py") and not processes_matching("allreduce.py"),
