@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cluster_accept.analysis.noise import NOISE_K, robust_cv
 from cluster_accept.inventory.hostlist import fold
 
 
@@ -51,7 +50,6 @@ class IsolationPolicy:
     min_busbw_gbps: float | None = None  # the profile's allreduce_inter_busbw_gbps_min
     straggler_pct: float = 5.0  # this much under the median of comparable groups is slow
     max_rounds: int = 64
-    noise_k: float = NOISE_K  # and noise_k times the comparable groups' own spread (three groups or more)
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -96,18 +94,14 @@ def threshold_for(
     """The busbw under which a group counts as slow; ``None`` when nothing bounds it.
 
     ``results`` and ``trusted`` must be comparable (same node count). The relative bound is the median of
-    both minus the larger of ``straggler_pct`` and ``noise_k`` times their spread (:mod:`analysis.noise`: groups
-    that differ no more than their own spread are not told apart); it needs two figures, or one from
-    ``trusted`` (known-good nodes), since a
+    both minus ``straggler_pct``; it needs two figures, or one from ``trusted`` (known-good nodes), since a
     lone untrusted figure is its own median. The floor applies on its own; the higher bound wins.
     """
     figures = [r.busbw_gbps for r in (*results, *trusted) if r.busbw_gbps is not None]
     has_trusted = any(r.busbw_gbps is not None for r in trusted)
     bounds = [policy.min_busbw_gbps] if policy.min_busbw_gbps is not None else []
     if len(figures) >= 2 or has_trusted:
-        spread = robust_cv(figures, "the comparable groups' spread")
-        margin = max(policy.straggler_pct, 100 * policy.noise_k * spread.cv) if spread else policy.straggler_pct
-        bounds.append(statistics.median(figures) * (1 - margin / 100))
+        bounds.append(statistics.median(figures) * (1 - policy.straggler_pct / 100))
     return max(bounds) if bounds else None
 
 

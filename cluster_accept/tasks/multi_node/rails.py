@@ -131,9 +131,7 @@ def _one_node_set(stage: GroupStage, rails: list[Rail], group: list[Node]) -> No
         if verdict.ok:
             continue
         rail = by_name[verdict.rail]
-        policy = IsolationPolicy(
-            min_busbw_gbps=verdict.floor_gbps, straggler_pct=thresholds.straggler_pct, noise_k=thresholds.noise_k
-        )
+        policy = IsolationPolicy(min_busbw_gbps=verdict.floor_gbps, straggler_pct=thresholds.straggler_pct)
         stage.isolate_with(
             group,
             rail_job(rail),

@@ -52,7 +52,6 @@ def _policy(nodes: Sequence[Node]) -> IsolationPolicy:
     return IsolationPolicy(
         min_busbw_gbps=thresholds.allreduce_inter_busbw_gbps_min,
         straggler_pct=thresholds.straggler_pct,
-        noise_k=thresholds.noise_k,
     )
 
 

@@ -127,7 +127,7 @@ def isolate_training(stage: GroupStage, nodes: list[Node], scaling: list[dict[st
     candidates = [n for n in nodes if n.name not in stage.unreachable]
     if len(candidates) < 2:
         return
-    policy = IsolationPolicy(min_busbw_gbps=floor, straggler_pct=thresholds.straggler_pct, noise_k=thresholds.noise_k)
+    policy = IsolationPolicy(min_busbw_gbps=floor, straggler_pct=thresholds.straggler_pct)
     verdict = stage.isolate_with(candidates, TRAINING_JOB, per_gpu, policy, ITEM)
     if verdict.bad_nodes:
         return  # named: each fails its isolation row
