@@ -14,12 +14,11 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster_accept.analysis.noise import Noise, call, floor_of, robust_cv
+from cluster_accept.analysis.noise import INCONCLUSIVE, Noise, call, floor_of, robust_cv
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.vocabulary.lazy import pandas as pd
 
 METRIC = "gpu_pair_copy_gbps"
-INCONCLUSIVE = "inconclusive"  # below by more than straggler_pct, inside the pairs' spread
 _LABEL = re.compile(r"^GPU(\d{1,3})->GPU(\d{1,3})$")
 
 

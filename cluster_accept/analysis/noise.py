@@ -35,6 +35,7 @@ MAD_TO_SIGMA = 1.4826  # σ of a normal spread whose median absolute deviation i
 DECIDES = "measure again with nothing else running on the nodes, when the peers themselves agree"
 
 Outcome = Literal["ok", "below", "inconclusive"]
+INCONCLUSIVE = "inconclusive"  # the reason of a shortfall past straggler_pct, inside the noise (checks.reasons.COMMON)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from cluster_accept.analysis.noise import Call, Noise, call, floor_of, robust_cv
+from cluster_accept.analysis.noise import INCONCLUSIVE, Call, Noise, call, floor_of, robust_cv
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.gpus import GpuModel, Rating, model_for_name
 from cluster_accept.inventory.model import Profile, Thresholds
@@ -29,7 +29,6 @@ from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.rows import Measurement
 
 NO_EXPECTATION = "no_expectation"  # the reason of a not-judged figure (checks.reasons.COMMON)
-INCONCLUSIVE = "inconclusive"  # below by more than straggler_pct, within the noise (checks.reasons.COMMON)
 DEVICES = frozenset({"cuda", "cpu"})
 
 

@@ -13,9 +13,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster_accept.analysis.noise import NOISE_K, call, robust_cv
-
-INCONCLUSIVE = "inconclusive"
+from cluster_accept.analysis.noise import INCONCLUSIVE, NOISE_K, call, robust_cv
 
 
 @dataclass(frozen=True)

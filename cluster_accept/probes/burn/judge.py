@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cluster_accept.analysis.noise import NOISE_K, robust_cv
+from cluster_accept.analysis.noise import INCONCLUSIVE, NOISE_K, robust_cv
 from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.vocabulary.lazy import pandas as pd
 
@@ -245,7 +245,7 @@ def _drop_findings(burn: GpuBurn, settings: BurnSettings, noise_k: float) -> lis
         f"({100 * (noise or 0):.1f} %, from the first part's windows): the drop cannot be told from the load's "
         f"wobble; {_conditions(burn)}"
     )
-    return [BurnFinding(burn.gpu, "inconclusive", said, expected, detail)]
+    return [BurnFinding(burn.gpu, INCONCLUSIVE, said, expected, detail)]
 
 
 def _findings(burn: GpuBurn, settings: BurnSettings, noise_k: float = NOISE_K) -> list[BurnFinding]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes, intra_node_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
+from cluster_accept.analysis.noise import INCONCLUSIVE
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
@@ -213,7 +214,7 @@ def _slow_rank_row(ranks: list[dict[str, Any]], profile: Profile) -> CheckRow:
     detail = f"own forward+backward {slow.over_pct:.1f}% over the ranks' median ({len(solo)} ranks)"
     status, reason = (Status.FAIL, "slow_rank") if slow.slow else (Status.PASS, "ok")
     if slow.inconclusive:
-        status, reason = Status.WARN, "inconclusive"
+        status, reason = Status.WARN, INCONCLUSIVE
         detail = f"{detail}, past {margin:g}% but inside {widened:.3g}%, noise_k times the ranks' own spread"
     gpu = int(slow.label.split()[-1])
     return CheckRow(NAME, "slowest_rank", status, reason, said, expected, detail, gpu)
