@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_accept.vocabulary.rows import NcclFact
-from cluster_accept.vocabulary.secrets import mask_secrets, mask_value
 
 CHANNELS, COMMUNICATOR, ALGORITHM, PROTOCOL = "channels", "communicator", "algorithm", "protocol"
 SETTING, VERSION, PLUGIN = "setting", "version", "plugin"
@@ -116,8 +115,8 @@ class _Reading:
 
 
 def read_account(text: str, run: NcclRun) -> list[NcclFact]:
-    """Every fact of NCCL's account in ``text`` (one node's output of one run), per rank; values of secret-looking
-    variables masked. Empty when NCCL logged nothing at INFO."""
+    """Every fact of NCCL's account in ``text`` (one node's output of one run, masked where it entered the
+    controller: a secret-looking variable's value too), per rank. Empty when NCCL logged nothing at INFO."""
     reading = _Reading()
     for line in text.splitlines():
         if "NCCL INFO" not in line:
@@ -164,9 +163,8 @@ def _read_line(reading: _Reading, stream: _Stream | None, message: str) -> None:
 
 
 def _read_setting(reading: _Reading, stream: _Stream | None, name: str, value: str) -> None:
-    """A variable NCCL took, masked when its name is secret-looking; ``NCCL_ALGO`` and ``NCCL_PROTO`` also as the
-    algorithm and protocol NCCL was held to."""
-    value = mask_value(name, value)
+    """A variable NCCL took (masked where the log entered the controller when its name is secret-looking);
+    ``NCCL_ALGO`` and ``NCCL_PROTO`` also as the algorithm and protocol NCCL was held to."""
     reading.add(stream, SETTING, name, value)
     if name in ("NCCL_ALGO", "NCCL_PROTO"):
         kind = ALGORITHM if name == "NCCL_ALGO" else PROTOCOL
@@ -185,7 +183,7 @@ def _plugin(message: str) -> tuple[str, str] | None:
     for pattern, kind in _PLUGIN_LOADED:
         if (loaded := pattern.match(message)) is not None:
             what = kind or _PLUGIN_NAMES.get(loaded["what"].lower(), loaded["what"].lower())
-            return what, mask_secrets(loaded["name"])
+            return what, loaded["name"]
     return None
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from cluster_accept.vocabulary.secrets import masked_head
+from cluster_accept.vocabulary.text import keep_head
 
 # "<prefix> : a[b] -> c[d] [send] via X" or "CollNet 00/0 : 0 [send] via X": the connection and its transport.
 _VIA = re.compile(
@@ -107,7 +107,7 @@ def failure_lines(text: str, limit: int = 4) -> list[str]:
     """The lines of a failed run that say why, first ones first and distinct, at most ``limit``."""
     seen: list[str] = []
     for match in _WHY.finditer(text):
-        line = masked_head(match.group(0).strip(), 300)
+        line = keep_head(match.group(0).strip(), 300)
         if line and line not in seen and "ChildFailedError" not in line:
             seen.append(line)
         if len(seen) >= limit:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_accept.vocabulary.secrets import masked_head
+from cluster_accept.vocabulary.text import keep_head
 
 
 @dataclass
@@ -40,7 +40,7 @@ def parse_json_lines(text: str) -> ProbeOutput:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):  # JSONDecodeError, an int over 4300 digits, nesting too deep
-            out.errors.append(f"unreadable probe line: {masked_head(line, 200)}")
+            out.errors.append(f"unreadable probe line: {keep_head(line, 200)}")
             continue
         if not isinstance(record, dict):
             continue
@@ -51,7 +51,7 @@ def parse_json_lines(text: str) -> ProbeOutput:
         elif isinstance(record.get("metric"), str) and isinstance(record.get("value"), (int, float)):
             out.measurements.append(record)
         else:
-            out.errors.append(f"probe line without metric/value: {masked_head(line, 200)}")
+            out.errors.append(f"probe line without metric/value: {keep_head(line, 200)}")
     return out
 
 

@@ -21,7 +21,7 @@ from cluster_accept.analysis.noise import Noise, call, floor_of, robust_cv
 from cluster_accept.analysis.probe_verdicts import INCONCLUSIVE, MetricRule, relative_status
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Thresholds
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 MIN_PAST_RUNS = 2  # one earlier run is an anecdote; two make a median worth comparing with
 
@@ -107,7 +107,7 @@ def counter_change(check: str, key: str, then_text: str, now_text: str) -> Check
     counter = key.removeprefix("counter:")
     now, then = _count(now_text), _count(then_text)
     if now is None or then is None:
-        then_shown, now_shown = masked_quote(then_text, _SHOWN_CHARS), masked_quote(now_text, _SHOWN_CHARS)
+        then_shown, now_shown = quote(then_text, _SHOWN_CHARS), quote(now_text, _SHOWN_CHARS)
         detail = (
             f"{counter} read {then_shown} at the previous run and {now_shown} now: not both counts a counter holds "
             "(0 to 2**64 - 1), so whether it grew cannot be told"

@@ -52,9 +52,9 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.rows import CheckRow as CheckRow
 from cluster_accept.vocabulary.rows import NodeRow as NodeRow
-from cluster_accept.vocabulary.secrets import masked_head, masked_quote
 from cluster_accept.vocabulary.status import BAD_STATUSES as BAD_STATUSES
 from cluster_accept.vocabulary.status import Status as Status
+from cluster_accept.vocabulary.text import keep_head, quote
 
 # An unreadable output row keeps this much of its message and the raw text, with a note where it was cut.
 ERROR_DETAIL_CHARS = 4000
@@ -168,9 +168,9 @@ def discover(package: str = "cluster_accept.checks") -> list[Check]:
 
 
 def error_row(check: str, reason: str, detail: str, raw: str = "") -> CheckRow:
-    """A row for output we could not understand: status ``error``, the raw text kept as evidence (masked before
-    it is cut, so that no secret is cut in two)."""
-    detail = masked_head(detail + "\n" + raw, ERROR_DETAIL_CHARS)
+    """A row for output we could not understand: status ``error``, the raw text kept as evidence, cut (masked
+    where it entered the controller, so that no secret is cut in two)."""
+    detail = keep_head(detail + "\n" + raw, ERROR_DETAIL_CHARS)
     return CheckRow(check=check, item="output", status=Status.ERROR, reason=reason, detail=detail)
 
 
@@ -191,7 +191,7 @@ def read_mark(previous: Mapping[str, str], key: str, now: float | None) -> MarkR
     text = previous.get(key)
     if text is None:
         return MarkRead()
-    shown = masked_quote(text[:_MARK_SHOWN_CHARS] + ("..." if len(text) > _MARK_SHOWN_CHARS else ""))
+    shown = quote(text[:_MARK_SHOWN_CHARS] + ("..." if len(text) > _MARK_SHOWN_CHARS else ""))
     try:
         value = float(text)
     except ValueError:

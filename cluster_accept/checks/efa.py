@@ -24,7 +24,7 @@ from cluster_accept.checks._rdma import counter_line
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "efa"
 _END = "### end"
@@ -133,13 +133,13 @@ def parse(stdout: str, exit_code: int | None = 0) -> EfaState:
     values = dict(line.split("=", 1) for line in body if "=" in line and not line.startswith("C|"))
     missing = [key for key in _FIELDS if key not in values]
     if missing or not re.fullmatch("[0-9]{1,4}", values.get("devices", "")):
-        said = f"missing {', '.join(missing)}" if missing else f"devices={masked_quote(values['devices'])}"
+        said = f"missing {', '.join(missing)}" if missing else f"devices={quote(values['devices'])}"
         return EfaState(error=f"unexpected EFA output: {said}", raw=stdout)
     counted: dict[str, int] = {}
     for line in (line for line in body if line.startswith("C|")):
         read = counter_line(line, HW_COUNTERS)
         if read is None:
-            return EfaState(error=f"unexpected EFA counter line {masked_quote(line)}", raw=stdout)
+            return EfaState(error=f"unexpected EFA counter line {quote(line)}", raw=stdout)
         counted[read[0]] = read[1]
     return EfaState(values, counted, raw=stdout)
 

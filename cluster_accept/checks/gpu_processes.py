@@ -15,7 +15,7 @@ from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, err
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_head
+from cluster_accept.vocabulary.text import keep_head
 
 NAME = "gpu"
 _END = "### end"
@@ -81,9 +81,9 @@ def parse(stdout: str, exit_code: int | None = 0) -> GpuProcesses:
         cells = [c.strip() for c in line.split(",")]
         pid = small_int(cells[1]) if len(cells) == 4 else None
         if pid is not None and cells[0].startswith(("GPU-", "MIG-")):
-            apps.append(ComputeApp(uuids.get(cells[0]), pid, masked_head(cells[2], 200), masked_head(cells[3], 20)))
+            apps.append(ComputeApp(uuids.get(cells[0]), pid, keep_head(cells[2], 200), keep_head(cells[3], 20)))
     if not uuids:  # nvidia-smi missing or listing no GPU: gpu_count and driver say which
-        said = masked_head(" ".join(sections.get("### gpus", [])).strip(), 300) or "nvidia-smi listed no GPU"
+        said = keep_head(" ".join(sections.get("### gpus", [])).strip(), 300) or "nvidia-smi listed no GPU"
         return GpuProcesses(failure=said, raw=stdout)
     return GpuProcesses(len(uuids), apps, raw=stdout)
 

@@ -42,7 +42,7 @@ from cluster_accept.checks.base import FIRST_READING, Check, CheckRow, ClusterVi
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import small_int
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "ib_counters"
 # The error counters every mlx5/ib port exposes (Documentation/ABI/stable/sysfs-class-infiniband).
@@ -234,7 +234,7 @@ def _downed(before: str | None, now: int | None, rebooted: bool, same_boot: bool
     if now > top:
         why = f"link_downed reads {now}, above the most its 8-bit counter holds ({top})"
     elif then is None or then > top:
-        why = f"the previous run recorded link_downed {masked_quote(before, _SHOWN_CHARS)}, not a count it holds"
+        why = f"the previous run recorded link_downed {quote(before, _SHOWN_CHARS)}, not a count it holds"
     elif now > then:
         return True, None
     elif now < then and now and same_boot:
@@ -283,7 +283,7 @@ def since(model: IbCounters, previous: Mapping[str, str], now_s: float | None = 
         unknown, bound = (None, why) if grew else (why, None)
         last, impossible = (now, None) if grew else _last_flap(previous, port.name, now)
         if before is not None and small_int(before) is None:
-            before = masked_quote(before, _SHOWN_CHARS)  # shown in a row: masked and cut
+            before = quote(before, _SHOWN_CHARS)  # shown in a row: cut (masked where it entered)
         flaps[port.name] = Flap(before, now if impossible else last, then, grew, unknown, impossible, bound)
     return replace(model, at_s=now, flaps=flaps)
 

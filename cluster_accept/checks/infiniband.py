@@ -21,7 +21,7 @@ from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, node_fabric, rdma_kind
 from cluster_accept.inventory.model import InfinibandSpec, Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "infiniband"
 _PORTS_MARK = "### ports"
@@ -184,13 +184,13 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
         if line.startswith(_DMABUF_MARK):
             read = _dmabuf(line[len(_DMABUF_MARK) :])
             if read is None:
-                return IbPorts(error=f"unexpected dma-buf line {masked_quote(line)}", raw=stdout)
+                return IbPorts(error=f"unexpected dma-buf line {quote(line)}", raw=stdout)
             dmabuf = read
             continue
         if line.startswith(_PEERMEM_MARK):
             state = line[len(_PEERMEM_MARK) :].strip()
             if state not in ("loaded", "absent"):
-                return IbPorts(error=f"unexpected peermem state {masked_quote(state)}", raw=stdout)
+                return IbPorts(error=f"unexpected peermem state {quote(state)}", raw=stdout)
             peermem = state == "loaded"
             continue
         if line == _NET_MARK or not line.strip():
@@ -199,7 +199,7 @@ def parse(stdout: str, exit_code: int | None = 0) -> IbPorts:
         link, port = (_net_link(line), None) if in_net else (None, _port(line))
         if link is None and port is None:
             what = "network link" if in_net else "port"
-            return IbPorts(error=f"unexpected {what} line {masked_quote(line)}", raw=stdout)
+            return IbPorts(error=f"unexpected {what} line {quote(line)}", raw=stdout)
         net += [link] if link else []
         ports += [port] if port else []
     if peermem is None:

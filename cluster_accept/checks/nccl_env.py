@@ -7,11 +7,11 @@ environment wins over the user file, which wins over ``/etc/nccl.conf``, and ins
 of a key wins. Lines starting with ``#`` are comments; the key is everything before the first ``=``, taken
 as it is, so ``NCCL_DEBUG = INFO`` sets a variable named ``NCCL_DEBUG `` that NCCL never reads.
 
-Values of keys with secret names (``analysis.secrets``: TOKEN, KEY, SECRET, PASSWORD, PASSWD, AUTH, a PAT
+Values of keys with secret names (``vocabulary.secrets``: TOKEN, KEY, SECRET, PASSWORD, PASSWD, AUTH, a PAT
 word and more; not ``NCCL_IB_PKEY``, an InfiniBand partition key index) are masked on the node already, by
-an awk program that applies the same rule (the raw output is stored with the results), and again here; other
-values have their secrets by shape masked here (a URL's password, a token with a well-known prefix), and a
-pinned value is compared in the same masked form.
+an awk program that applies the same rule, and shown here as that awk writes them; the whole output is masked
+where it enters the controller (other values' secrets by shape: a URL's password, a token with a well-known
+prefix), and a pinned value of the profile is masked here, in the same form, so that the two compare.
 
 Drift is judged for ``NCCL_*`` keys the profile does not pin (pinned keys are judged against the profile):
 :func:`cluster_values` reports each key's effective value plus the node's sorted key set under
@@ -102,12 +102,20 @@ def is_secret(key: str) -> bool:
 
 
 def _masked(key: str, value: str) -> str:
-    return MASK if is_secret(key) else mask_secrets(value)
+    """A node's value as the check shows it: a secret key's as the node's awk writes it, whatever the node printed
+    (its output masked where it entered the controller already)."""
+    return MASK if is_secret(key) else value
+
+
+def _pinned(key: str, want: str) -> str:
+    """The profile's pinned value (the inventory's text, not the node's), masked where it is written, in the form
+    a node's value takes (masked where it entered, then :func:`_masked`), so that the two compare."""
+    return MASK if is_secret(key) else mask_secrets(want)
 
 
 def _mask_line(line: str) -> str:
     key, sep, _ = line.partition("=")
-    return f"{key}={MASK}" if sep and is_secret(key) else mask_secrets(line)
+    return f"{key}={MASK}" if sep and is_secret(key) else line
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,7 @@ def _conf(lines: list[str], source: str, ignored: list[tuple[str, str]]) -> dict
 
 
 def parse(stdout: str, exit_code: int | None = 0) -> NcclEnv:
-    raw = mask_secrets("\n".join(_mask_line(line) for line in stdout.split("\n")))
+    raw = "\n".join(_mask_line(line) for line in stdout.split("\n"))
     sections: dict[str, list[str]] = {}
     current: str | None = None
     ended = False
@@ -208,7 +216,7 @@ def _where(setting: Setting) -> str:
 def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
     rows: list[CheckRow] = []
     for key, want in profile.nccl_env.items():
-        shown_want = _masked(key, want)
+        shown_want = _pinned(key, want)
         setting = model.effective.get(key)
         if not _COLLECTED.fullmatch(key):
             rows.append(
@@ -246,7 +254,7 @@ def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
                     f"set {_where(setting)}; the value is masked, so it is not compared",
                 )
             )
-        elif setting.value != _masked(key, want):
+        elif setting.value != _pinned(key, want):
             rows.append(CheckRow(NAME, key, Status.FAIL, "value_mismatch", setting.value, want, _where(setting)))
         else:
             rows.append(CheckRow(NAME, key, Status.PASS, "ok", setting.value, want, _where(setting)))

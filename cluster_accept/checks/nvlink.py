@@ -21,7 +21,7 @@ from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import NvlinkSpec, Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "nvlink"
 _ERRORS_MARK = "### nvidia-smi nvlink -s rc="
@@ -117,11 +117,11 @@ def _blocks(text: str, what: str, read_line: Callable[[_Block, str], bool]) -> d
                 raise _Unreadable(f"GPU {index} listed twice in {what}")
             current = blocks[index] = _Block(index, gpu.group(2))
         elif current is None:
-            raise _Unreadable(f"unexpected line before the first GPU in {what}: {masked_quote(line.strip(), 80)}")
+            raise _Unreadable(f"unexpected line before the first GPU in {what}: {quote(line.strip(), 80)}")
         elif _ALL_INACTIVE in line.lower():
             current.all_inactive = True
         elif not read_line(current, line):
-            raise _Unreadable(f"unexpected line in {what} for GPU {current.index}: {masked_quote(line.strip(), 80)}")
+            raise _Unreadable(f"unexpected line in {what} for GPU {current.index}: {quote(line.strip(), 80)}")
     return blocks
 
 

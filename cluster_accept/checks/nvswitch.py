@@ -26,7 +26,7 @@ from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.sections import marked_sections
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "nvswitch"
 SERVICE = "nvidia-fabricmanager"
@@ -220,7 +220,7 @@ def _switch_row(model: Fabric, profile: Profile, cluster: ClusterView) -> CheckR
 def _service_rows(model: Fabric) -> list[CheckRow]:
     state = model.service.get("ActiveState")
     load = model.service.get("LoadState")
-    said = " ".join(f"{k}={v}" for k, v in sorted(model.service.items())) or masked_quote(model.service_said)
+    said = " ".join(f"{k}={v}" for k, v in sorted(model.service.items())) or quote(model.service_said)
     if (load == "not-found" or not model.service) and model.fm_version is None and not model.running:
         return [CheckRow(NAME, "fabric_manager", Status.FAIL, "fm_missing", "not installed", "active", said)]
     if state != "active" and not (state is None and model.running):

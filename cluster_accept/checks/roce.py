@@ -22,7 +22,7 @@ from cluster_accept.checks._rdma import nccl_conf_setting
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "roce"
 _MARK, _INDEX, _END = "### roce gids", "### gid index ", "### end"
@@ -102,12 +102,12 @@ def parse(stdout: str, exit_code: int | None = 0) -> RoceGids:
     setting = next((line[len(_INDEX) :] for line in lines if line.startswith(_INDEX)), None)
     index = _index(setting or "")
     if isinstance(index, str):
-        return RoceGids(error=f"NCCL_IB_GID_INDEX is not an index: {masked_quote(index)}", raw=stdout)
+        return RoceGids(error=f"NCCL_IB_GID_INDEX is not an index: {quote(index)}", raw=stdout)
     ports: dict[str, list[Gid]] = {}
     for line in lines[lines.index(_MARK) + 1 : lines.index(_END)]:
         match = _LINE.match(line)
         if match is None:
-            return RoceGids(error=f"unexpected GID line {masked_quote(line)}", raw=stdout)
+            return RoceGids(error=f"unexpected GID line {quote(line)}", raw=stdout)
         gids = ports.setdefault(match["port"], [])
         if match["index"] != "-":
             gids.append(Gid(int(match["index"]), match["gid"], match["type"].strip(), match["ndev"].strip()))

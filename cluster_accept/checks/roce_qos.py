@@ -27,7 +27,7 @@ from cluster_accept.checks._rdma import counter_line, nccl_conf_setting
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "roce_qos"
 _END = "### end"
@@ -141,9 +141,9 @@ def parse(stdout: str, exit_code: int | None = 0) -> RoceQos:
         elif (counted := counter_line(line, HW_COUNTERS)) is not None:
             counters[counted[0]] = counted[1]
         elif line.startswith("NCCL_IB_TC="):
-            return RoceQos(error=f"NCCL_IB_TC is not a traffic class: {masked_quote(line[11:])}", raw=stdout)
+            return RoceQos(error=f"NCCL_IB_TC is not a traffic class: {quote(line[11:])}", raw=stdout)
         else:
-            return RoceQos(error=f"unexpected RoCE line {masked_quote(line)}", raw=stdout)
+            return RoceQos(error=f"unexpected RoCE line {quote(line)}", raw=stdout)
     if tc is None:
         return RoceQos(error="no NCCL_IB_TC line in the output", raw=stdout)
     return RoceQos(tc, ports, counters, raw=stdout)

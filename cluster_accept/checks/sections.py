@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.reasons import Action, Reason
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 # ``nvidia_smi_failed`` as the checks declare it: the checks that judge the driver itself (gpu_count, driver)
 # fail the node; the others skip, so one dead driver is not counted once per check.
@@ -239,7 +239,7 @@ class GpuQuery:
         """(answered names, missing fields, refused fields) from a fallback mark line, or what is wrong with it."""
         match = re.fullmatch(re.escape(FALLBACK_MARK) + r" refused=(\S*) fields=(\S+)", mark.strip())
         if match is None:
-            return f"unexpected fallback line {masked_quote(mark)}"
+            return f"unexpected fallback line {quote(mark)}"
         refused = tuple(r for r in match.group(1).split(",") if r in self.older)
         asked = match.group(2).split(",")
         answered: dict[str, str] = {}
@@ -251,9 +251,9 @@ class GpuQuery:
             elif name in self.older and older is None:
                 missing.append(name)
             else:
-                return f"fallback fields {masked_quote(match.group(2))} do not match {','.join(self.fields)}"
+                return f"fallback fields {quote(match.group(2))} do not match {','.join(self.fields)}"
         if len(answered) != len(asked):
-            return f"fallback fields {masked_quote(match.group(2))} do not match {','.join(self.fields)}"
+            return f"fallback fields {quote(match.group(2))} do not match {','.join(self.fields)}"
         return answered, tuple(missing), refused
 
     def read(self, stdout: str, exit_code: int | None) -> QueryAnswer:

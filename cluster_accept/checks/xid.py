@@ -58,7 +58,7 @@ from cluster_accept.checks.base import SEEN_BEFORE, Check, CheckRow, ClusterView
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import masked_quote
+from cluster_accept.vocabulary.text import quote
 
 NAME = "xid"
 TIMEOUT_S = 60
@@ -247,7 +247,7 @@ def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
             elif line == "### done":
                 done = True
             elif line.strip():
-                return reads, f"unexpected line outside a source section: {masked_quote(line)}"
+                return reads, f"unexpected line outside a source section: {quote(line)}"
             continue
         rc_match, counts = _RC.match(line), _COUNTS.match(line)
         if rc_match:
@@ -258,7 +258,7 @@ def _sections(stdout: str) -> tuple[list[SourceRead], str | None]:
         elif not line.startswith("### "):
             shown.append(line)
         else:
-            return reads, f"unexpected marker {masked_quote(line)} in the {name} section"
+            return reads, f"unexpected marker {quote(line)} in the {name} section"
     if name is not None or not done:
         return reads, "output truncated before the end of the kernel log sections"
     if not reads:

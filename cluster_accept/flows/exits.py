@@ -81,6 +81,8 @@ def log_failure(exc: BaseException, out_dir: Path | None) -> Path:
     cannot be written) to this user's own temporary directory (:func:`own_temp_dir`), else to a fresh private
     one; never through a link (:func:`~vocabulary.own_files.append_own`). The log's path."""
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    # The controller's own text, masked where it is written: an exception's message quotes whatever the failing
+    # code held (an inventory's value, a pydantic error echoing its input); node text in it is masked already.
     text = f"--- {stamp} pid {os.getpid()}\n" + mask_secrets("".join(traceback.format_exception(exc)))
     for folder in _log_folders(out_dir):
         try:

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Sequence
 
 from cluster_accept.remote.result import CommandResult, RemoteCommand
-from cluster_accept.vocabulary.secrets import masked_cap
+from cluster_accept.vocabulary.secrets import MaskedText, masked_cap
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CHECK_OUTPUT_CHARS = 4 * 1024 * 1024  # a command that only reads the node's state (a check)
@@ -46,6 +46,13 @@ def _marker(nonce: str, index: int, part: str) -> str:
 def output_limit(command: RemoteCommand) -> int:
     """How much of each of ``command``'s streams the controller keeps (:func:`~vocabulary.secrets.masked_cap`)."""
     return CHECK_OUTPUT_CHARS if command.reads_only else PROBE_OUTPUT_CHARS
+
+
+def taken_in(command: RemoteCommand, text: str) -> MaskedText:
+    """One stream of ``command``'s output as it enters the controller: capped at :func:`output_limit` and masked,
+    once (:func:`~vocabulary.secrets.masked_cap`). Every session's output comes in through here (a batch's
+    frames, the controller's own commands, srun's tasks, a simulated node's answers)."""
+    return masked_cap(text, output_limit(command))
 
 
 def command_timeout(command: RemoteCommand, default_timeout_s: float) -> int:
@@ -126,9 +133,8 @@ def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, non
 
     A command whose end frame is missing (the session died or the client timed out) gets ``exit_code`` None
     and whatever output arrived; commands that never started get empty results, also with ``None``. Each
-    output is capped and masked here, once, where node text enters the controller (:func:`output_limit`,
-    :func:`~vocabulary.secrets.masked_cap`): everything above, the checkpoints, rows and reports included, holds it
-    masked.
+    output is capped and masked here, once, where node text enters the controller (:func:`taken_in`): everything
+    above, the checkpoints, rows and reports included, holds it masked.
     """
     results: list[CommandResult] = []
     out_pos = err_pos = 0
@@ -140,8 +146,8 @@ def parse_batch(commands: Sequence[RemoteCommand], stdout: str, stderr: str, non
             CommandResult(
                 command.name,
                 exit_code,
-                masked_cap(out or "", output_limit(command)),
-                masked_cap(err or "", output_limit(command)),
+                taken_in(command, out or ""),
+                taken_in(command, err or ""),
                 timed_out=exit_code in (124, 137),
             )
         )

@@ -133,5 +133,10 @@ def parse_poll(code: int | None, stdout: str, stderr: str) -> PollAnswer | None:
     if match is None:
         return None
     status = match.group(1)
-    out, err = masked_cap(rest, PROBE_OUTPUT_CHARS), masked_cap(stderr, PROBE_OUTPUT_CHARS)
-    return PollAnswer(False, None if status == "none" else int(status), out, err)
+    return ended_answer(None if status == "none" else int(status), rest, stderr)
+
+
+def ended_answer(exit_code: int | None, stdout: str, stderr: str) -> PollAnswer:
+    """An ended command's answer as it enters the controller: each stream capped at
+    :data:`~remote.batch.PROBE_OUTPUT_CHARS` and masked, once (a simulated node's rank comes in here too)."""
+    return PollAnswer(False, exit_code, masked_cap(stdout, PROBE_OUTPUT_CHARS), masked_cap(stderr, PROBE_OUTPUT_CHARS))

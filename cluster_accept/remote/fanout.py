@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.result import NodeResult, NodeStatus, RemoteCommand, Unreachable
 from cluster_accept.remote.session import LocalSession, NodeSession, simulated_session
+from cluster_accept.vocabulary.secrets import mask_secrets
 
 DEFAULT_CONCURRENCY = 64
 
@@ -31,8 +32,9 @@ def connect(node: Node) -> NodeSession | Unreachable:
 
 
 def tool_error_detail(exc: BaseException) -> str:
-    """An error of the controller's own, for a node's record: the exception first, then where it came from."""
-    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+    """An error of the controller's own, for a node's record: the exception first, then where it came from;
+    masked where it is written, as its message may quote whatever the failing code held (an inventory's value)."""
+    return mask_secrets(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
 
 
 def run_node(node: Node, commands: Sequence[RemoteCommand]) -> NodeResult:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.rank_end import rank_done, rank_end
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.vocabulary.secrets import MaskedText
 from cluster_accept.vocabulary.text import run_output
 
 # A rank that failed has peers that fail seconds later, of the lost connection: both launchers give them this long
@@ -81,7 +82,7 @@ class GroupRun:
     ranks: dict[str, RankRun] = field(default_factory=dict)
     measurements: list[dict[str, Any]] = field(default_factory=list)
     transports: dict[str, int] = field(default_factory=dict)
-    stdout: str = ""  # the first rank's output, for the job's own parser
+    stdout: MaskedText = MaskedText("")  # the first rank's output, for the job's own parser
     detail: str = ""
 
     @property

@@ -37,7 +37,8 @@ LAST_LINES = 6
 @dataclass(frozen=True)
 class RankEnd:
     """How a failed rank ended, read from its own output: ``own`` when it failed of itself (its node is to
-    blame), with ``why`` (exit status, signal) and ``lines`` (the last lines that say so, unmasked)."""
+    blame), with ``why`` (exit status, signal) and ``lines`` (the last lines that say so, as masked where the
+    output entered the controller)."""
 
     own: bool
     why: str

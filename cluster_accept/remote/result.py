@@ -2,13 +2,16 @@
 
 A fan-out over 1,000 nodes must come back with one :class:`NodeResult` per node whatever happened there
 (ClusterShell's and Fabric's GroupResult lesson): reachable or not, and for each command its exit code,
-output, or the fact that it timed out.
+output, or the fact that it timed out. A command's output is node text: masked where it entered the controller
+(:data:`~vocabulary.secrets.MaskedText`), so nothing above masks it again.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+from cluster_accept.vocabulary.secrets import MaskedText
 
 
 class NodeStatus(str, enum.Enum):
@@ -92,8 +95,8 @@ class RemoteCommand:
 class CommandResult:
     name: str
     exit_code: int | None  # None when the command never reported (batch cut off)
-    stdout: str
-    stderr: str
+    stdout: MaskedText  # capped and masked where it entered the controller (remote.batch.taken_in)
+    stderr: MaskedText
     timed_out: bool = False
 
     @property
@@ -107,8 +110,8 @@ class PollAnswer:
 
     running: bool
     exit_code: int | None = None  # None once ended: stopped or killed without writing a status
-    stdout: str = ""
-    stderr: str = ""
+    stdout: MaskedText = MaskedText("")  # capped and masked where it entered the controller
+    stderr: MaskedText = MaskedText("")
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from typing import Protocol, cast
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.inventory.simulation_settings import SIMULATOR
-from cluster_accept.remote.batch import CLIENT_MARGIN_S, KILL_GRACE_S, command_timeout, output_limit, under_timeout
+from cluster_accept.remote.batch import CLIENT_MARGIN_S, KILL_GRACE_S, command_timeout, taken_in, under_timeout
 from cluster_accept.remote.local import run_local
 from cluster_accept.remote.result import CommandResult, NoAnswer, NodeResult, NodeStatus, PollAnswer, RemoteCommand
 from cluster_accept.remote.shell import Answer, ShellSession
-from cluster_accept.vocabulary.secrets import masked_cap
 
 MAX_AT_ONCE = 16  # commands of one reading batch run at once on the controller itself
 
@@ -82,13 +81,14 @@ class LocalSession(ShellSession):
     @staticmethod
     def _read(command: RemoteCommand, default_timeout_s: float) -> CommandResult:
         """One command under ``timeout`` as a batch runs it, its output capped and masked where it enters the
-        controller (:func:`~remote.batch.output_limit`)."""
+        controller (:func:`~remote.batch.taken_in`)."""
         limit = command_timeout(command, default_timeout_s)
         line = under_timeout(command.script, command.env, limit)
         code, out, err, lost = run_local(["sh", "-c", line], limit + KILL_GRACE_S + CLIENT_MARGIN_S)
         timed_out = lost or code in (124, 137)
-        out, err = masked_cap(out, output_limit(command)), masked_cap(err, output_limit(command))
-        return CommandResult(command.name, None if lost else code, out, err, timed_out)
+        return CommandResult(
+            command.name, None if lost else code, taken_in(command, out), taken_in(command, err), timed_out
+        )
 
     def put(self, local_path: str, remote_path: str) -> None:
         shutil.copyfile(local_path, remote_path)

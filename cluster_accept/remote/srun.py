@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cluster_accept.inventory.hostlist import HostlistError, expand
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.batch import output_limit
+from cluster_accept.remote.batch import taken_in
 from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.launch import (
     GroupJob,
@@ -48,7 +48,7 @@ from cluster_accept.remote.srun_script import (
     srun_argv,
     srun_errors_for,
 )
-from cluster_accept.vocabulary.secrets import masked_cap, masked_tail
+from cluster_accept.vocabulary.secrets import MaskedText, masked_tail
 
 SLURM_TIMEOUT_S = 120.0  # salloc, scancel and the port step: Slurm answers these in seconds
 STOP_WAIT_S = 15.0
@@ -253,10 +253,10 @@ def _task_run(node: Node, command: RemoteCommand, task: TaskOutput, step_stopped
     the node); without an exit status it was stopped — by us at the step's time limit, else by srun for another
     task's bad exit — and complete nonetheless when it had printed that it finished its work."""
     code = task.exit_code
-    stdout = masked_cap("\n".join(task.lines) + "\n", output_limit(command))  # where it enters the controller
+    stdout = taken_in(command, "\n".join(task.lines) + "\n")  # where it enters the controller
     limit = command.timeout_s or 3600.0  # as the step's time limit takes it (_step)
     timed_out = killed_at_timeout(code, elapsed_s, limit) or (code is None and step_stopped)
-    result = CommandResult(command.name, code, stdout, "", timed_out=timed_out)
+    result = CommandResult(command.name, code, stdout, MaskedText(""), timed_out=timed_out)
     if code is not None:
         return RankRun(node.name, NodeStatus.OK, None, "", result)
     if rank_done(stdout):

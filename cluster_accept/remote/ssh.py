@@ -34,6 +34,7 @@ from cluster_accept.inventory.model import Node, SshSettings, parse_jump
 from cluster_accept.remote.channel import follow
 from cluster_accept.remote.result import NodeRefused, SessionLost, Unreachable, UnreachableCause
 from cluster_accept.remote.shell import ShellSession
+from cluster_accept.vocabulary.secrets import mask_secrets
 
 JUMP_CONNECTS_IN_FLIGHT = 8
 RETRIES_ON_PROTOCOL_ERROR = 3
@@ -207,7 +208,9 @@ def classify(exc: BaseException) -> Unreachable:
 
 
 def _text(exc: BaseException) -> str:
-    return (str(exc) or type(exc).__name__).replace("[Errno None] ", "")
+    """What paramiko or the socket said, masked: it may quote the node (its banner, its disconnect message, an
+    SFTP server's error), and it enters the controller here."""
+    return mask_secrets((str(exc) or type(exc).__name__).replace("[Errno None] ", ""))
 
 
 def _decoded(out: bytearray, err: bytearray) -> tuple[str, str]:

@@ -48,7 +48,8 @@ from cluster_accept.remote.rank_end import rank_done
 from cluster_accept.remote.rank_ops import free_port, poll_rank, start_rank
 from cluster_accept.remote.result import CommandResult, NodeStatus, PollAnswer, RemoteCommand, Unreachable
 from cluster_accept.remote.sessions import SessionCache
-from cluster_accept.vocabulary.secrets import masked_tail
+from cluster_accept.vocabulary.secrets import MaskedText
+from cluster_accept.vocabulary.text import keep_tail
 
 DEFAULT_CONCURRENCY = 64
 THREAD_PREFIX = "ca-launch"  # the pool's thread names: at most ``concurrency`` of them at any time
@@ -171,7 +172,7 @@ class _Launcher:
                 self.sweep(group)
         for group, rank in live:
             if now >= rank.deadline + STOP_GIVE_UP_S and not rank.busy:
-                result = CommandResult(rank.command.name, None, "", "", timed_out=True)
+                result = CommandResult(rank.command.name, None, MaskedText(""), MaskedText(""), timed_out=True)
                 self.end(group, rank, RankRun(rank.node.name, NodeStatus.OK, None, "could not be stopped", result))
             elif now >= rank.deadline and not rank.client_timed_out:
                 rank.client_timed_out = True
@@ -239,7 +240,8 @@ class _Launcher:
             if rank.misses < POLL_MISSES:
                 rank.next_poll = now + FOLLOW_S
                 return
-            result = CommandResult(rank.command.name, None, "", answer)
+            # why the poll gave no answer: its node's words masked where they entered (remote.shell), the rest ours
+            result = CommandResult(rank.command.name, None, MaskedText(""), MaskedText(answer))
             self.end(group, rank, RankRun(rank.node.name, NodeStatus.ERROR, None, f"lost the rank: {answer}", result))
         elif answer.running:
             rank.misses = 0
@@ -271,7 +273,7 @@ class _Launcher:
             return RankRun(name, NodeStatus.OK, None, "stopped after it finished its work", result, stopped=True)
         stopped = group.stopping.is_set()
         why = "stopped with the run" if stopped else "ended without an exit status (killed on the node)"
-        said = masked_tail(answer.stderr.strip(), 300)
+        said = keep_tail(answer.stderr.strip(), 300)  # masked where the poll's answer entered (parse_poll)
         return RankRun(name, NodeStatus.ERROR, None, f"{why}: {said}" if said else why, result, stopped=stopped)
 
     def end(self, group: _Group, rank: _Rank, outcome: RankRun) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_accept.remote.detached import ended_answer
 from cluster_accept.remote.result import PollAnswer, RemoteCommand, Rendezvous
 from cluster_accept.simulator.recording import (
     NODE_TOKEN,
@@ -249,7 +250,7 @@ class Launches:
             self._collected(own, run)
             if answer is None or not ended:  # stopped before it wrote a status
                 return PollAnswer(False)
-            return PollAnswer(False, answer.exit_code, answer.stdout, answer.stderr)
+            return ended_answer(answer.exit_code, answer.stdout, answer.stderr)  # as any node's output enters
 
     def _answer(self, run: _Run, rank: int, now: float) -> Answer | None:
         """The rank's answer once its run has ended; None while it runs (or waits for its peers)."""

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster_accept.inventory.simulation_settings import SLOW, SimulatedAs
+from cluster_accept.remote.batch import taken_in
 from cluster_accept.remote.result import (
     CommandResult,
     NoAnswer,
@@ -73,7 +74,8 @@ class SimulatedSession:
         for command in commands:
             answer = self._answer(command.script)
             timed_out = answer.exit_code in (124, 137)
-            results.append(CommandResult(command.name, answer.exit_code, answer.stdout, answer.stderr, timed_out))
+            out, err = taken_in(command, answer.stdout), taken_in(command, answer.stderr)  # as any session's output
+            results.append(CommandResult(command.name, answer.exit_code, out, err, timed_out))
         return NodeResult(self.node.name, NodeStatus.OK, None, "", results)
 
     def make_probe_dir(self, stale_min: int) -> str:

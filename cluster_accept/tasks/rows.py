@@ -1,4 +1,8 @@
-"""Check rows of every stage in one shape (:class:`~cluster_accept.checks.base.NodeRow`), node text masked."""
+"""Check rows of every stage in one shape (:class:`~cluster_accept.checks.base.NodeRow`), node text cut to fit.
+
+Node text reaches a row masked where it entered the controller (``remote/``: ``vocabulary.secrets.MaskedText``),
+and a check's own words around it quote the profile only as the check masked it where it wrote it: a row cuts,
+it does not mask again."""
 
 from __future__ import annotations
 
@@ -6,25 +10,22 @@ import functools
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import TOOL_CHECK
-from cluster_accept.vocabulary.secrets import mask_row, masked_head
 from cluster_accept.vocabulary.text import keep_head
 
 RAW_OUTPUT_LIMIT = 64 * 1024
 # A row's observed, expected and detail: a value or a sentence, never a file. A node's file read whole (a
 # sysfs or proc file gone wrong) is cut here, the cut said, so a row never carries megabytes in each column.
 FIELD_LIMIT = 16 * 1024
-NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked on the way in
+NODE_TEXT = ("raw_output", "observed", "expected", "detail")  # node output: secrets masked where it entered
 
 
 def node_row(
     run_id: str, cluster: str, stage: str, node: str, row: CheckRow, raw: str = "", command: str = ""
 ) -> NodeRow:
     """``command``: the node-side command whose output is the row's evidence (what reproduces it)."""
-    masked = {
+    cut = {
         name: None if text is None else keep_head(text, FIELD_LIMIT)
-        for name, text in mask_row(
-            row.item, {"observed": row.observed, "expected": row.expected, "detail": row.detail}
-        ).items()
+        for name, text in {"observed": row.observed, "expected": row.expected, "detail": row.detail}.items()
     }
     return NodeRow(
         run_id=run_id,
@@ -35,9 +36,9 @@ def node_row(
         item=row.item,
         status=row.status,
         reason=row.reason,
-        observed=masked["observed"],
-        expected=masked["expected"],
-        detail=masked["detail"] or "",
+        observed=cut["observed"],
+        expected=cut["expected"],
+        detail=cut["detail"] or "",
         gpu=row.gpu,
         raw_output=_evidence(raw),
         command=command,
@@ -46,9 +47,9 @@ def node_row(
 
 @functools.lru_cache(maxsize=16)
 def _evidence(raw: str) -> str:
-    """A command's output as a row keeps it: masked, then cut (a secret cut in two would escape its mask).
-    Every row of a check shares its command's output, so it is masked once."""
-    return masked_head(raw, RAW_OUTPUT_LIMIT)
+    """A command's output as a row keeps it: cut (masked where it entered the controller, so that no secret is
+    cut in two). Every row of a check shares its command's output, so it is cut once."""
+    return keep_head(raw, RAW_OUTPUT_LIMIT)
 
 
 def tool_error_row(detail: str) -> tuple[CheckRow, str]:

@@ -35,7 +35,8 @@ second line of defence, applied where node output enters stored rows. It masks:
   secret-named option given after a space (``--password ***``, ``--hf-token ***``; not the usage line's own
   metavar, ``[--token TOKEN]``); ``sshpass -p ***`` and ``docker login … -p ***`` (podman, nerdctl, buildah,
   skopeo, oras, helm registry); ``mysql … -p***`` (attached, as mysql takes it: ``-p`` alone asks); a ``.netrc``
-  password (``machine h login u password ***``); ``Bearer ***`` (16 or more token characters with a digit or
+  password (``machine h login u password ***``); NCCL's log of a secret-named variable it took (``NCCL_X_TOKEN set
+  by environment to ***``); ``Bearer ***`` (16 or more token characters with a digit or
   mixed case) and ``Basic ***`` (base64 of ``user:password``). The option's or scheme's word stays.
 
 What a terminal draws as nothing cannot hide a secret from these patterns: a colour code right before a token
@@ -45,6 +46,12 @@ masks more, the text is kept in that plain form (masked), else as it came. A bar
 end: a secret value runs on past it to the newline.
 
 Every pattern runs in time linear in the text (node output may be long and hostile).
+
+Node text is masked once, where it enters the controller (``remote/``: :func:`masked_cap`, :func:`masked_tail`),
+and says so in its type: :data:`MaskedText`, made by this module's functions and, outside it, only in
+``remote/`` (``tests/test_masking_once.py`` holds it). Everything above cuts it with :mod:`vocabulary.text`
+and masks it no more; text the controller writes itself (an inventory's value, a traceback) may be masked where
+it is written.
 """
 
 from __future__ import annotations
@@ -54,8 +61,12 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NewType
 
-from cluster_accept.vocabulary.text import keep_head, keep_tail, truncation_note
+from cluster_accept.vocabulary.text import keep_head, keep_tail, quote
+
+# Node text as the controller holds it once it entered: masked (and capped) there, never to be masked again.
+MaskedText = NewType("MaskedText", str)
 
 MASK = "***"
 _WORDS = "TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|COOKIE|AUTH|AUTHORIZATION"
@@ -238,6 +249,11 @@ def _secret_option(match: re.Match[str]) -> bool:
     return is_secret_name(name) and not metavar
 
 
+def _secret_setting(match: re.Match[str]) -> bool:
+    """NCCL's ``NAME set by environment to VALUE``: masked when the name is secret-looking."""
+    return is_secret_name(match.group("name"))
+
+
 def _auth_scheme(match: re.Match[str]) -> bool:
     value = match.group("value")
     if match.group("bearer") is not None:
@@ -273,6 +289,14 @@ _SHAPES = (
     _Shape(
         ("password",),
         re.compile(r"(?<![\w-])(?:machine\s+\S+|default)(?:\s+login\s+\S+)?\s+password\s+(?P<value>\S+)"),
+    ),
+    _Shape(  # NCCL's log of a variable it took: the value to the line's end, less NCCL's full stop
+        ("set by environment to",),
+        re.compile(
+            r"(?<![\w.-])(?P<name>[A-Za-z_]\w*)[ \t]+set by environment to[ \t]+"
+            r"(?P<value>[^\r\n]*[^\r\n. \t])"
+        ),
+        _secret_setting,
     ),
     _Shape(
         ("earer", "asic"),
@@ -341,33 +365,30 @@ def _mask_as_written(text: str) -> str:
 CAP_MARGIN_CHARS = 64 * 1024
 
 
-def masked_cap(text: str, limit: int) -> str:
+def masked_cap(text: str, limit: int) -> MaskedText:
     """Node output as the controller takes it in: masked, then cut to its first ``limit`` characters with a line
     saying so (:func:`keep_head`, counting the whole). Only ``limit`` and :data:`CAP_MARGIN_CHARS` more are
     masked: a node's 30 MB file costs what ``limit`` costs, before any parser sees it."""
     if len(text) <= limit:
-        return mask_secrets(text)
-    return keep_head(mask_secrets(text[: limit + CAP_MARGIN_CHARS]), limit, len(text))
+        return MaskedText(mask_secrets(text))
+    return MaskedText(keep_head(mask_secrets(text[: limit + CAP_MARGIN_CHARS]), limit, len(text)))
 
 
-def masked_head(text: str, limit: int) -> str:
-    """The start of ``text`` as evidence keeps it: masked first, then cut (:func:`analysis.text.keep_head`). In
+def masked_head(text: str, limit: int) -> MaskedText:
+    """The start of ``text`` as evidence keeps it: masked first, then cut (:func:`vocabulary.text.keep_head`). In
     that order only: a cut through a secret leaves a piece the mask no longer recognises."""
-    return keep_head(mask_secrets(text), limit)
+    return MaskedText(keep_head(mask_secrets(text), limit))
 
 
-def masked_tail(text: str, limit: int) -> str:
+def masked_tail(text: str, limit: int) -> MaskedText:
     """The end of ``text`` as evidence keeps it: masked first, then cut (see :func:`masked_head`)."""
-    return keep_tail(mask_secrets(text), limit)
+    return MaskedText(keep_tail(mask_secrets(text), limit))
 
 
 def masked_quote(text: str, limit: int = 200) -> str:
-    """A piece of node text quoted in a message (``unexpected line '…'``) as Python writes it: masked first, then
-    cut to its first ``limit`` characters, the cut said on a line of its own (as :func:`keep_head` says it)."""
-    masked = mask_secrets(text)
-    if len(masked) <= limit:
-        return repr(masked)
-    return f"{masked[:limit]!r}\n… {truncation_note(limit, len(masked), 'first')}"
+    """A piece of text quoted in a message (``unexpected line '…'``) as Python writes it: masked first, then cut
+    (:func:`vocabulary.text.quote`)."""
+    return quote(mask_secrets(text), limit)
 
 
 def mask_value(name: str, value: str) -> str:

@@ -10,7 +10,8 @@ are layout and stay. A backslash is left as it is: node text stays readable, at 
 
 Evidence is cut to fit rows and pages; :func:`keep_head` and :func:`keep_tail` say so where they cut, with how
 much was kept of how much, so a short excerpt is never mistaken for the whole output. The note sits on its own
-line so that masking a secret up to the end of a cut line cannot hide it.
+line so that masking a secret up to the end of a cut line cannot hide it. Node text reaches these functions
+masked already (where it entered the controller, ``remote/``), so a cut leaves no piece of a secret to find.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def keep_tail(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{truncation_note(limit, len(text), 'last')} …\n{text[-limit:] if limit else ''}"
+
+
+def quote(text: str, limit: int = 200) -> str:
+    """A piece of node text quoted in a message (``unexpected line '…'``) as Python writes it: cut to its first
+    ``limit`` characters, the cut said on a line of its own (as :func:`keep_head` says it). Node text is masked
+    where it entered the controller (``vocabulary.secrets.MaskedText``), so a cut here leaves no piece of a
+    secret."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}\n… {truncation_note(limit, len(text), 'first')}"
 
 
 # The line a probe's run prints first, on its stderr, with the settings it runs with (probes/node/job_settings.py):

@@ -14,7 +14,6 @@ from cluster_accept.inventory.model import Inventory
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
-from cluster_accept.vocabulary.secrets import mask_value
 
 NAME = "preflight"
 
@@ -40,7 +39,7 @@ def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks
                         "node": outcome.node,
                         "check": check.name,
                         "key": key,
-                        "value": mask_value(key, value),
+                        "value": value,  # read from node text masked where it entered the controller
                     }
                 )
     return rows

@@ -20,7 +20,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.fanout import DEFAULT_CONCURRENCY, fan_out
 from cluster_accept.remote.result import NodeResult, NodeStatus
 from cluster_accept.tasks.preflight.check_batch import commands_for, parse_node_result
-from cluster_accept.vocabulary.secrets import masked_head
+from cluster_accept.vocabulary.text import keep_head
 
 
 @dataclass
@@ -75,7 +75,7 @@ def read_cluster(
     for name, result in results.items():
         cause = unread_cause(result)
         if cause is not None:
-            reading.unread[name] = masked_head(" ".join(cause.split()), 300)
+            reading.unread[name] = keep_head(" ".join(cause.split()), 300)
         else:
             reading.models[name] = parse_node_result(result, checks).models  # a parser that raised: no value
     return reading
