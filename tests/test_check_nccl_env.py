@@ -14,6 +14,7 @@ from cluster_accept.checks.nccl_env import Setting
 from cluster_accept.inventory.model import Profile
 from cluster_accept.testbed.profile import TESTBED_NCCL_ENV
 from cluster_accept.vocabulary.secrets import is_secret_name
+from tests.boundary import entered
 from tests.capture import NO_CLUSTER, captured
 
 TESTBED = Profile(nccl_env=dict(TESTBED_NCCL_ENV))  # NCCL_SOCKET_IFNAME=eth0, NCCL_IB_DISABLE=1, NCCL_NVLS_ENABLE=0
@@ -336,7 +337,7 @@ def test_the_node_masks_by_the_same_name_rule_as_the_controller(tmp_path: Path) 
 
 
 @pytest.mark.integration
-def test_secrets_by_shape_are_masked_by_the_parser(tmp_path: Path) -> None:
+def test_secrets_by_shape_reach_the_parser_masked(tmp_path: Path) -> None:
     token = "ghp_" + "S3KR1T" + "a" * 30
     env = {"NCCL_DB_URL": "postgres://svc:S3KR1T@db/jobs", "NCCL_NOTE": f"via {token}", "NCCL_DEBUG": "WARN"}
     conf_file = tmp_path / "nccl.conf"
@@ -344,7 +345,7 @@ def test_secrets_by_shape_are_masked_by_the_parser(tmp_path: Path) -> None:
         "NCCL_ALGO=Ring\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlS3KR1T\n-----END OPENSSH PRIVATE KEY-----\n"
     )
     stdout = run_command(tmp_path, {**env, "NCCL_CONF_FILE": str(conf_file)})
-    model = nccl_env.parse(stdout, 0)
+    model = nccl_env.parse(entered(stdout), 0)  # as the node's output entered the controller: masked there
     assert "S3KR1T" not in model.raw + repr(model.effective) + repr(nccl_env.cluster_values(model))
     assert model.effective["NCCL_DB_URL"].value == "postgres://svc:***@db/jobs"
     assert model.effective["NCCL_NOTE"].value == "via ghp_***"

@@ -20,6 +20,7 @@ from cluster_accept.remote.sessions import SessionCache
 from cluster_accept.remote.shell import ERROR_TAIL_CHARS, ShellSession
 from cluster_accept.vocabulary.secrets import mask_secrets, masked_head, masked_tail
 from cluster_accept.vocabulary.text import keep_head, keep_tail
+from tests.boundary import entered
 
 VALUE = "SuperSecretValue123"
 BASIC = base64.b64encode(b"bot:S3KR1T").decode()
@@ -199,8 +200,9 @@ def test_the_new_shapes_are_linear_in_hostile_output() -> None:
     assert time.monotonic() - started < 10  # linear: about a second in all; quadratic: minutes
 
 
-# Parsers that quote a line of node output they cannot read: masked, then cut, the cut said. The URL's password
-# straddles the cut: cut first, no '@' is left after it and the piece of it kept is no longer a URL password.
+# Parsers that quote a line of node output they cannot read: masked where it entered the controller, then cut by
+# the parser, the cut said. The URL's password straddles the cut: cut first, no '@' is left after it and the piece
+# of it kept is no longer a URL password. The parsers mask nothing themselves: they get the output as it entered.
 
 
 def _url_straddling(limit: int, before: str = "") -> str:
@@ -217,14 +219,14 @@ def _assert_head_cut(said: str, text: str, limit: int) -> None:
 
 def test_an_unexpected_infiniband_line_is_masked_then_cut() -> None:
     line = _url_straddling(200)
-    said = infiniband.parse(f"### ports\n{line}\n### end\n").error
+    said = infiniband.parse(entered(f"### ports\n{line}\n### end\n")).error
     assert said is not None and said.startswith("unexpected port line 'zzz")
     _assert_head_cut(said, line, 200)
 
 
 def test_unreadable_probe_lines_are_masked_then_cut() -> None:
     unreadable, without_metric = _url_straddling(200, '{"note": '), _url_straddling(200, '{"note": "') + '"}'
-    errors = parse_json_lines(unreadable + "\n" + without_metric + "\n").errors
+    errors = parse_json_lines(entered(unreadable + "\n" + without_metric + "\n")).errors
     assert errors[0].startswith("unreadable probe line: {") and errors[1].startswith("probe line without metric")
     _assert_head_cut(errors[0], unreadable, 200)
     _assert_head_cut(errors[1], without_metric, 200)
@@ -232,5 +234,5 @@ def test_unreadable_probe_lines_are_masked_then_cut() -> None:
 
 def test_a_failure_line_of_a_run_is_masked_then_cut() -> None:
     text = _url_straddling(300, "RuntimeError: NCCL error: unhandled system error ")
-    (line,) = failure_lines(text)
+    (line,) = failure_lines(entered(text))
     _assert_head_cut(line, text, 300)

@@ -29,6 +29,7 @@ from cluster_accept.tasks.multi_node.stage import _outcome_data, _outcome_from, 
 from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
 from cluster_accept.tasks.single_node import evaluate_single_node
 from cluster_accept.vocabulary.rows import NcclFact
+from tests.boundary import entered
 from tests.capture import CAPTURES, captured
 
 PLUGINS = {"env": "none", "net": "none", "network": "Socket", "profiler": "none", "tuner": "none"}
@@ -236,7 +237,7 @@ def test_a_secret_named_variable_nccl_took_is_masked() -> None:
         "vm:4544:4544 [0] NCCL INFO NCCL_IB_AUTH_TOKEN set by environment to s3cr3t-Value-42\n"
         "vm:4544:4544 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to =eth0",
     )
-    facts = read_account(text, _run())
+    facts = read_account(entered(text), _run())  # as the rank's output entered the controller: masked there
     assert _by_rank(facts, "setting")[0] == {
         "NCCL_NVLS_ENABLE": "0",
         "NCCL_IB_AUTH_TOKEN": "***",

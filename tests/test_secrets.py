@@ -1,4 +1,5 @@
-"""Secret-looking values are masked where node output enters stored rows (``analysis.secrets``)."""
+"""Secret-looking values are masked where node output enters the controller (``vocabulary.secrets``), so that
+none reaches a stored row."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.preflight.stage import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
 from cluster_accept.vocabulary.secrets import is_secret_name, mask_secrets, mask_value
+from cluster_accept.vocabulary.text import keep_head
+from tests.boundary import entered
 
 
 @pytest.mark.parametrize(
@@ -82,20 +85,31 @@ def test_long_hostile_output_is_masked_in_linear_time() -> None:
     assert mask_secrets(text) == "a: " * 30_000 + "\nB_KEY=***"
 
 
-def test_node_row_masks_the_values_of_a_secret_item() -> None:
-    detail = "from env; overrides /etc/nccl.conf: 'hunter2-etc', ~/.nccl.conf: '****'"
-    row = CheckRow("nccl_env", "NCCL_PASSWORD", Status.WARN, "drift", "hunter2-env", "<unset> (majority)", detail)
-    stored = node_row("r", "c", "preflight", "node01", row, "")
-    assert (stored.observed, stored.expected) == ("***", "<unset> (majority)")
-    assert stored.detail == "from env; overrides /etc/nccl.conf: '***', ~/.nccl.conf: '****'"
+def test_a_secret_items_values_reach_its_row_masked() -> None:
+    """A variable of a secret name, set in the environment and both files (the node's awk switched off): its
+    values are masked where the output entered the controller, so the row the check writes of them holds none."""
+    stdout = (
+        "### env\nNCCL_PASSWORD=hunter2-env\n### /etc/nccl.conf\nNCCL_PASSWORD=hunter2-etc\n"
+        "### ~/.nccl.conf\nNCCL_PASSWORD=****\n### end\n"
+    )
+    setting = nccl_env.parse(entered(stdout), 0).effective["NCCL_PASSWORD"]
+    detail = nccl_env._where(setting)
+    row = CheckRow("nccl_env", "NCCL_PASSWORD", Status.WARN, "drift", setting.value, "<unset> (majority)", detail)
+    stored = node_row("r", "c", "preflight", "node01", row, entered(stdout))
+    assert (stored.observed, stored.expected) == ("****", "<unset> (majority)")
+    assert stored.detail == "from env; overrides ~/.nccl.conf: '****', /etc/nccl.conf: '****'"
+    assert "hunter2" not in repr(stored)
     plain = CheckRow("nccl_env", "NCCL_SOCKET_IFNAME", Status.FAIL, "value_mismatch", "eth9", "eth0", "from 'env'")
     stored = node_row("r", "c", "preflight", "node01", plain, "")
     assert (stored.observed, stored.expected, stored.detail) == ("eth9", "eth0", "from 'env'")
 
 
-def test_node_row_masks_node_text_but_not_the_command() -> None:
-    row = CheckRow("nccl_env", "NCCL_PASSWORD", Status.WARN, "drift", "NCCL_PASSWORD=pw1", None, "api_key: pw2")
-    stored = node_row("r", "c", "preflight", "node01", row, "NCCL_PASSWORD=pw3\nNCCL_IB_PKEY=0\n", "env | grep KEY=")
+def test_a_row_holds_node_text_masked_but_not_the_command() -> None:
+    """Node text in a row is as it entered the controller (masked there); the command is the controller's own."""
+    observed, detail = entered("NCCL_PASSWORD=pw1"), entered("api_key: pw2")
+    row = CheckRow("nccl_env", "NCCL_PASSWORD", Status.WARN, "drift", observed, None, detail)
+    raw = entered("NCCL_PASSWORD=pw3\nNCCL_IB_PKEY=0\n")
+    stored = node_row("r", "c", "preflight", "node01", row, raw, "env | grep KEY=")
     assert (stored.observed, stored.expected, stored.detail) == ("NCCL_PASSWORD=***", None, "api_key: ***")
     assert stored.raw_output == "NCCL_PASSWORD=***\nNCCL_IB_PKEY=0\n"
     assert stored.command == "env | grep KEY="
@@ -103,7 +117,9 @@ def test_node_row_masks_node_text_but_not_the_command() -> None:
 
 
 def test_stored_rows_hold_no_secret_even_when_the_check_does_not_mask(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The second line of defence alone: nccl_env's own masking switched off, a node whose output is not masked."""
+    """The boundary alone: nccl_env's own masking switched off, a node whose output is not masked (its awk off):
+    the output masked where it entered the controller holds no secret in any row or value; the profile's pinned
+    value, the inventory's text, is masked by the vocabulary's rule where the check writes it."""
     monkeypatch.setattr(nccl_env, "is_secret", lambda key: False)
     check = next(c for c in discover() if c.name == "nccl_env")
     secret = (
@@ -114,7 +130,8 @@ def test_stored_rows_hold_no_secret_even_when_the_check_does_not_mask(monkeypatc
     profile = Profile(nccl_env={"NCCL_PASSWORD": "hunter2-pinned"})
     nodes = [Node(f"node0{i}", DEFAULT_SSH, "p", profile) for i in (1, 2, 3)]
     outcomes = []
-    for node, stdout in zip(nodes, (secret, plain, plain), strict=True):
+    for node, printed in zip(nodes, (secret, plain, plain), strict=True):
+        stdout = entered(printed)
         result = NodeResult(node.name, NodeStatus.OK, commands=[CommandResult("nccl_env", 0, stdout, "")])
         outcomes.append(NodePreflight(node.name, result, {"nccl_env": check.parse(stdout, 0)}))
     inventory = Inventory("c", nodes, {"p": profile}, "inventory.yaml", "digest")
@@ -332,11 +349,12 @@ def test_masked_before_cut_so_no_secret_is_cut_in_two() -> None:
     secret_at = url.index("S3KR1T")
     row = CheckRow("nccl_env", "NCCL_SOCKET_IFNAME", Status.FAIL, "value_mismatch", "eth9", "eth0", "")
     head = "x" * (RAW_OUTPUT_LIMIT - secret_at - 6) + url  # kept: up to the middle of the password
-    assert "S3KR1T" not in node_row("r", "c", "preflight", "node01", row, head + "y" * 100).raw_output
+    assert "S3KR1T" in keep_head(head + "y" * 100, RAW_OUTPUT_LIMIT)  # cut first: a piece the mask misses
+    assert "S3KR1T" not in node_row("r", "c", "preflight", "node01", row, entered(head + "y" * 100)).raw_output
     head = "z" * (RAW_OUTPUT_LIMIT - 21) + " " + GH  # kept: 16 characters of the token
-    assert "S3KR1T" not in node_row("r", "c", "preflight", "node01", row, head).raw_output
+    assert "S3KR1T" not in node_row("r", "c", "preflight", "node01", row, entered(head)).raw_output
     head = "x" * (4_000 - len("bad\n") - secret_at - 6) + url
-    assert "S3KR1T" not in error_row("driver", "unparsable_output", "bad", head).detail
+    assert "S3KR1T" not in error_row("driver", "unparsable_output", "bad", entered(head)).detail
     tail = url + "y" * (20_000 - len(url) + url.index("vc:"))  # kept: from inside the user, past '://'
     stderr = "e" * 3_000 + " " + HF + "f" * (4_000 - len(HF) + 1)  # kept: from inside the prefix
     assert "S3KR1T" in single_node._raw(CommandResult("gpu_bench", 1, tail, stderr))  # cut, never masked
@@ -355,14 +373,13 @@ def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:
     assert "S3KR1T" not in saved and "NCCL_PASSWD=***" in saved and "ghp_***" in saved
     loaded = checkpoints.load_nodes("preflight")["node01"]
     assert loaded.status is NodeStatus.OK and loaded.commands == result.commands
-    assert nccl_env.parse(loaded.commands[0].stdout, 0) == nccl_env.parse(stdout, 0)
+    assert nccl_env.parse(loaded.commands[0].stdout, 0) == nccl_env.parse(entered(stdout), 0)
 
 
 def test_a_rate_of_tokens_is_a_throughput_not_a_secret() -> None:
-    from cluster_accept.vocabulary.secrets import is_secret_name, mask_row
-
     assert not is_secret_name("training_tokens_per_s_per_gpu_vs_cluster")
     assert not is_secret_name("tokens_per_s")
     assert is_secret_name("HF_TOKEN") and is_secret_name("API_TOKENS") and is_secret_name("tokens_file")
-    row = mask_row("training_tokens_per_s_per_gpu", {"observed": "143572.3", "expected": ">= 100000 tokens/s"})
-    assert row == {"observed": "143572.3", "expected": ">= 100000 tokens/s"}
+    assert mask_value("training_tokens_per_s_per_gpu", "143572.3") == "143572.3"
+    said = entered("training_tokens_per_s_per_gpu: 143572.3\ntokens_per_s=9.5e5")  # as a node printed it
+    assert said == "training_tokens_per_s_per_gpu: 143572.3\ntokens_per_s=9.5e5"

@@ -27,7 +27,7 @@ from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, err
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import NOT_SECRET_NAMES, SECRET_NAME_ERE, is_secret_name, mask_secrets
+from cluster_accept.vocabulary.secrets import NOT_SECRET_NAMES, SECRET_NAME_ERE, is_secret_name, mask_value
 
 NAME = "nccl_env"
 MASK = "****"
@@ -110,7 +110,7 @@ def _masked(key: str, value: str) -> str:
 def _pinned(key: str, want: str) -> str:
     """The profile's pinned value (the inventory's text, not the node's), masked where it is written, in the form
     a node's value takes (masked where it entered, then :func:`_masked`), so that the two compare."""
-    return MASK if is_secret(key) else mask_secrets(want)
+    return MASK if is_secret(key) else mask_value(key, want)
 
 
 def _mask_line(line: str) -> str:
@@ -254,10 +254,10 @@ def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
                     f"set {_where(setting)}; the value is masked, so it is not compared",
                 )
             )
-        elif setting.value != _pinned(key, want):
-            rows.append(CheckRow(NAME, key, Status.FAIL, "value_mismatch", setting.value, want, _where(setting)))
+        elif setting.value != shown_want:
+            rows.append(CheckRow(NAME, key, Status.FAIL, "value_mismatch", setting.value, shown_want, _where(setting)))
         else:
-            rows.append(CheckRow(NAME, key, Status.PASS, "ok", setting.value, want, _where(setting)))
+            rows.append(CheckRow(NAME, key, Status.PASS, "ok", setting.value, shown_want, _where(setting)))
     return rows
 
 

@@ -59,11 +59,11 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NewType
 
-from cluster_accept.vocabulary.text import keep_head, keep_tail, quote
+from cluster_accept.vocabulary.text import keep_head, keep_tail
 
 # Node text as the controller holds it once it entered: masked (and capped) there, never to be masked again.
 MaskedText = NewType("MaskedText", str)
@@ -97,7 +97,6 @@ _MAY_HIDE = re.compile(
 )
 # Not a value: already masked (the check's own ``****``) or a placeholder (``<unset> (majority)``, ``<value>``).
 _NOT_A_VALUE = re.compile(r"(?:\*+|<[a-z]+>)(?: \([a-z]+\))?")
-_QUOTED = re.compile(r"'[^'\r\n]*'|\"[^\"\r\n]*\"")  # how checks quote a value in a detail: repr()
 
 # A URL up to the ``:`` that ends its user; the user may hold an ``@`` (``https://me@corp.com:pw@host``). Its
 # password is found by :func:`_mask_url_passwords`: a regex scanning each ``://`` to the end of its token would be
@@ -385,12 +384,6 @@ def masked_tail(text: str, limit: int) -> MaskedText:
     return MaskedText(keep_tail(mask_secrets(text), limit))
 
 
-def masked_quote(text: str, limit: int = 200) -> str:
-    """A piece of text quoted in a message (``unexpected line '…'``) as Python writes it: masked first, then cut
-    (:func:`vocabulary.text.quote`)."""
-    return quote(mask_secrets(text), limit)
-
-
 def mask_value(name: str, value: str) -> str:
     """A value stored beside its name (``key``/``value`` columns): ``***`` when the name is secret-looking
     (a ``NAME=value`` line of that very name keeps its name); otherwise its secrets by shape are masked."""
@@ -400,26 +393,3 @@ def mask_value(name: str, value: str) -> str:
     if assignment is not None and assignment.group("name") == name:
         return mask_secrets(value)
     return MASK if _maskable(value) else value
-
-
-def mask_row(item: str, texts: Mapping[str, str | None]) -> dict[str, str | None]:
-    """A check row's node text (``observed``, ``expected``, ``detail``, ``raw_output``), masked.
-
-    When the row's item is itself a secret-looking name (an NCCL variable), ``observed`` and ``expected`` are
-    its values, masked whole, and so is every quoted value in ``detail`` (``overrides /etc/nccl.conf: 'x'``)."""
-    masked: dict[str, str | None] = {}
-    for field, text in texts.items():
-        if text is None:
-            masked[field] = None
-        elif field in ("observed", "expected"):
-            masked[field] = mask_value(item, text)
-        elif field == "detail" and is_secret_name(item):
-            masked[field] = _QUOTED.sub(_mask_quoted, mask_secrets(text))
-        else:
-            masked[field] = mask_secrets(text)
-    return masked
-
-
-def _mask_quoted(match: re.Match[str]) -> str:
-    quoted = match.group(0)
-    return f"{quoted[0]}{MASK}{quoted[-1]}" if _maskable(quoted[1:-1]) else quoted
