@@ -27,8 +27,9 @@ MASKING = frozenset({"mask_secrets", "mask_shapes", "mask_value", "masked_cap", 
 MASKING_PREFIXES = ("mask_", "masked_")
 # (module, name): why the controller masks text it writes itself there (never node text: that entered masked).
 WRITTEN_BY_THE_CONTROLLER = {
-    ("checks/nccl_env.py", "mask_value"): "a profile's pinned NCCL value (the inventory's text) is shown in rows "
-    "and compared with the node's values in the form those take",
+    ("checks/nccl_env.py", "mask_secrets"): "a profile's pinned NCCL value (the inventory's text) is compared with "
+    "the node's values in the form those take where they enter",
+    ("checks/nccl_env.py", "mask_value"): "a profile's pinned NCCL value (the inventory's text) is shown in rows",
     ("flows/exits.py", "mask_secrets"): "the controller's own traceback, written to its error log: an exception's "
     "message may quote an inventory's value",
 }

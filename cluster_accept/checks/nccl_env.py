@@ -27,7 +27,13 @@ from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, err
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.secrets import NOT_SECRET_NAMES, SECRET_NAME_ERE, is_secret_name, mask_value
+from cluster_accept.vocabulary.secrets import (
+    NOT_SECRET_NAMES,
+    SECRET_NAME_ERE,
+    is_secret_name,
+    mask_secrets,
+    mask_value,
+)
 
 NAME = "nccl_env"
 MASK = "****"
@@ -108,9 +114,15 @@ def _masked(key: str, value: str) -> str:
 
 
 def _pinned(key: str, want: str) -> str:
-    """The profile's pinned value (the inventory's text, not the node's), masked where it is written, in the form
-    a node's value takes (masked where it entered, then :func:`_masked`), so that the two compare."""
-    return MASK if is_secret(key) else mask_value(key, want)
+    """The profile's pinned value (the inventory's text, not the node's) in the form a node's value takes (masked
+    where it entered, then :func:`_masked`), so that the two compare."""
+    return MASK if is_secret(key) else mask_secrets(want)
+
+
+def _shown_pin(key: str, want: str) -> str:
+    """The profile's pinned value as a row shows it: masked where it is written, by the vocabulary's rule for a
+    value beside its name too (the inventory's text enters no row unmasked)."""
+    return mask_value(key, _pinned(key, want))
 
 
 def _mask_line(line: str) -> str:
@@ -216,7 +228,7 @@ def _where(setting: Setting) -> str:
 def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
     rows: list[CheckRow] = []
     for key, want in profile.nccl_env.items():
-        shown_want = _pinned(key, want)
+        shown_want = _shown_pin(key, want)
         setting = model.effective.get(key)
         if not _COLLECTED.fullmatch(key):
             rows.append(
@@ -254,7 +266,7 @@ def _pinned_rows(model: NcclEnv, profile: Profile) -> list[CheckRow]:
                     f"set {_where(setting)}; the value is masked, so it is not compared",
                 )
             )
-        elif setting.value != shown_want:
+        elif setting.value != _pinned(key, want):
             rows.append(CheckRow(NAME, key, Status.FAIL, "value_mismatch", setting.value, shown_want, _where(setting)))
         else:
             rows.append(CheckRow(NAME, key, Status.PASS, "ok", setting.value, shown_want, _where(setting)))

@@ -48,7 +48,8 @@ from cluster_accept.remote.srun_script import (
     srun_argv,
     srun_errors_for,
 )
-from cluster_accept.vocabulary.secrets import MaskedText, masked_tail
+from cluster_accept.vocabulary.secrets import MaskedText, mask_secrets
+from cluster_accept.vocabulary.text import keep_tail
 
 SLURM_TIMEOUT_S = 120.0  # salloc, scancel and the port step: Slurm answers these in seconds
 STOP_WAIT_S = 15.0
@@ -93,7 +94,8 @@ def _run(
     argv: Sequence[str], timeout_s: float, stdin: str | None = None, live: Live | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a Slurm client; on the timeout it is interrupted (srun then ends its step) and reaped. A launch being
-    abandoned starts nothing new."""
+    abandoned starts nothing new. What it said on stderr (Slurm's words, a node's among them) is masked here,
+    where it enters the controller; its stdout, a step's tasks, is taken in per task (:func:`_task_run`)."""
     if live is not None and live.stopping:
         return subprocess.CompletedProcess(list(argv), None, "", "cluster-accept: the launch was abandoned")  # type: ignore[arg-type]
     proc = subprocess.Popen(
@@ -106,7 +108,7 @@ def _run(
                 _interrupt(proc)
     try:
         out, err = proc.communicate(stdin, timeout=timeout_s)
-        return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+        return subprocess.CompletedProcess(list(argv), proc.returncode, out, mask_secrets(err))
     except subprocess.TimeoutExpired:
         _interrupt(proc)
         try:
@@ -114,7 +116,7 @@ def _run(
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-        err += f"\ncluster-accept: {argv[0]} ran past {timeout_s:.0f} s and was stopped"
+        err = mask_secrets(err) + f"\ncluster-accept: {argv[0]} ran past {timeout_s:.0f} s and was stopped"
         return subprocess.CompletedProcess(list(argv), None, out, err)  # type: ignore[arg-type]
     finally:
         if live is not None:
@@ -166,7 +168,7 @@ def allocate(nodes: Sequence[Node], tag: str, live: Live | None = None) -> Alloc
     if job_id is not None and done.returncode != 0:
         release(Allocation(job_id, ours=True), live)  # granted, then salloc failed: never keep it
     if done.returncode != 0 or job_id is None:
-        said = masked_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
+        said = keep_tail(" ".join(done.stderr.split()), 500) or f"exit {done.returncode}"
         states = unavailable(names)
         if states:
             named = ", ".join(f"{n} is {s}" for n, s in states.items())
@@ -185,7 +187,7 @@ def release(allocation: Allocation, live: Live | None = None) -> str:
         if done.returncode == 0:
             said = ""
             break
-        said = f"scancel {allocation.job_id} failed (exit {done.returncode}): {done.stderr.strip()}"
+        said = f"scancel {allocation.job_id} failed (exit {done.returncode}): {mask_secrets(done.stderr.strip())}"
     if live is not None and not said:
         with live.lock:
             live.jobs.discard(allocation.job_id)
@@ -202,7 +204,7 @@ def _port(job_id: str, master: Node, live: Live | None = None) -> int | str:
     done = _run(argv, SLURM_TIMEOUT_S, live=live)
     text = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if done.returncode != 0 or not (text.isascii() and text.isdigit()):
-        return f"could not pick a free port on {master.name} through srun: {masked_tail(done.stderr.strip(), 400)}"
+        return f"could not pick a free port on {master.name} through srun: {keep_tail(done.stderr.strip(), 400)}"
     return int(text)
 
 
@@ -241,7 +243,7 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str, live
     for node in nodes:
         task = tasks.get(node.slurm_node)
         if task is None:
-            said = srun_errors_for(done.stderr, node.slurm_node) or masked_tail(done.stderr.strip(), 400)
+            said = srun_errors_for(done.stderr, node.slurm_node) or keep_tail(done.stderr.strip(), 400)
             detail = f"srun did not start it: {said}" if said else "srun did not start it"
             run.ranks[node.name] = RankRun(node.name, NodeStatus.ERROR, None, detail)
             continue
