@@ -13,10 +13,18 @@ from pathlib import Path
 from typing import get_type_hints
 
 import cluster_accept
+from cluster_accept.checks import infiniband
+from cluster_accept.checks.base import error_row
+from cluster_accept.remote import ssh
+from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.launch import GroupRun
-from cluster_accept.remote.result import CommandResult, PollAnswer
+from cluster_accept.remote.result import CommandResult, PollAnswer, RemoteCommand
+from cluster_accept.simulator.nodes import SimulatedSession
+from cluster_accept.simulator.recording import Answer, Recording, SimulatedNode
+from cluster_accept.tasks.rows import node_row
 from cluster_accept.vocabulary import secrets
-from cluster_accept.vocabulary.secrets import MaskedText
+from cluster_accept.vocabulary.secrets import MaskedText, mask_secrets
+from tests.boundary import entered, framed_result
 
 PACKAGE = Path(cluster_accept.__file__).parent
 BOUNDARY = "remote/"  # where node text enters the controller
@@ -133,3 +141,45 @@ def test_the_check_finds_masking_again(tmp_path: Path) -> None:
     )
     uses = {name for _, name in _masking_uses(ast.parse(text))}
     assert uses == {"masked_head", "mask_secrets", "MaskedText", "cast to MaskedText"}
+
+
+# Where node text enters, it is masked: each way in, end to end.
+
+SECRET = "hunter2-S3KR1T"
+
+
+def test_a_secret_a_node_printed_reaches_no_row_through_the_boundary() -> None:
+    """A line a check cannot read is quoted in its error row, cut, never masked by the check: the secret in it was
+    masked where the batch's output entered the controller."""
+    result = framed_result(f"### ports\nDB_PASSWORD={SECRET} postgres://u:{SECRET}@db/x\n### end\n", name="ib")
+    row = infiniband.parse(result.stdout).error
+    assert row is not None and "unexpected" in row and SECRET not in row
+    stored = node_row("r", "c", "preflight", "n1", error_row("ib", "unparsable_output", row), result.stdout)
+    assert SECRET not in repr(stored) and "DB_PASSWORD=***" in stored.raw_output
+
+
+def test_a_simulated_nodes_answers_enter_masked() -> None:
+    answer = Answer(0, f"HF_TOKEN={SECRET}\n", f"curl -u bot:{SECRET} h\n")
+    session = SimulatedSession(SimulatedNode("n1"), Recording({"healthy": {"show": answer}}))
+    (result,) = session.run_batch([RemoteCommand("show", "show")], 60.0).commands
+    assert (result.stdout, result.stderr) == ("HF_TOKEN=***\n", "curl -u bot:*** h\n")
+
+
+def test_the_controllers_own_errors_are_masked_where_written() -> None:
+    try:
+        raise ValueError(f"inventory value API_KEY={SECRET}")
+    except ValueError as exc:
+        detail = tool_error_detail(exc)
+    assert SECRET not in detail and "API_KEY=***" in detail
+
+
+def test_what_ssh_said_is_masked_where_it_enters() -> None:
+    text = ssh._text(EOFError(f"banner: SSH-2.0 token={SECRET}"))
+    assert SECRET not in text and "token=***" in text
+
+
+def test_nccl_logs_a_secret_named_variable_masked_where_the_log_enters() -> None:
+    line = "[0] NCCL INFO {} set by environment to {}."
+    said = entered(line.format("NCCL_IB_AUTH_TOKEN", SECRET) + "\n" + line.format("NCCL_ALGO", "Ring"))
+    assert said == line.format("NCCL_IB_AUTH_TOKEN", "***") + "\n" + line.format("NCCL_ALGO", "Ring")
+    assert mask_secrets(said) == said  # masking twice changes nothing
