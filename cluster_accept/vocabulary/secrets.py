@@ -1,7 +1,8 @@
-"""Mask secrets in text that came from a node before it is stored: by name, and by shape. Pure functions.
+"""Mask secrets in text that came from a node, where it enters the controller: by name, and by shape. Pure
+functions.
 
-Checks mask what they know to be secret (``checks.nccl_env`` on the node and in its parser); this is the
-second line of defence, applied where node output enters stored rows. It masks:
+A check may mask what it knows to be secret on the node (``checks.nccl_env``'s awk); this is the line every node's
+output passes, applied where it enters the controller (``remote/``), before any parser reads it. It masks:
 
 - **by name**: in any ``NAME=value``, ``NAME = value``, ``export NAME=value`` or ``NAME: value``, the value of
   a secret name becomes ``***`` up to the end of its line; the name stays, so the operator sees that a value
