@@ -45,7 +45,7 @@ from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import ResumeError, RunDir, RunLocked, now_iso, resumable_info, start_run
 from cluster_accept.tasks.multi_node.stage import STAGE as MULTI_NODE
-from cluster_accept.tasks.single_node import judged_rules
+from cluster_accept.tasks.probe_stage import judged_rules
 from cluster_accept.tasks.stage import RunState, Stage, run_stage
 from cluster_accept.tasks.stages import STAGES as STAGE_ORDER
 from cluster_accept.tasks.stages import declared_links

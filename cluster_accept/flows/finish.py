@@ -32,7 +32,7 @@ from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.reports.thresholds import thresholds_section
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import now_iso, runs_row
-from cluster_accept.tasks.single_node import judged_rules
+from cluster_accept.tasks.probe_stage import judged_rules
 from cluster_accept.tasks.stage import RunState
 
 TOOL_FAILURE = 3  # the exit code of a run the tool itself failed in (cli: one line, the traceback in a log)

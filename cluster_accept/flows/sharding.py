@@ -63,7 +63,7 @@ from cluster_accept.inventory.load import select_nodes
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.tasks.single_node import trend_records
+from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
 from cluster_accept.tasks.stage import RunState
 from cluster_accept.tasks.stages import declared_links
 
@@ -280,6 +280,6 @@ def sharded_acceptance(
     run_info["stage_seconds"] = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
     state.rows += drift_across_shards(state, plan)
     write_tables(state, tuple(TABLES))
-    state.trends = trend_records(state, measurement_frame(state.measurements))
+    state.trends = SINGLE_NODE.trend_records(state, measurement_frame(state.measurements))
     reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
     return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))

@@ -49,13 +49,14 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
 from cluster_accept.inventory.node_part import WantedNode
+from cluster_accept.probes.series import NodeSeries
 
 if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --local) loads no pandas
     import pandas as pd
 
 ENTRY_POINTS = "cluster_accept.probes"
 SINGLE_NODE = "single-node"
-NOT_PROBES = frozenset({"base", "scripts", "node"})  # the shared parts and the node-side scripts
+NOT_PROBES = frozenset({"base", "scripts", "series", "node"})  # the shared parts and the node-side scripts
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Probe:
     expectations: tuple[Expectation, ...] = ()  # the keys of a profile its rows judge (no silent pass)
     settings: type[BaseModel] | None = None  # its own keys under the profile's ``plugins: {name: …}``
     other_reasons: Mapping[str, Mapping[str, Reason]] = field(default_factory=dict)  # rows under other checks
+    series: NodeSeries | None = None  # a per-node series kept beside its figures (the burn's), written by the stage
 
     def __post_init__(self) -> None:
         if not self.check:
