@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.checks.base import Status, discover
-from cluster_accept.flows.acceptance import refuse_unresolved_auto
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.rundir.run import refuse_unresolved_auto
 from cluster_accept.simulator.nodes import (
     NODE_TOKEN,
     Answer,
