@@ -21,7 +21,8 @@ beside it) that declares ``PROBE = Probe(...)``:
   table in the report's measurements;
 - optionally ``causes`` (the findings that can explain its own), ``expectations`` (the profile's keys its rows
   answer), ``settings`` (a pydantic model of its own keys, read from the profile's ``plugins: {name: …}``),
-  ``order`` (its place in the report) and ``stage`` (default ``single-node``; ``burn``).
+  ``order`` (its place in the report), ``stage`` (default ``single-node``; ``burn``) and ``series`` (a per-node
+  series too long for the run's tables, :class:`~cluster_accept.probes.series.NodeSeries`: the burn's).
 
 Adding a probe is adding a module or a sub-package: :func:`discover` finds it by walking the package, as checks
 are found, and the stages gather its causes, expectations and settings from it. Third-party probes can be
