@@ -39,9 +39,8 @@ import pandas as pd  # noqa: E402
 from bench.fanout import baseline, ours_subset  # noqa: E402
 from cluster_accept.analysis.schemas import CHECKS, NODE_VALUES, write_table  # noqa: E402
 from cluster_accept.checks.base import discover  # noqa: E402
-from cluster_accept.flows.acceptance import select_nodes  # noqa: E402
 from cluster_accept.inventory.hostlist import fold  # noqa: E402
-from cluster_accept.inventory.load import load_inventory  # noqa: E402
+from cluster_accept.inventory.load import load_inventory, select_nodes  # noqa: E402
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node  # noqa: E402
 from cluster_accept.tasks.preflight.stage import evaluate_preflight, node_values  # noqa: E402
 from cluster_accept.testbed.bed import down, node_names, up  # noqa: E402

@@ -38,7 +38,8 @@ from cluster_accept.simulator.launch import NO_STATUS, launch_key, rank_key, tok
 from cluster_accept.simulator.nodes import Answer, Recording  # noqa: E402
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_group  # noqa: E402
 from cluster_accept.tasks.preflight.check_batch import commands_for  # noqa: E402
-from cluster_accept.tasks.single_node import probe_commands, probes_of_stage  # noqa: E402
+from cluster_accept.tasks.probe_runs import probe_commands  # noqa: E402
+from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE  # noqa: E402
 from cluster_accept.testbed import bed  # noqa: E402
 from cluster_accept.testbed.faults import fault_plan_from_data  # noqa: E402
 
@@ -85,7 +86,7 @@ def record(out: Path) -> Recording:
                     variant, node.name, command.script, Answer(answer.exit_code or 0, answer.stdout, answer.stderr)
                 )
             for quick in (False, True):
-                probes = probes_of_stage()
+                probes = SINGLE_NODE.probes()
                 files = tuple(dict.fromkeys(f for s in scripts_for(node, probes, quick) for f in s.files))
                 probe_run = run_in_probe_dir(node, files, probe_commands(node, quick, probes))
                 for command, answer in zip(probe_commands(node, quick, probes), probe_run.commands, strict=True):

@@ -179,7 +179,7 @@ def test_resolve_auto_nodes_puts_each_node_on_its_profile() -> None:
 
 
 def test_auto_without_preflight_is_refused(tmp_path: Path) -> None:
-    from cluster_accept.flows.acceptance import refuse_unresolved_auto
+    from cluster_accept.rundir.run import refuse_unresolved_auto
 
     inv = load_inventory(_write(tmp_path, "cluster: c\ndefaults: {profile: auto}\nnodes: [{hosts: 'n[1-3]'}]\n"))
     refuse_unresolved_auto(inv, ["preflight", "single-node"])  # preflight resolves it: accepted

@@ -296,3 +296,40 @@ def test_a_gpu_whose_pcie_link_ran_below_its_maximum_under_load_is_named():
     assert burn.REASONS["pcie_downtrained"].action.value == "reseat cable"
     unknown = samples(4, 120)  # an older burn output without the link: nothing judged, nothing invented
     assert not [k for k in judged(windows(4, 120), unknown) if k[1] == "pcie_downtrained"]
+
+
+def test_the_stage_writes_each_nodes_whole_series_and_keeps_a_thinned_copy_for_the_report(tmp_path: Path) -> None:
+    """The burn's series, declared on its probe (``Probe.series``), go whole to ``burn/<node>.parquet`` as each node
+    is read, and at most the declared points per GPU to the report's table; read without a run directory (as
+    stragglers measured again are), none is kept and the figures are the same."""
+    from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Inventory
+    from cluster_accept.probes.base import discover
+    from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
+    from cluster_accept.tasks.probe_runs import evaluate_single_node
+
+    profile = Profile(burn=SETTINGS)
+    names = ("n1", "n2")
+    nodes = [Node(name=n, ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS) for n in names]
+    inventory = Inventory("c", nodes, {"p": profile}, "inventory.yaml", "digest")
+    text = run_text(captured_run())
+    outcomes = [NodeResult(n, NodeStatus.OK, commands=[CommandResult("burn", 0, text, "")]) for n in names]
+    probes = discover(stage="burn")
+    assert burn.PROBE.series is not None and burn.PROBE in probes
+    points = burn.PROBE.series.points
+
+    kept = evaluate_single_node("r1", inventory, outcomes, probes=probes, stage="burn", series_to=tmp_path)
+
+    for name in names:
+        whole = pd.read_parquet(tmp_path / "burn" / f"{name}.parquet")
+        assert len(whole) == 2 * 120 * 2 and set(whole["node"]) == {name}
+        assert set(whole["run_id"]) == {"r1"} and set(whole["cluster"]) == {"c"}
+    charted = pd.DataFrame(kept.charted["burn"])
+    assert set(charted["node"]) == set(names) and set(charted["run_id"]) == {"r1"}
+    per_gpu = charted.groupby(["node", "kind", "gpu"]).size()
+    assert len(per_gpu) == 2 * 2 * 2 and per_gpu.max() <= points < 120
+    assert len(charted) < 2 * 2 * 120 * 2
+
+    assert sorted(p.name for p in (tmp_path / "burn").iterdir()) == ["n1.parquet", "n2.parquet"]
+    again = evaluate_single_node("r1", inventory, outcomes, probes=probes, stage="burn")
+    assert again.charted == {}
+    assert [m.record() for m in again.measurements] == [m.record() for m in kept.measurements]

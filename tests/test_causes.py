@@ -7,9 +7,8 @@ from cluster_accept.analysis.causes import cause_first, causes_of, explain, node
 from cluster_accept.analysis.verdicts import Verdict, node_verdict
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.reasons import Action
-from cluster_accept.flows.acceptance import reason_catalog
 from cluster_accept.reports.evidence import findings_by_node
-from cluster_accept.tasks.stages import declared_links
+from cluster_accept.tasks.stages import declared_links, reason_catalog
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 

@@ -14,7 +14,7 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.result import NodeResult, NodeStatus
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
-from cluster_accept.tasks import single_node
+from cluster_accept.tasks import probe_stage
 from cluster_accept.tasks.stage import RunState
 
 
@@ -42,8 +42,8 @@ def test_suspects_are_measured_again_in_waves(
             running[0] -= 1
         return NodeResult(node.name, NodeStatus.OK)
 
-    monkeypatch.setattr(single_node, "run_probes_on_node", measure)
+    monkeypatch.setattr(probe_stage, "run_probes_on_node", measure)
     names = [f"n{i}" for i in range(1, 7)]
-    results = single_node.measure_again(_state(tmp_path, bound), names, [])
+    results = probe_stage.measure_again(_state(tmp_path, bound), names, [])
     assert [r.node for r in results] == names
     assert seen[0] == most

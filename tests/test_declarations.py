@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import ReasonCatalog
-from cluster_accept.flows.acceptance import reason_catalog
-from cluster_accept.tasks.stages import STAGES, declared_expectations, declared_links
+from cluster_accept.tasks.stages import STAGES, declared_expectations, declared_links, reason_catalog
 
 
 def link_problems(link: Link, catalog: ReasonCatalog) -> list[str]:

@@ -26,7 +26,6 @@ from cluster_accept.checks.reasons import (
     Reason,
     declare,
 )
-from cluster_accept.flows.acceptance import reason_catalog
 from cluster_accept.flows.schedule import deployment_parameters
 from cluster_accept.flows.shard_results import SHARD_CHECK, SHARD_REASONS
 from cluster_accept.ops import slurm
@@ -42,7 +41,7 @@ from cluster_accept.ops.repeats import (
     read_past_verdicts,
 )
 from cluster_accept.ops.slurm import SlurmNode, held_back, plan
-from cluster_accept.tasks.stages import STAGES
+from cluster_accept.tasks.stages import STAGES, reason_catalog
 from cluster_accept.vocabulary.status import Status
 from tests.processes import ROOT, run_cli
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
-from cluster_accept.flows.acceptance import recorded_options, restored_options
 from cluster_accept.flows.exits import ERROR_LOG
 from cluster_accept.flows.finish import RunOutcome
 from cluster_accept.flows.orphans import MARK, SERVER_APP, reap_orphans
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.rundir.outputs import hold_run
+from cluster_accept.rundir.run import recorded_options, restored_options
 from tests.processes import run_cli, start_cli
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 from cluster_accept.analysis.history import append_run, key_figures, load, node_trends, past_figures
 from cluster_accept.analysis.schemas import MEASUREMENTS, RUNS, VERDICTS, write_table
 from cluster_accept.probes.base import discover
-from cluster_accept.tasks.single_node import judged_rules
+from cluster_accept.tasks.probe_stage import judged_rules
 
 RULES = judged_rules(discover())  # every figure the built-in probes judge
 

@@ -24,7 +24,7 @@ from cluster_accept.remote.probe_dir import run_in_probe_dir
 from cluster_accept.remote.result import NodeStatus, RemoteCommand
 from cluster_accept.tasks.multi_node.ranks import launch_group
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
-from cluster_accept.tasks.single_node import run_probes_on_node
+from cluster_accept.tasks.probe_runs import run_probes_on_node
 from tests.injection_sandbox import HOSTILE, Sandbox, install_sandbox, node
 
 

@@ -19,7 +19,7 @@ import cluster_accept.remote.ssh
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.reports.actions import reproduce
-from cluster_accept.tasks.single_node import probe_commands
+from cluster_accept.tasks.probe_runs import probe_commands
 from tests.injection_sandbox import HOSTILE, Sandbox, install_sandbox, node
 
 

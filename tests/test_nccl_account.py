@@ -26,8 +26,8 @@ from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB
 from cluster_accept.tasks.multi_node.stage import STAGE as MULTI_NODE
 from cluster_accept.tasks.multi_node.stage import _outcome_data, _outcome_from, _Stage
+from cluster_accept.tasks.probe_runs import evaluate_single_node
 from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
-from cluster_accept.tasks.single_node import evaluate_single_node
 from cluster_accept.vocabulary.rows import NcclFact
 from tests.boundary import entered
 from tests.capture import CAPTURES, captured

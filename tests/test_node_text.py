@@ -103,7 +103,7 @@ def test_run_rows_keep_the_end_of_a_failed_run_and_say_so() -> None:
 
     from cluster_accept.analysis.probe_output import ProbeOutput
     from cluster_accept.remote.result import CommandResult
-    from cluster_accept.tasks.single_node import run_rows
+    from cluster_accept.tasks.probe_runs import run_rows
 
     stderr = "".join(f"frame {i:05d}\n" for i in range(1000))  # 12,000 characters
     result = CommandResult("gpu_bench", 1, "", stderr)

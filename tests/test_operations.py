@@ -12,7 +12,6 @@ import pytest
 from cluster_accept.analysis.regressions import counter_growth, figure_regressions
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
-from cluster_accept.flows.acceptance import resolve_suite
 from cluster_accept.flows.schedule import deployment_name, deployment_parameters
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.ops.after_run import Operations, warnings_by_node
@@ -30,6 +29,7 @@ from cluster_accept.ops.slurm import (
 )
 from cluster_accept.probes.gemm import METRICS as RULES
 from cluster_accept.reports.summary import prometheus_text, summary
+from cluster_accept.tasks.stages import resolve_suite
 
 RUN = {"run_id": "r9", "cluster": "prod", "started": "2026-11-21T10:00:00+00:00", "ended": "2026-11-21T10:05:00+00:00"}
 # summary.json as it was written from plain-string verdicts: the typed rows must give the same text.
@@ -338,7 +338,8 @@ def test_prefect_yaml_deployments_match_the_flow() -> None:
 
     import yaml
 
-    from cluster_accept.flows.acceptance import SUITES, acceptance
+    from cluster_accept.flows.acceptance import acceptance
+    from cluster_accept.tasks.stages import SUITES
 
     config = yaml.safe_load((Path(__file__).resolve().parent.parent / "prefect.yaml").read_text())
     accepted = set(inspect.signature(acceptance.fn).parameters)

@@ -20,7 +20,7 @@ from cluster_accept.inventory.model import (
 from cluster_accept.probes import allreduce, nccl_tests
 from cluster_accept.probes.base import discover
 from cluster_accept.remote.result import CommandResult
-from cluster_accept.tasks.single_node import judged_rules
+from cluster_accept.tasks.probe_stage import judged_rules
 from tests.capture import CAPTURES
 
 RULES = judged_rules(discover())  # every figure the built-in probes judge
@@ -134,7 +134,7 @@ def test_host_bandwidth_stragglers_are_warnings_and_allreduce_uses_largest_size(
 
 def test_nccl_tests_table_becomes_the_same_measurements() -> None:
     from cluster_accept.analysis.probe_output import parse_nccl_tests
-    from cluster_accept.tasks.single_node import probe_commands
+    from cluster_accept.tasks.probe_runs import probe_commands
 
     nvlink = parse_nccl_tests((CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text())
     assert len(nvlink.measurements) == 30 and not nvlink.errors
@@ -175,7 +175,7 @@ def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
     """Two probes speak for the all-reduce (torch and nccl-tests): only the one that ran judges a node."""
     from cluster_accept.inventory.model import Inventory
     from cluster_accept.remote.result import NodeResult, NodeStatus
-    from cluster_accept.tasks.single_node import evaluate_single_node
+    from cluster_accept.tasks.probe_runs import evaluate_single_node
 
     profile = Profile(thresholds=Thresholds(gemm_bf16_tflops_min=600))
     nodes = [

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from cluster_accept.flows.acceptance import ResumeError, recorded_options
 from cluster_accept.flows.run_request import RunRequest, check_request
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.ops.after_run import Operations
+from cluster_accept.rundir.outputs import ResumeError
+from cluster_accept.rundir.run import recorded_options
 from tests.processes import run_cli
 
 

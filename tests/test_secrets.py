@@ -16,7 +16,7 @@ from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
 from cluster_accept.remote.shell import ShellSession
 from cluster_accept.rundir.checkpoints import Checkpoints
-from cluster_accept.tasks import single_node
+from cluster_accept.tasks import probe_runs
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.preflight.stage import evaluate_preflight, node_values
 from cluster_accept.tasks.rows import RAW_OUTPUT_LIMIT, node_row
@@ -357,9 +357,9 @@ def test_masked_before_cut_so_no_secret_is_cut_in_two() -> None:
     assert "S3KR1T" not in error_row("driver", "unparsable_output", "bad", entered(head)).detail
     tail = url + "y" * (20_000 - len(url) + url.index("vc:"))  # kept: from inside the user, past '://'
     stderr = "e" * 3_000 + " " + HF + "f" * (4_000 - len(HF) + 1)  # kept: from inside the prefix
-    assert "S3KR1T" in single_node._raw(CommandResult("gpu_bench", 1, tail, stderr))  # cut, never masked
+    assert "S3KR1T" in probe_runs._raw(CommandResult("gpu_bench", 1, tail, stderr))  # cut, never masked
     result = _through_the_boundary(tail, stderr, 1).commands[0]
-    assert result.exit_code == 1 and "S3KR1T" not in single_node._raw(result)
+    assert result.exit_code == 1 and "S3KR1T" not in probe_runs._raw(result)
 
 
 def test_checkpoints_hold_the_node_output_masked(tmp_path: Path) -> None:

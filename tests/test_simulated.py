@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.checks.base import Status, discover
-from cluster_accept.flows.acceptance import refuse_unresolved_auto
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.rundir.run import refuse_unresolved_auto
 from cluster_accept.simulator.nodes import (
     NODE_TOKEN,
     Answer,
@@ -127,12 +127,9 @@ def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_strag
     from cluster_accept.flows.progress import Silent
     from cluster_accept.rundir.checkpoints import Checkpoints
     from cluster_accept.rundir.outputs import RunDir
-    from cluster_accept.tasks.single_node import (
-        confirm_stragglers,
-        evaluate_single_node,
-        probes_of_stage,
-        run_probes_on_node,
-    )
+    from cluster_accept.tasks.probe_runs import evaluate_single_node, run_probes_on_node
+    from cluster_accept.tasks.probe_stage import confirm_stragglers
+    from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
     from cluster_accept.tasks.stage import RunState
 
     path = _inventory(tmp_path, "gpu0003: slow, gpu0007: slow")
@@ -140,7 +137,7 @@ def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_strag
     path.write_text(text.replace("straggler_pct: 90", "straggler_pct: 25"))  # slow: figures halved
     assert path.read_text() != text
     inventory = load_inventory(path)
-    probes = probes_of_stage()
+    probes = SINGLE_NODE.probes()
     outcomes = [run_probes_on_node(node, False, probes) for node in inventory.tested]
     figures = evaluate_single_node("sim", inventory, outcomes, False, probes)
     rows = figures.rows

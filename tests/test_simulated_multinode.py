@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from cluster_accept.flows.acceptance import bisect, refuse_unresolved_auto, run_acceptance
+from cluster_accept.flows.acceptance import bisect, run_acceptance
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.detached import tag_pattern
 from cluster_accept.remote.result import PollAnswer, RemoteCommand, Rendezvous
+from cluster_accept.rundir.run import refuse_unresolved_auto
 from cluster_accept.simulator.launch import (
     ADDR_TOKEN,
     NO_STATUS,

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "cluster_accept"
 # The package's sub-packages: the owner's folders, one level down.
 PACKAGE_FOLDERS = (
-    "analysis", "checks", "flows", "inventory", "probes", "remote", "reports", "simulator", "tasks", "testbed",
-    "vocabulary",
+    "analysis", "checks", "flows", "inventory", "ops", "probes", "remote", "reports", "rundir", "simulator", "tasks",
+    "testbed", "vocabulary",
 )  # fmt: skip
 # Data, not modules: captured node output.
 DATA = (PACKAGE / "testbed" / "captures",)
@@ -182,7 +182,7 @@ def test_every_import_of_the_package_names_cluster_accept() -> None:
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"flows"}),
     frozenset({"tasks"}),
-    frozenset({"probes", "checks", "analysis", "reports", "remote", "inventory"}),
+    frozenset({"probes", "checks", "analysis", "reports", "remote", "inventory", "ops", "rundir"}),
     frozenset({"vocabulary"}),
 )
 
@@ -273,9 +273,9 @@ NOT_SHIPPED = ("cluster_accept.testbed", "cluster_accept.simulator")  # the chec
 
 
 def test_no_import_points_back_up_a_floor() -> None:
-    """flows -> tasks -> {probes, checks, analysis, reports, remote, inventory} -> vocabulary. The test-bed and the
-    scale simulator (not in the wheel) are on no floor and may import any; nothing on a floor imports them, but
-    flows its test-bed commands (which say so where it is not installed)."""
+    """flows -> tasks -> {ops, rundir, probes, checks, analysis, reports, remote, inventory} -> vocabulary. The
+    test-bed and the scale simulator (not in the wheel) are on no floor and may import any; nothing on a floor
+    imports them, but flows its test-bed commands (which say so where it is not installed)."""
     back_up = []
     for module, imported in import_graph().items():
         here = floor_of(module)

@@ -67,7 +67,7 @@ class CalibrationRuns:
 def history_of(request: CalibrationRequest) -> Path:
     """Where the table goes: the runs' history (``--history``, default ``OUT/history``); ``-`` keeps none, and a
     calibration nobody reads is refused."""
-    from cluster_accept.flows.acceptance import history_dir
+    from cluster_accept.rundir.run import history_dir
 
     path = history_dir(request.out_dir, request.history)
     if path is None:

@@ -97,8 +97,9 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
 
 def _run(request: RunRequest) -> int:
     from cluster_accept.flows import progress
-    from cluster_accept.flows.acceptance import NothingToTest, ResumeError, RunLocked
     from cluster_accept.flows.outcome_text import print_outcome
+    from cluster_accept.rundir.outputs import ResumeError, RunLocked
+    from cluster_accept.rundir.run import NothingToTest
 
     try:
         check_request(request)
@@ -329,8 +330,10 @@ def bisect_command(
     ] = None,
 ) -> None:
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
-    from cluster_accept.flows.acceptance import bisect, refuse_unresolved_auto, select_nodes
+    from cluster_accept.flows.acceptance import bisect
     from cluster_accept.flows.outcome_text import print_outcome
+    from cluster_accept.inventory.load import select_nodes
+    from cluster_accept.rundir.run import refuse_unresolved_auto
 
     try:
         inv = load_checked_inventory(inventory)

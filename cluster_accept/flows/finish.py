@@ -2,7 +2,8 @@
 artifacts and the operations (summary, Prometheus file, Slurm), each a short step of its own.
 
 ``run.json``'s ``ended`` is the mark of a finished run: written last, then the checkpoints can go. A run's exit
-code is its outcome's; a run with no node to test is refused before it starts (:func:`refuse_nothing_to_test`).
+code is its outcome's; a run with no node to test is refused before it starts
+(:func:`rundir.run.refuse_nothing_to_test`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.flows.artifacts import publish
-from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.after_run import Operations, after_run
 from cluster_accept.ops.slurm import SlurmPlan
 from cluster_accept.probes.base import Probe
@@ -32,25 +31,11 @@ from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.reports.thresholds import thresholds_section
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import now_iso, runs_row
-from cluster_accept.tasks.single_node import judged_rules
+from cluster_accept.tasks.probe_stage import judged_rules
 from cluster_accept.tasks.stage import RunState
 
 TOOL_FAILURE = 3  # the exit code of a run the tool itself failed in (cli: one line, the traceback in a log)
 NOTHING_TESTED = 2  # exits.USAGE_ERROR: a run that tested no node was asked for nothing to test
-
-
-class NothingToTest(ValueError):
-    """The selection leaves no node to test: a usage error (exit 2), like any other refusal before a run."""
-
-
-def refuse_nothing_to_test(inventory: Inventory) -> None:
-    """A run over no node accepts nothing, yet would end without a rejection: a scheduled check whose
-    ``exclude`` (or ``--nodes``) leaves nothing to test would look healthy for ever, so it is refused."""
-    if inventory.tested:
-        return
-    excluded = [n.name for n in inventory.excluded]
-    said = f"every selected node is excluded in the inventory ({fold(excluded)})" if excluded else "none is selected"
-    raise NothingToTest(f"no node to test: {said}")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster_accept.inventory.load import as_local, from_slurm_names
+from cluster_accept.inventory.load import as_local, from_slurm_names, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import load_checked_inventory
@@ -49,14 +49,9 @@ class ShardRequest:
 def check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
     from cluster_accept.analysis.calibration import latest_table
-    from cluster_accept.flows.acceptance import (
-        history_dir,
-        refuse_unresolved_auto,
-        resolve_suite,
-        resumable,
-        select_nodes,
-    )
     from cluster_accept.rundir.outputs import check_not_held
+    from cluster_accept.rundir.run import history_dir, refuse_unresolved_auto, resumable
+    from cluster_accept.tasks.stages import STAGE_NAMES, resolve_suite
 
     if request.resume:
         if (
@@ -74,7 +69,7 @@ def check_request(request: RunRequest) -> None:
                 "--resume restores the interrupted run's own options (--history, --drain, --resume-passing, "
                 "--apply, --prometheus, --concurrency): give only --out"
             )
-        resumable(request.out_dir, request.resume)
+        resumable(request.out_dir, request.resume, STAGE_NAMES)
         check_not_held(request.out_dir / request.resume)
         return
     if request.inventory is None:

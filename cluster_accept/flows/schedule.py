@@ -13,9 +13,10 @@ from typing import Any
 
 from prefect.client.schemas.schedules import CronSchedule
 
-from cluster_accept.flows.acceptance import SUITES, acceptance
+from cluster_accept.flows.acceptance import acceptance
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import load_checked_inventory
+from cluster_accept.tasks.stages import SUITES
 
 
 def deployment_parameters(

@@ -35,18 +35,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from cluster_accept.analysis.probe_verdicts import measurement_frame
 from cluster_accept.flows import progress
-from cluster_accept.flows.acceptance import (
-    TABLES,
-    RunChoices,
-    acceptance,
-    history_dir,
-    new_state,
-    reason_catalog,
-    refuse_unresolved_auto,
-    resolve_suite,
-    start_acceptance_run,
-    write_tables,
-)
+from cluster_accept.flows.acceptance import TABLES, acceptance, new_state, write_tables
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.flows.shard_results import (
     SHARD_CHECK,
@@ -63,9 +52,10 @@ from cluster_accept.inventory.load import select_nodes
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.tasks.single_node import trend_records
+from cluster_accept.rundir.run import Run, RunChoices, history_dir, refuse_unresolved_auto
+from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
 from cluster_accept.tasks.stage import RunState
-from cluster_accept.tasks.stages import declared_links
+from cluster_accept.tasks.stages import declared_links, reason_catalog, resolve_suite
 
 SHARD_DEPLOYMENT = "cluster-accept-shard"
 POLL_S = 2.0
@@ -263,7 +253,8 @@ def sharded_acceptance(
             "shards": {s.key: {"nodes": fold(s.nodes), "queue": s.queue} for s in shards},
         }
         choices = RunChoices(chosen, quick, history_path, ops, concurrency)
-        run_dir, run_info = start_acceptance_run(inventory, Path(out_dir), run_id, suite, choices, sharded=sharded)
+        run = Run.start_acceptance(inventory, Path(out_dir), run_id, suite, choices, sharded=sharded)
+        run_dir, run_info = run.directory, run.info
         shards_dir = (run_dir.path / SHARDS_DIR).resolve()
         parameters = {
             "inventory_path": str(Path(inventory_path).resolve()),
@@ -280,6 +271,6 @@ def sharded_acceptance(
     run_info["stage_seconds"] = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
     state.rows += drift_across_shards(state, plan)
     write_tables(state, tuple(TABLES))
-    state.trends = trend_records(state, measurement_frame(state.measurements))
+    state.trends = SINGLE_NODE.trend_records(state, measurement_frame(state.measurements))
     reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
     return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))

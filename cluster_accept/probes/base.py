@@ -21,7 +21,8 @@ beside it) that declares ``PROBE = Probe(...)``:
   table in the report's measurements;
 - optionally ``causes`` (the findings that can explain its own), ``expectations`` (the profile's keys its rows
   answer), ``settings`` (a pydantic model of its own keys, read from the profile's ``plugins: {name: …}``),
-  ``order`` (its place in the report) and ``stage`` (default ``single-node``; ``burn``).
+  ``order`` (its place in the report), ``stage`` (default ``single-node``; ``burn``) and ``series`` (a per-node
+  series too long for the run's tables, :class:`~cluster_accept.probes.series.NodeSeries`: the burn's).
 
 Adding a probe is adding a module or a sub-package: :func:`discover` finds it by walking the package, as checks
 are found, and the stages gather its causes, expectations and settings from it. Third-party probes can be
@@ -49,13 +50,14 @@ from cluster_accept.checks.reasons import Reason
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
 from cluster_accept.inventory.node_part import WantedNode
+from cluster_accept.probes.series import NodeSeries
 
 if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --local) loads no pandas
     import pandas as pd
 
 ENTRY_POINTS = "cluster_accept.probes"
 SINGLE_NODE = "single-node"
-NOT_PROBES = frozenset({"base", "scripts", "node"})  # the shared parts and the node-side scripts
+NOT_PROBES = frozenset({"base", "scripts", "series", "node"})  # the shared parts and the node-side scripts
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Probe:
     expectations: tuple[Expectation, ...] = ()  # the keys of a profile its rows judge (no silent pass)
     settings: type[BaseModel] | None = None  # its own keys under the profile's ``plugins: {name: …}``
     other_reasons: Mapping[str, Mapping[str, Reason]] = field(default_factory=dict)  # rows under other checks
+    series: NodeSeries | None = None  # a per-node series kept beside its figures (the burn's), written by the stage
 
     def __post_init__(self) -> None:
         if not self.check:

@@ -44,7 +44,7 @@ from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.result import NodeResult
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.tasks.stage import RunState
+from cluster_accept.tasks.stage import RunState, wave_of
 from cluster_accept.vocabulary.rows import Measurement, NcclFact
 
 SUFFIX = ":without-suspects"
@@ -204,8 +204,8 @@ def _inspected_retests(cases: Sequence[_Case], again: pd.DataFrame) -> list[Rete
 
 def _run_cases(cases: Sequence[_Case], quick: bool, measure: Measure) -> dict[str, NodeResult]:
     """Each case measured again, in waves of the profiles' ``max_parallel_nodes``; by node."""
-    limits = [c.node.profile.probes.max_parallel_nodes for c in cases if c.node.profile.probes.max_parallel_nodes]
-    with ThreadPoolExecutor(max_workers=max(1, min([*limits, len(cases)]))) as pool:
+    wave = wave_of([case.node for case in cases]) or len(cases)
+    with ThreadPoolExecutor(max_workers=max(1, min(wave, len(cases)))) as pool:
         results = pool.map(lambda case: _without(case, quick, measure), cases)
         return {case.node.name: result for case, result in zip(cases, results, strict=True)}
 

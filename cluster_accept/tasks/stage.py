@@ -155,6 +155,13 @@ def node_chunk(
     return outcomes
 
 
+def wave_of(nodes: Sequence[Node]) -> int | None:
+    """How many of ``nodes`` are probed at once: the smallest ``probes.max_parallel_nodes`` of their profiles;
+    None where no profile bounds it."""
+    limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
+    return max(1, min(limits)) if limits else None
+
+
 def per_node(
     state: RunState,
     stage: str,

@@ -7,7 +7,7 @@ a GPU heating up, or a co-tenant that started half-way), that grows uncorrected 
 an XID meanwhile. Each GPU's median throughput over the burn is also judged against its minimum
 (``burn_tflops_min``, or where the profile sets none half the GPU's bf16 peak) and its peers across the cluster
 (a GPU at half its peers' speed under sustained load). The per-second series go to ``burn/<node>.parquet`` and a
-chart per node into the report.
+chart per node into the report (``series``: the stage writes them as each node is judged).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN
+from cluster_accept.probes.series import NodeSeries
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.vocabulary.lazy import pandas as pd
 
@@ -37,6 +38,7 @@ NAME = "burn"
 STAGE = "burn"
 ORDER = 60
 SCRIPT = BURN
+CHART_POINTS = 60  # per GPU, what the report's chart draws of a node's series
 # Each GPU's median bf16 GEMM throughput over the burn, memory load beside it: 615-624 TFLOP/s on 4 x H100 SXM
 # over 180 s and 622.7 on one (0.62-0.63 of the 989.4 peak); 284.0 with another process loading the same GPU
 # (0.29). 0.50 (495 on H100/H200) sits between, under the GEMM probe's 0.60: a sustained load runs hotter.
@@ -317,6 +319,7 @@ PROBE = Probe(
     inspect=inspect,
     report=report,
     other_reasons=OTHER_REASONS,
+    series=NodeSeries("burn", time_series, CHART_POINTS),  # 10 minutes of 8 GPUs: ~10,000 rows a node
     causes=gpu_state_causes(frozenset({NAME}), STAGE, SLOW_BURN),
     expectations=(
         Expectation("burn.minutes", STAGE, NAME, lambda p: p.burn.minutes > 0 or p.burn.light_minutes > 0),

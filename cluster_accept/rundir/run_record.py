@@ -8,6 +8,7 @@ starts, it is a usage error (exit 2) naming each key and what is wrong with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,19 +21,17 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
 from cluster_accept.inventory.quoting import quoted
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.rundir.outputs import ResumeError
-from cluster_accept.tasks.stages import STAGES
-
-_STAGE_NAMES = tuple(stage.name for stage in STAGES)
 
 
 class RecordedOptions(BaseModel):
-    """``run.json``'s ``options``: what the run was started with (``flows.acceptance.recorded_options``)."""
+    """``run.json``'s ``options``: what the run was started with (``rundir.run.recorded_options``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -42,7 +41,8 @@ class RecordedOptions(BaseModel):
 
 
 class ResumedRun(BaseModel):
-    """The keys of ``run.json`` a resume reads, with the types it reads them as; other keys are left alone."""
+    """The keys of ``run.json`` a resume reads, with the types it reads them as; other keys are left alone. Its
+    stages are held to those the validation's context names (``{"stages": […]}``: the run's stages in order)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -65,10 +65,11 @@ class ResumedRun(BaseModel):
 
     @field_validator("stages")
     @classmethod
-    def _known_stages(cls, stages: list[str]) -> list[str]:
-        unknown = [name for name in stages if name not in _STAGE_NAMES]
+    def _known_stages(cls, stages: list[str], info: ValidationInfo) -> list[str]:
+        known = tuple((info.context or {}).get("stages", ()))
+        unknown = [name for name in stages if name not in known]
         if unknown:
-            raise ValueError(f"{', '.join(map(quoted, unknown))} is no stage (stages: {', '.join(_STAGE_NAMES)})")
+            raise ValueError(f"{', '.join(map(quoted, unknown))} is no stage (stages: {', '.join(known)})")
         return stages
 
 
@@ -77,11 +78,12 @@ def _problem(error: Any) -> str:
     return f"{where}: {error['msg']}"
 
 
-def check_run_record(run_id: str, path: Path, run_info: dict[str, Any]) -> dict[str, Any]:
+def check_run_record(run_id: str, path: Path, run_info: dict[str, Any], stages: Sequence[str]) -> dict[str, Any]:
     """``run_info`` (``run.json`` of ``run_id``, read from ``path``) when a resume can read it; ResumeError naming
-    each key that is wrong, and how, when not (an exit 2, like any usage error)."""
+    each key that is wrong, and how, when not (an exit 2, like any usage error). ``stages``: every stage a run may
+    name."""
     try:
-        ResumedRun.model_validate(run_info)
+        ResumedRun.model_validate(run_info, context={"stages": tuple(stages)})
     except ValidationError as exc:
         said = "; ".join(_problem(error) for error in exc.errors())
         raise ResumeError(f"cannot resume {run_id}: {path} (edited by hand?): {said}") from None

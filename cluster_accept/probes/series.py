@@ -1,0 +1,28 @@
+"""A probe's series too long for the run's tables, declared on the probe (``Probe.series``), written by its stage.
+
+The burn samples every GPU every second: ~10,000 rows a node, ~10 M for 1,000 nodes. Such a series goes whole to
+one Parquet file per node in the run directory, as each node is judged (a cluster's series never sit in memory at
+once); the report keeps a thinned copy in the run's table of the same name, for its charts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cluster_accept.analysis.probe_output import ProbeOutput
+
+
+@dataclass(frozen=True)
+class NodeSeries:
+    """What a probe keeps of each node's output beside its figures.
+
+    ``table``: the schema's name (``analysis.schemas.TABLES``) and the run's table the thinned copy joins; each
+    node's whole series goes to ``<table>/<node>.parquet`` in the run directory. ``rows(node, output, points)``:
+    the series' rows, with ``points`` at most that many per GPU (``None``: all of them); ``points``: what the
+    report's charts draw per GPU."""
+
+    table: str
+    rows: Callable[[str, ProbeOutput, int | None], list[dict[str, Any]]]
+    points: int

@@ -1,0 +1,222 @@
+"""A run's life in its directory: started new, or reopened to finish it; the options a resume must keep; and the
+refusals of a selection before anything runs.
+
+The run directory, not Prefect's database, is the record: ``run.json`` holds what a run was asked to do (its
+inventory and its digest, nodes, stages, suite, short probes, the local transport, the history, the operations and
+the concurrency), so that ``--resume`` does as the run did, whoever starts it and from wherever. Below the flows and
+the stages: nothing here imports Prefect or a stage; the stages a run may name are given by the caller.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cluster_accept.inventory.builtin import is_auto
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.load import as_local
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.probes.base import load_checked_inventory
+from cluster_accept.rundir.outputs import ResumeError, RunDir, now_iso, resumable_info, start_run
+from cluster_accept.rundir.run_record import check_run_record
+
+# What a recording answers (simulator.nodes, simulator.launch): bisect runs the multi-node launcher.
+SIMULATED_STAGES = ("preflight", "single-node", "multi-node", "bisect")
+
+
+class NothingToTest(ValueError):
+    """The selection leaves no node to test: a usage error (exit 2), like any other refusal before a run."""
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    """How a new acceptance run goes, as its ``run.json`` keeps it (a resume does as the run did)."""
+
+    stages: list[str]
+    quick: bool
+    history: Path | None
+    operations: Operations
+    concurrency: int
+    local: bool = False
+
+
+@dataclass
+class Run:
+    """One run: its directory (its lock held by this process while it runs), ``run.json`` as the run goes
+    (``info``: the flow adds its stages' timings, the end adds its verdicts' time), and the nodes it tests."""
+
+    directory: RunDir
+    info: dict[str, Any]
+    inventory: Inventory
+
+    @classmethod
+    def start(
+        cls,
+        inventory: Inventory,
+        out_dir: Path,
+        stages: list[str],
+        run_id: str | None = None,
+        suite: str | None = None,
+        more: Mapping[str, Any] | None = None,
+    ) -> Run:
+        """A new run directory, its lock held, whose ``run.json`` names what it tests (and ``more``)."""
+        directory, info = start_run(
+            out_dir,
+            run_id,
+            {
+                "cluster": inventory.cluster,
+                "inventory": inventory.source,
+                "inventory_digest": inventory.digest,
+                "stages": stages,
+                "suite": suite,
+                "nodes_tested": [n.name for n in inventory.tested],
+                "nodes_excluded": [n.name for n in inventory.excluded],
+                "controller": socket.gethostname(),  # the host that ran it: shards of one run may run on several
+                **(more or {}),
+            },
+        )
+        return cls(directory, info, inventory)
+
+    @classmethod
+    def start_acceptance(
+        cls,
+        inventory: Inventory,
+        out_dir: Path,
+        run_id: str | None,
+        suite: str | None,
+        choices: RunChoices,
+        **more: Any,
+    ) -> Run:
+        """A new acceptance run whose ``run.json`` holds the choices (and ``more``, e.g. a sharded run's shards)."""
+        recorded = {
+            "quick_probes": choices.quick,
+            "local": choices.local,
+            "simulated": any(n.simulated is not None for n in inventory.tested),  # scale work, not a cluster
+            "options": recorded_options(choices.history, choices.operations, choices.concurrency),
+            **more,
+        }
+        return cls.start(inventory, out_dir, choices.stages, run_id, suite, recorded)
+
+    @classmethod
+    def reopen(cls, out_dir: Path, run_id: str, stages: Sequence[str]) -> Run:
+        """The interrupted run ``run_id`` reopened to finish it: its directory (its lock held: a second resume, or
+        the run itself still going, is refused), ``run.json`` (with the resume noted), its nodes (this machine's
+        own where it ran locally). ``stages``: every stage a run may name."""
+        directory = RunDir(out_dir / run_id, run_id)
+        resumable_info(out_dir, run_id)  # an unknown or finished run is named as such before any lock is taken
+        directory.hold()
+        try:
+            info, inventory = resumable(out_dir, run_id, stages)
+            info.setdefault("resumed", []).append(now_iso())
+            directory.write_json("run.json", info)
+        except BaseException:
+            directory.release()
+            raise
+        return cls(directory, info, as_local(inventory) if info.get("local") else inventory)
+
+    @property
+    def quick(self) -> bool:
+        """Whether it runs the short probes (a light suite)."""
+        return bool(self.info.get("quick_probes"))
+
+    def options(
+        self, history: Path | None, operations: Operations, concurrency: int
+    ) -> tuple[Path | None, Operations, int]:
+        """The run's own options, in place of those given (:func:`restored_options`)."""
+        return restored_options(self.info, history, operations, concurrency)
+
+
+def resumable(out_dir: Path, run_id: str, stages: Sequence[str]) -> tuple[dict[str, Any], Inventory]:
+    """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing. A key a
+    resume reads that was edited into a wrong value is named (:func:`rundir.run_record.check_run_record`)."""
+    run_info = resumable_info(out_dir, run_id)
+    if run_info.get("sharded"):
+        raise ResumeError(
+            f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
+            "(the finished shards' results stay under its shards/)"
+        )
+    check_run_record(run_id, out_dir / run_id / "run.json", run_info, stages)
+    inventory = load_checked_inventory(run_info["inventory"])
+    if inventory.digest != run_info.get("inventory_digest"):
+        raise ResumeError(
+            f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
+            f"(sha256 {inventory.digest[:12]}, the run used {str(run_info.get('inventory_digest'))[:12]})"
+        )
+    names = set(run_info.get("nodes_tested") or []) | set(run_info.get("nodes_excluded") or [])
+    return run_info, replace(inventory, nodes=[n for n in inventory.nodes if n.name in names])
+
+
+def recorded_options(history: Path | None, operations: Operations, concurrency: int) -> dict[str, Any]:
+    """What a resume must do as the run did: ``run.json``'s ``options`` (paths made absolute: a resume may
+    start elsewhere)."""
+    ops = operations.model_dump()
+    if ops.get("prometheus"):
+        ops["prometheus"] = str(Path(ops["prometheus"]).resolve())
+    return {"history": str(history.resolve()) if history else None, "operations": ops, "concurrency": concurrency}
+
+
+def restored_options(
+    run_info: dict[str, Any], history: Path | None, operations: Operations, concurrency: int
+) -> tuple[Path | None, Operations, int]:
+    """The interrupted run's own options (history, Slurm and Prometheus operations, concurrency); a run
+    recorded before options were kept goes on with the ones given."""
+    recorded = run_info.get("options")
+    if not isinstance(recorded, dict):
+        return history, operations, concurrency
+    kept = recorded.get("history")
+    return Path(kept) if kept else None, Operations.model_validate(recorded["operations"]), int(recorded["concurrency"])
+
+
+def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
+    """Where the history lives: ``--history`` when given, ``OUT/history`` by default, none for ``-``."""
+    if history == "-":
+        return None
+    return Path(history) if history else Path(out_dir) / "history"
+
+
+def refuse_nothing_to_test(inventory: Inventory) -> None:
+    """A run over no node accepts nothing, yet would end without a rejection: a scheduled check whose
+    ``exclude`` (or ``--nodes``) leaves nothing to test would look healthy for ever, so it is refused."""
+    if inventory.tested:
+        return
+    excluded = [n.name for n in inventory.excluded]
+    said = f"every selected node is excluded in the inventory ({fold(excluded)})" if excluded else "none is selected"
+    raise NothingToTest(f"no node to test: {said}")
+
+
+def refuse_unresolved_auto(inventory: Inventory, stages: list[str]) -> None:
+    """The refusals of a selection before anything runs. No node to test (:func:`refuse_nothing_to_test`).
+    ``profile: auto`` is resolved from the GPU model preflight reads: without preflight there is no profile
+    to judge by, and the nodes would be probed against nothing. A simulated inventory runs only the stages its
+    recording answers (no burn), and multi-node runs only as the recording's all-reduce (no training, rails or
+    other collectives between nodes)."""
+    refuse_nothing_to_test(inventory)
+    simulated = [n for n in inventory.tested if n.simulated is not None]
+    wanted = stages or ["bisect"]
+    beyond = [s for s in wanted if s not in SIMULATED_STAGES]
+    if simulated and beyond:
+        raise ValueError(
+            f"nodes {fold([n.name for n in simulated])} are simulated (the inventory's simulation block): their "
+            f"recording answers {', '.join(SIMULATED_STAGES)} only, not {', '.join(beyond)}"
+        )
+    unrecorded = [n.name for n in simulated if _beyond_allreduce(n)]
+    if unrecorded and {"multi-node", "bisect"} & set(wanted):
+        raise ValueError(
+            f"nodes {fold(unrecorded)} are simulated and their profile asks the multi-node stage for training, rails "
+            "or collectives beside the all-reduce, which the recording does not answer: turn those off in the profile"
+        )
+    auto = [n.name for n in inventory.tested if is_auto(n.profile)]
+    if auto and "preflight" not in stages:
+        raise ValueError(
+            f"nodes {fold(auto)} use profile auto, which the preflight stage resolves from each node's GPU model: "
+            "add preflight to --stages, or name their built-in profile (e.g. profile: h100-sxm)"
+        )
+
+
+def _beyond_allreduce(node: Node) -> bool:
+    probes = node.profile.probes
+    return node.profile.training.enabled or bool(probes.rails) or bool(probes.collectives)

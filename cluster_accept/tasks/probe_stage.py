@@ -1,0 +1,227 @@
+"""One probe stage, configured per stage (``single-node`` and ``burn`` are two instances of it).
+
+The stage's probes (those declaring its name as their ``stage``) run on every node still accepted that the stage
+takes, in waves of the profiles' ``probes.max_parallel_nodes`` (:func:`tasks.stage.wave_of`), each node's result
+checkpointed the moment it came back (:func:`tasks.stage.per_node` loads a resumed run's instead of running them
+again). The whole cluster's figures are judged as one frame (:func:`tasks.probe_runs.evaluate_single_node`: each
+probe's series, where it declares one, written as its node is read); then, as the stage is configured, the
+stragglers measured again beside a control node, the suspected settings proved by measuring without them, each
+node held to its own history, and the history's trends kept for the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import pandas as pd
+
+from cluster_accept.analysis import nccl_mechanism, stragglers, suspects
+from cluster_accept.analysis.calibration import calibrated_by_figure
+from cluster_accept.analysis.history import key_figures, node_trends
+from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame
+from cluster_accept.analysis.regressions import figure_regressions
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.checks.declarations import Expectation, Link
+from cluster_accept.checks.reasons import Reason
+from cluster_accept.inventory.model import Node
+from cluster_accept.probes.base import Probe, discover
+from cluster_accept.remote.result import NodeResult
+from cluster_accept.rundir.checkpoints import Checkpoints
+from cluster_accept.tasks.probe_runs import (
+    SESSION_REASONS,
+    StageFigures,
+    evaluate_single_node,
+    probe_script,
+    run_probes_on_node,
+)
+from cluster_accept.tasks.prove_causes import mechanism_rows, prove_causes
+from cluster_accept.tasks.rows import node_row
+from cluster_accept.tasks.stage import RunState, per_node, wave_of
+from cluster_accept.vocabulary.rows import Measurement
+
+
+def every_node(node: Node) -> bool:
+    """A stage that takes every node still accepted."""
+    return True
+
+
+def probe_node(node: Node, stage: str, checkpoints: Checkpoints, quick: bool, probes: Sequence[Probe]) -> NodeResult:
+    """A node's runs of ``stage``'s probes, checkpointed as soon as they came back."""
+    outcome = run_probes_on_node(node, quick, probes)
+    checkpoints.save_node(stage, outcome)
+    return outcome
+
+
+@dataclass(frozen=True)
+class ProbeStage:
+    """A stage of probes run on each node alone (:class:`tasks.stage.Stage`). ``takes``: which of the nodes
+    still accepted it measures; ``tables``: the run's tables it adds to (NCCL's account of its runs only where it
+    names ``nccl``); the switches: what it judges after the cluster's figures, by measuring again (stragglers
+    confirmed, suspected settings proved) and against the history (regressions, trends)."""
+
+    name: str
+    suites: frozenset[str]
+    tables: tuple[str, ...]
+    takes: Callable[[Node], bool] = every_node
+    confirms_stragglers: bool = False
+    proves_causes: bool = False
+    judges_regressions: bool = False
+    keeps_trends: bool = False
+
+    def probes(self) -> list[Probe]:
+        return discover(stage=self.name)
+
+    def run(self, state: RunState) -> None:
+        probes = self.probes()
+        nodes = [n for n in state.still_accepted() if self.takes(n)]
+        work = partial(probe_node, stage=self.name, checkpoints=state.checkpoints, quick=state.quick, probes=probes)
+        saved = state.checkpoints.load_nodes(self.name)
+        outcomes = per_node(state, self.name, nodes, saved, work, wave=wave_of(nodes))
+        judged = evaluate_single_node(
+            state.run_id,
+            state.inventory,
+            outcomes,
+            state.quick,
+            probes,
+            self.name,
+            noise=state.calibration,
+            series_to=state.run_dir.path,
+        )
+        if "nccl" in self.tables:
+            state.tables.setdefault("nccl", []).extend(fact.record() for fact in judged.nccl)
+        for table, charted in judged.charted.items():
+            state.tables.setdefault(table, []).extend(charted)
+        rows, proved = self._judged_again(state, probes, outcomes, judged)
+        state.rows += rows
+        state.measurements += judged.measurements + proved
+        if self.judges_regressions:
+            state.rows += regression_rows(state, self.name, probes, judged.frame)
+        if self.keeps_trends:
+            state.trends = self.trend_records(state, judged.frame)
+
+    def _judged_again(
+        self, state: RunState, probes: Sequence[Probe], outcomes: Sequence[NodeResult], judged: StageFigures
+    ) -> tuple[list[NodeRow], list[Measurement]]:
+        """The stage's rows once what it measures again is judged (its stragglers confirmed, its suspected settings
+        proved and NCCL's mechanism named, as the stage is configured), and the figures proving measured."""
+        rows = confirm_stragglers(state, probes, judged) if self.confirms_stragglers else judged.rows
+        if not self.proves_causes:
+            return rows, []
+        run = (run_probes_on_node, figure_reader(state))
+        proof = prove_causes(state, self.name, probes, outcomes, (rows, judged.frame), run, judged.nccl)
+        return proof.rows + mechanism_rows(state, self.name, probes, proof.rows, judged.nccl), proof.measurements
+
+    def trend_records(self, state: RunState, current: pd.DataFrame) -> list[dict[str, Any]]:
+        """Each tested node's figures (``current``) of this stage's probes against its earlier runs (the report's
+        history table); none without a history."""
+        if state.history is None:
+            return []
+        names = [n.name for n in state.inventory.tested]
+        trends = node_trends(state.history.figures, current, names, judged_rules(self.probes()))
+        return [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
+
+    def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
+        return probe_reasons(self.probes())
+
+    def causes(self) -> tuple[Link, ...]:
+        """Its probes' links, after the suspected settings' and NCCL's mechanism where it proves causes."""
+        probes = self.probes()
+        own = suspects.probe_stage_causes(frozenset(p.check for p in probes), self.name) if self.proves_causes else ()
+        return own + tuple(link for probe in probes for link in probe.causes)
+
+    def expectations(self) -> tuple[Expectation, ...]:
+        return tuple(e for probe in self.probes() for e in probe.expectations)
+
+
+def figure_reader(state: RunState) -> Callable[[NodeResult, Sequence[Probe], str], list[Measurement]]:
+    """How proving a suspect reads one node's figures of a run made again."""
+
+    def read(outcome: NodeResult, probes: Sequence[Probe], stage: str) -> list[Measurement]:
+        return evaluate_single_node(state.run_id, state.inventory, [outcome], state.quick, probes, stage).measurements
+
+    return read
+
+
+def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]) -> list[NodeResult]:
+    """``names`` measured again with ``probes``, in waves of the profiles' ``probes.max_parallel_nodes`` (all at
+    once where no profile bounds it, as the stage itself runs them); results in ``names`` order."""
+    nodes = [state.inventory.node(name) for name in names]
+    wave = wave_of(nodes) or max(1, len(nodes))
+    with ThreadPoolExecutor(max_workers=min(wave, len(nodes)) or 1) as pool:
+        return list(pool.map(lambda node: run_probes_on_node(node, state.quick, probes), nodes))
+
+
+def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
+    """Each node with a straggler or inconclusive row against its peers measured again (only the runs that
+    flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside a control node that passed, each round in
+    waves of the profile's ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    suspected = stragglers.flagged(judged.rows)
+    if not suspected:
+        return judged.rows
+    control = control_node(judged, suspected)
+    by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
+    for name, checks in sorted(suspected.items()):  # each judgement walks the cluster's node list
+        by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
+    again: list[dict[str, Any]] = []
+    for scripts, names in by_scripts.items():
+        chosen = [p for p in probes if p.script.name in scripts]
+        for turn in range(stragglers.ROUNDS if control else 1):
+            outcomes = measure_again(state, [*names, *([control] if control else [])], chosen)
+            found = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)
+            again += [{**m.record(), "round": turn} for m in found.measurements]
+    thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
+    after = pd.DataFrame(again) if again else measurement_frame([])
+    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, control)
+
+
+def control_node(judged: StageFigures, suspected: Mapping[str, set[str]]) -> str | None:
+    """The node measured again beside the suspects: one with figures and no relative row that did not pass (its
+    drift is the machine's, not its own), the first by name; None where there is none."""
+    doubtful = {r.node for r in judged.rows if r.item.endswith("_vs_cluster") and r.status != Status.PASS}
+    measured = sorted(set(judged.frame["node"])) if not judged.frame.empty else []
+    return next((n for n in measured if n not in suspected and n not in doubtful), None)
+
+
+def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
+    """Every figure any probe judges, with its rule: what history and regressions compare."""
+    return {metric: rule for probe in probes for metric, rule in probe.metrics.items()}
+
+
+def regression_rows(state: RunState, stage: str, probes: Sequence[Probe], frame: pd.DataFrame) -> list[NodeRow]:
+    """Each measured node against its own earlier runs: scheduled checks watch for drift. ``frame``: the stage's
+    figures, of which those ``probes`` judge are compared."""
+    if state.history is None or frame.empty:
+        return []
+    rules = judged_rules(probes)
+    thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
+    current = key_figures(frame, rules)
+    calibrated = calibrated_by_figure(judged_figures(frame, rules))
+    return [
+        node_row(
+            state.run_id,
+            state.cluster,
+            stage,
+            node,
+            row,
+            "",
+            probe_script(state.inventory.node(node), row.check, state.quick, probes),
+        )
+        for node, row in figure_regressions(current, state.history.figures, thresholds, rules, calibrated=calibrated)
+    ]
+
+
+def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:
+    """The reasons a probe stage's rows carry: the session's, each probe's, and those it writes under other checks."""
+    found: list[tuple[str, Mapping[str, Reason]]] = [
+        ("probe", SESSION_REASONS),
+        (suspects.NAME, suspects.REASONS),
+        (nccl_mechanism.NAME, nccl_mechanism.REASONS),
+    ]
+    for probe in probes:
+        found.append((probe.check, probe.reasons))
+        found += list(probe.other_reasons.items())
+    return found
