@@ -310,7 +310,12 @@ CHECK = Check(
             fixture="tests/data/nvlink/h200x4.txt",
             profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562}},
         ),
-        healthy("h100x1", {"not_in_profile"}, fixture="tests/data/nvlink/h100x1.txt"),
+        healthy(
+            "h100x1",
+            {"ok"},
+            fixture="tests/data/nvlink/h100x1.txt",
+            profile={"nvlink": {"links_per_gpu": 0, "link_speed_gbps": 1.0}},
+        ),
         fault(
             "no_nvlink",
             {"no_nvlink"},
