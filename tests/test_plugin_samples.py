@@ -153,3 +153,18 @@ def test_a_probe_without_its_samples_is_refused_naming_it(tmp_path: Path, monkey
             discover_probes()
     finally:
         sys.modules.pop("cluster_accept.probes.bare", None)
+
+
+def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plugin() -> None:
+    """docs/stages.md and docs/data.md list no plug-in by hand: they point to the table read from discovery,
+    which names every check and probe with its stage, reasons and samples."""
+    from cluster_accept.reports.plugins import plugin_table
+
+    table = plugin_table()
+    for plugin in [*CHECKS, *PROBES]:
+        line = next(line for line in table.splitlines() if line.startswith(f"| `{plugin.name}` |"))
+        assert all(f"`{code}`" in line for code in plugin.reasons), plugin.name
+        assert all(sample.name in line for sample in plugin.samples), plugin.name
+    docs = REPOSITORY / "docs"
+    for page in ("stages.md", "data.md", "layout.md"):
+        assert "python -m cluster_accept.reports.plugins" in (docs / page).read_text(), page
