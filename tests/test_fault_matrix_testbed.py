@@ -104,7 +104,9 @@ def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[
         assert len(rows) and all(rows.reason.str.len() > 0), node
     # The healthy nodes' results are complete: every check judged, every probe figure there.
     checks_per_node = checks[checks.stage == "preflight"].groupby("node").check.nunique()
-    assert checks_per_node["node01"] == checks_per_node["node09"] == len({c.name for c in discover_checks()}) == 23
+    discovered = discover_checks()  # each with its samples, or discovery refuses it
+    assert checks_per_node["node01"] == checks_per_node["node09"] == len({c.name for c in discovered})
+    assert set(checks[(checks.stage == "preflight") & (checks.node == "node01")].check) >= {c.name for c in discovered}
     measurements = pd.read_parquet(run_dir / "measurements.parquet")
     assert set(measurements.node) == set(HEALTHY)
     per_node = measurements.groupby("node").metric.apply(lambda s: tuple(sorted(set(s))))

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from cluster_accept.inventory.model import Profile
 from tests.capture import NO_CLUSTER, noheader
-from tests.test_fuzz_parsers import CHECKS, PROFILES, _capture, _driver, _infiniband, _nvlink, _seeds, _xid
+from tests.test_fuzz_parsers import CHECKS, PROFILES, _seeds, sample_output
+
+
+def _driver(machine: str) -> str:
+    return sample_output("driver", machine)
+
+
+def _nvlink(machine: str) -> str:
+    return sample_output("nvlink", machine)
+
+
+def _xid() -> str:
+    return sample_output("xid", "xids")
+
+
+def _infiniband() -> str:
+    return sample_output("infiniband", "port_down")
 
 
 def test_hostile_numbers_in_real_outputs_are_read_not_raised() -> None:
@@ -23,7 +39,7 @@ def test_hostile_numbers_in_real_outputs_are_read_not_raised() -> None:
         ],
         "xid": [_xid().replace("### rc=0", f"### rc={huge}"), _xid().replace("lines=4", f"lines={huge}")],
         "infiniband": [_infiniband().replace("ports/1 4:", f"ports/{huge} 4:", 1)],
-        "topology": [_capture("h200x4", "topo-m.txt").replace("GPU1", f"GPU{huge}")],
+        "topology": [sample_output("topology", "h200x4").replace("GPU1", f"GPU{huge}")],
     }
     for name, texts in errors.items():
         for text in texts:

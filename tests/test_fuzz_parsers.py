@@ -1,7 +1,8 @@
 """Property-based fuzzing of every check's ``parse``/``evaluate``/``cluster_values`` (the probe-output parsers:
-test_fuzz_probe_outputs.py, with the mutations here), seeded with the real captures in testbed/captures and
-mutated the way broken nodes break them (cut mid-line, lines lost or repeated, numbers garbled, stray unicode,
-CRLF, NUL bytes), plus plain random text.
+test_fuzz_probe_outputs.py, with the mutations here), seeded with the samples each discovered check declares
+(the real captures in testbed/captures, and the faults and dead tools derived from them) and mutated the way
+broken nodes break them (cut mid-line, lines lost or repeated, numbers garbled, stray unicode, CRLF, NUL bytes),
+plus plain random text.
 
 The properties: ``parse`` never raises and returns its model; garbage never yields a ``pass`` row, and the
 error shows in the rows; ``evaluate`` and ``cluster_values`` never raise on any model ``parse`` returns; every
@@ -22,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, discover, majority_values
+from cluster_accept.checks.samples import SampleKind
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import (
     ExpectedTransport,
@@ -32,10 +34,8 @@ from cluster_accept.inventory.model import (
     Profile,
 )
 from cluster_accept.testbed.profile import base_profile
-from tests.capture import DRIVER_FAILURE, NO_CLUSTER, captured, every_field_block, noheader
+from tests.capture import NO_CLUSTER
 from tests.test_check_reasons import assert_declared
-
-DATA = Path(__file__).resolve().parent / "data"
 
 FUZZ = settings(
     max_examples=200,
@@ -67,184 +67,31 @@ PROFILES = [
 ]
 
 
-# Seeds: what each check's COMMAND prints on the captured machines --------------------------------------
+# Seeds: each check's own samples (its checks/ module declares them) ---------------------------------------
 
 
-def _capture(machine: str, name: str) -> str:
-    stdout, _ = captured(machine, name)
-    return stdout
-
-
-def _driver(machine: str) -> str:
-    versions = noheader(machine, ["driver_version"])
-    return f"{versions}### /proc/driver/nvidia/version rc=0\n{_capture(machine, 'proc-driver-version.txt')}"
-
-
-def _cuda(machine: str) -> str:
-    smi, rc = captured(machine, "nvidia-smi.txt")
-    env = dict(line.split("=", 1) for line in _capture(machine, "env-nccl.txt").splitlines())
-    head = "".join(line + "\n" for line in smi.rstrip("\n").split("\n")[:12])
-    lib = "lib=/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3\n"
-    return f"{head}### nccl nvidia-smi rc={rc}\nenv={env.get('NCCL_VERSION', '')}\n{lib}"
-
-
-def _nccl_env(machine: str) -> str:
-    env = "".join(line + "\n" for line in sorted(_capture(machine, "env-nccl.txt").splitlines()))
-    etc = "NCCL_DEBUG=WARN\n# comment\nNCCL_SOCKET_IFNAME = eth1\nNCCL_IB_HCA=mlx5_0\n"
-    return f"### env\n{env}### /etc/nccl.conf\n{etc}### NCCL_CONF_FILE\nNCCL_NET_GDR_LEVEL=PHB\n### end\n"
-
-
-def _nccl_harmful(machine: str) -> str:
-    """The environment sections, then the node's facts: interfaces, HCA ports, GPUs and active NVLinks."""
-    gpus = _capture(machine, "nvidia-smi-L.txt").count("GPU ")
-    links = _capture(machine, "nvlink-s.txt").count("GB/s")
-    facts = f"### net\neth0 up\nlo unknown\n### hca\nmlx5_0 1 4: ACTIVE\n### gpus\n{gpus}\n### nvlink\n{links}\n"
-    return _nccl_env(machine) + facts + "### facts end\n"
-
-
-def _gpu_processes(machine: str) -> str:
-    """The GPUs' UUIDs from the capture, and one process on the first GPU in --query-compute-apps' format."""
-    lines = _capture(machine, "nvidia-smi-L.txt").splitlines()
-    uuids = [line.split("UUID: ")[1].rstrip(")") for line in lines if "UUID: " in line]
-    gpus = "".join(f"{i}, {u}\n" for i, u in enumerate(uuids))
-    return f"### gpus\n{gpus}### apps\n{uuids[0]}, 48211, python3, 20480\n### end\n"
-
-
-def _nvlink(machine: str) -> str:
-    status, rc = captured(machine, "nvlink-s.txt")
-    return f"{status}### nvidia-smi nvlink -s rc={rc}\n{_capture(machine, 'nvlink-e.txt')}"
-
-
-def _infiniband() -> str:
-    ports = [
-        "/sys/class/infiniband/mlx5_0/ports/1 4: ACTIVE 400 Gb/sec (4X NDR) InfiniBand",
-        "/sys/class/infiniband/mlx5_1/ports/1 1: DOWN 200 Gb/sec (4X HDR) InfiniBand",
-        "/sys/class/infiniband/mlx5_2/ports/1 4: ACTIVE 100 Gb/sec (2X HDR) Ethernet",
-        "/sys/class/infiniband/mlx5_3/ports/1   ",
-    ]
-    return "### ports\n" + "".join(p + "\n" for p in ports) + "### peermem loaded\n### end\n"
-
-
-def _xid() -> str:
-    dmesg = (
-        "[    0.000000] Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103)\n"
-        "[ 1234.567890] NVRM: Xid (PCI:0000:18:00): 48, pid=2231, name=python3, An uncorrectable double bit error\n"
-        "[ 1295.817890] NVRM: Xid (PCI:0000:2a:00): 43, pid=0, name=swapper/0, Ch 00000008\n"
-        "[ 1357.067890] NVRM: Xid (PCI:0000:2a:00): garbled\n"
-    )
-    denied = "dmesg: read kernel buffer failed: Operation not permitted\n"
-    return (
-        f"### source=dmesg\n{denied}### rc=1\n### lines=1 xid=0\n"
-        f"### source=journalctl\n{dmesg}### rc=0\n### lines=4 xid=3\n### done\n"
-    )
-
-
-def _nvswitch(machine: str) -> str:
-    """What the nvswitch COMMAND prints on the machine: its GPUs' Fabric sections (from nvidia-smi -q), no switch,
-    no Fabric Manager (the h200x1 VM's answer: ``nv-fabricmanager: not found``)."""
-    fabric, inside = [], False
-    for line in _capture(machine, "nvidia-smi-q.txt").splitlines():
-        if line.startswith("GPU 0"):
-            fabric.append(line)
-        inside = line == "    Fabric" or (inside and line.startswith("        "))
-        if inside and line.strip().startswith(("State ", "Status ")):
-            fabric.append(line)
-    return (
-        "### switches\n### service\nLoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\nrc=0\n"
-        "### process\nnone\n### fm_version\nsh: 1: nv-fabricmanager: not found\nrc=127\n### driver\n"
-        + _capture(machine, "proc-driver-version.txt")
-        + "### fabric\n"
-        + "\n".join(fabric)
-        + "\n### end\n"
-    )
-
-
-def _firmware() -> str:
-    """The firmware COMMAND's output: the 4 x H200 capture's VBIOS and InfoROM, two HCAs as sysfs reads them."""
-    vbios, inforom = every_field_block("vbios_version")[1:], every_field_block("inforom.img")[1:]
-    bus = every_field_block("pci.bus_id")[1:]
-    smi = "".join(f"{i}, {b}, {v}, {r}\n" for i, (b, v, r) in enumerate(zip(bus, vbios, inforom, strict=True)))
-    hcas = "mlx5_0|28.39.1002|MT4129|MT_0000000838\nmlx5_1|28.39.1002|MT4129|MT_0000000838\n"
-    return f"{smi}### rc=0\n### hca\n{hcas}### ofed\nMLNX_OFED_LINUX-24.10-1.1.4.0\n### end\n"
-
-
-def _pcie_aer() -> str:
-    """The AER COMMAND's output over a sysfs tree in the kernel's formats: a GPU (the h200x1 VM's link) with its
-    three AER files, and an HCA."""
-    lines = ["D|0000:00:06.0|0x030200|16|16|32.0 GT/s PCIe|32.0 GT/s PCIe"]
-    lines += [f"A|0000:00:06.0|correctable|{n}|{2 if n == 'BadTLP' else 0}" for n in ("RxErr", "BadTLP", "BadDLLP")]
-    lines += ["A|0000:00:06.0|correctable|TOTAL_ERR_COR|2", "A|0000:00:06.0|nonfatal|CmpltTO|0",
-              "A|0000:00:06.0|nonfatal|TOTAL_ERR_NONFATAL|0", "A|0000:00:06.0|fatal|TOTAL_ERR_FATAL|0",
-              "D|0000:18:00.0|0x020700|16|16|32.0 GT/s PCIe|32.0 GT/s PCIe"]  # fmt: skip
-    return "\n".join(lines) + "\n### end\n"
+def sample_output(name: str, sample: str) -> str:
+    """What check ``name``'s sample ``sample`` printed (its module declares it beside the check)."""
+    return next(s.output() for s in CHECKS[name].samples if s.name == sample)
 
 
 @functools.cache
 def _seeds(name: str) -> list[tuple[str, int | None]]:
-    """What COMMAND prints on both captured machines (InfiniBand ports and a kernel log with Xid lines in the
-    format the command prints, as the machines have neither), and the dead-driver output of nvidia-smi."""
-    module = CHECKS[name].module
-    per_machine: dict[str, Callable[[str], str]] = {
-        "driver": _driver,
-        "cuda": _cuda,
-        "nccl_env": _nccl_env,
-        "nccl_harmful": _nccl_harmful,
-        "hostname": lambda m: "name=vm\n### addresses\n127.0.0.1\n",  # what the 4 x H200 machine printed
-        "gpu": _gpu_processes,
-        "nvlink": _nvlink,
-        "topology": lambda m: _capture(m, "topo-m.txt"),
-        "gpu_count": lambda m: _capture(m, "query-gpu-noheader.txt"),
-        "nvswitch": _nvswitch,
-        # what the probe interpreter check printed on a node with a CPU build of torch, on a CUDA profile
-        "probe": lambda m: (DATA / "probe_python" / "cpu_torch_cuda_profile.txt").read_text(),
-    }
-    if name in per_machine:
-        seeds: list[tuple[str, int | None]] = [(per_machine[name](m), 0) for m in MACHINES]
-    elif name == "infiniband":
-        seeds = [(_infiniband(), 0)]
-    elif name == "xid":
-        seeds = [(_xid(), 0)]
-    elif name == "firmware":
-        seeds = [(_firmware(), 0)]
-    elif name == "pcie_aer":
-        seeds = [(_pcie_aer(), 0)]
-    elif name == "ib_counters":  # the check's own command over a sysfs tree shaped as the ABI documents it
-        seeds = [((DATA / "ib_counters" / "two_ports.txt").read_text(), 0)]
-    elif name == "roce":  # likewise: a ConnectX port's GID table, NCCL_IB_GID_INDEX=3
-        seeds = [((DATA / "roce" / "gid_index_3.txt").read_text(), 0)]
-    elif name == "roce_qos":  # likewise: two ConnectX RoCE ports, PFC as mlnx_qos prints it, their counters
-        seeds = [((DATA / "roce_qos" / "two_ports.txt").read_text(), 0)]
-    elif name == "efa":  # likewise: a p5's 32 EFA devices, the plugin and the efa provider found
-        seeds = [((DATA / "efa" / "p5_healthy.txt").read_text(), 0)]
-    else:  # the --query-gpu checks
-        seeds = [(noheader(m, module.FIELDS), 0) for m in MACHINES]
-    if name not in (
-        "infiniband",
-        "ib_counters",
-        "roce",
-        "roce_qos",
-        "efa",
-        "nccl_env",
-        "nccl_harmful",
-        "hostname",
-        "xid",
-        "probe",
-        "nvswitch",
-        "firmware",
-        "pcie_aer",
-    ):
-        seeds.append((DRIVER_FAILURE, 9))
-    return seeds
+    """What the check's command prints, from the samples it declares: healthy nodes (the captured machines
+    first), its faults and its tool dead (nvidia-smi's dead-driver output, a tool not found)."""
+    return [(sample.output(), sample.exit_code) for sample in CHECKS[name].samples]
 
 
 def test_every_check_has_seeds_that_parse_cleanly() -> None:
-    """The seeds are real: each healthy capture parses without error (so mutations start from the real shape)."""
+    """The seeds are real: each healthy or faulty output that exits 0 parses without error (so mutations start
+    from the real shape)."""
     assert len(CHECKS) >= 12
-    for name in CHECKS:
-        for stdout, code in _seeds(name):
-            if code == 0:
-                model = CHECKS[name].parse(stdout, code)
-                assert model.error is None, (name, model.error)
+    for name, check in CHECKS.items():
+        read = [s for s in check.samples if s.exit_code == 0 and s.kind is not SampleKind.DEAD]
+        assert read, name
+        for sample in read:
+            model = check.parse(sample.output(), sample.exit_code)
+            assert model.error is None, (name, sample.name, model.error)
 
 
 # Mutations ---------------------------------------------------------------------------------------------

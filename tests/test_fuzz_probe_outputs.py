@@ -2,8 +2,9 @@
 log readers), seeded with the real captures in testbed/captures and mutated with the mutations of
 test_fuzz_parsers.py (cut mid-line, lines lost or repeated, numbers garbled, stray unicode, CRLF, NUL bytes).
 
-The properties: the parsers never raise; every line that starts like a JSON object is accounted for; a row
-that cannot be read is an error, not an exception. ``derandomize=True`` keeps every run on the same examples.
+Each discovered probe's own ``parse`` is fuzzed from the samples it declares. The properties: the parsers never
+raise; every line that starts like a JSON object is accounted for; a row that cannot be read is an error, not an
+exception. ``derandomize=True`` keeps every run on the same examples.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
+from cluster_accept.probes.base import discover as discover_probes
 from tests.capture import CAPTURES
 from tests.test_fuzz_parsers import FUZZ, text_outputs
 
@@ -113,3 +116,20 @@ def test_nccl_tests_row_with_a_garbled_bandwidth_is_not_an_exception() -> None:
     assert size is not None
     assert not parse_nccl_tests(garbled.replace(size.group(1), "9" * 5000, 1) + "\n").measurements
     assert parse_json_lines('{"value": ' + "9" * 5000 + "}").errors
+
+
+PROBES = {probe.name: probe for probe in discover_probes()}
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+@FUZZ
+@given(data=st.data())
+def test_every_probes_parse_never_raises_on_its_own_samples_mutated(name: str, data: st.DataObject) -> None:
+    """Each discovered probe's ``parse``, from the samples it declares (healthy, faulty, its run dead), mutated."""
+    probe = PROBES[name]
+    text = data.draw(text_outputs([sample.output() for sample in probe.samples]), label="output")
+    out = probe.parse(text)
+    assert isinstance(out, ProbeOutput)
+    assert all(isinstance(e, str) and e for e in out.errors)
+    for record in out.measurements:  # a figure is a named number, whatever the text around it
+        assert isinstance(record["metric"], str) and isinstance(record["value"], (int, float))

@@ -5,6 +5,8 @@ file edited."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 import cluster_accept.probes
 from cluster_accept.inventory.load import InventoryError, load_inventory
-from cluster_accept.probes.base import discover, plugin_settings
+from cluster_accept.probes.base import NOT_PROBES, discover, plugin_settings
 
 PROBE_PACKAGE = '''
 """A rate probe: its node-side script prints one figure and the CPU frequency governor it ran under; the figure
@@ -29,6 +31,7 @@ from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.probes.base import NodeScript, Probe, cluster_judgement, own_figures, own_settings
 from cluster_accept.reports.figures import ReportSection, Table
 
@@ -72,6 +75,10 @@ def report(view):
 
 
 SLOW = frozenset({"below_threshold"})
+# What its node-side script prints: the governor it ran under, then its figure; the minimum its samples are held to.
+GOVERNOR = '{"info": "cpu", "governor": "powersave"}\\n'
+FIGURE = '{{"probe": "trivial", "metric": "trivial_rate_per_s", "value": {}, "unit": "1/s"}}\\n'
+MINIMUM = {"plugins": {NAME: {"trivial_rate_per_s_min": 2000}}}
 
 
 def _minimum_set(profile):
@@ -94,6 +101,11 @@ PROBE = Probe(
     ),
     expectations=(
         Expectation(f"plugins.{NAME}.trivial_rate_per_s_min", "single-node", NAME, _minimum_set, METRIC),
+    ),
+    samples=(
+        healthy("fast", {"ok"}, text=FIGURE.format(2500.0), profile=MINIMUM),
+        fault("powersave", {"powersave", "below_threshold"}, text=GOVERNOR + FIGURE.format(1234.5), profile=MINIMUM),
+        dead("python_missing", {"probe_failed"}, text="sh: 1: python3: not found\\n", exit_code=127),
     ),
 )
 '''
@@ -145,9 +157,25 @@ def _inventory(tmp_path: Path, plugins: str) -> Path:
     return inventory
 
 
-def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
-    found = [(p.name, p.check, p.script.name) for p in discover()]
-    assert found == [
+def test_discovery_finds_every_probe_module_in_report_order() -> None:
+    """Every module or sub-package of the package that declares a ``PROBE`` is found, once, in report order;
+    each speaks for a discovered check, and a run's failures are reported under one that runs it."""
+    found = discover()
+    assert found == sorted(found, key=lambda p: (p.order, p.name))
+    declared = [
+        getattr(importlib.import_module(f"cluster_accept.probes.{info.name}"), "PROBE", None)
+        for info in pkgutil.iter_modules(cluster_accept.probes.__path__)
+        if not info.name.startswith("_") and info.name not in NOT_PROBES
+    ]
+    assert {id(p) for p in found} == {id(p) for p in declared if p is not None}
+    assert len({p.name for p in found}) == len(found)
+    names = {p.name for p in found}
+    assert all(p.check in names for p in found)
+    for probe in found:
+        assert probe.script.owner in {p.check for p in found if p.script.name == probe.script.name}
+    # The built-in ones keep their order and their shared runs (the GPU bench's three, the all-reduce's
+    # variants: nccl-tests speaks for it); a probe added beside them changes neither.
+    built_in = [
         ("gemm", "gemm", "gpu_bench"),
         ("hbm", "hbm", "gpu_bench"),
         ("host_bw", "host_bw", "gpu_bench"),
@@ -160,6 +188,8 @@ def test_discovery_finds_the_built_in_probes_in_report_order() -> None:
         ("sdc", "sdc", "burn"),
         ("dcgm", "dcgm", "dcgm"),
     ]
+    rows = [(p.name, p.check, p.script.name) for p in found]
+    assert [row for row in rows if row[0] in {name for name, _, _ in built_in}] == built_in
 
 
 @pytest.mark.integration
@@ -206,13 +236,24 @@ def test_a_dropped_in_probe_is_judged_against_its_own_threshold_and_explained(
 
 def test_a_dropped_in_probes_settings_are_checked_when_the_inventory_loads(trivial_probe: Path, tmp_path: Path) -> None:
     settings = plugin_settings()
-    assert set(settings) == {"trivial"}
+    assert settings == {p.name: p.settings for p in discover() if p.settings is not None}
+    assert settings["trivial"] is sys.modules["cluster_accept.probes.trivial"].Settings
+    takers = ", ".join(sorted(settings))
     assert load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_per_s_min: 5}}"), plugins=settings)
     with pytest.raises(InventoryError) as refused:
         load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_min: 5}, trivail: {}}"), plugins=settings)
     assert refused.value.problems == [
         "profiles.cpu.plugins.trivial.trivial_rate_min: Extra inputs are not permitted",
-        "profiles.cpu.plugins.trivail: no probe of that name takes settings (probes that do: trivial)",
+        f"profiles.cpu.plugins.trivail: no probe of that name takes settings (probes that do: {takers})",
     ]
     with pytest.raises(InventoryError, match="trivial_rate_per_s_min: Input should be greater than or equal to 0"):
         load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_per_s_min: -1}}"), plugins=settings)
+
+
+def test_a_dropped_in_probes_samples_are_judged_as_the_built_in_ones(trivial_probe: Path) -> None:
+    from tests.test_plugin_samples import assert_says, probe_rows
+
+    probe = next(p for p in discover() if p.name == "trivial")
+    assert {s.kind.value for s in probe.samples} == {"healthy", "fault", "dead"}
+    for sample in probe.samples:
+        assert_says(sample, probe_rows(probe, sample))

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.checks.base import Status, discover
+from cluster_accept.checks.samples import SampleKind
 from cluster_accept.inventory.load import InventoryError, load_inventory
+from cluster_accept.inventory.model import Profile
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.rundir.run import refuse_unresolved_auto
 from cluster_accept.simulator.nodes import (
@@ -23,6 +25,7 @@ from cluster_accept.simulator.nodes import (
 )
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
 from cluster_accept.tasks.preflight.stage import evaluate_preflight
+from tests.capture import NO_CLUSTER
 
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
 
@@ -47,6 +50,29 @@ def test_a_recording_keeps_faulty_answers_that_differ_and_names_the_answering_no
     assert [r.name for r in results] == ["h", "v", "x"] and batch.detail == ""
     assert [(r.exit_code, r.stdout) for r in results] == [(0, "gpu-0042\n"), (0, "570.86.15\n"), (127, "")]
     assert "no recorded answer to 'lspci'" in results[2].stderr  # never a silent pass
+
+
+def test_a_check_command_the_recording_lacks_is_answered_from_the_checks_healthy_sample() -> None:
+    """A check added (or its command changed) since the recording was taken still runs on simulated nodes: its
+    own healthy sample answers, and the check passes; a recorded answer wins, and a command that is no check's
+    stays unanswered."""
+    recording = Recording()
+    recording.add("healthy", "node01", "nvidia-smi --query-gpu=driver_version", Answer(0, "570.86.15\n"))
+    session = SimulatedSession(SimulatedNode("gpu-0042"), recording)
+    commands = [
+        RemoteCommand("driver", "nvidia-smi --query-gpu=driver_version"),  # recorded
+        RemoteCommand("gpu_count", "nvidia-smi --query-gpu=index,name,a_new_field"),  # not recorded: its sample
+        RemoteCommand("x", "lspci"),  # no check's command: unanswered
+    ]
+    recorded, sampled, unknown = session.run_batch(commands, 9.0).commands
+    assert (recorded.exit_code, recorded.stdout) == (0, "570.86.15\n")
+    gpu_count = next(c for c in discover() if c.name == "gpu_count")
+    healthy = next(s for s in gpu_count.samples if s.kind is SampleKind.HEALTHY)
+    assert (sampled.exit_code, sampled.stdout) == (healthy.exit_code, healthy.output())
+    assert {r.status for r in gpu_count.evaluate(gpu_count.parse(sampled.stdout, 0), Profile(), NO_CLUSTER)} == {
+        Status.PASS
+    }
+    assert unknown.exit_code == 127 and "no recorded answer to 'lspci'" in unknown.stderr
 
 
 def test_figures_scale_and_everything_else_is_kept() -> None:

@@ -29,7 +29,13 @@ A check is one module in ``checks/`` that ends with ``CHECK = Check(...)`` (:cla
 - optionally ``causes``: the findings of other checks that can explain its own (:class:`Link`, cause first:
   a stopped Fabric Manager explains NVLink peers missing);
 - ``expectations``: the keys of a profile its rows judge (:class:`~cluster_accept.checks.declarations.Expectation`),
-  so that a node it left without a row is rejected, not passed.
+  so that a node it left without a row is rejected, not passed;
+- ``samples``: what its command prints on a healthy node, on a faulty one and with its tool missing or dead,
+  each with the reasons its rows must carry (:class:`~cluster_accept.checks.samples.Sample`): the tests judge
+  them, the fuzzing starts from them, the scale simulator answers from the healthy one.
+
+``Check`` is generic in the model ``parse`` returns, so the type checker holds ``evaluate`` and the optional
+callables to the model ``parse`` makes.
 
 Adding a check is adding a module: :func:`discover` finds it by walking the package, there is no list to
 edit (ClusterShell finds its workers the same way).
@@ -45,10 +51,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
+from cluster_accept.checks.samples import Sample, missing_kinds
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.rows import CheckRow as CheckRow
 from cluster_accept.vocabulary.rows import NodeRow as NodeRow
@@ -103,21 +110,24 @@ def plurality(counter: Counter[str]) -> str | None:
     return None
 
 
+ModelT = TypeVar("ModelT")
+
+
 @dataclass(frozen=True, eq=False)  # one object per check: compared and hashed by identity
-class Check:
+class Check(Generic[ModelT]):
     """A check, declared once in its module as ``CHECK = Check(...)``: what it runs, how its output is read and
     judged, its reasons, and what it answers of a profile."""
 
     name: str
     command: str  # the shell snippet run on the node (the shape only, where ``command_for`` gives it per profile)
-    parse: Callable[[str, int | None], Any]
-    evaluate: Callable[[Any, Profile, ClusterView], list[CheckRow]]
+    parse: Callable[[str, int | None], ModelT]
+    evaluate: Callable[[ModelT, Profile, ClusterView], list[CheckRow]]
     reasons: Mapping[str, Reason]
-    cluster_values: Callable[[Any], dict[str, str]] | None = None
-    counters: Callable[[Any], dict[str, int]] | None = None
+    cluster_values: Callable[[ModelT], dict[str, str]] | None = None
+    counters: Callable[[ModelT], dict[str, int]] | None = None
     # Where this reading ended, kept for the node's next run; and the model as of what is new since those marks.
-    marks: Callable[[Any], dict[str, str]] | None = None
-    since: Callable[[Any, Mapping[str, str]], Any] | None = None
+    marks: Callable[[ModelT], dict[str, str]] | None = None
+    since: Callable[[ModelT, Mapping[str, str]], ModelT] | None = None
     timeout_s: float | None = None
     job_view: bool = False  # describes a job's environment: runs behind the profile's probes.command_prefix
     command_for: Callable[[Profile], str] | None = None
@@ -126,6 +136,8 @@ class Check:
     # Judges the environment a job runs in (a setting a fix-config repairs), not the hardware: a finding of it
     # does not stop the node from being measured, so the report shows what the setting costs.
     environment: bool = False
+    # What its command prints on a healthy node, a faulty one and with its tool missing or dead (its reasons).
+    samples: tuple[Sample, ...] = ()
 
     def __post_init__(self) -> None:
         wrong = [code for code, reason in self.reasons.items() if not isinstance(reason, Reason) or reason.code != code]
@@ -145,14 +157,15 @@ class Check:
         return self.command_for(profile) if self.command_for is not None and profile is not None else self.command
 
 
-NOT_CHECKS = frozenset({"base", "reasons", "sections", "declarations"})
+NOT_CHECKS = frozenset({"base", "reasons", "sections", "declarations", "samples"})
 
 
-def discover(package: str = "cluster_accept.checks") -> list[Check]:
+def discover(package: str = "cluster_accept.checks") -> list[Check[Any]]:
     """Every check in ``package`` (each module's ``CHECK``), sorted by name; a module of the package that
-    declares no ``CHECK`` raises :class:`TypeError` naming it."""
+    declares no ``CHECK``, or a check without its samples (healthy, a fault, its tool dead), raises
+    :class:`TypeError` naming it."""
     root = importlib.import_module(package)
-    found: list[Check] = []
+    found: list[Check[Any]] = []
     for info in pkgutil.iter_modules(root.__path__):
         if info.name.startswith("_") or info.name in NOT_CHECKS:
             continue
@@ -162,6 +175,12 @@ def discover(package: str = "cluster_accept.checks") -> list[Check]:
             raise TypeError(
                 f"check module {module.__name__} declares no CHECK: end it with CHECK = Check(name=…, command=…, "
                 "parse=…, evaluate=…, reasons=REASONS) (cluster_accept.checks.base)"
+            )
+        lacking = missing_kinds(check.samples)
+        if lacking:
+            raise TypeError(
+                f"check {check.name} ({module.__name__}) declares no {', '.join(lacking)} sample: give it "
+                "samples=(healthy(…), fault(…), dead(…)) (cluster_accept.checks.samples)"
             )
         found.append(check)
     return sorted(found, key=lambda c: c.name)

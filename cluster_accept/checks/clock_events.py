@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, GpuQuery, not_available
 from cluster_accept.inventory.model import Profile
 
@@ -154,4 +155,10 @@ CHECK = Check(
     parse=parse,
     evaluate=evaluate,
     reasons=REASONS,
+    samples=(
+        healthy("h200x4", {"ok"}, fixture="tests/data/clock_events/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="tests/data/clock_events/h100x1.txt"),
+        fault("hw_slowdown", {"throttle_hw_slowdown"}, fixture="tests/data/clock_events/hw_slowdown.txt"),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

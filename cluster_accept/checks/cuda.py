@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
 
@@ -191,4 +192,10 @@ CHECK = Check(
     cluster_values=cluster_values,
     job_view=True,
     expectations=(Expectation("cuda_version", "preflight", NAME, is_set(lambda p: p.cuda_version)),),
+    samples=(
+        healthy("h200x4", {"recorded"}, fixture="tests/data/cuda/h200x4.txt"),
+        healthy("h100x1", {"recorded"}, fixture="tests/data/cuda/h100x1.txt"),
+        fault("cuda_low", {"cuda_mismatch"}, fixture="tests/data/cuda/h200x4.txt", profile={"cuda_version": "12.4"}),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
 from cluster_accept.inventory.model import MinVersion, Profile
 
@@ -149,4 +150,10 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("driver_version", "preflight", NAME, is_set(lambda p: p.driver_version)),),
+    samples=(
+        healthy("h200x4", {"ok"}, fixture="tests/data/driver/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="tests/data/driver/h100x1.txt"),
+        fault("driver_mismatch", {"versions_differ_between_gpus"}, fixture="tests/data/driver/driver_mismatch.txt"),
+        driver_unreachable({"unparsable_output"}),
+    ),
 )

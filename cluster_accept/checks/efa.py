@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks._rdma import counter_line
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
 
@@ -192,4 +193,9 @@ CHECK = Check(
     reasons=REASONS,
     counters=counters,
     environment=True,
+    samples=(
+        healthy("healthy", {"ok"}, fixture="tests/data/efa/p5_healthy.txt"),
+        fault("devices_missing", {"devices_missing"}, fixture="tests/data/efa/devices_missing.txt"),
+        dead("tools_missing", {"no_efa"}, fixture="tests/data/efa/tools_missing.txt"),
+    ),
 )

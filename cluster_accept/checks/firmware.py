@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, marked_sections, read_gpu_query, small_int
 from cluster_accept.inventory.model import Profile
 
@@ -230,4 +231,9 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("firmware", "preflight", NAME, always),),
+    samples=(
+        healthy("healthy", {"recorded"}, fixture="tests/data/firmware/healthy.txt"),
+        fault("vbios_mismatch", {"differs_between_gpus"}, fixture="tests/data/firmware/vbios_mismatch.txt"),
+        dead("driver_dead", {"nvidia_smi_failed"}, fixture="tests/data/firmware/driver_dead.txt"),
+    ),
 )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
 
@@ -116,4 +117,12 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("gpu", "preflight", NAME, is_set(lambda p: p.gpu)),),
+    samples=(
+        healthy("h200x4", {"ok"}, fixture="cluster_accept/testbed/captures/h200x4/query-gpu-noheader.txt"),
+        healthy("h100x1", {"ok"}, fixture="cluster_accept/testbed/captures/h100x1/query-gpu-noheader.txt"),
+        fault(
+            "gpu_missing", {"count_low"}, fixture="tests/data/gpu_count/gpu_missing.txt", profile={"gpu": {"count": 4}}
+        ),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import keep_head
@@ -122,4 +123,11 @@ CHECK = Check(
     parse=parse,
     evaluate=evaluate,
     reasons=REASONS,
+    samples=(
+        healthy("idle", {"ok"}, fixture="tests/data/gpu_processes/idle.txt"),
+        healthy("idle_h100x1", {"ok"}, fixture="tests/data/gpu_processes/idle_h100x1.txt"),
+        fault("busy", {"busy"}, fixture="tests/data/gpu_processes/busy.txt"),
+        fault("busy_h100x1", {"busy"}, fixture="tests/data/gpu_processes/busy_h100x1.txt"),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 
 NAME = "hostname"
@@ -87,4 +88,10 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     environment=True,
+    samples=(
+        healthy("resolves", {"ok"}, fixture="tests/data/hostname/resolves.txt"),
+        fault("loopback", {"resolves_to_loopback"}, fixture="tests/data/hostname/loopback.txt"),
+        fault("unresolvable", {"unresolvable"}, fixture="tests/data/hostname/unresolvable.txt", exit_code=2),
+        dead("no_output", {"unparsable_output"}, text="", exit_code=127),
+    ),
 )

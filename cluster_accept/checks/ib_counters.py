@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from cluster_accept.checks.base import FIRST_READING, Check, CheckRow, ClusterView, Status, error_row, read_mark
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.checks.sections import small_int
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
@@ -377,4 +378,9 @@ CHECK = Check(
     counters=counters,
     marks=marks,
     since=since,
+    samples=(
+        healthy("healthy", {"first_reading", "ok"}, fixture="tests/data/ib_counters/healthy.txt"),
+        fault("errors_since_reset", {"errors_since_reset"}, fixture="tests/data/ib_counters/two_ports.txt"),
+        dead("no_hca", {"no_ports"}, fixture="tests/data/ib_counters/no_hca.txt"),
+    ),
 )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, node_fabric, rdma_kind
 from cluster_accept.inventory.model import InfinibandSpec, Profile
 from cluster_accept.vocabulary.text import quote
@@ -359,4 +360,24 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("infiniband", "preflight", NAME, is_set(lambda p: p.infiniband)),),
+    samples=(
+        healthy(
+            "healthy",
+            {"ok"},
+            fixture="tests/data/infiniband/healthy.txt",
+            profile={"infiniband": {"ports": 2, "rate_gbps": 400, "width": "4X"}},
+        ),
+        fault(
+            "port_down",
+            {"port_down", "rate_low", "width_low"},
+            fixture="tests/data/infiniband/port_down.txt",
+            profile={"infiniband": {"ports": 2, "rate_gbps": 400, "width": "4X"}},
+        ),
+        dead(
+            "no_hca",
+            {"no_ib_ports"},
+            fixture="tests/data/infiniband/no_hca.txt",
+            profile={"infiniband": {"ports": 2, "rate_gbps": 400, "width": "4X"}},
+        ),
+    ),
 )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import FIELD_NOT_IN_DRIVER, NVIDIA_SMI_SKIPPED, GpuQuery, not_available
 from cluster_accept.inventory.model import Profile
 
@@ -155,4 +156,10 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     counters=counters,
+    samples=(
+        healthy("h200x4", {"not_available", "ok"}, fixture="tests/data/memory_health/h200x4.txt"),
+        healthy("h100x1", {"not_available", "ok"}, fixture="tests/data/memory_health/h100x1.txt"),
+        fault("uncorrected", {"remap_pending", "uncorrected_ecc"}, fixture="tests/data/memory_health/uncorrected.txt"),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.secrets import (
     NOT_SECRET_NAMES,
@@ -326,4 +327,14 @@ CHECK = Check(
     job_view=True,
     environment=True,
     expectations=(Expectation("nccl_env", "preflight", NAME, always, per_item=lambda p: p.nccl_env),),
+    samples=(
+        healthy(
+            "healthy",
+            {"ok"},
+            fixture="tests/data/nccl_env/healthy.txt",
+            profile={"nccl_env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_DEBUG": "WARN"}},
+        ),
+        fault("conf_line_ignored", {"conf_line_ignored"}, fixture="tests/data/nccl_env/conf_line_ignored.txt"),
+        dead("no_output", {"unparsable_output"}, text="", exit_code=127),
+    ),
 )

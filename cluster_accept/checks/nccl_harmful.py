@@ -20,6 +20,7 @@ from cluster_accept.checks import nccl_env
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 
 NAME = "nccl_harmful"
@@ -317,4 +318,10 @@ CHECK = Check(
     job_view=True,
     environment=True,
     expectations=(Expectation("harmful NCCL settings", "preflight", NAME, always),),
+    samples=(
+        healthy("h200x4", {"ok"}, fixture="tests/data/nccl_harmful/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="tests/data/nccl_harmful/h100x1.txt"),
+        fault("nvls_forced", {"p2p_disabled"}, fixture="tests/data/nccl_harmful/nvls_forced.txt"),
+        dead("no_output", {"unparsable_output"}, text="", exit_code=127),
+    ),
 )

@@ -19,6 +19,7 @@ from cluster_accept.checks.declarations import Link as Cause
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import NvlinkSpec, Profile
 from cluster_accept.vocabulary.text import quote
@@ -302,4 +303,25 @@ CHECK = Check(
     counters=counters,
     expectations=(Expectation("nvlink", "preflight", NAME, is_set(lambda p: p.nvlink)),),
     causes=(Cause(NVSWITCH, frozenset({NAME}), "preflight", FABRIC_DOWN),),  # a fabric down: no peers
+    samples=(
+        healthy(
+            "h200x4",
+            {"ok"},
+            fixture="tests/data/nvlink/h200x4.txt",
+            profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562}},
+        ),
+        healthy(
+            "h100x1",
+            {"ok"},
+            fixture="tests/data/nvlink/h100x1.txt",
+            profile={"nvlink": {"links_per_gpu": 0, "link_speed_gbps": 1.0}},
+        ),
+        fault(
+            "no_nvlink",
+            {"no_nvlink"},
+            fixture="tests/data/nvlink/h100x1.txt",
+            profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.5}},
+        ),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.checks.sections import marked_sections
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
@@ -264,4 +265,17 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("nvswitch", "preflight", NAME, is_set(lambda p: p.nvswitch)),),
+    samples=(
+        healthy(
+            "h200x4", {"managed_elsewhere", "ok"}, fixture="tests/data/nvswitch/h200x4.txt", profile={"nvswitch": {}}
+        ),
+        healthy("h100x1", {"recorded"}, fixture="tests/data/nvswitch/h100x1.txt"),
+        fault(
+            "fabric_not_ready",
+            {"fabric_not_ready", "nvswitch_missing"},
+            fixture="tests/data/nvswitch/fabric_not_ready.txt",
+            profile={"nvswitch": {}},
+        ),
+        dead("no_output", {"unparsable_output"}, text="", exit_code=127),
+    ),
 )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
 
@@ -183,4 +184,10 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("pcie", "preflight", NAME, is_set(lambda p: p.pcie)),),
+    samples=(
+        healthy("h200x4", {"ok"}, fixture="tests/data/pcie/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="tests/data/pcie/h100x1.txt"),
+        fault("link_downtrained", {"width_degraded"}, fixture="tests/data/pcie/link_downtrained.txt"),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

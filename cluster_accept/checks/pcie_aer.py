@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 
 NAME = "pcie_aer"
@@ -167,4 +168,9 @@ CHECK = Check(
     reasons=REASONS,
     counters=counters,
     expectations=(Expectation("pcie_aer", "preflight", NAME, always),),
+    samples=(
+        healthy("healthy", {"ok"}, fixture="tests/data/pcie_aer/healthy.txt"),
+        fault("fatal_errors", {"aer_fatal"}, fixture="tests/data/pcie_aer/fatal_errors.txt"),
+        dead("no_sysfs", {"unparsable_output"}, text="", exit_code=1),
+    ),
 )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
 from cluster_accept.inventory.model import Profile
 
@@ -109,4 +110,15 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     expectations=(Expectation("persistence_mode", "preflight", NAME, is_set(lambda p: p.persistence_mode)),),
+    samples=(
+        healthy("h200x4", {"recorded"}, fixture="tests/data/persistence/h200x4.txt"),
+        healthy("h100x1", {"recorded"}, fixture="tests/data/persistence/h100x1.txt"),
+        fault(
+            "disabled",
+            {"persistence_disabled"},
+            fixture="tests/data/persistence/disabled.txt",
+            profile={"persistence_mode": "enabled"},
+        ),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from cluster_accept.checks.base import KEPT_ANSWER, Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 
 NAME = "probe"
@@ -358,4 +359,12 @@ CHECK = Check(
     timeout_s=TIMEOUT_S,
     job_view=True,
     expectations=(Expectation("probes.python", "preflight", NAME, always),),
+    samples=(
+        healthy("h100x1_cuda_profile", {"ok"}, fixture="tests/data/probe_python/h100x1_cuda_profile.txt"),
+        fault(
+            "cpu_torch_cuda_profile", {"torch_no_cuda"}, fixture="tests/data/probe_python/cpu_torch_cuda_profile.txt"
+        ),
+        dead("torch_missing", {"torch_missing"}, fixture="tests/data/probe_python/torch_missing.txt"),
+        dead("python_missing", {"python_missing"}, fixture="tests/data/probe_python/python_missing.txt"),
+    ),
 )

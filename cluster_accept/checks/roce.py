@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks._rdma import nccl_conf_setting
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
 
@@ -150,4 +151,9 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     environment=True,
+    samples=(
+        healthy("healthy", {"ok"}, fixture="tests/data/roce/gid_index_3.txt"),
+        fault("gid_not_v2", {"gid_not_roce_v2"}, fixture="tests/data/roce/gid_not_v2.txt"),
+        dead("no_port", {"no_roce_ports"}, fixture="tests/data/roce/no_port.txt"),
+    ),
 )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from cluster_accept.checks._rdma import counter_line, nccl_conf_setting
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
 
@@ -212,4 +213,22 @@ CHECK = Check(
     cluster_values=cluster_values,
     counters=counters,
     environment=True,
+    samples=(
+        healthy("healthy", {"no_majority"}, fixture="tests/data/roce_qos/two_ports.txt"),
+        fault(
+            "pfc_off",
+            {"differs"},
+            fixture="tests/data/roce_qos/pfc_off.txt",
+            majority={
+                "NCCL_IB_TC": "106",
+                "roce_mtu": "4096",
+                "traffic_class": "106",
+                "pfc": "00010000",
+                "ecn": "np 00010000 rp 00010000",
+            },
+        ),
+        dead(
+            "mlnx_qos_missing", {"unparsable_output"}, fixture="tests/data/roce_qos/mlnx_qos_missing.txt", exit_code=127
+        ),
+    ),
 )

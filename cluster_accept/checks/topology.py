@@ -18,6 +18,7 @@ from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
 from cluster_accept.inventory.model import Profile
 
@@ -299,4 +300,10 @@ CHECK = Check(
     reasons=REASONS,
     cluster_values=cluster_values,
     causes=(Link(NVSWITCH, frozenset({NAME}), "preflight", FABRIC_DOWN),),  # a fabric down: no NVLink pairs
+    samples=(
+        healthy("h200x4", {"recorded"}, fixture="cluster_accept/testbed/captures/h200x4/topo-m.txt"),
+        healthy("h100x1", {"single_gpu"}, fixture="cluster_accept/testbed/captures/h100x1/topo-m.txt"),
+        fault("nic_across_cpu", {"nic_across_cpu"}, fixture="tests/data/topology/h200x4_nic_across_cpu.txt"),
+        driver_unreachable({"nvidia_smi_failed"}),
+    ),
 )

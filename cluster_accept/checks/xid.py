@@ -57,6 +57,7 @@ from cluster_accept.checks._xid_catalogue import (
 from cluster_accept.checks.base import SEEN_BEFORE, Check, CheckRow, ClusterView, Status, error_row, read_mark
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
 
@@ -550,4 +551,9 @@ CHECK = Check(
     marks=marks,
     since=since,
     causes=CAUSES,
+    samples=(
+        healthy("clean", {"ok"}, fixture="tests/data/xid/clean.txt"),
+        fault("xids", {"xid_48", "xid_app_with_hardware", "xid_unparsed"}, fixture="tests/data/xid/xids.txt"),
+        dead("unreadable", {"kernel_log_unreadable"}, fixture="tests/data/xid/unreadable.txt"),
+    ),
 )

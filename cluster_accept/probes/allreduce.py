@@ -18,6 +18,7 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, is_set, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import ALLREDUCE_NVLINK_FRACTION, nvlink_rating, pcie_rating
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
@@ -175,6 +176,13 @@ def report(view: ReportView) -> ReportSection | None:
     return ReportSection("allreduce", (chart,)) if chart is not None else None
 
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {
+    "probes": {"device": "cpu"},
+    "training": {"enabled": False},
+    "thresholds": {"allreduce_intra_busbw_gbps_min": 1.0},
+}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -201,6 +209,28 @@ PROBE = Probe(
             is_set(lambda p: p.probes.expected_transport.intra_node),
             "intra_node",
             (NAME,),
+        ),
+    ),
+    samples=(
+        healthy(
+            "testbed_cpu_2ranks", {"ok"}, fixture="tests/data/allreduce/testbed_cpu_2ranks.txt", profile=SAMPLE_PROFILE
+        ),
+        fault(
+            "below_minimum",
+            {"below_threshold"},
+            fixture="tests/data/allreduce/testbed_cpu_2ranks.txt",
+            profile={
+                "probes": {"device": "cpu"},
+                "training": {"enabled": False},
+                "thresholds": {"allreduce_intra_busbw_gbps_min": 10.0},
+            },
+        ),
+        dead(
+            "torch_missing",
+            {"probe_failed"},
+            fixture="tests/data/allreduce/torch_missing.txt",
+            exit_code=1,
+            profile=SAMPLE_PROFILE,
         ),
     ),
 )

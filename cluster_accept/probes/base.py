@@ -22,7 +22,11 @@ beside it) that declares ``PROBE = Probe(...)``:
 - optionally ``causes`` (the findings that can explain its own), ``expectations`` (the profile's keys its rows
   answer), ``settings`` (a pydantic model of its own keys, read from the profile's ``plugins: {name: …}``),
   ``order`` (its place in the report), ``stage`` (default ``single-node``; ``burn``) and ``series`` (a per-node
-  series too long for the run's tables, :class:`~cluster_accept.probes.series.NodeSeries`: the burn's).
+  series too long for the run's tables, :class:`~cluster_accept.probes.series.NodeSeries`: the burn's);
+- ``samples``: what its node-side run prints on a healthy node, on a faulty one and where its tool is missing or
+  dead, each with the reasons the node's rows must carry and the profile they are judged under
+  (:class:`~cluster_accept.checks.samples.Sample`): the tests judge each through the stage, and a probe
+  without them is refused by :func:`discover`.
 
 Adding a probe is adding a module or a sub-package: :func:`discover` finds it by walking the package, as checks
 are found, and the stages gather its causes, expectations and settings from it. Third-party probes can be
@@ -47,6 +51,7 @@ from cluster_accept.analysis.probe_verdicts import MetricRule, judge
 from cluster_accept.checks.base import CheckRow
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
+from cluster_accept.checks.samples import Sample, missing_kinds
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
 from cluster_accept.inventory.node_part import WantedNode
@@ -103,6 +108,8 @@ class Probe:
     settings: type[BaseModel] | None = None  # its own keys under the profile's ``plugins: {name: …}``
     other_reasons: Mapping[str, Mapping[str, Reason]] = field(default_factory=dict)  # rows under other checks
     series: NodeSeries | None = None  # a per-node series kept beside its figures (the burn's), written by the stage
+    # What its run prints on a healthy node, a faulty one and with its tool missing or dead (its reasons).
+    samples: tuple[Sample, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.check:
@@ -139,7 +146,8 @@ def _modules(package: str) -> list[ModuleType]:
 
 def discover(package: str = "cluster_accept.probes", stage: str | None = None) -> list[Probe]:
     """Every probe (each module's or sub-package's ``PROBE``) in ``package`` and under the entry point, by
-    report order then name; a name claimed twice is an error naming both modules."""
+    report order then name; a name claimed twice, or a probe without its samples (healthy, a fault, its tool
+    dead), is an error naming its module."""
     probes: dict[str, tuple[Probe, str]] = {}
     for module in _modules(package):
         probe = getattr(module, "PROBE", None)
@@ -147,6 +155,12 @@ def discover(package: str = "cluster_accept.probes", stage: str | None = None) -
             continue
         if probe.name in probes and probes[probe.name][1] != module.__name__:
             raise TypeError(f"probe {probe.name!r} defined by {probes[probe.name][1]} and {module.__name__}")
+        lacking = missing_kinds(probe.samples)
+        if lacking:
+            raise TypeError(
+                f"probe {probe.name} ({module.__name__}) declares no {', '.join(lacking)} sample: give it "
+                "samples=(healthy(…), fault(…), dead(…)) (cluster_accept.checks.samples)"
+            )
         probes[probe.name] = (probe, module.__name__)
     chosen = [p for p, _ in probes.values() if stage is None or p.stage == stage]
     return sorted(chosen, key=lambda p: (p.order, p.name))

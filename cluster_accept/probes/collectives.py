@@ -20,6 +20,7 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import nvlink_rating
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
@@ -183,6 +184,17 @@ EXPECTATIONS = (
     ),
 )
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {
+    "probes": {"device": "cpu"},
+    "training": {"enabled": False},
+    "thresholds": {
+        "allgather_intra_busbw_gbps_min": 0.01,
+        "reducescatter_intra_busbw_gbps_min": 0.01,
+        "alltoall_intra_busbw_gbps_min": 0.01,
+    },
+}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -195,4 +207,28 @@ PROBE = Probe(
     report=report,
     causes=intra_node_causes(frozenset({NAME})),
     expectations=EXPECTATIONS,
+    samples=(
+        healthy("gloo_2ranks", {"ok"}, fixture="tests/data/collectives/gloo_2ranks.txt", profile=SAMPLE_PROFILE),
+        fault(
+            "below_minimum",
+            {"below_threshold"},
+            fixture="tests/data/collectives/gloo_2ranks.txt",
+            profile={
+                "probes": {"device": "cpu"},
+                "training": {"enabled": False},
+                "thresholds": {
+                    "allgather_intra_busbw_gbps_min": 1000.0,
+                    "reducescatter_intra_busbw_gbps_min": 0.01,
+                    "alltoall_intra_busbw_gbps_min": 0.01,
+                },
+            },
+        ),
+        dead(
+            "torch_missing",
+            {"probe_failed"},
+            fixture="tests/data/allreduce/torch_missing.txt",
+            exit_code=1,
+            profile=SAMPLE_PROFILE,
+        ),
+    ),
 )

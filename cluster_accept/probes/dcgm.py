@@ -21,6 +21,7 @@ from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import DCGM, DCGM_EXIT
@@ -274,6 +275,9 @@ def _summary_rows(output: ProbeOutput, by_test: Mapping[str, list[dict[str, Any]
     return rows
 
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {"burn": {"dcgm_level": 3}}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -285,4 +289,19 @@ PROBE = Probe(
     order=ORDER,
     inspect=inspect,
     expectations=(Expectation("burn.dcgm_level", STAGE, NAME, lambda p: p.burn.dcgm_level is not None),),
+    samples=(
+        healthy("r3_pass", {"passed"}, fixture="tests/data/dcgm/r3_pass.txt", profile=SAMPLE_PROFILE),
+        fault(
+            "pcie_fail",
+            {"pcie_error", "test_skipped"},
+            fixture="tests/data/dcgm/dcgm3.3.5_r3_pcie_fail_exit.txt",
+            profile=SAMPLE_PROFILE,
+        ),
+        dead(
+            "not_installed",
+            {"not_installed"},
+            text='{"info": "skip", "reason": "dcgmi is not installed on this node (no DCGM diagnostics)"}\n',
+            profile=SAMPLE_PROFILE,
+        ),
+    ),
 )

@@ -23,6 +23,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY, busy_row
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import (
     GEMM_16BIT_FRACTION,
     GEMM_FP8_FRACTION,
@@ -184,6 +185,11 @@ def report(view: ReportView) -> ReportSection | None:
     return ReportSection("gemm", (chart,), gpu_table(view.measurements, CHART_METRICS, "gpu-table"))
 
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {
+    "thresholds": {"gemm_bf16_tflops_min": 600, "hbm_copy_gbps_min": 4000, "h2d_gbps_min": 40, "d2h_gbps_min": 40}
+}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -201,5 +207,25 @@ PROBE = Probe(
         Expectation(key, SINGLE_NODE, NAME, threshold_set(key), metric, (NAME,), RUN_FAILED)
         for metric, rule in METRICS.items()
         if (key := rule.threshold) is not None
+    ),
+    samples=(
+        healthy("h200x4", {"ok"}, fixture="tests/data/gpu_bench/h200x4.txt", profile=SAMPLE_PROFILE),
+        healthy(
+            "testbed_cpu",
+            {"ok"},
+            fixture="tests/data/gpu_bench/testbed_cpu.txt",
+            profile={
+                "probes": {"device": "cpu"},
+                "training": {"enabled": False},
+                "thresholds": {"gemm_fp32_gflops_min": 50, "gemm_bf16_gflops_min": 100, "mem_copy_gbps_min": 20},
+            },
+        ),
+        fault(
+            "slow_gpus",
+            {"below_threshold", "straggler"},
+            fixture="tests/data/gpu_bench/h200x4_slow_gpus.txt",
+            profile=SAMPLE_PROFILE,
+        ),
+        dead("torch_missing", {"probe_failed"}, fixture="tests/data/gpu_bench/torch_missing.txt", exit_code=1),
     ),
 )

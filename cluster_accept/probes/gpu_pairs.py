@@ -28,6 +28,7 @@ from cluster_accept.analysis.probe_verdicts import (
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import nvlink_rating
 from cluster_accept.inventory.model import Node, Profile, Thresholds
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
@@ -186,6 +187,9 @@ def _node_row(group: pd.DataFrame, floor: Floor | None, why: str, compared: bool
     return CheckRow(NAME, "pairs", Status.NOT_JUDGED, NO_EXPECTATION, f"{low:.1f}", expected, said)
 
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {"thresholds": {"gpu_pair_copy_gbps_min": 300}}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -206,6 +210,23 @@ PROBE = Probe(
             None,
             (NAME,),
             RUN_FAILED,
+        ),
+    ),
+    samples=(
+        healthy("two_gpus", {"ok"}, fixture="tests/data/gpu_pairs/two_gpus.txt", profile=SAMPLE_PROFILE),
+        fault(
+            "slow_link",
+            {"below_threshold"},
+            fixture="tests/data/gpu_pairs/two_gpus_slow_link.txt",
+            profile=SAMPLE_PROFILE,
+        ),
+        fault("single_gpu", {"single_gpu"}, fixture="tests/data/gpu_pairs/single_gpu.txt", profile=SAMPLE_PROFILE),
+        dead(
+            "torch_missing",
+            {"probe_failed"},
+            fixture="tests/data/gpu_bench/torch_missing.txt",
+            exit_code=1,
+            profile=SAMPLE_PROFILE,
         ),
     ),
 )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
 from cluster_accept.checks.base import CheckRow
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import allreduce
 from cluster_accept.probes.base import Probe
@@ -39,6 +40,13 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
     return allreduce.evaluate(figures, profiles)
 
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {
+    "probes": {"nccl_tests_all_reduce": "/opt/nccl-tests/build/all_reduce_perf"},
+    "training": {"enabled": False},
+    "thresholds": {"allreduce_intra_busbw_gbps_min": 100.0},
+}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -50,4 +58,25 @@ PROBE = Probe(
     order=ORDER,
     inspect=inspect,
     other_reasons=OTHER_REASONS,
+    samples=(
+        healthy(
+            "nvlink",
+            {"ok", "recorded"},
+            fixture="cluster_accept/testbed/captures/h200x4/nccl-tests-allreduce-nvlink.txt",
+            profile=SAMPLE_PROFILE,
+        ),
+        fault(
+            "socket",
+            {"below_threshold", "unreadable"},
+            fixture="cluster_accept/testbed/captures/h200x4/nccl-tests-allreduce-socket.txt",
+            profile=SAMPLE_PROFILE,
+        ),
+        dead(
+            "not_found",
+            {"probe_error"},
+            text="sh: 1: /opt/nccl-tests/build/all_reduce_perf: not found\n",
+            exit_code=127,
+            profile=SAMPLE_PROFILE,
+        ),
+    ),
 )

@@ -10,8 +10,9 @@ unchanged; the shell's own framing is tested on its own (:mod:`remote.batch`). A
 answers as ``healthy`` with every measured figure scaled down; every node's figures get a small spread of
 its own (seeded by its name), so stragglers are found as they would be.
 
-A command the recording does not hold is answered with exit 127 and says so: a simulated node never passes
-a check by having nothing to say. Nothing here is reachable from an inventory by accident: only an
+A check's command the recording does not hold is answered with that check's healthy sample (declared beside
+the check, :mod:`checks.samples`); any other command it does not hold with exit 127, saying so: a simulated node
+never passes a check by having nothing to say. Nothing here is reachable from an inventory by accident: only an
 inventory's ``simulation`` block (which names the recording) selects it.
 """
 
@@ -35,7 +36,15 @@ from cluster_accept.remote.result import (
     RemoteCommand,
 )
 from cluster_accept.simulator.launch import LAUNCHES
-from cluster_accept.simulator.recording import NODE_TOKEN, UNKNOWN_EXIT, Answer, Recording, SimulatedNode, scale_figures
+from cluster_accept.simulator.recording import (
+    NODE_TOKEN,
+    UNKNOWN_EXIT,
+    Answer,
+    Recording,
+    SimulatedNode,
+    sample_answer,
+    scale_figures,
+)
 
 
 def spread(node: str, spread_pct: float) -> float:
@@ -52,9 +61,10 @@ class SimulatedSession:
         self.node = node
         self.recording = recording
 
-    def _answer(self, script: str) -> Answer:
+    def _answer(self, script: str, name: str = "") -> Answer:
+        """The recorded answer to ``script``; else, for check ``name``, its healthy sample; else exit 127."""
         base = "healthy" if self.node.variant == "slow" else self.node.variant
-        found = self.recording.answer(base, script)
+        found = self.recording.answer(base, script) or sample_answer(name)
         if found is None:
             return Answer(UNKNOWN_EXIT, "", f"simulated node: no recorded answer to {script[:200]!r}")
         stdout = found.stdout.replace(NODE_TOKEN, self.node.name)
@@ -72,7 +82,7 @@ class SimulatedSession:
         self._round_trip()
         results = []
         for command in commands:
-            answer = self._answer(command.script)
+            answer = self._answer(command.script, command.name)
             timed_out = answer.exit_code in (124, 137)
             out, err = taken_in(command, answer.stdout), taken_in(command, answer.stderr)  # as any session's output
             results.append(CommandResult(command.name, answer.exit_code, out, err, timed_out))

@@ -1,14 +1,19 @@
 """What simulated nodes answer from: a :class:`Recording` of real (test-bed) nodes' outputs per variant and
-command, and how one simulated node answers (:class:`SimulatedNode`). Shared by the batch sessions
-(:mod:`simulator.nodes`) and the multi-node ranks (:mod:`simulator.launch`)."""
+command, a check's own healthy sample where the recording lacks its command (:func:`sample_answer`), and how one
+simulated node answers (:class:`SimulatedNode`). Shared by the batch sessions (:mod:`simulator.nodes`) and the
+multi-node ranks (:mod:`simulator.launch`)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cluster_accept.checks.base import discover
+from cluster_accept.checks.samples import Sample, first_healthy
 
 UNKNOWN_EXIT = 127
 # The figures a probe prints that a slower (or faster) node changes; everything else is kept as recorded.
@@ -72,6 +77,22 @@ class Recording:
             for part in ("variants", "launches")
         )
         return cls(variants, str(data.get("python", "")), launches)
+
+
+@functools.cache
+def _healthy_samples() -> dict[str, Sample]:
+    """Each discovered check's first healthy sample, by check name."""
+    return {check.name: sample for check in discover() if (sample := first_healthy(check.samples)) is not None}
+
+
+def sample_answer(check: str) -> Answer | None:
+    """What a healthy node answers to ``check``'s command when the recording holds none (a check added, or
+    its command changed, since the recording was taken): the check's own healthy sample. None for a command
+    that is no check's: that stays unanswered. A recording is retaken for fidelity, not for a check to run."""
+    sample = _healthy_samples().get(check)
+    if sample is None:
+        return None
+    return Answer(sample.exit_code if sample.exit_code is not None else 0, sample.output())
 
 
 def scale_figures(stdout: str, factor: float) -> str:

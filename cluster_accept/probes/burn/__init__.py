@@ -22,6 +22,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.checks.xid import XIDS
 from cluster_accept.inventory.gpus import Rating
 from cluster_accept.inventory.model import Profile
@@ -307,6 +308,9 @@ def report(view: ReportView) -> ReportSection | None:
 # what a co-tenant or clock events explain; not an XID, ECC errors, or a thermal or power throttle.
 SLOW_BURN = frozenset({"throughput_dropped", "straggler", "clocks_fell"})
 
+# The profile its samples are judged under: the minimums they are held to.
+SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
+
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -326,6 +330,22 @@ PROBE = Probe(
         *(
             Expectation(key, STAGE, NAME, threshold_set(key), metric, (NAME,), RUN_FAILED | {"not_in_suite"})
             for metric, key in (("burn_tflops", "burn_tflops_min"), ("burn_gflops", "burn_gflops_min"))
+        ),
+    ),
+    samples=(
+        healthy("h100_20s", {"ok", "sustained"}, fixture="tests/data/burn/h100_20s.txt", profile=SAMPLE_PROFILE),
+        fault(
+            "below_minimum",
+            {"below_threshold"},
+            fixture="tests/data/burn/h100_20s.txt",
+            profile={"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 5000}},
+        ),
+        dead(
+            "torch_missing",
+            {"probe_failed"},
+            fixture="tests/data/burn/torch_missing.txt",
+            exit_code=1,
+            profile=SAMPLE_PROFILE,
         ),
     ),
 )

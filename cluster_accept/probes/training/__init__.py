@@ -31,6 +31,7 @@ from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, Link, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Node, Profile
 from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
 from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
@@ -321,5 +322,20 @@ PROBE = Probe(
         Expectation(
             "training_mfu_min", SINGLE_NODE, NAME, threshold_set("training_mfu_min"), "mfu", (NAME,), RUN_FAILED
         ),
+    ),
+    samples=(
+        healthy(
+            "h200x1_350m_ddp",
+            {"ok", "recorded"},
+            fixture="tests/data/training/h200x1_350m_ddp.txt",
+            profile={"thresholds": {"training_tokens_per_s_per_gpu_min": 1000}},
+        ),
+        fault(
+            "below_minimum",
+            {"below_threshold", "single_rank"},
+            fixture="tests/data/training/h200x1_350m_ddp.txt",
+            profile={"thresholds": {"training_tokens_per_s_per_gpu_min": 10000000}},
+        ),
+        dead("torch_missing", {"probe_failed"}, fixture="tests/data/training/torch_missing.txt", exit_code=1),
     ),
 )
