@@ -24,7 +24,7 @@ from cluster_accept.analysis.history import key_figures, node_trends
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame, measurement_row
+from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame
 from cluster_accept.analysis.regressions import figure_regressions
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
@@ -185,12 +185,8 @@ def _evaluate_node(
             rows += probe.inspect(output, node.profile) if probe.inspect else []
             if probe.compare is not None or keep is not None and probe is outputs[0][0]:
                 judged.outputs.setdefault(probe.name, {})[node.name] = output  # compared across nodes, or kept
-            judged.measurements += [
-                measurement_row(
-                    run_id, inventory.cluster, stage, node.name, node.profile_name, r, transport=r.get("transport")
-                )
-                for r in output.measurements
-            ]
+            where = (run_id, inventory.cluster, stage, node.name, node.profile_name)
+            judged.measurements += [Measurement.of(figure, *where) for figure in output.measurements]
         judged.rows += [node_row(run_id, inventory.cluster, stage, node.name, r, raw, command) for r in rows]
     return judged
 

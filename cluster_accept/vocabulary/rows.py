@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.status import Status
 
 
@@ -92,6 +93,17 @@ class Measurement:
     group: str | None = None  # multi-node runs: the nodes of the run, folded (node[01-04])
     model: str | None = None  # training: the model trained
     repeat_cv: float | None = None  # the probe's repeats' coefficient of variation: the figure's own noise
+
+    @classmethod
+    def of(cls, figure: Figure, run_id: str, cluster: str, stage: str, node: str, profile: str | None) -> Measurement:
+        """``figure`` placed in a run, stage and node, judged by ``profile``."""
+        said = {f.name: getattr(figure, f.name) for f in fields(figure)}
+        return cls(run_id=run_id, cluster=cluster, stage=stage, node=node, profile=profile, **said)
+
+    @property
+    def figure(self) -> Figure:
+        """The figure itself, out of its place."""
+        return Figure(**{f.name: getattr(self, f.name) for f in fields(Figure)})
 
     def record(self) -> dict[str, Any]:
         """The Parquet row."""

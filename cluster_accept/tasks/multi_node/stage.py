@@ -19,7 +19,6 @@ from prefect.context import FlowRunContext
 from cluster_accept.analysis import between_nodes, suspects
 from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
-from cluster_accept.analysis.probe_verdicts import measurement_row
 from cluster_accept.analysis.scaling import ScalingPoint, StepVerdict, judge_steps, scaling_table, sweep_sizes
 from cluster_accept.analysis.suspects import JobSetting, read_settings
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
@@ -117,11 +116,10 @@ class _Stage:
             return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
             between = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
-            figure = measurement_row(
-                self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record, group=group
-            )
             # which run measured it (allreduce, collectives, rail0 …), and the transport NCCL used between nodes
-            self.out.measurements.append(replace(figure, probe=job.name, transport=between))
+            figure = replace(record, probe=job.name, transport=between, group=group)
+            placed = (self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name)
+            self.out.measurements.append(Measurement.of(figure, *placed))
         for name, rank in run.ranks.items():
             if rank.ok and rank.result is not None:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
@@ -160,7 +158,7 @@ class _Stage:
                 self.failed_run(run)
                 trouble = True
                 continue
-            gpus = int(run.measurements[-1].get("world_size") or size) // size
+            gpus = (run.measurements[-1].world_size or size) // size
             points.append(ScalingPoint(nodes=size, busbw_gbps=run.busbw_gbps, gpus_per_node=max(1, gpus)))
             groups[size] = group
         collectives_not_reached(self, nodes)

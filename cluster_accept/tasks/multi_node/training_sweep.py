@@ -34,28 +34,28 @@ def per_gpu(run: GroupRun) -> float | None:
     """Tokens/s per GPU of a completed training run; None when it did not complete."""
     if not run.ok:
         return None
-    figure = next((m for m in run.measurements if m.get("metric") == training.PER_GPU), None)
-    return float(figure["value"]) if figure is not None else None
+    figure = next((m for m in run.measurements if m.metric == training.PER_GPU), None)
+    return figure.value if figure is not None else None
 
 
 def point_of(run: GroupRun, size: int) -> TrainingPoint | None:
     """A completed run as a scaling point, with the transport NCCL used between nodes and the model."""
     output = training.parse(run.stdout)
-    figures = {m["metric"]: m for m in output.measurements if m.get("gpu") is None}
+    figures = {m.metric: m for m in output.measurements if m.gpu is None}
     if training.PER_GPU not in figures:
         return None
-    value = {k: float(m["value"]) for k, m in figures.items()}
+    value = {k: m.value for k, m in figures.items()}
     between = sorted(t for t in run.transports if t.startswith(("NET/", "COLLNET/")))
     return TrainingPoint(
         nodes=size,
-        gpus=int(figures[training.PER_GPU].get("world_size") or size),
+        gpus=figures[training.PER_GPU].world_size or size,
         tokens_per_s_per_gpu=value[training.PER_GPU],
         step_ms=value.get("training_step_ms"),
         tflops_per_gpu=value.get("training_tflops_per_gpu"),
         mfu=value.get("training_mfu"),
         group=fold(run.nodes),
         transport=",".join(between) or None,
-        model=figures[training.PER_GPU].get("model"),
+        model=figures[training.PER_GPU].model,
     )
 
 
