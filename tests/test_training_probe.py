@@ -161,10 +161,10 @@ def test_scaling_efficiency_is_per_gpu_against_one_node() -> None:
         TrainingPoint(nodes=2, gpus=16, tokens_per_s_per_gpu=8_561.0, transport="NET/Socket"),
     ]
     rows = training_scaling(points, 0.9)
-    assert [r["efficiency"] for r in rows] == [1.0, 8_561.0 / 41_480.0]
-    assert [r["below_min"] for r in rows] == [False, True]
-    assert rows[1]["tokens_per_s"] == 8_561.0 * 16
-    assert training_scaling(points[1:], 0.9)[0]["efficiency"] is None
+    assert [r.efficiency for r in rows] == [1.0, 8_561.0 / 41_480.0]
+    assert [r.below_min for r in rows] == [False, True]
+    assert rows[1].tokens_per_s == 8_561.0 * 16
+    assert training_scaling(points[1:], 0.9)[0].efficiency is None
 
 
 def test_cluster_judgement_names_the_slow_node() -> None:

@@ -83,7 +83,7 @@ class BurnStage:
         )
         state.rows += judged.rows
         state.measurements += judged.measurements
-        state.tables.setdefault("burn", []).extend(charted)
+        state.tables.burn.extend(charted)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(burn_probes())

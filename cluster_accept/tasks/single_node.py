@@ -20,7 +20,7 @@ import pandas as pd
 
 from cluster_accept.analysis import nccl_mechanism, stragglers, suspects
 from cluster_accept.analysis.calibration import NoiseTable, annotate, calibrated_by_figure
-from cluster_accept.analysis.history import key_figures, node_trends
+from cluster_accept.analysis.history import Trend, key_figures, node_trends
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
@@ -353,7 +353,7 @@ class SingleNodeStage:
         judged = evaluate_single_node(
             state.run_id, state.inventory, outcomes, state.quick, probes, noise=state.calibration
         )
-        state.tables.setdefault("nccl", []).extend(fact.record() for fact in judged.nccl)
+        state.tables.nccl.extend(judged.nccl)
         rows = confirm_stragglers(state, probes, judged)
         proof = prove_causes(
             state,
@@ -381,14 +381,14 @@ class SingleNodeStage:
         return tuple(e for probe in probes_of_stage() for e in probe.expectations)
 
 
-def trend_records(state: RunState, current: pd.DataFrame) -> list[dict[str, Any]]:
+def trend_records(state: RunState, current: pd.DataFrame) -> list[Trend]:
     """Each tested node's figures (``current``, the stage's frame) against its earlier runs (the report's
     history table); none without a history."""
     if state.history is None:
         return []
     names = [n.name for n in state.inventory.tested]
     trends = node_trends(state.history.figures, current, names, judged_rules(probes_of_stage()))
-    return [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
+    return Trend.of_frame(trends)
 
 
 def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster_accept.analysis.noise import NOISE_K, robust_cv
+from cluster_accept.analysis.scaling import TrainingScalingRow
 from cluster_accept.inventory.shapes import ModelShape
 from cluster_accept.vocabulary.figures import Figure
 
@@ -236,7 +237,7 @@ class TrainingPoint:
     model: str | None = None
 
 
-def training_scaling(points: Sequence[TrainingPoint], efficiency_min: float | None) -> list[dict[str, Any]]:
+def training_scaling(points: Sequence[TrainingPoint], efficiency_min: float | None) -> list[TrainingScalingRow]:
     """Rows by node count: tokens/s, per GPU, and the efficiency — per-GPU tokens/s at n nodes over one node's
     (None without a one-node run) — flagged under ``efficiency_min``."""
     base = next((p for p in points if p.nodes == 1), None)
@@ -245,19 +246,19 @@ def training_scaling(points: Sequence[TrainingPoint], efficiency_min: float | No
         efficiency = p.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu if base and base.tokens_per_s_per_gpu else None
         below = efficiency is not None and efficiency_min is not None and efficiency < efficiency_min - 1e-9
         rows.append(
-            {
-                "nodes": p.nodes,
-                "gpus": p.gpus,
-                "group": p.group,
-                "tokens_per_s": p.tokens_per_s_per_gpu * p.gpus,
-                "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
-                "step_ms": p.step_ms,
-                "tflops_per_gpu": p.tflops_per_gpu,
-                "mfu": p.mfu,
-                "efficiency": efficiency,
-                "below_min": below,
-                "transport": p.transport,
-                "model": p.model,
-            }
+            TrainingScalingRow(
+                nodes=p.nodes,
+                gpus=p.gpus,
+                group=p.group,
+                tokens_per_s=p.tokens_per_s_per_gpu * p.gpus,
+                tokens_per_s_per_gpu=p.tokens_per_s_per_gpu,
+                step_ms=p.step_ms,
+                tflops_per_gpu=p.tflops_per_gpu,
+                mfu=p.mfu,
+                efficiency=efficiency,
+                below_min=below,
+                transport=p.transport,
+                model=p.model,
+            )
         )
     return rows
