@@ -214,7 +214,7 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     faults = faults_of(names, faulty_pct)
     rows: list[NodeRow] = []
     measurements: list[Measurement] = []
-    values: list[dict[str, Any]] = []
+    values: list[NodeValue] = []
     trends: list[dict[str, Any]] = []
     verdicts = []
     for index, node in enumerate(names):
