@@ -20,7 +20,7 @@ from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.reports.figures import ReportView
 from cluster_accept.reports.render import ReportData
 from cluster_accept.tasks.stages import declared_links
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import Measurement, NodeValue
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
@@ -193,14 +193,15 @@ def _trends(node: str, index: int) -> list[dict[str, Any]]:
     ]
 
 
-def _values(node: str, fault: str | None) -> list[dict[str, Any]]:
+def _values(node: str, fault: str | None) -> list[NodeValue]:
     driver = OTHER_DRIVER if fault == "driver_version" else DRIVER
-    return [
+    records = [
         {"node": node, "check": "driver", "key": "driver_version", "value": driver},
         {"node": node, "check": "gpu_count", "key": "gpu_count", "value": str(GPUS - (fault == "gpu_missing"))},
         {"node": node, "check": "cuda", "key": "cuda_version", "value": "12.8"},
         {"node": node, "check": "memory", "key": "counter:gpu0.uncorrected_ecc", "value": "0"},
     ]
+    return [NodeValue.from_record(r) for r in records]
 
 
 def reasons() -> ReasonCatalog:
@@ -213,7 +214,7 @@ def synthetic_run(nodes: int, faulty_pct: float = 5.0) -> SyntheticRun:
     faults = faults_of(names, faulty_pct)
     rows: list[NodeRow] = []
     measurements: list[Measurement] = []
-    values: list[dict[str, Any]] = []
+    values: list[NodeValue] = []
     trends: list[dict[str, Any]] = []
     verdicts = []
     for index, node in enumerate(names):

@@ -148,8 +148,8 @@ def test_probe_rows_and_figures_from_a_run():
              {"info": "foreign_process", "gpu": 1, "pid": 4242, "name": "python", "used_memory_mib": 30000.0,
               "seen_samples": 60, "samples": 120}]  # fmt: skip
     output = burn.parse(run_text(captured_run() + extra))
-    figures = {m["gpu"]: m["value"] for m in output.measurements}
-    assert [m["metric"] for m in output.measurements] == ["burn_tflops", "burn_tflops"]
+    figures = {m.gpu: m.value for m in output.measurements}
+    assert [m.metric for m in output.measurements] == ["burn_tflops", "burn_tflops"]
     assert figures == {0: 600.0, 1: 290.5}  # the median window: it ran at half speed for most of the burn
     rows = {(r.check, r.item, r.reason): r for r in burn.inspect(output, Profile(burn=SETTINGS))}
     assert rows[("burn", "gpu1", "throughput_dropped")].status is Status.FAIL
@@ -179,8 +179,8 @@ def test_the_sampler_failing_is_an_error_on_gpus_only():
 
 def test_a_captured_cpu_run_parses_to_one_sustained_gpu():
     output = burn.parse((DATA / "cpu_2s.txt").read_text())
-    assert [(m["metric"], m["gpu"], m["iterations"]) for m in output.measurements] == [("burn_gflops", 0, 7)]
-    assert output.measurements[0]["value"] == 23.182
+    assert [(m.metric, m.gpu, m.iterations) for m in output.measurements] == [("burn_gflops", 0, 7)]
+    assert output.measurements[0].value == 23.182
     rows = burn.inspect(output, Profile(burn=BurnSettings(minutes=0.05, sample_interval_s=0.25)))
     assert [(r.item, r.reason) for r in rows] == [("gpu0", "sustained")]
 
@@ -219,8 +219,8 @@ H100_20S = (DATA / "h100_20s.txt").read_text()
 def test_a_captured_h100_burn_holds_its_throughput_and_clocks():
     output = burn.parse(H100_20S)
     [figure] = output.measurements
-    assert (figure["metric"], figure["value"], figure["iterations"]) == ("burn_tflops", 623.774, 19)
-    assert figure["conditions"] == {"sm_clock_mhz": 1410.0, "power_w": 698.96, "temp_c": 63.0}
+    assert (figure.metric, figure.value, figure.iterations) == ("burn_tflops", 623.774, 19)
+    assert (figure.sm_clock_mhz, figure.power_w, figure.temp_c) == (1410.0, 698.96, 63.0)
     [row] = burn.inspect(output, Profile(burn=BurnSettings(minutes=20 / 60)))
     assert (row.reason, row.observed) == ("sustained", "622 → 623.9 TFLOP/s (+0.3 %)")
     assert row.detail == "SM clock 1,380 MHz first, 1,418 MHz later; temperature max 63 C; power median 699 W"

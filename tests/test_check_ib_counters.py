@@ -19,6 +19,7 @@ from cluster_accept.inventory.model import Profile
 from cluster_accept.remote.result import NodeResult, NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.preflight.evaluate import node_values, since_previous
+from cluster_accept.vocabulary.rows import NodeValue
 from tests.capture import NO_CLUSTER
 
 TWO_PORTS = (Path(__file__).parent / "data" / "ib_counters" / "two_ports.txt").read_text()
@@ -109,7 +110,7 @@ class Node:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.monkeypatch = monkeypatch
-        self.records: list[dict[str, object]] = []
+        self.records: list[NodeValue] = []
 
     def run(self, output: str, controller_s: int) -> ibc.IbCounters:
         outcome = NodePreflight("n1", NodeResult("n1", NodeStatus.OK), {"ib_counters": ibc.parse(output)})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,7 @@ from cluster_accept.probes import allreduce, collectives
 from cluster_accept.remote.launch import GroupRun, RankRun
 from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.multi_node.rails import collective_rows
+from cluster_accept.vocabulary.figures import Figure
 
 DATA = Path(__file__).parent / "data" / "collectives"
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +32,7 @@ CPU = Profile.model_validate(
 
 def test_the_capture_yields_each_collectives_figures_to_its_own_probe() -> None:
     mine = collectives.parse(GLOO)
-    by_metric = {(m["metric"], m["size"]): m["value"] for m in mine.measurements}
+    by_metric = {(m.metric, m.size): m.value for m in mine.measurements}
     assert by_metric == {
         ("allgather_busbw_gbps", 1048576): 0.1449,
         ("allgather_busbw_gbps", 4194304): 0.3569,
@@ -41,16 +43,16 @@ def test_the_capture_yields_each_collectives_figures_to_its_own_probe() -> None:
         ("sendrecv_busbw_gbps", 1048576): 0.3878,
         ("sendrecv_busbw_gbps", 4194304): 0.8251,
     }
-    assert [m["value"] for m in allreduce.parse(GLOO).measurements] == [0.3595, 0.6718]  # all-reduce keeps its own
+    assert [m.value for m in allreduce.parse(GLOO).measurements] == [0.3595, 0.6718]  # all-reduce keeps its own
     # nccl-tests' factors with two ranks: 2(n-1)/n = 1 for all-reduce and send/recv, (n-1)/n = 0.5 otherwise
     for record in mine.measurements + allreduce.parse(GLOO).measurements:
-        factor = 0.5 if record["collective"] in ("all_gather", "reduce_scatter", "all_to_all") else 1.0
-        assert record["value"] == pytest.approx(record["algbw_gbps"] * factor, abs=1e-4), record
+        factor = 0.5 if record.metric.startswith(("allgather", "reducescatter", "alltoall")) else 1.0
+        assert record.value == pytest.approx(record.algbw_gbps * factor, abs=1e-4), record
 
 
 def _lone(stdout: str) -> pd.DataFrame:
     return pd.DataFrame(
-        [{**m, "node": "n1", "profile": "p", "gpu": None} for m in collectives.parse(stdout).measurements]
+        [{**asdict(m), "node": "n1", "profile": "p", "gpu": None} for m in collectives.parse(stdout).measurements]
     )
 
 
@@ -99,7 +101,7 @@ def test_each_collective_is_judged_at_its_largest_size_against_its_own_minimum()
     )
     figures = pd.DataFrame(
         [
-            {**m, "node": node, "profile": "p", "gpu": None}
+            {**asdict(m), "node": node, "profile": "p", "gpu": None}
             for node in ("n1", "n2")
             for m in collectives.parse(GLOO).measurements
         ]
@@ -183,9 +185,9 @@ def test_a_collective_across_nodes_is_judged_against_its_minimum_or_not_judged_w
     """Between nodes one run of the whole group measures each collective: no peer compares it, so without the
     profile's ``*_inter_busbw_gbps_min`` it is not judged (never the pass it once was), naming the key."""
     figures = [
-        {"metric": "allgather_busbw_gbps", "value": 4.6, "size": 1 << 30},
-        {"metric": "alltoall_busbw_gbps", "value": 2.3, "size": 1 << 30},
-        {"metric": "allreduce_busbw_gbps", "value": 3.6, "size": 1 << 30},
+        Figure("allgather_busbw_gbps", 4.6, size=1 << 30),
+        Figure("alltoall_busbw_gbps", 2.3, size=1 << 30),
+        Figure("allreduce_busbw_gbps", 3.6, size=1 << 30),
     ]
     done = CommandResult("allreduce_inter", 0, "", "")
     ranks = {n: RankRun(n, NodeStatus.OK, result=done) for n in ("n1", "n2")}

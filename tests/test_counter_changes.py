@@ -64,13 +64,13 @@ def test_each_check_compares_with_the_latest_earlier_run_that_recorded_it() -> N
     ]
     past = pd.DataFrame(rows, columns=["run_id", "node", "check", "key", "value"])
     state = SimpleNamespace(history=SimpleNamespace(node_values=past), run_id="20260105T000000Z-dddddd")
-    found = sorted((r["run_id"], r["check"], r["value"]) for r in previous_values(cast(Any, state)))
+    found = sorted((r.run_id, r.check, r.value) for r in previous_values(cast(Any, state)))
     assert found == [
         ("20260101T000000Z-aaaaaa", "ib_counters", "1767225600"),  # the flap is still known
         ("20260102T000000Z-bbbbbb", "nvlink", "2"),
     ]
     shard = SimpleNamespace(history=state.history, run_id="rack01")  # a shard's run, named by its key: now
-    assert {r["run_id"] for r in previous_values(cast(Any, shard))} == {"20260110T000000Z-cccccc",
+    assert {r.run_id for r in previous_values(cast(Any, shard))} == {"20260110T000000Z-cccccc",
                                                                        "20260101T000000Z-aaaaaa"}  # fmt: skip
     assert list(earlier(pd.Series(["29991231T000000Z-ffffff", "r1"]), "rack01")) == [False, False]
 
@@ -103,4 +103,4 @@ def test_runs_started_after_this_one_never_hide_its_past(tmp_path: Path) -> None
     past = past_node_values(history, "c", exclude_run=this)
     assert past["run_id"].tolist() == [runs[0]]
     state = SimpleNamespace(history=RunHistory(history, "c", this, {}), run_id=this)
-    assert [(r["run_id"], r["value"]) for r in previous_values(cast(Any, state))] == [(runs[0], "1")]
+    assert [(r.run_id, r.value) for r in previous_values(cast(Any, state))] == [(runs[0], "1")]

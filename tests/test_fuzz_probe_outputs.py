@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 
 import pytest
 from hypothesis import given
@@ -30,7 +31,7 @@ def _probe_lines() -> str:
     """What the probes print: an info line, then one JSON record per measurement (the all-reduce records are
     the ones parse_nccl_tests derives from the real table; the GEMM ones from the captured per-GPU TFLOP/s)."""
     lines = [json.dumps({"info": "probe", "probe": "allreduce", "world_size": 4, "nccl_version": "2.28.9"})]
-    lines += [json.dumps(m, sort_keys=True) for m in parse_nccl_tests(NCCL_TESTS[0]).measurements[:8]]
+    lines += [json.dumps(asdict(m), sort_keys=True) for m in parse_nccl_tests(NCCL_TESTS[0]).measurements[:8]]
     for line in (CAPTURES / "h200x4" / "gemm-nohog.txt").read_text().splitlines():
         gpu, _, value, unit = line.split()
         record = {"probe": "gpu_bench", "metric": "gemm_bf16_tflops", "value": float(value), "unit": unit}
@@ -74,7 +75,7 @@ def test_parse_json_lines_never_raises_and_accounts_for_every_record(text: str) 
     # every line that starts like a JSON object is a measurement, an info record or an error: none is lost
     assert len(out.measurements) + len(out.info) + len(out.errors) == _brace_lines(text)
     for record in out.measurements:
-        assert isinstance(record["metric"], str) and isinstance(record["value"], (int, float))
+        assert isinstance(record.metric, str) and isinstance(record.value, (int, float))
     assert all(isinstance(e, str) and e for e in out.errors)
 
 
@@ -86,9 +87,9 @@ def test_parse_nccl_tests_never_raises(text: str, world_size: int | None) -> Non
     assert out.measurements or out.errors, "no rows and no error"
     assert all(isinstance(e, str) and e for e in out.errors)
     for record in out.measurements:
-        assert record["metric"] == "allreduce_busbw_gbps"
-        assert isinstance(record["value"], float) and isinstance(record["size"], int)
-        assert world_size is None or record["world_size"] == world_size
+        assert record.metric == "allreduce_busbw_gbps"
+        assert isinstance(record.value, float) and isinstance(record.size, int)
+        assert world_size is None or record.world_size == world_size
 
 
 @FUZZ
@@ -109,9 +110,9 @@ def test_nccl_tests_row_with_a_garbled_bandwidth_is_not_an_exception() -> None:
     assert len(out.measurements) == len(parse_nccl_tests(table).measurements) - 1
     assert parse_nccl_tests(garbled + "\n").errors == ["no all_reduce_perf result rows in the output"]
     no_ranks = "".join(line for line in table.splitlines(keepends=True) if "Rank" not in line)
-    assert parse_nccl_tests(no_ranks).measurements[0]["world_size"] == 4  # from 'nGpus 4'
+    assert parse_nccl_tests(no_ranks).measurements[0].world_size == 4  # from 'nGpus 4'
     huge = parse_nccl_tests(no_ranks.replace("nGpus 4", "nGpus " + "9" * 5000))
-    assert huge.measurements and huge.measurements[0]["world_size"] is None
+    assert huge.measurements and huge.measurements[0].world_size is None
     size = re.match(r"\s+(\d+)\s", garbled)
     assert size is not None
     assert not parse_nccl_tests(garbled.replace(size.group(1), "9" * 5000, 1) + "\n").measurements
@@ -132,4 +133,4 @@ def test_every_probes_parse_never_raises_on_its_own_samples_mutated(name: str, d
     assert isinstance(out, ProbeOutput)
     assert all(isinstance(e, str) and e for e in out.errors)
     for record in out.measurements:  # a figure is a named number, whatever the text around it
-        assert isinstance(record["metric"], str) and isinstance(record["value"], (int, float))
+        assert isinstance(record.metric, str) and isinstance(record.value, (int, float))

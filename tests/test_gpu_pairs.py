@@ -100,7 +100,7 @@ def test_the_node_side_output_parses_to_pair_figures_and_a_single_gpu_skips() ->
         for i in (0, 1)
     ]  # fmt: skip
     out = gpu_pairs.parse("\n".join(lines))
-    assert [(m["label"], m["value"]) for m in out.measurements] == [("GPU0->GPU1", 371.2), ("GPU1->GPU0", 372.2)]
+    assert [(m.label, m.value) for m in out.measurements] == [("GPU0->GPU1", 371.2), ("GPU1->GPU0", 372.2)]
     assert pair_of("GPU1->GPU0") == (1, 0) and pair_of("GPU1<->GPU0") is None
     skipped = gpu_pairs.parse('{"info": "skip", "reason": "1 GPU: no GPU pairs"}')
     assert [(r.status, r.reason) for r in gpu_pairs.inspect(skipped, Profile())] == [(Status.SKIP, "single_gpu")]

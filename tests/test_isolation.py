@@ -211,8 +211,8 @@ def test_a_slow_pair_split_across_halves_is_searched_for() -> None:
 def test_a_failed_run_counts_as_slow() -> None:
     verdict, iso = isolate(names(8), cluster(failed=["n007"]))
     assert verdict.bad_nodes == ["n007"] and verdict.rounds_used == 2
-    row = next(r for r in to_rows(iso.rounds) if r["round"] == 0 and r["nodes"] == "n[007-008]")
-    assert row["busbw_gbps"] is None and row["bad"] is True
+    row = next(r for r in to_rows(iso.rounds) if r.round == 0 and r.nodes == "n[007-008]")
+    assert row.busbw_gbps is None and row.bad is True
 
 
 @pytest.mark.parametrize("how", ["failed", "floor"])
@@ -315,7 +315,7 @@ def test_threshold_for() -> None:
 def test_rows_for_the_report() -> None:
     _, iso = isolate(names(4), cluster(["n002"], noise=0.0))
     rows = to_rows(iso.rounds)
-    assert rows == [
+    assert [r.record() for r in rows] == [
         {**_row(0, "screen", 0, "screen", "n[001-002]", SLOW, True), "threshold_gbps": pytest.approx(21.375)},
         {**_row(0, "screen", 1, "screen", "n[003-004]", HEALTHY, False), "threshold_gbps": pytest.approx(21.375)},
         {**_row(1, "confirm", 0, "bisect", "n[001,003]", HEALTHY, False), "threshold_gbps": pytest.approx(38.0)},
@@ -333,6 +333,9 @@ def _row(rnd: int, phase: str, index: int, kind: str, nodes: str, busbw: float, 
         "size": 2,
         "busbw_gbps": busbw,
         "bad": bad,
+        "signal": "allreduce",  # placed in its run by the stage
+        "run_id": "",
+        "cluster": "",
     }
 
 

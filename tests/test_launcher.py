@@ -106,7 +106,7 @@ def test_group_larger_than_the_bound_completes_with_bounded_threads(
     assert time.monotonic() - began < 20
     assert list(run.ranks) == [n.name for n in nodes]
     assert all(r.result is not None and r.result.exit_code == 0 for r in run.ranks.values())
-    assert run.busbw_gbps == 1.5 and run.measurements[0]["world_size"] == 4
+    assert run.busbw_gbps == 1.5 and run.measurements[0].world_size == 4
     assert run.transports == {"NET/Socket": 4}  # every rank's log was collected
     assert 1 <= sampler.most <= 2
     assert list(tmpdir_env.iterdir()) == []  # every probe directory removed

@@ -17,6 +17,7 @@ from cluster_accept.ops.slurm import parse_show_nodes, plan
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.preflight.evaluate import evaluate_preflight, since_previous
+from cluster_accept.vocabulary.rows import NodeValue
 
 BOOT = "6c1f0c4e-5b7a-4a53-9d1e-0f0e4b2f3a10"
 PROFILE = Profile()
@@ -37,15 +38,17 @@ def _outcome(check: Check, stdout: str) -> NodePreflight:
     return NodePreflight("node01", result, {check.name: check.parse(stdout, 0)})
 
 
-def _history(check: str, **marks: str) -> list[dict[str, Any]]:
-    """The previous run's ``node_values`` records holding ``marks`` for ``check`` on node01."""
+def _history(check: str, **marks: str) -> list[NodeValue]:
+    """The previous run's ``node_values`` rows holding ``marks`` for ``check`` on node01, as read back from it."""
     return [
-        {"run_id": "r0", "cluster": "c", "node": "node01", "check": check, "key": f"mark:{k}", "value": v}
+        NodeValue.from_record(
+            {"run_id": "r0", "cluster": "c", "node": "node01", "check": check, "key": f"mark:{k}", "value": v}
+        )
         for k, v in marks.items()
     ]
 
 
-def _judged(outcome: NodePreflight, check: Check, history: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def _judged(outcome: NodePreflight, check: Check, history: list[NodeValue]) -> list[tuple[str, str, str]]:
     since_previous([outcome], [check], marks_by_node(history))
     return [(r.item, r.status.value, r.reason) for r in evaluate_preflight("r1", INVENTORY, [outcome], [check])]
 

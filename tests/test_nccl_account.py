@@ -23,11 +23,13 @@ from cluster_accept.remote.launch import GroupRun, RankRun
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
 from cluster_accept.reports.nccl import account_lines
 from cluster_accept.reports.render import ReportData, build_context, render
+from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB
 from cluster_accept.tasks.multi_node.stage import STAGE as MULTI_NODE
-from cluster_accept.tasks.multi_node.stage import _outcome_data, _outcome_from, _Stage
+from cluster_accept.tasks.multi_node.stage import SavedOutcome, _Stage
 from cluster_accept.tasks.probe_runs import evaluate_single_node
 from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
+from cluster_accept.tasks.stage import RunTables
 from cluster_accept.vocabulary.rows import NcclFact
 from tests.boundary import entered
 from tests.capture import CAPTURES, captured
@@ -375,7 +377,7 @@ def test_the_single_node_stage_keeps_each_runs_account() -> None:
     assert "nccl" in SINGLE_NODE.tables and "nccl" in MULTI_NODE.tables
 
 
-def test_the_multi_node_stage_keeps_each_ranks_account_with_its_group() -> None:
+def test_the_multi_node_stage_keeps_each_ranks_account_with_its_group(tmp_path: Path) -> None:
     """Every rank's log of a run between nodes, whatever the run's outcome; kept in the stage's checkpoint."""
     log, _ = captured("h200x4", "nccl-allreduce-socket.txt")
     inventory = _inventory()
@@ -388,12 +390,15 @@ def test_the_multi_node_stage_keeps_each_ranks_account_with_its_group() -> None:
         ("n1", "multi-node", "allreduce", "n[1-2]"),
         ("n2", "multi-node", "allreduce", "n[1-2]"),
     }
-    assert _outcome_from(_outcome_data(stage.out)).nccl == stage.out.nccl
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.save_stage("multi-node", SavedOutcome.of(stage.out))
+    saved = checkpoints.load_stage("multi-node", SavedOutcome)
+    assert saved is not None and saved.outcome().nccl == stage.out.nccl
 
 
 def test_the_run_writes_the_account_to_nccl_parquet(tmp_path: Path) -> None:
     facts = _cluster(_fewer_channels_by_p2p_level(), healthy=1)
-    state = SimpleNamespace(run_dir=SimpleNamespace(path=tmp_path), tables={"nccl": [f.record() for f in facts]})
+    state = SimpleNamespace(run_dir=SimpleNamespace(path=tmp_path), tables=RunTables(nccl=list(facts)))
     write_tables(cast(Any, state), ("nccl",))
     assert facts_of(pq.read_table(tmp_path / "nccl.parquet").to_pylist()) == facts
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
@@ -69,7 +71,7 @@ def test_json_lines_keep_errors_and_skip_noise() -> None:
         ]
     )
     out = parse_json_lines(text)
-    assert [m["value"] for m in out.measurements] == [692.3]
+    assert [m.value for m in out.measurements] == [692.3]
     assert len(out.info) == 1
     assert out.errors[0] == "gpu 1: CUDA error: out of memory"
     assert len(out.errors) == 3
@@ -139,9 +141,9 @@ def test_nccl_tests_table_becomes_the_same_measurements() -> None:
     nvlink = parse_nccl_tests((CAPTURES / "h200x4" / "nccl-tests-allreduce-nvlink.txt").read_text())
     assert len(nvlink.measurements) == 30 and not nvlink.errors
     last = nvlink.measurements[-1]
-    assert (last["size"], last["value"], last["algbw_gbps"], last["world_size"]) == (4294967296, 362.86, 241.91, 4)
+    assert (last.size, last.value, last.algbw_gbps, last.world_size) == (4294967296, 362.86, 241.91, 4)
     socket = parse_nccl_tests((CAPTURES / "h200x4" / "nccl-tests-allreduce-socket.txt").read_text())
-    assert (socket.measurements[-1]["size"], socket.measurements[-1]["value"]) == (1073741824, 4.3)
+    assert (socket.measurements[-1].size, socket.measurements[-1].value) == (1073741824, 4.3)
     assert parse_nccl_tests("garbage\n").errors == ["no all_reduce_perf result rows in the output"]
 
     profile = Profile(probes=ProbeSettings(nccl_tests_all_reduce="/opt/nccl-tests/build/all_reduce_perf"))
@@ -193,3 +195,42 @@ def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
         (n, g) for n in ("n1", "n2") for g in (0, 1)
     }
     assert len(measurements) == 2 * 5
+
+
+def test_a_figure_line_with_an_undeclared_key_or_a_wrong_type_is_an_error_never_a_null() -> None:
+    text = "\n".join(
+        [
+            '{"metric": "gemm_bf16_tflops", "value": 692.3, "gpu": 0, "sm_clokc_mhz": 1980}',
+            '{"metric": "gemm_bf16_tflops", "value": 692.3, "gpu": "0"}',
+            '{"metric": "gemm_bf16_tflops", "value": 692.3, "gpu": 0, "conditions": {"power_w": "high"}}',
+            '{"metric": "gpu_pair_copy_gbps", "value": 371.2, "gpu": 0, "peer": "1"}',
+        ]
+    )
+    out = parse_json_lines(text)
+    assert out.measurements == []
+    assert all(e.startswith("probe line of another shape (figure") for e in out.errors) and len(out.errors) == 4
+    assert "sm_clokc_mhz" in out.errors[0] and "figure.gpu" in out.errors[1]
+    assert "figure.conditions.power_w" in out.errors[2] and "figure.peer" in out.errors[3]
+
+
+def test_what_every_node_script_prints_beside_a_figure_is_declared() -> None:
+    """The keys the node-side scripts print (gpu_bench with its conditions, gpu_pairs, the all-reduce sweep, the
+    training step) read as figures, the conditions kept and what is not kept dropped."""
+    conditions = {"sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "power_w": 690.5, "temp_c": 61.0}
+    lines = [
+        {"metric": "gemm_bf16_tflops", "value": 692.3, "unit": "TFLOP/s", "dtype": "bf16", "size": 8192,
+         "iterations": 350, "repeat_cv": 0.004, "gpu": 0, "probe": "gpu_bench",
+         "conditions": {**conditions, "clock_event_reasons": "0x0000000000000000", "samples": 12}},
+        {"probe": "gpu_pairs", "metric": "gpu_pair_copy_gbps", "label": "GPU0->GPU1", "gpu": 0, "peer": 1,
+         "value": 371.2, "unit": "GB/s", "size": 268435456, "iterations": 20, "p2p": True},
+        {"probe": "allreduce", "metric": "allreduce_busbw_gbps", "collective": "all_reduce", "label": "intra_node",
+         "value": 362.9, "unit": "GB/s", "algbw_gbps": 241.9, "size": 1 << 30, "dtype": "fp32", "iterations": 25,
+         "world_size": 4, "gpu": None},
+        {"probe": "training", "label": "intra_node", "world_size": 4, "iterations": 20, "gpu": 1, "node_rank": 0,
+         "hostname": "node01", "metric": "training_solo_tokens_per_s", "value": 154600.0, "unit": "tokens/s"},
+    ]  # fmt: skip
+    out = parse_json_lines("\n".join(json.dumps(line) for line in lines))
+    assert not out.errors and len(out.measurements) == 4
+    gemm = out.measurements[0]
+    assert (gemm.sm_clock_mhz, gemm.power_w, gemm.clock_event_reasons) == (1980.0, 690.5, "0x0000000000000000")
+    assert (out.measurements[2].algbw_gbps, out.measurements[3].gpu) == (241.9, 1)

@@ -12,6 +12,7 @@ from cluster_accept.remote.launch import GroupRun, RankRun
 from cluster_accept.remote.rank_end import peer_loss_line, rank_done, rank_end, worker_signal
 from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.multi_node.group_rows import culprits, failed_run_rows, teardown_rows
+from cluster_accept.vocabulary.figures import Figure
 
 DATA = Path(__file__).parent / "data" / "torchrun"
 KILLED = (DATA / "killed-rank-sigkill.txt").read_text()
@@ -94,7 +95,7 @@ def test_a_teardown_error_after_every_rank_finished_leaves_the_run_complete() ->
     second = _rank("node02", 1, DONE % (1, 0, 1) + "terminate called without an active exception\n")
     stopped = _rank("node03", None, DONE % (2, 0, 1), stopped=True)  # stopped after it had finished
     run = _run(first, second, stopped)
-    run.measurements = [{"metric": "allreduce_busbw_gbps", "value": 1.5, "size": 1}]
+    run.measurements = [Figure("allreduce_busbw_gbps", 1.5, size=1)]
     assert run.ok and run.busbw_gbps == 1.5
     warned = {node: row for node, row in teardown_rows(run, "allreduce")}
     assert set(warned) == {"node02", "node03"}

@@ -22,7 +22,8 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
-from cluster_accept.tasks.stage import RunState
+from cluster_accept.tasks.stage import RunState, RunTables
+from cluster_accept.vocabulary.rows import NodeValue, ValueKind
 
 RECORDING = Path(__file__).resolve().parent.parent / "bench" / "sim" / "testbed-h200x4.json"
 
@@ -95,7 +96,7 @@ def test_a_finished_shard_is_merged_under_the_parents_run_id_with_its_types_kept
     merge_shard(state, found, shard_dir)
     assert state.rows == [_row("gpu01", "parent-run"), _row("gpu02", "parent-run", Status.FAIL, gpu=3)]
     assert [(m.run_id, m.node, m.value) for m in state.measurements] == [("parent-run", "gpu01", 612.5)]
-    assert state.tables == {"isolation": [], "scaling": [], "training_scaling": [], "nccl": []}
+    assert state.tables == RunTables()
     assert (tmp_path / "parent" / "burn" / "gpu01.parquet").read_bytes() == b"series"
 
 
@@ -135,10 +136,10 @@ def test_a_value_a_whole_shard_agrees_on_is_drift_only_the_parent_sees(tmp_path:
     inventory = _inventory(tmp_path, "  - {hosts: 'gpu[01-06]', labels: {rack: a}}\n")
     state = _state(tmp_path, inventory)
     drivers = {"gpu01": "580", "gpu02": "580", "gpu03": "570", "gpu04": "570", "gpu05": "570", "gpu06": "580"}
-    state.values = [{"node": n, "check": "driver", "key": "driver_version", "value": v} for n, v in drivers.items()]
-    state.values += [{"node": n, "check": "xid", "key": "counter:xid_79", "value": i} for i, n in enumerate(drivers)]
+    state.values = [NodeValue("r", "c", n, "driver", "driver_version", v) for n, v in drivers.items()]
+    state.values += [NodeValue("r", "c", n, "xid", "xid_79", str(i), ValueKind.COUNTER) for i, n in enumerate(drivers)]
     plan = {"a": ["gpu01", "gpu02", "gpu06"], "b": ["gpu03", "gpu04"], "c": ["gpu05"]}
-    state.values.append({"node": "gpu07", "check": "driver", "key": "driver_version", "value": "580"})
+    state.values.append(NodeValue("r", "c", "gpu07", "driver", "driver_version", "580"))
     rows = drift_across_shards(state, {**plan, "a": [*plan["a"], "gpu07"]})
     assert [(r.node, r.code, r.status, r.item, r.observed, r.expected, r.detail) for r in rows] == [
         ("gpu03", "shards:drift", Status.WARN, "driver.driver_version", "570", "580 (cluster majority)",

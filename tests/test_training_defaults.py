@@ -7,6 +7,7 @@ ones (healthy 139,715 tokens/s per GPU against 154,600 solo; 100,222 with one NC
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -55,7 +56,7 @@ def run_of(per_gpu: float, solo: list[float], capture: str = H200X2) -> str:
 def rows_of(text: str, profile: Profile) -> dict[tuple[str, int | None], CheckRow]:
     """One node's rows of a run: its own (``inspect``) and its figures judged as the stage judges them."""
     output = training.parse(text)
-    figures = pd.DataFrame([{**m, "node": "n1", "profile": "p"} for m in output.measurements])
+    figures = pd.DataFrame([{**asdict(m), "node": "n1", "profile": "p"} for m in output.measurements])
     judged = training.evaluate(figures[figures["metric"].isin(list(training.METRICS))], {"n1": profile})
     rows = training.inspect(output, profile) + [row for _, row in judged]
     return {(r.item, r.gpu): r for r in rows}
@@ -63,8 +64,8 @@ def rows_of(text: str, profile: Profile) -> dict[tuple[str, int | None], CheckRo
 
 def test_a_healthy_4xh200_node_keeps_090_of_its_solo_speed_and_passes() -> None:
     output = training.parse(run_of(139_715.0, [154_600.0] * 4))
-    figure = [m for m in output.measurements if m["metric"] == "training_dp_efficiency"]
-    assert [(f["value"], f["unit"], f["gpu"]) for f in figure] == [(round(139_715 / 154_600, 4), "ratio", None)]
+    figure = [m for m in output.measurements if m.metric == "training_dp_efficiency"]
+    assert [(f.value, f.unit, f.gpu) for f in figure] == [(round(139_715 / 154_600, 4), "ratio", None)]
     rows = rows_of(run_of(139_715.0, [154_600.0] * 4), auto_h200())
     efficiency = rows[("training_dp_efficiency", None)]
     assert (efficiency.status, efficiency.reason) == (Status.PASS, "ok")

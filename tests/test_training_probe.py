@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -77,15 +78,15 @@ def test_dense_bf16_peaks_by_device_name(name: str, peak: float | None) -> None:
 
 def test_parser_reads_the_h200_run_and_derives_tflops_and_mfu() -> None:
     output = training.parse(H200X2)
-    node = {m["metric"]: m["value"] for m in output.measurements if m["gpu"] is None}
+    node = {m.metric: m.value for m in output.measurements if m.gpu is None}
     assert node["training_tokens_per_s_per_gpu"] == 143572.3
     assert node["training_tokens_per_s"] == 287144.5
     assert node["training_step_ms"] == 114.117
     assert node["training_tflops_per_gpu"] == round(143572.3 * FLOPS_350M / 1e12, 3) == 391.319
     assert node["training_mfu"] == round(143572.3 * FLOPS_350M / 1e12 / 989.4, 4) == 0.3955
-    solo = {m["gpu"]: m["value"] for m in output.measurements if m["metric"] == "training_solo_tokens_per_s"}
+    solo = {m.gpu: m.value for m in output.measurements if m.metric == "training_solo_tokens_per_s"}
     assert solo == {0: 158367.4, 1: 157145.4}
-    assert {m["model"] for m in output.measurements} == {"gpt 355.7M L24 d1024 h16 s2048 mb8 v50304 ddp bf16 eager"}
+    assert {m.model for m in output.measurements} == {"gpt 355.7M L24 d1024 h16 s2048 mb8 v50304 ddp bf16 eager"}
     assert not output.errors
 
 
@@ -134,8 +135,8 @@ def test_unknown_gpu_skips_mfu_with_why_and_a_profile_peak_is_used() -> None:
     rows = {r.item: r for r in training.inspect(training.parse(text), gpu_profile(training_mfu_min=0.3))}
     assert (rows["mfu"].status, rows["mfu"].reason) == (Status.SKIP, "peak_unknown")
     given = text.replace('"peak_tflops": null', '"peak_tflops": 500.0')
-    mfu_figure = [m for m in training.parse(given).measurements if m["metric"] == "training_mfu"]
-    assert mfu_figure[0]["value"] == round(391.319 / 500.0, 4)
+    mfu_figure = [m for m in training.parse(given).measurements if m.metric == "training_mfu"]
+    assert mfu_figure[0].value == round(391.319 / 500.0, 4)
 
 
 def test_a_run_that_printed_no_rank_has_no_rows_of_its_own() -> None:
@@ -160,10 +161,10 @@ def test_scaling_efficiency_is_per_gpu_against_one_node() -> None:
         TrainingPoint(nodes=2, gpus=16, tokens_per_s_per_gpu=8_561.0, transport="NET/Socket"),
     ]
     rows = training_scaling(points, 0.9)
-    assert [r["efficiency"] for r in rows] == [1.0, 8_561.0 / 41_480.0]
-    assert [r["below_min"] for r in rows] == [False, True]
-    assert rows[1]["tokens_per_s"] == 8_561.0 * 16
-    assert training_scaling(points[1:], 0.9)[0]["efficiency"] is None
+    assert [r.efficiency for r in rows] == [1.0, 8_561.0 / 41_480.0]
+    assert [r.below_min for r in rows] == [False, True]
+    assert rows[1].tokens_per_s == 8_561.0 * 16
+    assert training_scaling(points[1:], 0.9)[0].efficiency is None
 
 
 def test_cluster_judgement_names_the_slow_node() -> None:
@@ -211,10 +212,10 @@ def test_the_light_suites_model_is_not_held_to_the_full_models_minimum() -> None
     rows = {r.item: r for r in training.inspect(training.parse(light), profile)}
     assert (rows["mfu"].status, rows["mfu"].reason) == (Status.SKIP, "other_model")
     assert "L24 d1024 h16 s2048 mb8 v50304" in rows["mfu"].detail
-    frame = pd.DataFrame([{**m, "node": "n1", "profile": "p"} for m in training.parse(light).measurements])
+    frame = pd.DataFrame([{**asdict(m), "node": "n1", "profile": "p"} for m in training.parse(light).measurements])
     judged = {r.item: r for _, r in training.evaluate(frame, {"n1": profile})}
     assert judged[training.PER_GPU].reason == "other_model"
-    full = pd.DataFrame([{**m, "node": "n1", "profile": "p"} for m in training.parse(H200X2).measurements])
+    full = pd.DataFrame([{**asdict(m), "node": "n1", "profile": "p"} for m in training.parse(H200X2).measurements])
     assert {r.item: r for _, r in training.evaluate(full, {"n1": profile})}[
         training.PER_GPU
     ].reason == "below_threshold"

@@ -11,6 +11,7 @@ import pytest
 
 from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
 from cluster_accept.analysis.probe_output import parse_json_lines
+from cluster_accept.analysis.scaling import TrainingScalingRow
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.remote.launch import GroupJob, GroupRun, RankRun
@@ -75,9 +76,9 @@ NOTHING = IsolationVerdict([], [], ["n1", "n2", "n3"], [], 2, "n[1-3] unresolved
 def test_a_healthy_sweep_has_one_row_per_step_and_node() -> None:
     stage = FakeStage({1: 150_000.0, 2: 143_382.4, 3: 141_000.0}, NOTHING)
     table, trouble = training_sweep(stage, nodes(3))
-    assert not trouble and [r["nodes"] for r in table] == [1, 2, 3]
-    assert table[1]["efficiency"] == 143_382.4 / 150_000.0 and table[1]["transport"] == "NET/IB"
-    assert table[1]["gpus"] == 2  # the capture's world size
+    assert not trouble and [r.nodes for r in table] == [1, 2, 3]
+    assert table[1].efficiency == 143_382.4 / 150_000.0 and table[1].transport == "NET/IB"
+    assert table[1].gpus == 2  # the capture's world size
     steps = [(n, r.item, r.status, r.reason) for n, r in stage.rows]
     assert steps == [
         ("n1", "1 node", Status.PASS, "ok"),
@@ -91,7 +92,7 @@ def test_low_efficiency_asks_for_isolation_and_no_culprit_fails_the_steps() -> N
     stage = FakeStage({1: 41_480.0, 2: 8_561.0, 3: 8_000.0}, NOTHING)
     group = nodes(3)
     table, trouble = training_sweep(stage, group)
-    assert trouble and [r["below_min"] for r in table] == [False, True, True]
+    assert trouble and [r.below_min for r in table] == [False, True, True]
     isolate_training(stage, group, table)
     ((names, policy),) = stage.isolated
     assert names == ["n1", "n2", "n3"] and policy.min_busbw_gbps == pytest.approx(41_480.0 * 0.9)
@@ -112,7 +113,7 @@ def test_a_named_node_leaves_the_steps_to_isolation() -> None:
 def test_a_failed_run_is_trouble_and_nodes_it_left_out_are_skipped_with_why() -> None:
     stage = FakeStage({1: 150_000.0, 2: None, 3: None}, NOTHING)
     table, trouble = training_sweep(stage, nodes(3))
-    assert trouble and [r["nodes"] for r in table] == [1]
+    assert trouble and [r.nodes for r in table] == [1]
     reasons = {(n, r.reason) for n, r in stage.rows}
     assert ("n1", "collective_failed") in reasons and ("n3", "collective_failed") in reasons
     assert ("n2", "collective_failed") in reasons
@@ -121,7 +122,7 @@ def test_a_failed_run_is_trouble_and_nodes_it_left_out_are_skipped_with_why() ->
 def test_without_a_one_node_run_the_minimum_is_answered_with_why() -> None:
     stage = FakeStage({1: None, 2: 140_000.0, 3: 139_000.0}, NOTHING)
     table, trouble = training_sweep(stage, nodes(3))
-    assert trouble and [r["efficiency"] for r in table] == [None, None]
+    assert trouble and [r.efficiency for r in table] == [None, None]
     steps = {(n, r.item): (r.status, r.reason) for n, r in stage.rows if r.check == "training_scaling"}
     assert steps[("n1", "inter_node")] == (Status.ERROR, "collective_failed")
     assert steps[("n3", "3 nodes")] == (Status.SKIP, "no_baseline")
@@ -150,15 +151,16 @@ def test_nodes_that_train_differently_sweep_apart(monkeypatch: pytest.MonkeyPatc
     inventory = Inventory("c", members, {}, "inv.yaml", "d")
     swept: list[list[str]] = []
 
-    def sweep(stage: object, group: list[Node]) -> tuple[list[dict[str, Any]], bool]:
+    def sweep(stage: object, group: list[Node]) -> tuple[list[TrainingScalingRow], bool]:
         swept.append([n.name for n in group])
-        return [{"nodes": 1, "group": group[0].name}], False
+        row = TrainingScalingRow(1, 1, group[0].name, 1.0, 1.0, None, None, None, None, False, None, None)
+        return [row], False
 
     monkeypatch.setattr(multi_node, "training_sweep", sweep)
     stage = multi_node._Stage("r", inventory)
     stage.train(members)
     assert swept == [["n1", "n3"], ["n2", "n5"]]  # n4 does not train
-    assert [r["group"] for r in stage.out.training_scaling] == ["n1", "n2"]
+    assert [r.group for r in stage.out.training_scaling] == ["n1", "n2"]
 
 
 def test_the_failing_scaling_row_carries_its_figure_into_the_cause_sentence() -> None:

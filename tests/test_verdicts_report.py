@@ -10,6 +10,7 @@ from cluster_accept.checks.base import NodeRow, Status, discover
 from cluster_accept.checks.reasons import catalog
 from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.tasks.stages import declared_links
+from cluster_accept.vocabulary.rows import NodeValue
 
 LINKS = declared_links()  # the cause links the stages' checks and probes declare
 
@@ -108,11 +109,11 @@ def test_report_escapes_node_output_and_names_faulty_nodes(tmp_path: Path) -> No
         "inventory_digest": "abc",
     }
     values = [
-        {"node": "n1", "check": "driver", "key": "driver_version", "value": "580.159.04"},
-        {"node": "n2", "check": "driver", "key": "driver_version", "value": "570.86.15"},
-        {"node": "n3", "check": "driver", "key": "driver_version", "value": "580.159.04"},
-        {"node": "n1", "check": "gpu_count", "key": "gpu_count", "value": "4"},
-        {"node": "n3", "check": "gpu_count", "key": "gpu_count", "value": "4"},
+        NodeValue("r1", "c", "n1", "driver", "driver_version", "580.159.04"),
+        NodeValue("r1", "c", "n2", "driver", "driver_version", "570.86.15"),
+        NodeValue("r1", "c", "n3", "driver", "driver_version", "580.159.04"),
+        NodeValue("r1", "c", "n1", "gpu_count", "gpu_count", "4"),
+        NodeValue("r1", "c", "n3", "gpu_count", "gpu_count", "4"),
     ]
     reasons = catalog((c.name, c.reasons) for c in discover())
     context = build_context(run, verdicts, ReportData(links=LINKS, rows=rows, values=values, reasons=reasons))

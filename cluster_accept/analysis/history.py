@@ -31,6 +31,7 @@ from cluster_accept.analysis.schemas import TABLES
 from cluster_accept.analysis.verdicts import COUNTER, MARK
 from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.own_files import copy_whole
+from cluster_accept.vocabulary.rows import Record
 
 PAST_RUNS = 10  # a node's figures are compared with its last K runs' (regressions, the report's trends)
 RUNS_READ = 200  # the cluster's latest runs a run reads its nodes' past from: older ones are not its past
@@ -203,6 +204,24 @@ def node_trends(
     keep = df[~df["current"]].groupby(["node", "metric"]).tail(last_k)
     out = pd.concat([keep, df[df["current"]]]).sort_values(order)
     return out[columns].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Trend(Record):
+    """One node's key figure in one run, past or this one: a row of the report's history table."""
+
+    node: str
+    metric: str
+    unit: str | None
+    run_id: str
+    started: str
+    value: float
+    current: bool  # this run's figure, not an earlier run's
+
+    @classmethod
+    def of_frame(cls, trends: pd.DataFrame) -> list[Trend]:
+        """The rows of :func:`node_trends`' frame."""
+        return [cls.from_record({str(k): v for k, v in r.items()}) for r in trends.to_dict("records")]
 
 
 @dataclass

@@ -33,9 +33,9 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from cluster_accept.inventory.hostlist import fold
+from cluster_accept.vocabulary.rows import Record
 
 
 @dataclass(frozen=True)
@@ -377,20 +377,39 @@ def drive(isolator: Isolator, run_round: Callable[[list[tuple[str, ...]]], Seque
     return isolator.verdict()
 
 
-def to_rows(rounds: Sequence[Round]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class IsolationRow(Record):
+    """One group of one isolation round, as ``isolation.parquet`` holds it (the run it is of placed by the
+    stage)."""
+
+    round: int
+    phase: str  # screen / bisect / confirm
+    group_index: int
+    kind: str  # what the group tests (screen group, half, pair with a known-good node ...)
+    nodes: str  # the group's nodes, folded
+    size: int
+    busbw_gbps: float | None  # the group's figure (whatever the signal); None: the run failed or timed out
+    bad: bool
+    threshold_gbps: float | None
+    signal: str = "allreduce"  # what the groups ran: allreduce (bus bandwidth) or training (tokens/s per GPU)
+    run_id: str = ""
+    cluster: str = ""
+
+
+def to_rows(rounds: Sequence[Round]) -> list[IsolationRow]:
     """One row per (round, group) recorded, for ``isolation.parquet`` and the report."""
     return [
-        {
-            "round": rnd.index,
-            "phase": rnd.phase,
-            "group_index": i,
-            "kind": rnd.kinds[i],
-            "nodes": fold(result.nodes),
-            "size": len(result.nodes),
-            "busbw_gbps": result.busbw_gbps,
-            "bad": rnd.bad[i],
-            "threshold_gbps": rnd.thresholds[i],
-        }
+        IsolationRow(
+            round=rnd.index,
+            phase=rnd.phase,
+            group_index=i,
+            kind=rnd.kinds[i],
+            nodes=fold(result.nodes),
+            size=len(result.nodes),
+            busbw_gbps=result.busbw_gbps,
+            bad=rnd.bad[i],
+            threshold_gbps=rnd.thresholds[i],
+        )
         for rnd in rounds
         for i, result in enumerate(rnd.results)
     ]

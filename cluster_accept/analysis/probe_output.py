@@ -1,7 +1,8 @@
 """Parse what the node-side probes print: JSON measurement lines, and NCCL's ``NCCL_DEBUG=INFO`` log.
 
-Pure functions; a malformed line is kept as an error, never raised. NCCL's log is read by
-:mod:`cluster_accept.analysis.nccl_log`.
+Pure functions; a malformed line is kept as an error, never raised: a figure line with a key no node script
+declares, or a value of another type (:class:`~cluster_accept.vocabulary.figures.Figure`), is an error too.
+NCCL's log is read by :mod:`cluster_accept.analysis.nccl_log`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_accept.vocabulary.codec import ShapeError
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.text import keep_head
 
 
 @dataclass
 class ProbeOutput:
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[Figure] = field(default_factory=list)
     info: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     transports: dict[str, int] = field(default_factory=dict)  # NCCL's channel connections per transport
@@ -31,7 +34,8 @@ class ProbeOutput:
 
 
 def parse_json_lines(text: str) -> ProbeOutput:
-    """Measurement objects (with ``metric`` and a numeric ``value``), info objects and errors."""
+    """Figures (objects with ``metric`` and a numeric ``value``, held to :class:`Figure`), info objects (the
+    probe's own, read by its parse) and errors."""
     out = ProbeOutput()
     for line in text.splitlines():
         line = line.strip()
@@ -49,10 +53,17 @@ def parse_json_lines(text: str) -> ProbeOutput:
         elif "info" in record:
             out.info.append(record)
         elif isinstance(record.get("metric"), str) and isinstance(record.get("value"), (int, float)):
-            out.measurements.append(record)
+            _add_figure(out, record, line)
         else:
             out.errors.append(f"probe line without metric/value: {keep_head(line, 200)}")
     return out
+
+
+def _add_figure(out: ProbeOutput, record: dict[str, Any], line: str) -> None:
+    try:
+        out.measurements.append(Figure.from_node(record))
+    except ShapeError as error:
+        out.errors.append(f"probe line of another shape ({error}): {keep_head(line, 200)}")
 
 
 _NCCL_TESTS_ROW = re.compile(
@@ -61,7 +72,7 @@ _NCCL_TESTS_ROW = re.compile(
 
 
 def parse_nccl_tests(text: str, world_size: int | None = None) -> ProbeOutput:
-    """nccl-tests ``all_reduce_perf`` table → the same measurement records our all-reduce probe prints
+    """nccl-tests ``all_reduce_perf`` table → the same figures our all-reduce probe prints
     (out-of-place columns; ``#wrong`` other than 0 or N/A is reported as an error)."""
     out = ProbeOutput()
     gpus = re.search(r"nGpus (\d{1,9})(?!\d)", text)
@@ -75,19 +86,17 @@ def parse_nccl_tests(text: str, world_size: int | None = None) -> ProbeOutput:
         if wrong not in ("0", "N/A"):
             out.errors.append(f"all_reduce_perf reports {wrong} wrong values at {size} B")
         out.measurements.append(
-            {
-                "probe": "allreduce",
-                "metric": "allreduce_busbw_gbps",
-                "label": "intra_node",
-                "value": float(busbw),
-                "unit": "GB/s",
-                "algbw_gbps": float(algbw),
-                "size": int(size),
-                "dtype": dtype,
-                "world_size": world,
-                "gpu": None,
-                "tool": "nccl-tests",
-            }
+            Figure(
+                probe="allreduce",
+                metric="allreduce_busbw_gbps",
+                label="intra_node",
+                value=float(busbw),
+                unit="GB/s",
+                algbw_gbps=float(algbw),
+                size=int(size),
+                dtype=dtype,
+                world_size=world,
+            )
         )
     if not out.measurements:
         out.errors.append("no all_reduce_perf result rows in the output")

@@ -356,46 +356,6 @@ def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in df.groupby("node")["value"].median().items()}
 
 
-def measurement_row(
-    run_id: str,
-    cluster: str,
-    stage: str,
-    node: str,
-    profile: str,
-    record: Mapping[str, Any],
-    **placed: Any,
-) -> Measurement:
-    """A probe's JSON record as a typed ``measurements.parquet`` row; ``placed``: what the stage knows of the
-    figure that the record does not say (the group that measured it, the transport NCCL used)."""
-    conditions = record.get("conditions") or {}
-    return Measurement(
-        run_id=run_id,
-        cluster=cluster,
-        stage=stage,
-        node=node,
-        metric=str(record["metric"]),
-        value=float(record["value"]),
-        probe=record.get("probe"),
-        profile=profile,
-        gpu=record.get("gpu"),
-        unit=record.get("unit"),
-        dtype=record.get("dtype"),
-        size=record.get("size"),
-        iterations=record.get("iterations"),
-        label=record.get("label"),
-        world_size=record.get("world_size"),
-        algbw_gbps=record.get("algbw_gbps"),
-        sm_clock_mhz=conditions.get("sm_clock_mhz"),
-        mem_clock_mhz=conditions.get("mem_clock_mhz"),
-        power_w=conditions.get("power_w"),
-        temp_c=conditions.get("temp_c"),
-        clock_event_reasons=conditions.get("clock_event_reasons"),
-        model=record.get("model"),
-        repeat_cv=record.get("repeat_cv"),
-        **placed,
-    )
-
-
 MEASUREMENT_COLUMNS = tuple(f.name for f in fields(Measurement))
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from cluster_accept.vocabulary.rows import Record
 
 # Efficiencies are ratios of measured floats: one exactly at the minimum must not fail by rounding.
 _EPSILON = 1e-9
@@ -29,8 +30,44 @@ class ScalingPoint:
 
 
 @dataclass(frozen=True)
+class ScalingRow(Record):
+    """The all-reduce across one node count, as ``scaling.parquet`` holds it (the run placed by the stage)."""
+
+    nodes: int
+    gpus: int
+    busbw_gbps: float  # per GPU (rank) already, at the largest message size
+    algbw_gbps: float | None
+    node_algbw_gbps: float | None  # algorithm bandwidth times GPUs per node: per-node throughput
+    vs_one_node: float | None
+    efficiency: float | None  # busbw relative to the 2-node run
+    below_min: bool  # under the profile's scaling_efficiency_min
+    run_id: str = ""
+    cluster: str = ""
+
+
+@dataclass(frozen=True)
+class TrainingScalingRow(Record):
+    """The profile's model trained across one node count, as ``training_scaling.parquet`` holds it."""
+
+    nodes: int
+    gpus: int
+    group: str | None  # the nodes of the run, folded
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    step_ms: float | None
+    tflops_per_gpu: float | None
+    mfu: float | None  # None: the GPU's peak is unknown (or CPU)
+    efficiency: float | None  # tokens/s per GPU relative to the one-node run
+    below_min: bool  # under the profile's training_scaling_efficiency_min
+    transport: str | None  # what NCCL used between nodes (NET/IB, NET/Socket ...)
+    model: str | None
+    run_id: str = ""
+    cluster: str = ""
+
+
+@dataclass(frozen=True)
 class ScalingTable:
-    rows: list[dict[str, Any]]  # one per node count, ascending: for scaling.parquet and the report
+    rows: list[ScalingRow]  # one per node count, ascending: for scaling.parquet and the report
     below_min: list[int]  # node counts whose efficiency is under the minimum
     efficiency_min: float | None
     ok: bool | None  # None: no minimum, or no 2-node run to measure efficiency against
@@ -67,7 +104,7 @@ def scaling_table(points: Sequence[ScalingPoint], efficiency_min: float | None =
         by_nodes[point.nodes] = point
     one = by_nodes.get(1)
     base = by_nodes.get(2)
-    rows: list[dict[str, Any]] = []
+    rows: list[ScalingRow] = []
     below: list[int] = []
     for nodes in sorted(by_nodes):
         point = by_nodes[nodes]
@@ -78,38 +115,36 @@ def scaling_table(points: Sequence[ScalingPoint], efficiency_min: float | None =
         if low:
             below.append(nodes)
         rows.append(
-            {
-                "nodes": nodes,
-                "gpus": gpus,
-                "busbw_gbps": point.busbw_gbps,  # per GPU (rank) already
-                "algbw_gbps": algbw,
-                "node_algbw_gbps": None if algbw is None else algbw * point.gpus_per_node,
-                "vs_one_node": point.busbw_gbps / one.busbw_gbps if one and one.busbw_gbps > 0 else None,
-                "efficiency": efficiency,
-                "below_min": low,
-            }
+            ScalingRow(
+                nodes=nodes,
+                gpus=gpus,
+                busbw_gbps=point.busbw_gbps,
+                algbw_gbps=algbw,
+                node_algbw_gbps=None if algbw is None else algbw * point.gpus_per_node,
+                vs_one_node=point.busbw_gbps / one.busbw_gbps if one and one.busbw_gbps > 0 else None,
+                efficiency=efficiency,
+                below_min=low,
+            )
         )
-    compared = [r for r in rows if r["efficiency"] is not None and r["nodes"] > 2]
+    compared = [r for r in rows if r.efficiency is not None and r.nodes > 2]
     ok = None if efficiency_min is None or not compared else not below
     return ScalingTable(rows, below, efficiency_min, ok, _detail(rows, below, efficiency_min, base is not None, ok))
 
 
-def _detail(
-    rows: list[dict[str, Any]], below: list[int], minimum: float | None, has_base: bool, ok: bool | None
-) -> str:
+def _detail(rows: list[ScalingRow], below: list[int], minimum: float | None, has_base: bool, ok: bool | None) -> str:
     if not rows:
         return "no multi-node all-reduce result."
     if not has_base:
         return "no 2-node run to measure scaling efficiency against."
     largest = rows[-1]
-    text = f"busbw {largest['busbw_gbps']:.1f} GB/s at {largest['nodes']} nodes"
-    if largest["efficiency"] is not None and largest["nodes"] > 2:
-        text += f", {100 * largest['efficiency']:.0f}% of the 2-node run"
+    text = f"busbw {largest.busbw_gbps:.1f} GB/s at {largest.nodes} nodes"
+    if largest.efficiency is not None and largest.nodes > 2:
+        text += f", {100 * largest.efficiency:.0f}% of the 2-node run"
     if minimum is not None and below:
-        worst = min((r for r in rows if r["nodes"] in below), key=lambda r: r["efficiency"])
+        worst = min((r for r in rows if r.nodes in below), key=lambda r: r.efficiency or 0.0)
         text += (
             f"; under the {100 * minimum:.0f}% minimum at {', '.join(str(n) for n in below)} nodes "
-            f"(lowest {100 * worst['efficiency']:.0f}% at {worst['nodes']})"
+            f"(lowest {100 * (worst.efficiency or 0.0):.0f}% at {worst.nodes})"
         )
     elif minimum is not None and ok:
         text += f"; every size at or above the {100 * minimum:.0f}% minimum"

@@ -19,6 +19,7 @@ from cluster_accept.checks.base import BAD_STATUSES, NodeRow, Status
 from cluster_accept.checks.declarations import Link
 from cluster_accept.checks.reasons import TOOL_CHECK
 from cluster_accept.inventory.hostlist import describe_folded, fold_values
+from cluster_accept.vocabulary.rows import KEY_PREFIX, NodeValue, ValueKind
 
 
 class Verdict(str, enum.Enum):
@@ -98,8 +99,8 @@ def is_accepted(rows: Iterable[NodeRow]) -> bool:
     return not any(r.status in BAD_STATUSES for r in rows)
 
 
-COUNTER = "counter:"  # node_values keys holding error counters (compared with each node's previous run)
-MARK = "mark:"  # node_values keys holding where a check's reading ended (read back by the node's next run)
+COUNTER = KEY_PREFIX[ValueKind.COUNTER]  # node_values keys holding error counters (compared with the previous run)
+MARK = KEY_PREFIX[ValueKind.MARK]  # node_values keys holding where a check's reading ended (read by the next run)
 
 
 def is_compared(key: str) -> bool:
@@ -107,26 +108,24 @@ def is_compared(key: str) -> bool:
     return not key.startswith((COUNTER, MARK))
 
 
-def values_by_node(records: Iterable[Mapping[Any, Any]], counters: bool = False) -> dict[str, dict[str, str]]:
-    """node -> {``check.key``: value} of ``node_values`` records: the values compared across nodes, or with
-    ``counters`` the error counters (``counter:`` keys), which differ between healthy nodes and are compared
-    with each node's own history instead."""
+def values_by_node(values: Iterable[NodeValue], counters: bool = False) -> dict[str, dict[str, str]]:
+    """node -> {``check.key``: value} of a run's node values: the values compared across nodes, or with
+    ``counters`` the error counters (keyed ``check.counter:name``), which differ between healthy nodes and are
+    compared with each node's own history instead."""
+    wanted = ValueKind.COUNTER if counters else ValueKind.COMPARED
     found: dict[str, dict[str, str]] = {}
-    for v in records:
-        key = str(v["key"])
-        if key.startswith(COUNTER) if counters else is_compared(key):
-            found.setdefault(str(v["node"]), {})[f"{v['check']}.{key}"] = str(v["value"])
+    for v in values:
+        if v.kind is wanted:
+            found.setdefault(v.node, {})[f"{v.check}.{v.stored_key}"] = v.value
     return found
 
 
-def marks_by_node(records: Iterable[Mapping[Any, Any]]) -> dict[str, dict[str, dict[str, str]]]:
-    """node -> check -> {mark: value} of ``node_values`` records: where each check's reading of the node ended."""
+def marks_by_node(values: Iterable[NodeValue]) -> dict[str, dict[str, dict[str, str]]]:
+    """node -> check -> {mark: value} of node values: where each check's reading of the node ended."""
     found: dict[str, dict[str, dict[str, str]]] = {}
-    for v in records:
-        key = str(v["key"])
-        if key.startswith(MARK):
-            checks = found.setdefault(str(v["node"]), {})
-            checks.setdefault(str(v["check"]), {})[key.removeprefix(MARK)] = str(v["value"])
+    for v in values:
+        if v.kind is ValueKind.MARK:
+            found.setdefault(v.node, {}).setdefault(v.check, {})[v.key] = v.value
     return found
 
 

@@ -49,10 +49,10 @@ TABLES = {
     "checks": (CHECKS, lambda state: state.rows),
     "node_values": (NODE_VALUES, lambda state: state.values),
     "measurements": (MEASUREMENTS, lambda state: state.measurements),
-    "isolation": (ISOLATION, lambda state: state.tables.get("isolation", [])),
-    "scaling": (SCALING, lambda state: state.tables.get("scaling", [])),
-    "training_scaling": (TRAINING_SCALING, lambda state: state.tables.get("training_scaling", [])),
-    "nccl": (NCCL, lambda state: state.tables.get("nccl", [])),
+    "isolation": (ISOLATION, lambda state: state.tables.isolation),
+    "scaling": (SCALING, lambda state: state.tables.scaling),
+    "training_scaling": (TRAINING_SCALING, lambda state: state.tables.training_scaling),
+    "nccl": (NCCL, lambda state: state.tables.nccl),
 }
 
 

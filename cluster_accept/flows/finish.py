@@ -80,7 +80,7 @@ def verdict_rows(state: RunState, links: tuple[Link, ...]) -> list[VerdictRow]:
 
 def probe_sections(state: RunState, probes: list[Probe], thresholds: dict[str, dict[str, Any]]) -> list[ReportSection]:
     """Each probe's part of the report's measurements, in probe order."""
-    view = ReportView(state.measurements, state.rows, thresholds, state.tables)
+    view = ReportView(state.measurements, state.rows, thresholds, state.tables.records())
     sections = [probe.report(view) for probe in probes if probe.report is not None]
     return [s for s in sections if s is not None]
 
@@ -177,10 +177,10 @@ def render_report(
     data = ReportData(
         rows=state.rows,
         values=state.values,
-        scaling=state.tables.get("scaling", ()),
-        isolation=state.tables.get("isolation", ()),
-        nccl=state.tables.get("nccl", ()),
-        trends=state.trends,
+        scaling=[r.record() for r in state.tables.scaling],
+        isolation=[r.record() for r in state.tables.isolation],
+        nccl=[r.record() for r in state.tables.nccl],
+        trends=[t.record() for t in state.trends],
         thresholds=thresholds,
         reasons=context.reasons,
         sections=[*probe_sections(state, context.probes, thresholds), *([shown] if shown is not None else [])],

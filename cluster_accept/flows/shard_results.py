@@ -17,8 +17,10 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
+from cluster_accept.analysis.isolation import IsolationRow
+from cluster_accept.analysis.scaling import ScalingRow, TrainingScalingRow
 from cluster_accept.analysis.table_files import UnfitTable, read_table_file, row_limit
 from cluster_accept.analysis.verdicts import values_by_node
 from cluster_accept.checks.base import NodeRow, Status, majority_values
@@ -26,7 +28,7 @@ from cluster_accept.checks.reasons import TOOL_CHECK, Action, FindingKind, Reaso
 from cluster_accept.inventory.hostlist import MAX_NODES, fold
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.tasks.stage import RunState
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record
 
 SHARDS_DIR = "shards"
 SHARD_NOT_FINISHED = "shard_not_finished"
@@ -47,6 +49,8 @@ SHARD_REASONS = declare(
         kind=FindingKind.RELATIVE,
     ),
 )
+
+_R = TypeVar("_R", bound=Record)
 
 
 def shard_key(value: str) -> str:
@@ -112,20 +116,21 @@ def read_shard(shard_dir: Path) -> ShardTables | str:
     return ShardTables(info, rows, tables)
 
 
-def _own(records: Sequence[Mapping[str, Any]], run_id: str) -> list[dict[str, Any]]:
-    return [{**r, "run_id": run_id} if "run_id" in r else dict(r) for r in records]
+def _own(kind: type[_R], records: Sequence[Mapping[str, Any]], run_id: str) -> list[_R]:
+    """A shard's rows of one table, typed, under the parent's run id."""
+    return [replace(cast(Any, kind.from_record(r)), run_id=run_id) for r in records]
 
 
 def merge_shard(state: RunState, shard: ShardTables, shard_dir: Path) -> None:
     """Add a shard's rows and tables to the parent's state, under the parent's run id, and its per-node series
     files to the parent's run directory."""
     state.rows += [replace(r, run_id=state.run_id) for r in shard.rows]
-    state.values += _own(shard.tables.get("node_values", []), state.run_id)
-    state.measurements += [
-        replace(Measurement.from_record(r), run_id=state.run_id) for r in shard.tables.get("measurements", [])
-    ]
-    for name in ("isolation", "scaling", "training_scaling", "nccl"):
-        state.tables.setdefault(name, []).extend(_own(shard.tables.get(name, []), state.run_id))
+    state.values += _own(NodeValue, shard.tables.get("node_values", []), state.run_id)
+    state.measurements += _own(Measurement, shard.tables.get("measurements", []), state.run_id)
+    state.tables.isolation += _own(IsolationRow, shard.tables.get("isolation", []), state.run_id)
+    state.tables.scaling += _own(ScalingRow, shard.tables.get("scaling", []), state.run_id)
+    state.tables.training_scaling += _own(TrainingScalingRow, shard.tables.get("training_scaling", []), state.run_id)
+    state.tables.nccl += _own(NcclFact, shard.tables.get("nccl", []), state.run_id)
     for series in SERIES_DIRS:
         source = shard_dir / series
         if source.is_dir():

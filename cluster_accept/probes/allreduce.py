@@ -10,6 +10,7 @@ of its PCIe where no NVLink joins every GPU) and the cluster's median per node.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from cluster_accept.analysis.causes import intra_node_causes
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
@@ -119,7 +120,7 @@ def with_nccl_log(output: ProbeOutput, stdout: str) -> ProbeOutput:
     output.transports = nccl_transports(stdout)
     output.nccl_version = nccl_version(stdout)
     used = ",".join(sorted(output.transports)) or None
-    output.measurements = [{**m, "transport": used} for m in output.measurements]
+    output.measurements = [replace(m, transport=used) for m in output.measurements]
     return output
 
 

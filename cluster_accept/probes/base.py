@@ -193,7 +193,7 @@ def scripts_for(node: Node, probes: Sequence[Probe], quick: bool = False) -> lis
 def own_figures(output: ProbeOutput, metrics: Mapping[str, MetricRule]) -> ProbeOutput:
     """The part of a shared run's output that is this probe's figures, with the run's info and errors (the
     stage reports errors once, under the run's owner)."""
-    mine = [m for m in output.measurements if m.get("metric") in metrics]
+    mine = [m for m in output.measurements if m.metric in metrics]
     return ProbeOutput(measurements=mine, info=output.info, errors=output.errors)
 
 

@@ -113,7 +113,7 @@ def _row(op: ExtraCollective, output: ProbeOutput, run_skip: str | None) -> Chec
     unsupported = _skipped(output).get(op)
     if unsupported is not None:
         return CheckRow(NAME, item, Status.SKIP, "unsupported", None, None, unsupported)
-    if not any(m.get("metric") == item for m in output.measurements):
+    if not any(m.metric == item for m in output.measurements):
         return CheckRow(NAME, item, Status.ERROR, "not_measured", None, None, "no figure in the sweep's output")
     return None
 

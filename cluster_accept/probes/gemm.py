@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import Any
 
 from cluster_accept.analysis.causes import gpu_state_causes
 from cluster_accept.analysis.coverage import RUN_FAILED
@@ -35,6 +34,7 @@ from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH
 from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table, per_gpu_chart
+from cluster_accept.vocabulary.figures import Figure
 
 NAME = "gemm"
 ORDER = 10
@@ -153,21 +153,19 @@ def busy_rows(output: ProbeOutput, during: str = "the GPU bench") -> list[CheckR
 
 def _clock_rows(output: ProbeOutput) -> list[CheckRow]:
     """GPUs whose median SM clock under the bench was more than :data:`CLOCK_MARGIN` below the node's median."""
-    clocks: dict[int, dict[str, Any]] = {}
-    for record in output.measurements:
-        conditions = record.get("conditions")
-        if isinstance(record.get("gpu"), int) and isinstance(conditions, dict):
-            if isinstance(conditions.get("sm_clock_mhz"), (int, float)):
-                clocks[record["gpu"]] = conditions
+    clocks: dict[int, tuple[float, Figure]] = {}
+    for figure in output.measurements:
+        if figure.gpu is not None and figure.sm_clock_mhz is not None:
+            clocks[figure.gpu] = (figure.sm_clock_mhz, figure)
     if len(clocks) < 2:
         return []
-    median = statistics.median(float(c["sm_clock_mhz"]) for c in clocks.values())
+    median = statistics.median(clock for clock, _ in clocks.values())
     rows = []
-    for gpu, c in sorted(clocks.items()):
-        if float(c["sm_clock_mhz"]) < median * (1 - CLOCK_MARGIN):
-            said = f"{c['sm_clock_mhz']:g} MHz"
+    for gpu, (clock, c) in sorted(clocks.items()):
+        if clock < median * (1 - CLOCK_MARGIN):
+            said = f"{clock:g} MHz"
             expected = f">= {median * (1 - CLOCK_MARGIN):.0f} MHz (node median {median:g} - {CLOCK_MARGIN:.0%})"
-            detail = f"power {c.get('power_w')} W, clock event reasons {c.get('clock_event_reasons')}"
+            detail = f"power {c.power_w} W, clock event reasons {c.clock_event_reasons}"
             rows.append(CheckRow("gpu", "sm_clock_under_load", Status.WARN, "clocks_low", said, expected, detail, gpu))
     return rows
 

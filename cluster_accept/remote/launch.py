@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.rank_end import rank_done, rank_end
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.secrets import MaskedText
 from cluster_accept.vocabulary.text import run_output
 
@@ -80,7 +81,7 @@ class GroupRun:
     nodes: tuple[str, ...]
     tag: str
     ranks: dict[str, RankRun] = field(default_factory=dict)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[Figure] = field(default_factory=list)
     transports: dict[str, int] = field(default_factory=dict)
     stdout: MaskedText = MaskedText("")  # the first rank's output, for the job's own parser
     detail: str = ""
@@ -97,10 +98,10 @@ class GroupRun:
     def busbw_of(self, metric: str) -> float | None:
         """``metric`` (a collective's bus bandwidth) at its largest size; None when the run did not complete or
         did not measure it."""
-        figures = [m for m in self.measurements if m.get("metric") == metric]
+        figures = [m for m in self.measurements if m.metric == metric]
         if not self.ok or not figures:
             return None
-        return float(max(figures, key=lambda m: m.get("size") or 0)["value"])
+        return max(figures, key=lambda m: m.size or 0).value
 
 
 RankCommand = Callable[[Node, int, int, str, int, str], RemoteCommand]

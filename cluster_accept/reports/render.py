@@ -31,6 +31,7 @@ from cluster_accept.inventory.hostlist import fold
 from cluster_accept.reports import evidence, figures, nccl, paging
 from cluster_accept.reports.charts import fmt, sparkline
 from cluster_accept.reports.evidence import EXCERPT_CHARS
+from cluster_accept.vocabulary.rows import NodeValue
 from cluster_accept.vocabulary.text import visible
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -45,7 +46,7 @@ class ReportData:
     """Everything a report is drawn from, beyond the run and its verdicts; each part may be empty."""
 
     rows: Sequence[NodeRow] = ()
-    values: Sequence[Mapping[str, Any]] = ()
+    values: Sequence[NodeValue] = ()
     scaling: Sequence[Mapping[str, Any]] = ()
     isolation: Sequence[Mapping[str, Any]] = ()
     trends: Sequence[Mapping[str, Any]] = ()

@@ -1,11 +1,12 @@
 """Checkpoints in the run directory, so a run killed mid-way resumes without redoing finished work.
 
-Each node's raw result (one :class:`~remote.result.NodeResult`, whichever stage; one codec) is saved the moment
-its task finishes (``checkpoints/<stage>/<node>.json``, written atomically), before the controller even looks at
-it; the multi-node stage, which the controller drives as
-one sequence, is saved whole when it completes. On ``--resume`` the saved results are loaded instead of
-running those nodes again, and every stage is evaluated over all of its nodes exactly as in a clean run, so
-the final tables hold the same rows, once. Only raw outputs are saved: parsing is pure and redone on load.
+Each node's raw result (one :class:`~remote.result.NodeResult`, whichever stage) is saved the moment its task
+finishes (``checkpoints/<stage>/<node>.json``, written atomically), before the controller even looks at it; the
+multi-node stage, which the controller drives as one sequence, is saved whole when it completes. Both are
+written and read back by one codec (:mod:`vocabulary.codec`), derived from their classes' fields: what is read
+back is held to the shape written, and another shape counts as not saved. On ``--resume`` the saved results are
+loaded instead of running those nodes again, and every stage is evaluated over all of its nodes exactly as in a
+clean run, so the final tables hold the same rows, once. Only raw outputs are saved: parsing is pure and redone on load.
 A node's outputs are saved as its result holds them: masked where they entered the controller
 (:func:`remote.batch.parse_batch`), so that a run that never finishes leaves no secret behind.
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, UnreachableCause
+from cluster_accept.remote.result import NodeResult
+from cluster_accept.vocabulary.codec import from_data, to_data
 
 DIRECTORY = "checkpoints"
+_T = TypeVar("_T")
 
 
 def _write_atomic(path: Path, data: Any) -> None:
@@ -47,72 +49,36 @@ class Checkpoints:
         for path in sorted((self.root / stage).glob("*.json")):
             try:
                 result = node_result_from_data(json.loads(path.read_text()))
-            except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            except (OSError, ValueError, RecursionError):  # ShapeError is a ValueError
                 continue
             if result.node == path.stem:  # another node's result under this name is not this node's
                 found[path.stem] = result
         return found
 
-    def save_stage(self, stage: str, data: dict[str, Any]) -> None:
-        _write_atomic(self.root / f"{stage}.json", data)
+    def save_stage(self, stage: str, outcome: Any) -> None:
+        """A stage's whole outcome (a dataclass), through the codec."""
+        _write_atomic(self.root / f"{stage}.json", to_data(outcome))
 
-    def load_stage(self, stage: str) -> dict[str, Any] | None:
-        """The stage's saved outcome; None where none was saved, or what is there is no JSON object (the stage
-        runs again; the stage holds the object's members to its own shape)."""
+    def load_stage(self, stage: str, kind: type[_T]) -> _T | None:
+        """The stage's saved outcome as ``kind``; None where none was saved, or what is there is not of its shape
+        (cut, edited, another version's): the stage runs again rather than the resumed run stopping on it."""
         try:
-            loaded = json.loads((self.root / f"{stage}.json").read_text())
-        except (OSError, ValueError, RecursionError):
+            return from_data(kind, json.loads((self.root / f"{stage}.json").read_text()))
+        except (OSError, ValueError, RecursionError):  # ShapeError is a ValueError
             return None
-        return loaded if isinstance(loaded, dict) else None
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 def node_result_to_data(result: NodeResult) -> dict[str, Any]:
-    return {
-        "node": result.node,
-        "status": result.status.value,
-        "cause": result.cause.value if result.cause else None,
-        "detail": result.detail,
-        "commands": [asdict(c) for c in result.commands],
-        "duration_s": result.duration_s,
-    }
-
-
-_COMMAND_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "exit_code": (int, type(None)),
-    "stdout": (str,),
-    "stderr": (str,),
-    "timed_out": (bool,),
-}
-
-
-def _command_from_data(data: Any) -> CommandResult:
-    """One saved command, held to the exact shape :func:`node_result_to_data` writes (a ``true`` is no exit
-    status, a number no output): another shape raises ValueError rather than reach the parsers."""
-    if not isinstance(data, dict) or set(data) != set(_COMMAND_TYPES):
-        raise ValueError("a saved command of another shape")
-    for key, kinds in _COMMAND_TYPES.items():
-        if type(data[key]) not in kinds:
-            raise ValueError(f"a saved command's {key} is a {type(data[key]).__name__}")
-    return CommandResult(**data)
+    data: dict[str, Any] = to_data(result)
+    return data
 
 
 def node_result_from_data(data: Any) -> NodeResult:
-    """A saved node result, held to the shape :func:`node_result_to_data` writes; another shape raises ValueError
-    (the node counts as not saved and runs again)."""
-    if not isinstance(data, dict) or type(data.get("node")) is not str or type(data.get("detail", "")) is not str:
-        raise ValueError("a saved node result of another shape")
-    commands, duration = data.get("commands", []), data.get("duration_s", 0.0)
-    if type(commands) is not list or type(duration) not in (int, float):
-        raise ValueError("a saved node result of another shape")
-    return NodeResult(
-        node=data["node"],
-        status=NodeStatus(data["status"]),
-        cause=UnreachableCause(data["cause"]) if data.get("cause") else None,
-        detail=data.get("detail", ""),
-        commands=[_command_from_data(c) for c in commands],
-        duration_s=float(duration),
-    )
+    """A saved node result, held to the shape :func:`node_result_to_data` writes (the codec's, from its fields: a
+    ``true`` is no exit status, a number no output, an extra key no command); another shape raises
+    :class:`~cluster_accept.vocabulary.codec.ShapeError`, a ValueError (the node counts as not saved and runs
+    again)."""
+    return from_data(NodeResult, data)

@@ -21,7 +21,7 @@ from cluster_accept.analysis.calibration import NoiseTable, annotate
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
 from cluster_accept.analysis.nccl_log import why_first
 from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import measurement_frame, measurement_row
+from cluster_accept.analysis.probe_verdicts import measurement_frame
 from cluster_accept.analysis.schemas import TABLES, write_table
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.reasons import Action, Reason, declare
@@ -176,10 +176,8 @@ def _evaluate_node(reading: _Reading, outcome: NodeResult) -> _Judged:
             rows += probe.inspect(output, node.profile) if probe.inspect else []
             if probe.compare is not None or probe.name in reading.kept:
                 judged.outputs.setdefault(probe.name, {})[node.name] = output  # compared across nodes, or kept
-            judged.measurements += [
-                measurement_row(run_id, cluster, stage, node.name, node.profile_name, r, transport=r.get("transport"))
-                for r in output.measurements
-            ]
+            where = (run_id, cluster, stage, node.name, node.profile_name)
+            judged.measurements += [Measurement.of(figure, *where) for figure in output.measurements]
         judged.rows += [node_row(run_id, cluster, stage, node.name, r, raw, command) for r in rows]
     return judged
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from cluster_accept.analysis import nccl_mechanism, stragglers, suspects
 from cluster_accept.analysis.calibration import calibrated_by_figure
-from cluster_accept.analysis.history import key_figures, node_trends
+from cluster_accept.analysis.history import Trend, key_figures, node_trends
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame
 from cluster_accept.analysis.regressions import figure_regressions
 from cluster_accept.checks.base import NodeRow, Status
@@ -92,9 +92,9 @@ class ProbeStage:
             series_to=state.run_dir.path,
         )
         if "nccl" in self.tables:
-            state.tables.setdefault("nccl", []).extend(fact.record() for fact in judged.nccl)
+            state.tables.nccl.extend(judged.nccl)
         for table, charted in judged.charted.items():
-            state.tables.setdefault(table, []).extend(charted)
+            state.tables.series.setdefault(table, []).extend(charted)
         rows, proved = self._judged_again(state, probes, outcomes, judged)
         state.rows += rows
         state.measurements += judged.measurements + proved
@@ -115,14 +115,14 @@ class ProbeStage:
         proof = prove_causes(state, self.name, probes, outcomes, (rows, judged.frame), run, judged.nccl)
         return proof.rows + mechanism_rows(state, self.name, probes, proof.rows, judged.nccl), proof.measurements
 
-    def trend_records(self, state: RunState, current: pd.DataFrame) -> list[dict[str, Any]]:
+    def trend_records(self, state: RunState, current: pd.DataFrame) -> list[Trend]:
         """Each tested node's figures (``current``) of this stage's probes against its earlier runs (the report's
         history table); none without a history."""
         if state.history is None:
             return []
         names = [n.name for n in state.inventory.tested]
         trends = node_trends(state.history.figures, current, names, judged_rules(self.probes()))
-        return [{str(k): v for k, v in r.items()} for r in trends.to_dict("records")]
+        return Trend.of_frame(trends)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return probe_reasons(self.probes())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
@@ -29,7 +29,9 @@ from prefect.utilities.annotations import quote
 
 from cluster_accept.analysis import coverage
 from cluster_accept.analysis.calibration import NoiseTable
-from cluster_accept.analysis.history import RunHistory
+from cluster_accept.analysis.history import RunHistory, Trend
+from cluster_accept.analysis.isolation import IsolationRow
+from cluster_accept.analysis.scaling import ScalingRow, TrainingScalingRow
 from cluster_accept.analysis.verdicts import is_accepted
 from cluster_accept.checks.base import NodeRow
 from cluster_accept.checks.base import discover as discover_checks
@@ -40,7 +42,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue
 
 _T = TypeVar("_T")
 
@@ -67,6 +69,29 @@ ENVIRONMENT_CHECKS = frozenset(check.name for check in discover_checks() if chec
 
 
 @dataclass
+class RunTables:
+    """The run's tables beyond its rows, values and figures, typed per table until they are written (each row's
+    ``record()`` at the Parquet edge, and for the report)."""
+
+    isolation: list[IsolationRow] = field(default_factory=list)
+    scaling: list[ScalingRow] = field(default_factory=list)
+    training_scaling: list[TrainingScalingRow] = field(default_factory=list)
+    nccl: list[NcclFact] = field(default_factory=list)
+    # The thinned copy of each per-node series a probe declares (``Probe.series``: the burn's), by its table: what
+    # the report charts; the whole series went to its own files as each node was judged.
+    series: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def records(self) -> dict[str, list[dict[str, Any]]]:
+        """Every table by name, as records: what the report and the operations' files read."""
+        typed = {f.name: [_record(row) for row in getattr(self, f.name)] for f in fields(self) if f.name != "series"}
+        return {**typed, **{table: list(rows) for table, rows in self.series.items()}}
+
+
+def _record(row: Any) -> dict[str, Any]:
+    return dict(row.record()) if hasattr(row, "record") else dict(row)
+
+
+@dataclass
 class RunState:
     """Everything a run has gathered so far; each stage reads what it needs and adds its own part."""
 
@@ -78,10 +103,10 @@ class RunState:
     quick: bool = False
     concurrency: int = 64
     rows: list[NodeRow] = field(default_factory=list)
-    values: list[dict[str, Any]] = field(default_factory=list)
+    values: list[NodeValue] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # isolation, scaling …
-    trends: list[dict[str, Any]] = field(default_factory=list)  # each node against its earlier runs
+    tables: RunTables = field(default_factory=lambda: RunTables())  # isolation, scaling …
+    trends: list[Trend] = field(default_factory=list)  # each node against its earlier runs
 
     @property
     def run_id(self) -> str:

@@ -5,9 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from enum import StrEnum
+from typing import Any, Self, cast
 
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.status import Status
+
+
+class Record:
+    """A typed row of one of the run's tables (a dataclass deriving from it): typed from the stage that makes it
+    to the Parquet edge, where :meth:`record` makes it a plain record, once; :meth:`from_record` reads one back."""
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet row."""
+        return {f.name: getattr(self, f.name) for f in fields(cast(Any, self))}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Self:
+        """A row read back from its table (or any record of its columns); other keys are ignored, and a
+        column missing (written before it existed) takes the field's default."""
+        known = {f.name for f in fields(cast(Any, cls))}
+        return cls(**{key: value for key, value in record.items() if key in known})
 
 
 @dataclass(frozen=True)
@@ -25,7 +43,7 @@ class CheckRow:
 
 
 @dataclass(frozen=True)
-class NodeRow:
+class NodeRow(Record):
     """A judged row of one node in one run and stage, as ``checks.parquet`` holds it: typed from the stage
     that judged it to the Parquet edge (:meth:`record`), where it becomes a plain record once."""
 
@@ -62,7 +80,7 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(Record):
     """One figure a probe measured on one node (or one group of nodes) in one run and stage, as
     ``measurements.parquet`` holds it: typed from the stage that read it to the Parquet edge (:meth:`record`).
     Units are in the names (``algbw_gbps``, ``sm_clock_mhz``); ``value`` is in ``unit``."""
@@ -93,9 +111,16 @@ class Measurement:
     model: str | None = None  # training: the model trained
     repeat_cv: float | None = None  # the probe's repeats' coefficient of variation: the figure's own noise
 
-    def record(self) -> dict[str, Any]:
-        """The Parquet row."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    @classmethod
+    def of(cls, figure: Figure, run_id: str, cluster: str, stage: str, node: str, profile: str | None) -> Measurement:
+        """``figure`` placed in a run, stage and node, judged by ``profile``."""
+        said = {f.name: getattr(figure, f.name) for f in fields(figure)}
+        return cls(run_id=run_id, cluster=cluster, stage=stage, node=node, profile=profile, **said)
+
+    @property
+    def figure(self) -> Figure:
+        """The figure itself, out of its place."""
+        return Figure(**{f.name: getattr(self, f.name) for f in fields(Figure)})
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Measurement:
@@ -107,7 +132,7 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class NcclFact:
+class NcclFact(Record):
     """One thing NCCL said about itself in a run's ``NCCL_DEBUG=INFO`` log, on one node and rank, as
     ``nccl.parquet`` holds it: what a failed collective's cause is read from (fewer channels, a setting NCCL
     took, another plug-in). ``kind`` is ``channels`` (``name``: ``coll``, ``collnet``, ``nvls``, ``p2p``,
@@ -129,12 +154,53 @@ class NcclFact:
     rank: int | None = None  # the rank NCCL gave the process; None where the log never named one
     communicator: str | None = None  # NCCL's commId (else the comm's address); None for what holds per process
 
+
+class ValueKind(StrEnum):
+    """What a node's value is kept for."""
+
+    COMPARED = "compared"  # compared across the run's nodes (driver version, NCCL settings)
+    COUNTER = "counter"  # an error counter, compared with the node's previous run
+    MARK = "mark"  # where a check's reading of the node ended, read back by the node's next run
+
+
+# How ``node_values.parquet`` tells the kinds apart: a prefix of the key (the column kept as it always was).
+KEY_PREFIX = {ValueKind.COMPARED: "", ValueKind.COUNTER: "counter:", ValueKind.MARK: "mark:"}
+
+
+@dataclass(frozen=True)
+class NodeValue(Record):
+    """One value a check read on a node, of one kind, as ``node_values.parquet`` holds it (its kind as the key's
+    prefix there, :data:`KEY_PREFIX`)."""
+
+    run_id: str
+    cluster: str
+    node: str
+    check: str
+    key: str  # without its kind's prefix
+    value: str
+    kind: ValueKind = ValueKind.COMPARED
+
+    @property
+    def stored_key(self) -> str:
+        """The key as the table holds it: ``counter:gpu0.link3.crc``."""
+        return KEY_PREFIX[self.kind] + self.key
+
     def record(self) -> dict[str, Any]:
-        """The Parquet row."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The Parquet row: the kind folded into the key."""
+        fields_ = ("run_id", "cluster", "node", "check", "value")
+        return {**{name: getattr(self, name) for name in fields_}, "key": self.stored_key}
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> NcclFact:
-        """A row read back from ``nccl.parquet`` (or a checkpoint); other keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in record.items() if key in known})
+    def from_record(cls, record: Mapping[str, Any]) -> NodeValue:
+        """A row read back from ``node_values.parquet`` (or any record of its columns): the kind from the key."""
+        stored = str(record["key"])
+        kind = next((k for k, prefix in KEY_PREFIX.items() if prefix and stored.startswith(prefix)), ValueKind.COMPARED)
+        where = {name: str(record.get(name) or "") for name in ("run_id", "cluster")}
+        return cls(
+            **where,
+            node=str(record["node"]),
+            check=str(record["check"]),
+            key=stored.removeprefix(KEY_PREFIX[kind]),
+            value=str(record["value"]),
+            kind=kind,
+        )

@@ -12,6 +12,7 @@ chart per node into the report (``series``: the stage writes them as each node i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from cluster_accept.analysis.causes import gpu_state_causes
@@ -33,6 +34,7 @@ from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN
 from cluster_accept.probes.series import NodeSeries
 from cluster_accept.reports.figures import ReportSection, ReportView
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "burn"
@@ -192,25 +194,13 @@ def parse(stdout: str) -> ProbeOutput:
     metric = "burn_tflops" if unit == "TFLOP/s" else "burn_gflops"
     for gpu in sorted(set(windows.gpu)):
         mine = windows[windows.gpu == gpu]
-        conditions = {}
         theirs = samples[samples.gpu == gpu]
+        value = round(float(mine.value.median()), 3)
+        figure = Figure(metric, value, probe=NAME, unit=unit, gpu=int(gpu), iterations=len(mine))
         if not theirs.empty:
-            conditions = {
-                "sm_clock_mhz": float(theirs.sm_clock_mhz.median()),
-                "power_w": float(theirs.power_w.median()),
-                "temp_c": float(theirs.temp_c.max()),
-            }
-        output.measurements.append(
-            {
-                "probe": NAME,
-                "metric": metric,
-                "value": round(float(mine.value.median()), 3),
-                "unit": unit,
-                "gpu": int(gpu),
-                "iterations": len(mine),
-                "conditions": conditions,
-            }
-        )
+            clock, power, temp = theirs.sm_clock_mhz.median(), theirs.power_w.median(), theirs.temp_c.max()
+            figure = replace(figure, sm_clock_mhz=float(clock), power_w=float(power), temp_c=float(temp))
+        output.measurements.append(figure)
     return output
 
 

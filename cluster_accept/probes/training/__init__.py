@@ -179,14 +179,14 @@ def rank_infos(output: ProbeOutput) -> list[dict[str, Any]]:
 def parse(stdout: str) -> ProbeOutput:
     """Its figures (``training_*``), TFLOP/s and MFU derived from tokens/s per GPU, each carrying the model."""
     output = parse_json_lines(stdout)
-    figures = [m for m in output.measurements if str(m.get("metric", "")).startswith("training_")]
+    figures = [m for m in output.measurements if m.metric.startswith("training_")]
     info = model_info(output)
     if info is not None:
-        per_gpu = next((m for m in figures if m["metric"] == PER_GPU), None)
-        figures += derived_figures(info, float(per_gpu["value"])) if per_gpu is not None else []
+        per_gpu = next((m for m in figures if m.metric == PER_GPU), None)
+        figures += derived_figures(info, per_gpu.value) if per_gpu is not None else []
         figures += dp_efficiency_figure(info, figures)
         described = model_text(info)
-        figures = [{**m, "model": described} for m in figures]
+        figures = [replace(m, model=described) for m in figures]
     output.measurements = figures
     return output
 
@@ -227,14 +227,14 @@ def _mfu_row(output: ProbeOutput, info: dict[str, Any], profile: Profile) -> Che
         return None
     if profile.probes.device != "cuda":
         return CheckRow(NAME, "mfu", Status.SKIP, "not_measured", None, f">= {minimum:g}", "probes run on CPU")
-    mfu = next((m for m in output.measurements if m["metric"] == "training_mfu"), None)
+    mfu = next((m for m in output.measurements if m.metric == "training_mfu"), None)
     if mfu is None:
         said = f"no dense bf16 peak known for {info.get('device_name')!r}"
         return CheckRow(NAME, "mfu", Status.SKIP, "peak_unknown", None, f">= {minimum:g}", said)
     if not trains_profile_model(model_text(info), profile):
         said = other_model_detail(model_text(info), profile)
         return CheckRow(NAME, "mfu", Status.SKIP, "other_model", None, f">= {minimum:g}", said)
-    value = float(mfu["value"])
+    value = mfu.value
     detail = f"{FLOP_FORMULA}; peak {info_peak(info):g} TFLOP/s ({info.get('device_name')}); {model_text(info)}"
     status, reason = (Status.PASS, "ok") if value >= minimum else (Status.FAIL, "below_threshold")
     return CheckRow(NAME, "mfu", status, reason, f"{value:.3f}", f">= {minimum:g}", detail)

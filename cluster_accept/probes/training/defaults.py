@@ -31,6 +31,7 @@ from cluster_accept.analysis.probe_verdicts import gpu_model
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.training.judge import FLOP_FORMULA, dp_efficiency, shape_flops, shape_of
+from cluster_accept.vocabulary.figures import Figure
 
 CHECK = "training"
 PER_GPU = "training_tokens_per_s_per_gpu"
@@ -227,18 +228,18 @@ def _said_why(row: CheckRow, context: FloorContext | str | None) -> CheckRow:
     return replace(row, detail=detail, expected=expected)
 
 
-def _figures(measurements: Sequence[Mapping[str, Any]], metric: str) -> list[Mapping[str, Any]]:
-    return [m for m in measurements if m.get("metric") == metric]
+def _figures(measurements: Sequence[Figure], metric: str) -> list[Figure]:
+    return [m for m in measurements if m.metric == metric]
 
 
-def dp_efficiency_row(measurements: Sequence[Mapping[str, Any]], profile: Profile) -> CheckRow | None:
+def dp_efficiency_row(measurements: Sequence[Figure], profile: Profile) -> CheckRow | None:
     """The node's data-parallel efficiency against ``training_dp_efficiency_min`` (or its default), with both
     figures it is made of; a skip on one GPU; None when the run printed no tokens/s per GPU."""
     together = _figures(measurements, PER_GPU)
     if not together:
         return None
-    per_gpu = float(together[0]["value"])
-    solo = {int(m["gpu"]): float(m["value"]) for m in _figures(measurements, SOLO) if m.get("gpu") is not None}
+    per_gpu = together[0].value
+    solo = {m.gpu: m.value for m in _figures(measurements, SOLO) if m.gpu is not None}
     efficiency = dp_efficiency(per_gpu, list(solo.values()))
     written = profile.thresholds.training_dp_efficiency_min
     minimum = DP_EFFICIENCY.value if written is None else written

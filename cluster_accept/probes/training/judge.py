@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster_accept.analysis.noise import NOISE_K, robust_cv
+from cluster_accept.analysis.scaling import TrainingScalingRow
 from cluster_accept.inventory.shapes import ModelShape
+from cluster_accept.vocabulary.figures import Figure
 
 
 def parameters(shape: ModelShape) -> tuple[int, int]:
@@ -176,18 +178,25 @@ def info_peak(info: Mapping[str, Any]) -> float | None:
     return peak_tflops(name) if isinstance(name, str) and name != "cpu" else None
 
 
-def derived_figures(info: Mapping[str, Any], per_gpu_tokens_per_s: float) -> list[dict[str, Any]]:
+def _run_figure(info: Mapping[str, Any], metric: str, value: float, unit: str) -> Figure:
+    """A figure of the whole run the ``info: training`` record describes (its label and world size, where it
+    says them as such)."""
+    label, world = info.get("label"), info.get("world_size")
+    label, world = label if isinstance(label, str) else None, world if type(world) is int else None
+    return Figure(metric, value, probe="training", label=label, world_size=world, unit=unit)
+
+
+def derived_figures(info: Mapping[str, Any], per_gpu_tokens_per_s: float) -> list[Figure]:
     """Achieved TFLOP/s per GPU, and MFU where the GPU's peak is known, from tokens/s per GPU."""
     flops = info_flops(info)
     if flops is None:
         return []
-    common = {"probe": "training", "label": info.get("label"), "world_size": info.get("world_size"), "gpu": None}
     tflops = achieved_tflops(per_gpu_tokens_per_s, flops)
-    out = [{**common, "metric": "training_tflops_per_gpu", "value": round(tflops, 3), "unit": "TFLOP/s"}]
+    out = [_run_figure(info, "training_tflops_per_gpu", round(tflops, 3), "TFLOP/s")]
     peak = info_peak(info)
     if peak is not None:
         share = mfu(per_gpu_tokens_per_s, flops, peak)
-        out.append({**common, "metric": "training_mfu", "value": round(share, 4), "unit": "ratio"})
+        out.append(_run_figure(info, "training_mfu", round(share, 4), "ratio"))
     return out
 
 
@@ -200,18 +209,17 @@ def dp_efficiency(together_per_gpu: float, solo: Sequence[float]) -> float | Non
     return together_per_gpu / min(solo)
 
 
-def dp_efficiency_figure(info: Mapping[str, Any], figures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def dp_efficiency_figure(info: Mapping[str, Any], figures: Sequence[Figure]) -> list[Figure]:
     """``training_dp_efficiency`` of a node's run (tokens/s per GPU and each GPU's solo tokens/s), where it
     trained on two GPUs or more; none for a run across nodes (its efficiency is the scaling sweep's)."""
     if info.get("label") != "intra_node":
         return []
-    together = next((float(m["value"]) for m in figures if m.get("metric") == "training_tokens_per_s_per_gpu"), None)
-    solo = [float(m["value"]) for m in figures if m.get("metric") == "training_solo_tokens_per_s"]
+    together = next((m.value for m in figures if m.metric == "training_tokens_per_s_per_gpu"), None)
+    solo = [m.value for m in figures if m.metric == "training_solo_tokens_per_s"]
     efficiency = None if together is None else dp_efficiency(together, solo)
     if efficiency is None:
         return []
-    common = {"probe": "training", "label": info.get("label"), "world_size": info.get("world_size"), "gpu": None}
-    return [{**common, "metric": "training_dp_efficiency", "value": round(efficiency, 4), "unit": "ratio"}]
+    return [_run_figure(info, "training_dp_efficiency", round(efficiency, 4), "ratio")]
 
 
 @dataclass(frozen=True)
@@ -229,7 +237,7 @@ class TrainingPoint:
     model: str | None = None
 
 
-def training_scaling(points: Sequence[TrainingPoint], efficiency_min: float | None) -> list[dict[str, Any]]:
+def training_scaling(points: Sequence[TrainingPoint], efficiency_min: float | None) -> list[TrainingScalingRow]:
     """Rows by node count: tokens/s, per GPU, and the efficiency — per-GPU tokens/s at n nodes over one node's
     (None without a one-node run) — flagged under ``efficiency_min``."""
     base = next((p for p in points if p.nodes == 1), None)
@@ -238,19 +246,19 @@ def training_scaling(points: Sequence[TrainingPoint], efficiency_min: float | No
         efficiency = p.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu if base and base.tokens_per_s_per_gpu else None
         below = efficiency is not None and efficiency_min is not None and efficiency < efficiency_min - 1e-9
         rows.append(
-            {
-                "nodes": p.nodes,
-                "gpus": p.gpus,
-                "group": p.group,
-                "tokens_per_s": p.tokens_per_s_per_gpu * p.gpus,
-                "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
-                "step_ms": p.step_ms,
-                "tflops_per_gpu": p.tflops_per_gpu,
-                "mfu": p.mfu,
-                "efficiency": efficiency,
-                "below_min": below,
-                "transport": p.transport,
-                "model": p.model,
-            }
+            TrainingScalingRow(
+                nodes=p.nodes,
+                gpus=p.gpus,
+                group=p.group,
+                tokens_per_s=p.tokens_per_s_per_gpu * p.gpus,
+                tokens_per_s_per_gpu=p.tokens_per_s_per_gpu,
+                step_ms=p.step_ms,
+                tflops_per_gpu=p.tflops_per_gpu,
+                mfu=p.mfu,
+                efficiency=efficiency,
+                below_min=below,
+                transport=p.transport,
+                model=p.model,
+            )
         )
     return rows

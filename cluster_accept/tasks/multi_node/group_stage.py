@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from cluster_accept.analysis.isolation import IsolationPolicy, IsolationVerdict
+from cluster_accept.analysis.isolation import IsolationPolicy, IsolationRow, IsolationVerdict
+from cluster_accept.analysis.scaling import ScalingRow, TrainingScalingRow
 from cluster_accept.checks.base import CheckRow, NodeRow
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.launch import GroupJob, GroupRun
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import Measurement, NcclFact
 
 
 @dataclass
@@ -21,11 +22,11 @@ class MultiNodeOutcome:
 
     rows: list[NodeRow] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
-    isolation: list[dict[str, Any]] = field(default_factory=list)
-    scaling: list[dict[str, Any]] = field(default_factory=list)
-    training_scaling: list[dict[str, Any]] = field(default_factory=list)
+    isolation: list[IsolationRow] = field(default_factory=list)
+    scaling: list[ScalingRow] = field(default_factory=list)
+    training_scaling: list[TrainingScalingRow] = field(default_factory=list)
     verdict: IsolationVerdict | None = None
-    nccl: list[dict[str, Any]] = field(default_factory=list)  # NCCL's account of every rank's run
+    nccl: list[NcclFact] = field(default_factory=list)  # NCCL's account of every rank's run
 
 
 class GroupStage(Protocol):

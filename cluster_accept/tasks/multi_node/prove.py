@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from cluster_accept.analysis.probe_verdicts import measurement_row
 from cluster_accept.analysis.scaling import StepVerdict
 from cluster_accept.analysis.suspects import (
     BETWEEN_NODES_FAILURES,
@@ -35,6 +34,7 @@ from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_groups
 from cluster_accept.tasks.prove_causes import SUFFIX, noted
 from cluster_accept.tasks.rows import node_row
+from cluster_accept.vocabulary.rows import Measurement
 
 
 class _Stage(Protocol):
@@ -125,10 +125,8 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     removed = {name: {s.key: s.removal() for s in found} for name, found in suspected.items()}
     run = launch_groups([group], stage.concurrency, job=without(ALLREDUCE_JOB, removed))[0]
     for record in run.measurements:
-        figure = measurement_row(
-            stage.run_id, stage.cluster, f"{NAME}{SUFFIX}", group[0].name, group[0].profile_name, record
-        )
-        stage.out.measurements.append(replace(figure, probe=ALLREDUCE_JOB.name))
+        where = (stage.run_id, stage.cluster, f"{NAME}{SUFFIX}", group[0].name, group[0].profile_name)
+        stage.out.measurements.append(Measurement.of(replace(record, probe=ALLREDUCE_JOB.name), *where))
     retest = _retest(stage, bad[0], broken, run.busbw_gbps, floor)
     for name, found in suspected.items():
         for row in proof_rows(found, [retest]):

@@ -26,15 +26,16 @@ CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for 
 def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
     """The figures from the first rank's log, transports from every rank's log, and why a failed run failed
     (whichever launcher started it)."""
-    first = run.ranks.get(nodes[0].name)
+    first, unread = run.ranks.get(nodes[0].name), []
     if first is not None and first.result is not None:
-        run.measurements, run.stdout = parse_json_lines(first.result.stdout).measurements, first.result.stdout
+        parsed = parse_json_lines(first.result.stdout)
+        run.measurements, run.stdout, unread = parsed.measurements, first.result.stdout, parsed.errors
     for rank_run in run.ranks.values():
         if rank_run.result is not None:
             for transport, count in nccl_transports(rank_run.result.stdout).items():
                 run.transports[transport] = run.transports.get(transport, 0) + count
     if not run.ok:
-        failed = [f"{n}: {r.said}" for n, r in run.ranks.items() if not r.ok]
+        failed = [f"{n}: {r.said}" for n, r in run.ranks.items() if not r.ok] + unread
         run.detail = keep_head("; ".join(failed), 2000) or run.detail or f"no {job.name} figure"
 
 

@@ -9,18 +9,32 @@ in parallel (disjoint groups), and turns the outcome into rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
 from cluster_accept.analysis import between_nodes, suspects
-from cluster_accept.analysis.isolation import GroupResult, IsolationPolicy, IsolationVerdict, Isolator, drive, to_rows
+from cluster_accept.analysis.isolation import (
+    GroupResult,
+    IsolationPolicy,
+    IsolationRow,
+    IsolationVerdict,
+    Isolator,
+    drive,
+    to_rows,
+)
 from cluster_accept.analysis.nccl_account import NcclRun, read_account
-from cluster_accept.analysis.probe_verdicts import measurement_row
-from cluster_accept.analysis.scaling import ScalingPoint, StepVerdict, judge_steps, scaling_table, sweep_sizes
+from cluster_accept.analysis.scaling import (
+    ScalingPoint,
+    ScalingRow,
+    StepVerdict,
+    TrainingScalingRow,
+    judge_steps,
+    scaling_table,
+    sweep_sizes,
+)
 from cluster_accept.analysis.suspects import JobSetting, read_settings
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
@@ -42,7 +56,7 @@ from cluster_accept.tasks.multi_node.training_sweep import REASONS as TRAINING_R
 from cluster_accept.tasks.multi_node.training_sweep import isolate_training, training_sweep
 from cluster_accept.tasks.rows import node_row, unreachable_row
 from cluster_accept.tasks.stage import RunState, unwalked
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import Measurement, NcclFact
 
 NAME = "multi-node"
 
@@ -112,16 +126,15 @@ class _Stage:
         for name, rank in run.ranks.items():  # NCCL's own account of each rank's part, whatever the run's outcome
             if rank.result is not None:
                 where = NcclRun(self.run_id, self.cluster, NAME, name, job.name, group)
-                self.out.nccl += [fact.record() for fact in read_account(rank.result.stdout, where)]
+                self.out.nccl += read_account(rank.result.stdout, where)
         if not job.collective:
             return  # the job's own sweep reads its figures and transports
         for record in run.measurements:
             between = ",".join(sorted(t for t in run.transports if t.startswith("NET/"))) or None
-            figure = measurement_row(
-                self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name, record, group=group
-            )
             # which run measured it (allreduce, collectives, rail0 …), and the transport NCCL used between nodes
-            self.out.measurements.append(replace(figure, probe=job.name, transport=between))
+            figure = replace(record, probe=job.name, transport=between, group=group)
+            placed = (self.run_id, self.inventory.cluster, NAME, nodes[0].name, nodes[0].profile_name)
+            self.out.measurements.append(Measurement.of(figure, *placed))
         for name, rank in run.ranks.items():
             if rank.ok and rank.result is not None:
                 self._transport(self.inventory.node(name), rank.result.stdout, group)
@@ -160,12 +173,12 @@ class _Stage:
                 self.failed_run(run)
                 trouble = True
                 continue
-            gpus = int(run.measurements[-1].get("world_size") or size) // size
+            gpus = (run.measurements[-1].world_size or size) // size
             points.append(ScalingPoint(nodes=size, busbw_gbps=run.busbw_gbps, gpus_per_node=max(1, gpus)))
             groups[size] = group
         collectives_not_reached(self, nodes)
         table = scaling_table(points, thresholds.scaling_efficiency_min)
-        self.out.scaling = [{"run_id": self.run_id, "cluster": self.inventory.cluster, **r} for r in table.rows]
+        self.out.scaling = [replace(r, run_id=self.run_id, cluster=self.inventory.cluster) for r in table.rows]
         steps = judge_steps(
             points,
             thresholds.allreduce_inter_busbw_gbps_min,
@@ -221,8 +234,10 @@ class _Stage:
             return [GroupResult(tuple(g), figure(r)) for g, r in zip(groups, runs, strict=True)]
 
         verdict = drive(isolator, run_round)
-        signal = {"run_id": self.run_id, "cluster": self.inventory.cluster, "signal": job.name}
-        self.out.isolation += [{**signal, **r} for r in to_rows(isolator.rounds)]
+        run_id, cluster = self.run_id, self.inventory.cluster
+        self.out.isolation += [
+            replace(r, signal=job.name, run_id=run_id, cluster=cluster) for r in to_rows(isolator.rounds)
+        ]
         for name in verdict.bad_nodes:
             if name not in self.unreachable:
                 self.row(name, CheckRow("isolation", item, Status.FAIL, reason, named(name), None, verdict.detail))
@@ -357,33 +372,26 @@ REASONS = {
 }
 
 
-def _outcome_data(outcome: MultiNodeOutcome) -> dict[str, Any]:
-    return {
-        "rows": [row.record() for row in outcome.rows],
-        "measurements": [m.record() for m in outcome.measurements],
-        "isolation": outcome.isolation,
-        "scaling": outcome.scaling,
-        "training_scaling": outcome.training_scaling,
-        "nccl": outcome.nccl,
-    }
+@dataclass(frozen=True)
+class SavedOutcome:
+    """The stage's checkpoint: what its outcome adds to the run (its verdict only drove the stage), read back
+    through the checkpoints' codec, so a saved file of another shape counts as not saved."""
 
+    rows: list[NodeRow]
+    measurements: list[Measurement]
+    isolation: list[IsolationRow]
+    scaling: list[ScalingRow]
+    training_scaling: list[TrainingScalingRow] = field(default_factory=list)
+    nccl: list[NcclFact] = field(default_factory=list)
 
-def _outcome_from(data: dict[str, Any]) -> MultiNodeOutcome:
-    rows = [NodeRow.from_record(r) for r in data["rows"]]
-    training = data.get("training_scaling", [])
-    measurements = [Measurement.from_record(m) for m in data["measurements"]]
-    return MultiNodeOutcome(rows, measurements, data["isolation"], data["scaling"], training, nccl=data.get("nccl", []))
+    @classmethod
+    def of(cls, outcome: MultiNodeOutcome) -> SavedOutcome:
+        o = outcome
+        return cls(o.rows, o.measurements, o.isolation, o.scaling, o.training_scaling, o.nccl)
 
-
-def _saved_outcome(data: dict[str, Any] | None) -> MultiNodeOutcome | None:
-    """The stage's checkpointed outcome; None where none was saved or it is of another shape (edited, another
-    version's), so that the stage runs again rather than the resumed run stopping on it."""
-    if data is None or not all(isinstance(data.get(k), list) for k in ("rows", "measurements", "isolation", "scaling")):
-        return None
-    try:
-        return _outcome_from(data)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+    def outcome(self) -> MultiNodeOutcome:
+        s = self
+        return MultiNodeOutcome(s.rows, s.measurements, s.isolation, s.scaling, s.training_scaling, nccl=s.nccl)
 
 
 class MultiNodeStage:
@@ -397,10 +405,12 @@ class MultiNodeStage:
 
     def run(self, state: RunState) -> None:
         state.progress.start(NAME, 1)
-        outcome = _saved_outcome(state.checkpoints.load_stage(NAME))
-        if outcome is None:
+        saved = state.checkpoints.load_stage(NAME, SavedOutcome)
+        if saved is not None:
+            outcome = saved.outcome()
+        else:
             outcome = run_multi_node(state.run_id, state.inventory, state.still_accepted(), state.concurrency)
-            state.checkpoints.save_stage(NAME, _outcome_data(outcome))
+            state.checkpoints.save_stage(NAME, SavedOutcome.of(outcome))
         self._add(state, outcome)
         state.progress.advance(NAME)
 
@@ -412,10 +422,10 @@ class MultiNodeStage:
     def _add(state: RunState, outcome: MultiNodeOutcome) -> None:
         state.rows += outcome.rows
         state.measurements += outcome.measurements
-        state.tables["isolation"] = list(outcome.isolation)
-        state.tables["scaling"] = list(outcome.scaling)
-        state.tables["training_scaling"] = list(outcome.training_scaling)
-        state.tables.setdefault("nccl", []).extend(outcome.nccl)
+        state.tables.isolation = list(outcome.isolation)
+        state.tables.scaling = list(outcome.scaling)
+        state.tables.training_scaling = list(outcome.training_scaling)
+        state.tables.nccl.extend(outcome.nccl)
 
     def reasons(self) -> list[tuple[str, Mapping[str, Reason]]]:
         return list(REASONS.items())

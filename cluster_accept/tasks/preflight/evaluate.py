@@ -5,43 +5,42 @@ values each check compares across nodes. The stage (:mod:`.stage`) and a node ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from cluster_accept.analysis.verdicts import COUNTER, MARK
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, error_row, majority_values
 from cluster_accept.checks.declarations import Link
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
+from cluster_accept.vocabulary.rows import KEY_PREFIX, NodeValue, ValueKind
 
 NAME = "preflight"
 
 
-def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[dict[str, Any]]:
+def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[NodeValue]:
     """The values each check compares across nodes (driver version, NCCL env, ...), one row per node and key:
-    what the report folds into node sets and what history queries for drift. Error counters are kept too,
-    under ``counter:`` keys, for scheduled checks to compare with the node's previous run."""
-    rows: list[dict[str, Any]] = []
+    what the report folds into node sets and what history queries for drift. Error counters are kept too (kind
+    ``counter``), for scheduled checks to compare with the node's previous run, and marks (where a check's
+    reading ended), for the node's next run."""
+    rows: list[NodeValue] = []
     for outcome in outcomes:
         for check in checks:
             if check.name not in outcome.models:
                 continue
             model = outcome.models[check.name]
-            compared = check.cluster_values(model) if check.cluster_values else {}
-            counted = {f"{COUNTER}{k}": str(v) for k, v in (check.counters(model) if check.counters else {}).items()}
-            marked = {f"{MARK}{k}": v for k, v in (check.marks(model) if check.marks else {}).items()}
-            for key, value in sorted({**compared, **counted, **marked}.items()):
-                rows.append(
-                    {
-                        "run_id": run_id,
-                        "cluster": cluster,
-                        "node": outcome.node,
-                        "check": check.name,
-                        "key": key,
-                        "value": value,  # read from node text masked where it entered the controller
-                    }
-                )
+            said = {
+                ValueKind.COMPARED: check.cluster_values(model) if check.cluster_values else {},
+                ValueKind.COUNTER: {k: str(v) for k, v in (check.counters(model) if check.counters else {}).items()},
+                ValueKind.MARK: check.marks(model) if check.marks else {},
+            }
+            kept = {
+                (KEY_PREFIX[kind] + key, kind, key): value
+                for kind, found in said.items()
+                for key, value in found.items()
+            }
+            for (_stored, kind, key), value in sorted(kept.items()):
+                # read from node text masked where it entered the controller
+                rows.append(NodeValue(run_id, cluster, outcome.node, check.name, key, value, kind))
     return rows
 
 

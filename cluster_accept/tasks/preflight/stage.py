@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, cast
 
 import pandas as pd
 
@@ -35,6 +34,7 @@ from cluster_accept.tasks.preflight.evaluate import (
 )
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, per_node
+from cluster_accept.vocabulary.rows import NodeValue
 
 
 def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
@@ -59,7 +59,7 @@ def earlier(run_ids: pd.Series, this_run: str) -> pd.Series:
     return (ids.str[:STAMP_CHARS] <= run_start(this_run)) & (ids != this_run)
 
 
-def previous_values(state: RunState) -> list[dict[str, Any]]:
+def previous_values(state: RunState) -> list[NodeValue]:
     """Each node's ``node_values`` rows, per check, of the latest :func:`earlier` run in the history that recorded
     that check on it (none without a history). Per check: a run where a check could not read the node (an error,
     a timeout) keeps no counters or marks for it, and the run before still knows them (a port that flapped stays
@@ -71,10 +71,11 @@ def previous_values(state: RunState) -> list[dict[str, Any]]:
         return []
     past = past[earlier(past["run_id"], state.run_id)]
     latest = past.groupby(["node", "check"])["run_id"].transform("max")
-    return cast(list[dict[str, Any]], past[past["run_id"] == latest].to_dict("records"))
+    kept = past[past["run_id"] == latest].to_dict("records")
+    return [NodeValue.from_record({str(k): v for k, v in r.items()}) for r in kept]
 
 
-def counter_rows(state: RunState, checks: list[Check], previous: list[dict[str, Any]]) -> list[NodeRow]:
+def counter_rows(state: RunState, checks: list[Check], previous: list[NodeValue]) -> list[NodeRow]:
     """Error counters (NVLink, ECC, InfiniBand …) that grew since each node's previous run in the history, or whose
     growth cannot be told (cleared since, held at their maximum, no count): :func:`counter_growth`."""
     if not previous:
