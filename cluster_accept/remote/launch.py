@@ -85,6 +85,9 @@ class GroupRun:
     transports: dict[str, int] = field(default_factory=dict)
     stdout: MaskedText = MaskedText("")  # the first rank's output, for the job's own parser
     detail: str = ""
+    # the first rank's lines that gave no figure (a key no node script declares, a value of another type, an
+    # error the job printed): each is a row of its own, whatever the run's outcome, never dropped
+    errors: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -12,7 +12,6 @@ node held to its own history, and the history's trends kept for the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -40,7 +39,7 @@ from cluster_accept.tasks.probe_runs import (
 )
 from cluster_accept.tasks.prove_causes import mechanism_rows, prove_causes
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.tasks.stage import RunState, per_node, wave_of
+from cluster_accept.tasks.stage import RunState, in_waves, per_node, wave_of
 from cluster_accept.vocabulary.rows import Measurement
 
 
@@ -150,9 +149,7 @@ def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]
     """``names`` measured again with ``probes``, in waves of the profiles' ``probes.max_parallel_nodes`` (all at
     once where no profile bounds it, as the stage itself runs them); results in ``names`` order."""
     nodes = [state.inventory.node(name) for name in names]
-    wave = wave_of(nodes) or max(1, len(nodes))
-    with ThreadPoolExecutor(max_workers=min(wave, len(nodes)) or 1) as pool:
-        return list(pool.map(lambda node: run_probes_on_node(node, state.quick, probes), nodes))
+    return in_waves(nodes, lambda node: node, lambda node: run_probes_on_node(node, state.quick, probes))
 
 
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:

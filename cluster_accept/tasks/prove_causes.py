@@ -14,7 +14,6 @@ measuring again. The extra figures are kept under the stage ``<stage>:without-su
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -44,7 +43,7 @@ from cluster_accept.probes.base import Probe
 from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.result import NodeResult
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.tasks.stage import RunState, wave_of
+from cluster_accept.tasks.stage import RunState, in_waves
 from cluster_accept.vocabulary.rows import Measurement, NcclFact
 
 SUFFIX = ":without-suspects"
@@ -204,10 +203,8 @@ def _inspected_retests(cases: Sequence[_Case], again: pd.DataFrame) -> list[Rete
 
 def _run_cases(cases: Sequence[_Case], quick: bool, measure: Measure) -> dict[str, NodeResult]:
     """Each case measured again, in waves of the profiles' ``max_parallel_nodes``; by node."""
-    wave = wave_of([case.node for case in cases]) or len(cases)
-    with ThreadPoolExecutor(max_workers=max(1, min(wave, len(cases)))) as pool:
-        results = pool.map(lambda case: _without(case, quick, measure), cases)
-        return {case.node.name: result for case, result in zip(cases, results, strict=True)}
+    results = in_waves(cases, lambda case: case.node, lambda case: _without(case, quick, measure))
+    return {case.node.name: result for case, result in zip(cases, results, strict=True)}
 
 
 def noted(rows: Sequence[NodeRow], notes: Mapping[int, str]) -> list[NodeRow]:

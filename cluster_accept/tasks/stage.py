@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any, Protocol, TypeVar, cast
@@ -45,6 +46,7 @@ from cluster_accept.tasks.rows import node_row
 from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue
 
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 
 
 def unwalked(value: _T) -> _T:
@@ -185,6 +187,16 @@ def wave_of(nodes: Sequence[Node]) -> int | None:
     None where no profile bounds it."""
     limits = [n.profile.probes.max_parallel_nodes for n in nodes if n.profile.probes.max_parallel_nodes]
     return max(1, min(limits)) if limits else None
+
+
+def in_waves(items: Sequence[_I], node_of: Callable[[_I], Node], work: Callable[[_I], _T]) -> list[_T]:
+    """``work`` on every item (each one node's), in threads, as many at once as :func:`wave_of` allows their
+    nodes (all at once where no profile bounds it): what a probe stage measures again (a straggler, a node
+    without its suspected settings) loads the nodes no more than the stage itself did. Results in ``items``
+    order."""
+    wave = wave_of([node_of(item) for item in items]) or len(items)
+    with ThreadPoolExecutor(max_workers=max(1, min(wave, len(items)))) as pool:
+        return list(pool.map(work, items))
 
 
 def per_node(

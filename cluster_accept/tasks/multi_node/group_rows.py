@@ -1,5 +1,6 @@
-"""Rows read off one multi-node group run: the transport NCCL chose between nodes on each rank, and what a
-group that failed (or never started) says about each of its nodes, leading with the line that says why."""
+"""Rows read off one multi-node group run: the transport NCCL chose between nodes on each rank, the lines of its
+output that gave no figure, and what a group that failed (or never started) says about each of its nodes, leading
+with the line that says why."""
 
 from __future__ import annotations
 
@@ -140,6 +141,23 @@ def teardown_rows(run: GroupRun, check: str) -> list[tuple[str, CheckRow]]:
     return rows
 
 
+def probe_error_rows(run: GroupRun, check: str) -> list[tuple[str, CheckRow]]:
+    """An error row on every node of the group for each line of the run's output that gave no figure (a key no
+    node script declares, a value of another type, an error the job printed), whatever the run's outcome: a
+    figure the controller cannot read is never dropped in silence, as in the single-node stage."""
+    item = f"inter_node {fold(run.nodes)}"
+    rows = [CheckRow(check, item, Status.ERROR, PROBE_ERROR.code, None, None, error) for error in run.errors]
+    return [(name, row) for row in rows for name in run.nodes]
+
+
+PROBE_ERROR = Reason(
+    "probe_error",
+    Status.ERROR,
+    "a line of the run's output could not be read as a figure (a key no node script declares, a value of another "
+    "type) or is an error the job printed (the detail quotes it): the run was not fully judged; rerun, and if it "
+    "repeats, the node script and the controller are of different versions",
+    Action.RERUN,
+)
 STOPPED = Reason(
     "stopped_with_run",
     Status.SKIP,
@@ -176,6 +194,7 @@ GROUP_REASONS = {
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages"),
         STOPPED,
         TEARDOWN,
+        PROBE_ERROR,
         Reason(
             "launch_failed",
             Status.ERROR,

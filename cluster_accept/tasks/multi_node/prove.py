@@ -30,6 +30,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.launch import GroupJob
 from cluster_accept.remote.result import RemoteCommand
+from cluster_accept.tasks.multi_node.group_rows import probe_error_rows
 from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, launch_groups
 from cluster_accept.tasks.prove_causes import SUFFIX, noted
@@ -124,6 +125,8 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     group = [stage.inventory.node(n) for n in bad] + (good[:1] if len(bad) < 2 else [])
     removed = {name: {s.key: s.removal() for s in found} for name, found in suspected.items()}
     run = launch_groups([group], stage.concurrency, job=without(ALLREDUCE_JOB, removed))[0]
+    for name, row in probe_error_rows(run, ALLREDUCE_JOB.check):
+        stage.row(name, row)
     for record in run.measurements:
         where = (stage.run_id, stage.cluster, f"{NAME}{SUFFIX}", group[0].name, group[0].profile_name)
         stage.out.measurements.append(Measurement.of(replace(record, probe=ALLREDUCE_JOB.name), *where))

@@ -21,7 +21,7 @@ from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, Node, Profile, Rail, busbw_threshold
 from cluster_accept.probes import collectives as collectives_probe
 from cluster_accept.remote.launch import GroupRun
-from cluster_accept.tasks.multi_node.group_rows import STOPPED, TEARDOWN
+from cluster_accept.tasks.multi_node.group_rows import PROBE_ERROR, STOPPED, TEARDOWN
 from cluster_accept.tasks.multi_node.group_stage import GroupStage
 from cluster_accept.tasks.multi_node.ranks import rail_job
 
@@ -164,6 +164,7 @@ REASONS = {
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes left to run rails across"),
         STOPPED,
         TEARDOWN,
+        PROBE_ERROR,
         Reason(
             "collective_timeout",
             Status.TIMEOUT,

@@ -24,18 +24,19 @@ CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for 
 
 
 def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
-    """The figures from the first rank's log, transports from every rank's log, and why a failed run failed
-    (whichever launcher started it)."""
-    first, unread = run.ranks.get(nodes[0].name), []
+    """The figures from the first rank's log, and the lines of it that gave none (kept on the run, each a row of
+    the group's: :func:`~cluster_accept.tasks.multi_node.group_rows.probe_error_rows`), transports from every
+    rank's log, and why a failed run failed (whichever launcher started it)."""
+    first = run.ranks.get(nodes[0].name)
     if first is not None and first.result is not None:
         parsed = parse_json_lines(first.result.stdout)
-        run.measurements, run.stdout, unread = parsed.measurements, first.result.stdout, parsed.errors
+        run.measurements, run.stdout, run.errors = parsed.measurements, first.result.stdout, parsed.errors
     for rank_run in run.ranks.values():
         if rank_run.result is not None:
             for transport, count in nccl_transports(rank_run.result.stdout).items():
                 run.transports[transport] = run.transports.get(transport, 0) + count
     if not run.ok:
-        failed = [f"{n}: {r.said}" for n, r in run.ranks.items() if not r.ok] + unread
+        failed = [f"{n}: {r.said}" for n, r in run.ranks.items() if not r.ok] + run.errors
         run.detail = keep_head("; ".join(failed), 2000) or run.detail or f"no {job.name} figure"
 
 

@@ -44,7 +44,13 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.training import train_arguments
 from cluster_accept.remote.launch import GroupJob, GroupRun
 from cluster_accept.remote.ssh_launcher import DEFAULT_CONCURRENCY
-from cluster_accept.tasks.multi_node.group_rows import GROUP_REASONS, failed_run_rows, teardown_rows, transport_rows
+from cluster_accept.tasks.multi_node.group_rows import (
+    GROUP_REASONS,
+    failed_run_rows,
+    probe_error_rows,
+    teardown_rows,
+    transport_rows,
+)
 from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
 from cluster_accept.tasks.multi_node.prove import prove_between
 from cluster_accept.tasks.multi_node.rails import REASONS as RAIL_REASONS
@@ -118,7 +124,7 @@ class _Stage:
             if rank.cause is not None and name not in self.unreachable:
                 self.unreachable.add(name)
                 self.row(name, unreachable_row(rank.cause, rank.detail))
-        for name, row in teardown_rows(run, job.check):
+        for name, row in teardown_rows(run, job.check) + probe_error_rows(run, job.check):
             self.row(name, row)
         for name, rank in run.ranks.items():
             if rank.result is not None and name not in self.settings:

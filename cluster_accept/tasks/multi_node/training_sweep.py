@@ -22,7 +22,7 @@ from cluster_accept.inventory.model import Node
 from cluster_accept.probes import training
 from cluster_accept.probes.training.judge import TrainingPoint, training_scaling
 from cluster_accept.remote.launch import GroupRun
-from cluster_accept.tasks.multi_node.group_rows import STOPPED, TEARDOWN
+from cluster_accept.tasks.multi_node.group_rows import PROBE_ERROR, STOPPED, TEARDOWN
 from cluster_accept.tasks.multi_node.group_stage import GroupStage
 from cluster_accept.tasks.multi_node.ranks import TRAINING_JOB
 
@@ -174,6 +174,7 @@ REASONS = {
         Reason("fewer_than_two_nodes", Status.SKIP, "fewer than two nodes passed the earlier stages: nothing to scale"),
         STOPPED,
         TEARDOWN,
+        PROBE_ERROR,
         Reason(
             "collective_timeout",
             Status.TIMEOUT,
