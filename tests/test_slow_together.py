@@ -21,7 +21,16 @@ NODES = [
 ]
 GROUPS = {2: NODES[:2], 4: NODES}
 SOCKETS = [
-    Measurement("r", "c", "multi-node", "n1", "allreduce_busbw_gbps", 1.0, group=g, transport="NET/Socket")
+    Measurement(
+        run_id="r",
+        cluster="c",
+        stage="multi-node",
+        node="n1",
+        metric="allreduce_busbw_gbps",
+        value=1.0,
+        group=g,
+        transport="NET/Socket",
+    )
     for g in ("n[1-2]", "n[1-4]")
 ]
 
