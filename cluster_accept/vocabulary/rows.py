@@ -100,7 +100,7 @@ class Measurement(Figure, Record):
     def record(self) -> dict[str, Any]:
         """The Parquet row, its place first (``measurements.parquet``'s column order is the schema's)."""
         said = super().record()
-        return {**{name: said.pop(name) for name in ("run_id", "cluster", "stage", "node")}, **said}
+        return {name: said[name] for name in MEASUREMENT_COLUMNS}
 
     @property
     def figure(self) -> Figure:
@@ -114,6 +114,10 @@ class Measurement(Figure, Record):
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in record.items() if key in known}
         return cls(**{**values, "value": float(record["value"])})
+
+
+# A measurement's columns as its records and frames hold them: its place first, then its figure, then its profile.
+MEASUREMENT_COLUMNS = ("run_id", "cluster", "stage", "node", *(f.name for f in fields(Figure)), "profile")
 
 
 @dataclass(frozen=True)
