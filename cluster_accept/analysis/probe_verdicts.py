@@ -356,8 +356,6 @@ def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in df.groupby("node")["value"].median().items()}
 
 
-
-
 def measurement_frame(measurements: Sequence[Measurement]) -> pd.DataFrame:
     """A stage's figures as the one frame its judgement reads (every column present, even with no figure)."""
     return pd.DataFrame([m.record() for m in measurements], columns=list(MEASUREMENT_COLUMNS))
