@@ -12,7 +12,8 @@ chart per node into the report (``series``: the stage writes them as each node i
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster_accept.analysis.causes import gpu_state_causes
@@ -32,10 +33,11 @@ from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN
-from cluster_accept.probes.series import NodeSeries
+from cluster_accept.probes.series import NodeSeries, SeriesPlace
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.lazy import pandas as pd
+from cluster_accept.vocabulary.rows import Record
 
 NAME = "burn"
 STAGE = "burn"
@@ -273,21 +275,46 @@ def _thinned(frame: pd.DataFrame, points: int) -> pd.DataFrame:
     return pd.concat(parts) if parts else frame
 
 
-def time_series(node: str, output: ProbeOutput, points: int | None = None) -> list[dict[str, Any]]:
-    """The burn's rows for ``burn/<node>.parquet``: per GPU, its throughput windows and its samples; with
+@dataclass(frozen=True)
+class BurnPoint(Record):
+    """One point of a GPU's burn, as ``burn/<node>.parquet`` (and the report's thinned copy) holds it: a window
+    of its load (``kind`` ``throughput``: ``value`` in ``unit``) or one of nvidia-smi's samples (``sample``)."""
+
+    run_id: str
+    cluster: str
+    node: str
+    gpu: int
+    kind: str
+    t_s: float  # seconds since the burn started
+    value: float | None = None
+    unit: str | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    reasons: str | None = None  # active clock event reasons, NVML's bitmask in hex
+    ecc_corrected: float | None = None
+    ecc_uncorrected: float | None = None
+    pcie_gen: float | None = None
+    pcie_gen_max: float | None = None
+    pcie_width: float | None = None
+    pcie_width_max: float | None = None
+
+
+def time_series(place: SeriesPlace, output: ProbeOutput, points: int | None = None) -> list[BurnPoint]:
+    """The burn's rows for ``burn/<node>.parquet``: per GPU, its samples and its throughput windows; with
     ``points``, at most that many of each per GPU (what the report's charts draw)."""
     windows, samples = series(output)
     unit = unit_of(output)
     if points is not None:  # each GPU's throughput and temperature, thinned for the report's charts
         windows, samples = _thinned(windows, points), _thinned(samples, points)
-    rows: list[dict[str, Any]] = []
-    for record in samples.to_dict("records"):
-        rows.append(
-            {"node": node, "kind": "sample", "unit": None, "value": None, **{str(k): v for k, v in record.items()}}
-        )
-    for record in windows.to_dict("records"):
-        rows.append({"node": node, "kind": "throughput", "unit": unit, **{str(k): v for k, v in record.items()}})
-    return rows
+    rows = [_point(place, "sample", None, r) for r in samples.to_dict("records")]
+    return rows + [_point(place, "throughput", unit, r) for r in windows.to_dict("records")]
+
+
+def _point(place: SeriesPlace, kind: str, unit: str | None, record: Mapping[Any, Any]) -> BurnPoint:
+    said = {str(key): value for key, value in record.items()}
+    return BurnPoint(run_id=place.run_id, cluster=place.cluster, node=place.node, kind=kind, unit=unit, **said)
 
 
 def report(view: ReportView) -> ReportSection | None:
