@@ -101,8 +101,8 @@ def parse(stdout: str) -> ProbeOutput:
 
 
 def _skipped(output: ProbeOutput) -> dict[str, str]:
-    skips = [i for i in output.info if i.get("info") == "skip" and "collective" in i]
-    return {str(i["collective"]): str(i.get("reason")) for i in skips}
+    skips = [i for i in output.info if i.kind == "skip" and "collective" in i.members]
+    return {str(i.members["collective"]): str(i.get("reason")) for i in skips}
 
 
 def _row(op: ExtraCollective, output: ProbeOutput, run_skip: str | None) -> CheckRow | None:
@@ -122,10 +122,8 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     """Why a collective the profile lists has no figure on this node (one GPU, the backend lacks it, the sweep
     stopped early); one that has a figure is judged by its rows in ``evaluate``. Nothing for a run that failed
     outright: the all-reduce probe's row says why."""
-    run_skip = next(
-        (str(i.get("reason")) for i in output.info if i.get("info") == "skip" and "collective" not in i), None
-    )
-    ran = run_skip is not None or bool(output.measurements) or any(i.get("info") == "probe" for i in output.info)
+    run_skip = output.skip_reason()
+    ran = run_skip is not None or bool(output.measurements) or any(i.kind == "probe" for i in output.info)
     if not ran:
         return []
     return [row for op in profile.probes.collectives if (row := _row(op, output, run_skip)) is not None]

@@ -143,11 +143,11 @@ def busy_rows(output: ProbeOutput, during: str = "the GPU bench") -> list[CheckR
     """A row per other process the probe saw on one of its GPUs while it ran (``during``: which probe)."""
     rows = []
     for info in output.info:
-        if info.get("info") != "foreign_process" or not isinstance(info.get("gpu"), int):
+        if info.kind != "foreign_process" or not isinstance(info.get("gpu"), int):
             continue
-        pid = info["pid"] if isinstance(info.get("pid"), int) else None
+        pid = info.members["pid"] if isinstance(info.get("pid"), int) else None
         seen = f"seen in {info.get('seen_samples')} of {info.get('samples')} samples while {during} ran"
-        rows.append(busy_row(info["gpu"], pid, str(info.get("name")), info.get("used_memory_mib"), seen))
+        rows.append(busy_row(info.members["gpu"], pid, str(info.get("name")), info.get("used_memory_mib"), seen))
     return rows
 
 

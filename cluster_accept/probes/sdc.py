@@ -63,7 +63,7 @@ KEPT = ("probe", "sdc", "sdc_platform")  # the burn's output is mostly its serie
 
 def parse(stdout: str) -> ProbeOutput:
     output = parse_json_lines(stdout)
-    return ProbeOutput(info=[i for i in output.info if i.get("info") in KEPT], errors=output.errors)
+    return ProbeOutput(info=[i for i in output.info if i.kind in KEPT], errors=output.errors)
 
 
 def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
@@ -71,12 +71,12 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
 
 
 def digests(node: str, output: ProbeOutput) -> list[dict[str, object]]:
-    said = [str(i["platform"]) for i in output.info if i.get("info") in ("sdc_platform", "probe") and i.get("platform")]
+    said = [str(i.get("platform")) for i in output.info if i.kind in ("sdc_platform", "probe") and i.get("platform")]
     platform = said[0] if said else "unknown"  # the probe line says it too, should the run stop before its end
     rows = []
     for info in output.info:
         products, sums = info.get("products"), info.get("sums")
-        if info.get("info") != "sdc" or not isinstance(products, list) or not isinstance(sums, list) or not products:
+        if info.kind != "sdc" or not isinstance(products, list) or not isinstance(sums, list) or not products:
             continue
         stable = len(set(products)) == 1 and len(set(sums)) == 1
         rows.append({"node": node, "gpu": info.get("gpu"), "platform": platform, "size": info.get("size"),
@@ -94,7 +94,7 @@ def compare(outputs: Mapping[str, ProbeOutput], profiles: Mapping[str, Profile])
         rows.append((f.node, CheckRow(NAME, f"gpu{f.gpu}", status, f.reason, f.observed, f.expected, f.detail, f.gpu)))
     reported = {(str(d["node"]), d["gpu"]) for d in found}
     for node, output in outputs.items():
-        info = next((i for i in output.info if i.get("info") == "probe"), {})
+        info = next((i.members for i in output.info if i.kind == "probe"), {})
         count = info.get("gpus") if profiles[node].burn.sdc else 0
         for gpu in range(count if isinstance(count, int) else 0):
             if (node, gpu) not in reported:

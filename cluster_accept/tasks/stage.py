@@ -81,7 +81,7 @@ class RunTables:
     # the report charts; the whole series went to its own files as each node was judged.
     series: dict[str, list[Record]] = field(default_factory=dict)
 
-    def records(self) -> dict[str, list[dict[str, Any]]]:
+    def records(self) -> dict[str, list[Mapping[str, Any]]]:
         """Every table by name, as records: what the report and the operations' files read (the one place the
         run's typed tables become records for them)."""
         typed = {f.name: [row.record() for row in getattr(self, f.name)] for f in fields(self) if f.name != "series"}

@@ -171,14 +171,15 @@ _SAMPLE_COLUMNS = ["gpu", "t_s", "sm_clock_mhz", "mem_clock_mhz", "power_w", "te
                    "ecc_uncorrected", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"]  # fmt: skip
 
 
-def run_info(output: ProbeOutput) -> dict[str, Any]:
-    return next((i for i in output.info if i.get("info") == "probe"), {})
+def run_info(output: ProbeOutput) -> Mapping[str, Any]:
+    return next((i.members for i in output.info if i.kind == "probe"), {})
 
 
 def series(output: ProbeOutput) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(windows, samples) of one node's burn: throughput per window and nvidia-smi's samples, per GPU."""
-    windows = pd.DataFrame([i for i in output.info if i.get("info") == "window"], columns=["gpu", "t_s", "value"])
-    samples = pd.DataFrame([i for i in output.info if i.get("info") == "sample"], columns=_SAMPLE_COLUMNS)
+    said = {kind: [dict(i.members) for i in output.info if i.kind == kind] for kind in ("window", "sample")}
+    windows = pd.DataFrame(said["window"], columns=["gpu", "t_s", "value"])
+    samples = pd.DataFrame(said["sample"], columns=_SAMPLE_COLUMNS)
     windows = windows[pd.to_numeric(windows.gpu, errors="coerce").notna()]
     samples = samples[pd.to_numeric(samples.gpu, errors="coerce").notna()]
     return windows.astype({"gpu": int}), samples.astype({"gpu": int})
@@ -254,7 +255,7 @@ def _judged_rows(
 def _log_rows(output: ProbeOutput, cuda: bool) -> list[CheckRow]:
     rows = []
     for info in output.info:
-        kind = info.get("info")
+        kind = info.kind
         if kind == "xid":
             for code, pci, line in judgement.xid_codes([str(info.get("line", ""))]):
                 meaning = XIDS[code].meaning if code in XIDS else "see NVIDIA's XID catalog"
