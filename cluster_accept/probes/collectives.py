@@ -20,12 +20,12 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault, healthy
 from cluster_accept.inventory.gpus import nvlink_rating
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
-from cluster_accept.probes.scripts import ALLREDUCE
+from cluster_accept.probes.scripts import ALLREDUCE, ALLREDUCE_TORCH_MISSING
 from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
 NAME = "collectives"
@@ -183,15 +183,8 @@ EXPECTATIONS = (
 )
 
 # The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {
-    "probes": {"device": "cpu"},
-    "training": {"enabled": False},
-    "thresholds": {
-        "allgather_intra_busbw_gbps_min": 0.01,
-        "reducescatter_intra_busbw_gbps_min": 0.01,
-        "alltoall_intra_busbw_gbps_min": 0.01,
-    },
-}
+SAMPLE_MINIMUMS = {f"{op}_intra_busbw_gbps_min": 0.01 for op in ("allgather", "reducescatter", "alltoall")}
+SAMPLE_PROFILE = {"probes": {"device": "cpu"}, "training": {"enabled": False}, "thresholds": SAMPLE_MINIMUMS}
 
 PROBE = Probe(
     name=NAME,
@@ -211,22 +204,8 @@ PROBE = Probe(
             "below_minimum",
             {"below_threshold"},
             fixture="tests/data/collectives/gloo_2ranks.txt",
-            profile={
-                "probes": {"device": "cpu"},
-                "training": {"enabled": False},
-                "thresholds": {
-                    "allgather_intra_busbw_gbps_min": 1000.0,
-                    "reducescatter_intra_busbw_gbps_min": 0.01,
-                    "alltoall_intra_busbw_gbps_min": 0.01,
-                },
-            },
+            profile={**SAMPLE_PROFILE, "thresholds": {**SAMPLE_MINIMUMS, "allgather_intra_busbw_gbps_min": 1000.0}},
         ),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/allreduce/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),
     ),
 )

@@ -16,10 +16,10 @@ from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe
-from cluster_accept.probes.scripts import BURN
+from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_PROFILE, BURN_TORCH_MISSING
 from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "sdc"
@@ -104,9 +104,6 @@ def compare(outputs: Mapping[str, ProbeOutput], profiles: Mapping[str, Profile])
     return rows
 
 
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
-
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -119,14 +116,8 @@ PROBE = Probe(
     compare=compare,
     expectations=(Expectation("burn.sdc", STAGE, NAME, lambda p: p.burn.sdc, None, ("burn",), RUN_FAILED),),
     samples=(
-        healthy("h100_20s", {"same"}, fixture="tests/data/burn/h100_20s.txt", profile=SAMPLE_PROFILE),
-        fault("unstable", {"unstable"}, fixture="tests/data/burn/h100_20s_sdc_unstable.txt", profile=SAMPLE_PROFILE),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/burn/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        BURN_HEALTHY.judged({"same"}),
+        fault("unstable", {"unstable"}, fixture="tests/data/burn/h100_20s_sdc_unstable.txt", profile=BURN_PROFILE),
+        BURN_TORCH_MISSING,
     ),
 )

@@ -24,7 +24,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault
 from cluster_accept.checks.xid import XIDS
 from cluster_accept.inventory.gpus import Rating
 from cluster_accept.inventory.model import Profile
@@ -32,7 +32,7 @@ from cluster_accept.probes.base import Probe, cluster_judgement
 from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
-from cluster_accept.probes.scripts import BURN
+from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_TORCH_MISSING
 from cluster_accept.probes.series import NodeSeries, SeriesPlace
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.vocabulary.figures import Figure
@@ -326,9 +326,6 @@ def report(view: ReportView) -> ReportSection | None:
 # what a co-tenant or clock events explain; not an XID, ECC errors, or a thermal or power throttle.
 SLOW_BURN = frozenset({"throughput_dropped", "straggler", "clocks_fell"})
 
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
-
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -351,19 +348,13 @@ PROBE = Probe(
         ),
     ),
     samples=(
-        healthy("h100_20s", {"ok", "sustained"}, fixture="tests/data/burn/h100_20s.txt", profile=SAMPLE_PROFILE),
+        BURN_HEALTHY.judged({"ok", "sustained"}),
         fault(
             "below_minimum",
             {"below_threshold"},
-            fixture="tests/data/burn/h100_20s.txt",
+            fixture=BURN_HEALTHY.fixture,
             profile={"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 5000}},
         ),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/burn/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        BURN_TORCH_MISSING,
     ),
 )
