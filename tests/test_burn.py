@@ -17,6 +17,7 @@ from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.probes import burn
 from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.scripts import burn_command, burn_timeout_s
+from cluster_accept.probes.series import SeriesPlace
 
 DATA = Path(__file__).parent / "data" / "burn"
 SETTINGS = BurnSettings(minutes=2)
@@ -157,8 +158,9 @@ def test_probe_rows_and_figures_from_a_run():
     assert rows[("burn", "xid 48 0000:2a:00", "xid")].observed == "Xid 48: double-bit ECC error"
     assert rows[("gpu", "compute_apps", "busy")].gpu == 1
     assert rows[("gpu", "compute_apps", "busy")].detail == "seen in 60 of 120 samples while the burn ran"
-    series = burn.time_series("node01", output)
-    assert len(series) == 2 * 120 * 2 and {r["kind"] for r in series} == {"sample", "throughput"}
+    series = burn.time_series(SeriesPlace("r1", "c", "node01"), output)
+    assert len(series) == 2 * 120 * 2 and {r.kind for r in series} == {"sample", "throughput"}
+    assert {(r.run_id, r.cluster, r.node) for r in series} == {("r1", "c", "node01")}
 
 
 def test_a_gpu_without_windows_and_a_suite_without_burn():
@@ -323,7 +325,8 @@ def test_the_stage_writes_each_nodes_whole_series_and_keeps_a_thinned_copy_for_t
         whole = pd.read_parquet(tmp_path / "burn" / f"{name}.parquet")
         assert len(whole) == 2 * 120 * 2 and set(whole["node"]) == {name}
         assert set(whole["run_id"]) == {"r1"} and set(whole["cluster"]) == {"c"}
-    charted = pd.DataFrame(kept.charted["burn"])
+    assert {type(r) for r in kept.charted["burn"]} == {burn.BurnPoint}
+    charted = pd.DataFrame([r.record() for r in kept.charted["burn"]])
     assert set(charted["node"]) == set(names) and set(charted["run_id"]) == {"r1"}
     per_gpu = charted.groupby(["node", "kind", "gpu"]).size()
     assert len(per_gpu) == 2 * 2 * 2 and per_gpu.max() <= points < 120

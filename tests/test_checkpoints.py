@@ -16,6 +16,7 @@ from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import ResumeError, resumable_info
 from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
 from cluster_accept.tasks.multi_node.stage import SavedOutcome
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow
 from cluster_accept.vocabulary.status import Status
 
@@ -109,7 +110,8 @@ def test_a_saved_multi_node_outcome_loads_as_written_and_a_wrong_member_type_cou
     """Every table of the stage's outcome comes back typed as it was; a number where a string belongs, in any
     table, is another shape."""
     row = NodeRow("r1", "c", "multi-node", "n1", "scaling", "2 nodes", Status.PASS, "ok", "95.6%")
-    figure = Measurement("r1", "c", "multi-node", "n1", "allreduce_busbw_gbps", 41.5, probe="allreduce", size=1 << 30)
+    said = Figure("allreduce_busbw_gbps", 41.5, probe="allreduce", size=1 << 30)
+    figure = Measurement.of(said, "r1", "c", "multi-node", "n1", None)
     isolation = IsolationRow(0, "screen", 0, "screen", "n[1-2]", 2, 41.5, False, 30.0, "allreduce", "r1", "c")
     scaling = ScalingRow(2, 16, 41.5, 22.1, 177.1, 0.5, 1.0, False, "r1", "c")
     training = TrainingScalingRow(

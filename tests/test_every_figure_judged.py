@@ -36,12 +36,12 @@ def _figures(metric: str, rule: MetricRule, values: Mapping[str, float]) -> list
     unit = {"_tflops": "TFLOP/s", "_gflops": "GFLOP/s", "_gbps": "GB/s"}.get(metric[metric.rfind("_") :], "")
     return [
         Measurement(
-            "r",
-            "c",
-            "single-node",
-            node,
-            metric,
-            value,
+            run_id="r",
+            cluster="c",
+            stage="single-node",
+            node=node,
+            metric=metric,
+            value=value,
             profile="auto",
             unit=unit,
             gpu=0 if rule.per_gpu else None,

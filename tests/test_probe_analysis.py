@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
 from cluster_accept.analysis.probe_output import parse_json_lines
@@ -75,6 +76,15 @@ def test_json_lines_keep_errors_and_skip_noise() -> None:
     assert len(out.info) == 1
     assert out.errors[0] == "gpu 1: CUDA error: out of memory"
     assert len(out.errors) == 3
+
+
+def test_an_info_line_is_its_kind_and_its_members_read_only() -> None:
+    line = parse_json_lines('{"info": "skip", "reason": "fewer than 2 GPUs", "collective": "all_gather"}').info[0]
+    assert (line.kind, line.get("reason"), "info" in line.members) == ("skip", "fewer than 2 GPUs", False)
+    with pytest.raises(TypeError):
+        line.members["reason"] = "changed"  # type: ignore[index]
+    assert parse_json_lines('{"info": "skip", "reason": "fewer than 2 GPUs"}').skip_reason() == "fewer than 2 GPUs"
+    assert parse_json_lines('{"info": "skip", "collective": "x", "reason": "r"}').skip_reason() is None
 
 
 def figures(values: dict[tuple[str, int], float], metric: str = "gemm_bf16_tflops") -> pd.DataFrame:

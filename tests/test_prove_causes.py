@@ -36,7 +36,17 @@ def _state(prove: bool) -> RunState:
 
 
 def _figure(node: str, value: float) -> Measurement:
-    return Measurement("r", "c", "single-node", node, "gemm_bf16_tflops", value, profile="p", gpu=0, unit="TFLOP/s")
+    return Measurement(
+        run_id="r",
+        cluster="c",
+        stage="single-node",
+        node=node,
+        metric="gemm_bf16_tflops",
+        value=value,
+        profile="p",
+        gpu=0,
+        unit="TFLOP/s",
+    )
 
 
 def _outcome(node: str, settings: str) -> NodeResult:
@@ -143,7 +153,16 @@ def test_a_figure_the_probe_judges_off_its_own_output_is_proved_against_the_mini
                   ">= 0.80 of the node's slowest GPU's solo tokens/s (default …)", "")  # fmt: skip
 
     def figure(value: float) -> Measurement:
-        return Measurement("r", "c", "single-node", "n1", "training_dp_efficiency", value, profile="p", unit="ratio")
+        return Measurement(
+            run_id="r",
+            cluster="c",
+            stage="single-node",
+            node="n1",
+            metric="training_dp_efficiency",
+            value=value,
+            profile="p",
+            unit="ratio",
+        )
 
     before = measurement_frame([figure(0.648)])
     outcome = NodeResult("n1", NodeStatus.OK, commands=[CommandResult("training", 0, "", settings)])

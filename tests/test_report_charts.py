@@ -76,7 +76,7 @@ def test_sparkline_marks_the_current_run() -> None:
 
 
 MEASUREMENTS = [
-    Measurement("r", "c", "single-node", n, m, v, gpu=g, profile="h100", unit=u)
+    Measurement(run_id="r", cluster="c", stage="single-node", node=n, metric=m, value=v, gpu=g, profile="h100", unit=u)
     for n, g, m, v, u in [
         ("n1", 0, "gemm_bf16_tflops", 740.0, "TFLOP/s"),
         ("n1", 1, "gemm_bf16_tflops", 745.0, "TFLOP/s"),

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from cluster_accept.analysis.schemas import CHECKS, MEASUREMENTS, write_table
 from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.flows import shard_results
 from cluster_accept.flows.progress import Silent
 from cluster_accept.flows.shard_results import (
     drift_across_shards,
     merge_shard,
     not_finished_rows,
     read_shard,
+    series_dirs,
     shard_key,
     shard_plan,
 )
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory
+from cluster_accept.probes import burn
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.stage import RunState, RunTables
@@ -98,6 +102,25 @@ def test_a_finished_shard_is_merged_under_the_parents_run_id_with_its_types_kept
     assert [(m.run_id, m.node, m.value) for m in state.measurements] == [("parent-run", "gpu01", 612.5)]
     assert state.tables == RunTables()
     assert (tmp_path / "parent" / "burn" / "gpu01.parquet").read_bytes() == b"series"
+
+
+def test_every_probes_declared_series_is_merged_from_a_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert series_dirs() == ("burn",)  # the burn's, as its probe declares it
+    assert burn.PROBE.series is not None
+    other = replace(burn.PROBE, name="pcie_watch", series=replace(burn.PROBE.series, table="pcie_watch"))
+    monkeypatch.setattr(shard_results, "discover", lambda: [burn.PROBE, other])
+    inventory = _inventory(tmp_path, "  - {hosts: 'gpu[01-02]', labels: {rack: a}}\n")
+    shard_dir = tmp_path / "parent" / "shards" / "a"
+    for table in ("burn", "pcie_watch"):
+        (shard_dir / table).mkdir(parents=True)
+        (shard_dir / table / "gpu01.parquet").write_bytes(table.encode())
+    write_table(shard_dir / "checks.parquet", [_row("gpu01", "a")], CHECKS)
+    (shard_dir / "run.json").write_text(json.dumps({"run_id": "a", "ended": "2026-11-23T10:00:00+00:00"}))
+    found = read_shard(shard_dir)
+    assert not isinstance(found, str)
+    merge_shard(_state(tmp_path, inventory), found, shard_dir)
+    for table in ("burn", "pcie_watch"):
+        assert (tmp_path / "parent" / table / "gpu01.parquet").read_bytes() == table.encode()
 
 
 def test_a_shard_without_results_says_why_and_its_nodes_get_a_tool_row(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from cluster_accept.analysis.scaling import ScalingPoint, judge_steps
 from cluster_accept.checks.base import Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.tasks.multi_node.slow_together import slow_together_rows
+from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.rows import Measurement
 
 NODES = [
@@ -21,7 +22,9 @@ NODES = [
 ]
 GROUPS = {2: NODES[:2], 4: NODES}
 SOCKETS = [
-    Measurement("r", "c", "multi-node", "n1", "allreduce_busbw_gbps", 1.0, group=g, transport="NET/Socket")
+    Measurement.of(
+        Figure("allreduce_busbw_gbps", 1.0, group=g, transport="NET/Socket"), "r", "c", "multi-node", "n1", None
+    )
     for g in ("n[1-2]", "n[1-4]")
 ]
 

@@ -14,8 +14,8 @@ MODEL = "gpt 355.7M L24 d1024 h16 s2048 mb8 v50304 ddp bf16 eager"
 
 
 def figure(node: str, metric: str, value: float, gpu: int | None = None) -> Measurement:
-    return Measurement("r", "c", "single-node", node, metric, value, probe="training", gpu=gpu, model=MODEL,
-                       world_size=8, profile="p", unit="tokens/s")  # fmt: skip
+    return Measurement(run_id="r", cluster="c", stage="single-node", node=node, metric=metric, value=value,
+                       probe="training", gpu=gpu, model=MODEL, world_size=8, profile="p", unit="tokens/s")  # fmt: skip
 
 
 def node_figures(node: str, per_gpu: float, solo: list[float]) -> list[Measurement]:

@@ -13,6 +13,7 @@ from cluster_accept.analysis.history import Trend
 from cluster_accept.analysis.isolation import IsolationRow
 from cluster_accept.analysis.scaling import ScalingRow, TrainingScalingRow
 from cluster_accept.analysis.schemas import TABLES
+from cluster_accept.probes.burn import BurnPoint
 from cluster_accept.vocabulary.codec import ShapeError, from_data, to_data
 from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, ValueKind
@@ -27,6 +28,7 @@ ROWS: dict[str, Any] = {
     "isolation": IsolationRow(0, "screen", 0, "screen", "n[1-2]", 2, 41.5, False, 30.0, "allreduce", "r1", "c"),
     "scaling": ScalingRow(2, 16, 41.5, 22.1, 177.1, 0.5, 1.0, False, "r1", "c"),
     "training_scaling": TRAINED,
+    "burn": BurnPoint("r1", "c", "n1", 0, "throughput", 1.0, 692.3, "TFLOP/s"),
     "nccl": NcclFact("r1", "c", "multi-node", "n1", "allreduce", "version", "version", "2.28.9", "n[1-2]", 0),
 }  # fmt: skip
 

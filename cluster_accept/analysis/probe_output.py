@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from cluster_accept.vocabulary.codec import ShapeError
@@ -17,10 +19,32 @@ from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.text import keep_head
 
 
+@dataclass(frozen=True)
+class InfoLine:
+    """A line a node script prints about its run rather than a figure (``{"info": kind, …}``: a skip, the run's
+    settings, a burn window, a training rank …): its ``kind`` and the rest of its members, read-only; the probe
+    that printed it reads them."""
+
+    kind: str
+    members: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", MappingProxyType(dict(self.members)))  # a copy no one can change
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> InfoLine:
+        """The line as the node printed it (its ``info`` member the kind)."""
+        return cls(str(record["info"]), {key: value for key, value in record.items() if key != "info"})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """One of its members, or ``default``."""
+        return self.members.get(key, default)
+
+
 @dataclass
 class ProbeOutput:
     measurements: list[Figure] = field(default_factory=list)
-    info: list[dict[str, Any]] = field(default_factory=list)
+    info: list[InfoLine] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     transports: dict[str, int] = field(default_factory=dict)  # NCCL's channel connections per transport
     nccl_version: str | None = None
@@ -29,7 +53,7 @@ class ProbeOutput:
         """Why the probe did not measure (``{"info": "skip", "reason": …}``), if it said so; a skip naming one
         ``collective`` is that collective's, not the run's."""
         return next(
-            (str(i.get("reason")) for i in self.info if i.get("info") == "skip" and "collective" not in i), None
+            (str(i.get("reason")) for i in self.info if i.kind == "skip" and "collective" not in i.members), None
         )
 
 
@@ -51,7 +75,7 @@ def parse_json_lines(text: str) -> ProbeOutput:
         if "error" in record:
             out.errors.append(f"gpu {record.get('gpu')}: {record['error']}")
         elif "info" in record:
-            out.info.append(record)
+            out.info.append(InfoLine.of(record))
         elif isinstance(record.get("metric"), str) and isinstance(record.get("value"), (int, float)):
             _add_figure(out, record, line)
         else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,7 +26,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.gpus import GpuModel, Rating, model_for_name
 from cluster_accept.inventory.model import Profile, Thresholds
 from cluster_accept.vocabulary.lazy import pandas as pd
-from cluster_accept.vocabulary.rows import Measurement
+from cluster_accept.vocabulary.rows import MEASUREMENT_COLUMNS, Measurement
 
 NO_EXPECTATION = "no_expectation"  # the reason of a not-judged figure (checks.reasons.COMMON)
 DEVICES = frozenset({"cuda", "cpu"})
@@ -354,9 +354,6 @@ def node_medians(measurements: pd.DataFrame, metric: str) -> dict[str, float]:
     """Per-node median of a per-GPU figure (the seed's per-node TFLOPS table)."""
     df = measurements[measurements["metric"] == metric]
     return {str(k): float(v) for k, v in df.groupby("node")["value"].median().items()}
-
-
-MEASUREMENT_COLUMNS = tuple(f.name for f in fields(Measurement))
 
 
 def measurement_frame(measurements: Sequence[Measurement]) -> pd.DataFrame:

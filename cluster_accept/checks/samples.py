@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,11 @@ class Sample:
     exit_code: int | None = 0
     profile: Mapping[str, Any] = field(default_factory=dict)
     majority: Mapping[str, str] = field(default_factory=dict)
+
+    def judged(self, reasons: Iterable[str], profile: Mapping[str, Any] | None = None) -> Sample:
+        """The same output as another plug-in reading the same run judges it: its own reasons (and the profile
+        its minimums are held to, where it has its own), the output declared once, beside the run."""
+        return replace(self, reasons=frozenset(reasons), profile=self.profile if profile is None else profile)
 
     def output(self) -> str:
         """What the command printed: the inline text, or the fixture's (its capture frame left out)."""

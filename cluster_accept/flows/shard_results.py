@@ -27,6 +27,7 @@ from cluster_accept.checks.base import NodeRow, Status, majority_values
 from cluster_accept.checks.reasons import TOOL_CHECK, Action, FindingKind, Reason, declare
 from cluster_accept.inventory.hostlist import MAX_NODES, fold
 from cluster_accept.inventory.model import Inventory
+from cluster_accept.probes.base import discover
 from cluster_accept.tasks.stage import RunState
 from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record
 
@@ -34,7 +35,6 @@ SHARDS_DIR = "shards"
 SHARD_NOT_FINISHED = "shard_not_finished"
 # The tables a shard's stages write, and where the parent's state keeps them.
 STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling", "nccl")
-SERIES_DIRS = ("burn",)  # per-node files a stage writes beside its tables
 _KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 # Check ``shards``: what only the parent of a sharded run can see. Each shard judges drift within itself; a value
 # a whole shard agrees on, that the rest of the cluster has otherwise, is seen here and reported.
@@ -131,10 +131,16 @@ def merge_shard(state: RunState, shard: ShardTables, shard_dir: Path) -> None:
     state.tables.scaling += _own(ScalingRow, shard.tables.get("scaling", []), state.run_id)
     state.tables.training_scaling += _own(TrainingScalingRow, shard.tables.get("training_scaling", []), state.run_id)
     state.tables.nccl += _own(NcclFact, shard.tables.get("nccl", []), state.run_id)
-    for series in SERIES_DIRS:
+    for series in series_dirs():
         source = shard_dir / series
         if source.is_dir():
             shutil.copytree(source, state.run_dir.path / series, dirs_exist_ok=True)
+
+
+def series_dirs() -> tuple[str, ...]:
+    """The folders of per-node files a stage writes beside its tables: each probe's declared series
+    (``Probe.series``), so a new probe's series is merged from a shard as the burn's is."""
+    return tuple(sorted({probe.series.table for probe in discover() if probe.series is not None}))
 
 
 def not_finished_rows(state: RunState, nodes: Sequence[str], key: str, why: str) -> list[NodeRow]:

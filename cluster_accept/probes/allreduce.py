@@ -19,11 +19,11 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, is_set, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault, healthy
 from cluster_accept.inventory.gpus import ALLREDUCE_NVLINK_FRACTION, nvlink_rating, pcie_rating
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
-from cluster_accept.probes.scripts import ALLREDUCE
+from cluster_accept.probes.scripts import ALLREDUCE, ALLREDUCE_TORCH_MISSING
 from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
 NAME = "allreduce"
@@ -220,18 +220,8 @@ PROBE = Probe(
             "below_minimum",
             {"below_threshold"},
             fixture="tests/data/allreduce/testbed_cpu_2ranks.txt",
-            profile={
-                "probes": {"device": "cpu"},
-                "training": {"enabled": False},
-                "thresholds": {"allreduce_intra_busbw_gbps_min": 10.0},
-            },
+            profile={**SAMPLE_PROFILE, "thresholds": {"allreduce_intra_busbw_gbps_min": 10.0}},
         ),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/allreduce/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),
     ),
 )

@@ -56,6 +56,7 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
 from cluster_accept.inventory.node_part import WantedNode
 from cluster_accept.probes.series import NodeSeries
+from cluster_accept.vocabulary.rows import Record
 
 if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --local) loads no pandas
     import pandas as pd
@@ -107,7 +108,7 @@ class Probe:
     expectations: tuple[Expectation, ...] = ()  # the keys of a profile its rows judge (no silent pass)
     settings: type[BaseModel] | None = None  # its own keys under the profile's ``plugins: {name: …}``
     other_reasons: Mapping[str, Mapping[str, Reason]] = field(default_factory=dict)  # rows under other checks
-    series: NodeSeries | None = None  # a per-node series kept beside its figures (the burn's), written by the stage
+    series: NodeSeries[Record] | None = None  # a per-node series kept beside its figures (the burn's), typed
     # What its run prints on a healthy node, a faulty one and with its tool missing or dead (its reasons).
     samples: tuple[Sample, ...] = ()
 

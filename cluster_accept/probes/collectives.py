@@ -20,12 +20,12 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault, healthy
 from cluster_accept.inventory.gpus import nvlink_rating
 from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
-from cluster_accept.probes.scripts import ALLREDUCE
+from cluster_accept.probes.scripts import ALLREDUCE, ALLREDUCE_TORCH_MISSING
 from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
 NAME = "collectives"
@@ -101,8 +101,8 @@ def parse(stdout: str) -> ProbeOutput:
 
 
 def _skipped(output: ProbeOutput) -> dict[str, str]:
-    skips = [i for i in output.info if i.get("info") == "skip" and "collective" in i]
-    return {str(i["collective"]): str(i.get("reason")) for i in skips}
+    skips = [i for i in output.info if i.kind == "skip" and "collective" in i.members]
+    return {str(i.members["collective"]): str(i.get("reason")) for i in skips}
 
 
 def _row(op: ExtraCollective, output: ProbeOutput, run_skip: str | None) -> CheckRow | None:
@@ -122,10 +122,8 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     """Why a collective the profile lists has no figure on this node (one GPU, the backend lacks it, the sweep
     stopped early); one that has a figure is judged by its rows in ``evaluate``. Nothing for a run that failed
     outright: the all-reduce probe's row says why."""
-    run_skip = next(
-        (str(i.get("reason")) for i in output.info if i.get("info") == "skip" and "collective" not in i), None
-    )
-    ran = run_skip is not None or bool(output.measurements) or any(i.get("info") == "probe" for i in output.info)
+    run_skip = output.skip_reason()
+    ran = run_skip is not None or bool(output.measurements) or any(i.kind == "probe" for i in output.info)
     if not ran:
         return []
     return [row for op in profile.probes.collectives if (row := _row(op, output, run_skip)) is not None]
@@ -185,15 +183,8 @@ EXPECTATIONS = (
 )
 
 # The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {
-    "probes": {"device": "cpu"},
-    "training": {"enabled": False},
-    "thresholds": {
-        "allgather_intra_busbw_gbps_min": 0.01,
-        "reducescatter_intra_busbw_gbps_min": 0.01,
-        "alltoall_intra_busbw_gbps_min": 0.01,
-    },
-}
+SAMPLE_MINIMUMS = {f"{op}_intra_busbw_gbps_min": 0.01 for op in ("allgather", "reducescatter", "alltoall")}
+SAMPLE_PROFILE = {"probes": {"device": "cpu"}, "training": {"enabled": False}, "thresholds": SAMPLE_MINIMUMS}
 
 PROBE = Probe(
     name=NAME,
@@ -213,22 +204,8 @@ PROBE = Probe(
             "below_minimum",
             {"below_threshold"},
             fixture="tests/data/collectives/gloo_2ranks.txt",
-            profile={
-                "probes": {"device": "cpu"},
-                "training": {"enabled": False},
-                "thresholds": {
-                    "allgather_intra_busbw_gbps_min": 1000.0,
-                    "reducescatter_intra_busbw_gbps_min": 0.01,
-                    "alltoall_intra_busbw_gbps_min": 0.01,
-                },
-            },
+            profile={**SAMPLE_PROFILE, "thresholds": {**SAMPLE_MINIMUMS, "allgather_intra_busbw_gbps_min": 1000.0}},
         ),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/allreduce/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),
     ),
 )

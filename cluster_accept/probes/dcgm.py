@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cluster_accept.analysis.probe_output import ProbeOutput
+from cluster_accept.analysis.probe_output import InfoLine, ProbeOutput
 from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
@@ -160,26 +160,26 @@ def parse(stdout: str) -> ProbeOutput:
     body = _EXIT.sub("", stdout)
     doc = _document(body)
     if doc is not None and doc.get("info") == "skip":
-        out.info.append({"info": "skip", "reason": str(doc.get("reason"))})
+        out.info.append(InfoLine("skip", {"reason": str(doc.get("reason"))}))
         return out
     if doc is not None and isinstance(doc.get("iterations"), list) and doc["iterations"]:
         doc = doc["iterations"][-1]  # --iterations: the last (the first failing) iteration
     root = next((doc[k] for k in ROOTS if doc is not None and isinstance(doc.get(k), dict)), None)
     if doc is None or root is None:
-        out.info.append({"info": "dcgm_unreadable", "exit": exit_code, "text": body.strip()[:500]})
+        out.info.append(InfoLine("dcgm_unreadable", {"exit": exit_code, "text": body.strip()[:500]}))
         return out
     meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else doc
     run = {"version": meta.get("version"), "driver": meta.get("Driver Version Detected")}
-    out.info.append({"info": "dcgm_run", "exit": exit_code, **run, "runtime_error": root.get("runtime_error")})
+    out.info.append(InfoLine("dcgm_run", {"exit": exit_code, **run, "runtime_error": root.get("runtime_error")}))
     for category in root.get("test_categories") or []:
         for test in category.get("tests") or []:
             summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
-            out.info.append({"info": "dcgm_test", "test": test.get("name"), "status": summary.get("status"),
-                             "warnings": _warnings(summary.get("warnings"))})  # fmt: skip
+            out.info.append(InfoLine("dcgm_test", {"test": test.get("name"), "status": summary.get("status"),
+                                                   "warnings": _warnings(summary.get("warnings"))}))  # fmt: skip
             for result in test.get("results") or []:
-                out.info.append({"info": "dcgm_result", "category": category.get("category"), "test": test.get("name"),
-                                 "gpu": _gpu(result), "status": result.get("status"),
-                                 "warnings": _warnings(result.get("warnings"))})  # fmt: skip
+                said = {"category": category.get("category"), "test": test.get("name"), "gpu": _gpu(result),
+                        "status": result.get("status"), "warnings": _warnings(result.get("warnings"))}  # fmt: skip
+                out.info.append(InfoLine("dcgm_result", said))
     return out
 
 
@@ -202,7 +202,7 @@ def _said(warning: Mapping[str, Any]) -> str:
     )
 
 
-def _test_rows(test: str, results: list[dict[str, Any]], run: str) -> list[CheckRow]:
+def _test_rows(test: str, results: list[Mapping[str, Any]], run: str) -> list[CheckRow]:
     """One test's rows: each GPU's errors, the GPUs it failed along with them, and one row for those that passed
     or were skipped."""
     rows = []
@@ -224,7 +224,7 @@ def _test_rows(test: str, results: list[dict[str, Any]], run: str) -> list[Check
     return rows
 
 
-def _on(status: str, results: list[dict[str, Any]]) -> str:
+def _on(status: str, results: list[Mapping[str, Any]]) -> str:
     gpus = fold_numbers([r["gpu"] for r in results if r["gpu"] is not None])
     return f"{status} on GPU {gpus}" if gpus else f"{status} (a node-wide test)"
 
@@ -232,12 +232,12 @@ def _on(status: str, results: list[dict[str, Any]]) -> str:
 def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     """DCGM's verdicts as rows, under DCGM's own test names."""
     for info in output.info:
-        if info.get("info") == "skip":
+        if info.kind == "skip":
             return [CheckRow(NAME, "dcgmi", Status.SKIP, "not_installed", None, "dcgmi diag", str(info.get("reason")))]
-        if info.get("info") == "dcgm_unreadable":
+        if info.kind == "dcgm_unreadable":
             said = f"exit {info.get('exit')}"
             return [CheckRow(NAME, "dcgmi", Status.ERROR, "unreadable", said, "DCGM's JSON", str(info.get("text")))]
-    run_info = next((i for i in output.info if i.get("info") == "dcgm_run"), {})
+    run_info = next((i.members for i in output.info if i.kind == "dcgm_run"), {})
     run = f"DCGM {run_info.get('version') or '?'}, driver {run_info.get('driver') or '?'}, exit {run_info.get('exit')}"
     if run_info.get("runtime_error"):
         return [
@@ -245,10 +245,10 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
                 NAME, "dcgmi", Status.ERROR, "runtime_error", str(run_info["runtime_error"])[:500], "tests run", run
             )
         ]
-    by_test: dict[str, list[dict[str, Any]]] = {}
+    by_test: dict[str, list[Mapping[str, Any]]] = {}
     for info in output.info:
-        if info.get("info") == "dcgm_result":
-            by_test.setdefault(str(info.get("test")), []).append(info)
+        if info.kind == "dcgm_result":
+            by_test.setdefault(str(info.get("test")), []).append(info.members)
     rows = [row for test, results in by_test.items() for row in _test_rows(test, results, run)]
     rows += _summary_rows(output, by_test, run)
     if run_info.get("exit") not in (0, None) and not any(r.status in (Status.FAIL, Status.ERROR) for r in rows):
@@ -259,17 +259,17 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     return rows or [CheckRow(NAME, "dcgmi", Status.ERROR, "unreadable", "no test results", "DCGM's tests", run)]
 
 
-def _summary_rows(output: ProbeOutput, by_test: Mapping[str, list[dict[str, Any]]], run: str) -> list[CheckRow]:
+def _summary_rows(output: ProbeOutput, by_test: Mapping[str, list[Mapping[str, Any]]], run: str) -> list[CheckRow]:
     """A test whose summary says Fail though none of its results does (an error tied to no GPU), and results
     whose status is none of Pass, Skip, Fail."""
     rows = []
     for info in output.info:
         test = str(info.get("test"))
-        if info.get("info") == "dcgm_test" and info.get("status") == "Fail":
+        if info.kind == "dcgm_test" and info.get("status") == "Fail":
             if not any(r["status"] == "Fail" or r["warnings"] for r in by_test.get(test, [])):
                 text = "; ".join(w["text"] for w in info.get("warnings") or []) or "no message"
                 rows.append(CheckRow(NAME, test, Status.FAIL, "test_failed", f"Fail: {text}"[:500], "Pass", run))
-        if info.get("info") == "dcgm_result" and info.get("status") not in ("Pass", "Skip", "Fail"):
+        if info.kind == "dcgm_result" and info.get("status") not in ("Pass", "Skip", "Fail"):
             said = f"status {info.get('status')!r}"
             rows.append(CheckRow(NAME, test, Status.ERROR, "unknown_status", said, "Pass", run, info.get("gpu")))
     return rows

@@ -22,7 +22,6 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY, busy_row
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import (
     GEMM_16BIT_FRACTION,
     GEMM_FP8_FRACTION,
@@ -32,7 +31,7 @@ from cluster_accept.inventory.gpus import (
 )
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
-from cluster_accept.probes.scripts import GPU_BENCH
+from cluster_accept.probes.scripts import GPU_BENCH, GPU_BENCH_SAMPLES
 from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table, per_gpu_chart
 from cluster_accept.vocabulary.figures import Figure
 
@@ -143,11 +142,11 @@ def busy_rows(output: ProbeOutput, during: str = "the GPU bench") -> list[CheckR
     """A row per other process the probe saw on one of its GPUs while it ran (``during``: which probe)."""
     rows = []
     for info in output.info:
-        if info.get("info") != "foreign_process" or not isinstance(info.get("gpu"), int):
+        if info.kind != "foreign_process" or not isinstance(info.get("gpu"), int):
             continue
-        pid = info["pid"] if isinstance(info.get("pid"), int) else None
+        pid = info.members["pid"] if isinstance(info.get("pid"), int) else None
         seen = f"seen in {info.get('seen_samples')} of {info.get('samples')} samples while {during} ran"
-        rows.append(busy_row(info["gpu"], pid, str(info.get("name")), info.get("used_memory_mib"), seen))
+        rows.append(busy_row(info.members["gpu"], pid, str(info.get("name")), info.get("used_memory_mib"), seen))
     return rows
 
 
@@ -183,11 +182,6 @@ def report(view: ReportView) -> ReportSection | None:
     return ReportSection("gemm", (chart,), gpu_table(view.measurements, CHART_METRICS, "gpu-table"))
 
 
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {
-    "thresholds": {"gemm_bf16_tflops_min": 600, "hbm_copy_gbps_min": 4000, "h2d_gbps_min": 40, "d2h_gbps_min": 40}
-}
-
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -206,24 +200,5 @@ PROBE = Probe(
         for metric, rule in METRICS.items()
         if (key := rule.threshold) is not None
     ),
-    samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/gpu_bench/h200x4.txt", profile=SAMPLE_PROFILE),
-        healthy(
-            "testbed_cpu",
-            {"ok"},
-            fixture="tests/data/gpu_bench/testbed_cpu.txt",
-            profile={
-                "probes": {"device": "cpu"},
-                "training": {"enabled": False},
-                "thresholds": {"gemm_fp32_gflops_min": 50, "gemm_bf16_gflops_min": 100, "mem_copy_gbps_min": 20},
-            },
-        ),
-        fault(
-            "slow_gpus",
-            {"below_threshold", "straggler"},
-            fixture="tests/data/gpu_bench/h200x4_slow_gpus.txt",
-            profile=SAMPLE_PROFILE,
-        ),
-        dead("torch_missing", {"probe_failed"}, fixture="tests/data/gpu_bench/torch_missing.txt", exit_code=1),
-    ),
+    samples=GPU_BENCH_SAMPLES,  # the GPU bench's outputs, judged with the same reasons by each probe of the run
 )

@@ -13,10 +13,9 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import HBM_FRACTION, Rating
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
-from cluster_accept.probes.scripts import GPU_BENCH
+from cluster_accept.probes.scripts import GPU_BENCH, GPU_BENCH_SAMPLES
 from cluster_accept.reports.figures import ReportSection, ReportView, per_gpu_chart
 
 NAME = "hbm"
@@ -58,11 +57,6 @@ def report(view: ReportView) -> ReportSection | None:
     return ReportSection("memory", (chart,)) if chart is not None else None
 
 
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {
-    "thresholds": {"gemm_bf16_tflops_min": 600, "hbm_copy_gbps_min": 4000, "h2d_gbps_min": 40, "d2h_gbps_min": 40}
-}
-
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -85,24 +79,5 @@ PROBE = Probe(
             RUN_FAILED,
         ),
     ),
-    samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/gpu_bench/h200x4.txt", profile=SAMPLE_PROFILE),
-        healthy(
-            "testbed_cpu",
-            {"ok"},
-            fixture="tests/data/gpu_bench/testbed_cpu.txt",
-            profile={
-                "probes": {"device": "cpu"},
-                "training": {"enabled": False},
-                "thresholds": {"gemm_fp32_gflops_min": 50, "gemm_bf16_gflops_min": 100, "mem_copy_gbps_min": 20},
-            },
-        ),
-        fault(
-            "slow_gpus",
-            {"below_threshold", "straggler"},
-            fixture="tests/data/gpu_bench/h200x4_slow_gpus.txt",
-            profile=SAMPLE_PROFILE,
-        ),
-        dead("torch_missing", {"probe_failed"}, fixture="tests/data/gpu_bench/torch_missing.txt", exit_code=1),
-    ),
+    samples=GPU_BENCH_SAMPLES,  # the GPU bench's outputs, judged with the same reasons by each probe of the run
 )

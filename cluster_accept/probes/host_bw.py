@@ -15,10 +15,9 @@ from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import Status
 from cluster_accept.checks.declarations import Expectation, Link, threshold_set
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.gpus import host_rating
 from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
-from cluster_accept.probes.scripts import GPU_BENCH
+from cluster_accept.probes.scripts import GPU_BENCH, GPU_BENCH_SAMPLES
 
 NAME = "host_bw"
 ORDER = 30
@@ -62,11 +61,6 @@ parse = json_figures(METRICS)
 evaluate = cluster_judgement(METRICS)
 
 
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {
-    "thresholds": {"gemm_bf16_tflops_min": 600, "hbm_copy_gbps_min": 4000, "h2d_gbps_min": 40, "d2h_gbps_min": 40}
-}
-
 PROBE = Probe(
     name=NAME,
     script=SCRIPT,
@@ -85,14 +79,6 @@ PROBE = Probe(
         Expectation(key, SINGLE_NODE, NAME, threshold_set(key), metric, ("gemm",), RUN_FAILED)
         for metric, key in (("h2d_gbps", "h2d_gbps_min"), ("d2h_gbps", "d2h_gbps_min"))
     ),
-    samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/gpu_bench/h200x4.txt", profile=SAMPLE_PROFILE),
-        fault(
-            "slow_gpus",
-            {"below_threshold", "straggler"},
-            fixture="tests/data/gpu_bench/h200x4_slow_gpus.txt",
-            profile=SAMPLE_PROFILE,
-        ),
-        dead("torch_missing", {"probe_failed"}, fixture="tests/data/gpu_bench/torch_missing.txt", exit_code=1),
-    ),
+    # the GPU bench's outputs but its CPU run (no copies between host and GPU there)
+    samples=tuple(sample for sample in GPU_BENCH_SAMPLES if sample.name != "testbed_cpu"),
 )

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from types import MappingProxyType
 
+from cluster_accept.checks.samples import dead, fault, healthy
 from cluster_accept.inventory.model import Node
 from cluster_accept.probes.base import NodeScript
 
@@ -182,11 +183,48 @@ def dcgm_timeout_s(node: Node, quick: bool) -> float:
 
 SETTINGS_FILE = "job_settings.py"
 GPU_BENCH = NodeScript("gpu_bench", ("gpu_bench.py",), "gemm", gpu_bench_command)
+# What the GPU bench prints, declared once for the probes that read its run (gemm, hbm, host_bw), and the minimums
+# its samples are held to.
+GPU_BENCH_PROFILE = {
+    "thresholds": {"gemm_bf16_tflops_min": 600, "hbm_copy_gbps_min": 4000, "h2d_gbps_min": 40, "d2h_gbps_min": 40}
+}
+GPU_BENCH_SAMPLES = (
+    healthy("h200x4", {"ok"}, fixture="tests/data/gpu_bench/h200x4.txt", profile=GPU_BENCH_PROFILE),
+    healthy(
+        "testbed_cpu",
+        {"ok"},
+        fixture="tests/data/gpu_bench/testbed_cpu.txt",
+        profile={
+            "probes": {"device": "cpu"},
+            "training": {"enabled": False},
+            "thresholds": {"gemm_fp32_gflops_min": 50, "gemm_bf16_gflops_min": 100, "mem_copy_gbps_min": 20},
+        },
+    ),
+    fault(
+        "slow_gpus",
+        {"below_threshold", "straggler"},
+        fixture="tests/data/gpu_bench/h200x4_slow_gpus.txt",
+        profile=GPU_BENCH_PROFILE,
+    ),
+    dead("torch_missing", {"probe_failed"}, fixture="tests/data/gpu_bench/torch_missing.txt", exit_code=1),
+)
 # The burn's node-side script lives in its sub-package (probes/burn/node/); it samples with the GPU bench's sampler.
 BURN_SCRIPT = str(Path(__file__).resolve().parent / "burn" / "node" / "burn.py")
 BURN = NodeScript("burn", (BURN_SCRIPT, "gpu_bench.py"), "burn", burn_command, burn_timeout_s)
+# What the burn prints, declared once for the probes that read its run (burn, sdc): each judges its healthy output
+# with its own reasons. ``BURN_PROFILE``: the minimums its samples are held to.
+BURN_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
+BURN_HEALTHY = healthy("h100_20s", fixture="tests/data/burn/h100_20s.txt", profile=BURN_PROFILE)
+BURN_TORCH_MISSING = dead(
+    "torch_missing", {"probe_failed"}, fixture="tests/data/burn/torch_missing.txt", exit_code=1, profile=BURN_PROFILE
+)
 DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s, says_settings=False)
 # The torch sweep and the nccl-tests variant never run on the same node (a profile picks one): one name, so a
 # run's results and checkpoints read the same whichever ran.
 ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_command)
+# The all-reduce run where torch is missing, declared once for the probes that read the run (allreduce,
+# collectives): each judges it under its own profile.
+ALLREDUCE_TORCH_MISSING = dead(
+    "torch_missing", {"probe_failed"}, fixture="tests/data/allreduce/torch_missing.txt", exit_code=1
+)
 NCCL_TESTS = NodeScript("allreduce", (), "allreduce", nccl_tests_command)

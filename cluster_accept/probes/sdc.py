@@ -16,10 +16,10 @@ from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation
 from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes.base import Probe
-from cluster_accept.probes.scripts import BURN
+from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_PROFILE, BURN_TORCH_MISSING
 from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "sdc"
@@ -63,7 +63,7 @@ KEPT = ("probe", "sdc", "sdc_platform")  # the burn's output is mostly its serie
 
 def parse(stdout: str) -> ProbeOutput:
     output = parse_json_lines(stdout)
-    return ProbeOutput(info=[i for i in output.info if i.get("info") in KEPT], errors=output.errors)
+    return ProbeOutput(info=[i for i in output.info if i.kind in KEPT], errors=output.errors)
 
 
 def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tuple[str, CheckRow]]:
@@ -71,12 +71,12 @@ def evaluate(figures: pd.DataFrame, profiles: Mapping[str, Profile]) -> list[tup
 
 
 def digests(node: str, output: ProbeOutput) -> list[dict[str, object]]:
-    said = [str(i["platform"]) for i in output.info if i.get("info") in ("sdc_platform", "probe") and i.get("platform")]
+    said = [str(i.get("platform")) for i in output.info if i.kind in ("sdc_platform", "probe") and i.get("platform")]
     platform = said[0] if said else "unknown"  # the probe line says it too, should the run stop before its end
     rows = []
     for info in output.info:
         products, sums = info.get("products"), info.get("sums")
-        if info.get("info") != "sdc" or not isinstance(products, list) or not isinstance(sums, list) or not products:
+        if info.kind != "sdc" or not isinstance(products, list) or not isinstance(sums, list) or not products:
             continue
         stable = len(set(products)) == 1 and len(set(sums)) == 1
         rows.append({"node": node, "gpu": info.get("gpu"), "platform": platform, "size": info.get("size"),
@@ -94,7 +94,7 @@ def compare(outputs: Mapping[str, ProbeOutput], profiles: Mapping[str, Profile])
         rows.append((f.node, CheckRow(NAME, f"gpu{f.gpu}", status, f.reason, f.observed, f.expected, f.detail, f.gpu)))
     reported = {(str(d["node"]), d["gpu"]) for d in found}
     for node, output in outputs.items():
-        info = next((i for i in output.info if i.get("info") == "probe"), {})
+        info = next((i.members for i in output.info if i.kind == "probe"), {})
         count = info.get("gpus") if profiles[node].burn.sdc else 0
         for gpu in range(count if isinstance(count, int) else 0):
             if (node, gpu) not in reported:
@@ -103,9 +103,6 @@ def compare(outputs: Mapping[str, ProbeOutput], profiles: Mapping[str, Profile])
                 )
     return rows
 
-
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
 
 PROBE = Probe(
     name=NAME,
@@ -119,14 +116,8 @@ PROBE = Probe(
     compare=compare,
     expectations=(Expectation("burn.sdc", STAGE, NAME, lambda p: p.burn.sdc, None, ("burn",), RUN_FAILED),),
     samples=(
-        healthy("h100_20s", {"same"}, fixture="tests/data/burn/h100_20s.txt", profile=SAMPLE_PROFILE),
-        fault("unstable", {"unstable"}, fixture="tests/data/burn/h100_20s_sdc_unstable.txt", profile=SAMPLE_PROFILE),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/burn/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        BURN_HEALTHY.judged({"same"}),
+        fault("unstable", {"unstable"}, fixture="tests/data/burn/h100_20s_sdc_unstable.txt", profile=BURN_PROFILE),
+        BURN_TORCH_MISSING,
     ),
 )

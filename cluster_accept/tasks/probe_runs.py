@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -28,11 +27,11 @@ from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.model import Inventory, Node, Profile
 from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, discover, scripts_for
 from cluster_accept.probes.scripts import SETTINGS_FILE, settings_prelude
-from cluster_accept.probes.series import NodeSeries
+from cluster_accept.probes.series import NodeSeries, SeriesPlace
 from cluster_accept.remote.probe_dir import run_in_probe_dir
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus, RemoteCommand
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
-from cluster_accept.vocabulary.rows import Measurement, NcclFact
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, Record
 from cluster_accept.vocabulary.text import keep_tail
 
 SESSION_REASONS = declare(
@@ -122,7 +121,7 @@ class _Judged:
     measurements: list[Measurement] = field(default_factory=list)
     outputs: dict[str, dict[str, ProbeOutput]] = field(default_factory=dict)  # probe -> node -> its output
     nccl: list[NcclFact] = field(default_factory=list)  # NCCL's account of each run (analysis.nccl_account)
-    charted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # each series' thinned copy, by table
+    charted: dict[str, list[Record]] = field(default_factory=dict)  # each series' thinned copy, by table
 
 
 @dataclass(frozen=True)
@@ -135,7 +134,7 @@ class StageFigures:
     measurements: list[Measurement]
     frame: pd.DataFrame
     nccl: list[NcclFact] = field(default_factory=list)
-    charted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    charted: dict[str, list[Record]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ class _Reading:
     probes: Sequence[Probe]
     quick: bool
     stage: str
-    kept: Mapping[str, NodeSeries] = field(default_factory=dict)
+    kept: Mapping[str, NodeSeries[Record]] = field(default_factory=dict)
 
 
 def _evaluate_node(reading: _Reading, outcome: NodeResult) -> _Judged:
@@ -182,13 +181,11 @@ def _evaluate_node(reading: _Reading, outcome: NodeResult) -> _Judged:
     return judged
 
 
-def _keep_series(
-    root: Path, tags: Mapping[str, str], series: NodeSeries, node: str, output: ProbeOutput
-) -> list[dict[str, Any]]:
+def _keep_series(root: Path, series: NodeSeries[Record], place: SeriesPlace, output: ProbeOutput) -> list[Record]:
     """The node's whole series to its own Parquet file under ``root`` at once; only the report's thinned rows stay."""
-    path = root / series.table / f"{node}.parquet"
-    write_table(path, [{**tags, **r} for r in series.rows(node, output, None)], TABLES[series.table])
-    return [{**tags, **r} for r in series.rows(node, output, series.points)]
+    path = root / series.table / f"{place.node}.parquet"
+    write_table(path, series.rows(place, output, None), TABLES[series.table])
+    return list(series.rows(place, output, series.points))
 
 
 def evaluate_single_node(
@@ -206,14 +203,13 @@ def evaluate_single_node(
     figure it measured (what its relative judgements rest on). ``series_to``: the run directory where each probe
     that declares a series (``Probe.series``: the burn's) writes it, node by node as it is read."""
     chosen = _chosen(probes)
-    kept: dict[str, NodeSeries] = {}
+    kept: dict[str, NodeSeries[Record]] = {}
     if series_to is not None:
         kept = {p.name: p.series for p in chosen if p.series is not None}
         for series in kept.values():
             (series_to / series.table).mkdir(exist_ok=True)
     reading = _Reading(run_id, inventory, chosen, quick, stage, kept)
     judged = _Judged(charted={series.table: [] for series in kept.values()})
-    tags = {"run_id": run_id, "cluster": inventory.cluster}
     for outcome in outcomes:
         node_part = _evaluate_node(reading, outcome)
         judged.rows += node_part.rows
@@ -223,7 +219,8 @@ def evaluate_single_node(
             output = node_part.outputs.get(probe.name, {}).get(outcome.node)
             if output is not None and probe.name in kept and series_to is not None:
                 series = kept[probe.name]
-                judged.charted[series.table] += _keep_series(series_to, tags, series, outcome.node, output)
+                place = SeriesPlace(run_id, inventory.cluster, outcome.node)
+                judged.charted[series.table] += _keep_series(series_to, series, place, output)
             if output is not None and probe.compare is not None:
                 judged.outputs.setdefault(probe.name, {})[outcome.node] = output
     profiles = {n.name: n.profile for n in inventory.nodes}

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import pandas as pd
 
@@ -163,16 +162,22 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
     by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
     for name, checks in sorted(suspected.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
-    again: list[dict[str, Any]] = []
+    again: list[tuple[int, Measurement]] = []  # each figure measured again, with its round
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
         for turn in range(stragglers.ROUNDS if control else 1):
             outcomes = measure_again(state, [*names, *([control] if control else [])], chosen)
             found = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)
-            again += [{**m.record(), "round": turn} for m in found.measurements]
+            again += [(turn, m) for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
-    after = pd.DataFrame(again) if again else measurement_frame([])
+    after = _rounds_frame(again)
     return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, control)
+
+
+def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
+    """The figures measured again as the one frame their confirmation reads: each with its ``round``."""
+    frame = measurement_frame([m for _, m in again])
+    return frame.assign(round=[turn for turn, _ in again]) if again else frame
 
 
 def control_node(judged: StageFigures, suspected: Mapping[str, set[str]]) -> str | None:

@@ -43,7 +43,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record
 
 _T = TypeVar("_T")
 _I = TypeVar("_I")
@@ -81,16 +81,13 @@ class RunTables:
     nccl: list[NcclFact] = field(default_factory=list)
     # The thinned copy of each per-node series a probe declares (``Probe.series``: the burn's), by its table: what
     # the report charts; the whole series went to its own files as each node was judged.
-    series: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    series: dict[str, list[Record]] = field(default_factory=dict)
 
-    def records(self) -> dict[str, list[dict[str, Any]]]:
-        """Every table by name, as records: what the report and the operations' files read."""
-        typed = {f.name: [_record(row) for row in getattr(self, f.name)] for f in fields(self) if f.name != "series"}
-        return {**typed, **{table: list(rows) for table, rows in self.series.items()}}
-
-
-def _record(row: Any) -> dict[str, Any]:
-    return dict(row.record()) if hasattr(row, "record") else dict(row)
+    def records(self) -> dict[str, list[Mapping[str, Any]]]:
+        """Every table by name, as records: what the report and the operations' files read (the one place the
+        run's typed tables become records for them)."""
+        typed = {f.name: [row.record() for row in getattr(self, f.name)] for f in fields(self) if f.name != "series"}
+        return {**typed, **{table: [row.record() for row in rows] for table, rows in self.series.items()}}
 
 
 @dataclass

@@ -79,43 +79,28 @@ class NodeRow(Record):
         return cls(**{**values, "status": Status(str(record["status"]))})
 
 
-@dataclass(frozen=True)
-class Measurement(Record):
-    """One figure a probe measured on one node (or one group of nodes) in one run and stage, as
-    ``measurements.parquet`` holds it: typed from the stage that read it to the Parquet edge (:meth:`record`).
-    Units are in the names (``algbw_gbps``, ``sm_clock_mhz``); ``value`` is in ``unit``."""
+@dataclass(frozen=True, kw_only=True)
+class Measurement(Figure, Record):
+    """One figure a probe measured (the fields of :class:`Figure`, declared there once) placed on one node (or one
+    group of nodes) in one run and stage, as ``measurements.parquet`` holds it: typed from the stage that read it
+    to the Parquet edge (:meth:`record`). The place is keyword-only, so a figure's own fields keep their order."""
 
     run_id: str
     cluster: str
     stage: str
     node: str
-    metric: str
-    value: float
-    probe: str | None = None  # which run measured it: gemm, allreduce, rail0 …
-    profile: str | None = None
-    gpu: int | None = None
-    unit: str | None = None
-    dtype: str | None = None
-    size: int | None = None  # GEMM: n of an n x n x n product; copies and all-reduce: bytes
-    iterations: int | None = None
-    label: str | None = None  # all-reduce: intra_node / inter_node; GPU pairs: GPU0->GPU1
-    world_size: int | None = None
-    algbw_gbps: float | None = None
-    sm_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    power_w: float | None = None
-    temp_c: float | None = None
-    clock_event_reasons: str | None = None
-    transport: str | None = None  # all-reduce: what NCCL used, e.g. P2P/CUMEM, NET/Socket
-    group: str | None = None  # multi-node runs: the nodes of the run, folded (node[01-04])
-    model: str | None = None  # training: the model trained
-    repeat_cv: float | None = None  # the probe's repeats' coefficient of variation: the figure's own noise
+    profile: str | None = None  # the profile the figure is judged by
 
     @classmethod
     def of(cls, figure: Figure, run_id: str, cluster: str, stage: str, node: str, profile: str | None) -> Measurement:
         """``figure`` placed in a run, stage and node, judged by ``profile``."""
         said = {f.name: getattr(figure, f.name) for f in fields(figure)}
         return cls(run_id=run_id, cluster=cluster, stage=stage, node=node, profile=profile, **said)
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet row, its place first (``measurements.parquet``'s column order is the schema's)."""
+        said = super().record()
+        return {name: said[name] for name in MEASUREMENT_COLUMNS}
 
     @property
     def figure(self) -> Figure:
@@ -129,6 +114,10 @@ class Measurement(Record):
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in record.items() if key in known}
         return cls(**{**values, "value": float(record["value"])})
+
+
+# A measurement's columns as its records and frames hold them: its place first, then its figure, then its profile.
+MEASUREMENT_COLUMNS = ("run_id", "cluster", "stage", "node", *(f.name for f in fields(Figure)), "profile")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ chart per node into the report (``series``: the stage writes them as each node i
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster_accept.analysis.causes import gpu_state_causes
@@ -23,7 +24,7 @@ from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.samples import fault
 from cluster_accept.checks.xid import XIDS
 from cluster_accept.inventory.gpus import Rating
 from cluster_accept.inventory.model import Profile
@@ -31,11 +32,12 @@ from cluster_accept.probes.base import Probe, cluster_judgement
 from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
-from cluster_accept.probes.scripts import BURN
-from cluster_accept.probes.series import NodeSeries
+from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_TORCH_MISSING
+from cluster_accept.probes.series import NodeSeries, SeriesPlace
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.lazy import pandas as pd
+from cluster_accept.vocabulary.rows import Record
 
 NAME = "burn"
 STAGE = "burn"
@@ -169,14 +171,15 @@ _SAMPLE_COLUMNS = ["gpu", "t_s", "sm_clock_mhz", "mem_clock_mhz", "power_w", "te
                    "ecc_uncorrected", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"]  # fmt: skip
 
 
-def run_info(output: ProbeOutput) -> dict[str, Any]:
-    return next((i for i in output.info if i.get("info") == "probe"), {})
+def run_info(output: ProbeOutput) -> Mapping[str, Any]:
+    return next((i.members for i in output.info if i.kind == "probe"), {})
 
 
 def series(output: ProbeOutput) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(windows, samples) of one node's burn: throughput per window and nvidia-smi's samples, per GPU."""
-    windows = pd.DataFrame([i for i in output.info if i.get("info") == "window"], columns=["gpu", "t_s", "value"])
-    samples = pd.DataFrame([i for i in output.info if i.get("info") == "sample"], columns=_SAMPLE_COLUMNS)
+    said = {kind: [dict(i.members) for i in output.info if i.kind == kind] for kind in ("window", "sample")}
+    windows = pd.DataFrame(said["window"], columns=["gpu", "t_s", "value"])
+    samples = pd.DataFrame(said["sample"], columns=_SAMPLE_COLUMNS)
     windows = windows[pd.to_numeric(windows.gpu, errors="coerce").notna()]
     samples = samples[pd.to_numeric(samples.gpu, errors="coerce").notna()]
     return windows.astype({"gpu": int}), samples.astype({"gpu": int})
@@ -252,7 +255,7 @@ def _judged_rows(
 def _log_rows(output: ProbeOutput, cuda: bool) -> list[CheckRow]:
     rows = []
     for info in output.info:
-        kind = info.get("info")
+        kind = info.kind
         if kind == "xid":
             for code, pci, line in judgement.xid_codes([str(info.get("line", ""))]):
                 meaning = XIDS[code].meaning if code in XIDS else "see NVIDIA's XID catalog"
@@ -273,21 +276,46 @@ def _thinned(frame: pd.DataFrame, points: int) -> pd.DataFrame:
     return pd.concat(parts) if parts else frame
 
 
-def time_series(node: str, output: ProbeOutput, points: int | None = None) -> list[dict[str, Any]]:
-    """The burn's rows for ``burn/<node>.parquet``: per GPU, its throughput windows and its samples; with
+@dataclass(frozen=True)
+class BurnPoint(Record):
+    """One point of a GPU's burn, as ``burn/<node>.parquet`` (and the report's thinned copy) holds it: a window
+    of its load (``kind`` ``throughput``: ``value`` in ``unit``) or one of nvidia-smi's samples (``sample``)."""
+
+    run_id: str
+    cluster: str
+    node: str
+    gpu: int
+    kind: str
+    t_s: float  # seconds since the burn started
+    value: float | None = None
+    unit: str | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    reasons: str | None = None  # active clock event reasons, NVML's bitmask in hex
+    ecc_corrected: float | None = None
+    ecc_uncorrected: float | None = None
+    pcie_gen: float | None = None
+    pcie_gen_max: float | None = None
+    pcie_width: float | None = None
+    pcie_width_max: float | None = None
+
+
+def time_series(place: SeriesPlace, output: ProbeOutput, points: int | None = None) -> list[BurnPoint]:
+    """The burn's rows for ``burn/<node>.parquet``: per GPU, its samples and its throughput windows; with
     ``points``, at most that many of each per GPU (what the report's charts draw)."""
     windows, samples = series(output)
     unit = unit_of(output)
     if points is not None:  # each GPU's throughput and temperature, thinned for the report's charts
         windows, samples = _thinned(windows, points), _thinned(samples, points)
-    rows: list[dict[str, Any]] = []
-    for record in samples.to_dict("records"):
-        rows.append(
-            {"node": node, "kind": "sample", "unit": None, "value": None, **{str(k): v for k, v in record.items()}}
-        )
-    for record in windows.to_dict("records"):
-        rows.append({"node": node, "kind": "throughput", "unit": unit, **{str(k): v for k, v in record.items()}})
-    return rows
+    rows = [_point(place, "sample", None, r) for r in samples.to_dict("records")]
+    return rows + [_point(place, "throughput", unit, r) for r in windows.to_dict("records")]
+
+
+def _point(place: SeriesPlace, kind: str, unit: str | None, record: Mapping[Any, Any]) -> BurnPoint:
+    said = {str(key): value for key, value in record.items()}
+    return BurnPoint(run_id=place.run_id, cluster=place.cluster, node=place.node, kind=kind, unit=unit, **said)
 
 
 def report(view: ReportView) -> ReportSection | None:
@@ -297,9 +325,6 @@ def report(view: ReportView) -> ReportSection | None:
 # A GPU slower late in the burn than early, or than its peers, or clocked down without a thermal or power reason:
 # what a co-tenant or clock events explain; not an XID, ECC errors, or a thermal or power throttle.
 SLOW_BURN = frozenset({"throughput_dropped", "straggler", "clocks_fell"})
-
-# The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
 
 PROBE = Probe(
     name=NAME,
@@ -323,19 +348,13 @@ PROBE = Probe(
         ),
     ),
     samples=(
-        healthy("h100_20s", {"ok", "sustained"}, fixture="tests/data/burn/h100_20s.txt", profile=SAMPLE_PROFILE),
+        BURN_HEALTHY.judged({"ok", "sustained"}),
         fault(
             "below_minimum",
             {"below_threshold"},
-            fixture="tests/data/burn/h100_20s.txt",
+            fixture=BURN_HEALTHY.fixture,
             profile={"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 5000}},
         ),
-        dead(
-            "torch_missing",
-            {"probe_failed"},
-            fixture="tests/data/burn/torch_missing.txt",
-            exit_code=1,
-            profile=SAMPLE_PROFILE,
-        ),
+        BURN_TORCH_MISSING,
     ),
 )

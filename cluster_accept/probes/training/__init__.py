@@ -18,7 +18,7 @@ against its node's median. Across nodes the multi-node stage runs the same model
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -168,12 +168,12 @@ def command(node: Node, quick: bool = False) -> str | None:
 SCRIPT = NodeScript(NAME, (TRAIN_STEP_SCRIPT, "allreduce.py"), NAME, command)
 
 
-def model_info(output: ProbeOutput) -> dict[str, Any] | None:
-    return next((i for i in output.info if i.get("info") == "training"), None)
+def model_info(output: ProbeOutput) -> Mapping[str, Any] | None:
+    return next((i.members for i in output.info if i.kind == "training"), None)
 
 
-def rank_infos(output: ProbeOutput) -> list[dict[str, Any]]:
-    return [i for i in output.info if i.get("info") == "training_rank"]
+def rank_infos(output: ProbeOutput) -> list[Mapping[str, Any]]:
+    return [i.members for i in output.info if i.kind == "training_rank"]
 
 
 def parse(stdout: str) -> ProbeOutput:
@@ -191,7 +191,7 @@ def parse(stdout: str) -> ProbeOutput:
     return output
 
 
-def _loss_row(ranks: list[dict[str, Any]]) -> CheckRow:
+def _loss_row(ranks: Sequence[Mapping[str, Any]]) -> CheckRow:
     checks = [
         (r, loss_check(r["loss_initial"], r["loss_first"], r["loss_last"], bool(r["loss_finite"]))) for r in ranks
     ]
@@ -203,7 +203,7 @@ def _loss_row(ranks: list[dict[str, Any]]) -> CheckRow:
     return CheckRow(NAME, "loss", status, reason, check.observed, "finite, falling", detail)
 
 
-def _slow_rank_row(ranks: list[dict[str, Any]], profile: Profile) -> CheckRow:
+def _slow_rank_row(ranks: Sequence[Mapping[str, Any]], profile: Profile) -> CheckRow:
     margin = profile.thresholds.straggler_pct
     solo = {f"gpu {r['local_rank']}": float(r["solo_ms_median"]) for r in ranks}
     slow = slowest_rank(solo, margin, profile.thresholds.noise_k)
@@ -221,7 +221,7 @@ def _slow_rank_row(ranks: list[dict[str, Any]], profile: Profile) -> CheckRow:
     return CheckRow(NAME, "slowest_rank", status, reason, said, expected, detail, gpu)
 
 
-def _mfu_row(output: ProbeOutput, info: dict[str, Any], profile: Profile) -> CheckRow | None:
+def _mfu_row(output: ProbeOutput, info: Mapping[str, Any], profile: Profile) -> CheckRow | None:
     minimum = profile.thresholds.training_mfu_min
     if minimum is None:
         return None

@@ -36,9 +36,9 @@ def collective_rows(run: GroupRun, profile: Profile) -> list[CheckRow]:
     if not run.ok:
         return []
     skipped = {
-        str(i["collective"]): str(i.get("reason"))
+        str(i.members["collective"]): str(i.get("reason"))
         for i in parse_json_lines(run.stdout).info
-        if i.get("info") == "skip" and "collective" in i
+        if i.kind == "skip" and "collective" in i.members
     }
     rows = []
     for op in profile.probes.collectives:
