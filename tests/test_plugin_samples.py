@@ -28,6 +28,8 @@ CHECK_SAMPLES = [(check, sample) for check in CHECKS for sample in check.samples
 PROBE_SAMPLES = [(probe, sample) for probe in PROBES for sample in probe.samples]
 # What a healthy node's rows may say beside a pass: a check or figure that does not apply, or has no minimum.
 QUIET = frozenset({Status.PASS, Status.SKIP, Status.NOT_JUDGED})
+# What a fault's rows must hold at least one of: a finding, not a skip.
+FINDINGS = BAD_STATUSES | {Status.WARN}
 
 
 def _ids(pairs: list[tuple[Any, Sample]]) -> list[str]:
@@ -55,7 +57,8 @@ def probe_rows(probe: Probe, sample: Sample) -> list[NodeRow]:
 
 
 def assert_says(sample: Sample, rows: list[CheckRow] | list[NodeRow]) -> None:
-    """A healthy sample's rows pass; a fault's or a dead tool's say so; each carries the reasons it declares."""
+    """A healthy sample's rows pass; a fault's or a dead tool's say so, a fault with a finding (a fail, a warning
+    or an error, never only a skip); each carries the reasons it declares."""
     said = {row.reason for row in rows}
     assert sample.reasons <= said, f"declared {sorted(sample.reasons)}, rows say {sorted(said)}"
     if sample.kind is SampleKind.HEALTHY:
@@ -64,6 +67,8 @@ def assert_says(sample: Sample, rows: list[CheckRow] | list[NodeRow]) -> None:
         assert any(row.status is Status.PASS for row in rows), "a healthy node with nothing passed"
     else:
         assert any(row.status is not Status.PASS for row in rows if row.reason in sample.reasons), rows
+    if sample.kind is SampleKind.FAULT:
+        assert any(row.status in FINDINGS for row in rows), f"a fault with no finding: {rows}"
 
 
 def test_every_discovered_plugin_declares_a_healthy_a_faulty_and_a_dead_sample_that_exist() -> None:

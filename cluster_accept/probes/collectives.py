@@ -210,18 +210,10 @@ PROBE = Probe(
     samples=(
         healthy("gloo_2ranks", {"ok"}, fixture="tests/data/collectives/gloo_2ranks.txt", profile=SAMPLE_PROFILE),
         fault(
-            "below_minimum",
+            "slow_allgather",
             {"below_threshold"},
-            fixture="tests/data/collectives/gloo_2ranks.txt",
-            profile={
-                "probes": {"device": "cpu"},
-                "training": {"enabled": False},
-                "thresholds": {
-                    "allgather_intra_busbw_gbps_min": 1000.0,
-                    "reducescatter_intra_busbw_gbps_min": 0.01,
-                    "alltoall_intra_busbw_gbps_min": 0.01,
-                },
-            },
+            fixture="tests/data/collectives/gloo_2ranks_slow_allgather.txt",
+            profile=SAMPLE_PROFILE,
         ),
         dead(
             "torch_missing",

@@ -299,7 +299,7 @@ def report(view: ReportView) -> ReportSection | None:
 SLOW_BURN = frozenset({"throughput_dropped", "straggler", "clocks_fell"})
 
 # The profile its samples are judged under: the minimums they are held to.
-SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
+SAMPLE_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 500}}
 
 PROBE = Probe(
     name=NAME,
@@ -325,10 +325,10 @@ PROBE = Probe(
     samples=(
         healthy("h100_20s", {"ok", "sustained"}, fixture="tests/data/burn/h100_20s.txt", profile=SAMPLE_PROFILE),
         fault(
-            "below_minimum",
-            {"below_threshold"},
-            fixture="tests/data/burn/h100_20s.txt",
-            profile={"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 5000}},
+            "hw_slowdown",
+            {"below_threshold", "throttled"},
+            fixture="tests/data/burn/h100_20s_hw_slowdown.txt",
+            profile=SAMPLE_PROFILE,
         ),
         dead(
             "torch_missing",
