@@ -20,9 +20,12 @@ def _node(prefix: str | None) -> Node:
 
 def test_job_view_checks_are_the_environment_and_version_checks() -> None:
     # and the probe interpreter: the probes run behind the prefix, so their Python and torch are the ones there
-    assert {c.name for c in CHECKS.values() if c.job_view} == {"cuda", "nccl_env", "nccl_harmful", "probe"}
+    assert {c.name for c in CHECKS.values() if c.job_view} >= {"cuda", "nccl_env", "nccl_harmful", "probe"}
     commands = {c.name: c.script for c in commands_for(list(CHECKS.values()), _node("docker exec trainer"))}
-    assert commands["nccl_env"].startswith("docker exec trainer sh -c ")
+    for check in CHECKS.values():  # each discovered check: behind the prefix exactly when it declares job_view
+        behind = commands[check.name].startswith("docker exec trainer sh -c ")
+        assert behind is check.job_view, check.name
+        assert behind or commands[check.name] == check.command, check.name
     assert commands["driver"] == CHECKS["driver"].command  # the host's driver is the host's
     assert commands_for([CHECKS["nccl_env"]], _node(None))[0].script == CHECKS["nccl_env"].command
 

@@ -61,7 +61,7 @@ def _named(node: ast.AST) -> str | None:
     return None
 
 
-def _masking_uses(tree: ast.Module) -> list[tuple[int, str]]:
+def _masking_uses(tree: ast.AST) -> list[tuple[int, str]]:
     """Every use of a masking function (a call, or the function handed on), and every ``MaskedText`` made (called,
     or cast to), with its line."""
     uses = []
@@ -183,3 +183,44 @@ def test_nccl_logs_a_secret_named_variable_masked_where_the_log_enters() -> None
     said = entered(line.format("NCCL_IB_AUTH_TOKEN", SECRET) + "\n" + line.format("NCCL_ALGO", "Ring"))
     assert said == line.format("NCCL_IB_AUTH_TOKEN", "***") + "\n" + line.format("NCCL_ALGO", "Ring")
     assert mask_secrets(said) == said  # masking twice changes nothing
+
+
+# (module, entry point): why a module outside remote/ takes node text in through remote/'s own masking entry point.
+ENTERS_THROUGH_REMOTE = {
+    ("simulator/nodes.py", "taken_in"): "a simulated node's answers enter as a batch's output enters",
+    ("simulator/launch.py", "ended_answer"): "a simulated rank's answer enters as a polled rank's output enters",
+}
+
+
+def _remote_entry_points() -> frozenset[str]:
+    """The public functions of remote/ that mask node text (call a masking function or make a MaskedText)."""
+    found = set()
+    for path in sorted((PACKAGE / BOUNDARY).rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and _masking_uses(node):
+                found.add(node.name)
+    return frozenset(found)
+
+
+def _entries(tree: ast.Module, entry_points: frozenset[str]) -> list[tuple[int, str]]:
+    """Every entry point imported from remote/, or reached through a remote/ module imported whole."""
+    remote_modules, uses = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cluster_accept.remote"):
+            uses += [(node.lineno, alias.name) for alias in node.names if alias.name in entry_points]
+            remote_modules |= {alias.asname or alias.name for alias in node.names}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in entry_points and _named(node.value) in remote_modules:
+            uses.append((node.lineno, node.attr))
+    return uses
+
+
+def test_no_module_outside_the_boundary_calls_remotes_masking_entry_points_but_the_simulator() -> None:
+    """Node text enters through remote/ only: a module outside it that hands text to ``taken_in``,
+    ``ended_answer`` or ``tool_error_detail`` (or another remote/ function that masks) is taking node text in
+    itself; the simulator, a node's stand-in, is the one allowed, by name."""
+    entry_points = _remote_entry_points()
+    assert {"taken_in", "ended_answer", "tool_error_detail"} <= entry_points
+    found = {(module, name) for module, tree in _modules() for _, name in _entries(tree, entry_points)}
+    assert found - set(ENTERS_THROUGH_REMOTE) == set(), "node text enters through remote/ alone"
+    assert set(ENTERS_THROUGH_REMOTE) <= found, "no longer enters there: take it off ENTERS_THROUGH_REMOTE"

@@ -6,6 +6,8 @@ samples is held here with no line to add."""
 
 from __future__ import annotations
 
+import re
+import runpy
 import sys
 import textwrap
 from pathlib import Path
@@ -28,6 +30,8 @@ CHECK_SAMPLES = [(check, sample) for check in CHECKS for sample in check.samples
 PROBE_SAMPLES = [(probe, sample) for probe in PROBES for sample in probe.samples]
 # What a healthy node's rows may say beside a pass: a check or figure that does not apply, or has no minimum.
 QUIET = frozenset({Status.PASS, Status.SKIP, Status.NOT_JUDGED})
+# What a fault's rows must hold at least one of: a finding, not a skip.
+FINDINGS = BAD_STATUSES | {Status.WARN}
 
 
 def _ids(pairs: list[tuple[Any, Sample]]) -> list[str]:
@@ -55,7 +59,8 @@ def probe_rows(probe: Probe, sample: Sample) -> list[NodeRow]:
 
 
 def assert_says(sample: Sample, rows: list[CheckRow] | list[NodeRow]) -> None:
-    """A healthy sample's rows pass; a fault's or a dead tool's say so; each carries the reasons it declares."""
+    """A healthy sample's rows pass; a fault's or a dead tool's say so, a fault with a finding (a fail, a warning
+    or an error, never only a skip); each carries the reasons it declares."""
     said = {row.reason for row in rows}
     assert sample.reasons <= said, f"declared {sorted(sample.reasons)}, rows say {sorted(said)}"
     if sample.kind is SampleKind.HEALTHY:
@@ -64,6 +69,8 @@ def assert_says(sample: Sample, rows: list[CheckRow] | list[NodeRow]) -> None:
         assert any(row.status is Status.PASS for row in rows), "a healthy node with nothing passed"
     else:
         assert any(row.status is not Status.PASS for row in rows if row.reason in sample.reasons), rows
+    if sample.kind is SampleKind.FAULT:
+        assert any(row.status in FINDINGS for row in rows), f"a fault with no finding: {rows}"
 
 
 def test_every_discovered_plugin_declares_a_healthy_a_faulty_and_a_dead_sample_that_exist() -> None:
@@ -88,15 +95,45 @@ def test_each_probe_sample_yields_its_declared_reasons(probe: Probe, sample: Sam
     assert_says(sample, probe_rows(probe, sample))
 
 
-def test_a_healthy_node_passes_every_check_at_once() -> None:
-    """One node answering every check with its first healthy sample: not one row of the batch is a finding."""
-    rows = [row for check in CHECKS for row in check_rows(check, _healthy(check.samples))]
-    assert {row.check for row in rows} == {check.name for check in CHECKS}
-    assert not [row for row in rows if row.status in BAD_STATUSES or row.status is Status.WARN]
+# The machine whose healthy samples make up the one node: each check's sample of it, else its first healthy one.
+MACHINE = "h200x4"
 
 
-def _healthy(samples: tuple[Sample, ...]) -> Sample:
-    return next(sample for sample in samples if sample.kind is SampleKind.HEALTHY)
+def _machine_sample(check: Check[Any]) -> Sample:
+    healthy = [sample for sample in check.samples if sample.kind is SampleKind.HEALTHY]
+    return next((sample for sample in healthy if sample.name == MACHINE), healthy[0])
+
+
+def _merged(profiles: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One profile holding every sample's keys; a key two samples set apart fails, naming both."""
+    merged: dict[str, Any] = {}
+    for name, profile in profiles:
+        for key, value in profile.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = _merged([("", merged[key]), (name, value)])
+            else:
+                assert merged.get(key, value) == value, f"{name} sets {key}={value!r}, another {merged[key]!r}"
+                merged[key] = value
+    return merged
+
+
+def test_one_healthy_machine_passes_every_check_as_one_node_of_preflight() -> None:
+    """One node printing every check's healthy sample of one machine (h200x4 where a check has it), judged as
+    preflight judges a node (its batch parsed, then evaluated under one profile merged from the samples'):
+    every check speaks, and not one row is a finding."""
+    from cluster_accept.tasks.preflight.check_batch import parse_node_result
+    from cluster_accept.tasks.preflight.evaluate import evaluate_preflight
+
+    samples = {check.name: _machine_sample(check) for check in CHECKS}
+    profile = Profile.model_validate(_merged([(name, dict(s.profile)) for name, s in samples.items()]))
+    node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
+    inventory = Inventory("c", [node], {"p": profile}, "inventory.yaml", "digest")
+    runs = [CommandResult(name, sample.exit_code, sample.output(), "") for name, sample in samples.items()]
+    outcome = parse_node_result(NodeResult("n1", NodeStatus.OK, commands=runs), list(CHECKS))
+    rows = evaluate_preflight("r", inventory, [outcome], list(CHECKS))
+    assert {row.check for row in rows} >= {check.name for check in CHECKS}
+    loud = [(r.check, r.item, r.status.value, r.reason) for r in rows if r.status in BAD_STATUSES | {Status.WARN}]
+    assert not loud, loud
 
 
 CHECK_WITHOUT_SAMPLES = """
@@ -155,16 +192,38 @@ def test_a_probe_without_its_samples_is_refused_naming_it(tmp_path: Path, monkey
         sys.modules.pop("cluster_accept.probes.bare", None)
 
 
-def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plugin() -> None:
-    """docs/stages.md and docs/data.md list no plug-in by hand: they point to the table read from discovery,
-    which names every check and probe with its stage, reasons and samples."""
-    from cluster_accept.reports.plugins import plugin_table
+def _printed_plugins(text: str) -> dict[str, tuple[str, str, set[str], dict[str, list[str]]]]:
+    """The printed table read back: plug-in -> (kind, stage, reason codes, sample names by kind)."""
+    read: dict[str, tuple[str, str, set[str], dict[str, list[str]]]] = {}
+    for line in text.splitlines()[2:]:
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        name, kind, stage, _, reasons, samples = cells
+        said = dict(part.split(": ", 1) for part in samples.split("; "))
+        assert name.strip("`") not in read, f"{name} listed twice"
+        read[name.strip("`")] = (
+            kind,
+            stage,
+            set(re.findall(r"`([^`]+)`", reasons)),
+            {k: [s for s in v.split(", ") if s] for k, v in said.items()},
+        )
+    return read
 
-    table = plugin_table()
-    for plugin in [*CHECKS, *PROBES]:
-        line = next(line for line in table.splitlines() if line.startswith(f"| `{plugin.name}` |"))
-        assert all(f"`{code}`" in line for code in plugin.reasons), plugin.name
-        assert all(sample.name in line for sample in plugin.samples), plugin.name
+
+def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plugin(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/stages.md and docs/data.md list no plug-in by hand: they point to the table printed from discovery,
+    which names every check and probe once, with its kind, stage, reasons and samples of each kind."""
+    runpy.run_module("cluster_accept.reports.plugins", run_name="__main__")
+    printed = _printed_plugins(capsys.readouterr().out)
+    wanted = {
+        **{c.name: ("check", "preflight", c.reasons, c.samples) for c in CHECKS},
+        **{p.name: ("probe", p.stage, p.reasons, p.samples) for p in PROBES},
+    }
+    assert set(printed) == set(wanted)
+    for name, (kind, stage, reasons, samples) in wanted.items():
+        by_kind = {k.value: [s.name for s in samples if s.kind is k] for k in SampleKind}
+        assert printed[name] == (kind, stage, set(reasons), by_kind), name
     docs = REPOSITORY / "docs"
     for page in ("stages.md", "data.md", "layout.md"):
         assert "python -m cluster_accept.reports.plugins" in (docs / page).read_text(), page

@@ -13,6 +13,7 @@ from cluster_accept.checks.base import Status, discover
 from cluster_accept.checks.samples import SampleKind
 from cluster_accept.inventory.load import InventoryError, load_inventory
 from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.rundir.run import refuse_unresolved_auto
 from cluster_accept.simulator.nodes import (
@@ -73,6 +74,40 @@ def test_a_check_command_the_recording_lacks_is_answered_from_the_checks_healthy
         Status.PASS
     }
     assert unknown.exit_code == 127 and "no recorded answer to 'lspci'" in unknown.stderr
+
+
+def test_a_probe_run_the_recording_lacks_is_answered_from_its_probes_healthy_sample_and_said_so() -> None:
+    """A probe's node-side run arrives under its script's name: a new probe (or a changed run) is answered from
+    the healthy sample of the probe owning the run, and the batch says which commands came from samples."""
+    session = SimulatedSession(SimulatedNode("gpu-0042", "slow"), Recording())
+    for probe in discover_probes():
+        owner = next(p for p in discover_probes() if p.script.name == probe.script.name and p.name == p.script.owner)
+        batch = session.run_batch([RemoteCommand(probe.script.name, f"python3 {probe.script.name}.py --new")], 9.0)
+        (run,) = batch.commands
+        healthy = next((s for s in owner.samples if s.kind is SampleKind.HEALTHY), None) or next(
+            s for p in discover_probes() if p.script.name == probe.script.name for s in p.samples
+        )
+        assert run.exit_code == healthy.exit_code and run.exit_code != 127, probe.name
+        assert batch.detail == f"answered from samples (not recorded): {probe.script.name}", probe.name
+    recorded = SimulatedSession(SimulatedNode("gpu-0042"), RECORDING_OF_ONE).run_batch(
+        [RemoteCommand("h", "hostname")], 9.0
+    )
+    assert recorded.detail == ""
+
+
+RECORDING_OF_ONE = Recording({"healthy": {"hostname": Answer(0, "gpu-0042\n")}})
+
+
+def test_a_faulty_variant_is_never_answered_from_a_healthy_sample() -> None:
+    """A faulty node's fault may be recorded under a command's old text: a command it lacks is unanswered (exit
+    127, saying so), never the healthy sample, so the fault cannot vanish behind a pass."""
+    recording = Recording()
+    recording.add("healthy", "node01", "nvidia-smi -L", Answer(0, "GPU 0: H200\n"))
+    recording.add("gpu_missing", "node01", "nvidia-smi -L", Answer(0, ""))  # its fault, under the old text
+    session = SimulatedSession(SimulatedNode("gpu-0042", "gpu_missing"), recording)
+    batch = session.run_batch([RemoteCommand("gpu_count", "nvidia-smi --query-gpu=index,name,a_new_field")], 9.0)
+    (run,) = batch.commands
+    assert run.exit_code == 127 and "variant 'gpu_missing'" in run.stderr and batch.detail == ""
 
 
 def test_figures_scale_and_everything_else_is_kept() -> None:

@@ -4,11 +4,14 @@ row read back with ``from_record`` is the row written."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+import cluster_accept
 from cluster_accept.analysis.history import Trend
 from cluster_accept.analysis.isolation import IsolationRow
 from cluster_accept.analysis.scaling import ScalingRow, TrainingScalingRow
@@ -16,7 +19,7 @@ from cluster_accept.analysis.schemas import TABLES
 from cluster_accept.probes.burn import BurnPoint
 from cluster_accept.vocabulary.codec import ShapeError, from_data, to_data
 from cluster_accept.vocabulary.figures import Figure
-from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, ValueKind
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, Record, ValueKind
 from cluster_accept.vocabulary.status import Status
 
 FIGURE = Figure("gemm_bf16_tflops", 692.3, gpu=0, sm_clock_mhz=1980.0)
@@ -31,6 +34,32 @@ ROWS: dict[str, Any] = {
     "burn": BurnPoint("r1", "c", "n1", 0, "throughput", 1.0, 692.3, "TFLOP/s"),
     "nccl": NcclFact("r1", "c", "multi-node", "n1", "allreduce", "version", "version", "2.28.9", "n[1-2]", 0),
 }  # fmt: skip
+
+
+# Typed rows that are no table's: a trend is read from the history's frame (its own test below).
+NOT_A_TABLE: frozenset[type[Record]] = frozenset({Trend})
+
+
+def _typed_rows() -> set[type[Record]]:
+    """Every typed row class the package defines (each of its modules imported; the test-bed's and the
+    node-side scripts aside)."""
+    for module in pkgutil.walk_packages(cluster_accept.__path__, "cluster_accept."):
+        parts = module.name.split(".")
+        if parts[1] != "testbed" and "node" not in parts:  # node-side scripts import as the node runs them
+            importlib.import_module(module.name)
+    found, todo = set(), [Record]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.add(sub)
+            todo.append(sub)
+    return found
+
+
+def test_every_typed_table_row_has_a_row_here_and_every_table_is_known() -> None:
+    """A typed row added (a new table's, or a table's new row class) is held by the test below with a line in
+    ``ROWS``: this fails until it has one."""
+    assert _typed_rows() - NOT_A_TABLE == {type(row) for row in ROWS.values()}
+    assert set(ROWS) <= set(TABLES)
 
 
 @pytest.mark.parametrize("table", sorted(ROWS))

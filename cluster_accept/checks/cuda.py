@@ -195,7 +195,19 @@ CHECK = Check(
     samples=(
         healthy("h200x4", {"recorded"}, fixture="tests/data/cuda/h200x4.txt"),
         healthy("h100x1", {"recorded"}, fixture="tests/data/cuda/h100x1.txt"),
-        fault("cuda_low", {"cuda_mismatch"}, fixture="tests/data/cuda/h200x4.txt", profile={"cuda_version": "12.4"}),
+        healthy("h200x4_pinned", {"ok"}, fixture="tests/data/cuda/h200x4.txt", profile={"cuda_version": "13.0"}),
+        fault(
+            "cuda_12_4",
+            {"cuda_mismatch"},
+            fixture="tests/data/cuda/h200x4_cuda12_4.txt",
+            profile={"cuda_version": "13.0"},
+        ),
+        fault(
+            "cuda_12_4_among_13_0",
+            {"drift"},
+            fixture="tests/data/cuda/h200x4_cuda12_4.txt",
+            majority={"cuda_version": "13.0"},
+        ),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

@@ -317,6 +317,13 @@ CHECK = Check(
             profile={"nvlink": {"links_per_gpu": 0, "link_speed_gbps": 1.0}},
         ),
         fault(
+            "link_inactive",
+            {"link_inactive"},
+            fixture="tests/data/nvlink/h200x4_link_inactive.txt",
+            profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562}},
+        ),
+        # A node without NVLink (the h100x1 capture) on a profile that expects 18 links a GPU.
+        fault(
             "no_nvlink",
             {"no_nvlink"},
             fixture="tests/data/nvlink/h100x1.txt",

@@ -178,7 +178,7 @@ def check_node(
 
 
 def _keep_marks(
-    state: Path, node: str, checks: list[Check], models: Mapping[str, Any], before: Mapping[str, Mapping[str, str]]
+    state: Path, node: str, checks: list[Check[Any]], models: Mapping[str, Any], before: Mapping[str, Mapping[str, str]]
 ) -> list[str]:
     """This check's marks kept for the node's next check; a check that read nothing this time (its log unreadable)
     keeps its previous marks, which still say what was judged. Returns why nothing was kept, if so."""

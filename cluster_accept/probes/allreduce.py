@@ -217,10 +217,10 @@ PROBE = Probe(
             "testbed_cpu_2ranks", {"ok"}, fixture="tests/data/allreduce/testbed_cpu_2ranks.txt", profile=SAMPLE_PROFILE
         ),
         fault(
-            "below_minimum",
+            "quarter_bandwidth",
             {"below_threshold"},
-            fixture="tests/data/allreduce/testbed_cpu_2ranks.txt",
-            profile={**SAMPLE_PROFILE, "thresholds": {"allreduce_intra_busbw_gbps_min": 10.0}},
+            fixture="tests/data/allreduce/testbed_cpu_2ranks_slow.txt",
+            profile=SAMPLE_PROFILE,
         ),
         ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),
     ),

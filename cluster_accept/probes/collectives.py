@@ -201,10 +201,10 @@ PROBE = Probe(
     samples=(
         healthy("gloo_2ranks", {"ok"}, fixture="tests/data/collectives/gloo_2ranks.txt", profile=SAMPLE_PROFILE),
         fault(
-            "below_minimum",
+            "slow_allgather",
             {"below_threshold"},
-            fixture="tests/data/collectives/gloo_2ranks.txt",
-            profile={**SAMPLE_PROFILE, "thresholds": {**SAMPLE_MINIMUMS, "allgather_intra_busbw_gbps_min": 1000.0}},
+            fixture="tests/data/collectives/gloo_2ranks_slow_allgather.txt",
+            profile=SAMPLE_PROFILE,
         ),
         ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),
     ),

@@ -220,7 +220,6 @@ PROBE = Probe(
             fixture="tests/data/gpu_pairs/two_gpus_slow_link.txt",
             profile=SAMPLE_PROFILE,
         ),
-        fault("single_gpu", {"single_gpu"}, fixture="tests/data/gpu_pairs/single_gpu.txt", profile=SAMPLE_PROFILE),
         dead(
             "torch_missing",
             {"probe_failed"},

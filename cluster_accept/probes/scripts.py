@@ -213,7 +213,7 @@ BURN_SCRIPT = str(Path(__file__).resolve().parent / "burn" / "node" / "burn.py")
 BURN = NodeScript("burn", (BURN_SCRIPT, "gpu_bench.py"), "burn", burn_command, burn_timeout_s)
 # What the burn prints, declared once for the probes that read its run (burn, sdc): each judges its healthy output
 # with its own reasons. ``BURN_PROFILE``: the minimums its samples are held to.
-BURN_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 100}}
+BURN_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 500}}
 BURN_HEALTHY = healthy("h100_20s", fixture="tests/data/burn/h100_20s.txt", profile=BURN_PROFILE)
 BURN_TORCH_MISSING = dead(
     "torch_missing", {"probe_failed"}, fixture="tests/data/burn/torch_missing.txt", exit_code=1, profile=BURN_PROFILE

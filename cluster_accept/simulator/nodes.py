@@ -10,9 +10,12 @@ unchanged; the shell's own framing is tested on its own (:mod:`remote.batch`). A
 answers as ``healthy`` with every measured figure scaled down; every node's figures get a small spread of
 its own (seeded by its name), so stragglers are found as they would be.
 
-A check's command the recording does not hold is answered with that check's healthy sample (declared beside
-the check, :mod:`checks.samples`); any other command it does not hold with exit 127, saying so: a simulated node
-never passes a check by having nothing to say. Nothing here is reachable from an inventory by accident: only an
+A check's command, or a probe's node-side run, that the recording does not hold at all is answered on a healthy
+(or slow) node with that plug-in's healthy sample (declared beside it, :mod:`checks.samples`), and said so: the
+batch's ``detail`` names the commands answered from samples, and a warning is logged once a command. A node of a
+faulty variant is never answered from a sample (its fault may be recorded under the command's old text, and
+would vanish): it answers exit 127, as it does any other command the recording lacks, saying so: a simulated
+node never passes a check by having nothing to say. Nothing here is reachable from an inventory by accident: only an
 inventory's ``simulation`` block (which names the recording) selects it.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import random
 import time
 from collections.abc import Sequence
@@ -46,6 +50,11 @@ from cluster_accept.simulator.recording import (
     scale_figures,
 )
 
+LOG = logging.getLogger(__name__)
+# Variants answered as a healthy node is, where the recording lacks a command: their figures only are changed.
+_HEALTHY_AS = frozenset({"healthy", SLOW})
+_warned: set[str] = set()
+
 
 def spread(node: str, spread_pct: float) -> float:
     """The node's own factor on its figures: within ``spread_pct`` of 1, the same on every run."""
@@ -61,16 +70,20 @@ class SimulatedSession:
         self.node = node
         self.recording = recording
 
-    def _answer(self, script: str, name: str = "") -> Answer:
-        """The recorded answer to ``script``; else, for check ``name``, its healthy sample; else exit 127."""
-        base = "healthy" if self.node.variant == "slow" else self.node.variant
-        found = self.recording.answer(base, script) or sample_answer(name)
+    def _answer(self, script: str, name: str = "") -> tuple[Answer, bool]:
+        """The recorded answer to ``script``; else, on a node answering as a healthy one, the healthy sample of
+        the check or node-side run ``name`` (True: taken from a sample); else exit 127."""
+        base = "healthy" if self.node.variant in _HEALTHY_AS else self.node.variant
+        found, from_sample = self.recording.answer(base, script), False
+        if found is None and base == "healthy":
+            found = sample_answer(name)
+            from_sample = found is not None
         if found is None:
-            return Answer(UNKNOWN_EXIT, "", f"simulated node: no recorded answer to {script[:200]!r}")
+            why = "" if base == "healthy" else f" (variant {base!r}: its fault may be recorded under other text)"
+            return Answer(UNKNOWN_EXIT, "", f"simulated node: no recorded answer to {script[:200]!r}{why}"), False
         stdout = found.stdout.replace(NODE_TOKEN, self.node.name)
-        return Answer(
-            found.exit_code, scale_figures(stdout, self.node.factor), found.stderr.replace(NODE_TOKEN, self.node.name)
-        )
+        stderr = found.stderr.replace(NODE_TOKEN, self.node.name)
+        return Answer(found.exit_code, scale_figures(stdout, self.node.factor), stderr), from_sample
 
     def _round_trip(self) -> None:
         """The node's latency: every operation is one round trip on its session."""
@@ -80,13 +93,15 @@ class SimulatedSession:
     def run_batch(self, commands: Sequence[RemoteCommand], default_timeout_s: float) -> NodeResult:
         """Each command answered as recorded."""
         self._round_trip()
-        results = []
+        results, sampled = [], []
         for command in commands:
-            answer = self._answer(command.script, command.name)
+            answer, from_sample = self._answer(command.script, command.name)
+            if from_sample:
+                sampled.append(command.name)
             timed_out = answer.exit_code in (124, 137)
             out, err = taken_in(command, answer.stdout), taken_in(command, answer.stderr)  # as any session's output
             results.append(CommandResult(command.name, answer.exit_code, out, err, timed_out))
-        return NodeResult(self.node.name, NodeStatus.OK, None, "", results)
+        return NodeResult(self.node.name, NodeStatus.OK, None, _said_sampled(sampled), results)
 
     def make_probe_dir(self, stale_min: int) -> str:
         self._round_trip()
@@ -116,6 +131,14 @@ class SimulatedSession:
 
     def close(self) -> None:
         return None
+
+
+def _said_sampled(names: list[str]) -> str:
+    """The batch's detail naming the commands answered from a plug-in's sample (a warning logged once each)."""
+    for name in sorted(set(names) - _warned):
+        _warned.add(name)
+        LOG.warning("simulated nodes: %s answered from its healthy sample (the recording holds no answer)", name)
+    return f"answered from samples (not recorded): {', '.join(names)}" if names else ""
 
 
 @functools.lru_cache(maxsize=8)

@@ -14,6 +14,7 @@ from typing import Any
 
 from cluster_accept.checks.base import discover
 from cluster_accept.checks.samples import Sample, first_healthy
+from cluster_accept.probes.base import discover as discover_probes
 
 UNKNOWN_EXIT = 127
 # The figures a probe prints that a slower (or faster) node changes; everything else is kept as recorded.
@@ -81,15 +82,26 @@ class Recording:
 
 @functools.cache
 def _healthy_samples() -> dict[str, Sample]:
-    """Each discovered check's first healthy sample, by check name."""
-    return {check.name: sample for check in discover() if (sample := first_healthy(check.samples)) is not None}
+    """The healthy sample of each command a node is asked, by the name its command arrives under: a check's
+    first healthy sample by the check's name; a node-side run's (``probe.script.name``) that of the probe
+    owning the run, else of the first probe sharing it that declares one."""
+    samples: dict[str, Sample] = {}
+    for probe in sorted(discover_probes(), key=lambda probe: probe.name != probe.script.owner):
+        sample = first_healthy(probe.samples)
+        if sample is not None:
+            samples.setdefault(probe.script.name, sample)
+    for check in discover():
+        if (sample := first_healthy(check.samples)) is not None:
+            samples[check.name] = sample
+    return samples
 
 
-def sample_answer(check: str) -> Answer | None:
-    """What a healthy node answers to ``check``'s command when the recording holds none (a check added, or
-    its command changed, since the recording was taken): the check's own healthy sample. None for a command
-    that is no check's: that stays unanswered. A recording is retaken for fidelity, not for a check to run."""
-    sample = _healthy_samples().get(check)
+def sample_answer(command: str) -> Answer | None:
+    """What a healthy node answers to the command named ``command`` (a check, or a probe's node-side run) when
+    the recording holds none (a plug-in added, or its command changed, since the recording was taken): the
+    plug-in's own healthy sample. None for a command that is no plug-in's: that stays unanswered. A recording
+    is retaken for fidelity, not for a plug-in to run."""
+    sample = _healthy_samples().get(command)
     if sample is None:
         return None
     return Answer(sample.exit_code if sample.exit_code is not None else 0, sample.output())

@@ -32,7 +32,7 @@ from cluster_accept.probes.base import Probe, cluster_judgement
 from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.burn.report import burn_section
 from cluster_accept.probes.gemm import busy_rows
-from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_TORCH_MISSING
+from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_PROFILE, BURN_TORCH_MISSING
 from cluster_accept.probes.series import NodeSeries, SeriesPlace
 from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.vocabulary.figures import Figure
@@ -350,10 +350,10 @@ PROBE = Probe(
     samples=(
         BURN_HEALTHY.judged({"ok", "sustained"}),
         fault(
-            "below_minimum",
-            {"below_threshold"},
-            fixture=BURN_HEALTHY.fixture,
-            profile={"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 5000}},
+            "hw_slowdown",
+            {"below_threshold", "throttled"},
+            fixture="tests/data/burn/h100_20s_hw_slowdown.txt",
+            profile=BURN_PROFILE,
         ),
         BURN_TORCH_MISSING,
     ),

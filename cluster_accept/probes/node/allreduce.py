@@ -27,6 +27,7 @@ import time
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -179,7 +180,7 @@ def main() -> int:
     return 0
 
 
-def emit(record: dict) -> None:
+def emit(record: dict[str, Any]) -> None:
     """One JSON line from any rank. The ranks of a node share one stdout, and print() may write a line and its
     newline apart, so two ranks' lines ran together (``{…}{…}``): one write of the whole line (under PIPE_BUF,
     so atomic on a pipe) keeps every line whole."""

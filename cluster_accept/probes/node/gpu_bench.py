@@ -339,7 +339,7 @@ def _arguments() -> argparse.Namespace:
     return args
 
 
-def _run_workers(gpus: list[int | None], args: argparse.Namespace, sampler: ConditionSampler) -> list[dict]:
+def _run_workers(gpus: list[int | None], args: argparse.Namespace, sampler: ConditionSampler) -> list[dict[str, Any]]:
     """One process per GPU, all started together (the barrier loads every GPU at once); their records."""
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(len(gpus)), ctx.Queue()

@@ -25,7 +25,7 @@ class NodePreflight:
 
 
 def commands_for(
-    checks: list[Check], node: Node | None = None, env: Mapping[str, str] | None = None
+    checks: list[Check[Any]], node: Node | None = None, env: Mapping[str, str] | None = None
 ) -> list[RemoteCommand]:
     """Each check's command; those describing a job's environment run behind the node's
     ``probes.command_prefix`` (a container the jobs run in), so they read what the job reads. ``env`` reaches
@@ -47,7 +47,7 @@ def commands_for(
     ]
 
 
-def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
+def parse_node_result(result: NodeResult, checks: list[Check[Any]]) -> NodePreflight:
     """Parse what came back from a node (fresh, or loaded from a checkpoint). Never raises."""
     outcome = NodePreflight(result.node, result)
     for check in checks:
@@ -61,7 +61,7 @@ def parse_node_result(result: NodeResult, checks: list[Check]) -> NodePreflight:
     return outcome
 
 
-def run_preflight_on_node(node: Node, checks: list[Check], env: Mapping[str, str] | None = None) -> NodePreflight:
+def run_preflight_on_node(node: Node, checks: list[Check[Any]], env: Mapping[str, str] | None = None) -> NodePreflight:
     """Run every check's command on ``node`` in one batch (``env`` set for each) and parse what came back. Never
     raises."""
     return parse_node_result(run_node(node, commands_for(checks, node, env)), checks)

@@ -5,6 +5,7 @@ values each check compares across nodes. The stage (:mod:`.stage`) and a node ch
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, error_row, majority_values
 from cluster_accept.checks.declarations import Link
@@ -17,7 +18,7 @@ from cluster_accept.vocabulary.rows import KEY_PREFIX, NodeValue, ValueKind
 NAME = "preflight"
 
 
-def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check]) -> list[NodeValue]:
+def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks: list[Check[Any]]) -> list[NodeValue]:
     """The values each check compares across nodes (driver version, NCCL env, ...), one row per node and key:
     what the report folds into node sets and what history queries for drift. Error counters are kept too (kind
     ``counter``), for scheduled checks to compare with the node's previous run, and marks (where a check's
@@ -44,13 +45,13 @@ def node_values(run_id: str, cluster: str, outcomes: list[NodePreflight], checks
     return rows
 
 
-def preflight_causes(checks: list[Check]) -> tuple[Link, ...]:
+def preflight_causes(checks: list[Check[Any]]) -> tuple[Link, ...]:
     """What explains the preflight's own findings, as its checks declare it (a fabric down: no NVLink peers)."""
     return tuple(link for check in checks for link in check.causes)
 
 
 def since_previous(
-    outcomes: list[NodePreflight], checks: list[Check], previous: Mapping[str, Mapping[str, Mapping[str, str]]]
+    outcomes: list[NodePreflight], checks: list[Check[Any]], previous: Mapping[str, Mapping[str, Mapping[str, str]]]
 ) -> list[NodePreflight]:
     """Each node's models cut to what is new since its previous run (``previous``: node -> check -> marks, from
     :func:`analysis.verdicts.marks_by_node`), for the checks that judge so (``Check.since``); a node without a
@@ -72,7 +73,7 @@ def since_previous(
 
 
 def evaluate_preflight(
-    run_id: str, inventory: Inventory, outcomes: list[NodePreflight], checks: list[Check]
+    run_id: str, inventory: Inventory, outcomes: list[NodePreflight], checks: list[Check[Any]]
 ) -> list[NodeRow]:
     """Judge every node against its profile and the cluster majority."""
     views = {}

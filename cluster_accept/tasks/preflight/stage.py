@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 import pandas as pd
 
@@ -37,7 +38,7 @@ from cluster_accept.tasks.stage import RunState, per_node
 from cluster_accept.vocabulary.rows import NodeValue
 
 
-def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | None = None) -> NodePreflight:
+def preflight_node(node: Node, checks: list[Check[Any]], checkpoints: Checkpoints | None = None) -> NodePreflight:
     """A node's preflight, checkpointed as soon as it answered."""
     outcome = run_preflight_on_node(node, checks)
     if checkpoints is not None:
@@ -45,7 +46,7 @@ def preflight_node(node: Node, checks: list[Check], checkpoints: Checkpoints | N
     return outcome
 
 
-def saved_preflight(checkpoints: Checkpoints, checks: list[Check]) -> dict[str, NodePreflight]:
+def saved_preflight(checkpoints: Checkpoints, checks: list[Check[Any]]) -> dict[str, NodePreflight]:
     """Nodes whose preflight finished before the run was interrupted, parsed again from their raw output."""
     return {node: parse_node_result(result, checks) for node, result in checkpoints.load_nodes(NAME).items()}
 
@@ -75,7 +76,7 @@ def previous_values(state: RunState) -> list[NodeValue]:
     return [NodeValue.from_record({str(k): v for k, v in r.items()}) for r in kept]
 
 
-def counter_rows(state: RunState, checks: list[Check], previous: list[NodeValue]) -> list[NodeRow]:
+def counter_rows(state: RunState, checks: list[Check[Any]], previous: list[NodeValue]) -> list[NodeRow]:
     """Error counters (NVLink, ECC, InfiniBand …) that grew since each node's previous run in the history, or whose
     growth cannot be told (cleared since, held at their maximum, no count): :func:`counter_growth`."""
     if not previous:

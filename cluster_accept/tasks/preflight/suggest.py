@@ -45,7 +45,7 @@ def judged_rules() -> dict[str, MetricRule]:
     return {metric: rule for probe in discover_probes() for metric, rule in probe.metrics.items()}
 
 
-def suggest_checks() -> list[Check]:
+def suggest_checks() -> list[Check[Any]]:
     """The preflight checks a suggested profile is read from."""
     return [check for check in discover() if check.name in CHECKS]
 

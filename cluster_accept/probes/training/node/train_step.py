@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -165,7 +166,9 @@ def train(
     return times, losses
 
 
-def _rank_record(args: argparse.Namespace, times: list[float], losses: list[float], solo: float, cuda: bool) -> dict:
+def _rank_record(
+    args: argparse.Namespace, times: list[float], losses: list[float], solo: float, cuda: bool
+) -> dict[str, Any]:
     timed = losses[args.warmup_steps :]
     return {
         "info": "training_rank",
@@ -186,7 +189,7 @@ def _rank_record(args: argparse.Namespace, times: list[float], losses: list[floa
     }
 
 
-def _figures(args: argparse.Namespace, ranks: list[dict], world: int) -> list[dict]:
+def _figures(args: argparse.Namespace, ranks: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
     tokens = args.micro_batch * args.seq_len
     step_ms = max(r["step_ms_median"] for r in ranks)  # every rank waits for the slowest
     common = {"probe": "training", "label": args.label, "world_size": world, "iterations": args.steps}
@@ -207,7 +210,7 @@ def _figures(args: argparse.Namespace, ranks: list[dict], world: int) -> list[di
     return out
 
 
-def _model_record(args: argparse.Namespace, model: GPT, world: int, cuda: bool) -> dict:
+def _model_record(args: argparse.Namespace, model: GPT, world: int, cuda: bool) -> dict[str, Any]:
     params = sum(p.numel() for p in model.parameters())
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
     return {
@@ -252,7 +255,7 @@ def main() -> int:
         said = f"out of memory at micro-batch {args.micro_batch} (lower training.micro_batch): {exc}"[:500]
         emit({"gpu": local, "error": said})
         return 1
-    gathered: list = [None] * world
+    gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, _rank_record(args, times, losses, solo, cuda))
     if dist.get_rank() == 0:
         for record in [*gathered, *_figures(args, gathered, world)]:
