@@ -1,7 +1,7 @@
 """Every discovered plug-in carries its samples, and they say what it does: a healthy node passes every check
 and every probe, each fault and each dead tool yields the reasons its sample declares. The checks are judged as
 preflight judges them (``parse`` then ``evaluate`` under the sample's profile), the probes as their stage judges a
-node (:func:`tasks.single_node.evaluate_single_node`, the run's own rows included). A plug-in added with its
+node (:func:`tasks.probe_runs.judge_nodes`, the run's own rows included). A plug-in added with its
 samples is held here with no line to add."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def check_rows(check: Check[Any], sample: Sample) -> list[CheckRow]:
 
 def probe_rows(probe: Probe, sample: Sample) -> list[NodeRow]:
     """The rows its stage writes for a node whose run of ``probe`` printed ``sample`` (the probe judged alone)."""
-    from cluster_accept.tasks.probe_runs import evaluate_single_node
+    from cluster_accept.tasks.probe_runs import judge_nodes
 
     profile = Profile.model_validate(dict(sample.profile))
     node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
@@ -51,7 +51,7 @@ def probe_rows(probe: Probe, sample: Sample) -> list[NodeRow]:
     inventory = Inventory("c", [node], {"p": profile}, "inventory.yaml", "digest")
     run = CommandResult(probe.script.name, sample.exit_code, sample.output(), "")
     outcome = NodeResult("n1", NodeStatus.OK, commands=[run])
-    return evaluate_single_node("r", inventory, [outcome], probes=[probe], stage=probe.stage).rows
+    return judge_nodes("r", inventory, [outcome], probes=[probe], stage=probe.stage).rows
 
 
 def assert_says(sample: Sample, rows: list[CheckRow] | list[NodeRow]) -> None:
@@ -157,7 +157,8 @@ def test_a_probe_without_its_samples_is_refused_naming_it(tmp_path: Path, monkey
 
 def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plugin() -> None:
     """docs/stages.md and docs/data.md list no plug-in by hand: they point to the table read from discovery,
-    which names every check and probe with its stage, reasons and samples."""
+    which names every check and probe with its stage, reasons, samples and (a probe) the figures it judges with the
+    key holding each minimum."""
     from cluster_accept.reports.plugins import plugin_table
 
     table = plugin_table()
@@ -165,6 +166,10 @@ def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plug
         line = next(line for line in table.splitlines() if line.startswith(f"| `{plugin.name}` |"))
         assert all(f"`{code}`" in line for code in plugin.reasons), plugin.name
         assert all(sample.name in line for sample in plugin.samples), plugin.name
+    for probe in PROBES:  # each figure a probe judges, with the key holding its minimum
+        line = next(line for line in table.splitlines() if line.startswith(f"| `{probe.name}` |"))
+        for metric, rule in probe.metrics.items():
+            assert f"`{metric}` (min `{rule.threshold}`)" in line if rule.threshold else f"`{metric}`" in line, metric
     docs = REPOSITORY / "docs"
     for page in ("stages.md", "data.md", "layout.md"):
         assert "python -m cluster_accept.reports.plugins" in (docs / page).read_text(), page

@@ -191,7 +191,7 @@ def _keep_series(
     return [{**tags, **r} for r in series.rows(node, output, series.points)]
 
 
-def evaluate_single_node(
+def judge_nodes(
     run_id: str,
     inventory: Inventory,
     outcomes: list[NodeResult],
