@@ -74,9 +74,9 @@ def _acceptance(
     resumed run) are loaded, not run again. ``record_history``: False for a shard of a sharded run, which
     compares with the history but leaves recording the run to the parent that merges it."""
     state = new_state(run.inventory, run.directory, history, run.quick, concurrency)
-    timings: dict[str, float] = run.info.setdefault("stage_seconds", {})
+    timings = run.record.stage_seconds = dict(run.record.stage_seconds)  # set: run.json holds them, if none ran
     for stage in STAGES:
-        if stage.name not in run.info["stages"]:
+        if stage.name not in run.record.stages:
             continue
         began = time.perf_counter()
         run_stage(state, stage)
@@ -84,7 +84,7 @@ def _acceptance(
         timings[stage.name] = round(timings.get(stage.name, 0.0) + time.perf_counter() - began, 3)
         state.progress.finish(stage.name)
     context = ReportContext(reason_catalog(), discover_probes(), declared_links())
-    return finish(state, run.info, history if record_history else None, operations, context)
+    return finish(state, run.record, history if record_history else None, operations, context)
 
 
 # Threads bounded by default (a served deployment runs the flow as declared); run_acceptance sets its own.
@@ -162,7 +162,7 @@ def bisect(
     MULTI_NODE.bisect(state, suspect_nodes, good_nodes)
     write_tables(state, MULTI_NODE.tables)
     context = ReportContext(reason_catalog(), discover_probes(), declared_links())
-    return finish(state, run.info, history_path, Operations(), context)
+    return finish(state, run.record, history_path, Operations(), context)
 
 
 def run_acceptance(

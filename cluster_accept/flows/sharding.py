@@ -198,9 +198,10 @@ def _state_said(shard: Shard) -> str:
     return f"{said}: {state.message}" if state.message else said
 
 
-def merge(state: RunState, shards: list[Shard], shards_dir: Path, run_info: dict[str, Any]) -> None:
-    """Every shard's results into the run's state; a shard without results gives its nodes their rows."""
-    recorded = run_info["sharded"]["shards"]
+def merge(state: RunState, shards: list[Shard], shards_dir: Path, sharded: dict[str, Any]) -> None:
+    """Every shard's results into the run's state, and how each ended into ``sharded`` (``run.json``'s record of
+    the shards); a shard without results gives its nodes their rows."""
+    recorded = sharded["shards"]
     for shard in shards:
         found = read_shard(shards_dir / shard.key)
         entry = recorded[shard.key]
@@ -266,7 +267,7 @@ def sharded_acceptance(
         run = Run.begin(choices, load_checked_inventory, Path(out_dir), run_id, setup)
         shards, name = setup.shards, setup.deployment
         history_path, chosen, quick = choices.history, choices.stages, choices.quick
-        run_dir, run_info = run.directory, run.info
+        run_dir, record = run.directory, run.record
         shards_dir = (run_dir.path / SHARDS_DIR).resolve()
         parameters = {
             "inventory_path": str(Path(inventory_path).resolve()),
@@ -279,10 +280,10 @@ def sharded_acceptance(
         launch(shards, name, parameters, run_dir.run_id, shards_dir)
         wait(client, shards, work_pool, start_wait_s)
     state = new_state(run.inventory, run_dir, history_path, quick, concurrency)
-    merge(state, shards, shards_dir, run_info)
-    run_info["stage_seconds"] = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
+    merge(state, shards, shards_dir, record.sharded or {})
+    record.stage_seconds = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
     state.rows += drift_across_shards(state, {s.key: s.nodes for s in shards})
     write_tables(state, tuple(TABLES))
     state.trends = SINGLE_NODE.trend_records(state, measurement_frame(state.measurements))
     reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
-    return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))
+    return finish(state, record, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))

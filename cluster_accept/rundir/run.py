@@ -23,7 +23,7 @@ from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.rundir.outputs import ResumeError, RunDir, check_not_held, now_iso, resumable_info, start_run
-from cluster_accept.rundir.run_record import check_run_record
+from cluster_accept.rundir.run_record import RecordedOptions, RunRecord, check_run_record
 
 # What a recording answers (simulator.nodes, simulator.launch): bisect runs the multi-node launcher.
 SIMULATED_STAGES = ("preflight", "single-node", "multi-node", "bisect")
@@ -84,10 +84,10 @@ class BisectChoices:
 @dataclass
 class Run:
     """One run: its directory (its lock held by this process while it runs), ``run.json`` as the run goes
-    (``info``: the flow adds its stages' timings, the end adds its verdicts' time), and the nodes it tests."""
+    (``record``, typed: the flow adds its stages' timings, the end its verdicts' time), and the nodes it tests."""
 
     directory: RunDir
-    info: dict[str, Any]
+    record: RunRecord
     inventory: Inventory
 
     @classmethod
@@ -116,7 +116,7 @@ class Run:
                 **(more or {}),
             },
         )
-        return cls(directory, info, inventory)
+        return cls(directory, RunRecord.model_validate(info), inventory)
 
     @classmethod
     def begin(
@@ -159,24 +159,24 @@ class Run:
         resumable_info(out_dir, run_id)  # an unknown or finished run is named as such before any lock is taken
         directory.hold()
         try:
-            info, inventory = resumable(out_dir, run_id, stages, load)
-            info.setdefault("resumed", []).append(now_iso())
-            directory.write_json("run.json", info)
+            record, inventory = resumable(out_dir, run_id, stages, load)
+            record.resumed = [*record.resumed, now_iso()]
+            directory.write_json("run.json", record.saved())
         except BaseException:
             directory.release()
             raise
-        return cls(directory, info, as_local(inventory) if info.get("local") else inventory)
+        return cls(directory, record, as_local(inventory) if record.local else inventory)
 
     @property
     def quick(self) -> bool:
         """Whether it runs the short probes (a light suite)."""
-        return bool(self.info.get("quick_probes"))
+        return self.record.quick_probes
 
     def options(
         self, history: Path | None, operations: Operations, concurrency: int
     ) -> tuple[Path | None, Operations, int]:
         """The run's own options, in place of those given (:func:`restored_options`)."""
-        return restored_options(self.info, history, operations, concurrency)
+        return restored_options(self.record.options, history, operations, concurrency)
 
 
 def refuse_resume(
@@ -197,8 +197,9 @@ def refuse_resume(
     check_not_held(out_dir / run_id)
 
 
-def resumable(out_dir: Path, run_id: str, stages: Sequence[str], load: Load) -> tuple[dict[str, Any], Inventory]:
-    """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes, once every refusal passed:
+def resumable(out_dir: Path, run_id: str, stages: Sequence[str], load: Load) -> tuple[RunRecord, Inventory]:
+    """``run.json`` of the interrupted run ``run_id`` under ``out_dir``, as its record, and its nodes, once every
+    refusal passed:
     unknown, finished, sharded, a key a resume reads edited into a wrong value
     (:func:`rundir.run_record.check_run_record`), its inventory changed; writes nothing."""
     run_info = resumable_info(out_dir, run_id)
@@ -207,15 +208,15 @@ def resumable(out_dir: Path, run_id: str, stages: Sequence[str], load: Load) -> 
             f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
             "(the finished shards' results stay under its shards/)"
         )
-    check_run_record(run_id, out_dir / run_id / "run.json", run_info, stages)
-    inventory = load(run_info["inventory"])
-    if inventory.digest != run_info.get("inventory_digest"):
+    record = check_run_record(run_id, out_dir / run_id / "run.json", run_info, stages)
+    inventory = load(record.inventory)
+    if inventory.digest != record.inventory_digest:
         raise ResumeError(
-            f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
-            f"(sha256 {inventory.digest[:12]}, the run used {str(run_info.get('inventory_digest'))[:12]})"
+            f"cannot resume {run_id}: {record.inventory} changed since the run started "
+            f"(sha256 {inventory.digest[:12]}, the run used {str(record.inventory_digest)[:12]})"
         )
-    names = set(run_info.get("nodes_tested") or []) | set(run_info.get("nodes_excluded") or [])
-    return run_info, replace(inventory, nodes=[n for n in inventory.nodes if n.name in names])
+    names = set(record.nodes_tested) | set(record.nodes_excluded)
+    return record, replace(inventory, nodes=[n for n in inventory.nodes if n.name in names])
 
 
 def recorded_options(history: Path | None, operations: Operations, concurrency: int) -> dict[str, Any]:
@@ -228,15 +229,13 @@ def recorded_options(history: Path | None, operations: Operations, concurrency: 
 
 
 def restored_options(
-    run_info: dict[str, Any], history: Path | None, operations: Operations, concurrency: int
+    recorded: RecordedOptions | None, history: Path | None, operations: Operations, concurrency: int
 ) -> tuple[Path | None, Operations, int]:
     """The interrupted run's own options (history, Slurm and Prometheus operations, concurrency); a run
-    recorded before options were kept goes on with the ones given."""
-    recorded = run_info.get("options")
-    if not isinstance(recorded, dict):
+    recorded before options were kept (``recorded`` None) goes on with the ones given."""
+    if recorded is None:
         return history, operations, concurrency
-    kept = recorded.get("history")
-    return Path(kept) if kept else None, Operations.model_validate(recorded["operations"]), int(recorded["concurrency"])
+    return Path(recorded.history) if recorded.history else None, recorded.operations, recorded.concurrency
 
 
 def history_dir(out_dir: str | Path, history: str | None) -> Path | None:
