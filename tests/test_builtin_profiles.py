@@ -185,3 +185,25 @@ def test_auto_without_preflight_is_refused(tmp_path: Path) -> None:
     refuse_unresolved_auto(inv, ["preflight", "single-node"])  # preflight resolves it: accepted
     with pytest.raises(ValueError, match=r"nodes n\[1-3\] use profile auto.*add preflight to --stages"):
         refuse_unresolved_auto(inv, ["single-node"])
+
+
+def test_a_run_refuses_by_itself_before_its_directory_exists(tmp_path: Path) -> None:
+    """``Run.begin`` and ``Run.begin_bisect`` refuse what the command line refuses, by the same call: a flow
+    that starts a run cannot skip the refusals, and a refused run leaves no directory behind."""
+    from cluster_accept.ops.after_run import Operations
+    from cluster_accept.rundir.run import BisectChoices, NothingToTest, Run, RunChoices
+
+    text = "cluster: c\ndefaults: {profile: auto}\nnodes: [{hosts: 'n[1-4]'}]\nexclude: [n4]\n"
+    path = _write(tmp_path, text)
+    out = tmp_path / "runs"
+    choices = RunChoices(path, ["single-node"], False, None, Operations(), 8)
+    with pytest.raises(ValueError, match=r"nodes n\[1-3\] use profile auto.*add preflight to --stages"):
+        Run.begin(choices, load_inventory, out)
+    with pytest.raises(ValueError, match=r"use profile auto"):
+        Run.begin_bisect(BisectChoices(path, "n1"), load_inventory, out)
+    with pytest.raises(NothingToTest, match="no node to test"):
+        Run.begin(RunChoices(path, ["preflight"], False, None, Operations(), 8, nodes="n4"), load_inventory, out)
+    assert not out.exists()
+    run = Run.begin(RunChoices(path, ["preflight"], False, None, Operations(), 8), load_inventory, out, "r1")
+    run.directory.release()
+    assert [n.name for n in run.inventory.tested] == ["n1", "n2", "n3"]

@@ -307,7 +307,7 @@ def test_the_stage_writes_each_nodes_whole_series_and_keeps_a_thinned_copy_for_t
     from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Inventory
     from cluster_accept.probes.base import discover
     from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
-    from cluster_accept.tasks.probe_runs import evaluate_single_node
+    from cluster_accept.tasks.probe_runs import judge_nodes
 
     profile = Profile(burn=SETTINGS)
     names = ("n1", "n2")
@@ -319,7 +319,7 @@ def test_the_stage_writes_each_nodes_whole_series_and_keeps_a_thinned_copy_for_t
     assert burn.PROBE.series is not None and burn.PROBE in probes
     points = burn.PROBE.series.points
 
-    kept = evaluate_single_node("r1", inventory, outcomes, probes=probes, stage="burn", series_to=tmp_path)
+    kept = judge_nodes("r1", inventory, outcomes, probes=probes, stage="burn", series_to=tmp_path)
 
     for name in names:
         whole = pd.read_parquet(tmp_path / "burn" / f"{name}.parquet")
@@ -333,6 +333,6 @@ def test_the_stage_writes_each_nodes_whole_series_and_keeps_a_thinned_copy_for_t
     assert len(charted) < 2 * 2 * 120 * 2
 
     assert sorted(p.name for p in (tmp_path / "burn").iterdir()) == ["n1.parquet", "n2.parquet"]
-    again = evaluate_single_node("r1", inventory, outcomes, probes=probes, stage="burn")
+    again = judge_nodes("r1", inventory, outcomes, probes=probes, stage="burn")
     assert again.charted == {}
     assert [m.record() for m in again.measurements] == [m.record() for m in kept.measurements]

@@ -21,6 +21,7 @@ from cluster_accept.flows.orphans import MARK, SERVER_APP, reap_orphans
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.rundir.outputs import hold_run
 from cluster_accept.rundir.run import recorded_options, restored_options
+from cluster_accept.rundir.run_record import RecordedOptions
 from tests.processes import run_cli, start_cli
 
 
@@ -145,10 +146,11 @@ def test_resume_restores_the_options_the_run_started_with(tmp_path: Path) -> Non
     recorded = recorded_options(tmp_path / "hist", ops, 16)
     assert recorded["operations"]["prometheus"] == str(Path("metrics/ca.prom").resolve())
     info = json.loads(json.dumps({"options": recorded}))  # as run.json keeps it
-    history, restored, concurrency = restored_options(info, None, Operations(), 64)
+    kept = RecordedOptions.model_validate(info["options"])  # as the run's record reads it
+    history, restored, concurrency = restored_options(kept, None, Operations(), 64)
     assert (history, concurrency) == (tmp_path / "hist", 16)
     assert restored.drain and restored.apply and restored.prometheus == str(Path("metrics/ca.prom").resolve())
-    assert restored_options({}, None, Operations(), 64) == (None, Operations(), 64)  # an older run.json
+    assert restored_options(None, None, Operations(), 64) == (None, Operations(), 64)  # an older run.json
 
 
 def fake_server(owner: int) -> subprocess.Popen[bytes]:

@@ -124,12 +124,12 @@ def test_a_single_gpu_node_is_skipped_by_the_stage_with_no_finding() -> None:
     """One GPU has no pairs: neither healthy (nothing passes) nor a fault, so it is no sample of the probe."""
     from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Inventory
     from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
-    from cluster_accept.tasks.probe_runs import evaluate_single_node
+    from cluster_accept.tasks.probe_runs import judge_nodes
 
     profile = Profile.model_validate({"thresholds": {"gpu_pair_copy_gbps_min": 300}})
     node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
     inventory = Inventory("c", [node], {"p": profile}, "inventory.yaml", "digest")
     text = (Path(__file__).parent / "data" / "gpu_pairs" / "single_gpu.txt").read_text()
     run = NodeResult("n1", NodeStatus.OK, commands=[CommandResult(gpu_pairs.PROBE.script.name, 0, text, "")])
-    rows = evaluate_single_node("r", inventory, [run], probes=[gpu_pairs.PROBE], stage=gpu_pairs.PROBE.stage).rows
+    rows = judge_nodes("r", inventory, [run], probes=[gpu_pairs.PROBE], stage=gpu_pairs.PROBE.stage).rows
     assert [(r.status, r.reason) for r in rows] == [(Status.SKIP, "single_gpu")]

@@ -27,7 +27,7 @@ from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB
 from cluster_accept.tasks.multi_node.stage import STAGE as MULTI_NODE
 from cluster_accept.tasks.multi_node.stage import SavedOutcome, _Stage
-from cluster_accept.tasks.probe_runs import evaluate_single_node
+from cluster_accept.tasks.probe_runs import judge_nodes
 from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
 from cluster_accept.tasks.stage import RunTables
 from cluster_accept.vocabulary.rows import NcclFact
@@ -369,7 +369,7 @@ def test_the_single_node_stage_keeps_each_runs_account() -> None:
         NodeResult(name, NodeStatus.OK, commands=[CommandResult("allreduce", 0, text, "")])
         for name, text in (("n1", good), ("n2", slow))
     ]
-    judged = evaluate_single_node("r1", _inventory(), outcomes)
+    judged = judge_nodes("r1", _inventory(), outcomes)
     assert judged.nccl == read_account(good, NcclRun("r1", "c", "single-node", "n1", "allreduce")) + read_account(
         slow, NcclRun("r1", "c", "single-node", "n2", "allreduce")
     )

@@ -1,7 +1,7 @@
 """Every discovered plug-in carries its samples, and they say what it does: a healthy node passes every check
 and every probe, each fault and each dead tool yields the reasons its sample declares. The checks are judged as
 preflight judges them (``parse`` then ``evaluate`` under the sample's profile), the probes as their stage judges a
-node (:func:`tasks.single_node.evaluate_single_node`, the run's own rows included). A plug-in added with its
+node (:func:`tasks.probe_runs.judge_nodes`, the run's own rows included). A plug-in added with its
 samples is held here with no line to add."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def check_rows(check: Check[Any], sample: Sample) -> list[CheckRow]:
 
 def probe_rows(probe: Probe, sample: Sample) -> list[NodeRow]:
     """The rows its stage writes for a node whose run of ``probe`` printed ``sample`` (the probe judged alone)."""
-    from cluster_accept.tasks.probe_runs import evaluate_single_node
+    from cluster_accept.tasks.probe_runs import judge_nodes
 
     profile = Profile.model_validate(dict(sample.profile))
     node = Node(name="n1", ssh=DEFAULT_SSH, profile_name="p", profile=profile, address=LOCAL_ADDRESS)
@@ -55,7 +55,7 @@ def probe_rows(probe: Probe, sample: Sample) -> list[NodeRow]:
     inventory = Inventory("c", [node], {"p": profile}, "inventory.yaml", "digest")
     run = CommandResult(probe.script.name, sample.exit_code, sample.output(), "")
     outcome = NodeResult("n1", NodeStatus.OK, commands=[run])
-    return evaluate_single_node("r", inventory, [outcome], probes=[probe], stage=probe.stage).rows
+    return judge_nodes("r", inventory, [outcome], probes=[probe], stage=probe.stage).rows
 
 
 def assert_says(sample: Sample, rows: list[CheckRow] | list[NodeRow]) -> None:
@@ -192,18 +192,22 @@ def test_a_probe_without_its_samples_is_refused_naming_it(tmp_path: Path, monkey
         sys.modules.pop("cluster_accept.probes.bare", None)
 
 
-def _printed_plugins(text: str) -> dict[str, tuple[str, str, set[str], dict[str, list[str]]]]:
-    """The printed table read back: plug-in -> (kind, stage, reason codes, sample names by kind)."""
-    read: dict[str, tuple[str, str, set[str], dict[str, list[str]]]] = {}
+Printed = tuple[str, str, set[str], str, dict[str, list[str]]]
+
+
+def _printed_plugins(text: str) -> dict[str, Printed]:
+    """The printed table read back: plug-in -> (kind, stage, reason codes, metrics cell, sample names by kind)."""
+    read: dict[str, Printed] = {}
     for line in text.splitlines()[2:]:
         cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
-        name, kind, stage, _, reasons, samples = cells
+        name, kind, stage, _, reasons, metrics, samples = cells
         said = dict(part.split(": ", 1) for part in samples.split("; "))
         assert name.strip("`") not in read, f"{name} listed twice"
         read[name.strip("`")] = (
             kind,
             stage,
             set(re.findall(r"`([^`]+)`", reasons)),
+            metrics,
             {k: [s for s in v.split(", ") if s] for k, v in said.items()},
         )
     return read
@@ -213,17 +217,21 @@ def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plug
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """docs/stages.md and docs/data.md list no plug-in by hand: they point to the table printed from discovery,
-    which names every check and probe once, with its kind, stage, reasons and samples of each kind."""
+    which names every check and probe once, with its kind, stage, reasons, samples of each kind and (a probe) the
+    figures it judges with the key holding each minimum."""
     runpy.run_module("cluster_accept.reports.plugins", run_name="__main__")
     printed = _printed_plugins(capsys.readouterr().out)
     wanted = {
-        **{c.name: ("check", "preflight", c.reasons, c.samples) for c in CHECKS},
-        **{p.name: ("probe", p.stage, p.reasons, p.samples) for p in PROBES},
+        **{c.name: ("check", "preflight", c.reasons, c.samples, {}) for c in CHECKS},
+        **{p.name: ("probe", p.stage, p.reasons, p.samples, p.metrics) for p in PROBES},
     }
     assert set(printed) == set(wanted)
-    for name, (kind, stage, reasons, samples) in wanted.items():
+    for name, (kind, stage, reasons, samples, metrics) in wanted.items():
         by_kind = {k.value: [s.name for s in samples if s.kind is k] for k in SampleKind}
-        assert printed[name] == (kind, stage, set(reasons), by_kind), name
+        said_kind, said_stage, said_reasons, said_metrics, said_samples = printed[name]
+        assert (said_kind, said_stage, said_reasons, said_samples) == (kind, stage, set(reasons), by_kind), name
+        for metric, rule in metrics.items():  # each figure a probe judges, with the key holding its minimum
+            assert (f"`{metric}` (min `{rule.threshold}`)" if rule.threshold else f"`{metric}`") in said_metrics, name
     docs = REPOSITORY / "docs"
     for page in ("stages.md", "data.md", "layout.md"):
         assert "python -m cluster_accept.reports.plugins" in (docs / page).read_text(), page

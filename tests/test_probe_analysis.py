@@ -187,7 +187,7 @@ def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
     """Two probes speak for the all-reduce (torch and nccl-tests): only the one that ran judges a node."""
     from cluster_accept.inventory.model import Inventory
     from cluster_accept.remote.result import NodeResult, NodeStatus
-    from cluster_accept.tasks.probe_runs import evaluate_single_node
+    from cluster_accept.tasks.probe_runs import judge_nodes
 
     profile = Profile(thresholds=Thresholds(gemm_bf16_tflops_min=600))
     nodes = [
@@ -195,7 +195,7 @@ def test_each_figure_is_judged_once_per_node_by_the_probe_that_ran() -> None:
     ]
     inventory = Inventory("c", nodes, {"p": profile}, "inventory.yaml", "digest")
     outcomes = [NodeResult(n.name, NodeStatus.OK, commands=_bench_and_sweep(300.0)) for n in nodes]
-    judged = evaluate_single_node("r", inventory, outcomes)
+    judged = judge_nodes("r", inventory, outcomes)
     rows, measurements = judged.rows, judged.measurements
     keys = [(r.node, r.check, r.item, r.gpu, r.reason) for r in rows]
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)

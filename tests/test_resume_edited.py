@@ -14,6 +14,7 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.rundir.outputs import ResumeError
 from cluster_accept.rundir.run import recorded_options
+from cluster_accept.rundir.run_record import RunRecord
 from tests.processes import run_cli
 
 
@@ -57,6 +58,20 @@ def interrupted(tmp_path: Path, **edits: Any) -> Path:
 
 def test_an_unedited_run_json_resumes(tmp_path: Path) -> None:
     check_request(RunRequest(None, interrupted(tmp_path), resume="r1"))
+
+
+def test_a_run_json_reads_into_its_record_and_is_written_back_as_it_was(tmp_path: Path) -> None:
+    """The typed record a run holds writes ``run.json`` back in the file's own format: every key the file held, as
+    it held it, and no key it lacked (an older run, without options, timings or resumes, stays without them)."""
+    data = json.loads((interrupted(tmp_path) / "r1" / "run.json").read_text())
+    record = RunRecord.model_validate(data)
+    assert record.options is not None and record.options.operations.drain and record.options.concurrency == 8
+    assert record.saved() == data
+    later = ("options", "resumed", "stage_seconds", "quick_probes", "local", "simulated")
+    older = {key: value for key, value in data.items() if key not in later}
+    assert RunRecord.model_validate(older).saved() == older
+    record.resumed.append("2026-01-01T02:00:00+00:00")  # what the run changes in place is written too
+    assert record.saved()["resumed"][-1] == "2026-01-01T02:00:00+00:00"
 
 
 EDITED = {

@@ -188,7 +188,7 @@ def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_strag
     from cluster_accept.flows.progress import Silent
     from cluster_accept.rundir.checkpoints import Checkpoints
     from cluster_accept.rundir.outputs import RunDir
-    from cluster_accept.tasks.probe_runs import evaluate_single_node, run_probes_on_node
+    from cluster_accept.tasks.probe_runs import judge_nodes, run_probes_on_node
     from cluster_accept.tasks.probe_stage import confirm_stragglers
     from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
     from cluster_accept.tasks.stage import RunState
@@ -200,7 +200,7 @@ def test_slow_simulated_nodes_measured_again_together_keep_their_confirmed_strag
     inventory = load_inventory(path)
     probes = SINGLE_NODE.probes()
     outcomes = [run_probes_on_node(node, False, probes) for node in inventory.tested]
-    figures = evaluate_single_node("sim", inventory, outcomes, False, probes)
+    figures = judge_nodes("sim", inventory, outcomes, False, probes)
     rows = figures.rows
     run_dir = RunDir(tmp_path / "runs", "sim-run")
     run_dir.path.mkdir(parents=True)

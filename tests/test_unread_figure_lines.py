@@ -13,7 +13,7 @@ from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
 from cluster_accept.tasks.multi_node.group_rows import probe_error_rows
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, TRAINING_JOB, rail_job, summarize
 from cluster_accept.tasks.multi_node.stage import MultiNodeStage, _Stage
-from cluster_accept.tasks.probe_runs import evaluate_single_node
+from cluster_accept.tasks.probe_runs import judge_nodes
 
 GOOD = '{"probe": "allreduce", "metric": "allreduce_busbw_gbps", "value": 362.9, "unit": "GB/s", "size": 1048576}'
 TYPO = '{"probe": "allreduce", "metric": "allreduce_busbw_gbps", "value": 370.1, "unit": "GB/s", "busbw_typo": 2}'
@@ -85,7 +85,7 @@ def test_a_single_node_line_with_an_undeclared_key_is_a_probe_error_row() -> Non
     (node,) = _nodes(1)
     inventory = Inventory("c", [node], {"p": node.profile}, "inventory.yaml", "digest")
     outcome = NodeResult("n1", NodeStatus.OK, commands=[CommandResult("allreduce", 0, f"{GOOD}\n{TYPO}", "")])
-    judged = evaluate_single_node("r", inventory, [outcome])
+    judged = judge_nodes("r", inventory, [outcome])
     errors = [r for r in judged.rows if r.reason == "probe_error"]
     assert [(r.node, r.check, r.item, r.status) for r in errors] == [("n1", "allreduce", "allreduce", Status.ERROR)]
     assert "busbw_typo" in errors[0].detail and len(judged.measurements) == 1

@@ -11,7 +11,6 @@ start, resume, saved options and refusals are the :class:`~rundir.run.Run`'s.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,13 @@ from cluster_accept.analysis.schemas import (
 )
 from cluster_accept.flows import progress
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
-from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
-from cluster_accept.rundir.run import Run, RunChoices, history_dir, refuse_unresolved_auto
+from cluster_accept.rundir.run import BisectChoices, Run, RunChoices, history_dir
 from cluster_accept.tasks.multi_node.stage import STAGE as MULTI_NODE
 from cluster_accept.tasks.probe_stage import judged_rules
 from cluster_accept.tasks.stage import RunState, run_stage
@@ -76,9 +74,9 @@ def _acceptance(
     resumed run) are loaded, not run again. ``record_history``: False for a shard of a sharded run, which
     compares with the history but leaves recording the run to the parent that merges it."""
     state = new_state(run.inventory, run.directory, history, run.quick, concurrency)
-    timings: dict[str, float] = run.info.setdefault("stage_seconds", {})
+    timings = run.record.stage_seconds = dict(run.record.stage_seconds)  # set: run.json holds them, if none ran
     for stage in STAGES:
-        if stage.name not in run.info["stages"]:
+        if stage.name not in run.record.stages:
             continue
         began = time.perf_counter()
         run_stage(state, stage)
@@ -86,7 +84,7 @@ def _acceptance(
         timings[stage.name] = round(timings.get(stage.name, 0.0) + time.perf_counter() - began, 3)
         state.progress.finish(stage.name)
     context = ReportContext(reason_catalog(), discover_probes(), declared_links())
-    return finish(state, run.info, history if record_history else None, operations, context)
+    return finish(state, run.record, history if record_history else None, operations, context)
 
 
 # Threads bounded by default (a served deployment runs the flow as declared); run_acceptance sets its own.
@@ -120,17 +118,30 @@ def acceptance(
     for a shard of a sharded run (:mod:`flows.sharding`): the history is read, the parent records the run."""
     ops = operations or Operations()
     if resume:
-        run = Run.reopen(Path(out_dir), resume, STAGE_NAMES)
+        run = Run.resume(Path(out_dir), resume, STAGE_NAMES, load_checked_inventory)
         past, ops, concurrency = run.options(history_dir(out_dir, history), ops, concurrency)
         return _acceptance(run, past, ops, concurrency, record_history)
-    inventory = select_nodes(load_checked_inventory(inventory_path), nodes)
-    inventory = as_local(inventory) if local else inventory
+    choices = run_choices(inventory_path, out_dir, stages, suite, nodes, history, ops, concurrency, local)
+    run = Run.begin(choices, load_checked_inventory, Path(out_dir), run_id)
+    return _acceptance(run, choices.history, ops, concurrency, record_history)
+
+
+def run_choices(
+    inventory_path: str | Path,
+    out_dir: str | Path,
+    stages: list[str] | None,
+    suite: str | None,
+    nodes: str | None,
+    history: str | None,
+    operations: Operations,
+    concurrency: int,
+    local: bool = False,
+) -> RunChoices:
+    """A new run as asked, its suite resolved into stages (the flows' and the command line's, which refuses
+    before Prefect starts by the same :meth:`RunChoices.selection` the run begins with)."""
     chosen, quick = resolve_suite(suite, stages)
-    refuse_unresolved_auto(inventory, chosen)
     past = history_dir(out_dir, history)
-    choices = RunChoices(chosen, quick, past, ops, concurrency, local)
-    run = Run.start_acceptance(inventory, Path(out_dir), run_id, suite, choices)
-    return _acceptance(run, past, ops, concurrency, record_history)
+    return RunChoices(inventory_path, chosen, quick, past, operations, concurrency, nodes, suite, local)
 
 
 @flow(name="bisect", log_prints=False)
@@ -144,18 +155,14 @@ def bisect(
     concurrency: int = 64,
 ) -> RunOutcome:
     """Isolation only, on suspect nodes (and optional known-good ones): after a job saw a slow collective."""
-    inventory = load_checked_inventory(inventory_path)
-    refuse_unresolved_auto(inventory, [])
-    suspect_nodes = select_nodes(inventory, suspects).tested
-    good_nodes = select_nodes(inventory, good).tested if good else []
-    scope = replace(inventory, nodes=suspect_nodes + [n for n in good_nodes if n not in suspect_nodes])
-    run = Run.start(scope, Path(out_dir), ["bisect"], run_id)
+    choices = BisectChoices(inventory_path, suspects, good)
+    run, suspect_nodes, good_nodes = Run.begin_bisect(choices, load_checked_inventory, Path(out_dir), run_id)
     history_path = history_dir(out_dir, history)
-    state = new_state(scope, run.directory, history_path, False, concurrency)
+    state = new_state(run.inventory, run.directory, history_path, False, concurrency)
     MULTI_NODE.bisect(state, suspect_nodes, good_nodes)
     write_tables(state, MULTI_NODE.tables)
     context = ReportContext(reason_catalog(), discover_probes(), declared_links())
-    return finish(state, run.info, history_path, Operations(), context)
+    return finish(state, run.record, history_path, Operations(), context)
 
 
 def run_acceptance(

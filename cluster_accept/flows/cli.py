@@ -332,14 +332,10 @@ def bisect_command(
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
     from cluster_accept.flows.acceptance import bisect
     from cluster_accept.flows.outcome_text import print_outcome
-    from cluster_accept.inventory.load import select_nodes
-    from cluster_accept.rundir.run import refuse_unresolved_auto
+    from cluster_accept.rundir.run import BisectChoices
 
     try:
-        inv = load_checked_inventory(inventory)
-        refuse_unresolved_auto(select_nodes(inv, nodes), [])
-        if good:
-            select_nodes(inv, good)
+        BisectChoices(inventory, nodes, good).selection(load_checked_inventory)  # the refusals bisect begins with
     except InventoryError as exc:
         raise _inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:

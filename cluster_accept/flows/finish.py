@@ -30,7 +30,8 @@ from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.reports.render import ReportData, build_context, render
 from cluster_accept.reports.thresholds import thresholds_section
 from cluster_accept.rundir.checkpoints import Checkpoints
-from cluster_accept.rundir.outputs import now_iso, runs_row
+from cluster_accept.rundir.outputs import now_iso
+from cluster_accept.rundir.run_record import RunRecord
 from cluster_accept.tasks.probe_stage import judged_rules
 from cluster_accept.tasks.stage import RunState
 
@@ -112,7 +113,7 @@ class ReportContext:
 
 def finish(
     state: RunState,
-    run_info: dict[str, Any],
+    record: RunRecord,
     history: Path | None,
     operations: Operations,
     context: ReportContext,
@@ -122,12 +123,13 @@ def finish(
     said = relative_thresholds(state, context.probes)
     tagged = [{"run_id": state.run_id, "cluster": state.cluster, **row.record()} for row in said]
     write_table(state.run_dir.path / "thresholds.parquet", tagged, THRESHOLDS)
-    run_info["ended"] = now_iso()
-    write_table(state.run_dir.path / "runs.parquet", [runs_row(run_info, verdicts)], RUNS)
+    record.ended = now_iso()
+    write_table(state.run_dir.path / "runs.parquet", [record.row(verdicts)], RUNS)
     fleet = None
     if history is not None:
-        append_run(history, state.run_dir.path, state.run_id, str(run_info["started"])[:10])
-        fleet = read_history_fleet(state, run_info, history, context)
+        append_run(history, state.run_dir.path, state.run_id, record.started[:10])
+        fleet = read_history_fleet(state, record, history, context)
+    run_info = record.saved()  # as run.json holds it, for the report and the operations
     html_path, _ = render_report(state, run_info, verdicts, context, fleet, said)
     publish(run_info, verdicts, html_path)
     names = {n.name: n.slurm_node for n in state.inventory.nodes if n.slurm_name}
@@ -145,20 +147,20 @@ def finish(
         over_ssh,
         reasons=context.reasons,
     )
-    state.run_dir.write_json("run.json", run_info)
+    state.run_dir.write_json("run.json", record.saved())
     Checkpoints(state.run_dir.path).clear()
     state.run_dir.release()
     return RunOutcome(state.run_id, state.run_dir.path, verdicts, slurm)
 
 
-def read_history_fleet(state: RunState, run_info: dict[str, Any], history: Path, context: ReportContext) -> FleetView:
+def read_history_fleet(state: RunState, record: RunRecord, history: Path, context: ReportContext) -> FleetView:
     """The fleet over the history, this run's included; every history file the run skipped (read earlier by the
     stages, or now) is named in ``run.json`` (``history_set_aside``) beside the warning it got."""
     files = HistoryFiles(history)  # read afresh: this run's own files were appended just now
     fleet = read_fleet(files, state.cluster, judged_rules(context.probes))
     skipped = [*(state.history.files.set_aside if state.history is not None else []), *files.set_aside]
     if skipped:
-        run_info["history_set_aside"] = list({str(s.file): s.record() for s in skipped}.values())
+        record.history_set_aside = list({str(s.file): s.record() for s in skipped}.values())
     return fleet
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster_accept.inventory.load import as_local, from_slurm_names, select_nodes
+from cluster_accept.inventory.load import from_slurm_names
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import load_checked_inventory
@@ -49,28 +49,15 @@ class ShardRequest:
 def check_request(request: RunRequest) -> None:
     """Every usage and inventory error before Prefect starts (~10 s), each as one clear line."""
     from cluster_accept.analysis.calibration import latest_table
-    from cluster_accept.rundir.outputs import check_not_held
-    from cluster_accept.rundir.run import history_dir, refuse_unresolved_auto, resumable
-    from cluster_accept.tasks.stages import STAGE_NAMES, resolve_suite
+    from cluster_accept.flows.acceptance import run_choices
+    from cluster_accept.rundir.run import refuse_resume
+    from cluster_accept.tasks.stages import STAGE_NAMES
 
     if request.resume:
-        if (
-            request.inventory
-            or request.nodes
-            or request.stages
-            or request.suite
-            or request.slurm_nodes
-            or request.local
-            or request.shards
-        ):
-            raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
-        if request.history or request.operations != Operations() or request.concurrency != RunRequest.concurrency:
-            raise ValueError(
-                "--resume restores the interrupted run's own options (--history, --drain, --resume-passing, "
-                "--apply, --prometheus, --concurrency): give only --out"
-            )
-        resumable(request.out_dir, request.resume, STAGE_NAMES)
-        check_not_held(request.out_dir / request.resume)
+        selection = request.inventory or request.nodes or request.stages or request.suite or request.slurm_nodes
+        options = request.history or request.operations != Operations() or request.concurrency != RunRequest.concurrency
+        given = bool(selection or request.local or request.shards), bool(options)
+        refuse_resume(request.out_dir, request.resume, STAGE_NAMES, load_checked_inventory, *given)
         return
     if request.inventory is None:
         raise ValueError("give --inventory FILE (or --resume RUN_ID to finish an interrupted run)")
@@ -78,15 +65,22 @@ def check_request(request: RunRequest) -> None:
         if request.nodes:
             raise ValueError("give --nodes or --slurm-nodes, not both")
         request.nodes = from_slurm_names(load_checked_inventory(request.inventory), request.slurm_nodes)
-    inventory = select_nodes(load_checked_inventory(request.inventory), request.nodes)
-    if request.local:
-        as_local(inventory)
+    choices = run_choices(
+        request.inventory,
+        request.out_dir,
+        request.stages,
+        request.suite,
+        request.nodes,
+        request.history,
+        request.operations,
+        request.concurrency,
+        request.local,
+    )
+    inventory = choices.selection(load_checked_inventory)  # the refusals the run begins with, before Prefect starts
     if request.shards is not None:
         check_shards(request.shards, request.local, inventory)
-    refuse_unresolved_auto(inventory, resolve_suite(request.suite, request.stages)[0])
-    history = history_dir(request.out_dir, request.history)
-    if history is not None:
-        latest_table(history, inventory.cluster)  # a calibration that cannot be read is refused before any stage
+    if choices.history is not None:
+        latest_table(choices.history, inventory.cluster)  # a calibration that cannot be read: refused before any stage
     why = unwritable(request.out_dir)
     if why:
         raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")

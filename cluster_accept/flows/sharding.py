@@ -18,7 +18,7 @@ Multi-node stages run within each shard (a rack's all-reduce); no collective spa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from cluster_accept.analysis.probe_verdicts import measurement_frame
 from cluster_accept.flows import progress
-from cluster_accept.flows.acceptance import TABLES, acceptance, new_state, write_tables
+from cluster_accept.flows.acceptance import TABLES, acceptance, new_state, run_choices, write_tables
 from cluster_accept.flows.finish import ReportContext, RunOutcome, finish
 from cluster_accept.flows.shard_results import (
     SHARD_CHECK,
@@ -48,14 +48,14 @@ from cluster_accept.flows.shard_results import (
     shard_plan,
 )
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.load import select_nodes
+from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.rundir.run import Run, RunChoices, history_dir, refuse_unresolved_auto
+from cluster_accept.rundir.run import Run
 from cluster_accept.tasks.single_node import STAGE as SINGLE_NODE
 from cluster_accept.tasks.stage import RunState
-from cluster_accept.tasks.stages import declared_links, reason_catalog, resolve_suite
+from cluster_accept.tasks.stages import declared_links, reason_catalog
 
 SHARD_DEPLOYMENT = "cluster-accept-shard"
 POLL_S = 2.0
@@ -198,9 +198,10 @@ def _state_said(shard: Shard) -> str:
     return f"{said}: {state.message}" if state.message else said
 
 
-def merge(state: RunState, shards: list[Shard], shards_dir: Path, run_info: dict[str, Any]) -> None:
-    """Every shard's results into the run's state; a shard without results gives its nodes their rows."""
-    recorded = run_info["sharded"]["shards"]
+def merge(state: RunState, shards: list[Shard], shards_dir: Path, sharded: dict[str, Any]) -> None:
+    """Every shard's results into the run's state, and how each ended into ``sharded`` (``run.json``'s record of
+    the shards); a shard without results gives its nodes their rows."""
+    recorded = sharded["shards"]
     for shard in shards:
         found = read_shard(shards_dir / shard.key)
         entry = recorded[shard.key]
@@ -214,6 +215,30 @@ def merge(state: RunState, shards: list[Shard], shards_dir: Path, run_info: dict
         entry["controller"] = found.info.get("controller")
         entry["stage_seconds"] = found.info.get("stage_seconds", {})
         merge_shard(state, found, shards_dir / shard.key)
+
+
+@dataclass
+class ShardSetup:
+    """What a sharded run makes of its refused selection before its directory exists: the shards, one per value of
+    the label ``by`` (a node without it is refused), their work queues and the deployment that runs them; what it
+    returns is the ``sharded`` record of ``run.json``."""
+
+    client: SyncPrefectClient
+    by: str
+    work_pool: str
+    queue_per_shard: bool
+    shards: list[Shard] = field(default_factory=list)
+    deployment: str = ""
+
+    def __call__(self, inventory: Inventory) -> dict[str, Any]:
+        plan = shard_plan(inventory, self.by)
+        self.shards = [Shard(key, names, key if self.queue_per_shard else None) for key, names in plan.items()]
+        check_pool(self.client, self.work_pool)
+        if self.queue_per_shard:
+            ensure_queues(self.client, self.work_pool, list(plan))
+        self.deployment = register_shard_deployment(self.work_pool)
+        recorded = {s.key: {"nodes": fold(s.nodes), "queue": s.queue} for s in self.shards}
+        return {"sharded": {"by": self.by, "work_pool": self.work_pool, "shards": recorded}}
 
 
 @flow(name="acceptance-sharded", log_prints=False)
@@ -236,25 +261,13 @@ def sharded_acceptance(
     by a worker of ``work_pool``; merged into ``out_dir/<run_id>`` (``out_dir`` shared by the workers' hosts)."""
     require_server()
     ops = operations or Operations()
-    inventory = select_nodes(load_checked_inventory(inventory_path), nodes)
-    chosen, quick = resolve_suite(suite, stages)
-    refuse_unresolved_auto(inventory, chosen)
-    plan = shard_plan(inventory, shard_by)
-    shards = [Shard(key, names, key if queue_per_shard else None) for key, names in plan.items()]
+    choices = run_choices(inventory_path, out_dir, stages, suite, nodes, history, ops, concurrency)
     with get_client(sync_client=True) as client:
-        check_pool(client, work_pool)
-        if queue_per_shard:
-            ensure_queues(client, work_pool, list(plan))
-        name = register_shard_deployment(work_pool)
-        history_path = history_dir(out_dir, history)
-        sharded = {
-            "by": shard_by,
-            "work_pool": work_pool,
-            "shards": {s.key: {"nodes": fold(s.nodes), "queue": s.queue} for s in shards},
-        }
-        choices = RunChoices(chosen, quick, history_path, ops, concurrency)
-        run = Run.start_acceptance(inventory, Path(out_dir), run_id, suite, choices, sharded=sharded)
-        run_dir, run_info = run.directory, run.info
+        setup = ShardSetup(client, shard_by, work_pool, queue_per_shard)
+        run = Run.begin(choices, load_checked_inventory, Path(out_dir), run_id, setup)
+        shards, name = setup.shards, setup.deployment
+        history_path, chosen, quick = choices.history, choices.stages, choices.quick
+        run_dir, record = run.directory, run.record
         shards_dir = (run_dir.path / SHARDS_DIR).resolve()
         parameters = {
             "inventory_path": str(Path(inventory_path).resolve()),
@@ -266,11 +279,11 @@ def sharded_acceptance(
         began = time.perf_counter()
         launch(shards, name, parameters, run_dir.run_id, shards_dir)
         wait(client, shards, work_pool, start_wait_s)
-    state = new_state(inventory, run_dir, history_path, quick, concurrency)
-    merge(state, shards, shards_dir, run_info)
-    run_info["stage_seconds"] = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
-    state.rows += drift_across_shards(state, plan)
+    state = new_state(run.inventory, run_dir, history_path, quick, concurrency)
+    merge(state, shards, shards_dir, record.sharded or {})
+    record.stage_seconds = {SHARDS_DIR: round(time.perf_counter() - began, 3)}
+    state.rows += drift_across_shards(state, {s.key: s.nodes for s in shards})
     write_tables(state, tuple(TABLES))
     state.trends = SINGLE_NODE.trend_records(state, measurement_frame(state.measurements))
     reasons = reason_catalog([(SHARD_CHECK, SHARD_REASONS)])
-    return finish(state, run_info, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))
+    return finish(state, record, history_path, ops, ReportContext(reasons, discover_probes(), declared_links()))

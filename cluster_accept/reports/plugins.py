@@ -1,5 +1,6 @@
 """Every check and probe a run can use, as one Markdown table read from discovery itself: its stage, what it
-judges (its module's first line), its reason codes and its samples. The documentation points here instead of
+judges (its module's first line), its reason codes, the figures a probe judges (each with the key holding its
+minimum) and its samples. The documentation points here instead of
 listing the plug-ins by hand, so a plug-in added is listed without a line of documentation to edit:
 ``python -m cluster_accept.reports.plugins``."""
 
@@ -10,12 +11,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
+from cluster_accept.analysis.probe_verdicts import MetricRule
 from cluster_accept.checks.base import discover as discover_checks
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.checks.samples import Sample, SampleKind
 from cluster_accept.probes.base import discover as discover_probes
 
-HEADER = "| plug-in | kind | stage | what it judges | reasons | samples |\n|---|---|---|---|---|---|\n"
+HEADER = (
+    "| plug-in | kind | stage | what it judges | reasons | metrics (the key holding each minimum) | samples |\n"
+    "|---|---|---|---|---|---|---|\n"
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class PluginLine:
     module: ModuleType
     reasons: Mapping[str, Reason]
     samples: tuple[Sample, ...]
+    metrics: Mapping[str, MetricRule]
 
     def row(self) -> str:
         summary = (self.module.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ").replace("|", "\\|")
@@ -35,7 +41,11 @@ class PluginLine:
         samples = "; ".join(
             f"{kind.value}: " + ", ".join(s.name for s in self.samples if s.kind is kind) for kind in SampleKind
         )
-        return f"| `{self.name}` | {self.kind} | {self.stage} | {summary} | {reasons} | {samples} |\n"
+        metrics = ", ".join(
+            f"`{metric}` (min `{rule.threshold}`)" if rule.threshold else f"`{metric}` (no minimum key)"
+            for metric, rule in self.metrics.items()
+        ) or "—"
+        return f"| `{self.name}` | {self.kind} | {self.stage} | {summary} | {reasons} | {metrics} | {samples} |\n"
 
 
 def _module_of(declared: object, attribute: str) -> ModuleType:
@@ -46,11 +56,12 @@ def _module_of(declared: object, attribute: str) -> ModuleType:
 def plugin_lines() -> list[PluginLine]:
     """Every discovered check (preflight), then every discovered probe in report order."""
     checks = [
-        PluginLine(c.name, "check", "preflight", _module_of(c, "CHECK"), c.reasons, c.samples)
+        PluginLine(c.name, "check", "preflight", _module_of(c, "CHECK"), c.reasons, c.samples, {})
         for c in discover_checks()
     ]
     probes = [
-        PluginLine(p.name, "probe", p.stage, _module_of(p, "PROBE"), p.reasons, p.samples) for p in discover_probes()
+        PluginLine(p.name, "probe", p.stage, _module_of(p, "PROBE"), p.reasons, p.samples, p.metrics)
+        for p in discover_probes()
     ]
     return checks + probes
 

@@ -12,13 +12,10 @@ import os
 import platform
 import secrets
 import socket
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
-
-from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 
 TOOLS = ("cluster-accept", "prefect", "fabric", "paramiko", "pyarrow", "pandas", "pydantic", "ClusterShell")
 
@@ -70,34 +67,6 @@ class RunDir:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         tmp.replace(target)
         return target
-
-
-def runs_row(run_info: dict[str, Any], verdicts: Sequence[VerdictRow]) -> dict[str, Any]:
-    """The run's one row of ``runs.parquet``: when, what, and the verdict counts."""
-    from cluster_accept.analysis.schemas import SCHEMA_VERSION
-
-    def when(text: str | None) -> dt.datetime | None:
-        return dt.datetime.fromisoformat(text) if text else None
-
-    def count(verdict: Verdict) -> int:
-        return sum(1 for v in verdicts if v.verdict == verdict)
-
-    return {
-        "run_id": run_info["run_id"],
-        "cluster": run_info["cluster"],
-        "started": when(run_info.get("started")),
-        "ended": when(run_info.get("ended")),
-        "stages": list(run_info.get("stages") or []),
-        "inventory": run_info.get("inventory"),
-        "inventory_digest": run_info.get("inventory_digest"),
-        "nodes_tested": len(run_info.get("nodes_tested") or []),
-        "accepted": count(Verdict.ACCEPTED),
-        "rejected": count(Verdict.REJECTED),
-        "unreachable": count(Verdict.UNREACHABLE),
-        "skipped": count(Verdict.SKIPPED),
-        "tool_version": (run_info.get("tools") or {}).get("cluster-accept"),
-        "schema_version": SCHEMA_VERSION,
-    }
 
 
 def start_run(out_dir: Path, run_id: str | None, run_info: dict[str, Any]) -> tuple[RunDir, dict[str, Any]]:

@@ -1,31 +1,35 @@
-"""A run's life in its directory: started new, or reopened to finish it; the options a resume must keep; and the
-refusals of a selection before anything runs.
+"""A run's life in its directory: begun (every refusal of what it was asked first), or resumed to finish it (every
+refusal of the resume first); the options a resume must keep.
 
 The run directory, not Prefect's database, is the record: ``run.json`` holds what a run was asked to do (its
 inventory and its digest, nodes, stages, suite, short probes, the local transport, the history, the operations and
 the concurrency), so that ``--resume`` does as the run did, whoever starts it and from wherever. Below the flows and
-the stages: nothing here imports Prefect or a stage; the stages a run may name are given by the caller.
+the stages: nothing here imports Prefect or a stage; the stages a run may name, and how an inventory is loaded (with
+the probes' settings checked), are given by the caller. The command line refuses before Prefect starts by the same
+calls (:meth:`RunChoices.selection`, :meth:`BisectChoices.selection`, :func:`refuse_resume`) that begin a run.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cluster_accept.inventory.builtin import is_auto
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.load import as_local
+from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.ops.after_run import Operations
-from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.rundir.outputs import ResumeError, RunDir, now_iso, resumable_info, start_run
-from cluster_accept.rundir.run_record import check_run_record
+from cluster_accept.rundir.outputs import ResumeError, RunDir, check_not_held, now_iso, resumable_info, start_run
+from cluster_accept.rundir.run_record import RecordedOptions, RunRecord, check_run_record
 
 # What a recording answers (simulator.nodes, simulator.launch): bisect runs the multi-node launcher.
 SIMULATED_STAGES = ("preflight", "single-node", "multi-node", "bisect")
+
+# How the caller loads an inventory file: with the probes' settings checked (``probes.base.load_checked_inventory``).
+Load = Callable[[str | Path], Inventory]
 
 
 class NothingToTest(ValueError):
@@ -34,27 +38,60 @@ class NothingToTest(ValueError):
 
 @dataclass(frozen=True)
 class RunChoices:
-    """How a new acceptance run goes, as its ``run.json`` keeps it (a resume does as the run did)."""
+    """A new acceptance run as asked (``stages`` and ``quick`` resolved from the suite by the caller), as its
+    ``run.json`` keeps it: a resume does as the run did."""
 
+    inventory: str | Path
     stages: list[str]
     quick: bool
     history: Path | None
     operations: Operations
     concurrency: int
+    nodes: str | None = None
+    suite: str | None = None
     local: bool = False
+
+    def selection(self, load: Load) -> Inventory:
+        """The nodes the run tests, once every refusal of them passed (:func:`refuse_unresolved_auto`); writes
+        nothing. :meth:`Run.begin` starts by it; the command line calls it before Prefect starts."""
+        inventory = select_nodes(load(self.inventory), self.nodes)
+        inventory = as_local(inventory) if self.local else inventory
+        refuse_unresolved_auto(inventory, self.stages)
+        return inventory
+
+
+@dataclass(frozen=True)
+class BisectChoices:
+    """An isolation run as asked: the suspect nodes (a hostlist) and those known to be good, as partners."""
+
+    inventory: str | Path
+    suspects: str
+    good: str | None = None
+
+    def selection(self, load: Load) -> tuple[Inventory, list[Node], list[Node]]:
+        """(the nodes it tests, the suspects, the good ones) once every refusal passed: of the inventory as a whole
+        (:func:`refuse_unresolved_auto`, bisect runs the multi-node launcher) and of suspects that leave no node to
+        test; writes nothing. :meth:`Run.begin_bisect` starts by it; the command line calls it before Prefect."""
+        inventory = load(self.inventory)
+        refuse_unresolved_auto(inventory, [])
+        suspects = select_nodes(inventory, self.suspects)
+        refuse_nothing_to_test(suspects)
+        good = select_nodes(inventory, self.good).tested if self.good else []
+        scope = replace(inventory, nodes=suspects.tested + [n for n in good if n not in suspects.tested])
+        return scope, suspects.tested, good
 
 
 @dataclass
 class Run:
     """One run: its directory (its lock held by this process while it runs), ``run.json`` as the run goes
-    (``info``: the flow adds its stages' timings, the end adds its verdicts' time), and the nodes it tests."""
+    (``record``, typed: the flow adds its stages' timings, the end its verdicts' time), and the nodes it tests."""
 
     directory: RunDir
-    info: dict[str, Any]
+    record: RunRecord
     inventory: Inventory
 
     @classmethod
-    def start(
+    def _start(
         cls,
         inventory: Inventory,
         out_dir: Path,
@@ -79,75 +116,107 @@ class Run:
                 **(more or {}),
             },
         )
-        return cls(directory, info, inventory)
+        return cls(directory, RunRecord.model_validate(info), inventory)
 
     @classmethod
-    def start_acceptance(
+    def begin(
         cls,
-        inventory: Inventory,
-        out_dir: Path,
-        run_id: str | None,
-        suite: str | None,
         choices: RunChoices,
-        **more: Any,
+        load: Load,
+        out_dir: Path,
+        run_id: str | None = None,
+        more: Callable[[Inventory], Mapping[str, Any]] | None = None,
     ) -> Run:
-        """A new acceptance run whose ``run.json`` holds the choices (and ``more``, e.g. a sharded run's shards)."""
+        """A new acceptance run, once every refusal of its selection passed (:meth:`RunChoices.selection`), whose
+        ``run.json`` holds the choices and ``more``: what the caller makes of the refused selection before the
+        directory exists (a sharded run's shards; it may refuse too)."""
+        inventory = choices.selection(load)
         recorded = {
             "quick_probes": choices.quick,
             "local": choices.local,
             "simulated": any(n.simulated is not None for n in inventory.tested),  # scale work, not a cluster
             "options": recorded_options(choices.history, choices.operations, choices.concurrency),
-            **more,
+            **(more(inventory) if more else {}),
         }
-        return cls.start(inventory, out_dir, choices.stages, run_id, suite, recorded)
+        return cls._start(inventory, out_dir, choices.stages, run_id, choices.suite, recorded)
 
     @classmethod
-    def reopen(cls, out_dir: Path, run_id: str, stages: Sequence[str]) -> Run:
+    def begin_bisect(
+        cls, choices: BisectChoices, load: Load, out_dir: Path, run_id: str | None = None
+    ) -> tuple[Run, list[Node], list[Node]]:
+        """A new isolation run, once every refusal of it passed (:meth:`BisectChoices.selection`); with its
+        suspects and good nodes."""
+        scope, suspects, good = choices.selection(load)
+        return cls._start(scope, out_dir, ["bisect"], run_id), suspects, good
+
+    @classmethod
+    def resume(cls, out_dir: Path, run_id: str, stages: Sequence[str], load: Load) -> Run:
         """The interrupted run ``run_id`` reopened to finish it: its directory (its lock held: a second resume, or
         the run itself still going, is refused), ``run.json`` (with the resume noted), its nodes (this machine's
-        own where it ran locally). ``stages``: every stage a run may name."""
+        own where it ran locally), once every refusal of the resume passed (:func:`resumable`, read under the
+        lock). ``stages``: every stage a run may name."""
         directory = RunDir(out_dir / run_id, run_id)
         resumable_info(out_dir, run_id)  # an unknown or finished run is named as such before any lock is taken
         directory.hold()
         try:
-            info, inventory = resumable(out_dir, run_id, stages)
-            info.setdefault("resumed", []).append(now_iso())
-            directory.write_json("run.json", info)
+            record, inventory = resumable(out_dir, run_id, stages, load)
+            record.resumed = [*record.resumed, now_iso()]
+            directory.write_json("run.json", record.saved())
         except BaseException:
             directory.release()
             raise
-        return cls(directory, info, as_local(inventory) if info.get("local") else inventory)
+        return cls(directory, record, as_local(inventory) if record.local else inventory)
 
     @property
     def quick(self) -> bool:
         """Whether it runs the short probes (a light suite)."""
-        return bool(self.info.get("quick_probes"))
+        return self.record.quick_probes
 
     def options(
         self, history: Path | None, operations: Operations, concurrency: int
     ) -> tuple[Path | None, Operations, int]:
         """The run's own options, in place of those given (:func:`restored_options`)."""
-        return restored_options(self.info, history, operations, concurrency)
+        return restored_options(self.record.options, history, operations, concurrency)
 
 
-def resumable(out_dir: Path, run_id: str, stages: Sequence[str]) -> tuple[dict[str, Any], Inventory]:
-    """``run.json`` of the interrupted run ``run_id`` under ``out_dir`` and its nodes; writes nothing. A key a
-    resume reads that was edited into a wrong value is named (:func:`rundir.run_record.check_run_record`)."""
+def refuse_resume(
+    out_dir: Path, run_id: str, stages: Sequence[str], load: Load, selection: bool = False, options: bool = False
+) -> None:
+    """Every refusal of resuming ``run_id`` before anything runs (the command line's, before Prefect starts): a
+    resume given a selection (``selection``: an inventory, nodes, stages, a suite, a local or sharded run) or
+    options (``options``: it restores the run's own), a run that cannot be resumed (:func:`resumable`, as
+    :meth:`Run.resume` reads it), one another process holds; writes nothing."""
+    if selection:
+        raise ValueError("--resume takes the interrupted run's inventory, nodes and stages: give only --out")
+    if options:
+        raise ValueError(
+            "--resume restores the interrupted run's own options (--history, --drain, --resume-passing, "
+            "--apply, --prometheus, --concurrency): give only --out"
+        )
+    resumable(out_dir, run_id, stages, load)
+    check_not_held(out_dir / run_id)
+
+
+def resumable(out_dir: Path, run_id: str, stages: Sequence[str], load: Load) -> tuple[RunRecord, Inventory]:
+    """``run.json`` of the interrupted run ``run_id`` under ``out_dir``, as its record, and its nodes, once every
+    refusal passed:
+    unknown, finished, sharded, a key a resume reads edited into a wrong value
+    (:func:`rundir.run_record.check_run_record`), its inventory changed; writes nothing."""
     run_info = resumable_info(out_dir, run_id)
     if run_info.get("sharded"):
         raise ResumeError(
             f"cannot resume {run_id}: it was sharded over Prefect workers (run --shard-by); start a new run "
             "(the finished shards' results stay under its shards/)"
         )
-    check_run_record(run_id, out_dir / run_id / "run.json", run_info, stages)
-    inventory = load_checked_inventory(run_info["inventory"])
-    if inventory.digest != run_info.get("inventory_digest"):
+    record = check_run_record(run_id, out_dir / run_id / "run.json", run_info, stages)
+    inventory = load(record.inventory)
+    if inventory.digest != record.inventory_digest:
         raise ResumeError(
-            f"cannot resume {run_id}: {run_info['inventory']} changed since the run started "
-            f"(sha256 {inventory.digest[:12]}, the run used {str(run_info.get('inventory_digest'))[:12]})"
+            f"cannot resume {run_id}: {record.inventory} changed since the run started "
+            f"(sha256 {inventory.digest[:12]}, the run used {str(record.inventory_digest)[:12]})"
         )
-    names = set(run_info.get("nodes_tested") or []) | set(run_info.get("nodes_excluded") or [])
-    return run_info, replace(inventory, nodes=[n for n in inventory.nodes if n.name in names])
+    names = set(record.nodes_tested) | set(record.nodes_excluded)
+    return record, replace(inventory, nodes=[n for n in inventory.nodes if n.name in names])
 
 
 def recorded_options(history: Path | None, operations: Operations, concurrency: int) -> dict[str, Any]:
@@ -160,15 +229,13 @@ def recorded_options(history: Path | None, operations: Operations, concurrency: 
 
 
 def restored_options(
-    run_info: dict[str, Any], history: Path | None, operations: Operations, concurrency: int
+    recorded: RecordedOptions | None, history: Path | None, operations: Operations, concurrency: int
 ) -> tuple[Path | None, Operations, int]:
     """The interrupted run's own options (history, Slurm and Prometheus operations, concurrency); a run
-    recorded before options were kept goes on with the ones given."""
-    recorded = run_info.get("options")
-    if not isinstance(recorded, dict):
+    recorded before options were kept (``recorded`` None) goes on with the ones given."""
+    if recorded is None:
         return history, operations, concurrency
-    kept = recorded.get("history")
-    return Path(kept) if kept else None, Operations.model_validate(recorded["operations"]), int(recorded["concurrency"])
+    return Path(recorded.history) if recorded.history else None, recorded.operations, recorded.concurrency
 
 
 def history_dir(out_dir: str | Path, history: str | None) -> Path | None:

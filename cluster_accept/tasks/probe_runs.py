@@ -188,7 +188,7 @@ def _keep_series(root: Path, series: NodeSeries[Record], place: SeriesPlace, out
     return list(series.rows(place, output, series.points))
 
 
-def evaluate_single_node(
+def judge_nodes(
     run_id: str,
     inventory: Inventory,
     outcomes: list[NodeResult],

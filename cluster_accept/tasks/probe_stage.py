@@ -3,7 +3,7 @@
 The stage's probes (those declaring its name as their ``stage``) run on every node still accepted that the stage
 takes, in waves of the profiles' ``probes.max_parallel_nodes`` (:func:`tasks.stage.wave_of`), each node's result
 checkpointed the moment it came back (:func:`tasks.stage.per_node` loads a resumed run's instead of running them
-again). The whole cluster's figures are judged as one frame (:func:`tasks.probe_runs.evaluate_single_node`: each
+again). The whole cluster's figures are judged as one frame (:func:`tasks.probe_runs.judge_nodes`: each
 probe's series, where it declares one, written as its node is read); then, as the stage is configured, the
 stragglers measured again beside a control node, the suspected settings proved by measuring without them, each
 node held to its own history, and the history's trends kept for the report.
@@ -32,7 +32,7 @@ from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.probe_runs import (
     SESSION_REASONS,
     StageFigures,
-    evaluate_single_node,
+    judge_nodes,
     probe_script,
     run_probes_on_node,
 )
@@ -79,7 +79,7 @@ class ProbeStage:
         work = partial(probe_node, stage=self.name, checkpoints=state.checkpoints, quick=state.quick, probes=probes)
         saved = state.checkpoints.load_nodes(self.name)
         outcomes = per_node(state, self.name, nodes, saved, work, wave=wave_of(nodes))
-        judged = evaluate_single_node(
+        judged = judge_nodes(
             state.run_id,
             state.inventory,
             outcomes,
@@ -139,7 +139,7 @@ def figure_reader(state: RunState) -> Callable[[NodeResult, Sequence[Probe], str
     """How proving a suspect reads one node's figures of a run made again."""
 
     def read(outcome: NodeResult, probes: Sequence[Probe], stage: str) -> list[Measurement]:
-        return evaluate_single_node(state.run_id, state.inventory, [outcome], state.quick, probes, stage).measurements
+        return judge_nodes(state.run_id, state.inventory, [outcome], state.quick, probes, stage).measurements
 
     return read
 
@@ -167,7 +167,7 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
         chosen = [p for p in probes if p.script.name in scripts]
         for turn in range(stragglers.ROUNDS if control else 1):
             outcomes = measure_again(state, [*names, *([control] if control else [])], chosen)
-            found = evaluate_single_node(state.run_id, state.inventory, outcomes, state.quick, chosen)
+            found = judge_nodes(state.run_id, state.inventory, outcomes, state.quick, chosen)
             again += [(turn, m) for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     after = _rounds_frame(again)
