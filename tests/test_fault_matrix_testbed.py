@@ -121,7 +121,7 @@ def test_hanging_multi_node_probe_is_stopped_everywhere(testbed_factory, tmp_pat
     bed = testbed_factory(nodes=3, faults={}, prefix="cah9", subnet="10.254.80.0/24")
     data = yaml.safe_load(bed.inventory_path.read_text())
     for profile in data["profiles"].values():
-        profile.setdefault("probes", {})["timeout_s"] = 45
+        profile.setdefault("probes", {})["timeout_s"] = 30  # a healthy pair takes 5-10 s here
     short = bed.inventory_path.with_name("inventory-short-timeout.yaml")  # beside it: relative paths hold
     short.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
