@@ -17,6 +17,9 @@ from tests.processes import auto_cpu_inventory, only_run, run_cli, run_verdicts
 
 pytestmark = pytest.mark.testbed
 FLOOR = ">= 0.031 GB/s"  # half the line rate of one 0.5 Gb/s port (testbed.ibsys.RATE)
+# A slow link: 80 Mbit/s (0.01 GB/s) is a third of that floor and a tenth of a healthy pair's gloo figure, so
+# it fails as surely as a slower one, and a run whose every group crosses it takes a quarter of the time.
+SLOW_MBIT = 80
 
 
 def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
@@ -67,7 +70,7 @@ def test_a_network_slow_on_every_node_fails_against_the_floor_the_nics_imply(tes
     scaling = pd.read_parquet(only_run(tmp_path / "healthy") / "checks.parquet").query("check == 'scaling'")
     assert set(scaling.reason) == {"ok"} and all(e.startswith(FLOOR) for e in scaling.expected), scaling
     for node in bed.nodes:
-        testbed.set_rate(bed, node, 20)  # every link at 20 Mbit/s (0.0025 GB/s): every pair equally slow
+        testbed.set_rate(bed, node, SLOW_MBIT)  # every pair equally slow
     try:
         slow = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path / "slow"), *stages, timeout=900)
     finally:
@@ -129,7 +132,7 @@ def test_an_efa_node_without_the_plugin_or_with_device_rdma_off_is_named_as_the_
     faults = {"nodes": nodes}
     bed = testbed_factory(nodes=3, faults=faults, prefix="cafe", subnet="10.254.146.0/24", rails=1)
     inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
-    testbed.set_rate(bed, "node03", 20)  # what NCCL on sockets instead of the adapters does to its groups
+    testbed.set_rate(bed, "node03", SLOW_MBIT)  # what NCCL on sockets instead of the adapters does to its groups
     try:
         stages = ["--stages", "preflight,multi-node"]
         proc = run_cli("run", "--inventory", str(inventory), "--out", str(tmp_path / "out"), *stages, timeout=900)

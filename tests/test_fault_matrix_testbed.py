@@ -86,9 +86,11 @@ def no_duplicates(run_dir: Path) -> None:
 
 def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=9, faults=PLAN, prefix="caf9", subnet="10.254.72.0/24")
-    proc = run_cli(
-        "run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight,single-node"
-    )
+    data = yaml.safe_load(bed.inventory_path.read_text())
+    data["defaults"]["ssh"]["command_timeout_s"] = 10  # node05's hung nvidia-smi is stopped after 10 s, not 30
+    quick = bed.inventory_path.with_name("inventory-quick-timeout.yaml")  # beside it: relative paths hold
+    quick.write_text(yaml.safe_dump(data))
+    proc = run_cli("run", "--inventory", str(quick), "--out", str(tmp_path), "--stages", "preflight,single-node")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_dir = only_run(tmp_path)
     got = run_verdicts(tmp_path)
@@ -121,7 +123,7 @@ def test_hanging_multi_node_probe_is_stopped_everywhere(testbed_factory, tmp_pat
     bed = testbed_factory(nodes=3, faults={}, prefix="cah9", subnet="10.254.80.0/24")
     data = yaml.safe_load(bed.inventory_path.read_text())
     for profile in data["profiles"].values():
-        profile.setdefault("probes", {})["timeout_s"] = 45
+        profile.setdefault("probes", {})["timeout_s"] = 30  # a healthy pair takes 5-10 s here
     short = bed.inventory_path.with_name("inventory-short-timeout.yaml")  # beside it: relative paths hold
     short.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"

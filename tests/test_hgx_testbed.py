@@ -21,6 +21,8 @@ from tests.processes import only_run, run_cli, run_verdicts
 
 pytestmark = pytest.mark.testbed
 
+WINDOW_S = 36  # how long a flapped port must stay up before it passes again (``link_flap_clear_h``)
+
 
 def _preflight(inventory: Path, out: Path, history: Path) -> tuple[dict[str, tuple[str, list[str]]], pd.DataFrame]:
     done = run_cli(
@@ -114,8 +116,8 @@ def test_fabric_manager_and_nvswitch_faults_are_named_cause_first(testbed_factor
 def test_a_flapping_port_fails_until_it_has_stayed_up_long_enough(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=2, prefix="cahl", subnet="10.254.164.0/24", rails=1)
     data = yaml.safe_load(bed.inventory_path.read_text())
-    # 36 s: a preflight run here takes about 12 s, so the third run still falls inside the window
-    data["profiles"]["testbed-h200x4"].setdefault("thresholds", {})["link_flap_clear_h"] = 0.01
+    # a preflight run here takes about 12 s, so the third run still falls inside the window
+    data["profiles"]["testbed-h200x4"].setdefault("thresholds", {})["link_flap_clear_h"] = WINDOW_S / 3600
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(data))
     history = tmp_path / "history"
@@ -124,6 +126,7 @@ def test_a_flapping_port_fails_until_it_has_stayed_up_long_enough(testbed_factor
 
     testbed.set_fault(bed, "node01", [IbCounter(rail=0, counter="link_downed", value=2)])  # mlx5_0 went down twice
     verdicts, checks = _preflight(inventory, tmp_path / "second", history)
+    flapped_by = time.monotonic()  # the flap is dated by the run that found it: this one, ended by now
     assert verdicts["node01"] == ("rejected", ["ib_counters:link_flapping"]), verdicts
     row = checks[(checks.node == "node01") & (checks["item"] == "mlx5_0/1 flaps")].iloc[0]
     assert (row.observed, row.expected) == ("link_downed 0 -> 2", "no change since the previous run")
@@ -131,7 +134,7 @@ def test_a_flapping_port_fails_until_it_has_stayed_up_long_enough(testbed_factor
 
     verdicts, checks = _preflight(inventory, tmp_path / "third", history)  # still within the window
     assert verdicts["node01"] == ("rejected", ["ib_counters:flapped_recently"]), verdicts
-    time.sleep(40)
+    time.sleep(max(0.0, flapped_by + WINDOW_S + 2 - time.monotonic()))  # the window over, not a run's time more
     verdicts, checks = _preflight(inventory, tmp_path / "fourth", history)  # up for longer than the window
     assert verdicts["node01"][0] == "accepted", verdicts
     row = checks[(checks.node == "node01") & (checks["item"] == "mlx5_0/1 flaps")].iloc[0]

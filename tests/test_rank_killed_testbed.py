@@ -64,7 +64,7 @@ class Killer(threading.Thread):
 def _inventory(bed: testbed.Testbed, path: Path, slurm: bool) -> Path:
     inventory = yaml.safe_load(bed.inventory_path.read_text())
     profile = next(iter(inventory["profiles"].values()))
-    profile["training"] = {"enabled": True, "steps": 20, "warmup_steps": 2}
+    profile["training"] = {"enabled": True, "steps": 6, "warmup_steps": 2}  # the kill comes as the worker starts
     if slurm:
         inventory["slurm"] = {"node_names": {"match": r"node0(\d)", "replace": r"gpu-a\1"}}
         profile["probes"]["launcher"] = "slurm"
