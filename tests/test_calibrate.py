@@ -33,10 +33,15 @@ profiles:
 """
 
 
-def inventory(tmp_path: Path) -> Path:
+def inventory(tmp_path: Path, text: str = INVENTORY) -> Path:
     path = tmp_path / "inventory.yaml"
-    path.write_text(INVENTORY)
+    path.write_text(text)
     return path
+
+
+# The real runs judge their figures against a margin no machine's load reaches: a figure flagged against its peers
+# would be measured again in rounds (what the straggler tests cover), and the calibration reads only its figures.
+QUIET_PEERS = INVENTORY.replace("relative_verdict: warn", "relative_verdict: warn, straggler_pct: 90")
 
 
 class StandIn:
@@ -118,7 +123,7 @@ def test_a_refused_run_stops_the_calibration_and_no_history_refuses_it(tmp_path:
 @pytest.mark.integration
 def test_calibrate_runs_the_real_flow_twice_and_later_reports_rest_on_its_table(tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    args = ("--inventory", str(inventory(tmp_path)), "--nodes", "local[1-2]", "--out", str(out))
+    args = ("--inventory", str(inventory(tmp_path, QUIET_PEERS)), "--nodes", "local[1-2]", "--out", str(out))
     proc = run_cli("calibrate", "--runs", "2", *args, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = latest_table(out / "history", "cal")
