@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from cluster_accept.probes.base import SINGLE_NODE, discover, load_checked_inventory, scripts_for
 from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import interpreter_stand_in, only_run, processes_matching, run_cli
 
@@ -61,7 +62,10 @@ def test_cpu_probes_end_to_end_with_a_hung_probe(testbed_factory, tmp_path: Path
     }
     assert verdicts["node01"] == ("accepted", [])
     assert verdicts["node02"] == ("accepted", [])
-    assert verdicts["node03"] == ("rejected", ["gemm:probe_timeout", "allreduce:probe_timeout"])
+    # every node-side run of the hung node's probes, by the check that owns it (gemm, allreduce and any added one)
+    runs = scripts_for(load_checked_inventory(inv_path).node("node03"), discover(stage=SINGLE_NODE))
+    assert {"gemm", "allreduce"} <= {run.owner for run in runs}
+    assert verdicts["node03"] == ("rejected", [f"{run.owner}:probe_timeout" for run in runs])
     assert verdicts["node04"][0] == "rejected" and "gpu_count:count_low" in verdicts["node04"][1]
 
     m = pd.read_parquet(run_dir / "measurements.parquet")
