@@ -21,7 +21,10 @@ from cluster_accept.inventory.model import (
     Thresholds,
 )
 from cluster_accept.probes import allreduce, nccl_tests
-from cluster_accept.probes.base import discover
+from cluster_accept.probes.base import discover, unkept_by_any
+from cluster_accept.probes.gpu_pairs import SCRIPT as GPU_PAIRS
+from cluster_accept.probes.scripts import ALLREDUCE, GPU_BENCH
+from cluster_accept.probes.training import SCRIPT as TRAINING
 from cluster_accept.remote.result import CommandResult
 from cluster_accept.tasks.probe_stage import judged_rules
 from tests.capture import CAPTURES
@@ -216,7 +219,7 @@ def test_a_figure_line_with_an_undeclared_key_or_a_wrong_type_is_an_error_never_
             '{"metric": "gpu_pair_copy_gbps", "value": 371.2, "gpu": 0, "peer": "1"}',
         ]
     )
-    out = parse_json_lines(text)
+    out = parse_json_lines(text, unkept_by_any())  # a key a run declares is held to its type too
     assert out.measurements == []
     assert all(e.startswith("probe line of another shape (figure") for e in out.errors) and len(out.errors) == 4
     assert "sm_clokc_mhz" in out.errors[0] and "figure.gpu" in out.errors[1]
@@ -239,8 +242,11 @@ def test_what_every_node_script_prints_beside_a_figure_is_declared() -> None:
         {"probe": "training", "label": "intra_node", "world_size": 4, "iterations": 20, "gpu": 1, "node_rank": 0,
          "hostname": "node01", "metric": "training_solo_tokens_per_s", "value": 154600.0, "unit": "tokens/s"},
     ]  # fmt: skip
-    out = parse_json_lines("\n".join(json.dumps(line) for line in lines))
+    out = parse_json_lines("\n".join(json.dumps(line) for line in lines), unkept_by_any())
     assert not out.errors and len(out.measurements) == 4
+    for line, script in zip(lines, (GPU_BENCH, GPU_PAIRS, ALLREDUCE, TRAINING), strict=True):  # each by its own run
+        assert not parse_json_lines(json.dumps(line), script.unkept).errors, script.name
+    assert parse_json_lines(json.dumps(lines[1])).errors  # a key only gpu_pairs declares is no other run's
     gemm = out.measurements[0]
     assert (gemm.sm_clock_mhz, gemm.power_w, gemm.clock_event_reasons) == (1980.0, 690.5, "0x0000000000000000")
     assert (out.measurements[2].algbw_gbps, out.measurements[3].gpu) == (241.9, 1)

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cluster_accept.vocabulary.codec import ShapeError
-from cluster_accept.vocabulary.figures import Figure
+from cluster_accept.vocabulary.figures import NOTHING_UNKEPT, Figure
 from cluster_accept.vocabulary.text import keep_head
 
 
@@ -57,9 +57,9 @@ class ProbeOutput:
         )
 
 
-def parse_json_lines(text: str) -> ProbeOutput:
-    """Figures (objects with ``metric`` and a numeric ``value``, held to :class:`Figure`), info objects (the
-    probe's own, read by its parse) and errors."""
+def parse_json_lines(text: str, unkept: Mapping[str, tuple[type, ...]] = NOTHING_UNKEPT) -> ProbeOutput:
+    """Figures (objects with ``metric`` and a numeric ``value``, held to :class:`Figure`; ``unkept``: what the
+    script declares beside them that is not kept), info objects (the probe's own, read by its parse) and errors."""
     out = ProbeOutput()
     for line in text.splitlines():
         line = line.strip()
@@ -77,15 +77,15 @@ def parse_json_lines(text: str) -> ProbeOutput:
         elif "info" in record:
             out.info.append(InfoLine.of(record))
         elif isinstance(record.get("metric"), str) and isinstance(record.get("value"), (int, float)):
-            _add_figure(out, record, line)
+            _add_figure(out, record, line, unkept)
         else:
             out.errors.append(f"probe line without metric/value: {keep_head(line, 200)}")
     return out
 
 
-def _add_figure(out: ProbeOutput, record: dict[str, Any], line: str) -> None:
+def _add_figure(out: ProbeOutput, record: dict[str, Any], line: str, unkept: Mapping[str, tuple[type, ...]]) -> None:
     try:
-        out.measurements.append(Figure.from_node(record))
+        out.measurements.append(Figure.from_node(record, unkept))
     except ShapeError as error:
         out.errors.append(f"probe line of another shape ({error}): {keep_head(line, 200)}")
 

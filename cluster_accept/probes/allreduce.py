@@ -112,7 +112,7 @@ OTHER_REASONS = {
 def parse(stdout: str) -> ProbeOutput:
     """Its figures from the JSON lines, with the transport NCCL used (each figure carries it) and NCCL's
     version."""
-    output = own_figures(parse_json_lines(stdout), METRICS)
+    output = own_figures(parse_json_lines(stdout, SCRIPT.unkept), METRICS)
     return with_nccl_log(output, stdout)
 
 

@@ -56,6 +56,7 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.inventory.model import Inventory, Node, Profile, Thresholds
 from cluster_accept.inventory.node_part import WantedNode
 from cluster_accept.probes.series import NodeSeries
+from cluster_accept.vocabulary.figures import NOTHING_UNKEPT
 from cluster_accept.vocabulary.rows import Record
 
 if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --local) loads no pandas
@@ -73,7 +74,10 @@ class NodeScript:
     ``command(node, quick)`` is the line run in the node's probe directory (``$CA_PROBE_DIR``), or None when
     this run is not for the node's profile (the nccl-tests variant runs only where a profile names it).
     ``owner`` is the check whose rows report the run itself failing (a timeout, a crash), once per run;
-    ``timeout_s(node, quick)`` its node-side limit when it is not the profile's ``probes.timeout_s``."""
+    ``timeout_s(node, quick)`` its node-side limit when it is not the profile's ``probes.timeout_s``;
+    ``unkept`` what it prints beside a figure for a reader of its raw output that the controller does not keep
+    (the key and the types it may hold): declared here, by the run that prints it, so that any other key is an
+    error where its line is read."""
 
     name: str
     files: tuple[str, ...]
@@ -81,6 +85,7 @@ class NodeScript:
     command: Callable[[Node, bool], str | None]
     timeout_s: Callable[[Node, bool], float] | None = None  # default: the profile's probes.timeout_s
     says_settings: bool = True  # the settings it runs with are read first (what a slow figure is checked against)
+    unkept: Mapping[str, tuple[type, ...]] = field(default_factory=dict)
 
     def timeout_for(self, node: Node, quick: bool) -> float:
         """How long the run may take on ``node``: a burn lasts its minutes plus the usual margin."""
@@ -198,13 +203,25 @@ def own_figures(output: ProbeOutput, metrics: Mapping[str, MetricRule]) -> Probe
     return ProbeOutput(measurements=mine, info=output.info, errors=output.errors)
 
 
-def json_figures(metrics: Mapping[str, MetricRule]) -> Callable[[str], ProbeOutput]:
-    """``parse`` for a probe whose node-side script prints JSON lines: its own figures of the run."""
+def json_figures(metrics: Mapping[str, MetricRule], script: NodeScript | None = None) -> Callable[[str], ProbeOutput]:
+    """``parse`` for a probe whose node-side script prints JSON lines: its own figures of the run (``script``: the
+    run, where it declares keys it prints beside its figures)."""
+    unkept = script.unkept if script is not None else NOTHING_UNKEPT
 
     def parse(stdout: str) -> ProbeOutput:
-        return own_figures(parse_json_lines(stdout), metrics)
+        return own_figures(parse_json_lines(stdout, unkept), metrics)
 
     return parse
+
+
+def unkept_by_any(probes: Sequence[Probe] | None = None) -> dict[str, tuple[type, ...]]:
+    """Every key some probe's run declares beside its figures (every discovered probe by default): how a group run,
+    which is no one probe's, reads its ranks' lines (the all-reduce sweep, the training step)."""
+    found: dict[str, tuple[type, ...]] = {}
+    for probe in discover() if probes is None else probes:
+        for key, kinds in probe.script.unkept.items():
+            found[key] = tuple(dict.fromkeys((*found.get(key, ()), *kinds)))
+    return found
 
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)

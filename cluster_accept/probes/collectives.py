@@ -97,7 +97,7 @@ REASONS = declare(
 
 def parse(stdout: str) -> ProbeOutput:
     """The extra collectives' figures, and the run's info lines (skips name their collective)."""
-    return own_figures(parse_json_lines(stdout), METRICS)
+    return own_figures(parse_json_lines(stdout, SCRIPT.unkept), METRICS)
 
 
 def _skipped(output: ProbeOutput) -> dict[str, str]:

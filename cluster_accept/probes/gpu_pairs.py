@@ -121,8 +121,9 @@ def command(node: Node, quick: bool = False) -> str | None:
     return f'cd "$CA_PROBE_DIR" && exec {prefix}{job_env(node)}{shlex.quote(probes.python)} gpu_pairs.py{repeats} 2>&1'
 
 
-SCRIPT = NodeScript("gpu_pairs", ("gpu_pairs.py",), NAME, command)
-parse = json_figures(METRICS)
+# Each pair's copy names the GPU copied to and whether it has peer access (its label names the pair).
+SCRIPT = NodeScript("gpu_pairs", ("gpu_pairs.py",), NAME, command, unkept={"peer": (int,), "p2p": (bool,)})
+parse = json_figures(METRICS, SCRIPT)
 
 
 def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:

@@ -221,7 +221,8 @@ BURN_TORCH_MISSING = dead(
 DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s, says_settings=False)
 # The torch sweep and the nccl-tests variant never run on the same node (a profile picks one): one name, so a
 # run's results and checkpoints read the same whichever ran.
-ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_command)
+# The sweep names the collective beside each figure (its metric names it too).
+ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_command, unkept={"collective": (str,)})
 # The all-reduce run where torch is missing, declared once for the probes that read the run (allreduce,
 # collectives): each judges it under its own profile.
 ALLREDUCE_TORCH_MISSING = dead(

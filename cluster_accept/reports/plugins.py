@@ -41,10 +41,13 @@ class PluginLine:
         samples = "; ".join(
             f"{kind.value}: " + ", ".join(s.name for s in self.samples if s.kind is kind) for kind in SampleKind
         )
-        metrics = ", ".join(
-            f"`{metric}` (min `{rule.threshold}`)" if rule.threshold else f"`{metric}` (no minimum key)"
-            for metric, rule in self.metrics.items()
-        ) or "—"
+        metrics = (
+            ", ".join(
+                f"`{metric}` (min `{rule.threshold}`)" if rule.threshold else f"`{metric}` (no minimum key)"
+                for metric, rule in self.metrics.items()
+            )
+            or "—"
+        )
         return f"| `{self.name}` | {self.kind} | {self.stage} | {summary} | {reasons} | {metrics} | {samples} |\n"
 
 

@@ -1,20 +1,25 @@
 """A figure a probe measured, typed where the node's JSON line is read (:meth:`Figure.from_node`) and carried so
 to the Parquet edge (:class:`~cluster_accept.vocabulary.rows.Measurement` places it in a run, node and stage).
 
-A node-side script prints one JSON object per figure. Every key it may print is declared here: a figure's own
-(the fields of :class:`Figure`), the conditions it was measured under (``conditions``: :class:`Conditions`), and
-what a script says for a reader of its raw output that the controller does not keep (:data:`UNKEPT`). A key
-declared nowhere, or a value of another type, is an error where the line is read (the probe's error row), never
-a silent null in ``measurements.parquet``.
+A node-side script prints one JSON object per figure. Every key it may print is declared: a figure's own (the
+fields of :class:`Figure`) and the conditions it was measured under (``conditions``: :class:`Conditions`) here,
+and what one script says for a reader of its raw output that the controller does not keep by the run that prints
+it (``NodeScript.unkept``, beside the probe: no table here to edit for a new probe). A key declared nowhere, or a
+value of another type, is an error where the line is read (the probe's error row), never a silent null in
+``measurements.parquet``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any
 
 from cluster_accept.vocabulary.codec import ShapeError, from_data
+
+# A script that prints nothing beside its figures but their own keys and conditions.
+NOTHING_UNKEPT: Mapping[str, tuple[type, ...]] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,12 @@ class Figure:
     repeat_cv: float | None = None  # the probe's repeats' coefficient of variation: the figure's own noise
 
     @classmethod
-    def from_node(cls, record: Mapping[str, Any]) -> Figure:
+    def from_node(cls, record: Mapping[str, Any], unkept: Mapping[str, tuple[type, ...]] = NOTHING_UNKEPT) -> Figure:
         """A figure line of a node-side script; :class:`~cluster_accept.vocabulary.codec.ShapeError` names an
-        undeclared key or a value of another type."""
+        undeclared key or a value of another type. ``unkept``: what the script that printed it declares beside its
+        figures and the controller does not keep (the key and the types it may hold): checked, then dropped."""
         said = dict(record)
-        for key, kind in UNKEPT.items():
+        for key, kind in unkept.items():
             value = said.pop(key, None)
             if value is not None and type(value) not in kind:
                 raise ShapeError(f"figure.{key}: a {type(value).__name__}, not {kind[0].__name__}")
@@ -71,14 +77,3 @@ class Figure:
             measured.pop("samples")
             said.update({k: v for k, v in measured.items() if v is not None})
         return from_data(cls, said, "figure")
-
-
-# What node-side scripts print beside a figure for a reader of their raw output, which the controller does not
-# keep (its row says it otherwise, or nothing reads it): the key and the types it may hold.
-UNKEPT: Mapping[str, tuple[type, ...]] = {
-    "collective": (str,),  # probes/node/allreduce.py: the collective (its metric names it)
-    "peer": (int,),  # probes/node/gpu_pairs.py: the GPU copied to (the label names it)
-    "p2p": (bool,),  # probes/node/gpu_pairs.py: whether the pair has peer access
-    "node_rank": (int,),  # probes/training/node/train_step.py: the rank's node
-    "hostname": (str,),  # probes/training/node/train_step.py: the rank's host
-}

@@ -165,7 +165,10 @@ def command(node: Node, quick: bool = False) -> str | None:
     return loopback_torchrun(node, ranks_per_node(node), script)
 
 
-SCRIPT = NodeScript(NAME, (TRAIN_STEP_SCRIPT, "allreduce.py"), NAME, command)
+# Each rank's figure names its node's rank and host (the rows of its group name them otherwise).
+SCRIPT = NodeScript(
+    NAME, (TRAIN_STEP_SCRIPT, "allreduce.py"), NAME, command, unkept={"node_rank": (int,), "hostname": (str,)}
+)
 
 
 def model_info(output: ProbeOutput) -> Mapping[str, Any] | None:
@@ -178,7 +181,7 @@ def rank_infos(output: ProbeOutput) -> list[Mapping[str, Any]]:
 
 def parse(stdout: str) -> ProbeOutput:
     """Its figures (``training_*``), TFLOP/s and MFU derived from tokens/s per GPU, each carrying the model."""
-    output = parse_json_lines(stdout)
+    output = parse_json_lines(stdout, SCRIPT.unkept)
     figures = [m for m in output.measurements if m.metric.startswith("training_")]
     info = model_info(output)
     if info is not None:

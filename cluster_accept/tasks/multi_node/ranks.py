@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from cluster_accept.analysis.nccl_log import nccl_transports
 from cluster_accept.analysis.probe_output import parse_json_lines
 from cluster_accept.inventory.model import Node, Rail
+from cluster_accept.probes.base import unkept_by_any
 from cluster_accept.probes.scripts import SETTINGS_FILE, gpu_count, job_env, settings_prelude
 from cluster_accept.probes.training import TRAIN_STEP_SCRIPT, ranks_per_node, train_arguments
 from cluster_accept.remote.launch import GroupJob, GroupRun, refused
@@ -29,7 +30,7 @@ def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
     rank's log, and why a failed run failed (whichever launcher started it)."""
     first = run.ranks.get(nodes[0].name)
     if first is not None and first.result is not None:
-        parsed = parse_json_lines(first.result.stdout)
+        parsed = parse_json_lines(first.result.stdout, unkept_by_any())
         run.measurements, run.stdout, run.errors = parsed.measurements, first.result.stdout, parsed.errors
     for rank_run in run.ranks.values():
         if rank_run.result is not None:
