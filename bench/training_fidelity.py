@@ -19,7 +19,7 @@ TARGET = 0.97
 
 def _probe(path: Path) -> tuple[float, float | None, str]:
     output = training.parse(path.read_text())
-    figures = {m["metric"]: float(m["value"]) for m in output.measurements if m.get("gpu") is None}
+    figures = {m.metric: float(m.value) for m in output.measurements if m.gpu is None}
     info = training.model_info(output) or {}
     return figures[training.PER_GPU], figures.get("training_mfu"), str(info.get("device_name"))
 
@@ -53,7 +53,7 @@ def main(out: Path) -> int:
             said = f"{row.item} {row.status.value} {row.reason} {row.observed} ({row.expected}) {row.detail}"
             print(f"slow-GPU run: {said}")
         named = [r for r in training.inspect(output, profile) if r.reason == "slow_rank"]
-        planted = max(int(m["gpu"]) for m in output.measurements if m.get("gpu") is not None)
+        planted = max(int(m.gpu) for m in output.measurements if m.gpu is not None)
         ok &= bool(named) and named[0].gpu == planted
         print(f"planted slow GPU {planted}: named {named[0].gpu if named else None}")
     print("PASS" if ok else "FAIL")

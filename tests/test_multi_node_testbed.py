@@ -123,7 +123,7 @@ def test_groups_larger_than_the_bound_complete_on_bounded_threads(testbed_factor
     assert list(single.ranks) == [n.name for n in nodes[:4]] and single_s < 120
     assert 1 <= bound_single <= 2 and 1 <= most <= 3
     assert [r.ok for r in both] == [True, True], [r.detail for r in both]
-    assert all(r.measurements[-1]["world_size"] == 4 for r in [single, *both])
+    assert all(r.measurements[-1].world_size == 4 for r in [single, *both])
     for tag in ("cambound1", *(r.tag for r in both)):
         assert processes_matching(f"--tag {tag}") == []
         assert _probe_dirs_of(tag) == []  # every rank's probe directory removed

@@ -66,7 +66,7 @@ def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_
     measurements = pd.read_parquet(run_dir / "measurements.parquet")
     for node, data in before.items():
         bench = next(c for c in data["commands"] if c["name"] == "gpu_bench")
-        saved = sorted((m["metric"], float(m["value"])) for m in parse_json_lines(bench["stdout"]).measurements)
+        saved = sorted((m.metric, float(m.value)) for m in parse_json_lines(bench["stdout"]).measurements)
         got = measurements[(measurements.node == node) & (measurements.probe == "gpu_bench")]
         assert sorted(zip(got.metric, got.value, strict=True)) == saved, node
 
