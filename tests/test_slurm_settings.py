@@ -11,6 +11,7 @@ import pytest
 
 from cluster_accept.inventory.load import InventoryError, as_local, from_slurm_names, load_inventory
 from cluster_accept.inventory.slurm_settings import SrunSettings
+from cluster_accept.remote import srun_script
 from cluster_accept.remote.srun_script import (
     granted_job,
     probe_script,
@@ -83,13 +84,18 @@ def run_task(script: str, node: str, tmp_path: Path) -> subprocess.CompletedProc
 
 
 @pytest.mark.integration
-def test_each_task_runs_its_own_nodes_command_among_the_shipped_files(tmp_path: Path) -> None:
+def test_each_task_runs_its_own_nodes_command_among_the_shipped_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     files = {"probe.py": b"print('from the probe')\n", "data.bin": bytes(range(256))}
     commands = {
         "gpu-a1": ('cd "$CA_PROBE_DIR" && cat probe.py && od -An -tx1 data.bin | head -1 && echo rank0', 30.0),
         "gpu-a2": ("echo rank1; exit 3", None),
         "gpu-a3": ("sleep 30", 1.0),
     }
+    # A failed task waits for its peers before srun kills the step: here, where no peer runs, it need not wait.
+    assert f'[ "$code" = 0 ] || sleep {srun_script.FAILURE_GRACE_S}' in probe_script(files, commands)
+    monkeypatch.setattr(srun_script, "FAILURE_GRACE_S", 0)
     script = probe_script(files, commands)
     first = run_task(script, "gpu-a1", tmp_path)
     lines = first.stdout.splitlines()
