@@ -8,6 +8,8 @@ from __future__ import annotations
 import secrets
 import shlex
 from collections.abc import Mapping, Sequence
+from functools import cache
+from types import MappingProxyType
 
 from cluster_accept.analysis.nccl_log import nccl_transports
 from cluster_accept.analysis.probe_output import parse_json_lines
@@ -24,13 +26,20 @@ from cluster_accept.vocabulary.text import keep_head
 CPU_BYTES = 1 << 20  # gloo over a test-bed's veths: one size, small enough for a rate-limited link
 
 
+@cache
+def group_unkept() -> Mapping[str, tuple[type, ...]]:
+    """What a group run's ranks may print beside a figure (every probe's run declares its own), gathered once per
+    process: a multi-node stage reads hundreds of group runs, discovery need not walk the probes for each."""
+    return MappingProxyType(unkept_by_any())
+
+
 def summarize(run: GroupRun, nodes: Sequence[Node], job: GroupJob) -> None:
     """The figures from the first rank's log, and the lines of it that gave none (kept on the run, each a row of
     the group's: :func:`~cluster_accept.tasks.multi_node.group_rows.probe_error_rows`), transports from every
     rank's log, and why a failed run failed (whichever launcher started it)."""
     first = run.ranks.get(nodes[0].name)
     if first is not None and first.result is not None:
-        parsed = parse_json_lines(first.result.stdout, unkept_by_any())
+        parsed = parse_json_lines(first.result.stdout, group_unkept())
         run.measurements, run.stdout, run.errors = parsed.measurements, first.result.stdout, parsed.errors
     for rank_run in run.ranks.values():
         if rank_run.result is not None:
