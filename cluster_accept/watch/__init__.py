@@ -1,0 +1,1 @@
+"""Watching a running job: arming it without touching its code, reading its ranks from their nodes."""

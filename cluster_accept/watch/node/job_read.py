@@ -1,0 +1,132 @@
+"""Node-side reader of an armed job: what each of the job's ranks on this node is doing, and its recent
+collectives from PyTorch's Flight Recorder. Run by the watcher over SSH; needs only the standard library.
+
+Prints JSON lines: one ``read`` (this node's clock and name), one ``rank`` per rank the shim registered (its
+process state from ``/proc``: running, stopped, zombie, dead — gone without an exit mark — or exited), one
+``pg`` per communicator a rank knows, and one ``c`` per collective record newer than ``--since-ns``. A stopped
+rank is not asked (it cannot answer); a rank that does not answer within ``--timeout-s`` is said so. Always
+exits 0 when it could read the directory: what it found is the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import socket
+import time
+from typing import Any
+
+_BYTES = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+          "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1}  # fmt: skip
+_STATES = {"R": "running", "S": "running", "D": "running", "I": "running", "T": "stopped", "t": "stopped",
+           "Z": "zombie", "X": "dead"}  # fmt: skip
+
+
+def _emit(record: dict[str, object]) -> None:
+    print(json.dumps(record, separators=(",", ":")), flush=True)
+
+
+def process_state(pid: int, start_ticks: int, exit_path: str) -> str:
+    """The rank's state; a pid reused by another process (another start time) counts as the rank gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        fields = []
+    if fields and int(fields[19]) == start_ticks:
+        return _STATES.get(fields[0], "running")
+    return "exited" if os.path.exists(exit_path) else "dead"
+
+
+def ask_flight_recorder(path: str, timeout_s: float) -> dict[str, Any]:
+    """POST /handler/fr_trace_json on the rank's worker-server socket; the JSON it answers."""
+    request = b"POST /handler/fr_trace_json HTTP/1.1\r\nHost: rank\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    deadline = time.monotonic() + timeout_s
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout_s)
+        conn.connect(path)
+        conn.sendall(request)
+        chunks = []
+        while time.monotonic() < deadline:
+            chunk = conn.recv(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].decode(errors="replace")
+    if " 200 " not in status + " ":
+        raise OSError(f"worker server answered {status!r}")
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def _size_bytes(entry: dict[str, Any]) -> int | None:
+    try:
+        sizes, dtypes = entry["input_sizes"], entry["input_dtypes"]
+        total = 0
+        for shape, dtype in zip(sizes, dtypes, strict=True):
+            count = 1
+            for dim in shape:
+                count *= int(dim)
+            total += count * _BYTES[dtype]
+        return total
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def emit_collectives(rank: int, trace: dict[str, Any], since_ns: int, limit: int) -> int:
+    for pg_name, config in (trace.get("pg_config") or {}).items():
+        _emit({"pg": {"rank": rank, "name": pg_name, "desc": config.get("desc"), "ranks": config.get("ranks")}})
+    entries = [e for e in trace.get("entries") or [] if int(e.get("time_created_ns", 0)) > since_ns
+               or not e.get("retired")][-limit:]  # fmt: skip
+    for e in entries:
+        group = e.get("process_group") or ["", ""]
+        _emit({"c": {"rank": rank, "pg": f"{group[0]}:{group[1]}", "op": e.get("profiling_name"),
+                     "seq": e.get("collective_seq_id"), "p2p": e.get("is_p2p"), "created": e.get("time_created_ns"),
+                     "started": e.get("time_discovered_started_ns"), "completed": e.get("time_discovered_completed_ns"),
+                     "ms": e.get("duration_ms"), "retired": e.get("retired"), "state": e.get("state"),
+                     "bytes": _size_bytes(e)}})  # fmt: skip
+    return len(entries)
+
+
+def read_rank(path: str, args: argparse.Namespace) -> None:
+    with open(path) as handle:
+        rank = json.load(handle)
+    base = path[: -len(".json")]
+    state = process_state(int(rank["pid"]), int(rank.get("start_ticks", -1)), base + ".exit")
+    answer: dict[str, object] = {**rank, "state": state, "answered": False, "entries": 0}
+    if state == "running" and os.path.exists(base + ".sock"):
+        try:
+            trace = ask_flight_recorder(base + ".sock", args.timeout_s)
+            status = (trace.get("pg_status") or {}).get("0") or {}
+            answer.update(answered=True, last_enqueued=status.get("last_enqueued_collective"),
+                          last_completed=status.get("last_completed_collective"))  # fmt: skip
+            answer["entries"] = emit_collectives(int(rank["rank"]), trace, args.since_ns, args.limit)
+        except (OSError, ValueError) as exc:
+            answer["detail"] = f"flight recorder did not answer: {type(exc).__name__}: {exc}"[:300]
+    elif state == "running":
+        answer["detail"] = rank.get("detail") or "no worker-server socket"
+    _emit({"rank": answer})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, help="the job's directory under the armed CA_WATCH_DIR")
+    parser.add_argument("--since-ns", type=int, default=0, help="only collectives created after this node time")
+    parser.add_argument("--limit", type=int, default=2000, help="at most this many records per rank")
+    parser.add_argument("--timeout-s", type=float, default=5.0)
+    args = parser.parse_args()
+    _emit({"read": {"node_ns": time.time_ns(), "hostname": socket.gethostname()}})
+    for path in sorted(glob.glob(os.path.join(args.dir, "rank*.json"))):
+        try:
+            read_rank(path, args)
+        except (OSError, ValueError, KeyError) as exc:
+            _emit({"rank_error": {"file": os.path.basename(path), "detail": f"{type(exc).__name__}: {exc}"[:300]}})
+    _emit({"done": {"node_ns": time.time_ns()}})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The node-side reader's answers, captured from a real armed two-rank gloo job, read into typed rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster_accept.vocabulary.live_job import Signal
+from cluster_accept.watch.read import ReadWindow, clock_estimate, op_name, parse_node_read
+
+pytestmark = pytest.mark.unit
+
+DATA = Path(__file__).parent / "data" / "watch" / "flight_recorder"
+WINDOW = ReadWindow(sent_ns=1795784687900000000, received_ns=1795784688000000000)
+
+
+def _read(name: str):
+    return parse_node_read((DATA / name).read_text(), "j1", "node01", WINDOW)
+
+
+def test_running_job_gives_both_ranks_and_their_collectives() -> None:
+    read = _read("gloo_2ranks_running.txt")
+    assert read.problems == []
+    assert [(r.rank, r.state, r.pid, r.gpu, r.answered, r.last_enqueued_seq) for r in read.ranks] == [
+        (0, "running", 9797, 0, True, 427), (1, "running", 9798, 1, True, 427),
+    ]  # fmt: skip
+    assert len(read.collectives) == 10
+    first = read.collectives[0]
+    assert (first.rank, first.communicator, first.op, first.seq, first.enqueue_ns) == (
+        0, "0:default_pg", "all_reduce", 423, 1795784687873753096,
+    )  # fmt: skip
+    assert first.size_bytes == 65792 * 4 and first.completed and first.exec_ms is None
+    assert first.comm_ranks == "[0, 1]" and read.collectives[-1].gpu == 1
+    # rank 1 entered #427 0.754 ms before rank 0
+    by = {(c.rank, c.seq): c.enqueue_ns for c in read.collectives}
+    assert by[(0, 427)] - by[(1, 427)] == 753974
+    assert read.node_ns == 1795784687937936669
+    assert read.ranks[0].clock_offset_ns == 1795784687937936669 - 1795784687950000000
+    assert read.ranks[0].clock_error_ns == 50_000_000
+
+
+def test_coverage_says_gloo_gives_no_execution_times() -> None:
+    rows = {c.signal: c for c in _read("gloo_2ranks_running.txt").coverage}
+    assert rows[Signal.WORKER_SERVER.value].available and rows[Signal.FLIGHT_RECORDER.value].available
+    assert not rows[Signal.NCCL_TIMING.value].available
+    assert "gloo records none" in rows[Signal.NCCL_TIMING.value].detail
+
+
+def test_stopped_rank_is_not_asked_and_its_peer_waits_in_flight() -> None:
+    read = _read("gloo_rank1_stopped.txt")
+    stopped = read.ranks[1]
+    assert (stopped.state, stopped.answered, stopped.last_enqueued_seq) == ("stopped", False, None)
+    waiting = read.ranks[0]
+    assert (waiting.last_enqueued_seq, waiting.last_completed_seq) == (436, 435)
+    assert [(c.seq, c.completed) for c in read.collectives] == [(434, True), (435, True), (436, False)]
+
+
+def test_killed_rank_is_dead_and_the_rank_torchrun_ended_exited() -> None:
+    read = _read("gloo_rank1_killed.txt")
+    assert [(r.rank, r.state) for r in read.ranks] == [(0, "exited"), (1, "dead")]
+    assert read.collectives == []
+
+
+def test_a_broken_answer_is_named_not_skipped() -> None:
+    text = (DATA / "gloo_2ranks_running.txt").read_text().replace('"state":"running"', '"state":"sleeping"', 1)
+    read = parse_node_read(text + "not json\n", "j1", "node01", WINDOW)
+    assert any("not JSON" in p for p in read.problems)
+    assert any("sleeping" in p for p in read.problems) and len(read.ranks) == 1
+    empty = parse_node_read("", "j1", "node01", WINDOW)
+    assert empty.problems == ["no 'read' line: the reader did not run"]
+
+
+def test_names_and_clock() -> None:
+    assert op_name("nccl:all_reduce") == "all_reduce" and op_name("gloo:all_gather") == "all_gather"
+    assert op_name(None) == "unknown"
+    assert clock_estimate(1_000, ReadWindow(0, 400)) == (800, 200)
