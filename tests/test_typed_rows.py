@@ -15,10 +15,11 @@ import cluster_accept
 from cluster_accept.analysis.history import Trend
 from cluster_accept.analysis.isolation import IsolationRow
 from cluster_accept.analysis.scaling import ScalingRow, TrainingScalingRow
-from cluster_accept.analysis.schemas import TABLES
+from cluster_accept.analysis.schemas import TABLES, WATCH_TABLES
 from cluster_accept.probes.burn import BurnPoint
 from cluster_accept.vocabulary.codec import ShapeError, from_data, to_data
 from cluster_accept.vocabulary.figures import Figure
+from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, Record, ValueKind
 from cluster_accept.vocabulary.status import Status
 
@@ -33,7 +34,14 @@ ROWS: dict[str, Any] = {
     "training_scaling": TRAINED,
     "burn": BurnPoint("r1", "c", "n1", 0, "throughput", 1.0, 692.3, "TFLOP/s"),
     "nccl": NcclFact("r1", "c", "multi-node", "n1", "allreduce", "version", "version", "2.28.9", "n[1-2]", 0),
+    "watch_ranks": RankSeen("j1", "n1", 3, 1, 4242, "running", 1795785364396224756, gpu=1, last_enqueued_seq=17),
+    "watch_collectives": CollectiveSeen("j1", "n1", 3, "0:default_pg", "all_reduce", 17, 1795785364396224756,
+                                        "flight_recorder", True, exec_ms=1.5, size_bytes=4096, gpu=1),
+    "watch_coverage": SignalCoverage("j1", "n1", "inspector", False, "NCCL 2.21 has no Inspector"),
+    "watch_findings": WatchFinding("j1", "compute_straggler", "n1", Status.FAIL, "arrives_last", "180 ms", "< 5 ms",
+                                   "ranks 0-3", "27 of 30", rank=3, gpu=1, confirmed=True),
 }  # fmt: skip
+ALL_TABLES = {**TABLES, **WATCH_TABLES}
 
 
 # Typed rows that are no table's: a trend is read from the history's frame (its own test below).
@@ -59,13 +67,13 @@ def test_every_typed_table_row_has_a_row_here_and_every_table_is_known() -> None
     """A typed row added (a new table's, or a table's new row class) is held by the test below with a line in
     ``ROWS``: this fails until it has one."""
     assert _typed_rows() - NOT_A_TABLE == {type(row) for row in ROWS.values()}
-    assert set(ROWS) <= set(TABLES)
+    assert set(ROWS) <= set(ALL_TABLES)
 
 
 @pytest.mark.parametrize("table", sorted(ROWS))
 def test_a_typed_rows_record_holds_exactly_its_tables_columns_and_reads_back(table: str) -> None:
     row = ROWS[table]
-    schema: pa.Schema = TABLES[table]
+    schema: pa.Schema = ALL_TABLES[table]
     assert sorted(row.record()) == sorted(schema.names)
     assert type(row).from_record(row.record()) == row
     pa.Table.from_pylist([row.record()], schema=schema)  # each value of its column's type

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.vocabulary.live_job import Signal
-from cluster_accept.watch.read import ReadWindow, clock_estimate, op_name, parse_node_read
+from cluster_accept.watch.read import ReadWindow, clock_estimate, op_name, parse_node_read, settle_clocks
 
 pytestmark = pytest.mark.unit
 
@@ -75,3 +75,19 @@ def test_names_and_clock() -> None:
     assert op_name("nccl:all_reduce") == "all_reduce" and op_name("gloo:all_gather") == "all_gather"
     assert op_name(None) == "unknown"
     assert clock_estimate(1_000, ReadWindow(0, 400)) == (800, 200)
+
+
+def _with_clock(boot: str, synced: bool | None, maxerror_us: int, node: str):
+    text = (DATA / "gloo_2ranks_running.txt").read_text()
+    clock = f'"clock":{{"boot_id":"{boot}","synced":{str(synced).lower() if synced is not None else "null"},"maxerror_us":{maxerror_us}}}'
+    text = text.replace('"hostname":"vm"}', f'"hostname":"vm",{clock}}}', 1)
+    return parse_node_read(text, "j1", node, WINDOW)
+
+
+def test_clocks_of_one_machine_agree_and_a_synced_clock_is_trusted_to_its_error() -> None:
+    same = settle_clocks([_with_clock("b1", False, 16_000_000, "n1"), _with_clock("b1", False, 16_000_000, "n2")])
+    assert {(r.clock_offset_ns, r.clock_error_ns) for read in same for r in read.ranks} == {(0, 0)}
+    apart = settle_clocks([_with_clock("b1", True, 2_000, "n1"), _with_clock("b2", False, 16_000_000, "n2")])
+    assert {(r.clock_offset_ns, r.clock_error_ns) for r in apart[0].ranks} == {(0, 2_000_000)}
+    # unsynchronised: the read's own round trip is all there is
+    assert {(r.clock_offset_ns, r.clock_error_ns) for r in apart[1].ranks} == {(-12_063_331, 50_000_000)}

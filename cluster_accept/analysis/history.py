@@ -47,11 +47,13 @@ def partition_dir(history: Path, table: str, date: str) -> Path:
     return history / table / f"date={date}"
 
 
-def append_run(history: Path, run_dir: Path, run_id: str, date: str) -> list[Path]:
-    """Copy the run's Parquet tables into the history under ``date`` (``YYYY-MM-DD``). Idempotent per run. The
-    history may be shared: each file is written through a new file of a random name, never through a link."""
+def append_run(
+    history: Path, run_dir: Path, run_id: str, date: str, tables: Collection[str] = tuple(TABLES)
+) -> list[Path]:
+    """Copy the run's Parquet ``tables`` into the history under ``date`` (``YYYY-MM-DD``). Idempotent per run.
+    The history may be shared: each file is written through a new file of a random name, never through a link."""
     written = []
-    for table in TABLES:
+    for table in tables:
         source = run_dir / f"{table}.parquet"
         if not source.exists():
             continue

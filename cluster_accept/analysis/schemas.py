@@ -229,6 +229,88 @@ THRESHOLDS = pa.schema(
     metadata={"cluster_accept_schema": "thresholds", "version": SCHEMA_VERSION},
 )
 
+WATCH_RANKS = pa.schema(
+    [
+        ("job", pa.string()),
+        ("node", pa.string()),
+        ("rank", pa.int32()),
+        ("local_rank", pa.int32()),
+        ("pid", pa.int64()),
+        ("state", pa.string()),
+        ("read_ns", pa.int64()),
+        ("clock_offset_ns", pa.int64()),
+        ("clock_error_ns", pa.int64()),
+        ("gpu", pa.int32()),
+        ("hostname", pa.string()),
+        ("started_ns", pa.int64()),
+        ("answered", pa.bool_()),
+        ("last_enqueued_seq", pa.int64()),
+        ("last_completed_seq", pa.int64()),
+        ("detail", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "watch_ranks", "version": SCHEMA_VERSION},
+)
+
+WATCH_COLLECTIVES = pa.schema(
+    [
+        ("job", pa.string()),
+        ("node", pa.string()),
+        ("rank", pa.int32()),
+        ("communicator", pa.string()),
+        ("op", pa.string()),
+        ("seq", pa.int64()),
+        ("enqueue_ns", pa.int64()),
+        ("source", pa.string()),
+        ("completed", pa.bool_()),
+        ("start_ns", pa.int64()),
+        ("complete_ns", pa.int64()),
+        ("exec_ms", pa.float64()),
+        ("size_bytes", pa.int64()),
+        ("busbw_gbps", pa.float64()),
+        ("gpu", pa.int32()),
+        ("comm_ranks", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "watch_collectives", "version": SCHEMA_VERSION},
+)
+
+WATCH_COVERAGE = pa.schema(
+    [("job", pa.string()), ("node", pa.string()), ("signal", pa.string()), ("available", pa.bool_()),
+     ("detail", pa.string())],
+    metadata={"cluster_accept_schema": "watch_coverage", "version": SCHEMA_VERSION},
+)  # fmt: skip
+
+WATCH_FINDINGS = pa.schema(
+    [
+        ("job", pa.string()),
+        ("kind", pa.string()),
+        ("node", pa.string()),
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("observed", pa.string()),
+        ("expected", pa.string()),
+        ("evidence", pa.string()),
+        ("persistence", pa.string()),
+        ("rank", pa.int32()),
+        ("gpu", pa.int32()),
+        ("named_ns", pa.int64()),
+        ("confirmed", pa.bool_()),
+        ("retest", pa.string()),
+        ("action", pa.string()),
+        ("owner_line", pa.string()),
+    ],
+    metadata={"cluster_accept_schema": "watch_findings", "version": SCHEMA_VERSION},
+)
+
+# The tables of a watch's directory (``cluster-accept watch``), by name: ``<name>.parquet`` in the watch's
+# directory and ``history/<name>/``. Apart from :data:`TABLES`: a watch is not an acceptance run (no ``runs``
+# row, no verdicts), and the history's readers of runs never meet its files.
+WATCH_TABLES: dict[str, pa.Schema] = {
+    "watch_ranks": WATCH_RANKS,
+    "watch_collectives": WATCH_COLLECTIVES,
+    "watch_coverage": WATCH_COVERAGE,
+    "watch_findings": WATCH_FINDINGS,
+}
+
 # Every table of a run directory, by name: ``<name>.parquet`` in the run directory and ``history/<name>/``.
 TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,

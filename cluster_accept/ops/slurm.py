@@ -292,3 +292,29 @@ def held_back(result: SlurmPlan, verdicts: Sequence[VerdictRow], limits: DrainLi
     if tripped is None:
         return result
     return replace(result, actions=[a for a in result.actions if a.action != "drain"], breaker=tripped)
+
+
+_NODE_LIST = re.compile(r"(?:^|\s)NodeList=(\S+)")
+_JOB_STATE = re.compile(r"(?:^|\s)JobState=(\S+)")
+
+
+def parse_job_nodes(text: str, job_id: str) -> str:
+    """The Slurm hostlist a job runs on, from ``scontrol show job -o ID``; a clear error when it has none."""
+    nodes, state = _NODE_LIST.search(text), _JOB_STATE.search(text)
+    if nodes is None or nodes.group(1) in ("(null)", ""):
+        said = f" (JobState={state.group(1)})" if state else ""
+        raise ValueError(f"Slurm job {job_id} has no nodes to watch{said}")
+    return nodes.group(1)
+
+
+def job_nodes(job_id: str, scontrol: str = "scontrol") -> str:
+    """The Slurm hostlist of job ``job_id`` as Slurm gives it now; ValueError naming why not."""
+    if not re.fullmatch(r"[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?", job_id):
+        raise ValueError(f"--slurm-job {job_id!r} is not a Slurm job id")
+    try:
+        shown = _show([scontrol, "show", "job", "-o", job_id])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"cannot ask Slurm for job {job_id}: {exc}") from None
+    if shown.returncode != 0:
+        raise ValueError(f"Slurm does not know job {job_id}: {(shown.stderr or shown.stdout).strip()[:200]}")
+    return parse_job_nodes(shown.stdout, job_id)

@@ -9,7 +9,7 @@ clock between the watcher's send and receive, so offset = node time − midpoint
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,6 +36,17 @@ class NodeRead:
     coverage: list[SignalCoverage] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     node_ns: int | None = None  # the node's clock when it read
+    clock: NodeClock | None = None
+
+
+@dataclass(frozen=True)
+class NodeClock:
+    """What a node's kernel says of its clock: whether NTP/PTP keeps it synchronised and how far off it may be;
+    its boot id (nodes of one boot id are one machine, one clock)."""
+
+    boot_id: str
+    synced: bool | None
+    maxerror_us: int | None
 
 
 def op_name(profiling_name: str | None) -> str:
@@ -97,6 +108,8 @@ def parse_node_read(text: str, job: str, node: str, window: ReadWindow) -> NodeR
         read.problems.append("no 'read' line: the reader did not run")
         return read
     read.node_ns = int(head["node_ns"])
+    said = head.get("clock") or {}
+    read.clock = NodeClock(str(said.get("boot_id", "")), said.get("synced"), said.get("maxerror_us"))
     clock = clock_estimate(read.node_ns, window)
     groups = [entry["pg"] for entry in lines if "pg" in entry]
     comm_ranks = {(int(g["rank"]), str(g["name"] or "0")): str(g["ranks"]) for g in groups}
@@ -144,3 +157,25 @@ def coverage(job: str, node: str, read: NodeRead) -> list[SignalCoverage]:
         )
         rows.append(SignalCoverage(job, node, Signal.NCCL_TIMING.value, bool(timed), said))
     return rows
+
+
+def settle_clocks(reads: Sequence[NodeRead]) -> list[NodeRead]:
+    """Each rank's clock offset and error against the others, from the best the nodes say.
+
+    One boot id for every node: one machine, one clock (offset and error 0). A node whose kernel says NTP/PTP
+    keeps it synchronised: offset 0, error its kernel's maximum error (its clock is true time within that). Any
+    other node keeps the estimate of its read's round trip, which is as wide as SSH is slow."""
+    boots = {r.clock.boot_id for r in reads if r.clock is not None and r.clock.boot_id}
+    one_machine = len(boots) == 1 and all(r.clock is not None for r in reads)
+    for read in reads:
+        known = read.clock
+        if one_machine:
+            offset_error: tuple[int, int] | None = (0, 0)
+        elif known is not None and known.synced and known.maxerror_us is not None:
+            offset_error = (0, int(known.maxerror_us) * 1000)
+        else:
+            offset_error = None
+        if offset_error is not None:
+            offset, error = offset_error
+            read.ranks = [replace(r, clock_offset_ns=offset, clock_error_ns=error) for r in read.ranks]
+    return list(reads)

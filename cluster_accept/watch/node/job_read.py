@@ -11,6 +11,8 @@ exits 0 when it could read the directory: what it found is the answer.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import glob
 import json
 import os
@@ -26,6 +28,31 @@ _STATES = {"R": "running", "S": "running", "D": "running", "I": "running", "T": 
 
 def _emit(record: dict[str, object]) -> None:
     print(json.dumps(record, separators=(",", ":")), flush=True)
+
+
+class _Timex(ctypes.Structure):
+    """The kernel's ``struct timex`` (adjtimex(2)), up to the fields read here and padding for the rest."""
+
+    _fields_ = [("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long),
+                ("maxerror", ctypes.c_long), ("esterror", ctypes.c_long), ("status", ctypes.c_int),
+                ("rest", ctypes.c_long * 32)]  # fmt: skip
+
+
+def clock() -> dict[str, object]:
+    """How far this node's clock can be from true time, as its own discipline (NTP, PTP) tells the kernel, and
+    the boot id: nodes of one boot id share one clock (two "nodes" of one host)."""
+    said: dict[str, object] = {"synced": None, "maxerror_us": None, "esterror_us": None}
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            said["boot_id"] = boot.read().strip()
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        timex = _Timex()
+        state = libc.adjtimex(ctypes.byref(timex))
+        unsynced = state == 5 or bool(timex.status & 0x0040)  # TIME_ERROR, STA_UNSYNC
+        said.update(synced=not unsynced, maxerror_us=timex.maxerror, esterror_us=timex.esterror)
+    except (OSError, AttributeError) as exc:
+        said["detail"] = f"{type(exc).__name__}: {exc}"[:200]
+    return said
 
 
 def process_state(pid: int, start_ticks: int, exit_path: str) -> str:
@@ -118,7 +145,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=2000, help="at most this many records per rank")
     parser.add_argument("--timeout-s", type=float, default=5.0)
     args = parser.parse_args()
-    _emit({"read": {"node_ns": time.time_ns(), "hostname": socket.gethostname()}})
+    _emit({"read": {"node_ns": time.time_ns(), "hostname": socket.gethostname(), "clock": clock()}})
     for path in sorted(glob.glob(os.path.join(args.dir, "rank*.json"))):
         try:
             read_rank(path, args)

@@ -1,0 +1,180 @@
+"""``cluster-accept watch``: watch a running job's ranks from their nodes, name the node behind a dead rank, a
+hang or a straggler, prove it with a targeted re-test, and only then drain.
+
+Round after round (``interval_s``) the job's nodes are read over SSH (:mod:`tasks.watch`), the window is
+localized (:mod:`analysis.live_job`: arrival order, not step time, which data parallelism equalizes), and a
+suspect named for the first time gets a re-test: an ordinary acceptance run of the stages that can see its
+kind of fault (:data:`RETEST_STAGES`) on the suspect and peers of the same job, judged against those peers.
+Only a re-test that rejects the suspect while a peer passes confirms it; that run drains under the operator's
+options (the breaker, and only our own drains are ever lifted). Otherwise the finding says the straggler is the
+job's, hardware not confirmed, with both figures. The rows are written after every round: what was seen is on
+disk whatever stops the watch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from prefect import flow, task
+
+from cluster_accept.analysis.live_job import WatchRules, localize, owner_line
+from cluster_accept.analysis.verdicts import Verdict
+from cluster_accept.flows.run_request import RunRequest, outcome_of
+from cluster_accept.flows.watch_files import WatchFiles
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR, WatchState, read_round
+from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
+from cluster_accept.vocabulary.status import Status
+
+# The stages whose probes can see each kind of fault on a node: a compute straggler or a dead rank is a GPU
+# (or host) question for GEMM/HBM/burn-style probes; a hang is first the node's state (XIDs, a GPU off the
+# bus); a slow communicator is its links, measured in pairs against peers.
+RETEST_STAGES: dict[str, tuple[str, ...]] = {
+    FindingKind.COMPUTE_STRAGGLER.value: ("single-node",),
+    FindingKind.DEAD_RANK.value: ("preflight", "single-node"),
+    FindingKind.HANG.value: ("preflight",),
+    FindingKind.COMM_STRAGGLER.value: ("multi-node",),
+}
+RETEST_PEERS = 2
+NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
+
+
+@dataclass
+class WatchRequest:
+    """What ``watch`` was asked to do; checked before Prefect starts (:func:`flows.cli`)."""
+
+    inventory_path: Path
+    inventory: Inventory
+    nodes: list[Node]
+    job: str
+    out_dir: Path = Path("runs")
+    watch_dir: str = DEFAULT_WATCH_DIR
+    interval_s: float = 5.0
+    for_s: float = 600.0
+    until_named: bool = False
+    retest: bool = True
+    operations: Operations = field(default_factory=Operations)
+    rules: WatchRules = field(default_factory=WatchRules)
+    history: str | None = None
+    concurrency: int = 64
+    record_limit: int = 5000  # collective records per rank per read
+
+
+@dataclass
+class WatchOutcome:
+    run_dir: Path
+    findings: list[WatchFinding]
+    rounds: int
+
+    @property
+    def named(self) -> list[WatchFinding]:
+        return [f for f in self.findings if f.status in (Status.FAIL, Status.WARN)]
+
+
+def _peers(suspects: Sequence[str], job_nodes: Sequence[str]) -> list[str]:
+    return [n for n in job_nodes if n not in suspects][:RETEST_PEERS]
+
+
+def retest(request: WatchRequest, suspects: Sequence[WatchFinding]) -> list[WatchFinding]:
+    """One acceptance run of ``suspects`` (all of one kind) and their peers; each finding with what it said."""
+    kind = suspects[0].kind
+    names = list(dict.fromkeys(f.node for f in suspects))
+    peers = _peers(names, [n.name for n in request.nodes])
+    run = RunRequest(
+        request.inventory_path, request.out_dir, nodes=fold([*names, *peers]), stages=list(RETEST_STAGES[kind]),
+        concurrency=request.concurrency, history=request.history, operations=request.operations,
+    )  # fmt: skip
+    outcome = outcome_of(run)
+    verdicts = {v.node: v for v in outcome.verdicts}
+    peers_passed = [p for p in peers if verdicts.get(p) and verdicts[p].verdict == Verdict.ACCEPTED]
+    drained = {a.node for a in outcome.slurm.actions if a.action == "drain" and a.applied}
+    planned = {a.node for a in outcome.slurm.actions if a.action == "drain"}
+    out = []
+    for finding in suspects:
+        verdict = verdicts.get(finding.node)
+        rejected = verdict is not None and verdict.verdict not in (Verdict.ACCEPTED, Verdict.SKIPPED)
+        confirmed = rejected and bool(peers_passed)
+        said = f"run {outcome.run_id} ({', '.join(RETEST_STAGES[kind])}): {finding.node} " + (
+            f"{verdict.verdict.value}: {', '.join(verdict.reasons) or verdict.cause}" if verdict else "not judged"
+        )
+        said += f"; peers accepted: {fold(peers_passed) if peers_passed else 'none'}"
+        out.append(_acted(finding, confirmed, said, finding.node in drained, finding.node in planned, outcome))
+    return out
+
+
+def _acted(finding: WatchFinding, confirmed: bool, said: str, drained: bool, planned: bool, outcome) -> WatchFinding:  # type: ignore[no-untyped-def]
+    if not confirmed:
+        action = NOT_CONFIRMED.format(kind=finding.kind.replace("_", " "))
+        return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action)
+    if drained:
+        action = "drained"
+    elif planned:
+        action = "drain planned (dry run: --apply runs it)"
+    elif outcome.slurm.breaker is not None:
+        action = f"not drained: {outcome.slurm.breaker.why}"
+    else:
+        action = "confirmed; not drained (--drain not given)"
+    return replace(finding, confirmed=True, retest=said, action=action)
+
+
+def _suspects(findings: Sequence[WatchFinding], tested: set[tuple[str, str]]) -> list[WatchFinding]:
+    return [f for f in findings if f.status is Status.FAIL and (f.node, f.kind) not in tested]
+
+
+def _settle(request: WatchRequest, findings: list[WatchFinding], acted: dict[tuple[str, str], WatchFinding]) -> None:
+    """Re-test the suspects named for the first time (by kind), and carry earlier re-tests into ``findings``."""
+    fresh = _suspects(findings, set(acted))
+    for kind in dict.fromkeys(f.kind for f in fresh):
+        group = [f for f in fresh if f.kind == kind]
+        done = retest(request, group) if request.retest else group
+        for finding in done:
+            acted[(finding.node, finding.kind)] = finding
+    for i, finding in enumerate(findings):
+        earlier = acted.get((finding.node, finding.kind))
+        if earlier is not None and finding.status is Status.FAIL:
+            findings[i] = replace(
+                finding, status=earlier.status, named_ns=earlier.named_ns or finding.named_ns,
+                confirmed=earlier.confirmed, retest=earlier.retest, action=earlier.action,
+            )  # fmt: skip
+    for i, finding in enumerate(findings):  # a node named earlier stays named in the record, with when it cleared
+        earlier = acted.get((finding.node, finding.kind))
+        if earlier is not None and finding.status is Status.PASS:
+            findings[i] = replace(earlier, persistence=f"{earlier.persistence}; not seen in the latest window")
+    for i, finding in enumerate(findings):
+        if finding.status in (Status.FAIL, Status.WARN) and not finding.owner_line:
+            findings[i] = replace(finding, owner_line=owner_line(finding))
+
+
+read_task = task(name="watch-read", retries=0)(read_round)
+
+
+@flow(name="watch", log_prints=False)
+def watch_job(request: WatchRequest) -> WatchOutcome:
+    """Read, localize, re-test and write, round after round, until ``for_s`` has passed, the job has ended, or
+    (``until_named``) a suspect has been named and re-tested."""
+    files = WatchFiles.start(
+        request.out_dir, request.job, [n.name for n in request.nodes], request.inventory.cluster, request.history
+    )
+    state = WatchState(keep_s=2 * request.rules.window_s)
+    acted: dict[tuple[str, str], WatchFinding] = {}
+    findings: list[WatchFinding] = []
+    deadline = time.monotonic() + request.for_s
+    while True:
+        started = time.monotonic()
+        reads = read_task(request.nodes, request.job, request.watch_dir, state.since, request.record_limit,
+                          request.concurrency)  # fmt: skip
+        state.add(reads)
+        findings = localize(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
+        _settle(request, findings, acted)
+        files.write(state, findings)
+        named = any(f.status in (Status.FAIL, Status.WARN) for f in findings)
+        if state.job_over() or time.monotonic() >= deadline or (request.until_named and named):
+            break
+        time.sleep(max(0.0, request.interval_s - (time.monotonic() - started)))
+    files.finish(state, findings, request.operations.prometheus)
+    return WatchOutcome(files.run_dir, findings, state.rounds)

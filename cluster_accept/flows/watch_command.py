@@ -1,0 +1,104 @@
+"""The ``watch`` command: its options, checked before Prefect starts, and its one-line outcome per finding.
+
+Exit codes (:mod:`flows.exits`): 0 nothing named, 1 a node named (confirmed or not), 2 a usage or inventory
+error, 3 the tool failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cluster_accept.analysis.live_job import WatchRules
+from cluster_accept.flows.exits import ACCEPTED, NOT_ACCEPTED, TOOL_FAILURE, USAGE_ERROR, inventory_error
+from cluster_accept.flows.exits import say as _say
+from cluster_accept.inventory.hostlist import HostlistError
+from cluster_accept.inventory.load import InventoryError, from_slurm_names, select_nodes
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.ops.slurm import job_nodes
+from cluster_accept.probes.base import load_checked_inventory
+from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR
+
+
+def _selection(inventory_path: Path, nodes: str | None, slurm_job: str | None, scontrol: str) -> tuple[str, str]:
+    """(the inventory nodes to read, the job's name) from ``--nodes`` or ``--slurm-job``."""
+    if (nodes is None) == (slurm_job is None):
+        raise ValueError("give --nodes EXPR (with --job NAME) or --slurm-job ID")
+    if slurm_job is not None:
+        inventory = load_checked_inventory(inventory_path)
+        return from_slurm_names(inventory, job_nodes(slurm_job, scontrol)), slurm_job
+    return str(nodes), ""
+
+
+def build_request(  # noqa: PLR0913 - the command's options, checked in one place
+    inventory_path: Path, nodes: str | None, slurm_job: str | None, job: str | None, out_dir: Path,
+    watch_dir: str, interval_s: float, for_s: float, until_named: bool, retest: bool, operations: Operations,
+    history: str | None, rules: WatchRules,
+):  # type: ignore[no-untyped-def]
+    from cluster_accept.flows.watch import WatchRequest
+
+    selected, slurm_name = _selection(inventory_path, nodes, slurm_job, operations.scontrol)
+    name = job or slurm_name
+    if not name:
+        raise ValueError("give --job NAME: the job's name its ranks were armed with (CA_WATCH_JOB)")
+    inventory = select_nodes(load_checked_inventory(inventory_path), selected)
+    if len(inventory.nodes) == 0:
+        raise ValueError("no node to watch")
+    return WatchRequest(
+        inventory_path, inventory, list(inventory.nodes), name, out_dir, watch_dir, interval_s, for_s,
+        until_named, retest, operations, rules, history,
+    )  # fmt: skip
+
+
+def watch_command(
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML file")],
+    nodes: Annotated[str | None, typer.Option("--nodes", help="the job's nodes (hostlist of inventory names)")] = None,
+    slurm_job: Annotated[str | None, typer.Option("--slurm-job", help="watch this Slurm job's nodes")] = None,
+    job: Annotated[str | None, typer.Option("--job", help="the job's name (CA_WATCH_JOB; a Slurm job: its id)")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="where the watch's directory goes")] = Path("runs"),
+    watch_dir: Annotated[
+        str, typer.Option("--watch-dir", help="the CA_WATCH_DIR the job was armed with ({node}: the node's name)")
+    ] = DEFAULT_WATCH_DIR,
+    interval: Annotated[float, typer.Option("--interval", min=0.5, help="seconds between reads")] = 5.0,
+    for_s: Annotated[float, typer.Option("--for", min=0, help="seconds to watch (0: one read)")] = 600.0,
+    window: Annotated[float, typer.Option("--window", min=1, help="seconds of collectives judged")] = 60.0,
+    hang_after: Annotated[
+        float, typer.Option("--hang-after", min=1, help="seconds without a completed collective that make a hang")
+    ] = 120.0,
+    until_named: Annotated[bool, typer.Option("--until-named", help="stop once a node is named")] = False,
+    retest: Annotated[bool, typer.Option("--retest/--no-retest", help="re-test a named node")] = True,
+    drain: Annotated[bool, typer.Option("--drain", help="drain a node whose re-test confirmed it")] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
+    max_drain: Annotated[int | None, typer.Option("--max-drain", min=0, help="drain at most N nodes")] = None,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
+    history: Annotated[str | None, typer.Option("--history", help="history directory ('-' for none)")] = None,
+    prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
+) -> None:
+    """Watch a running job from its nodes: name the node behind a dead rank, a hang or a straggler, re-test it
+    against its peers, and drain it only when the re-test confirms it. Writes OUT/<id>/ (Parquet, watch.html,
+    watch.prom)."""
+    from cluster_accept.flows.watch import watch_job
+
+    operations = Operations(
+        drain=drain, apply=apply, scontrol=scontrol, max_drain=max_drain, fail_streak=1,
+        prometheus=str(prometheus) if prometheus else None,
+    )  # fmt: skip
+    try:
+        rules = WatchRules(window_s=window, hang_after_s=hang_after)
+        request = build_request(inventory, nodes, slurm_job, job, out_dir, watch_dir, interval, for_s, until_named,
+                                retest, operations, history, rules)  # fmt: skip
+    except InventoryError as exc:
+        raise inventory_error(exc) from None
+    except (ValueError, HostlistError) as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(USAGE_ERROR) from None
+    try:
+        outcome = watch_job(request)
+    except Exception as exc:  # noqa: BLE001 - the tool failed: one line
+        _say(f"error: the watch failed: {type(exc).__name__}: {exc}")
+        raise typer.Exit(TOOL_FAILURE) from None
+    for finding in outcome.named:
+        _say(f"{finding.status.value}: {finding.owner_line} [{finding.action or 'not re-tested'}]")
+    _say(f"watched {request.job} on {len(request.nodes)} nodes for {outcome.rounds} reads: {outcome.run_dir}")
+    raise typer.Exit(NOT_ACCEPTED if outcome.named else ACCEPTED)

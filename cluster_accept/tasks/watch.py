@@ -1,0 +1,120 @@
+"""Reading a running job from its nodes, round after round, and keeping what the rounds saw.
+
+Each round runs the node-side reader (``watch/node/job_read.py``) on every node of the job over the usual SSH
+fan-out, from outside the job: the ranks are asked over their own sockets, so a slow watcher can never slow the
+job. A node that does not answer is data (its problem is kept, its ranks are then missing from the round), never
+an exception. :class:`WatchState` holds the rounds: every rank's reads, and each collective once per rank
+(an in-flight record is replaced by its completed one), pruned to what the localization's window needs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster_accept.inventory.model import Node
+from cluster_accept.remote.probe_dir import run_in_probe_dir
+from cluster_accept.remote.result import NodeResult, RemoteCommand
+from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage
+from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
+
+READER = Path(__file__).resolve().parent.parent / "watch" / "node" / "job_read.py"
+DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
+READ_TIMEOUT_S = 60.0
+RANK_ANSWER_S = 5.0
+
+
+def job_dir(template: str, node: Node, job: str) -> str:
+    """The job's directory on ``node``: the armed ``CA_WATCH_DIR`` (``{node}`` in it is the inventory's name for
+    the node, for a directory on shared storage) and the job's name under it, as the shim makes it."""
+    return f"{template.replace('{node}', node.name).rstrip('/')}/{job}"
+
+
+def reader_command(node: Node, directory: str, since_ns: int, limit: int) -> RemoteCommand:
+    """The reader behind the node's command prefix (a container the job runs in sees the job's sockets)."""
+    probes = node.profile.probes
+    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
+    words = [probes.python, '"$CA_PROBE_DIR/job_read.py"', "--dir", shlex.quote(directory)]
+    words += ["--since-ns", str(since_ns), "--limit", str(limit), "--timeout-s", str(RANK_ANSWER_S)]
+    return RemoteCommand("job_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
+
+
+def _answer(result: NodeResult) -> tuple[str, str]:
+    """(the reader's output, why there is none)."""
+    if not result.commands:
+        return "", f"{result.status.value}: {result.detail or 'no answer'}"
+    command = result.commands[0]
+    if command.timed_out or command.exit_code != 0:
+        return command.stdout, f"reader exit {command.exit_code}: {command.stderr.strip()[-300:]}"
+    return command.stdout, ""
+
+
+def read_node(node: Node, job: str, template: str, since_ns: int, limit: int) -> NodeRead:
+    sent = time.time_ns()
+    result = run_in_probe_dir(node, [str(READER)], [reader_command(node, job_dir(template, node, job), since_ns, limit)])
+    text, problem = _answer(result)
+    read = parse_node_read(text, job, node.name, ReadWindow(sent, time.time_ns()))
+    if problem:
+        read.problems.insert(0, problem)
+    return read
+
+
+def read_round(
+    nodes: Sequence[Node], job: str, template: str, since: dict[str, int], limit: int, concurrency: int
+) -> list[NodeRead]:
+    """One read of every node of the job, at most ``concurrency`` at once; in the nodes' order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes)))) as pool:
+        reads = pool.map(lambda n: read_node(n, job, template, since.get(n.name, 0), limit), nodes)
+        return settle_clocks(list(reads))
+
+
+@dataclass
+class WatchState:
+    """What the rounds saw so far; ``keep_s``: how far back collectives are kept (the window and some)."""
+
+    keep_s: float
+    ranks: list[RankSeen] = field(default_factory=list)
+    collectives: dict[tuple[int, str, int], CollectiveSeen] = field(default_factory=dict)
+    coverage: dict[tuple[str, str], SignalCoverage] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    since: dict[str, int] = field(default_factory=dict)  # per node: its clock at the last read that answered
+    rounds: int = 0
+
+    def add(self, reads: Sequence[NodeRead]) -> None:
+        self.rounds += 1
+        for read in reads:
+            self.ranks.extend(read.ranks)
+            for c in read.collectives:
+                self.collectives[(c.rank, c.communicator, c.seq)] = c
+            for row in read.coverage:
+                self.coverage[(row.node, row.signal)] = row
+            if read.problems:
+                self.problems[read.node] = read.problems
+            else:
+                self.problems.pop(read.node, None)
+            if read.node_ns is not None and read.collectives:
+                # a second of overlap: a record created just before the last read may not have been seen yet
+                self.since[read.node] = max(c.enqueue_ns for c in read.collectives) - 1_000_000_000
+        self._prune()
+
+    def _prune(self) -> None:
+        if not self.collectives:
+            return
+        newest = max(c.enqueue_ns for c in self.collectives.values())
+        oldest = newest - int(self.keep_s * 1e9)
+        self.collectives = {k: c for k, c in self.collectives.items() if c.enqueue_ns >= oldest}
+
+    def latest_ranks(self) -> dict[int, RankSeen]:
+        latest: dict[int, RankSeen] = {}
+        for seen in self.ranks:
+            latest[seen.rank] = seen
+        return latest
+
+    def job_over(self) -> bool:
+        """Every rank seen has ended (exited or dead): nothing more will happen."""
+        latest = self.latest_ranks()
+        return bool(latest) and all(r.state in ("exited", "dead") for r in latest.values())
