@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
-# cluster-accept watch on a lent 4-GPU host split into two "nodes" NCCL takes for two hosts (NCCL_HOSTID per
-# half; bench/inventories/gpu-host-halves.yaml): the project's training step as a real 2 x 2-GPU NCCL job,
+# cluster-accept watch on a lent 2- or 4-GPU host split into two "nodes" NCCL takes for two hosts (NCCL_HOSTID
+# per half; bench/inventories/gpu-host-halves.yaml or h200x2-auto-halves.yaml): the project's training step as a real 2 x 2-GPU NCCL job,
 # armed only through its environment (`cluster-accept arm --local --format env`).
 #   1. overhead: the same job unarmed and armed, twice each, alternated; step time per run (ms)
-#   2. straggler: a GEMM co-tenant started on GPU 3 (half-b) mid-run; the watch must name half-b, rank 3,
-#      GPU 3, and its re-test (the single-node stage beside half-a) confirm it; time to name measured
+#   2. straggler: a GEMM co-tenant started on half-b's last GPU mid-run; the watch must name half-b, that
+#      rank and GPU, and its re-test (the single-node stage beside half-a) confirm it; time to name measured
 #   3. a rank killed mid-run (half-a, rank 0): named dead with its node
 # Usage on the machine, from the repo root: bash bench/watch_gpu.sh   (results under $OUT)
 set -u
 source bench/device_env.sh
-INV=bench/inventories/gpu-host-halves.yaml
+GPUS=$(nvidia-smi -L | wc -l)
+if [ "$GPUS" -ge 4 ]; then INV=bench/inventories/gpu-host-halves.yaml; A=0,1; B=2,3; PER=2; SLOW_GPU=3
+else INV=bench/inventories/h200x2-auto-halves.yaml; A=0; B=1; PER=1; SLOW_GPU=1; fi
 JOB=/tmp/job
 mkdir -p "$JOB" && cp cluster_accept/probes/training/node/train_step.py cluster_accept/probes/node/allreduce.py "$JOB/"
 MODEL="--layers 12 --width 1024 --heads 16 --seq-len 1024 --micro-batch 8"
 CLI="python3 -m cluster_accept.flows.cli"
-ARMED=$($CLI arm --local --watch-dir /tmp/caw/{node} --format env | tr '\n' ' ')
-echo "armed with: $ARMED" > "$OUT/watch_gpu.log"
+$CLI arm --local --watch-dir /tmp/caw/half-a --format taskprolog > "$OUT/watch_gpu.log" 2>&1
 
 launch() {  # name steps armed(0/1) port
   local half gpus rank env
   for half in a b; do
-    if [ $half = a ]; then gpus=0,1; rank=0; else gpus=2,3; rank=1; fi
+    if [ $half = a ]; then gpus=$A; rank=0; else gpus=$B; rank=1; fi
     env="NCCL_HOSTID=half-$half CUDA_VISIBLE_DEVICES=$gpus"
-    [ "$3" = 1 ] && env="$env ${ARMED//\{node\}/half-$half} CA_WATCH_JOB=$1"
-    (cd "$JOB" && env $env python3 -m torch.distributed.run --nnodes 2 --node-rank $rank --nproc-per-node 2 \
-      --master-addr 127.0.0.1 --master-port "$4" train_step.py $MODEL --steps "$2" --warmup-steps 5 \
+    [ "$3" = 1 ] && env="$env $($CLI arm --local --watch-dir /tmp/caw/half-$half --format env --job "$1" | tr '\n' ' ')"
+    (cd "$JOB" && env $env python3 -m torch.distributed.run --nnodes 2 --node-rank $rank --nproc-per-node $PER \
+      --master-addr 127.0.0.1 --master-port "$4" train_step.py $MODEL --steps "$2" --warmup-steps 10 \
       --solo-steps 2 > "$OUT/$1-half-$half.log" 2>&1) &
   done
 }
@@ -35,18 +36,18 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
 
 {
   nvidia-smi -L
-  echo "### 1. overhead of arming (steps 150, step time ms)"
+  echo "### 1. overhead of arming (steps 100, step time ms)"
   for round in 1 2; do
     for armed in 0 1; do
-      launch "ovh$round$armed" 150 $armed $((29500 + round * 10 + armed)); wait
+      launch "ovh$round$armed" 100 $armed $((29500 + round * 10 + armed)); wait
       echo "round $round armed $armed step_ms $(step_ms "$OUT/ovh$round$armed-half-a.log")"
     done
   done
 
-  echo "### 2. GEMM co-tenant on GPU 3 (half-b) mid-run"
+  echo "### 2. GEMM co-tenant on GPU $SLOW_GPU (half-b) mid-run"
   launch strag 100000 1 29600
-  sleep 60
-  python3 bench/cotenant_gemm.py --gpu 3 --seconds 600 & COTENANT=$!
+  sleep 40
+  python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
   start=$(date +%s%N); echo "cotenant started_ns $start"
   $CLI watch --inventory $INV --nodes 'half-[a-b]' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
     --window 30 --until-named --for 400 --out /tmp/watch-strag
@@ -54,11 +55,11 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   kill $COTENANT; pkill -f train_step.py; wait
   echo "### 3. a rank killed mid-run (half-a, rank 0)"
   launch dead 100000 1 29700
-  sleep 45
+  sleep 30
   pid=$(python3 -c "import json; print(json.load(open('/tmp/caw/half-a/dead/rank0.json'))['pid'])")
   kill -9 "$pid"; echo "killed rank 0 pid $pid at $(date +%s%N)"
   $CLI watch --inventory $INV --nodes 'half-[a-b]' --job dead --watch-dir '/tmp/caw/{node}' --interval 2 \
-    --window 30 --for 30 --no-retest --out /tmp/watch-dead
+    --window 30 --for 20 --no-retest --out /tmp/watch-dead
   echo "watch exit $?"
   pkill -f train_step.py; wait
   python3 - <<'PY'

@@ -31,7 +31,7 @@ from cluster_accept.flows.exits import say as _say
 from cluster_accept.flows.orphans import mark_controller, reap_orphans
 from cluster_accept.flows.profile_commands import profile_app
 from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_request, outcome_of
-from cluster_accept.flows.watch_command import watch_command
+from cluster_accept.flows.watch_command import arm_command, watch_command
 from cluster_accept.inventory.hostlist import HostlistError, fold
 from cluster_accept.inventory.load import InventoryError
 from cluster_accept.inventory.node_part import WantedNode
@@ -54,6 +54,7 @@ app.add_typer(inventory_app, name="inventory")
 app.add_typer(testbed_app, name="testbed")
 app.add_typer(profile_app, name="profile")
 app.command("watch")(watch_command)
+app.command("arm")(arm_command)
 
 out = Console()
 err = Console(stderr=True)

@@ -5,6 +5,7 @@ error, 3 the tool failed."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +19,8 @@ from cluster_accept.inventory.load import InventoryError, from_slurm_names, sele
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.slurm import job_nodes
 from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR
+from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR, SHIM_DIR
+from cluster_accept.watch.arming import NodeVersions
 
 
 def _selection(inventory_path: Path, nodes: str | None, slurm_job: str | None, scontrol: str) -> tuple[str, str]:
@@ -102,3 +104,56 @@ def watch_command(
         _say(f"{finding.status.value}: {finding.owner_line} [{finding.action or 'not re-tested'}]")
     _say(f"watched {request.job} on {len(request.nodes)} nodes for {outcome.rounds} reads: {outcome.run_dir}")
     raise typer.Exit(NOT_ACCEPTED if outcome.named else ACCEPTED)
+
+
+def _local_versions() -> NodeVersions:
+    """This machine's torch and NCCL, as the job's Python would report them (a Slurm TaskProlog runs here)."""
+    import shutil
+
+    try:
+        import torch
+
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+        found: str | None = torch.__version__
+    except (ImportError, RuntimeError, AttributeError):
+        found, nccl = None, None
+    return NodeVersions(socket.gethostname(), found, nccl, None, shutil.which("g++") is not None)
+
+
+def arm_command(
+    watch_dir: Annotated[str, typer.Option("--watch-dir", help="CA_WATCH_DIR on the node")] = DEFAULT_WATCH_DIR,
+    shim_dir: Annotated[str, typer.Option("--shim-dir", help="where the shim (sitecustomize.py) is on the node")] = str(
+        SHIM_DIR
+    ),
+    local: Annotated[bool, typer.Option("--local", help="read torch's and NCCL's versions here")] = False,
+    torch_version: Annotated[str | None, typer.Option("--torch", help="the job's torch version")] = None,
+    nccl_version: Annotated[str | None, typer.Option("--nccl", help="the job's NCCL version")] = None,
+    inspector: Annotated[str | None, typer.Option("--inspector", help="a built Inspector plugin (.so)")] = None,
+    output: Annotated[str, typer.Option("--format", help="env, taskprolog, srun or pod")] = "taskprolog",
+    job: Annotated[str, typer.Option("--job", help="the job's name (srun, pod, env)")] = "job",
+) -> None:
+    """Print what arms a job for ``watch`` without touching its code: a Slurm TaskProlog, an srun --export, a
+    pod's env, or NAME=value lines; each signal the node's versions cannot give is said on stderr."""
+    from cluster_accept.watch.arming import ArmSettings, arm_node, pod_env, srun_export, taskprolog_script
+
+    versions = _local_versions() if local else NodeVersions("node", torch_version, nccl_version, inspector, False)
+    if local and inspector:
+        versions = NodeVersions(versions.node, versions.torch, versions.nccl, inspector, versions.compiler)
+    try:
+        plan = arm_node(versions, ArmSettings(watch_dir, shim_dir), job)
+        text = {
+            "taskprolog": lambda: taskprolog_script(plan),
+            "srun": lambda: srun_export(plan, job) + "\n",
+            "pod": lambda: pod_env(plan, job),
+            "env": lambda: "".join(f"{v.name}={v.value.replace('{job}', job)}\n" for v in plan.env),
+        }[output]()
+    except KeyError:
+        _say(f"error: --format {output!r}: give env, taskprolog, srun or pod")
+        raise typer.Exit(USAGE_ERROR) from None
+    except ValueError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(USAGE_ERROR) from None
+    for row in plan.coverage:
+        if not row.available:
+            _say(f"{row.signal} unavailable: {row.detail}")
+    typer.echo(text, nl=False)

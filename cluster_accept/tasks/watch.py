@@ -22,7 +22,8 @@ from cluster_accept.remote.result import NodeResult, RemoteCommand
 from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
 
-READER = Path(__file__).resolve().parent.parent / "watch" / "node" / "job_read.py"
+SHIM_DIR = Path(__file__).resolve().parent.parent / "watch" / "node"  # the shim and the node-side reader
+READER = SHIM_DIR / "job_read.py"
 DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
 READ_TIMEOUT_S = 60.0
 RANK_ANSWER_S = 5.0
