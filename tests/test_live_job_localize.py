@@ -199,6 +199,20 @@ def test_a_lag_below_the_clocks_error_does_not_name_a_node_across_nodes() -> Non
     assert failed(judged(tight, *healthy_run(tight))) == [("node01", "compute_straggler", "arrives_last", 3)]
 
 
+def test_a_persistent_lag_under_the_floor_is_not_named() -> None:
+    """Rank 3 computes 4 ms longer: last at 95 % of the collectives, 2.1 ms late at the median, beyond the clocks'
+    1 ms but under the floor (the larger of lag_min_ms, 5 ms, and 5 % of the 50 ms between collectives): too
+    small a difference to name a node for. With floors of 1.5 ms and 1 % it is named."""
+    job = Job(slow={3: (0, 4.0)}, seed=4)
+    found = row(judged(job, *healthy_run(job)), "node01", FindingKind.COMPUTE_STRAGGLER)
+    assert (found.status, found.observed) == (
+        Status.PASS,
+        "last at 114 of 120 collectives (95%), median lag 2.1 ms, longest streak 72",
+    )
+    named = judged(job, *healthy_run(job), lag_min_ms=1.5, lag_min_share_of_interval=0.01)
+    assert failed(named) == [("node01", "compute_straggler", "arrives_last", 3)]
+
+
 def test_a_rank_late_often_but_not_persistently_is_not_named() -> None:
     """Rank 3 is 40 ms late at two steps of three (a slow data loader): node01 is last at 74 % of the
     collectives (the late steps, and its share of the others), in runs of 17 at most. Under last_share_min (80 %)
@@ -235,6 +249,22 @@ def test_a_dead_rank_names_its_node_and_gpu() -> None:
     assert "its last collective #120" in found.evidence
     assert found.owner_line.startswith("exclude node00: rank 1 (GPU 1) died (dead) first")
     assert row(rows, "node01", FindingKind.DEAD_RANK).status is Status.PASS
+
+
+def test_a_rank_its_node_no_longer_lists_is_missing() -> None:
+    """node01 answered the latest read for rank 2 but not rank 3, whose records stop at #100 while its peers
+    entered #120."""
+    job = Job(seed=6)
+    collectives = [c for c in job.collectives() if c.rank != 3 or c.seq <= 100]
+    now = job.end_ns + S
+    reads = job.reads(now - 10 * S) + [job.read(r, now - S) for r in (0, 1, 2)]
+    rows = judged(job, reads, collectives, now)
+    assert failed(rows) == [("node01", "dead_rank", "rank_missing", 3)]
+    assert row(rows, "node01", FindingKind.DEAD_RANK).evidence == (
+        "rank 3 not listed by node01's latest read (1.0 s ago); its last collective #100, its peers' at least #120"
+    )
+    reads.append(job.read(3, now - S))  # listed again: nothing is missing
+    assert [f for f in failed(judged(job, reads, collectives, now)) if f[1] == "dead_rank"] == []
 
 
 def _torn_down(job: Job, first_seqs: dict[int, int] | None = None) -> tuple[list[RankSeen], int]:
@@ -330,9 +360,10 @@ def test_a_hang_names_the_rank_whose_flight_recorder_did_not_answer() -> None:
     )
 
 
-def _groups(slow: tuple[str, ...]) -> Job:
-    """Four nodes of two ranks; four communicators of two nodes each; ``slow`` ones take 25 ms, the rest 10."""
-    groups = {"1:pair_a": (0, 2), "2:pair_b": (4, 6), "3:pair_c": (1, 5), "4:pair_d": (3, 7)}
+def _groups(slow: tuple[str, ...], **more: tuple[int, ...]) -> Job:
+    """Four nodes of two ranks; four communicators of two nodes each (and ``more``); ``slow`` ones take 25 ms,
+    the rest 10."""
+    groups = {"1:pair_a": (0, 2), "2:pair_b": (4, 6), "3:pair_c": (1, 5), "4:pair_d": (3, 7)} | more
     timing = {name: 25.0 if name in slow else 10.0 for name in groups}
     return Job(nodes=4, groups=groups, group_exec_ms=timing, seed=11)
 
@@ -360,6 +391,11 @@ def test_healthy_communicators_pass_and_unlocalized_slowness_names_nothing() -> 
     rows = judged(job, *healthy_run(job))
     assert failed(rows) == []
     assert {r.reason for r in rows if r.kind == "comm_straggler"} == {"slow_unlocalized"}
+    # node01 is in both slow communicators, but also in a fast one (with node02): its own links are not the cause
+    job = _groups(slow=("1:pair_a", "4:pair_d"), **{"5:pair_e": (2, 4)})
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == []
+    assert row(rows, "node01", FindingKind.COMM_STRAGGLER).reason == "slow_unlocalized"
 
 
 def test_a_straggler_in_a_job_named_once_per_kind_on_every_node() -> None:
