@@ -159,7 +159,11 @@ def test_a_straggler_appearing_mid_window_is_named_with_its_node_rank_and_change
     third, two thirds and all of its compute in: 20, 40 and 60 ms late, 40 ms the median."""
     job = Job(nodes=4, slow={5: (20, 60.0)}, seed=2)
     ranks, collectives, now = healthy_run(job)
-    rows = judged(job, ranks, collectives, now)
+    # An earlier read saw every collective before it completed: one record per rank and collective is kept,
+    # with the completion and execution time of the later read.
+    earlier = [replace(c, completed=False, complete_ns=None, exec_ms=None) for c in collectives]
+    rows = judged(job, ranks, earlier + collectives, now)
+    assert rows == judged(job, ranks, collectives, now)
     assert failed(rows) == [("node02", "compute_straggler", "arrives_last", 5)]
     found = row(rows, "node02", FindingKind.COMPUTE_STRAGGLER)
     assert found.gpu == 1 and found.named_ns == now
