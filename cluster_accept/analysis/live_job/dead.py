@@ -23,7 +23,7 @@ from cluster_accept.analysis.live_job.window import (
     last_entered,
     ranks_said,
 )
-from cluster_accept.vocabulary.live_job import FindingKind, RankSeen
+from cluster_accept.vocabulary.live_job import FindingKind, RankSeen, WatchFinding
 from cluster_accept.vocabulary.status import Status
 
 
@@ -124,7 +124,7 @@ def _dead_said(window: Window, death: Death, first: set[int]) -> tuple[str, str]
     return evidence, persistence
 
 
-def judge_dead(window: Window) -> list:  # type: ignore[type-arg]
+def judge_dead(window: Window) -> list[WatchFinding]:
     """One ``dead_rank`` row per node."""
     found = deaths(window)
     first = first_deaths(window, found)

@@ -77,6 +77,7 @@ class Wavefront:
 
 
 def wavefront(window: Window) -> Wavefront:
+    """Who the job waits for: stopped ranks, ranks behind the newest collective, silent ranks (see the module)."""
     entered = last_entered(window)
     known = [s for s in entered.values() if s is not None]
     newest = max(known) if known else None
