@@ -1,0 +1,240 @@
+"""Compute stragglers: the node whose rank arrives last at the job's collectives.
+
+Data parallelism equalizes step time: every rank waits in each gradient all_reduce for the slowest, so step time
+says nothing of who is slow. Arrival does: a rank whose compute (GPU throttled, CPU contended, data loading slow)
+takes longer enters each collective late, and its peers wait in it. Per collective with a record from every rank
+of its communicator, each rank's lag is its arrival (enqueue on the watcher's clock) less the median arrival; a
+node's lag is its latest rank's. The slow rank also *waits least*: its own execution time is the shortest, since
+the others' includes their wait for it; where NCCL timing gives that figure, the evidence shows both.
+
+A node is named only when, over the window (or since a change point), its rank arrives last at ``last_share_min``
+of the collectives, in a streak of ``streak_collectives``, by a median lag beyond three floors: ``lag_min_ms``, a
+share of the job's interval between collectives, and the clocks' uncertainty where its peers are on other nodes
+(two nodes' clocks can be off by both their errors together; ranks of one node share a clock). Lagging by less
+than the clocks can tell apart is not judged: no node is named on a difference the clocks may have made.
+
+A straggler that appears mid-window is last at too few of the whole window's collectives; the change point of
+its lag (the split that leaves the least squared error on both sides, with a median shift beyond ``lag_min_ms``)
+bounds the judged collectives to those after it, and is stated."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cluster_accept.analysis.live_job.window import NS_PER_MS, NS_PER_S, Window, ranks_said
+from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
+from cluster_accept.vocabulary.status import Status
+
+KEY = ["communicator", "seq"]
+
+
+def arrivals(window: Window) -> pd.DataFrame:
+    """The window's records of collectives every rank of the communicator recorded (two ranks or more), with each
+    rank's lag behind the median arrival (``lag_ms``) and that median (``median_ns``)."""
+    frame = window.in_window()
+    members = frame.groupby("communicator")["rank"].nunique()
+    size = frame["communicator"].map(members)
+    full = frame[(frame.groupby(KEY)["rank"].transform("nunique") == size) & (size >= 2)].copy()
+    median = full.groupby(KEY)["arrival_ns"].transform("median")
+    full["lag_ms"] = (full["arrival_ns"] - median) / NS_PER_MS
+    full["median_ns"] = median
+    return full
+
+
+def interval_ms(full: pd.DataFrame) -> float:
+    """The median interval between consecutive collectives of one communicator: the job's cadence."""
+    starts = full.groupby(KEY)["median_ns"].first().reset_index().sort_values(KEY)
+    gaps = starts.groupby("communicator")["median_ns"].diff().dropna()
+    return float(gaps.median()) / NS_PER_MS if not gaps.empty else 0.0
+
+
+def shared(window: Window, full: pd.DataFrame) -> pd.DataFrame:
+    """Per collective, what every node's series reads: the last rank and its node, how many nodes take part, and
+    the two largest clock errors among them (with the node of the largest), so that a node's uncertainty against
+    the others is its own error plus the largest of theirs."""
+    last = full.loc[full.groupby(KEY)["arrival_ns"].idxmax(), [*KEY, "rank", "node"]]
+    last = last.rename(columns={"rank": "last_rank", "node": "last_node"}).set_index(KEY)
+    pairs = full[[*KEY, "node"]].drop_duplicates()
+    errors = pairs["node"].map(lambda n: window.clocks[n].error_ns if n in window.clocks else 0)
+    pairs = pairs.assign(error_ns=errors).sort_values([*KEY, "error_ns"], ascending=[True, True, False])
+    tops: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for communicator, seq, node, error in zip(
+        pairs["communicator"], pairs["seq"], pairs["node"], pairs["error_ns"], strict=True
+    ):
+        tops.setdefault((str(communicator), int(seq)), []).append((str(node), int(error)))
+    keys = list(last.index)
+    last["nodes"] = [len(tops[k]) for k in keys]
+    last["top_node"] = [tops[k][0][0] for k in keys]
+    last["top_error_ns"] = [tops[k][0][1] for k in keys]
+    last["second_error_ns"] = [tops[k][1][1] if len(tops[k]) > 1 else 0 for k in keys]
+    return last
+
+
+def node_series(window: Window, full: pd.DataFrame, facts: pd.DataFrame, node: str) -> pd.DataFrame:
+    """Per collective the node has a rank in, in order of arrival: the node's lag, whether the last rank is its
+    own, which rank was last, and the clocks' uncertainty of the comparison (ms; none among one node's ranks)."""
+    mine = full[full["node"] == node]
+    per = mine.groupby(KEY).agg(lag_ms=("lag_ms", "max"), median_ns=("median_ns", "first"), op=("op", "first"))
+    per = per.join(facts)
+    per["last"] = per["last_node"] == node
+    own = window.clocks[node].error_ns if node in window.clocks else 0
+    others = np.where(per["top_node"] != node, per["top_error_ns"], per["second_error_ns"])
+    per["uncertainty_ms"] = np.where(per["nodes"] > 1, (own + others) / NS_PER_MS, 0.0)
+    return per.sort_values("median_ns")
+
+
+def change_point(per: pd.DataFrame, window: Window, floor_ms: float) -> int | None:
+    """The index from which the node's lag shifted: the split leaving the least squared error on both sides, with
+    ``change_min_before`` collectives before it and ``streak_collectives`` after, kept where the median lag rose
+    by ``lag_min_ms`` or more and the node was no straggler before it (last at under ``last_share_min``, or a lag
+    under the floor): a lag that only varies from bucket to bucket has no change point."""
+    rules, lags = window.rules, [float(v) for v in per["lag_ms"]]
+    low, high = rules.change_min_before, len(lags) - rules.streak_collectives
+    if high < low:
+        return None
+    values = np.asarray(lags, dtype="float64")
+    total, squares = np.concatenate([[0.0], np.cumsum(values)]), np.concatenate([[0.0], np.cumsum(values**2)])
+
+    def sse(a: int, b: int) -> float:
+        return float(squares[b] - squares[a] - (total[b] - total[a]) ** 2 / (b - a))
+
+    best = min(range(low, high + 1), key=lambda s: sse(0, s) + sse(s, len(lags)))
+    before = segment(per.iloc[:best])
+    shift = statistics.median(lags[best:]) - before.lag_ms
+    was_straggler = before.share >= rules.last_share_min and before.lag_ms >= floor_ms
+    return best if shift >= rules.lag_min_ms and not was_straggler else None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A node's figures over a run of collectives."""
+
+    per: pd.DataFrame  # node_series rows
+    count: int
+    last: int
+    streak: int
+    lag_ms: float
+    uncertainty_ms: float
+    rank: int | None  # its rank most often last
+
+    @property
+    def share(self) -> float:
+        return self.last / self.count if self.count else 0.0
+
+
+def segment(per: pd.DataFrame) -> Segment:
+    run = streak = 0
+    for is_last in per["last"]:
+        run = run + 1 if is_last else 0
+        streak = max(streak, run)
+    lasts = per[per["last"]]["last_rank"]
+    rank = int(lasts.mode().min()) if not lasts.empty else None
+    return Segment(
+        per, len(per), int(per["last"].sum()), streak, float(per["lag_ms"].median()),
+        float(per["uncertainty_ms"].median()), rank,
+    )  # fmt: skip
+
+
+def label(per: pd.DataFrame) -> str:
+    """The collectives of a run: 'all_reduce #412-#441', or first to last where communicators differ."""
+    first, last = per.index[0], per.index[-1]
+    if per.index.get_level_values("communicator").nunique() == 1 and per["op"].nunique() == 1:
+        return f"{per['op'].iloc[0]} #{first[1]}-#{last[1]}"
+    return f"{per['op'].iloc[0]} #{first[1]} on {first[0]} to {per['op'].iloc[-1]} #{last[1]} on {last[0]}"
+
+
+def judge_compute(window: Window) -> list[WatchFinding]:
+    """One ``compute_straggler`` row per node."""
+    full = arrivals(window)
+    collectives = full.groupby(KEY).ngroups if not full.empty else 0
+    rules = window.rules
+    if collectives < rules.min_collectives:
+        observed = f"{collectives} complete collective(s) in the last {rules.window_s:g} s"
+        expected = f"at least {rules.min_collectives} to judge"
+        return [
+            window.finding(
+                FindingKind.COMPUTE_STRAGGLER, n, Status.NOT_JUDGED, "too_few_collectives", observed, expected
+            )
+            for n in window.nodes
+        ]
+    cadence, facts = interval_ms(full), shared(window, full)
+    return [_judge_node(window, full, node, cadence, facts) for node in window.nodes]
+
+
+def _verdict(seg: Segment, window: Window, floor_ms: float) -> str:
+    """'named' (persistent, beyond every floor), 'clock' (persistent, but within the clocks' uncertainty), 'ok'."""
+    rules = window.rules
+    persistent = seg.share >= rules.last_share_min and seg.streak >= rules.streak_collectives
+    if not persistent or seg.lag_ms < floor_ms:
+        return "ok"
+    return "named" if seg.lag_ms > seg.uncertainty_ms else "clock"
+
+
+def _persistence(seg: Segment, per: pd.DataFrame, cut: int | None) -> str:
+    span_s = (float(seg.per["median_ns"].iloc[-1]) - float(seg.per["median_ns"].iloc[0])) / NS_PER_S
+    said = f"last at {seg.last} of {seg.count} {label(seg.per)} over {span_s:.1f} s; longest streak {seg.streak}"
+    if cut is not None:
+        before = float(per["lag_ms"].iloc[:cut].median())
+        communicator, seq = per.index[cut]
+        said += (
+            f"; since #{seq} on {communicator} (change point: lag {before:.1f} ms before, {seg.lag_ms:.1f} ms after)"
+        )
+    return said
+
+
+def _evidence(window: Window, full: pd.DataFrame, seg: Segment, node: str, floor_ms: float) -> str:
+    """The rank's lag and its peers' (ranks on other nodes), the floors, and both execution times."""
+    sub = full[pd.MultiIndex.from_frame(full[KEY]).isin(seg.per.index)]
+    mine = sub[sub["rank"] == seg.rank]
+    peers = sub[sub["node"] != node]
+    lags = peers.groupby("rank")["lag_ms"].median()
+    said = f"rank {seg.rank} lag {float(mine['lag_ms'].median()):.1f} ms (median)"
+    if not lags.empty:
+        said += f"; peers {lags.min():.1f} to {lags.max():.1f} ms (ranks {ranks_said([int(r) for r in lags.index])})"
+    said += f"; floor {floor_ms:.1f} ms, clocks ±{seg.uncertainty_ms:.1f} ms"
+    own, theirs = mine["exec_ms"].dropna(), peers["exec_ms"].dropna()
+    if not own.empty and not theirs.empty:
+        least = "it waits least" if own.median() < theirs.min() else "it does not wait least"
+        said += f"; its own execution {own.median():.1f} ms (median), its peers' {theirs.median():.1f} ms: {least}"
+    return said
+
+
+def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float, facts: pd.DataFrame) -> WatchFinding:
+    rules, kind = window.rules, FindingKind.COMPUTE_STRAGGLER
+    floor = max(rules.lag_min_ms, rules.lag_min_share_of_interval * cadence_ms)
+    expected = (
+        f"last at under {rules.last_share_min:.0%} of collectives or in streaks under {rules.streak_collectives}, "
+        f"or a median lag under {floor:.1f} ms (the larger of {rules.lag_min_ms:g} ms and "
+        f"{rules.lag_min_share_of_interval:.0%} of the {cadence_ms:.1f} ms between collectives)"
+    )
+    per = node_series(window, full, facts, node)
+    if len(per) < rules.min_collectives:
+        observed = f"its ranks are in {len(per)} complete collective(s) of the window"
+        return window.finding(kind, node, Status.NOT_JUDGED, "too_few_collectives", observed, expected)
+    whole = segment(per)
+    cut = change_point(per, window, floor)
+    runs: list[tuple[Segment, int | None]] = [(segment(per.iloc[cut:]), cut)] if cut is not None else []
+    runs.append((whole, None))
+    for wanted, status, reason in (
+        ("named", Status.FAIL, "arrives_last"),
+        ("clock", Status.NOT_JUDGED, "below_clock_error"),
+    ):
+        for seg, at in runs:
+            if _verdict(seg, window, floor) != wanted:
+                continue
+            observed = f"arrives last at {seg.last} of {seg.count} collectives, {seg.lag_ms:.0f} ms behind its peers"
+            if reason == "below_clock_error":
+                observed = f"{observed}: within the clocks' ±{seg.uncertainty_ms:.1f} ms, no node can be named"
+            evidence = _evidence(window, full, seg, node, floor)
+            return window.finding(
+                kind, node, status, reason, observed, expected, evidence, _persistence(seg, per, at), seg.rank
+            )
+    observed = (
+        f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "
+        f"longest streak {whole.streak}"
+    )
+    return window.finding(kind, node, Status.PASS, "ok", observed, expected)

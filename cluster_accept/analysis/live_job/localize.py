@@ -1,0 +1,53 @@
+"""The watcher's conclusions about a running job: per node, one row per kind of fault (a dead rank, a hang, a
+compute straggler, a communication straggler), each a pass with its figure, a failure naming the rank and GPU
+with its evidence and persistence, or not judged with the reason the data could not decide. Pure: the rows of a
+window in, findings out; reading the nodes and acting on the findings are the watcher's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cluster_accept.analysis.live_job.comm import judge_comm
+from cluster_accept.analysis.live_job.compute import judge_compute
+from cluster_accept.analysis.live_job.dead import deaths, first_deaths, judge_dead
+from cluster_accept.analysis.live_job.hang import judge_hang
+from cluster_accept.analysis.live_job.rules import WatchRules
+from cluster_accept.analysis.live_job.window import build
+from cluster_accept.vocabulary.live_job import CollectiveSeen, FindingKind, RankSeen, WatchFinding
+from cluster_accept.vocabulary.status import Status
+
+KINDS = [FindingKind.DEAD_RANK, FindingKind.HANG, FindingKind.COMPUTE_STRAGGLER, FindingKind.COMM_STRAGGLER]
+
+
+def localize(
+    ranks: Sequence[RankSeen], collectives: Sequence[CollectiveSeen], rules: WatchRules, now_ns: int
+) -> list[WatchFinding]:
+    """Every node of every job in the rows gets one finding per :class:`FindingKind`, ordered by job, node, kind.
+
+    ``ranks``: every read of every rank in the window (several reads per rank: deaths and hangs are judged on how
+    they changed); ``collectives``: the records the reads returned (repeats of one collective are merged);
+    ``now_ns``: the watcher's clock. A hang after a death is not judged apart from it (the death names the node)."""
+    rows: list[WatchFinding] = []
+    for job in sorted({r.job for r in ranks} | {c.job for c in collectives}):
+        window = build(job, ranks, collectives, rules, now_ns)
+        first = first_deaths(window, deaths(window))
+        found = [*judge_dead(window), *judge_hang(window, first), *judge_compute(window), *judge_comm(window)]
+        rows += sorted(
+            (replace(row, owner_line=owner_line(row)) for row in found),
+            key=lambda row: (row.node, KINDS.index(FindingKind(row.kind))),
+        )
+    return rows
+
+
+def owner_line(finding: WatchFinding) -> str:
+    """One line for the job's owner: which node to exclude and why ('exclude node02: rank 5 (GPU 1) arrives
+    last at 27 of 30 collectives, 180 ms behind its peers'); for a row that names nothing, what was found."""
+    if finding.status is Status.FAIL:
+        who = ""
+        if finding.rank is not None and finding.kind != FindingKind.COMM_STRAGGLER.value:
+            gpu = f" (GPU {finding.gpu})" if finding.gpu is not None else ""
+            who = f"rank {finding.rank}{gpu} "
+        return f"exclude {finding.node}: {who}{finding.observed}"
+    kind = finding.kind.replace("_", " ")
+    return f"{finding.node}, {kind}: {finding.status.value} ({finding.reason}): {finding.observed}"

@@ -1,0 +1,93 @@
+"""What the watcher holds a running job to, and the stable reason codes of its findings.
+
+Every threshold says its unit in its name. The defaults are set so that one noisy sample cannot name a node: a
+compute straggler must arrive last at most of a window's collectives *and* in a streak *and* by a lag beyond three
+floors (an absolute one, a share of the job's own cadence, and the clocks' uncertainty); a hang must outlast
+``hang_after_s`` as measured between reads; a slow communicator is judged on its median over the window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WatchRules:
+    """Thresholds of :func:`cluster_accept.analysis.live_job.localize`."""
+
+    # The rows judged for stragglers: collectives entered (watcher's clock) this long before ``now_ns``.
+    window_s: float = 120.0
+    # Consecutive collectives (in order of arrival) a node must be last at: a run of bad luck among healthy nodes
+    # is short (with two nodes, the longest run among 100 fair draws is about 7).
+    streak_collectives: int = 8
+    # Share of the judged collectives its rank arrives last at; a healthy node of N is last at about 1/N.
+    last_share_min: float = 0.8
+    # Its median arrival lag must reach this ...
+    lag_min_ms: float = 5.0
+    # ... and this share of the median interval between consecutive collectives of a communicator (a lag is
+    # small or large against the job's own cadence), and the clocks' uncertainty where peers are on other nodes.
+    lag_min_share_of_interval: float = 0.05
+    # Under this many complete collectives (every rank of the communicator has a record) stragglers are not judged.
+    min_collectives: int = 16
+    # A change point needs this many collectives before it: the lag "before" is a figure, not one sample.
+    change_min_before: int = 4
+    # No collective completed by any rank for this long (between the last progress and the latest read): a hang.
+    hang_after_s: float = 120.0
+    # A communicator this many times slower (median execution time, or bus bandwidth inverted) than the median of
+    # the other communicators of the same operation and size is slow.
+    comm_slow_factor: float = 1.5
+    # A communicator is compared only with this many collectives (distinct sequence numbers) in the window.
+    comm_min_collectives: int = 5
+    # Reads of different nodes closer than this are one round: the order of deaths inside a round is not known.
+    same_read_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.last_share_min <= 1:
+            raise ValueError(f"last_share_min is a share in (0, 1], not {self.last_share_min}")
+        if self.streak_collectives < 1 or self.min_collectives < 1 or self.comm_min_collectives < 1:
+            raise ValueError("streak_collectives, min_collectives and comm_min_collectives count at least 1")
+        if self.comm_slow_factor <= 1:
+            raise ValueError(f"comm_slow_factor must exceed 1, not {self.comm_slow_factor}")
+        if min(self.window_s, self.hang_after_s, self.same_read_s) <= 0:
+            raise ValueError("window_s, hang_after_s and same_read_s are positive durations")
+
+
+# Reason code -> what it means and what to do. Stable strings: reports, drains and tests key on them.
+REASONS: dict[str, str] = {
+    "ok": "The expectation holds on this node; the figure is in `observed`. Nothing to do.",
+    "rank_dead": "A rank on this node died (its process is gone, or a zombie) first, while the others ran: the job "
+    "failed because of it. Exclude the node and look at its kernel log (Xid, OOM killer) and the rank's stderr.",
+    "torn_down": "A rank on this node died after another rank had already died: the launcher tore the job down. "
+    "A consequence, not a cause: nothing to do on this node.",
+    "rank_missing": "A rank on this node is no longer listed by its node while its peers entered collectives it did "
+    "not: its process vanished without being seen dead. Exclude the node and read the node's logs.",
+    "node_unread": "No read of this node listed any rank of the job: whether its ranks live cannot be told. Check "
+    "the watcher's access to the node.",
+    "hang_wavefront": "No collective completed for `hang_after_s`; the other ranks entered a collective this "
+    "node's rank never reached (or its Flight Recorder did not answer). Dump its Python stack (py-spy) before "
+    "killing the job, then exclude the node.",
+    "rank_stopped": "No collective completed for `hang_after_s` and a rank on this node is stopped (state T: "
+    "SIGSTOP or a debugger): the job waits for it. Resume or kill it; find who stopped it.",
+    "waiting": "The job hangs, but this node's ranks entered the newest collective: they wait for another node.",
+    "hang_unlocalized": "No collective completed for `hang_after_s`, yet every rank entered the same collective "
+    "and none is stopped: the wait is inside the collective (network, NCCL). Run the fabric probes on the job's "
+    "nodes; no node is named.",
+    "after_death": "A rank died, so the job cannot go on; `dead_rank` names it. A hang is not judged apart from it.",
+    "no_progress_signal": "Neither a completion time, a completed flag nor a rank's completed sequence number "
+    "reached the watcher: whether collectives still complete cannot be told. Arm the Flight Recorder.",
+    "arrives_last": "A rank on this node arrives last at most collectives, in a streak, by a lag beyond the floors: "
+    "its compute (GPU, CPU, data loading) is slower than its peers'. Exclude the node or re-test its GPU.",
+    "below_clock_error": "A rank on this node arrives last at most collectives, but by less than the clocks of the "
+    "nodes can tell apart: a node cannot be named. Tighten the clock sync (chrony) or watch longer.",
+    "too_few_collectives": "Too few collectives in the window had a record from every rank of their communicator: "
+    "stragglers cannot be judged yet. Watch longer or arm the Flight Recorder on every rank.",
+    "slow_communicators": "Every communicator slower than `comm_slow_factor` times its peers includes this node, "
+    "and no fast one does: its links or NICs slow the collectives. Run the fabric probes on it; exclude it.",
+    "slow_unlocalized": "Some communicators with this node are slow, but no single node is common to every slow "
+    "one and absent from the fast: the fabric between several nodes is suspect. Run the fabric probes.",
+    "one_communicator": "The job has no two communicators of the same operation and size with enough collectives: "
+    "a slow communicator has nothing to be compared with. Communication stragglers are not judged.",
+    "not_compared": "No communicator this node belongs to could be compared with another of its operation and "
+    "size: communication stragglers are not judged here.",
+    "no_exec_time": "No collective carried its own execution time or bus bandwidth: NCCL timing (or the "
+    "Inspector) is off. Set TORCH_NCCL_ENABLE_TIMING=1 to judge communication stragglers.",
+}

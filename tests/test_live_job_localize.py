@@ -1,0 +1,413 @@
+"""Localizing faults in a running job from its rows: dead ranks, hangs, compute and communication stragglers.
+
+The jobs are synthetic and DDP-like: each step every rank computes (its own time plus noise) and enters several
+all_reduce buckets as its gradients become ready; each collective completes when its last rank arrives, so a
+rank's own execution time is its wait for the last plus the transfer. Clocks of nodes may run ahead of the
+watcher's (their offset is what the reads measured)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from cluster_accept.analysis.live_job import REASONS, WatchRules, localize, owner_line
+from cluster_accept.vocabulary.live_job import CollectiveSeen, FindingKind, RankSeen, WatchFinding
+from cluster_accept.vocabulary.status import Status
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+S = 1_000_000_000
+T0 = 1_700_000_000 * S
+DEFAULT = "0:default_pg"
+KINDS = {k.value for k in FindingKind}
+
+
+@dataclass
+class Job:
+    """A DDP-like job of ``nodes`` × ``per_node`` ranks on the watcher's clock; ``slow`` adds compute to a rank
+    from a step on; ``groups`` adds communicators that each run one all_gather per step."""
+
+    nodes: int = 2
+    per_node: int = 2
+    steps: int = 40
+    buckets: int = 3
+    compute_ms: float = 150.0
+    noise_ms: float = 1.5
+    exec_ms: float = 4.0
+    seed: int = 0
+    slow: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (from step, extra ms)
+    late_at: Callable[[int], bool] = lambda step: True  # the steps a slow rank is slow at
+    offsets_ms: dict[str, float] = field(default_factory=dict)  # node clock minus the watcher's
+    errors_ms: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # communicator -> its ranks
+    group_exec_ms: dict[str, float] = field(default_factory=dict)
+    end_ns: int = 0  # set by collectives(): the last completion, watcher's clock
+
+    @property
+    def ranks(self) -> range:
+        return range(self.nodes * self.per_node)
+
+    def node(self, rank: int) -> str:
+        return f"node{rank // self.per_node:02d}"
+
+    def offset_ns(self, rank: int) -> int:
+        return int(self.offsets_ms.get(self.node(rank), 0.0) * MS)
+
+    def record(
+        self, rank: int, communicator: str, op: str, seq: int, at: float, done: float, size: int
+    ) -> CollectiveSeen:
+        """One rank's record; times in ns on the watcher's clock, stamped on its node's clock."""
+        return CollectiveSeen(
+            "job1", self.node(rank), rank, communicator, op, seq, int(at) + self.offset_ns(rank), "flight_recorder",
+            completed=True, complete_ns=int(done) + self.offset_ns(rank), exec_ms=(done - at) / MS,
+            size_bytes=size, gpu=rank % self.per_node,
+        )  # fmt: skip
+
+    def collectives(self) -> list[CollectiveSeen]:
+        noise = random.Random(self.seed)
+        rows, start = [], float(T0)
+        for step in range(self.steps):
+            compute = {r: self.compute_ms + self._extra(r, step) + noise.gauss(0, self.noise_ms) for r in self.ranks}
+            for bucket in range(self.buckets):
+                at = {
+                    r: start + (compute[r] * (bucket + 1) / self.buckets + noise.gauss(0, 0.3)) * MS for r in self.ranks
+                }
+                done = max(at.values()) + self.exec_ms * MS
+                seq = 1 + step * self.buckets + bucket
+                rows += [self.record(r, DEFAULT, "all_reduce", seq, at[r], done, 25 << 20) for r in self.ranks]
+            start = done + 2 * MS
+            for name, members in self.groups.items():
+                at = {r: start + noise.gauss(0, 0.3) * MS for r in members}
+                done = max(at.values()) + (self.group_exec_ms.get(name, 10.0) + noise.gauss(0, 0.2)) * MS
+                rows += [self.record(r, name, "all_gather", step + 1, at[r], done, 8 << 20) for r in members]
+                start = max(start, done)
+            start += 10 * MS  # the optimizer step
+        self.end_ns = int(start)
+        return rows
+
+    def _extra(self, rank: int, step: int) -> float:
+        since, extra = self.slow.get(rank, (0, 0.0))
+        return extra if rank in self.slow and step >= since and self.late_at(step) else 0.0
+
+    def read(self, rank: int, at_ns: int, state: str = "running", **said: object) -> RankSeen:
+        """One read of one rank at ``at_ns`` (watcher's clock), stamped on its node's clock."""
+        node = self.node(rank)
+        return RankSeen(
+            "job1", node, rank, rank % self.per_node, 4000 + rank, state, at_ns + self.offset_ns(rank),
+            clock_offset_ns=self.offset_ns(rank), clock_error_ns=int(self.errors_ms.get(node, 0.5) * MS),
+            gpu=rank % self.per_node, **said,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    def reads(self, *times_ns: int) -> list[RankSeen]:
+        """Every rank running at each read."""
+        return [self.read(r, t) for t in times_ns for r in self.ranks]
+
+
+def judged(
+    job: Job, ranks: list[RankSeen], collectives: list[CollectiveSeen], now_ns: int, **rules: object
+) -> list[WatchFinding]:
+    """The findings, checked for what every call owes: one row per node and kind, known reason codes."""
+    rows = localize(ranks, collectives, WatchRules(**rules), now_ns)  # type: ignore[arg-type]
+    nodes = {job.node(r) for r in job.ranks}
+    assert sorted((r.node, r.kind) for r in rows) == sorted((n, k) for n in nodes for k in KINDS)
+    assert all(r.reason in REASONS for r in rows), {r.reason for r in rows} - set(REASONS)
+    assert all(r.owner_line == owner_line(r) and r.owner_line for r in rows)
+    return rows
+
+
+def row(rows: list[WatchFinding], node: str, kind: FindingKind) -> WatchFinding:
+    return next(r for r in rows if r.node == node and r.kind == kind.value)
+
+
+def failed(rows: list[WatchFinding]) -> list[tuple[str, str, str, int | None]]:
+    return sorted((r.node, r.kind, r.reason, r.rank) for r in rows if r.status is Status.FAIL)
+
+
+def healthy_run(job: Job) -> tuple[list[RankSeen], list[CollectiveSeen], int]:
+    collectives = job.collectives()
+    now = job.end_ns + S
+    return job.reads(now - 10 * S, now - 5 * S, now - S // 2), collectives, now
+
+
+def test_a_healthy_job_with_noise_and_one_outlier_names_nothing() -> None:
+    """Four nodes; one collective where rank 5 arrives 400 ms late (one noisy sample) must not name node02."""
+    job = Job(nodes=4, seed=1)
+    ranks, collectives, now = healthy_run(job)
+    outlier = next(i for i, c in enumerate(collectives) if c.seq == 70 and c.rank == 5)
+    collectives[outlier] = replace(collectives[outlier], enqueue_ns=collectives[outlier].enqueue_ns + 400 * MS)
+    rows = judged(job, ranks, collectives, now)
+    assert failed(rows) == []
+    for kind in (FindingKind.DEAD_RANK, FindingKind.HANG, FindingKind.COMPUTE_STRAGGLER):
+        assert {r.status for r in rows if r.kind == kind.value} == {Status.PASS}, kind
+    straggler = row(rows, "node02", FindingKind.COMPUTE_STRAGGLER)
+    assert straggler.reason == "ok" and "of 120 collectives" in straggler.observed
+    assert "rank 4 running, rank 5 running" == row(rows, "node02", FindingKind.DEAD_RANK).observed
+    assert row(rows, "node00", FindingKind.HANG).observed.startswith("a collective completed 0.5 s before")
+    # The job has one communicator: a communication straggler is not judged, on every node.
+    assert {(r.status, r.reason) for r in rows if r.kind == "comm_straggler"} == {
+        (Status.NOT_JUDGED, "one_communicator")
+    }
+
+
+def test_a_straggler_appearing_mid_window_is_named_with_its_node_rank_and_change_point() -> None:
+    """Rank 5 (node02, GPU 1) computes 60 ms longer from step 20 (collective #61) on: last at half of the
+    window's collectives, so only the change point bounds the run it is judged on. Its buckets are ready a
+    third, two thirds and all of its compute in: 20, 40 and 60 ms late, 40 ms the median."""
+    job = Job(nodes=4, slow={5: (20, 60.0)}, seed=2)
+    ranks, collectives, now = healthy_run(job)
+    # An earlier read saw every collective before it completed: one record per rank and collective is kept,
+    # with the completion and execution time of the later read.
+    earlier = [replace(c, completed=False, complete_ns=None, exec_ms=None) for c in collectives]
+    rows = judged(job, ranks, earlier + collectives, now)
+    assert rows == judged(job, ranks, collectives, now)
+    assert failed(rows) == [("node02", "compute_straggler", "arrives_last", 5)]
+    found = row(rows, "node02", FindingKind.COMPUTE_STRAGGLER)
+    assert found.gpu == 1 and found.named_ns == now
+    assert found.observed == "arrives last at 60 of 60 collectives, 40 ms behind its peers"
+    assert "last at 60 of 60 all_reduce #61-#120 over" in found.persistence
+    assert "since #61 on 0:default_pg (change point: lag" in found.persistence
+    assert "it waits least" in found.evidence  # its own execution time is the shortest: the others wait for it
+    assert (
+        found.owner_line
+        == "exclude node02: rank 5 (GPU 1) arrives last at 60 of 60 collectives, 40 ms behind its peers"
+    )
+    assert row(rows, "node01", FindingKind.COMPUTE_STRAGGLER).status is Status.PASS
+
+
+def test_clock_offsets_between_nodes_are_corrected() -> None:
+    """node01's clock runs 2 s ahead of the watcher's, node00's 1.5 s behind: uncorrected, node01 would arrive
+    last at every collective. Rank 0 (node00) is the one 40 ms slow."""
+    offsets = {"node00": -1500.0, "node01": 2000.0}
+    healthy = Job(offsets_ms=offsets, seed=3)
+    assert failed(judged(healthy, *healthy_run(healthy))) == []
+    slow = Job(offsets_ms=offsets, slow={0: (0, 40.0)}, seed=3)
+    rows = judged(slow, *healthy_run(slow))
+    assert failed(rows) == [("node00", "compute_straggler", "arrives_last", 0)]
+    assert "since" not in row(rows, "node00", FindingKind.COMPUTE_STRAGGLER).persistence  # no change point
+
+
+def test_a_lag_below_the_clocks_error_does_not_name_a_node_across_nodes() -> None:
+    """Rank 3 computes 15 ms longer: 10 ms late at the median bucket. With clocks known to 20 ms each, the two
+    nodes' clocks can differ by 40 ms: not judged. The same job with clocks known to 1 ms names node01."""
+    loose = Job(slow={3: (0, 15.0)}, errors_ms={"node00": 20.0, "node01": 20.0}, seed=4)
+    rows = judged(loose, *healthy_run(loose))
+    assert failed(rows) == []
+    found = row(rows, "node01", FindingKind.COMPUTE_STRAGGLER)
+    assert (found.status, found.reason, found.rank) == (Status.NOT_JUDGED, "below_clock_error", 3)
+    assert "within the clocks' ±40.0 ms" in found.observed
+    tight = Job(slow={3: (0, 15.0)}, errors_ms={"node00": 1.0, "node01": 1.0}, seed=4)
+    assert failed(judged(tight, *healthy_run(tight))) == [("node01", "compute_straggler", "arrives_last", 3)]
+
+
+def test_a_persistent_lag_under_the_floor_is_not_named() -> None:
+    """Rank 3 computes 4 ms longer: last at 95 % of the collectives, 2.1 ms late at the median, beyond the clocks'
+    1 ms but under the floor (the larger of lag_min_ms, 5 ms, and 5 % of the 50 ms between collectives): too
+    small a difference to name a node for. With floors of 1.5 ms and 1 % it is named."""
+    job = Job(slow={3: (0, 4.0)}, seed=4)
+    found = row(judged(job, *healthy_run(job)), "node01", FindingKind.COMPUTE_STRAGGLER)
+    assert (found.status, found.observed) == (
+        Status.PASS,
+        "last at 114 of 120 collectives (95%), median lag 2.1 ms, longest streak 72",
+    )
+    named = judged(job, *healthy_run(job), lag_min_ms=1.5, lag_min_share_of_interval=0.01)
+    assert failed(named) == [("node01", "compute_straggler", "arrives_last", 3)]
+
+
+def test_a_rank_late_often_but_not_persistently_is_not_named() -> None:
+    """Rank 3 is 40 ms late at two steps of three (a slow data loader): node01 is last at 74 % of the
+    collectives (the late steps, and its share of the others), in runs of 17 at most. Under last_share_min (80 %)
+    it is not named; at 70 % it is; at 70 % with streak_collectives 20 it is not."""
+    job = Job(nodes=4, slow={3: (0, 40.0)}, late_at=lambda step: step % 3 != 2, seed=15)
+    run = healthy_run(job)
+    found = row(judged(job, *run), "node01", FindingKind.COMPUTE_STRAGGLER)
+    assert (found.status, found.observed) == (
+        Status.PASS,
+        "last at 89 of 120 collectives (74%), median lag 13.7 ms, longest streak 17",
+    )
+    assert failed(judged(job, *run, last_share_min=0.7)) == [("node01", "compute_straggler", "arrives_last", 3)]
+    assert failed(judged(job, *run, last_share_min=0.7, streak_collectives=20)) == []
+
+
+def test_too_few_collectives_are_not_judged() -> None:
+    job = Job(steps=3, seed=5)  # 9 collectives: under min_collectives (16)
+    rows = judged(job, *healthy_run(job))
+    assert {(r.status, r.reason) for r in rows if r.kind == "compute_straggler"} == {
+        (Status.NOT_JUDGED, "too_few_collectives")
+    }
+    assert row(rows, "node00", FindingKind.COMPUTE_STRAGGLER).observed == "9 complete collective(s) in the last 120 s"
+
+
+def test_a_dead_rank_names_its_node_and_gpu() -> None:
+    job = Job(seed=6)
+    ranks, collectives, now = healthy_run(job)
+    ranks.append(job.read(1, now - S // 4, "dead"))
+    rows = judged(job, ranks, collectives, now)
+    assert failed(rows) == [("node00", "dead_rank", "rank_dead", 1)]
+    found = row(rows, "node00", FindingKind.DEAD_RANK)
+    assert found.gpu == 1
+    assert "rank 1 (pid 4001) seen dead 0.2 s ago while ranks 0,2,3 ran" in found.evidence
+    assert "its last collective #120" in found.evidence
+    assert found.owner_line.startswith("exclude node00: rank 1 (GPU 1) died (dead) first")
+    assert row(rows, "node01", FindingKind.DEAD_RANK).status is Status.PASS
+
+
+def test_a_rank_its_node_no_longer_lists_is_missing() -> None:
+    """node01 answered the latest read for rank 2 but not rank 3, whose records stop at #100 while its peers
+    entered #120."""
+    job = Job(seed=6)
+    collectives = [c for c in job.collectives() if c.rank != 3 or c.seq <= 100]
+    now = job.end_ns + S
+    reads = job.reads(now - 10 * S) + [job.read(r, now - S) for r in (0, 1, 2)]
+    rows = judged(job, reads, collectives, now)
+    assert failed(rows) == [("node01", "dead_rank", "rank_missing", 3)]
+    assert row(rows, "node01", FindingKind.DEAD_RANK).evidence == (
+        "rank 3 not listed by node01's latest read (1.0 s ago); its last collective #100, its peers' at least #120"
+    )
+    reads.append(job.read(3, now - S))  # listed again: nothing is missing
+    assert [f for f in failed(judged(job, reads, collectives, now)) if f[1] == "dead_rank"] == []
+
+
+def _torn_down(job: Job, first_seqs: dict[int, int] | None = None) -> tuple[list[RankSeen], int]:
+    """Reads at 30, 20 and 10 s before now: all running; rank 3 dead, the rest running; all dead."""
+    now = T0 + 100 * S
+    reads = job.reads(now - 30 * S)
+    reads += [job.read(r, now - 20 * S, "dead" if r == 3 else "running") for r in job.ranks]
+    reads += [job.read(r, now - 10 * S, "dead", last_enqueued_seq=(first_seqs or {}).get(r)) for r in job.ranks]
+    return reads, now
+
+
+def test_a_torn_down_job_names_only_the_rank_that_died_first() -> None:
+    """torchrun kills the others after rank 3 (node01) dies: they are consequences, not causes."""
+    job = Job(nodes=3, seed=7)
+    reads, now = _torn_down(job)
+    rows = judged(job, reads, [], now)
+    assert failed(rows) == [("node01", "dead_rank", "rank_dead", 3)]
+    assert "rank(s) 2 of this node died after it" in row(rows, "node01", FindingKind.DEAD_RANK).evidence
+    for node in ("node00", "node02"):
+        assert (row(rows, node, FindingKind.DEAD_RANK).status, row(rows, node, FindingKind.DEAD_RANK).reason) == (
+            Status.PASS,
+            "torn_down",
+        )
+
+
+def test_deaths_seen_in_one_round_are_ordered_by_the_collectives_they_reached() -> None:
+    """Every rank first seen dead in one read round: the one whose last collective is behind died first."""
+    job = Job(nodes=3, seed=8)
+    now = T0 + 100 * S
+    reads = job.reads(now - 30 * S)
+    seqs = {r: 418 for r in job.ranks} | {4: 417}
+    reads += [job.read(r, now - 10 * S, "dead", last_enqueued_seq=seqs[r]) for r in job.ranks]
+    assert failed(judged(job, reads, [], now)) == [("node02", "dead_rank", "rank_dead", 4)]
+    same = {r: 418 for r in job.ranks}  # nothing tells them apart: every first death is named
+    reads = job.reads(now - 30 * S) + [job.read(r, now - 10 * S, "dead", last_enqueued_seq=same[r]) for r in job.ranks]
+    assert {f[0] for f in failed(judged(job, reads, [], now))} == {"node00", "node01", "node02"}
+
+
+def _hung(job: Job, read_at_s: tuple[float, ...], **latest: object) -> tuple[list[RankSeen], list[CollectiveSeen], int]:
+    """A job whose ranks 0, 1 and 3 entered all_reduce #61 after #60 completed; rank 2 did not. Reads at
+    ``read_at_s`` after the last completion; the last read of rank 2 takes ``latest``."""
+    collectives = job.collectives()
+    entered = [
+        replace(c, seq=61, enqueue_ns=c.enqueue_ns + 300 * MS, completed=False, complete_ns=None, exec_ms=None)
+        for c in collectives
+        if c.seq == 60 and c.rank != 2
+    ]
+    reads = []
+    for i, after_s in enumerate(read_at_s):
+        at = job.end_ns + int(after_s * S)
+        for rank in job.ranks:
+            said: dict[str, object] = {"last_enqueued_seq": 60 if rank == 2 else 61, "last_completed_seq": 60}
+            state = "running"
+            if rank == 2 and i == len(read_at_s) - 1:
+                said |= latest
+                state = str(said.pop("state", "running"))
+            reads.append(job.read(rank, at, state, **said))
+    return reads, collectives + entered, job.end_ns + int(read_at_s[-1] * S) + S
+
+
+def test_a_hang_names_the_stopped_rank_behind_the_wavefront() -> None:
+    job = Job(steps=20, seed=9)
+    reads, collectives, now = _hung(job, (10, 100, 200), state="stopped")
+    rows = judged(job, reads, collectives, now)
+    assert failed(rows) == [("node01", "hang", "rank_stopped", 2)]
+    found = row(rows, "node01", FindingKind.HANG)
+    assert found.evidence == "ranks 0,1,3 entered all_reduce #61; rank 2 (node01) last at #60, stopped"
+    assert found.persistence.startswith("no collective completed for 200 s: last progress 201.0 s ago")
+    assert found.owner_line.startswith("exclude node01: rank 2 (GPU 0) holds the job: last at #60, stopped, while")
+    assert (row(rows, "node00", FindingKind.HANG).status, row(rows, "node00", FindingKind.HANG).reason) == (
+        Status.PASS,
+        "waiting",
+    )
+
+
+def test_a_stall_shorter_than_hang_after_names_nothing() -> None:
+    """The same stopped rank, 60 s into the stall: the job may yet go on; nothing is named."""
+    job = Job(steps=20, seed=9)
+    reads, collectives, now = _hung(job, (10, 60), state="stopped")
+    rows = judged(job, reads, collectives, now)
+    assert failed(rows) == []
+    assert row(rows, "node01", FindingKind.HANG).observed == "a collective completed 60.0 s before the latest read"
+
+
+def test_a_hang_names_the_rank_whose_flight_recorder_did_not_answer() -> None:
+    job = Job(steps=20, seed=10)
+    reads, collectives, now = _hung(job, (10, 100, 200), answered=False, last_enqueued_seq=None)
+    rows = judged(job, reads, collectives, now)
+    assert failed(rows) == [("node01", "hang", "hang_wavefront", 2)]
+    assert (
+        "rank 2 (node01) last at #60, its Flight Recorder did not answer"
+        in row(rows, "node01", FindingKind.HANG).evidence
+    )
+
+
+def _groups(slow: tuple[str, ...], **more: tuple[int, ...]) -> Job:
+    """Four nodes of two ranks; four communicators of two nodes each (and ``more``); ``slow`` ones take 25 ms,
+    the rest 10."""
+    groups = {"1:pair_a": (0, 2), "2:pair_b": (4, 6), "3:pair_c": (1, 5), "4:pair_d": (3, 7)} | more
+    timing = {name: 25.0 if name in slow else 10.0 for name in groups}
+    return Job(nodes=4, groups=groups, group_exec_ms=timing, seed=11)
+
+
+def test_the_node_common_to_every_slow_communicator_is_named() -> None:
+    """node01 is in pair_a and pair_d, both slow; node00 is also in pair_a but in the fast pair_c too."""
+    job = _groups(slow=("1:pair_a", "4:pair_d"))
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == [("node01", "comm_straggler", "slow_communicators", None)]
+    found = row(rows, "node01", FindingKind.COMM_STRAGGLER)
+    assert found.observed.startswith("its communicators 1:pair_a, 4:pair_d run 2.5× slower than their peers")
+    assert found.evidence.startswith(
+        "slow: 1:pair_a (node00,node01) 25.2 ms, 2.47× its peers, 4:pair_d (node01,node03)"
+    )
+    assert found.persistence.startswith("medians of 40 to 40 collectives per communicator")
+    assert found.owner_line.startswith("exclude node01: its communicators 1:pair_a, 4:pair_d")
+    assert {row(rows, n, FindingKind.COMM_STRAGGLER).status for n in ("node00", "node02", "node03")} == {Status.PASS}
+
+
+def test_healthy_communicators_pass_and_unlocalized_slowness_names_nothing() -> None:
+    job = _groups(slow=())
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == [] and {r.status for r in rows} == {Status.PASS}
+    job = _groups(slow=("1:pair_a", "2:pair_b"))  # no node is in both: the fabric, not one node
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == []
+    assert {r.reason for r in rows if r.kind == "comm_straggler"} == {"slow_unlocalized"}
+    # node01 is in both slow communicators, but also in a fast one (with node02): its own links are not the cause
+    job = _groups(slow=("1:pair_a", "4:pair_d"), **{"5:pair_e": (2, 4)})
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == []
+    assert row(rows, "node01", FindingKind.COMM_STRAGGLER).reason == "slow_unlocalized"
+
+
+def test_a_straggler_in_a_job_named_once_per_kind_on_every_node() -> None:
+    """Several faults at once still give one row per node and kind; the rules say their units."""
+    job = Job(nodes=3, slow={1: (0, 50.0)}, seed=12)
+    ranks, collectives, now = healthy_run(job)
+    ranks.append(job.read(5, now - S // 4, "zombie"))
+    rows = judged(job, ranks, collectives, now)
+    assert failed(rows) == [("node00", "compute_straggler", "arrives_last", 1), ("node02", "dead_rank", "rank_dead", 5)]
+    with pytest.raises(ValueError, match="last_share_min"):
+        WatchRules(last_share_min=1.5)
