@@ -37,7 +37,7 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
 {
   nvidia-smi -L
   echo "### 1. overhead of arming (steps 100, step time ms)"
-  for round in 1 2; do
+  for round in $(seq 1 "${OVERHEAD_ROUNDS:-2}"); do
     for armed in 0 1; do
       launch "ovh$round$armed" 100 $armed $((29500 + round * 10 + armed)); wait
       echo "round $round armed $armed step_ms $(step_ms "$OUT/ovh$round$armed-half-a.log")"
@@ -49,7 +49,7 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   sleep 40
   python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
   start=$(date +%s%N); echo "cotenant started_ns $start"
-  $CLI watch --inventory $INV --nodes 'half-[a-b]' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
+  $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
     --window 30 --until-named --for 400 --out /tmp/watch-strag
   echo "watch exit $?"
   kill $COTENANT; pkill -f train_step.py; wait
@@ -58,7 +58,7 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   sleep 30
   pid=$(python3 -c "import json; print(json.load(open('/tmp/caw/half-a/dead/rank0.json'))['pid'])")
   kill -9 "$pid"; echo "killed rank 0 pid $pid at $(date +%s%N)"
-  $CLI watch --inventory $INV --nodes 'half-[a-b]' --job dead --watch-dir '/tmp/caw/{node}' --interval 2 \
+  $CLI watch --inventory $INV --nodes 'half-a,half-b' --job dead --watch-dir '/tmp/caw/{node}' --interval 2 \
     --window 30 --for 20 --no-retest --out /tmp/watch-dead
   echo "watch exit $?"
   pkill -f train_step.py; wait

@@ -111,6 +111,7 @@ def judged(
     job: Job, ranks: list[RankSeen], collectives: list[CollectiveSeen], now_ns: int, **rules: object
 ) -> list[WatchFinding]:
     """The findings, checked for what every call owes: one row per node and kind, known reason codes."""
+    rules = {"persist_min_s": 0.0, **rules}  # these runs are seconds long; the test below holds the duration rule
     rows = localize(ranks, collectives, WatchRules(**rules), now_ns)  # type: ignore[arg-type]
     nodes = {job.node(r) for r in job.ranks}
     assert sorted((r.node, r.kind) for r in rows) == sorted((n, k) for n in nodes for k in KINDS)
@@ -411,3 +412,14 @@ def test_a_straggler_in_a_job_named_once_per_kind_on_every_node() -> None:
     assert failed(rows) == [("node00", "compute_straggler", "arrives_last", 1), ("node02", "dead_rank", "rank_dead", 5)]
     with pytest.raises(ValueError, match="last_share_min"):
         WatchRules(last_share_min=1.5)
+
+
+def test_a_straggler_must_persist_for_persist_min_s_not_only_over_many_collectives() -> None:
+    """The same straggler as above: its 60 collectives span a few seconds of the job, so a rule asking for a
+    minute of persistence names nothing yet, and one asking for a second names it."""
+    job = Job(nodes=4, slow={5: (20, 60.0)}, seed=2)
+    ranks, collectives, now = healthy_run(job)
+    assert failed(judged(job, ranks, collectives, now, persist_min_s=60.0)) == []
+    assert failed(judged(job, ranks, collectives, now, persist_min_s=1.0)) == [
+        ("node02", "compute_straggler", "arrives_last", 5)
+    ]

@@ -168,7 +168,9 @@ def judge_compute(window: Window) -> list[WatchFinding]:
 def _verdict(seg: Segment, window: Window, floor_ms: float) -> str:
     """'named' (persistent, beyond every floor), 'clock' (persistent, but within the clocks' uncertainty), 'ok'."""
     rules = window.rules
+    span_s = (float(seg.per["median_ns"].iloc[-1]) - float(seg.per["median_ns"].iloc[0])) / 1e9 if seg.count else 0.0
     persistent = seg.share >= rules.last_share_min and seg.streak >= rules.streak_collectives
+    persistent = persistent and span_s >= rules.persist_min_s
     if not persistent or seg.lag_ms < floor_ms:
         return "ok"
     return "named" if seg.lag_ms > seg.uncertainty_ms else "clock"

@@ -21,6 +21,9 @@ class WatchRules:
     streak_collectives: int = 8
     # Share of the judged collectives its rank arrives last at; a healthy node of N is last at about 1/N.
     last_share_min: float = 0.8
+    # ... over at least this long: a node's share of one busy moment (its host's other work for a second or two)
+    # is not a straggler, however many collectives that moment held.
+    persist_min_s: float = 10.0
     # Its median arrival lag must reach this ...
     lag_min_ms: float = 5.0
     # ... and this share of the median interval between consecutive collectives of a communicator (a lag is
