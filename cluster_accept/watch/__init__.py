@@ -1,1 +1,1 @@
-"""Watching a running training job: arming it through its environment, and reading its signals from each node."""
+"""Watching a running job: arming it without touching its code, reading its ranks from their nodes."""

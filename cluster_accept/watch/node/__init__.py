@@ -1,1 +1,1 @@
-"""Node-side readers of a watched job's signals: standard library only, shipped to the node and run there over SSH."""
+"""Node-side scripts of the watcher: the shim armed jobs load, and the readers the watcher runs over SSH."""
