@@ -24,7 +24,7 @@ from cluster_accept.vocabulary.live_job import Signal, SignalCoverage
 
 JOB_TOKEN = "{job}"
 _PATH = re.compile(r"/[A-Za-z0-9_.+/-]*")
-_JOB = re.compile(r"[A-Za-z0-9_.+-]+")
+_JOB = re.compile(r"[A-Za-z0-9_.-]+")  # as the shim names the job's directory
 _PYTHONPATH = "PYTHONPATH"
 
 Version = tuple[int, int, int]
@@ -121,7 +121,7 @@ def safe_path(path: str, what: str) -> str:
 
 def safe_job(job: str) -> str:
     if not _JOB.fullmatch(job):
-        raise ValueError(f"job id {job!r} is refused: only letters, digits and _ . + - are accepted")
+        raise ValueError(f"job id {job!r} is refused: only letters, digits and _ . - are accepted")
     return job
 
 
@@ -319,7 +319,7 @@ def taskprolog_script(plan: ArmPlan) -> str:
         "#!/bin/sh",
         f"# cluster-accept watch: arms the tasks of a job on {_comment(plan.node)} through their environment.",
         'case "${SLURM_JOB_ID:-}" in',
-        "  ''|*[!A-Za-z0-9_.+-]*) exit 0 ;;",
+        "  ''|*[!A-Za-z0-9_.-]*) exit 0 ;;",
         "esac",
     ]
     for directory in plan.directories:
