@@ -79,7 +79,8 @@ def test_names_and_clock() -> None:
 
 def _with_clock(boot: str, synced: bool | None, maxerror_us: int, node: str):
     text = (DATA / "gloo_2ranks_running.txt").read_text()
-    clock = f'"clock":{{"boot_id":"{boot}","synced":{str(synced).lower() if synced is not None else "null"},"maxerror_us":{maxerror_us}}}'
+    said = "null" if synced is None else str(synced).lower()
+    clock = f'"clock":{{"boot_id":"{boot}","synced":{said},"maxerror_us":{maxerror_us}}}'
     text = text.replace('"hostname":"vm"}', f'"hostname":"vm",{clock}}}', 1)
     return parse_node_read(text, "j1", node, WINDOW)
 

@@ -48,6 +48,8 @@ def _prioritize_hog(bed: testbed.Testbed) -> None:
                 return
         time.sleep(0.2)
     raise AssertionError("the competing process did not start on node02")
+
+
 NAME_BOUND_S = 90.0  # a straggler must be named (and re-tested) within this after it starts
 
 
@@ -101,7 +103,9 @@ class Job:
 
     def stop(self) -> None:
         for node in ("node01", "node02"):
-            subprocess.run(self.bed.ssh_argv(node, "pkill -KILL -f train_step.py; pkill -KILL -f 'while 1'"), check=False)
+            subprocess.run(
+                self.bed.ssh_argv(node, "pkill -KILL -f train_step.py; pkill -KILL -f 'while 1'"), check=False
+            )
         for rank in self.ranks:
             rank.wait(timeout=60)
 
@@ -124,7 +128,8 @@ def bed_and_inventory(testbed_factory, tmp_path: Path) -> Iterator[tuple[testbed
 def _watch(inventory: Path, job: Job, out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return run_cli(
         "watch", "--inventory", str(inventory), "--nodes", "node[01-02]", "--job", job.name, "--out", str(out),
-        "--watch-dir", f"{job.watch_dir}/{{node}}", "--interval", "2", "--window", "60", "--hang-after", "15", *extra, timeout=timeout,
+        "--watch-dir", f"{job.watch_dir}/{{node}}", "--interval", "2", "--window", "60", "--hang-after", "15",
+        *extra, timeout=timeout,
     )  # fmt: skip
 
 

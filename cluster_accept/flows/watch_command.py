@@ -14,6 +14,7 @@ import typer
 from cluster_accept.analysis.live_job import WatchRules
 from cluster_accept.flows.exits import ACCEPTED, NOT_ACCEPTED, TOOL_FAILURE, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
+from cluster_accept.flows.watch import WatchRequest
 from cluster_accept.inventory.hostlist import HostlistError
 from cluster_accept.inventory.load import InventoryError, from_slurm_names, select_nodes
 from cluster_accept.ops.after_run import Operations
@@ -34,11 +35,20 @@ def _selection(inventory_path: Path, nodes: str | None, slurm_job: str | None, s
 
 
 def build_request(  # noqa: PLR0913 - the command's options, checked in one place
-    inventory_path: Path, nodes: str | None, slurm_job: str | None, job: str | None, out_dir: Path,
-    watch_dir: str, interval_s: float, for_s: float, until_named: bool, retest: bool, operations: Operations,
-    history: str | None, rules: WatchRules,
-):  # type: ignore[no-untyped-def]
-    from cluster_accept.flows.watch import WatchRequest
+    inventory_path: Path,
+    nodes: str | None,
+    slurm_job: str | None,
+    job: str | None,
+    out_dir: Path,
+    watch_dir: str,
+    interval_s: float,
+    for_s: float,
+    until_named: bool,
+    retest: bool,
+    operations: Operations,
+    history: str | None,
+    rules: WatchRules,
+) -> WatchRequest:
 
     selected, slurm_name = _selection(inventory_path, nodes, slurm_job, operations.scontrol)
     name = job or slurm_name

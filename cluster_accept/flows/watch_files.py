@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cluster_accept.analysis.history import append_run
 from cluster_accept.analysis.schemas import WATCH_TABLES, write_table
@@ -33,7 +34,7 @@ class WatchFiles:
         return cls(run.path, run, job, cluster, history_dir(out_dir, history))
 
     def write(self, state: WatchState, findings: Sequence[WatchFinding]) -> None:
-        tables = {
+        tables: dict[str, Sequence[Any]] = {
             "watch_ranks": state.ranks,
             "watch_collectives": sorted(state.collectives.values(), key=lambda c: (c.enqueue_ns, c.rank)),
             "watch_coverage": list(state.coverage.values()),

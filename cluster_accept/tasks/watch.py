@@ -56,7 +56,9 @@ def _answer(result: NodeResult) -> tuple[str, str]:
 
 def read_node(node: Node, job: str, template: str, since_ns: int, limit: int) -> NodeRead:
     sent = time.time_ns()
-    result = run_in_probe_dir(node, [str(READER)], [reader_command(node, job_dir(template, node, job), since_ns, limit)])
+    result = run_in_probe_dir(
+        node, [str(READER)], [reader_command(node, job_dir(template, node, job), since_ns, limit)]
+    )
     text, problem = _answer(result)
     read = parse_node_read(text, job, node.name, ReadWindow(sent, time.time_ns()))
     if problem:
