@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # cluster-accept watch on a lent 2- or 4-GPU host split into two "nodes" NCCL takes for two hosts (NCCL_HOSTID
-# per half; bench/inventories/gpu-host-halves.yaml or h200x2-auto-halves.yaml): the project's training step as a real 2 x 2-GPU NCCL job,
-# armed only through its environment (`cluster-accept arm --local --format env`).
+# per half; bench/inventories/gpu-host-halves.yaml or h200x2-auto-halves.yaml): the training step as a real NCCL job of two
+# halves, armed only through its environment (`cluster-accept arm --local --format env`).
 #   1. overhead: the same job unarmed and armed, twice each, alternated; step time per run (ms)
-#   2. straggler: a GEMM co-tenant started on half-b's last GPU mid-run; the watch must name half-b, that
+#   2. a rank killed mid-run (half-a, rank 0): named dead with its node
+#   3. straggler: a GEMM co-tenant started on half-b's last GPU mid-run; the watch must name half-b, that
 #      rank and GPU, and its re-test (the single-node stage beside half-a) confirm it; time to name measured
-#   3. a rank killed mid-run (half-a, rank 0): named dead with its node
-# Usage on the machine, from the repo root: bash bench/watch_gpu.sh   (results under $OUT)
+#      (one node-side read of the armed NCCL job is kept: fr_nccl_read.txt)
+# Usage on the machine, from the repo root: bash bench/watch_gpu.sh   (results under $OUT); OVERHEAD_ROUNDS=0,
+# PHASES=strag, STRAG_RETEST=--no-retest, STRAG_FOR=SECONDS run less of it.
 set -u
 source bench/device_env.sh
 GPUS=$(nvidia-smi -L | wc -l)
@@ -30,6 +32,23 @@ launch() {  # name steps armed(0/1) port
   done
 }
 
+summarize() {  # the watch's findings and coverage, printed at once (a later step may run out of time)
+  python3 - "$1" <<'PY'
+import glob, sys, pandas as pd
+pd.set_option("display.width", 250); pd.set_option("display.max_colwidth", 160)
+for d in glob.glob(f"/tmp/watch-{sys.argv[1]}/*/"):
+    try:
+        f = pd.read_parquet(d + "watch_findings.parquet")
+    except OSError:
+        continue
+    print(f"## {sys.argv[1]} {d}")
+    print(f[["node", "kind", "status", "reason", "rank", "gpu", "named_ns", "confirmed", "action"]].to_string(index=False))
+    for r in f[f.status != "pass"].itertuples():
+        print(r.node, r.kind, "|", r.observed, "|", r.evidence, "|", r.persistence, "|", r.retest, "|", r.owner_line)
+    print(pd.read_parquet(d + "watch_coverage.parquet").to_string(index=False))
+PY
+}
+
 step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints every rank's record)
   python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if l.startswith('{\"info\": \"training_rank\"')]; print(max(x['step_ms_median'] for x in r))" "$1"
 }
@@ -44,16 +63,8 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
     done
   done
 
-  echo "### 2. GEMM co-tenant on GPU $SLOW_GPU (half-b) mid-run"
-  launch strag 100000 1 29600
-  sleep 40
-  python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
-  start=$(date +%s%N); echo "cotenant started_ns $start"
-  $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
-    --window 30 --until-named --for 400 --out /tmp/watch-strag
-  echo "watch exit $?"
-  kill $COTENANT; pkill -f train_step.py; wait
-  echo "### 3. a rank killed mid-run (half-a, rank 0)"
+  if [[ " ${PHASES:-dead strag} " == *" dead "* ]]; then
+  echo "### 2. a rank killed mid-run (half-a, rank 0)"
   launch dead 100000 1 29700
   sleep 30
   pid=$(python3 -c "import json; print(json.load(open('/tmp/caw/half-a/dead/rank0.json'))['pid'])")
@@ -61,21 +72,21 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   $CLI watch --inventory $INV --nodes 'half-a,half-b' --job dead --watch-dir '/tmp/caw/{node}' --interval 2 \
     --window 30 --for 20 --no-retest --out /tmp/watch-dead
   echo "watch exit $?"
-  pkill -f train_step.py; wait
-  python3 - <<'PY'
-import glob, pandas as pd
-pd.set_option("display.width", 250); pd.set_option("display.max_colwidth", 120)
-for name in ("strag", "dead"):
-    for d in glob.glob(f"/tmp/watch-{name}/*/"):
-        f = pd.read_parquet(d + "watch_findings.parquet")
-        if f.empty or "status" not in f:
-            continue
-        print(f"## {name} {d}")
-        print(f[["node", "kind", "status", "reason", "rank", "gpu", "named_ns", "confirmed", "action"]].to_string(index=False))
-        for r in f[f.status.isin(["fail", "warn"])].itertuples():
-            print(r.node, r.kind, "|", r.observed, "|", r.evidence, "|", r.persistence, "|", r.retest, "|", r.owner_line)
-        print(pd.read_parquet(d + "watch_coverage.parquet").to_string(index=False))
-PY
+  pkill -9 -f train_step.py; wait
+  summarize dead
+  fi
+
+  echo "### 3. GEMM co-tenant on GPU $SLOW_GPU (half-b) mid-run"
+  launch strag 100000 1 29600
+  sleep "${STRAG_WARM_S:-40}"
+  python3 cluster_accept/watch/node/job_read.py --dir /tmp/caw/half-b/strag --limit 40 > "$OUT/fr_nccl_read.txt"
+  python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
+  start=$(date +%s%N); echo "cotenant started_ns $start"
+  $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
+    --window 30 --until-named --for "${STRAG_FOR:-240}" ${STRAG_RETEST:-} --out /tmp/watch-strag
+  echo "watch exit $?"
+  kill $COTENANT; pkill -9 -f train_step.py; wait
+  summarize strag
 } >> "$OUT/watch_gpu.log" 2>&1
-tar czf "$OUT/watch.tgz" -C /tmp watch-strag watch-dead
+tar czf "$OUT/watch.tgz" -C /tmp $(cd /tmp && ls -d watch-strag watch-dead 2>/dev/null)
 tail -c 12000 "$OUT/watch_gpu.log"

@@ -193,15 +193,19 @@ def test_clock_offsets_between_nodes_are_corrected() -> None:
 
 def test_a_lag_below_the_clocks_error_does_not_name_a_node_across_nodes() -> None:
     """Rank 3 computes 15 ms longer: 10 ms late at the median bucket. With clocks known to 20 ms each, the two
-    nodes' clocks can differ by 40 ms: not judged. The same job with clocks known to 1 ms names node01."""
+    nodes' clocks can differ by 40 ms: not judged. The same job with clocks known to 1 ms names node01. The
+    collectives carry no execution time (gloo): arrival is read from the enqueue times, on the nodes' clocks."""
     loose = Job(slow={3: (0, 15.0)}, errors_ms={"node00": 20.0, "node01": 20.0}, seed=4)
-    rows = judged(loose, *healthy_run(loose))
+    ranks, collectives, now = healthy_run(loose)
+    rows = judged(loose, ranks, [replace(c, exec_ms=None) for c in collectives], now)
     assert failed(rows) == []
     found = row(rows, "node01", FindingKind.COMPUTE_STRAGGLER)
     assert (found.status, found.reason, found.rank) == (Status.NOT_JUDGED, "below_clock_error", 3)
     assert "within the clocks' ±40.0 ms" in found.observed
     tight = Job(slow={3: (0, 15.0)}, errors_ms={"node00": 1.0, "node01": 1.0}, seed=4)
-    assert failed(judged(tight, *healthy_run(tight))) == [("node01", "compute_straggler", "arrives_last", 3)]
+    ranks, collectives, now = healthy_run(tight)
+    untimed = [replace(c, exec_ms=None) for c in collectives]
+    assert failed(judged(tight, ranks, untimed, now)) == [("node01", "compute_straggler", "arrives_last", 3)]
 
 
 def test_a_persistent_lag_under_the_floor_is_not_named() -> None:
@@ -423,3 +427,30 @@ def test_a_straggler_must_persist_for_persist_min_s_not_only_over_many_collectiv
     assert failed(judged(job, ranks, collectives, now, persist_min_s=1.0)) == [
         ("node02", "compute_straggler", "arrives_last", 5)
     ]
+
+
+def _on_device(collectives: list[CollectiveSeen]) -> list[CollectiveSeen]:
+    """The same arrivals as a GPU job shows them: every rank queues its launch at once (the CPU runs ahead), and
+    each rank's execution time holds its wait for the last one to arrive."""
+    first: dict[tuple[str, int], int] = {}
+    last: dict[tuple[str, int], int] = {}
+    for c in collectives:
+        key = (c.communicator, c.seq)
+        first[key], last[key] = min(first.get(key, c.enqueue_ns), c.enqueue_ns), max(last.get(key, 0), c.enqueue_ns)
+    return [
+        replace(c, enqueue_ns=first[(c.communicator, c.seq)],
+                exec_ms=2.0 + (last[(c.communicator, c.seq)] - c.enqueue_ns) / MS)
+        for c in collectives
+    ]  # fmt: skip
+
+
+def test_a_gpu_straggler_is_named_by_who_waits_least_without_clocks() -> None:
+    """Launches queued at once on every rank say nothing; execution times say who arrived last, and two of them
+    are compared without any clock: node clocks known only to ±500 ms do not stop the naming."""
+    job = Job(nodes=4, slow={5: (20, 60.0)}, seed=2)
+    ranks, collectives, now = healthy_run(job)
+    blurred = [replace(r, clock_error_ns=500 * MS) for r in ranks]
+    timed = _on_device(collectives)
+    assert failed(judged(job, blurred, timed, now)) == [("node02", "compute_straggler", "arrives_last", 5)]
+    untimed = [replace(c, exec_ms=None) for c in timed]
+    assert failed(judged(job, blurred, untimed, now)) == []

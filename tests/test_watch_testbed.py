@@ -41,7 +41,11 @@ def _prioritize_hog(bed: testbed.Testbed) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         for pid in net.netns_pids(bed.netns("node02")):
-            if b"while 1" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue  # a process that ended meanwhile
+            if b"while 1" in cmdline:
                 group = Path(f"/proc/{pid}/autogroup")
                 if group.exists():
                     group.write_text(str(HOG_NICE))
@@ -56,7 +60,7 @@ NAME_BOUND_S = 90.0  # a straggler must be named (and re-tested) within this aft
 def _pin_sshd(bed: testbed.Testbed, node: str, cpu: int) -> None:
     """Every process later started on ``node`` over SSH inherits the listener's core."""
     for pid in net.netns_pids(bed.netns(node)):
-        if b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes():  # the listener: it lives as long as the bed
             os.sched_setaffinity(pid, {cpu})
 
 

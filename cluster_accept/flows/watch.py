@@ -170,6 +170,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
                           request.concurrency)  # fmt: skip
         state.add(reads)
         findings = localize(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
+        files.write(state, findings)  # before a re-test, which takes minutes: what was named is on disk
         _settle(request, findings, acted)
         files.write(state, findings)
         named = any(f.status in (Status.FAIL, Status.WARN) for f in findings)

@@ -173,7 +173,9 @@ def number_or_text(value: Any) -> str:
     return value if isinstance(value, str) else fmt(float(value))
 
 
-def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
+def environments() -> tuple[Environment, Environment]:
+    """(HTML, Markdown) environments over the report templates: every printed value made visible, HTML
+    autoescaped, Markdown escaped (its ``cell`` filter for table cells). New ones each call: callers add filters."""
     html_env = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=select_autoescape(["html", "j2"]),
@@ -184,6 +186,11 @@ def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
         loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True, finalize=markdown_text
     )
     md_env.filters["cell"] = markdown_cell
+    return html_env, md_env
+
+
+def render(context: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    html_env, md_env = environments()
     html_env.filters["num"] = number_or_text
     html_env.filters["sparkline"] = lambda cell: sparkline(cell[0], cell[1])
     md_env.filters["num"] = lambda v: markdown_cell(v) if isinstance(v, str) else number_or_text(v)

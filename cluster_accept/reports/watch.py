@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment
 from markupsafe import Markup, escape
 
 from cluster_accept.inventory.hostlist import fold
@@ -43,7 +43,7 @@ from cluster_accept.reports.charts import (
     fmt,
     split_lines,
 )
-from cluster_accept.reports.render import TEMPLATES, html_text, markdown_cell, markdown_text, number_or_text
+from cluster_accept.reports.render import environments, number_or_text
 from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage, WatchFinding
 from cluster_accept.vocabulary.status import BAD_STATUSES, Status
 
@@ -424,17 +424,8 @@ def watch_context(
 
 @cache
 def _environments() -> tuple[Environment, Environment]:
-    """(HTML, Markdown) environments: every printed value made visible, HTML autoescaped, Markdown escaped."""
-    html_env = Environment(
-        loader=FileSystemLoader(TEMPLATES),
-        autoescape=select_autoescape(["html", "j2"]),
-        keep_trailing_newline=True,
-        finalize=html_text,
-    )
-    md_env = Environment(  # noqa: S701 - Markdown, escaped by markdown_text on every output
-        loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True, finalize=markdown_text
-    )
-    md_env.filters["cell"] = markdown_cell
+    """(HTML, Markdown) environments of the report, with the page's number filter (built once)."""
+    html_env, md_env = environments()
     for env in (html_env, md_env):
         env.filters["num"] = number_or_text
     return html_env, md_env

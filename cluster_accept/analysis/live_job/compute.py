@@ -5,7 +5,10 @@ says nothing of who is slow. Arrival does: a rank whose compute (GPU throttled, 
 takes longer enters each collective late, and its peers wait in it. Per collective with a record from every rank
 of its communicator, each rank's lag is its arrival (enqueue on the watcher's clock) less the median arrival; a
 node's lag is its latest rank's. The slow rank also *waits least*: its own execution time is the shortest, since
-the others' includes their wait for it; where NCCL timing gives that figure, the evidence shows both.
+the others' includes their wait for it. Where every rank's execution time is known (NCCL timing), that is the
+arrival the lag is read from: a GPU collective's CPU enqueue says when its launch was queued, not when the GPU got
+to it (a GPU slowed by a co-tenant queues its launches on time and runs them late), and the difference of two
+execution times needs no clock across nodes, so its uncertainty is none.
 
 A node is named only when, over the window (or since a change point), its rank arrives last at ``last_share_min``
 of the collectives, in a streak of ``streak_collectives``, by a median lag beyond three floors: ``lag_min_ms``, a
@@ -41,7 +44,12 @@ def arrivals(window: Window) -> pd.DataFrame:
     full = frame[(frame.groupby(KEY)["rank"].transform("nunique") == size) & (size >= 2)].copy()
     median = full.groupby(KEY)["arrival_ns"].transform("median")
     full["lag_ms"] = (full["arrival_ns"] - median) / NS_PER_MS
+    timed = full.groupby(KEY)["exec_ms"].transform("count") == full.groupby(KEY)["exec_ms"].transform("size")
+    waited = full.groupby(KEY)["exec_ms"].transform("median") - full["exec_ms"]
+    full["on_device"] = timed
+    full.loc[timed, "lag_ms"] = waited[timed]
     full["median_ns"] = median
+    full["arrived_ns"] = median + full["lag_ms"] * NS_PER_MS  # the arrival the lag says: enqueue or on the device
     return full
 
 
@@ -56,7 +64,7 @@ def shared(window: Window, full: pd.DataFrame) -> pd.DataFrame:
     """Per collective, what every node's series reads: the last rank and its node, how many nodes take part, and
     the two largest clock errors among them (with the node of the largest), so that a node's uncertainty against
     the others is its own error plus the largest of theirs."""
-    last = full.loc[full.groupby(KEY)["arrival_ns"].idxmax(), [*KEY, "rank", "node"]]
+    last = full.loc[full.groupby(KEY)["arrived_ns"].idxmax(), [*KEY, "rank", "node"]]
     last = last.rename(columns={"rank": "last_rank", "node": "last_node"}).set_index(KEY)
     pairs = full[[*KEY, "node"]].drop_duplicates()
     errors = pairs["node"].map(lambda n: window.clocks[n].error_ns if n in window.clocks else 0)
@@ -78,12 +86,15 @@ def node_series(window: Window, full: pd.DataFrame, facts: pd.DataFrame, node: s
     """Per collective the node has a rank in, in order of arrival: the node's lag, whether the last rank is its
     own, which rank was last, and the clocks' uncertainty of the comparison (ms; none among one node's ranks)."""
     mine = full[full["node"] == node]
-    per = mine.groupby(KEY).agg(lag_ms=("lag_ms", "max"), median_ns=("median_ns", "first"), op=("op", "first"))
+    per = mine.groupby(KEY).agg(
+        lag_ms=("lag_ms", "max"), median_ns=("median_ns", "first"), op=("op", "first"), on_device=("on_device", "all")
+    )
     per = per.join(facts)
     per["last"] = per["last_node"] == node
     own = window.clocks[node].error_ns if node in window.clocks else 0
     others = np.where(per["top_node"] != node, per["top_error_ns"], per["second_error_ns"])
-    per["uncertainty_ms"] = np.where(per["nodes"] > 1, (own + others) / NS_PER_MS, 0.0)
+    across = (per["nodes"] > 1) & ~per["on_device"]  # execution times are compared without clocks
+    per["uncertainty_ms"] = np.where(across, (own + others) / NS_PER_MS, 0.0)
     return per.sort_values("median_ns")
 
 

@@ -67,14 +67,19 @@ def process_state(pid: int, start_ticks: int, exit_path: str) -> str:
     return "exited" if os.path.exists(exit_path) else "dead"
 
 
-def ask_flight_recorder(path: str, timeout_s: float) -> dict[str, Any]:
-    """POST /handler/fr_trace_json on the rank's worker-server socket; the JSON it answers."""
-    request = b"POST /handler/fr_trace_json HTTP/1.1\r\nHost: rank\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+# The handlers that dump the Flight Recorder as JSON: the recorder of every backend but NCCL (torch 2.10 on) and
+# NCCL's own (torch 2.5 on); a rank answers with what it has, and the two are merged.
+HANDLERS = ("fr_trace_json", "dump_nccl_trace_json")
+
+
+def _post(path: str, handler: str, timeout_s: float) -> tuple[str, bytes]:
+    """(status line, body) of ``POST /handler/<handler>`` on the rank's worker-server socket."""
+    request = f"POST /handler/{handler} HTTP/1.1\r\nHost: rank\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     deadline = time.monotonic() + timeout_s
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout_s)
         conn.connect(path)
-        conn.sendall(request)
+        conn.sendall(request.encode())
         chunks = []
         while time.monotonic() < deadline:
             chunk = conn.recv(1 << 20)
@@ -82,11 +87,29 @@ def ask_flight_recorder(path: str, timeout_s: float) -> dict[str, Any]:
                 break
             chunks.append(chunk)
     head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    status = head.split(b"\r\n", 1)[0].decode(errors="replace")
-    if " 200 " not in status + " ":
-        raise OSError(f"worker server answered {status!r}")
-    answer: dict[str, Any] = json.loads(body)
-    return answer
+    return head.split(b"\r\n", 1)[0].decode(errors="replace"), body
+
+
+def ask_flight_recorder(path: str, timeout_s: float) -> dict[str, Any]:
+    """The rank's Flight Recorder as JSON: the entries of every handler of :data:`HANDLERS` its torch answers,
+    merged (the communicators and their progress too, a recorder with entries speaking last)."""
+    merged: dict[str, Any] = {"entries": [], "pg_config": {}, "pg_status": {}}
+    said, answered = [], False
+    for handler in HANDLERS:
+        status, body = _post(path, handler, timeout_s)
+        if " 200 " not in status + " ":
+            said.append(f"{handler}: {status!r}")
+            continue
+        answer = json.loads(body)
+        answered = True
+        entries = answer.get("entries") or []
+        merged["entries"].extend(entries)
+        merged["pg_config"].update(answer.get("pg_config") or {})
+        if entries or not merged["pg_status"]:
+            merged["pg_status"].update(answer.get("pg_status") or {})
+    if not answered:
+        raise OSError(f"worker server answered {'; '.join(said)}")
+    return merged
 
 
 def _size_bytes(entry: dict[str, Any]) -> int | None:
