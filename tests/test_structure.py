@@ -23,7 +23,7 @@ PACKAGE = ROOT / "cluster_accept"
 # The package's sub-packages: the owner's folders, one level down.
 PACKAGE_FOLDERS = (
     "analysis", "checks", "flows", "inventory", "ops", "probes", "remote", "reports", "rundir", "simulator", "tasks",
-    "testbed", "vocabulary",
+    "testbed", "vocabulary", "watch",
 )  # fmt: skip
 # Data, not modules: captured node output.
 DATA = (PACKAGE / "testbed" / "captures",)
@@ -182,7 +182,7 @@ def test_every_import_of_the_package_names_cluster_accept() -> None:
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"flows"}),
     frozenset({"tasks"}),
-    frozenset({"probes", "checks", "analysis", "reports", "remote", "inventory", "ops", "rundir"}),
+    frozenset({"probes", "checks", "analysis", "reports", "remote", "inventory", "ops", "rundir", "watch"}),
     frozenset({"vocabulary"}),
 )
 

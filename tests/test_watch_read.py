@@ -92,3 +92,20 @@ def test_clocks_of_one_machine_agree_and_a_synced_clock_is_trusted_to_its_error(
     assert {(r.clock_offset_ns, r.clock_error_ns) for r in apart[0].ranks} == {(0, 2_000_000)}
     # unsynchronised: the read's own round trip is all there is
     assert {(r.clock_offset_ns, r.clock_error_ns) for r in apart[1].ranks} == {(-12_063_331, 50_000_000)}
+
+
+def test_an_nccl_ranks_records_carry_their_own_execution_time() -> None:
+    """A real read of rank 1 of an armed two-host NCCL job (2 x H200 as two NCCL hosts, torch's NCCL Flight
+    Recorder with TORCH_NCCL_ENABLE_TIMING): the CPU queues each launch long before the GPU runs it (#296 was
+    queued 357 ms before the watchdog saw it start), so the arrival a straggler shows is in the execution time."""
+    text = (DATA / "nccl_h200x2_rank1.txt").read_text()
+    read = parse_node_read(text, "strag", "half-b", ReadWindow(1795787877925110518, 1795787877925112518))
+    assert read.problems == [] and len(read.collectives) == 40
+    (rank,) = read.ranks
+    assert (rank.rank, rank.gpu, rank.last_enqueued_seq, rank.last_completed_seq) == (1, 1, 334, 316)
+    second = read.collectives[1]
+    assert (second.op, second.seq, second.size_bytes, second.gpu) == ("all_reduce", 296, 227033088, 1)
+    assert second.exec_ms == pytest.approx(84.12742614746094)
+    assert second.start_ns is not None and second.start_ns - second.enqueue_ns == 356979499
+    rows = {c.signal: c.available for c in read.coverage}
+    assert rows == {"worker_server": True, "flight_recorder": True, "nccl_timing": True}

@@ -21,7 +21,8 @@ from pathlib import Path
 from prefect import flow, task
 
 from cluster_accept.analysis.live_job import WatchRules, localize, owner_line
-from cluster_accept.analysis.verdicts import Verdict
+from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
+from cluster_accept.flows.finish import RunOutcome
 from cluster_accept.flows.run_request import RunRequest, outcome_of
 from cluster_accept.flows.watch_files import WatchFiles
 from cluster_accept.inventory.hostlist import fold
@@ -90,24 +91,33 @@ def retest(request: WatchRequest, suspects: Sequence[WatchFinding]) -> list[Watc
         concurrency=request.concurrency, history=request.history, operations=request.operations,
     )  # fmt: skip
     outcome = outcome_of(run)
-    verdicts = {v.node: v for v in outcome.verdicts}
-    peers_passed = [p for p in peers if verdicts.get(p) and verdicts[p].verdict == Verdict.ACCEPTED]
     drained = {a.node for a in outcome.slurm.actions if a.action == "drain" and a.applied}
     planned = {a.node for a in outcome.slurm.actions if a.action == "drain"}
     out = []
     for finding in suspects:
-        verdict = verdicts.get(finding.node)
-        rejected = verdict is not None and verdict.verdict not in (Verdict.ACCEPTED, Verdict.SKIPPED)
-        confirmed = rejected and bool(peers_passed)
-        said = f"run {outcome.run_id} ({', '.join(RETEST_STAGES[kind])}): {finding.node} " + (
-            f"{verdict.verdict.value}: {', '.join(verdict.reasons) or verdict.cause}" if verdict else "not judged"
-        )
-        said += f"; peers accepted: {fold(peers_passed) if peers_passed else 'none'}"
+        confirmed, said = confirmation(finding.node, peers, outcome.verdicts)
+        said = f"run {outcome.run_id} ({', '.join(RETEST_STAGES[kind])}): {said}"
         out.append(_acted(finding, confirmed, said, finding.node in drained, finding.node in planned, outcome))
     return out
 
 
-def _acted(finding: WatchFinding, confirmed: bool, said: str, drained: bool, planned: bool, outcome) -> WatchFinding:  # type: ignore[no-untyped-def]
+def confirmation(node: str, peers: Sequence[str], verdicts: Sequence[VerdictRow]) -> tuple[bool, str]:
+    """Whether a re-test confirms ``node``, and what it said: the node not accepted (rejected or unreachable; a
+    tool error confirms nothing) while a peer of the same run is accepted (all of them failing says the run or
+    the job's load, not the node)."""
+    by_node = {v.node: v for v in verdicts}
+    passed = [p for p in peers if p in by_node and by_node[p].verdict == Verdict.ACCEPTED]
+    verdict = by_node.get(node)
+    rejected = verdict is not None and verdict.verdict in NOT_ACCEPTED
+    said = f"{node} " + (
+        f"{verdict.verdict.value}: {', '.join(verdict.reasons) or verdict.cause}" if verdict else "not judged"
+    )
+    return rejected and bool(passed), f"{said}; peers accepted: {fold(passed) if passed else 'none'}"
+
+
+def _acted(
+    finding: WatchFinding, confirmed: bool, said: str, drained: bool, planned: bool, outcome: RunOutcome
+) -> WatchFinding:
     if not confirmed:
         action = NOT_CONFIRMED.format(kind=finding.kind.replace("_", " "))
         return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action)
