@@ -148,7 +148,12 @@ def coverage(job: str, node: str, read: NodeRead) -> list[SignalCoverage]:
         f"{len(read.collectives)} collective records" if read.collectives or not answered
         else "the ranks answer with no collectives: TORCH_FR_BUFFER_SIZE is 0 or unset",
     )  # fmt: skip
-    rows = [server, recorded]
+    unread = "not read by the watcher yet: it reads each rank's Flight Recorder (cluster-accept arm still arms it)"
+    rows = [
+        server,
+        recorded,
+        *(SignalCoverage(job, node, s.value, False, unread) for s in (Signal.INSPECTOR, Signal.RAS)),
+    ]
     if read.collectives:
         said = (
             f"{len(timed)} records with their own execution time"
