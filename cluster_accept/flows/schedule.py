@@ -14,6 +14,8 @@ from typing import Any
 from prefect.client.schemas.schedules import CronSchedule
 
 from cluster_accept.flows.acceptance import acceptance
+from cluster_accept.flows.watch import watch
+from cluster_accept.flows.watch_request import WatchSpec
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.tasks.stages import SUITES
@@ -38,6 +40,26 @@ def deployment_name(cluster: str, suite: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", f"{cluster}-{suite}").strip("-")
 
 
+def _checked_cron(cron: str) -> None:
+    try:
+        CronSchedule(cron=cron)
+    except ValueError as exc:
+        raise ValueError(f"--cron {cron!r} is not a cron expression: {exc}") from None
+
+
+def serve_watch(spec: WatchSpec, cron: str, cluster: str, job: str) -> None:
+    """Serve the watch of ``spec`` on ``cron`` until interrupted: each run watches ``spec.for_s`` seconds (a
+    Slurm job's nodes asked of Slurm again at each run); a bad cron is a ValueError."""
+    _checked_cron(cron)
+    watch.serve(
+        name=deployment_name(cluster, f"watch-{job}"),
+        cron=cron,
+        parameters={"spec": spec.model_dump(mode="json")},
+        description=f"watch of job {job} on {cluster} ({spec.inventory})",
+        tags=["cluster-accept", "watch"],
+    )
+
+
 def serve_deployment(
     inventory: Path,
     cron: str,
@@ -48,10 +70,7 @@ def serve_deployment(
     operations: Operations,
 ) -> None:
     """Register the deployment and execute its runs until interrupted; a bad cron is a ValueError."""
-    try:
-        CronSchedule(cron=cron)
-    except ValueError as exc:
-        raise ValueError(f"--cron {cron!r} is not a cron expression: {exc}") from None
+    _checked_cron(cron)
     parameters = deployment_parameters(inventory, suite, out_dir, history, operations)
     cluster = load_checked_inventory(inventory).cluster
     acceptance.serve(

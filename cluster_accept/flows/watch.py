@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefect import flow, task
 
-from cluster_accept.analysis.live_job import WatchRules, localize, owner_line
+from cluster_accept.analysis.live_job import localize, owner_line
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 from cluster_accept.flows.finish import RunOutcome
 from cluster_accept.flows.run_request import RunRequest, outcome_of
 from cluster_accept.flows.watch_files import WatchFiles
+from cluster_accept.flows.watch_request import WatchRequest, WatchSpec, resolve
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.ops.after_run import Operations
-from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR, WatchState, read_round
+from cluster_accept.tasks.watch import WatchState, read_round
 from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
 from cluster_accept.vocabulary.status import Status
 
@@ -43,27 +42,6 @@ RETEST_STAGES: dict[str, tuple[str, ...]] = {
 }
 RETEST_PEERS = 2
 NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
-
-
-@dataclass
-class WatchRequest:
-    """What ``watch`` was asked to do; checked before Prefect starts (:func:`flows.cli`)."""
-
-    inventory_path: Path
-    inventory: Inventory
-    nodes: list[Node]
-    job: str
-    out_dir: Path = Path("runs")
-    watch_dir: str = DEFAULT_WATCH_DIR
-    interval_s: float = 5.0
-    for_s: float = 600.0
-    until_named: bool = False
-    retest: bool = True
-    operations: Operations = field(default_factory=Operations)
-    rules: WatchRules = field(default_factory=WatchRules)
-    history: str | None = None
-    concurrency: int = 64
-    record_limit: int = 5000  # collective records per rank per read
 
 
 @dataclass
@@ -87,8 +65,8 @@ def retest(request: WatchRequest, suspects: Sequence[WatchFinding]) -> list[Watc
     names = list(dict.fromkeys(f.node for f in suspects))
     peers = _peers(names, [n.name for n in request.nodes])
     run = RunRequest(
-        request.inventory_path, request.out_dir, nodes=fold([*names, *peers]), stages=list(RETEST_STAGES[kind]),
-        concurrency=request.concurrency, history=request.history, operations=request.operations,
+        request.spec.inventory, request.spec.out_dir, nodes=fold([*names, *peers]), stages=list(RETEST_STAGES[kind]),
+        concurrency=request.concurrency, history=request.spec.history, operations=request.spec.operations,
     )  # fmt: skip
     outcome = outcome_of(run)
     drained = {a.node for a in outcome.slurm.actions if a.action == "drain" and a.applied}
@@ -141,7 +119,7 @@ def _settle(request: WatchRequest, findings: list[WatchFinding], acted: dict[tup
     fresh = _suspects(findings, set(acted))
     for kind in dict.fromkeys(f.kind for f in fresh):
         group = [f for f in fresh if f.kind == kind]
-        done = retest(request, group) if request.retest else group
+        done = retest(request, group) if request.spec.retest else group
         for finding in done:
             acted[(finding.node, finding.kind)] = finding
     for i, finding in enumerate(findings):
@@ -164,19 +142,28 @@ read_task = task(name="watch-read", retries=0)(read_round)
 
 
 @flow(name="watch", log_prints=False)
+def watch(spec: WatchSpec) -> WatchOutcome:
+    """The watch of ``spec`` (one served deployment's run, or the command's): resolved, then watched."""
+    return watch_job(resolve(spec))
+
+
 def watch_job(request: WatchRequest) -> WatchOutcome:
     """Read, localize, re-test and write, round after round, until ``for_s`` has passed, the job has ended, or
     (``until_named``) a suspect has been named and re-tested."""
     files = WatchFiles.start(
-        request.out_dir, request.job, [n.name for n in request.nodes], request.inventory.cluster, request.history
+        request.spec.out_dir,
+        request.job,
+        [n.name for n in request.nodes],
+        request.inventory.cluster,
+        request.spec.history,
     )
     state = WatchState(keep_s=2 * request.rules.window_s)
     acted: dict[tuple[str, str], WatchFinding] = {}
     findings: list[WatchFinding] = []
-    deadline = time.monotonic() + request.for_s
+    deadline = time.monotonic() + request.spec.for_s
     while True:
         started = time.monotonic()
-        reads = read_task(request.nodes, request.job, request.watch_dir, state.since, request.record_limit,
+        reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
                           request.concurrency)  # fmt: skip
         state.add(reads)
         findings = localize(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
@@ -184,8 +171,8 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         _settle(request, findings, acted)
         files.write(state, findings)
         named = any(f.status in (Status.FAIL, Status.WARN) for f in findings)
-        if state.job_over() or time.monotonic() >= deadline or (request.until_named and named):
+        if state.job_over() or time.monotonic() >= deadline or (request.spec.until_named and named):
             break
-        time.sleep(max(0.0, request.interval_s - (time.monotonic() - started)))
-    files.finish(state, findings, request.operations.prometheus)
+        time.sleep(max(0.0, request.spec.interval_s - (time.monotonic() - started)))
+    files.finish(state, findings, request.spec.operations.prometheus)
     return WatchOutcome(files.run_dir, findings, state.rounds)

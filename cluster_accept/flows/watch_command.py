@@ -11,56 +11,14 @@ from typing import Annotated
 
 import typer
 
-from cluster_accept.analysis.live_job import WatchRules
 from cluster_accept.flows.exits import ACCEPTED, NOT_ACCEPTED, TOOL_FAILURE, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
-from cluster_accept.flows.watch import WatchRequest
+from cluster_accept.flows.watch_request import WatchSpec, resolve
 from cluster_accept.inventory.hostlist import HostlistError
-from cluster_accept.inventory.load import InventoryError, from_slurm_names, select_nodes
+from cluster_accept.inventory.load import InventoryError
 from cluster_accept.ops.after_run import Operations
-from cluster_accept.ops.slurm import job_nodes
-from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR, SHIM_DIR
 from cluster_accept.watch.arming import NodeVersions
-
-
-def _selection(inventory_path: Path, nodes: str | None, slurm_job: str | None, scontrol: str) -> tuple[str, str]:
-    """(the inventory nodes to read, the job's name) from ``--nodes`` or ``--slurm-job``."""
-    if (nodes is None) == (slurm_job is None):
-        raise ValueError("give --nodes EXPR (with --job NAME) or --slurm-job ID")
-    if slurm_job is not None:
-        inventory = load_checked_inventory(inventory_path)
-        return from_slurm_names(inventory, job_nodes(slurm_job, scontrol)), slurm_job
-    return str(nodes), ""
-
-
-def build_request(  # noqa: PLR0913 - the command's options, checked in one place
-    inventory_path: Path,
-    nodes: str | None,
-    slurm_job: str | None,
-    job: str | None,
-    out_dir: Path,
-    watch_dir: str,
-    interval_s: float,
-    for_s: float,
-    until_named: bool,
-    retest: bool,
-    operations: Operations,
-    history: str | None,
-    rules: WatchRules,
-) -> WatchRequest:
-
-    selected, slurm_name = _selection(inventory_path, nodes, slurm_job, operations.scontrol)
-    name = job or slurm_name
-    if not name:
-        raise ValueError("give --job NAME: the job's name its ranks were armed with (CA_WATCH_JOB)")
-    inventory = select_nodes(load_checked_inventory(inventory_path), selected)
-    if len(inventory.nodes) == 0:
-        raise ValueError("no node to watch")
-    return WatchRequest(
-        inventory_path, inventory, list(inventory.nodes), name, out_dir, watch_dir, interval_s, for_s,
-        until_named, retest, operations, rules, history,
-    )  # fmt: skip
 
 
 def watch_command(
@@ -86,33 +44,56 @@ def watch_command(
     scontrol: Annotated[str, typer.Option("--scontrol", help="the scontrol to use")] = "scontrol",
     history: Annotated[str | None, typer.Option("--history", help="history directory ('-' for none)")] = None,
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
+    cron: Annotated[
+        str | None, typer.Option("--cron", help="serve it as a Prefect deployment on this schedule instead")
+    ] = None,
 ) -> None:
     """Watch a running job from its nodes: name the node behind a dead rank, a hang or a straggler, re-test it
     against its peers, and drain it only when the re-test confirms it. Writes OUT/<id>/ (Parquet, watch.html,
-    watch.prom)."""
-    from cluster_accept.flows.watch import watch_job
-
+    watch.prom). With --cron, each scheduled run is such a watch (until interrupted)."""
     operations = Operations(
         drain=drain, apply=apply, scontrol=scontrol, max_drain=max_drain, fail_streak=1,
-        prometheus=str(prometheus) if prometheus else None,
+        prometheus=str(prometheus.resolve()) if prometheus else None,
     )  # fmt: skip
     try:
-        rules = WatchRules(window_s=window, hang_after_s=hang_after)
-        request = build_request(inventory, nodes, slurm_job, job, out_dir, watch_dir, interval, for_s, until_named,
-                                retest, operations, history, rules)  # fmt: skip
+        spec = WatchSpec(
+            inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, out_dir=out_dir.resolve(),
+            watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window, hang_after_s=hang_after,
+            until_named=until_named, retest=retest, operations=operations, history=history,
+        )  # fmt: skip
+        request = resolve(spec)  # every usage and inventory error before Prefect starts
     except InventoryError as exc:
         raise inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(USAGE_ERROR) from None
+    if cron is not None:
+        _serve(spec, cron, request.inventory.cluster, request.job)
+        return
+    _watch_once(spec, request.job, len(request.nodes))
+
+
+def _serve(spec: WatchSpec, cron: str, cluster: str, job: str) -> None:
+    from cluster_accept.flows.schedule import serve_watch
+
     try:
-        outcome = watch_job(request)
+        serve_watch(spec, cron, cluster, job)
+    except ValueError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(USAGE_ERROR) from None
+
+
+def _watch_once(spec: WatchSpec, job: str, nodes: int) -> None:
+    from cluster_accept.flows.watch import watch
+
+    try:
+        outcome = watch(spec)
     except Exception as exc:  # noqa: BLE001 - the tool failed: one line
         _say(f"error: the watch failed: {type(exc).__name__}: {exc}")
         raise typer.Exit(TOOL_FAILURE) from None
     for finding in outcome.named:
         _say(f"{finding.status.value}: {finding.owner_line} [{finding.action or 'not re-tested'}]")
-    _say(f"watched {request.job} on {len(request.nodes)} nodes for {outcome.rounds} reads: {outcome.run_dir}")
+    _say(f"watched {job} on {nodes} nodes for {outcome.rounds} reads: {outcome.run_dir}")
     raise typer.Exit(NOT_ACCEPTED if outcome.named else ACCEPTED)
 
 

@@ -1,0 +1,82 @@
+"""What ``watch`` is asked to do: the options as a typed, JSON-able spec (what a served deployment keeps as its
+parameters), and the request a watch runs on, resolved from it (the inventory read, the job's nodes found).
+
+Resolving is where every usage and inventory error is found, before Prefect starts. Nothing here imports Prefect
+or the analysis: the CLI loads this module at start-up, for every command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cluster_accept.inventory.load import from_slurm_names, select_nodes
+from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.ops.after_run import Operations
+from cluster_accept.ops.slurm import job_nodes
+from cluster_accept.probes.base import load_checked_inventory
+from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR
+
+if TYPE_CHECKING:
+    from cluster_accept.analysis.live_job import WatchRules
+
+
+class WatchSpec(BaseModel):
+    """The watch's options; paths absolute where a served deployment runs them from another directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inventory: Path
+    nodes: str | None = None  # inventory names (a hostlist); or
+    slurm_job: str | None = None  # a Slurm job, its nodes asked of Slurm at each watch
+    job: str | None = None  # the name the ranks were armed with (CA_WATCH_JOB); a Slurm job's id by default
+    out_dir: Path = Path("runs")
+    watch_dir: str = DEFAULT_WATCH_DIR
+    interval_s: float = Field(default=5.0, ge=0.5)
+    for_s: float = Field(default=600.0, ge=0)
+    window_s: float = Field(default=60.0, ge=1)
+    hang_after_s: float = Field(default=120.0, ge=1)
+    until_named: bool = False
+    retest: bool = True
+    operations: Operations = Field(default_factory=Operations)
+    history: str | None = None
+
+
+@dataclass
+class WatchRequest:
+    """A spec resolved: the inventory and the job's nodes in it, the localization's rules."""
+
+    spec: WatchSpec
+    inventory: Inventory
+    nodes: list[Node]
+    job: str
+    rules: WatchRules
+    concurrency: int = 64
+    record_limit: int = 5000  # collective records per rank per read
+
+
+def _selection(spec: WatchSpec) -> tuple[str, str]:
+    """(the inventory nodes to read, the job's name Slurm gives) from ``nodes`` or ``slurm_job``."""
+    if (spec.nodes is None) == (spec.slurm_job is None):
+        raise ValueError("give --nodes EXPR (with --job NAME) or --slurm-job ID")
+    if spec.slurm_job is not None:
+        inventory = load_checked_inventory(spec.inventory)
+        return from_slurm_names(inventory, job_nodes(spec.slurm_job, spec.operations.scontrol)), spec.slurm_job
+    return str(spec.nodes), ""
+
+
+def resolve(spec: WatchSpec) -> WatchRequest:
+    """The request ``spec`` asks for; a ValueError (or the inventory's error) naming what is wrong."""
+    from cluster_accept.analysis.live_job import WatchRules
+
+    selected, slurm_name = _selection(spec)
+    name = spec.job or slurm_name
+    if not name:
+        raise ValueError("give --job NAME: the job's name its ranks were armed with (CA_WATCH_JOB)")
+    inventory = select_nodes(load_checked_inventory(spec.inventory), selected)
+    if not inventory.nodes:
+        raise ValueError("no node to watch")
+    rules = WatchRules(window_s=spec.window_s, hang_after_s=spec.hang_after_s)
+    return WatchRequest(spec, inventory, list(inventory.nodes), name, rules)
