@@ -14,16 +14,26 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.probe_dir import run_in_probe_dir
+from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeResult, RemoteCommand
 from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "watch" / "node"  # the shim and the node-side reader
 READER = SHIM_DIR / "job_read.py"
+
+
+@cache
+def reader_source() -> str:
+    """The reader, to go with its command (``python3 -c``): a read every few seconds costs one SSH batch, no
+    directory made, copied into and removed on the node each time."""
+    return READER.read_text()
+
+
 DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
 READ_TIMEOUT_S = 60.0
 RANK_ANSWER_S = 5.0
@@ -39,7 +49,7 @@ def reader_command(node: Node, directory: str, since_ns: int, limit: int) -> Rem
     """The reader behind the node's command prefix (a container the job runs in sees the job's sockets)."""
     probes = node.profile.probes
     prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
-    words = [probes.python, '"$CA_PROBE_DIR/job_read.py"', "--dir", shlex.quote(directory)]
+    words = [probes.python, "-c", shlex.quote(reader_source()), "--dir", shlex.quote(directory)]
     words += ["--since-ns", str(since_ns), "--limit", str(limit), "--timeout-s", str(RANK_ANSWER_S)]
     return RemoteCommand("job_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
 
@@ -56,9 +66,7 @@ def _answer(result: NodeResult) -> tuple[str, str]:
 
 def read_node(node: Node, job: str, template: str, since_ns: int, limit: int) -> NodeRead:
     sent = time.time_ns()
-    result = run_in_probe_dir(
-        node, [str(READER)], [reader_command(node, job_dir(template, node, job), since_ns, limit)]
-    )
+    result = run_node(node, [reader_command(node, job_dir(template, node, job), since_ns, limit)])
     text, problem = _answer(result)
     read = parse_node_read(text, job, node.name, ReadWindow(sent, time.time_ns()))
     if problem:
@@ -105,11 +113,17 @@ class WatchState:
         self._prune()
 
     def _prune(self) -> None:
-        if not self.collectives:
-            return
-        newest = max(c.enqueue_ns for c in self.collectives.values())
-        oldest = newest - int(self.keep_s * 1e9)
-        self.collectives = {k: c for k, c in self.collectives.items() if c.enqueue_ns >= oldest}
+        """Collectives and reads older than ``keep_s`` go, but each rank's first read in each state stays: when a
+        rank was first seen dead or stopped orders the deaths and dates the hang, however long ago."""
+        if self.collectives:
+            newest = max(c.enqueue_ns for c in self.collectives.values())
+            oldest = newest - int(self.keep_s * 1e9)
+            self.collectives = {k: c for k, c in self.collectives.items() if c.enqueue_ns >= oldest}
+        if self.ranks:
+            since = max(r.read_ns for r in self.ranks) - int(self.keep_s * 1e9)
+            first = {(r.rank, r.state): i for i, r in reversed(list(enumerate(self.ranks)))}
+            kept = set(first.values())
+            self.ranks = [r for i, r in enumerate(self.ranks) if r.read_ns >= since or i in kept]
 
     def latest_ranks(self) -> dict[int, RankSeen]:
         latest: dict[int, RankSeen] = {}

@@ -1,0 +1,45 @@
+"""What the watch keeps between rounds: each collective once per rank, and a bounded record of the ranks' reads
+that never loses when a rank was first seen dead or stopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_accept.tasks.watch import WatchState
+from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen
+from cluster_accept.watch.read import NodeRead
+
+pytestmark = pytest.mark.unit
+
+S = 1_000_000_000
+
+
+def _read(t_s: int, state1: str, seqs: range) -> NodeRead:
+    read = NodeRead("n1", node_ns=t_s * S)
+    read.ranks = [RankSeen("j", "n1", r, r, 100 + r, s, t_s * S) for r, s in ((0, "running"), (1, state1))]
+    read.collectives = [
+        CollectiveSeen("j", "n1", r, "0:default_pg", "all_reduce", q, q * S, "flight_recorder", completed=t_s > q)
+        for r in (0, 1) for q in seqs
+    ]  # fmt: skip
+    return read
+
+
+def test_old_reads_go_but_the_first_of_each_state_stays() -> None:
+    state = WatchState(keep_s=10)
+    for t in range(0, 100, 2):
+        state.add([_read(t, "dead" if t >= 20 else "running", range(t, t + 2))])
+    assert state.rounds == 50
+    kept = {(r.rank, r.state, r.read_ns // S) for r in state.ranks}
+    assert (1, "dead", 20) in kept and (1, "running", 0) in kept and (0, "running", 0) in kept
+    assert min(r.read_ns for r in state.ranks if (r.rank, r.state) == (1, "dead") and r.read_ns // S != 20) >= 88 * S
+    assert len(state.ranks) < 20
+    assert min(c.seq for c in state.collectives.values()) >= 89 and len(state.collectives) == 2 * 11  # #89-#99
+
+
+def test_a_collective_read_again_is_kept_once_with_the_later_record() -> None:
+    state = WatchState(keep_s=60)
+    state.add([_read(5, "running", range(4, 8))])
+    state.add([_read(9, "running", range(4, 8))])
+    assert len(state.collectives) == 8
+    assert all(c.completed for c in state.collectives.values())
+    assert state.since["n1"] == 7 * S - S
