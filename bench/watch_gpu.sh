@@ -17,17 +17,21 @@ else INV=bench/inventories/h200x2-auto-halves.yaml; A=0; B=1; PER=1; SLOW_GPU=1;
 JOB=/tmp/job
 mkdir -p "$JOB" && cp cluster_accept/probes/training/node/train_step.py cluster_accept/probes/node/allreduce.py "$JOB/"
 MODEL="--layers 12 --width 1024 --heads 16 --seq-len 1024 --micro-batch 8"
+# The straggler's job computes more per step than it communicates: with MODEL the halves' socket path keeps
+# NCCL's stream busy ~96 % of each step (20 buckets, ~306 ms of all-reduce in a ~318 ms step on 2 x H200), so a
+# co-tenant's slower compute hides under the communication and no rank arrives late. 8 x the tokens a step.
+STRAG_MODEL=${STRAG_MODEL:-"--layers 12 --width 1024 --heads 16 --seq-len 2048 --micro-batch 32"}
 CLI="python3 -m cluster_accept.flows.cli"
 $CLI arm --local --watch-dir /tmp/caw/half-a --format taskprolog > "$OUT/watch_gpu.log" 2>&1
 
-launch() {  # name steps armed(0/1) port
+launch() {  # name steps armed(0/1) port [model]
   local half gpus rank env
   for half in a b; do
     if [ $half = a ]; then gpus=$A; rank=0; else gpus=$B; rank=1; fi
     env="NCCL_HOSTID=half-$half CUDA_VISIBLE_DEVICES=$gpus"
     [ "$3" = 1 ] && env="$env $($CLI arm --local --watch-dir /tmp/caw/half-$half --format env --job "$1" | tr '\n' ' ')"
     (cd "$JOB" && env $env python3 -m torch.distributed.run --nnodes 2 --node-rank $rank --nproc-per-node $PER \
-      --master-addr 127.0.0.1 --master-port "$4" train_step.py $MODEL --steps "$2" --warmup-steps 10 \
+      --master-addr 127.0.0.1 --master-port "$4" train_step.py ${5:-$MODEL} --steps "$2" --warmup-steps 10 \
       --solo-steps 2 > "$OUT/$1-half-$half.log" 2>&1) &
   done
 }
@@ -77,7 +81,7 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   fi
 
   echo "### 3. GEMM co-tenant on GPU $SLOW_GPU (half-b) mid-run"
-  launch strag 100000 1 29600
+  launch strag 100000 1 29600 "$STRAG_MODEL"
   sleep "${STRAG_WARM_S:-40}"
   python3 cluster_accept/watch/node/job_read.py --dir /tmp/caw/half-b/strag --limit 40 > "$OUT/fr_nccl_read.txt"
   python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
