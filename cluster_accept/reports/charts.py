@@ -222,7 +222,6 @@ def line_chart(
 ) -> Markup:
     """Lines over a shared x axis (message size in bytes on a log2 axis, or node counts). More than
     :data:`MAX_LINES` lines: the bad ones drawn (lowest first, at most that many), the others as a band."""
-    drawn, banded = split_lines(series)
     xs = sorted({x for s in series for x, _ in s.points})
     ys = [y for s in series for _, y in s.points] + [r.value for r in refs] + [0.0]
     top = _nice_top(max(ys) * 1.05)
@@ -246,17 +245,31 @@ def line_chart(
         f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h + 34}" font-size="11" text-anchor="middle">'
         f"{escape(x_label)}</text>"
     )
-    if banded:
-        body.append(_band(banded, unit, pos, ypos))
-    ordered = sorted(drawn, key=lambda s: s.bad)  # bad lines drawn last, on top
+    body += plotted(series, unit, pos, ypos, lambda ordered: _legend([s for s in ordered if s.bad] or ordered[:6]))
+    return _frame(chart_id, title, unit, top, body + _refs(refs, top))
+
+
+def plotted(
+    series: Sequence[Series],
+    unit: str,
+    pos: Callable[[float], float],
+    ypos: Callable[[float], float],
+    legend: Callable[[list[Series]], list[str]],
+    noun: str = "lines",
+) -> list[str]:
+    """The plot of ``series`` on the axes ``pos``/``ypos``: more than :data:`MAX_LINES` as a band, the bad lines
+    drawn last (on top), ``legend`` of the lines drawn, and a note of how many went into the band."""
+    drawn, banded = split_lines(series)
+    body = [_band(banded, unit, pos, ypos)] if banded else []
+    ordered = sorted(drawn, key=lambda s: s.bad)
     body += [_line(s, unit, pos, ypos) for s in ordered]
-    body += _legend([s for s in ordered if s.bad] or list(ordered)[:6])
+    body += legend(ordered)
     if banded:
         body.append(
-            f'<text x="{LEFT}" y="{HEIGHT - 2}" font-size="11">{len(series):,} lines: {len(drawn)} drawn, '
+            f'<text x="{LEFT}" y="{HEIGHT - 2}" font-size="11">{len(series):,} {noun}: {len(drawn)} drawn, '
             f"the other {len(banded):,} as a band (their range) and its median</text>"
         )
-    return _frame(chart_id, title, unit, top, body + _refs(refs, top))
+    return body
 
 
 def split_lines(series: Sequence[Series]) -> tuple[list[Series], list[Series]]:

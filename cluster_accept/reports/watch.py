@@ -36,12 +36,10 @@ from cluster_accept.reports.charts import (
     TOP,
     WIDTH,
     Series,
-    _band,
     _frame,
-    _line,
     _nice_top,
     fmt,
-    split_lines,
+    plotted,
 )
 from cluster_accept.reports.render import environments, number_or_text
 from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage, WatchFinding
@@ -198,7 +196,6 @@ def _time_chart(chart_id: str, title: str, series: Sequence[Series], unit: str, 
     Unlike :func:`charts.line_chart`, whose x labels are its points' (message sizes, node counts), the time
     axis is labelled at :data:`X_TICKS` even steps, however many points the lines have. Values below zero are
     drawn at zero."""
-    drawn, banded = split_lines(series)
     top = _nice_top(max([y for s in series for _, y in s.points] + [0.0]) * 1.05)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     span = span_s or 1.0
@@ -219,16 +216,7 @@ def _time_chart(chart_id: str, title: str, series: Sequence[Series], unit: str, 
         f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h + 34}" font-size="11" text-anchor="middle">'
         "seconds since the window's start</text>"
     )
-    if banded:
-        body.append(_band(banded, unit, pos, ypos))
-    ordered = sorted(drawn, key=lambda s: s.bad)  # suspects drawn last, on top
-    body += [_line(s, unit, pos, ypos) for s in ordered]
-    body += _legend(ordered)
-    if banded:
-        body.append(
-            f'<text x="{LEFT}" y="{HEIGHT - 2}" font-size="11">{len(series):,} ranks: {len(drawn)} drawn, '
-            f"the other {len(banded):,} as a band (their range) and its median</text>"
-        )
+    body += plotted(series, unit, pos, ypos, _legend, noun="ranks")  # suspects drawn last, on top
     return _frame(chart_id, title, unit, top, body)
 
 
