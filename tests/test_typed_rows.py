@@ -20,7 +20,7 @@ from cluster_accept.probes.burn import BurnPoint
 from cluster_accept.vocabulary.codec import ShapeError, from_data, to_data
 from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
-from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, Record, ValueKind
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, Record, StatusRecord, ValueKind
 from cluster_accept.vocabulary.status import Status
 
 FIGURE = Figure("gemm_bf16_tflops", 692.3, gpu=0, sm_clock_mhz=1980.0)
@@ -44,8 +44,9 @@ ROWS: dict[str, Any] = {
 ALL_TABLES = {**TABLES, **WATCH_TABLES}
 
 
-# Typed rows that are no table's: a trend is read from the history's frame (its own test below).
-NOT_A_TABLE: frozenset[type[Record]] = frozenset({Trend})
+# Typed rows that are no table's: a trend is read from the history's frame (its own test below); a row with a
+# status is the base of the tables' rows that have one.
+NOT_A_TABLE: frozenset[type[Record]] = frozenset({Trend, StatusRecord})
 
 
 def _typed_rows() -> set[type[Record]]:

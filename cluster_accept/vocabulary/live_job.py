@@ -7,12 +7,10 @@ Inspector stamp them); a node's clock offset from the watcher's is measured at e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from cluster_accept.vocabulary.rows import Record
+from cluster_accept.vocabulary.rows import Record, StatusRecord
 from cluster_accept.vocabulary.status import Status
 
 
@@ -99,7 +97,7 @@ class SignalCoverage(Record):
 
 
 @dataclass(frozen=True)
-class WatchFinding(Record):
+class WatchFinding(StatusRecord):
     """What the watcher concluded about one node of the job, with its evidence and what was done about it."""
 
     job: str
@@ -118,14 +116,3 @@ class WatchFinding(Record):
     retest: str = ""  # which probes were run and their figures against the peers
     action: str = ""  # 'drained', 'not drained: breaker open', 'job-level straggler, hardware not confirmed'
     owner_line: str = ""  # one line for the job's owner: which node to exclude and why
-
-    def record(self) -> dict[str, Any]:
-        """The Parquet row: the status as its value."""
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> WatchFinding:
-        """A row read back from its table; other keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in record.items() if key in known}
-        return cls(**{**values, "status": Status(str(record["status"]))})

@@ -42,8 +42,21 @@ class CheckRow:
     gpu: int | None = None
 
 
+class StatusRecord(Record):
+    """A typed row with a closed ``status``: its value at the Parquet edge, the enum again when read back."""
+
+    status: Status
+
+    def record(self) -> dict[str, Any]:
+        return {**super().record(), "status": self.status.value}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Self:
+        return super().from_record({**record, "status": Status(str(record["status"]))})
+
+
 @dataclass(frozen=True)
-class NodeRow(Record):
+class NodeRow(StatusRecord):
     """A judged row of one node in one run and stage, as ``checks.parquet`` holds it: typed from the stage
     that judged it to the Parquet edge (:meth:`record`), where it becomes a plain record once."""
 
@@ -66,17 +79,6 @@ class NodeRow(Record):
     def code(self) -> str:
         """``check:reason``, as verdicts list it."""
         return f"{self.check}:{self.reason}"
-
-    def record(self) -> dict[str, Any]:
-        """The Parquet row: the status as its value."""
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> NodeRow:
-        """A row read back from ``checks.parquet`` (or any record of its columns); other keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in record.items() if key in known}
-        return cls(**{**values, "status": Status(str(record["status"]))})
 
 
 @dataclass(frozen=True, kw_only=True)
