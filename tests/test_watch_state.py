@@ -43,3 +43,13 @@ def test_a_collective_read_again_is_kept_once_with_the_later_record() -> None:
     assert len(state.collectives) == 8
     assert all(c.completed for c in state.collectives.values())
     assert state.since["n1"] == 7 * S - S
+
+
+def test_a_node_clock_that_steps_back_is_read_from_the_start_again() -> None:
+    state = WatchState(keep_s=60)
+    state.add([_read(50, "running", range(48, 50))])
+    assert state.since["n1"] == 48 * S
+    state.add([_read(30, "running", range(28, 30))])  # stepped back 20 s: its new records predate the mark
+    assert state.since["n1"] == 0
+    state.add([_read(32, "running", range(30, 32))])
+    assert state.since["n1"] == 30 * S

@@ -92,7 +92,8 @@ class WatchState:
     collectives: dict[tuple[int, str, int], CollectiveSeen] = field(default_factory=dict)
     coverage: dict[tuple[str, str], SignalCoverage] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
-    since: dict[str, int] = field(default_factory=dict)  # per node: its clock at the last read that answered
+    since: dict[str, int] = field(default_factory=dict)  # per node: its next read's records begin after this
+    clock_seen: dict[str, int] = field(default_factory=dict)  # per node: its clock at its last read
     rounds: int = 0
 
     def add(self, reads: Sequence[NodeRead]) -> None:
@@ -107,10 +108,21 @@ class WatchState:
                 self.problems[read.node] = read.problems
             else:
                 self.problems.pop(read.node, None)
-            if read.node_ns is not None and read.collectives:
-                # a second of overlap: a record created just before the last read may not have been seen yet
-                self.since[read.node] = max(c.enqueue_ns for c in read.collectives) - 1_000_000_000
+            self._advance(read)
         self._prune()
+
+    def _advance(self, read: NodeRead) -> None:
+        """Where the node's next read starts: a second before its newest record (one created just before this read
+        may not have been seen), or from the start again when the node's clock went back, since records stamped
+        after the step would be older than the mark and never read (their ranks then missing from collectives)."""
+        if read.node_ns is None:
+            return
+        stepped_back = read.node_ns < self.clock_seen.get(read.node, 0)
+        self.clock_seen[read.node] = read.node_ns
+        if stepped_back:
+            self.since[read.node] = 0
+        elif read.collectives:
+            self.since[read.node] = max(c.enqueue_ns for c in read.collectives) - 1_000_000_000
 
     def _prune(self) -> None:
         """Collectives and reads older than ``keep_s`` go, but each rank's first read in each state stays: when a
