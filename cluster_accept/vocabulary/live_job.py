@@ -22,6 +22,7 @@ class RankState(StrEnum):
     DEAD = "dead"  # its process is gone and it never said it ended (killed, crashed, OOM-killed)
     EXITED = "exited"  # it ended through the interpreter's exit (the job finished or failed in Python)
     ZOMBIE = "zombie"
+    UNKNOWN = "unknown"  # in another pid namespace than the reader: its process cannot be looked up
 
 
 class Signal(StrEnum):

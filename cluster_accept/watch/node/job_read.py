@@ -55,8 +55,19 @@ def clock() -> dict[str, object]:
     return said
 
 
-def process_state(pid: int, start_ticks: int, exit_path: str) -> str:
-    """The rank's state; a pid reused by another process (another start time) counts as the rank gone."""
+def pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_state(pid: int, start_ticks: int, exit_path: str, pidns: str = "") -> str:
+    """The rank's state; a pid reused by another process (another start time) counts as the rank gone. A rank in
+    another pid namespace than this reader (a container, the reader run on its host) cannot be looked up by its
+    pid: ``unknown``, never ``dead``."""
+    if pidns and pid_namespace() and pidns != pid_namespace():
+        return "unknown"
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
@@ -145,9 +156,11 @@ def read_rank(path: str, args: argparse.Namespace) -> None:
     with open(path) as handle:
         rank = json.load(handle)
     base = path[: -len(".json")]
-    state = process_state(int(rank["pid"]), int(rank.get("start_ticks", -1)), base + ".exit")
+    state = process_state(int(rank["pid"]), int(rank.get("start_ticks", -1)), base + ".exit", rank.get("pidns", ""))
     answer: dict[str, object] = {**rank, "state": state, "answered": False, "entries": 0}
-    if state == "running" and os.path.exists(base + ".sock"):
+    if state == "unknown":
+        answer["detail"] = "the rank is in another pid namespace: read it where the job runs (probes.command_prefix)"
+    if state in ("running", "unknown") and os.path.exists(base + ".sock"):
         try:
             trace = ask_flight_recorder(base + ".sock", args.timeout_s)
             status = (trace.get("pg_status") or {}).get("0") or {}
@@ -158,6 +171,8 @@ def read_rank(path: str, args: argparse.Namespace) -> None:
             answer["detail"] = f"flight recorder did not answer: {type(exc).__name__}: {exc}"[:300]
     elif state == "running":
         answer["detail"] = rank.get("detail") or "no worker-server socket"
+    if state == "unknown" and answer["answered"]:
+        answer.update(state="running", detail="")  # its recorder answered: alive, whatever its pid here
     _emit({"rank": answer})
 
 

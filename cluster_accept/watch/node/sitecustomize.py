@@ -43,6 +43,14 @@ def _gpu(local_rank: int) -> int | None:
     return local_rank
 
 
+def _pid_namespace() -> str:
+    """The rank's pid namespace: a reader in another one cannot look the rank up by its pid."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def _start_ticks() -> int:
     with open("/proc/self/stat") as stat:  # field 22 after the parenthesised command name
         return int(stat.read().rsplit(")", 1)[1].split()[19])
@@ -86,7 +94,7 @@ def _arm() -> None:
     record: dict[str, object] = {
         "rank": int(rank), "local_rank": local_rank, "pid": os.getpid(), "start_ticks": _start_ticks(),
         "hostname": socket.gethostname(), "gpu": _gpu(local_rank), "started_ns": time.time_ns(),
-        "world_size": int(os.environ.get("WORLD_SIZE", "0")), "job": _job_name(),
+        "world_size": int(os.environ.get("WORLD_SIZE", "0")), "job": _job_name(), "pidns": _pid_namespace(),
     }  # fmt: skip
     exit_path = os.path.join(job_dir, f"rank{rank}.exit")
     if os.path.exists(exit_path):
