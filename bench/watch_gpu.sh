@@ -8,7 +8,8 @@
 #      rank and GPU, and its re-test (the single-node stage beside half-a) confirm it; time to name measured
 #      (one node-side read of the armed NCCL job is kept: fr_nccl_read.txt)
 # Usage on the machine, from the repo root: bash bench/watch_gpu.sh   (results under $OUT); OVERHEAD_ROUNDS=0,
-# PHASES=strag, STRAG_RETEST=--no-retest, STRAG_FOR=SECONDS run less of it.
+# PHASES=strag, STRAG_RETEST=--no-retest, STRAG_FOR=SECONDS run less of it; STRAG_LIMIT_S bounds that watch and its
+# re-test, so the findings are printed within the machine's command limit.
 set -u
 source bench/device_env.sh
 GPUS=$(nvidia-smi -L | wc -l)
@@ -86,10 +87,12 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   python3 cluster_accept/watch/node/job_read.py --dir /tmp/caw/half-b/strag --limit 40 > "$OUT/fr_nccl_read.txt"
   python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
   start=$(date +%s%N); echo "cotenant started_ns $start"
-  $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
+  (sleep 5; nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv) &
+  timeout "${STRAG_LIMIT_S:-420}" $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
     --window 30 --until-named --for "${STRAG_FOR:-240}" ${STRAG_RETEST:-} --out /tmp/watch-strag
   echo "watch exit $?"
   kill $COTENANT; pkill -9 -f train_step.py; wait
+  grep -h '"info": "training_rank"' "$OUT"/strag-half-*.log | head -4
   summarize strag
 } >> "$OUT/watch_gpu.log" 2>&1
 tar czf "$OUT/watch.tgz" -C /tmp $(cd /tmp && ls -d watch-strag watch-dead 2>/dev/null)

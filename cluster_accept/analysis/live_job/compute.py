@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cluster_accept.analysis.live_job.rules import WatchRules
 from cluster_accept.analysis.live_job.window import NS_PER_MS, NS_PER_S, Window, ranks_said
 from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
 from cluster_accept.vocabulary.status import Status
@@ -61,11 +62,12 @@ def interval_ms(full: pd.DataFrame) -> float:
 
 
 def shared(window: Window, full: pd.DataFrame) -> pd.DataFrame:
-    """Per collective, what every node's series reads: the last rank and its node, how many nodes take part, and
-    the two largest clock errors among them (with the node of the largest), so that a node's uncertainty against
+    """Per collective, what every node's series reads: the last rank and its node, how long the collective waited
+    for it (``wait_ms``: its lag behind the median arrival), how many nodes take part, and the two largest clock
+    errors among them (with the node of the largest), so that a node's uncertainty against
     the others is its own error plus the largest of theirs."""
-    last = full.loc[full.groupby(KEY)["arrived_ns"].idxmax(), [*KEY, "rank", "node"]]
-    last = last.rename(columns={"rank": "last_rank", "node": "last_node"}).set_index(KEY)
+    last = full.loc[full.groupby(KEY)["arrived_ns"].idxmax(), [*KEY, "rank", "node", "lag_ms"]]
+    last = last.rename(columns={"rank": "last_rank", "node": "last_node", "lag_ms": "wait_ms"}).set_index(KEY)
     pairs = full[[*KEY, "node"]].drop_duplicates()
     errors = pairs["node"].map(lambda n: window.clocks[n].error_ns if n in window.clocks else 0)
     pairs = pairs.assign(error_ns=errors).sort_values([*KEY, "error_ns"], ascending=[True, True, False])
@@ -187,9 +189,28 @@ def _verdict(seg: Segment, window: Window, floor_ms: float) -> str:
     return "named" if seg.lag_ms > seg.uncertainty_ms else "clock"
 
 
-def _persistence(seg: Segment, per: pd.DataFrame, cut: int | None) -> str:
+def waited(per: pd.DataFrame, floor_ms: float) -> pd.DataFrame:
+    """The collectives the job waited at: its last rank arrived ``floor_ms`` or more after the median.
+
+    A GPU job's collectives queue on one stream: each gradient bucket's all_reduce starts when the one before it
+    ends, so where communication fills the backward pass a slow rank is late only at the first collective after
+    its forward pass, and on time at the others (they wait for the stream, not for it). Over every collective it
+    is last at a few; over those the job waited at, at nearly all."""
+    return per[per["wait_ms"] >= floor_ms]
+
+
+def held_share(seg: Segment, per: pd.DataFrame) -> float:
+    """The share of the node's span of the window its peers spent waiting for it: its lag summed over the judged
+    collectives it arrived last at, over the time from the node's first collective to its last."""
+    span_ns = float(per["median_ns"].iloc[-1]) - float(per["median_ns"].iloc[0])
+    held_ms = float(seg.per.loc[seg.per["last"], "lag_ms"].clip(lower=0).sum())
+    return held_ms * NS_PER_MS / span_ns if span_ns > 0 else 0.0
+
+
+def _persistence(seg: Segment, per: pd.DataFrame, cut: int | None, waited_ms: float | None = None) -> str:
     span_s = (float(seg.per["median_ns"].iloc[-1]) - float(seg.per["median_ns"].iloc[0])) / NS_PER_S
-    said = f"last at {seg.last} of {seg.count} {label(seg.per)} over {span_s:.1f} s; longest streak {seg.streak}"
+    judged = f"{label(seg.per)}" + (f" (those the job waited {waited_ms:.1f} ms or more at)" if waited_ms else "")
+    said = f"last at {seg.last} of {seg.count} {judged} over {span_s:.1f} s; longest streak {seg.streak}"
     if cut is not None:
         before = float(per["lag_ms"].iloc[:cut].median())
         communicator, seq = per.index[cut]
@@ -216,38 +237,87 @@ def _evidence(window: Window, full: pd.DataFrame, seg: Segment, node: str, floor
     return said
 
 
+@dataclass(frozen=True)
+class _Run:
+    """A run of a node's collectives judged on its own: since a change point, the whole window, or the collectives
+    the job waited at (``waited``)."""
+
+    seg: Segment
+    cut: int | None = None
+    waited: bool = False
+
+
+def _runs(per: pd.DataFrame, window: Window, floor_ms: float) -> list[_Run]:
+    cut = change_point(per, window, floor_ms)
+    runs = [_Run(segment(per.iloc[cut:]), cut)] if cut is not None else []
+    runs.append(_Run(segment(per)))
+    at_waits = waited(per, floor_ms)
+    if not at_waits.empty:
+        runs.append(_Run(segment(at_waits), waited=True))
+    return runs
+
+
+def _run_verdict(run: _Run, per: pd.DataFrame, window: Window, floor_ms: float) -> str:
+    """:func:`_verdict`; at the collectives the job waited at, also its peers waiting ``held_share_min`` of the
+    window for it: a node late only now and then costs the job nothing worth a drain."""
+    verdict = _verdict(run.seg, window, floor_ms)
+    if run.waited and verdict != "ok" and held_share(run.seg, per) < window.rules.held_share_min:
+        return "ok"
+    return verdict
+
+
+def _expected(rules: WatchRules, floor_ms: float, cadence_ms: float) -> str:
+    return (
+        f"last at under {rules.last_share_min:.0%} of collectives or in streaks under {rules.streak_collectives}, "
+        f"or a median lag under {floor_ms:.1f} ms (the larger of {rules.lag_min_ms:g} ms and "
+        f"{rules.lag_min_share_of_interval:.0%} of the {cadence_ms:.1f} ms between collectives); the same at the "
+        f"collectives the job waited {floor_ms:.1f} ms or more at, or its peers waiting under "
+        f"{rules.held_share_min:.0%} of the window for it"
+    )
+
+
+def _observed(run: _Run, per: pd.DataFrame, floor_ms: float) -> str:
+    seg = run.seg
+    said = f"arrives last at {seg.last} of {seg.count} collectives"
+    if run.waited:
+        said += f" the job waited {floor_ms:.1f} ms or more at"
+    said += f", {seg.lag_ms:.0f} ms behind its peers"
+    if run.waited:
+        said += f"; its peers waited {held_share(seg, per):.0%} of the window for it"
+    return said
+
+
 def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float, facts: pd.DataFrame) -> WatchFinding:
     rules, kind = window.rules, FindingKind.COMPUTE_STRAGGLER
     floor = max(rules.lag_min_ms, rules.lag_min_share_of_interval * cadence_ms)
-    expected = (
-        f"last at under {rules.last_share_min:.0%} of collectives or in streaks under {rules.streak_collectives}, "
-        f"or a median lag under {floor:.1f} ms (the larger of {rules.lag_min_ms:g} ms and "
-        f"{rules.lag_min_share_of_interval:.0%} of the {cadence_ms:.1f} ms between collectives)"
-    )
+    expected = _expected(rules, floor, cadence_ms)
     per = node_series(window, full, facts, node)
     if len(per) < rules.min_collectives:
         observed = f"its ranks are in {len(per)} complete collective(s) of the window"
         return window.finding(kind, node, Status.NOT_JUDGED, "too_few_collectives", observed, expected)
-    whole = segment(per)
-    cut = change_point(per, window, floor)
-    runs: list[tuple[Segment, int | None]] = [(segment(per.iloc[cut:]), cut)] if cut is not None else []
-    runs.append((whole, None))
+    runs = _runs(per, window, floor)
     for wanted, status, reason in (
         ("named", Status.FAIL, "arrives_last"),
         ("clock", Status.NOT_JUDGED, "below_clock_error"),
     ):
-        for seg, at in runs:
-            if _verdict(seg, window, floor) != wanted:
+        for run in runs:
+            if _run_verdict(run, per, window, floor) != wanted:
                 continue
-            observed = f"arrives last at {seg.last} of {seg.count} collectives, {seg.lag_ms:.0f} ms behind its peers"
+            observed = _observed(run, per, floor)
             if reason == "below_clock_error":
-                observed = f"{observed}: within the clocks' ±{seg.uncertainty_ms:.1f} ms, no node can be named"
-            evidence = _evidence(window, full, seg, node, floor)
-            return window.finding(
-                kind, node, status, reason, observed, expected, evidence, _persistence(seg, per, at), seg.rank
-            )
+                observed = f"{observed}: within the clocks' ±{run.seg.uncertainty_ms:.1f} ms, no node can be named"
+            evidence = _evidence(window, full, run.seg, node, floor)
+            persistence = _persistence(run.seg, per, run.cut, floor if run.waited else None)
+            return window.finding(kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank)
+    whole = segment(per)
     observed = (
         f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "
         f"longest streak {whole.streak}"
     )
+    if runs[-1].waited:
+        at = runs[-1].seg
+        observed += (
+            f"; last at {at.last} of the {at.count} the job waited {floor:.1f} ms or more at ({at.share:.0%}), its "
+            f"peers waiting {held_share(at, per):.1%} of the window for it"
+        )
     return window.finding(kind, node, Status.PASS, "ok", observed, expected)

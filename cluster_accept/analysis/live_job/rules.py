@@ -29,6 +29,9 @@ class WatchRules:
     # ... and this share of the median interval between consecutive collectives of a communicator (a lag is
     # small or large against the job's own cadence), and the clocks' uncertainty where peers are on other nodes.
     lag_min_share_of_interval: float = 0.05
+    # Judged at the collectives the job waited at (the last rank ``lag`` floors behind the median), a node is named
+    # only where its peers spent this share of the window waiting for it (its lag summed where it arrived last).
+    held_share_min: float = 0.02
     # Under this many complete collectives (every rank of the communicator has a record) stragglers are not judged.
     min_collectives: int = 16
     # A change point needs this many collectives before it: the lag "before" is a figure, not one sample.
@@ -46,6 +49,8 @@ class WatchRules:
     def __post_init__(self) -> None:
         if not 0 < self.last_share_min <= 1:
             raise ValueError(f"last_share_min is a share in (0, 1], not {self.last_share_min}")
+        if not 0 <= self.held_share_min <= 1:
+            raise ValueError(f"held_share_min is a share in [0, 1], not {self.held_share_min}")
         if self.streak_collectives < 1 or self.min_collectives < 1 or self.comm_min_collectives < 1:
             raise ValueError("streak_collectives, min_collectives and comm_min_collectives count at least 1")
         if self.comm_slow_factor <= 1:
