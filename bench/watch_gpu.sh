@@ -15,8 +15,9 @@ source bench/device_env.sh
 GPUS=$(nvidia-smi -L | wc -l)
 if [ "$GPUS" -ge 4 ]; then INV=bench/inventories/gpu-host-halves.yaml; A=0,1; B=2,3; PER=2; SLOW_GPU=3
 else INV=bench/inventories/h200x2-auto-halves.yaml; A=0; B=1; PER=1; SLOW_GPU=1; fi
-JOB=/tmp/job
-mkdir -p "$JOB" && cp cluster_accept/probes/training/node/train_step.py cluster_accept/probes/node/allreduce.py "$JOB/"
+JOB=/tmp/job LOGS=/tmp/watch-logs
+rm -rf /tmp/watch-strag /tmp/watch-dead "$LOGS"  # a warm machine's earlier watch is not this one's
+mkdir -p "$JOB" "$LOGS" && cp cluster_accept/probes/training/node/train_step.py cluster_accept/probes/node/allreduce.py "$JOB/"
 MODEL="--layers 12 --width 1024 --heads 16 --seq-len 1024 --micro-batch 8"
 # The straggler's job computes more per step than it communicates: with MODEL the halves' socket path keeps
 # NCCL's stream busy ~96 % of each step (20 buckets, ~306 ms of all-reduce in a ~318 ms step on 2 x H200), so a
@@ -33,7 +34,7 @@ launch() {  # name steps armed(0/1) port [model]
     [ "$3" = 1 ] && env="$env $($CLI arm --local --watch-dir /tmp/caw/half-$half --format env --job "$1" | tr '\n' ' ')"
     (cd "$JOB" && env $env python3 -m torch.distributed.run --nnodes 2 --node-rank $rank --nproc-per-node $PER \
       --master-addr 127.0.0.1 --master-port "$4" train_step.py ${5:-$MODEL} --steps "$2" --warmup-steps 10 \
-      --solo-steps 2 > "$OUT/$1-half-$half.log" 2>&1) &
+      --solo-steps 2 > "$LOGS/$1-half-$half.log" 2>&1) &
   done
 }
 
@@ -51,6 +52,9 @@ for d in glob.glob(f"/tmp/watch-{sys.argv[1]}/*/"):
     for r in f[f.status != "pass"].itertuples():
         print(r.node, r.kind, "|", r.observed, "|", r.evidence, "|", r.persistence, "|", r.retest, "|", r.owner_line)
     print(pd.read_parquet(d + "watch_coverage.parquet").to_string(index=False))
+for d in glob.glob(f"/tmp/watch-{sys.argv[1]}/*/verdicts.parquet"):
+    print(f"## re-test {d}")
+    print(pd.read_parquet(d).to_string(index=False))
 PY
 }
 
@@ -64,7 +68,7 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   for round in $(seq 1 "${OVERHEAD_ROUNDS:-2}"); do
     for armed in 0 1; do
       launch "ovh$round$armed" 100 $armed $((29500 + round * 10 + armed)); wait
-      echo "round $round armed $armed step_ms $(step_ms "$OUT/ovh$round$armed-half-a.log")"
+      echo "round $round armed $armed step_ms $(step_ms "$LOGS/ovh$round$armed-half-a.log")"
     done
   done
 
@@ -81,6 +85,7 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   summarize dead
   fi
 
+  if [[ " ${PHASES:-dead strag} " == *" strag "* ]]; then
   echo "### 3. GEMM co-tenant on GPU $SLOW_GPU (half-b) mid-run"
   launch strag 100000 1 29600 "$STRAG_MODEL"
   sleep "${STRAG_WARM_S:-40}"
@@ -88,12 +93,21 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   python3 bench/cotenant_gemm.py --gpu $SLOW_GPU --seconds 600 & COTENANT=$!
   start=$(date +%s%N); echo "cotenant started_ns $start"
   (sleep 5; nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv) &
-  timeout "${STRAG_LIMIT_S:-420}" $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag --watch-dir '/tmp/caw/{node}' --interval 2 \
-    --window 30 --until-named --for "${STRAG_FOR:-240}" ${STRAG_RETEST:-} --out /tmp/watch-strag
-  echo "watch exit $?"
-  kill $COTENANT; pkill -9 -f train_step.py; wait
-  grep -h '"info": "training_rank"' "$OUT"/strag-half-*.log | head -4
+  timeout "${STRAG_LIMIT_S:-420}" $CLI watch --inventory $INV --nodes 'half-a,half-b' --job strag \
+    --watch-dir '/tmp/caw/{node}' --interval 2 --window 30 --until-named --for "${STRAG_FOR:-240}" --retest-wait 120 \
+    ${STRAG_RETEST:-} --out /tmp/watch-strag & WATCH=$!
+  # Once a node is named, its owner stops the job (excluding the node): the re-test waits for the job to leave the
+  # GPUs it measures. The co-tenant stays: it is what the re-test should find.
+  until python3 -c "import glob,sys,pandas as p; sys.exit(not any((p.read_parquet(f).status == 'fail').any() for f in glob.glob('/tmp/watch-strag/*/watch_findings.parquet')))" 2>/dev/null; do
+    kill -0 $WATCH 2>/dev/null || break; sleep 1
+  done
+  echo "named by $(date +%s%N); the job is stopped"; pkill -9 -f train_step.py
+  wait $WATCH; echo "watch exit $?"
+  kill $COTENANT; wait
   summarize strag
+  fi
 } >> "$OUT/watch_gpu.log" 2>&1
+# Few files come back from the machine: the jobs' logs and the watches' directories go as two archives.
+tar czf "$OUT/logs.tgz" -C "$LOGS" .
 tar czf "$OUT/watch.tgz" -C /tmp $(cd /tmp && ls -d watch-strag watch-dead 2>/dev/null)
 tail -c 12000 "$OUT/watch_gpu.log"

@@ -68,3 +68,26 @@ def test_the_bench_names_a_co_tenant_and_a_gpu_clocked_below_its_neighbours() ->
     assert rows[0].detail == "seen in 9 of 40 samples while the GPU bench ran"
     assert rows[1].observed == "1410 MHz" and rows[1].expected.startswith(">= 1775 MHz")
     assert gemm.inspect(gemm.parse(bench_output([1980, 1950, 1980, 1965], [])), Profile()) == []
+
+
+def test_a_node_partitioned_by_its_profile_answers_for_its_own_gpus_only() -> None:
+    """A host split into two "nodes" (cuda_visible_devices per part): a process on GPU 3 fails the part that
+    tests GPUs 2,3 and not the part that tests 0,1, which says where it saw it. GPUs named by UUID: all count."""
+    uuid = every_field_block("uuid")[4]  # GPU 3
+    text = preflight_output([f"{uuid}, 1622, python3, 1004"])
+
+    def for_part(visible: str) -> list[tuple[Status, str, str | None, int | None]]:
+        profile = Profile.model_validate({"probes": {"cuda_visible_devices": visible}})
+        rows = gpu_processes.evaluate(gpu_processes.parse(text), profile, NO_CLUSTER)
+        return [(r.status, r.reason, r.observed, r.gpu) for r in rows]
+
+    assert for_part("0,1") == [
+        (Status.PASS, "ok", "no compute process on GPUs 0,1 (the profile tests those; a process on GPU 3)", None)
+    ]
+    assert for_part("2,3") == [(Status.FAIL, "busy", "pid 1622 python3 (1004 MiB)", 3)]
+    assert for_part("GPU-0a37d5a8")[0][:2] == (Status.FAIL, "busy")
+    co_tenant = {"gpu": 3, "pid": 1622, "name": "python3", "used_memory_mib": 1004.0, "seen_samples": 9, "samples": 9}
+    bench = gemm.parse(bench_output([1980, 1980], [co_tenant]))  # the sampler lists the host's every GPU
+    part = {"probes": {"cuda_visible_devices": "0,1"}}
+    assert gemm.inspect(bench, Profile.model_validate(part)) == []
+    assert [r.reason for r in gemm.inspect(bench, Profile())] == ["busy"]

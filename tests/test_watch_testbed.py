@@ -1,9 +1,10 @@
 """``cluster-accept watch`` on the test-bed (real sshd, real torch on CPU over gloo): the project's own training
 step runs as a two-node job armed only through its environment (the shim on PYTHONPATH), each node's sshd held
 to one core so that what starts on a node competes for that node's core only. Healthy, the watch names nothing;
-a process competing for node02's core makes node02's rank arrive last, and the watch names node02 and its re-test
-(the single-node stage beside its peer) confirms it; a rank stopped with SIGSTOP is named as the hang's missing
-rank with its node; a rank killed is named dead with its node."""
+a process competing for node02's core makes node02's rank arrive last, and the watch names node02; once the job
+has left its nodes (its owner stopped it), the re-test (preflight and the single-node stage beside its peer)
+confirms it; a rank stopped with SIGSTOP is named as the hang's missing rank with its node; a rank killed is named
+dead with its node."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 import yaml
 
 from cluster_accept.testbed import bed as testbed
-from tests.processes import run_cli
+from tests.processes import run_cli, start_cli
 from tests.watch_job import HOG, Job, pin_sshd, prioritize_hog
 
 pytestmark = pytest.mark.testbed
@@ -43,17 +44,34 @@ def bed_and_inventory(testbed_factory, tmp_path: Path) -> Iterator[tuple[testbed
         subprocess.run(bed.ssh_argv(node, "pkill -KILL -f train_step.py; pkill -KILL -f 'while 1'"), check=False)
 
 
-def _watch(inventory: Path, job: Job, out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return run_cli(
+def _args(inventory: Path, job: Job, out: Path, *extra: str) -> list[str]:
+    return [
         "watch", "--inventory", str(inventory), "--nodes", "node[01-02]", "--job", job.name, "--out", str(out),
-        "--watch-dir", f"{job.watch_dir}/{{node}}", "--interval", "2", "--window", "60", "--hang-after", "15",
-        *extra, timeout=timeout,
-    )  # fmt: skip
+        "--watch-dir", f"{job.watch_dir}/{{node}}", "--interval", "2", "--window", "60", "--hang-after", "15", *extra,
+    ]  # fmt: skip
+
+
+def _watch(inventory: Path, job: Job, out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return run_cli(*_args(inventory, job, out, *extra), timeout=timeout)
 
 
 def _findings(out: Path) -> pd.DataFrame:
     (watch_dir,) = [p for p in out.iterdir() if (p / "watch_findings.parquet").exists()]
     return pd.read_parquet(watch_dir / "watch_findings.parquet")
+
+
+def _named(out: Path, node: str, kind: str, within_s: float) -> None:
+    """Wait until the running watch under ``out`` has written a failure of ``kind`` on ``node``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            rows = _findings(out)
+        except (ValueError, OSError):  # not written yet, or being written
+            rows = pd.DataFrame(columns=["node", "kind", "status"])
+        if ((rows.node == node) & (rows.kind == kind) & (rows.status == "fail")).any():
+            return
+        time.sleep(1)
+    raise AssertionError(f"{node} {kind} not named within {within_s:g} s")
 
 
 def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -68,10 +86,13 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     hog = subprocess.Popen(bed.ssh_argv("node02", HOG.format(python=sys.executable)))
     prioritize_hog(bed)
     started_ns = time.time_ns()
-    named = _watch(inventory, job, tmp_path / "slow", "--for", "300", "--until-named")
+    watching = start_cli(*_args(inventory, job, tmp_path / "slow", "--for", "300", "--until-named"))
+    _named(tmp_path / "slow", "node02", "compute_straggler", NAME_BOUND_S)
+    job.stop(competing_too=False)  # the owner excludes node02: the re-test waits for the job to leave its nodes
+    stdout, stderr = watching.communicate(timeout=600)
     hog.kill()
     subprocess.run(bed.ssh_argv("node02", "pkill -KILL -f 'while 1'"), check=False)
-    assert named.returncode == 1, named.stdout + named.stderr
+    assert watching.returncode == 1, stdout + stderr
     rows = _findings(tmp_path / "slow").set_index(["node", "kind"])
     straggler = rows.loc[("node02", "compute_straggler")]
     assert straggler.status == "fail" and straggler.reason == "arrives_last", straggler.to_dict()
@@ -81,6 +102,7 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     assert rows.loc[("node01", "compute_straggler")].status == "pass"
     print(f"straggler named after {seconds:.1f} s")
 
+    job = Job(bed, tmp_path / "hung", "train2", 29612)
     os.kill(job.rank_pid("node02"), signal.SIGSTOP)
     hung = _watch(inventory, job, tmp_path / "hang", "--for", "120", "--until-named", "--no-retest")
     assert hung.returncode == 1, hung.stdout + hung.stderr
@@ -89,7 +111,7 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     assert rows.loc[("node01", "hang")].status == "pass"
     job.stop()
 
-    job = Job(bed, tmp_path / "second", "train2", 29612)
+    job = Job(bed, tmp_path / "second", "train3", 29613)
     os.kill(job.rank_pid("node01"), signal.SIGKILL)
     dead = _watch(inventory, job, tmp_path / "dead", "--for", "60", "--no-retest")
     assert dead.returncode == 1, dead.stdout + dead.stderr

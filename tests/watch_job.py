@@ -92,10 +92,10 @@ class Job:
         logs = {n: (self.work / f"{n}.log").read_text()[-2000:] for n in ("node01", "node02")}
         raise AssertionError(f"the job's ranks never armed: {logs}")
 
-    def stop(self) -> None:
+    def stop(self, competing_too: bool = True) -> None:
+        """End the job (its ranks, and the competing process unless ``competing_too`` is off)."""
+        command = "pkill -KILL -f train_step.py" + ("; pkill -KILL -f 'while 1'" if competing_too else "")
         for node in ("node01", "node02"):
-            subprocess.run(
-                self.bed.ssh_argv(node, "pkill -KILL -f train_step.py; pkill -KILL -f 'while 1'"), check=False
-            )
+            subprocess.run(self.bed.ssh_argv(node, command), check=False)
         for rank in self.ranks:
             rank.wait(timeout=60)

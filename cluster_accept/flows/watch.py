@@ -27,21 +27,24 @@ from cluster_accept.flows.run_request import RunRequest, outcome_of
 from cluster_accept.flows.watch_files import WatchFiles
 from cluster_accept.flows.watch_request import WatchRequest, WatchSpec, resolve
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.tasks.watch import WatchState, read_round
+from cluster_accept.tasks.watch import WatchState, living_nodes, read_round
 from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
 from cluster_accept.vocabulary.status import Status
 
 # The stages whose probes can see each kind of fault on a node: a compute straggler or a dead rank is a GPU
 # (or host) question for GEMM/HBM/burn-style probes; a hang is first the node's state (XIDs, a GPU off the
 # bus); a slow communicator is its links, measured in pairs against peers.
+# Preflight comes first in each: it reads the node's state (another process on a GPU, XIDs, a GPU off the bus),
+# the cause the measurement after it may confirm, and resolves a node of profile auto to its built-in profile.
 RETEST_STAGES: dict[str, tuple[str, ...]] = {
-    FindingKind.COMPUTE_STRAGGLER.value: ("single-node",),
+    FindingKind.COMPUTE_STRAGGLER.value: ("preflight", "single-node"),
     FindingKind.DEAD_RANK.value: ("preflight", "single-node"),
     FindingKind.HANG.value: ("preflight",),
-    FindingKind.COMM_STRAGGLER.value: ("multi-node",),
+    FindingKind.COMM_STRAGGLER.value: ("preflight", "multi-node"),
 }
 RETEST_PEERS = 2
 NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
+read_task = task(name="watch-read", retries=0)(read_round)
 
 
 @dataclass
@@ -59,11 +62,36 @@ def _peers(suspects: Sequence[str], job_nodes: Sequence[str]) -> list[str]:
     return [n for n in job_nodes if n not in suspects][:RETEST_PEERS]
 
 
+def job_left(request: WatchRequest, nodes: Sequence[str]) -> str:
+    """Wait, reading ``nodes`` every interval for up to ``retest_wait_s``, until no rank of the job lives on them;
+    '' once none does, else which nodes it still runs on. A GPU (or core) measured while the job loads it
+    measures the job: the suspect and its peers are re-tested only once the job has left them (its owner
+    excluded the node and requeued it, or it ended)."""
+    chosen = [n for n in request.nodes if n.name in nodes]
+    deadline = time.monotonic() + request.spec.retest_wait_s
+    while True:
+        reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency)
+        living = living_nodes(r for read in reads for r in read.ranks)
+        if not living:
+            return ""
+        if time.monotonic() >= deadline:
+            return (
+                f"not re-tested: the job still runs on {fold(living)} after {request.spec.retest_wait_s:g} s, and "
+                "a GPU measured under the job measures the job; exclude the node, requeue the job, watch again"
+            )
+        time.sleep(request.spec.interval_s)
+
+
 def retest(request: WatchRequest, suspects: Sequence[WatchFinding]) -> list[WatchFinding]:
-    """One acceptance run of ``suspects`` (all of one kind) and their peers; each finding with what it said."""
+    """One acceptance run of ``suspects`` (all of one kind) and their peers once the job has left them; each
+    finding with what it said."""
     kind = suspects[0].kind
     names = list(dict.fromkeys(f.node for f in suspects))
     peers = _peers(names, [n.name for n in request.nodes])
+    waited = job_left(request, [*names, *peers])
+    if waited:
+        action = NOT_CONFIRMED.format(kind=kind.replace("_", " "))
+        return [replace(f, status=Status.WARN, confirmed=False, retest=waited, action=action) for f in suspects]
     run = RunRequest(
         request.spec.inventory, request.spec.out_dir, nodes=fold([*names, *peers]), stages=list(RETEST_STAGES[kind]),
         concurrency=request.concurrency, history=request.spec.history, operations=request.spec.operations,
@@ -136,9 +164,6 @@ def _settle(request: WatchRequest, findings: list[WatchFinding], acted: dict[tup
     for i, finding in enumerate(findings):
         if finding.status in (Status.FAIL, Status.WARN) and not finding.owner_line:
             findings[i] = replace(finding, owner_line=owner_line(finding))
-
-
-read_task = task(name="watch-read", retries=0)(read_round)
 
 
 @flow(name="watch", log_prints=False)

@@ -38,6 +38,9 @@ def watch_command(
     ] = 120.0,
     until_named: Annotated[bool, typer.Option("--until-named", help="stop once a node is named")] = False,
     retest: Annotated[bool, typer.Option("--retest/--no-retest", help="re-test a named node")] = True,
+    retest_wait: Annotated[
+        float, typer.Option("--retest-wait", min=0, help="seconds a re-test waits for the job to leave the nodes")
+    ] = 600.0,
     drain: Annotated[bool, typer.Option("--drain", help="drain a node whose re-test confirmed it")] = False,
     apply: Annotated[bool, typer.Option("--apply", help="run the Slurm commands (default: print them)")] = False,
     max_drain: Annotated[int | None, typer.Option("--max-drain", min=0, help="drain at most N nodes")] = None,
@@ -59,7 +62,8 @@ def watch_command(
         spec = WatchSpec(
             inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, out_dir=out_dir.resolve(),
             watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window, hang_after_s=hang_after,
-            until_named=until_named, retest=retest, operations=operations, history=history,
+            until_named=until_named, retest=retest, retest_wait_s=retest_wait, operations=operations,
+            history=history,
         )  # fmt: skip
         request = resolve(spec)  # every usage and inventory error before Prefect starts
     except InventoryError as exc:

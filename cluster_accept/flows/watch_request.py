@@ -40,6 +40,7 @@ class WatchSpec(BaseModel):
     hang_after_s: float = Field(default=120.0, ge=1)
     until_named: bool = False
     retest: bool = True
+    retest_wait_s: float = Field(default=600.0, ge=0)  # how long a re-test waits for the job to leave its nodes
     operations: Operations = Field(default_factory=Operations)
     history: str | None = None
 

@@ -20,7 +20,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.gpu_processes import BUSY, busy_row
+from cluster_accept.checks.gpu_processes import BUSY, busy_row, tested_gpus
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import (
     GEMM_16BIT_FRACTION,
@@ -138,11 +138,14 @@ OTHER_REASONS = {
 }
 
 
-def busy_rows(output: ProbeOutput, during: str = "the GPU bench") -> list[CheckRow]:
-    """A row per other process the probe saw on one of its GPUs while it ran (``during``: which probe)."""
-    rows = []
+def busy_rows(output: ProbeOutput, profile: Profile, during: str = "the GPU bench") -> list[CheckRow]:
+    """A row per other process the probe saw on one of its GPUs while it ran (``during``: which probe); the
+    sampler sees the host's every GPU, and a node partitioned by its profile answers for its own only."""
+    rows, tested = [], tested_gpus(profile)
     for info in output.info:
         if info.kind != "foreign_process" or not isinstance(info.get("gpu"), int):
+            continue
+        if tested is not None and info.members["gpu"] not in tested:
             continue
         pid = info.members["pid"] if isinstance(info.get("pid"), int) else None
         seen = f"seen in {info.get('seen_samples')} of {info.get('samples')} samples while {during} ran"
@@ -171,7 +174,7 @@ def _clock_rows(output: ProbeOutput) -> list[CheckRow]:
 
 def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     """Other processes seen on the GPUs during the bench, and GPUs clocked well below their neighbours."""
-    return busy_rows(output) + _clock_rows(output)
+    return busy_rows(output, profile) + _clock_rows(output)
 
 
 def report(view: ReportView) -> ReportSection | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
@@ -20,7 +20,7 @@ from pathlib import Path
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeResult, RemoteCommand
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage
+from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, RankState, SignalCoverage
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "watch" / "node"  # the shim and the node-side reader
@@ -81,6 +81,18 @@ def read_round(
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes)))) as pool:
         reads = pool.map(lambda n: read_node(n, job, template, since.get(n.name, 0), limit), nodes)
         return settle_clocks(list(reads))
+
+
+LIVING = frozenset({RankState.RUNNING.value, RankState.STOPPED.value, RankState.UNKNOWN.value})
+
+
+def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
+    """The nodes a rank of the job still lives on, by each rank's latest read: running, stopped, or one the
+    reader cannot look up (another pid namespace), which is not known to have left."""
+    latest: dict[tuple[str, int], RankSeen] = {}
+    for rank in ranks:
+        latest[(rank.node, rank.rank)] = rank
+    return sorted({r.node for r in latest.values() if r.state in LIVING})
 
 
 @dataclass

@@ -232,7 +232,8 @@ def _evidence(window: Window, full: pd.DataFrame, seg: Segment, node: str, floor
     said += f"; floor {floor_ms:.1f} ms, clocks ±{seg.uncertainty_ms:.1f} ms"
     own, theirs = mine["exec_ms"].dropna(), peers["exec_ms"].dropna()
     if not own.empty and not theirs.empty:
-        least = "it waits least" if own.median() < theirs.min() else "it does not wait least"
+        each = peers.groupby("rank")["exec_ms"].median()  # each peer's own median: it waits least below them all
+        least = "it waits least" if own.median() < each.min() else "it does not wait least"
         said += f"; its own execution {own.median():.1f} ms (median), its peers' {theirs.median():.1f} ms: {least}"
     return said
 

@@ -221,7 +221,7 @@ def inspect(output: ProbeOutput, profile: Profile) -> list[CheckRow]:
     windows, samples = series(output)
     rows = _judged_rows(windows, samples, seconds, unit_of(output), profile, info.get("gpus"))
     rows += _log_rows(output, info.get("device") == "cuda")
-    return rows + busy_rows(output, "the burn")
+    return rows + busy_rows(output, profile, "the burn")
 
 
 def _judged_rows(
