@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 from cluster_accept.checks import gpu_processes
-from cluster_accept.checks.base import Status
+from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import gemm
+from cluster_accept.tasks.preflight.evaluate import own_gpus
 from tests.capture import CAPTURES, DRIVER_FAILURE, NO_CLUSTER, every_field_block
+from tests.injection_sandbox import node
 
 
 def preflight_output(apps: list[str]) -> str:
@@ -91,3 +93,16 @@ def test_a_node_partitioned_by_its_profile_answers_for_its_own_gpus_only() -> No
     part = {"probes": {"cuda_visible_devices": "0,1"}}
     assert gemm.inspect(bench, Profile.model_validate(part)) == []
     assert [r.reason for r in gemm.inspect(bench, Profile())] == ["busy"]
+
+
+def test_preflight_keeps_the_rows_of_the_gpus_a_partitioned_node_tests() -> None:
+    """Every per-GPU check reads the host's every GPU: a part testing GPUs 0,1 keeps its own GPUs' rows and the
+    node-wide ones (no GPU), not GPU 3's; GPUs named by UUID or unset keep every row."""
+    rows = [
+        CheckRow("clock_events", "event_reasons", Status.WARN, "throttle_sw_power_cap", gpu=3),
+        CheckRow("clock_events", "event_reasons", Status.PASS, "ok", gpu=1),
+        CheckRow("driver", "version", Status.PASS, "ok"),
+    ]
+    assert [r.gpu for r in own_gpus(rows, node(cuda_visible_devices="0,1"))] == [1, None]
+    assert own_gpus(rows, node(cuda_visible_devices="GPU-0a37d5a8")) == rows
+    assert own_gpus(rows, node()) == rows

@@ -10,7 +10,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from cluster_accept.analysis.live_job import REASONS, WatchRules, localize, owner_line
@@ -24,6 +26,7 @@ S = 1_000_000_000
 T0 = 1_700_000_000 * S
 DEFAULT = "0:default_pg"
 KINDS = {k.value for k in FindingKind}
+JOBS = Path(__file__).parent / "data" / "watch" / "jobs"
 
 
 @dataclass
@@ -518,3 +521,44 @@ def test_a_rank_late_only_now_and_then_is_not_named_unless_its_peers_wait_long_e
     assert failed(judged(job, reads, collectives, now, held_share_min=0.001)) == [
         ("node01", "compute_straggler", "arrives_last", 2)
     ]
+
+
+def _captured(name: str) -> tuple[list[RankSeen], list[CollectiveSeen], int]:
+    """A watch's rows as a real run wrote them (tests/data/watch/jobs/NAME), and the time of its latest read."""
+
+    def records(table: str) -> list[dict[str, object]]:
+        frame = pd.read_parquet(JOBS / name / f"{table}.parquet")
+        return [
+            {str(k): v for k, v in r.items()}
+            for r in frame.astype(object).where(frame.notna(), None).to_dict("records")
+        ]
+
+    ranks = [RankSeen.from_record(r) for r in records("watch_ranks")]
+    collectives = [CollectiveSeen.from_record(r) for r in records("watch_collectives")]
+    return ranks, collectives, max(r.read_ns - r.clock_offset_ns for r in ranks)
+
+
+def test_a_real_gemm_co_tenant_on_one_gpu_of_four_is_named_at_the_collectives_the_job_waited_at() -> None:
+    """4 x H200 split into two NCCL "hosts", DDP over NCCL with timing, a bf16 GEMM loop on GPU 3 (half-b): rank 3
+    is 145 ms late at each step's first bucket and on time at the 18 queued behind it, so over every collective
+    half-b is last at 73 % in streaks of 20 and nothing was named on the machine; at the 106 collectives the job
+    waited 5 ms or more at, rank 3 is last at every one, its peers waiting a quarter of the window for it."""
+    ranks, collectives, now = _captured("h200x4_cotenant")
+    rows = localize(ranks, collectives, WatchRules(window_s=30.0), now)
+    assert failed(rows) == [("half-b", "compute_straggler", "arrives_last", 3)]
+    named = row(rows, "half-b", FindingKind.COMPUTE_STRAGGLER)
+    assert named.gpu == 3 and named.observed == (
+        "arrives last at 106 of 106 collectives the job waited 5.0 ms or more at, 10 ms behind its peers; its peers "
+        "waited 26% of the window for it"
+    )
+    assert named.evidence.endswith("its own execution 12.2 ms (median), its peers' 24.3 ms: it waits least")
+    every = localize(ranks, collectives, WatchRules(window_s=30.0, held_share_min=1.0), now)
+    assert failed(every) == []  # judged on every collective alone, as the machine's watch did
+
+
+def test_a_real_healthy_job_watched_for_twenty_minutes_names_nothing() -> None:
+    """The test-bed's two-node gloo job at the end of its 20-minute healthy watch: each node last at about half
+    of the collectives and of those the job waited at, so nothing is named whatever the window."""
+    ranks, collectives, now = _captured("testbed_gloo_healthy")
+    for window_s in (30.0, 60.0, 120.0):
+        assert failed(localize(ranks, collectives, WatchRules(window_s=window_s), now)) == []

@@ -94,7 +94,7 @@ def evaluate(model: GpuProcesses, profile: Profile, cluster: ClusterView) -> lis
         return [CheckRow(NAME, "compute_apps", Status.SKIP, "nvidia_smi_failed", None, None, model.failure)]
     if model.error:
         return [error_row(NAME, "unparsable_output", model.error, model.raw)]
-    tested = tested_gpus(profile)
+    tested = profile.probes.tested_gpus
     mine = [a for a in model.apps if tested is None or a.gpu is None or a.gpu in tested]
     if not mine:
         said = f"no compute process on the {model.gpus} GPUs"
@@ -107,18 +107,7 @@ def evaluate(model: GpuProcesses, profile: Profile, cluster: ClusterView) -> lis
     return [busy_row(app.gpu, app.pid, app.name, app.used_memory_mib, "found before the probes ran") for app in mine]
 
 
-def tested_gpus(profile: Profile) -> set[int] | None:
-    """The GPU indices the profile's probes use (``cuda_visible_devices`` as indices), or None for all of them: a
-    node partitioned on purpose (a host split into "nodes") answers only for its own GPUs, not for a process on
-    another part's."""
-    visible = profile.probes.cuda_visible_devices
-    if visible is None:
-        return None
-    indices = [small_int(v.strip()) for v in visible.split(",") if v.strip()]
-    return None if not indices or None in indices else {i for i in indices if i is not None}
-
-
-def _said(gpus: set[int]) -> str:
+def _said(gpus: frozenset[int] | set[int]) -> str:
     return ",".join(str(g) for g in sorted(gpus))
 
 

@@ -110,6 +110,15 @@ class ProbeSettings(_Strict):
         description="per-rail runs across nodes: one rank per node on each rail's GPU and NIC (empty: none)",
     )
 
+    @property
+    def tested_gpus(self) -> frozenset[int] | None:
+        """The GPU indices ``cuda_visible_devices`` names, or None for the node's every GPU (unset, or GPUs named
+        by UUID): a node partitioned on purpose (a host split into "nodes") answers for its own GPUs only."""
+        if self.cuda_visible_devices is None:
+            return None
+        cells = [c.strip() for c in self.cuda_visible_devices.split(",") if c.strip()]
+        return frozenset(int(c) for c in cells) if cells and all(c.isdigit() for c in cells) else None
+
     @model_validator(mode="after")
     def _allocation_outlasts_a_run(self) -> ProbeSettings:
         needed_s = self.timeout_s + ALLOCATION_MARGIN_S

@@ -20,7 +20,7 @@ from cluster_accept.analysis.probe_output import ProbeOutput
 from cluster_accept.analysis.probe_verdicts import Default, MetricRule
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.gpu_processes import BUSY, busy_row, tested_gpus
+from cluster_accept.checks.gpu_processes import BUSY, busy_row
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.inventory.gpus import (
     GEMM_16BIT_FRACTION,
@@ -141,7 +141,7 @@ OTHER_REASONS = {
 def busy_rows(output: ProbeOutput, profile: Profile, during: str = "the GPU bench") -> list[CheckRow]:
     """A row per other process the probe saw on one of its GPUs while it ran (``during``: which probe); the
     sampler sees the host's every GPU, and a node partitioned by its profile answers for its own only."""
-    rows, tested = [], tested_gpus(profile)
+    rows, tested = [], profile.probes.tested_gpus
     for info in output.info:
         if info.kind != "foreign_process" or not isinstance(info.get("gpu"), int):
             continue

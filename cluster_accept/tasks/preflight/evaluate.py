@@ -9,7 +9,7 @@ from typing import Any
 
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status, error_row, majority_values
 from cluster_accept.checks.declarations import Link
-from cluster_accept.inventory.model import Inventory
+from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
 from cluster_accept.tasks.rows import node_row, tool_error_row, unreachable_row
@@ -123,7 +123,14 @@ def evaluate_preflight(
             elif check.name in outcome.parse_errors:
                 check_rows = [error_row(check.name, "parser_crashed", outcome.parse_errors[check.name], raw)]
             else:
-                check_rows = check.evaluate(outcome.models[check.name], node.profile, views[check.name])
+                check_rows = own_gpus(check.evaluate(outcome.models[check.name], node.profile, views[check.name]), node)
             command_text = check.command_on(node.profile)
             rows.extend(node_row(run_id, inventory.cluster, NAME, node.name, r, raw, command_text) for r in check_rows)
     return rows
+
+
+def own_gpus(rows: list[CheckRow], node: Node) -> list[CheckRow]:
+    """The rows of the GPUs the node's profile tests: nvidia-smi answers for the host's every GPU, and a node
+    partitioned on purpose (``cuda_visible_devices``) is not judged by another part's GPU."""
+    tested = node.profile.probes.tested_gpus
+    return [r for r in rows if tested is None or r.gpu is None or r.gpu in tested]
