@@ -562,3 +562,18 @@ def test_a_real_healthy_job_watched_for_twenty_minutes_names_nothing() -> None:
     ranks, collectives, now = _captured("testbed_gloo_healthy")
     for window_s in (30.0, 60.0, 120.0):
         assert failed(localize(ranks, collectives, WatchRules(window_s=window_s), now)) == []
+
+
+def test_an_nccl_job_without_execution_times_is_not_passed_on_its_enqueue_times() -> None:
+    """GPU collectives whose execution times NCCL did not give: the enqueue times show nobody late, which says
+    nothing of a slow GPU, so no node passes; a host-side straggler (its CPU late, its enqueue late) is still
+    named from them."""
+    job = Job(nodes=4, slow={5: (20, 60.0)}, seed=2)
+    ranks, collectives, now = healthy_run(job)
+    untimed = [replace(c, exec_ms=None, backend="nccl") for c in _on_device(collectives)]
+    rows = judged(job, ranks, untimed, now)
+    compute = [r for r in rows if r.kind == FindingKind.COMPUTE_STRAGGLER.value]
+    assert {(r.status, r.reason) for r in compute} == {(Status.NOT_JUDGED, "no_device_time")}
+    assert "a slow GPU not (NCCL gave no execution times)" in compute[0].observed
+    late_host = [replace(c, exec_ms=None, backend="nccl") for c in collectives]
+    assert failed(judged(job, ranks, late_host, now)) == [("node02", "compute_straggler", "arrives_last", 5)]

@@ -59,6 +59,10 @@ def test_arm_prints_the_variables_and_says_what_the_versions_cannot_give() -> No
     lines = result.stdout.splitlines()
     assert "CA_WATCH_DIR=/w" in lines and "CA_WATCH_JOB=77" in lines and "TORCH_NCCL_ENABLE_TIMING=1" in lines
     assert "inspector unavailable: NCCL 2.27 has no Inspector" in result.output
+    untimed = CliRunner().invoke(app, ["arm", "--torch", "2.9.0", "--nccl", "2.27.5", "--format", "env",
+                                       "--no-nccl-timing"])  # fmt: skip
+    assert untimed.exit_code == 0 and "TORCH_NCCL_ENABLE_TIMING" not in untimed.stdout
+    assert "nccl_timing unavailable: not armed (nccl_timing off): a slow GPU is not seen" in untimed.output
 
 
 @pytest.mark.integration

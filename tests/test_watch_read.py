@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cluster_accept.vocabulary.live_job import Signal
-from cluster_accept.watch.read import ReadWindow, clock_estimate, op_name, parse_node_read, settle_clocks
+from cluster_accept.watch.read import ReadWindow, backend_of, clock_estimate, op_name, parse_node_read, settle_clocks
 
 pytestmark = pytest.mark.unit
 
@@ -74,6 +74,11 @@ def test_a_broken_answer_is_named_not_skipped() -> None:
 def test_names_and_clock() -> None:
     assert op_name("nccl:all_reduce") == "all_reduce" and op_name("gloo:all_gather") == "all_gather"
     assert op_name(None) == "unknown"
+    assert (backend_of("nccl:all_reduce"), backend_of("gloo:broadcast"), backend_of("all_reduce")) == (
+        "nccl",
+        "gloo",
+        "",
+    )
     assert clock_estimate(1_000, ReadWindow(0, 400)) == (800, 200)
 
 
@@ -105,6 +110,7 @@ def test_an_nccl_ranks_records_carry_their_own_execution_time() -> None:
     assert (rank.rank, rank.gpu, rank.last_enqueued_seq, rank.last_completed_seq) == (1, 1, 334, 316)
     second = read.collectives[1]
     assert (second.op, second.seq, second.size_bytes, second.gpu) == ("all_reduce", 296, 227033088, 1)
+    assert {c.backend for c in read.collectives} == {"nccl"}
     assert second.exec_ms == pytest.approx(84.12742614746094)
     assert second.start_ns is not None and second.start_ns - second.enqueue_ns == 356979499
     rows = {c.signal: c.available for c in read.coverage}

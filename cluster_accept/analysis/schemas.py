@@ -269,6 +269,7 @@ WATCH_COLLECTIVES = pa.schema(
         ("busbw_gbps", pa.float64()),
         ("gpu", pa.int32()),
         ("comm_ranks", pa.string()),
+        ("backend", pa.string()),
     ],
     metadata={"cluster_accept_schema": "watch_collectives", "version": SCHEMA_VERSION},
 )

@@ -126,6 +126,9 @@ def arm_command(
     inspector: Annotated[str | None, typer.Option("--inspector", help="a built Inspector plugin (.so)")] = None,
     output: Annotated[str, typer.Option("--format", help="env, taskprolog, srun or pod")] = "taskprolog",
     job: Annotated[str, typer.Option("--job", help="the job's name (srun, pod, env)")] = "job",
+    nccl_timing: Annotated[
+        bool, typer.Option("--nccl-timing/--no-nccl-timing", help="time each NCCL collective (GPU stragglers)")
+    ] = True,
 ) -> None:
     """Print what arms a job for ``watch`` without touching its code: a Slurm TaskProlog, an srun --export, a
     pod's env, or NAME=value lines; each signal the node's versions cannot give is said on stderr."""
@@ -135,7 +138,7 @@ def arm_command(
     if local and inspector:
         versions = NodeVersions(versions.node, versions.torch, versions.nccl, inspector, versions.compiler)
     try:
-        plan = arm_node(versions, ArmSettings(watch_dir, shim_dir), job)
+        plan = arm_node(versions, ArmSettings(watch_dir, shim_dir, nccl_timing=nccl_timing), job)
         text = {
             "taskprolog": lambda: taskprolog_script(plan),
             "srun": lambda: srun_export(plan, job) + "\n",

@@ -84,6 +84,7 @@ class CollectiveSeen(Record):
     busbw_gbps: float | None = None
     gpu: int | None = None
     comm_ranks: str = ""  # the communicator's ranks, e.g. '[0, 1, 2, 3]'
+    backend: str = ""  # 'nccl', 'gloo', ...: the recorder's prefix of the operation's name
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,14 @@ def _nccl_timing(n: _Node) -> _Armed:
     if n.torch < TORCH_FLIGHT_RECORDER:
         return [], False, f"torch {_short(n.torch)} has no Flight Recorder to carry the timing (it came in 2.2)"
     if not n.settings.nccl_timing:
-        return [], False, "not armed: nccl_timing is off"
+        return (
+            [],
+            False,
+            (
+                "not armed (nccl_timing off): a slow GPU is not seen, only a slow host; the timing's cost on step time is "
+                "in docs/watch-signals.md"
+            ),
+        )
     return [EnvVar("TORCH_NCCL_ENABLE_TIMING", "1", Signal.NCCL_TIMING.value)], True, "armed: TORCH_NCCL_ENABLE_TIMING"
 
 

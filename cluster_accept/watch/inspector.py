@@ -74,6 +74,7 @@ def collective_of(record: dict[str, Any], job: str, node: str) -> CollectiveSeen
         exec_ms=exec_us / 1000 if exec_us is not None else None,
         size_bytes=int(perf["coll_msg_size_bytes"]),
         busbw_gbps=_number(perf.get("coll_busbw_gbs")),
+        backend="nccl",  # NCCL's own profiler plugin
     )
 
 

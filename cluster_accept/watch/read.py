@@ -58,6 +58,12 @@ def op_name(profiling_name: str | None) -> str:
     return name
 
 
+def backend_of(profiling_name: str | None) -> str:
+    """'nccl:all_reduce' → 'nccl'; '' where the name carries no backend."""
+    name = profiling_name or ""
+    return next((prefix[:-1] for prefix in _BACKENDS if name.startswith(prefix)), "")
+
+
 def _optional_int(value: Any) -> int | None:
     if value in (None, "", 0, "0", "-1", -1):
         return None
@@ -72,7 +78,7 @@ def _collective(job: str, node: str, c: Mapping[str, Any], comm_ranks: Mapping[t
         enqueue_ns=int(c["created"]), source=Signal.FLIGHT_RECORDER.value, completed=bool(c.get("retired")),
         start_ns=_optional_int(c.get("started")), complete_ns=_optional_int(c.get("completed")),
         exec_ms=float(exec_ms) if exec_ms is not None else None, size_bytes=_optional_int(c.get("bytes")),
-        comm_ranks=comm_ranks.get((rank, str(c["pg"]).split(":", 1)[0]), ""),
+        comm_ranks=comm_ranks.get((rank, str(c["pg"]).split(":", 1)[0]), ""), backend=backend_of(c.get("op")),
     )  # fmt: skip
 
 

@@ -258,6 +258,14 @@ def _runs(per: pd.DataFrame, window: Window, floor_ms: float) -> list[_Run]:
     return runs
 
 
+def gpu_blind(full: pd.DataFrame, node: str) -> bool:
+    """Whether the node's collectives run on GPUs (NCCL) without their execution times: their enqueue says when
+    the CPU queued each launch, which runs ahead of the GPU, so a GPU slowed by a co-tenant or its clocks
+    arrives late unseen. A straggler the enqueue shows is still named; no straggler is not a pass."""
+    mine = full[full["node"] == node]
+    return bool(((mine["backend"] == "nccl") & ~mine["on_device"]).mean() > 0.5) if not mine.empty else False
+
+
 def _run_verdict(run: _Run, per: pd.DataFrame, window: Window, floor_ms: float) -> str:
     """:func:`_verdict`; at the collectives the job waited at, also its peers waiting ``held_share_min`` of the
     window for it: a node late only now and then costs the job nothing worth a drain."""
@@ -315,6 +323,9 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
         f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "
         f"longest streak {whole.streak}"
     )
+    if gpu_blind(full, node):
+        observed = f"{observed} by enqueue: a slow host would show, a slow GPU not (NCCL gave no execution times)"
+        return window.finding(kind, node, Status.NOT_JUDGED, "no_device_time", observed, expected)
     if runs[-1].waited:
         at = runs[-1].seg
         observed += (

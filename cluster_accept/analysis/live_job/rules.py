@@ -86,6 +86,9 @@ REASONS: dict[str, str] = {
     "its compute (GPU, CPU, data loading) is slower than its peers'. Exclude the node or re-test its GPU.",
     "below_clock_error": "A rank on this node arrives last at most collectives, but by less than the clocks of the "
     "nodes can tell apart: a node cannot be named. Tighten the clock sync (chrony) or watch longer.",
+    "no_device_time": "The job's collectives run on GPUs (NCCL) without their execution times: enqueue times show a "
+    "slow host (CPU, data loading), not a slow GPU, which queues its launches on time and runs them late. Arm NCCL "
+    "timing (cluster-accept arm; its cost is in docs/watch-signals.md) to judge GPU stragglers.",
     "too_few_collectives": "Too few collectives in the window had a record from every rank of their communicator: "
     "stragglers cannot be judged yet. Watch longer or arm the Flight Recorder on every rank.",
     "slow_communicators": "Every communicator slower than `comm_slow_factor` times its peers includes this node, "

@@ -21,7 +21,7 @@ NS_PER_MS = 1_000_000
 DEAD_STATES = frozenset({RankState.DEAD.value, RankState.ZOMBIE.value})
 ALIVE_STATES = frozenset({RankState.RUNNING.value, RankState.STOPPED.value})
 _COLUMNS = ["node", "rank", "communicator", "op", "seq", "enqueue_ns", "completed", "complete_ns", "exec_ms"]
-_COLUMNS += ["busbw_gbps", "size_bytes", "gpu"]
+_COLUMNS += ["busbw_gbps", "size_bytes", "gpu", "backend"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,7 @@ def _frame(rows: Sequence[CollectiveSeen], clocks: dict[str, Clock]) -> pd.DataF
             busbw_gbps=("busbw_gbps", "max"),
             size_bytes=("size_bytes", "max"),
             gpu=("gpu", "first"),
+            backend=("backend", "first"),
         )  # fmt: skip
     )
     offset = frame["node"].map(lambda node: clocks.get(node, Clock()).offset_ns).astype("int64")
