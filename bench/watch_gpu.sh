@@ -5,7 +5,8 @@
 #   1. overhead: the same job unarmed and armed, twice each, alternated; step time per run (ms)
 #   2. a rank killed mid-run (half-a, rank 0): named dead with its node
 #   3. straggler: a GEMM co-tenant started on half-b's last GPU mid-run; the watch must name half-b, that
-#      rank and GPU, and its re-test (the single-node stage beside half-a) confirm it; time to name measured
+#      rank and GPU; once named, the job is stopped (its owner excluding the node) and the re-test (preflight and
+#      the single-node stage beside half-a, the co-tenant still running) must confirm it; time to name measured
 #      (one node-side read of the armed NCCL job is kept: fr_nccl_read.txt)
 # Usage on the machine, from the repo root: bash bench/watch_gpu.sh   (results under $OUT); OVERHEAD_ROUNDS=0,
 # PHASES=strag, STRAG_RETEST=--no-retest, STRAG_FOR=SECONDS run less of it; STRAG_LIMIT_S bounds that watch and its
@@ -101,7 +102,8 @@ step_ms() {  # the job's step time: the slowest rank's median (rank 0 prints eve
   until python3 -c "import glob,sys,pandas as p; sys.exit(not any((p.read_parquet(f).status == 'fail').any() for f in glob.glob('/tmp/watch-strag/*/watch_findings.parquet')))" 2>/dev/null; do
     kill -0 $WATCH 2>/dev/null || break; sleep 1
   done
-  echo "named by $(date +%s%N); the job is stopped"; pkill -9 -f train_step.py
+  if kill -0 $WATCH 2>/dev/null; then echo "named by $(date +%s%N); the job is stopped"; fi
+  pkill -9 -f train_step.py
   wait $WATCH; echo "watch exit $?"
   kill $COTENANT; wait
   summarize strag

@@ -490,7 +490,7 @@ def _streamed(job: Job, comm_ms: float = 30.0) -> list[CollectiveSeen]:
 def test_a_gpu_straggler_late_only_where_the_stream_is_idle_is_named_at_the_collectives_the_job_waited_at() -> None:
     """Rank 5 runs its forward pass 40 ms longer: late at each step's first bucket (1 of 8), on time at the rest,
     which queue behind the stream. Over every collective it is last at too few to name; at the collectives the job
-    waited at, at every one, its peers waiting a sixth of the job's time for it. The same job healthy names
+    waited at, at every one, its peers waiting about 9 % of the job's time for it. The same job healthy names
     nothing."""
     job = Job(nodes=4, steps=60, buckets=8, slow={5: (0, 40.0)}, seed=3)
     collectives = _streamed(job)
@@ -577,3 +577,18 @@ def test_an_nccl_job_without_execution_times_is_not_passed_on_its_enqueue_times(
     assert "a slow GPU not (NCCL gave no execution times)" in compute[0].observed
     late_host = [replace(c, exec_ms=None, backend="nccl") for c in collectives]
     assert failed(judged(job, ranks, late_host, now)) == [("node02", "compute_straggler", "arrives_last", 5)]
+
+
+def test_a_lag_the_clocks_may_have_made_does_not_name_a_node_at_the_collectives_the_job_waited_at() -> None:
+    """A healthy job timed by enqueue only, node01's clock 12 ms off what its reads measured (each node's offset
+    known to ±3 ms): node01 is last everywhere, about 6 ms behind the median, no more than the ±6 ms the two clocks
+    allow. Its collectives picked for waiting 5 ms or more would seem later still; they are picked beyond the
+    clocks' uncertainty too, so nothing is named. With clocks known to ±0.5 ms, the same lag names it."""
+    job = Job(nodes=2, per_node=1, steps=80, compute_ms=60.0, seed=5, errors_ms={"node00": 3.0, "node01": 3.0})
+    ranks, collectives, now = healthy_run(job)
+    skew = {"node00": 0, "node01": 12 * MS}
+    skewed = [replace(c, exec_ms=None, enqueue_ns=c.enqueue_ns + skew[c.node]) for c in collectives]
+    found = row(judged(job, ranks, skewed, now), "node01", FindingKind.COMPUTE_STRAGGLER)
+    assert (found.status, found.reason) == (Status.NOT_JUDGED, "below_clock_error")
+    tight = [replace(r, clock_error_ns=MS // 2) for r in ranks]
+    assert failed(judged(job, tight, skewed, now)) == [("node01", "compute_straggler", "arrives_last", 1)]

@@ -42,3 +42,5 @@ def test_a_rank_in_another_pid_namespace_is_unknown_not_dead(tmp_path: Path) -> 
     elsewhere = "pid:[4026531999]"
     assert reader.pid_namespace() and reader.pid_namespace() != elsewhere
     assert reader.process_state(2**22 + 7, 1, str(tmp_path / "rank0.exit"), elsewhere) == "unknown"
+    (tmp_path / "rank0.exit").write_text("0")  # its exit mark: it ended, wherever it ran
+    assert reader.process_state(2**22 + 7, 1, str(tmp_path / "rank0.exit"), elsewhere) == "exited"

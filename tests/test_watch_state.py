@@ -56,13 +56,15 @@ def test_a_node_clock_that_steps_back_is_read_from_the_start_again() -> None:
 
 
 def test_a_job_has_left_a_node_once_every_rank_there_ended_by_its_latest_read() -> None:
-    """A re-test waits for these: a rank running, stopped (a hang) or not looked up (another pid namespace) keeps
-    its node busy; one dead, exited or a zombie does not, and a rank's latest read is what counts."""
+    """A re-test waits for these: a rank running or stopped (a hang) keeps its node busy, and one in another pid
+    namespace (``unknown``) while its recorder still answers; one dead, exited, a zombie, or unknown and silent
+    does not. A rank's latest read counts, whatever the order the reads come in."""
     seen = [
-        RankSeen("j", "n1", 0, 0, 10, "running", 1), RankSeen("j", "n1", 0, 0, 10, "dead", 2),
+        RankSeen("j", "n1", 0, 0, 10, "dead", 2), RankSeen("j", "n1", 0, 0, 10, "running", 1),
         RankSeen("j", "n2", 1, 0, 11, "exited", 1), RankSeen("j", "n2", 1, 0, 11, "stopped", 2),
         RankSeen("j", "n3", 2, 0, 12, "unknown", 2), RankSeen("j", "n4", 3, 0, 13, "zombie", 2),
+        RankSeen("j", "n5", 4, 0, 14, "unknown", 2, answered=False),
     ]  # fmt: skip
     assert living_nodes(seen) == ["n2", "n3"]
-    assert living_nodes(seen[:1] + seen[2:3]) == ["n1"]
+    assert living_nodes(seen[1:3]) == ["n1"]
     assert living_nodes([]) == []

@@ -87,11 +87,14 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     prioritize_hog(bed)
     started_ns = time.time_ns()
     watching = start_cli(*_args(inventory, job, tmp_path / "slow", "--for", "300", "--until-named"))
-    _named(tmp_path / "slow", "node02", "compute_straggler", NAME_BOUND_S)
-    job.stop(competing_too=False)  # the owner excludes node02: the re-test waits for the job to leave its nodes
-    stdout, stderr = watching.communicate(timeout=600)
-    hog.kill()
-    subprocess.run(bed.ssh_argv("node02", "pkill -KILL -f 'while 1'"), check=False)
+    try:
+        _named(tmp_path / "slow", "node02", "compute_straggler", NAME_BOUND_S)
+        job.stop(competing_too=False)  # the owner excludes node02: the re-test waits for the job to leave its nodes
+        stdout, stderr = watching.communicate(timeout=600)
+    finally:
+        watching.kill()
+        hog.kill()
+        subprocess.run(bed.ssh_argv("node02", "pkill -KILL -f 'while 1'"), check=False)
     assert watching.returncode == 1, stdout + stderr
     rows = _findings(tmp_path / "slow").set_index(["node", "kind"])
     straggler = rows.loc[("node02", "compute_straggler")]

@@ -69,11 +69,17 @@ def job_left(request: WatchRequest, nodes: Sequence[str]) -> str:
     excluded the node and requeued it, or it ended)."""
     chosen = [n for n in request.nodes if n.name in nodes]
     deadline = time.monotonic() + request.spec.retest_wait_s
+    said = False
     while True:
         reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency)
-        living = living_nodes(r for read in reads for r in read.ranks)
+        unread = [read.node for read in reads if read.node_ns is None]  # not known to have left
+        living = sorted({*living_nodes(r for read in reads for r in read.ranks), *unread})
         if not living:
             return ""
+        if not said:
+            print(f"re-test of {fold(list(nodes))} waits up to {request.spec.retest_wait_s:g} s for the job to leave "
+                  f"{fold(living)}", flush=True)  # fmt: skip
+            said = True
         if time.monotonic() >= deadline:
             return (
                 f"not re-tested: the job still runs on {fold(living)} after {request.spec.retest_wait_s:g} s, and "

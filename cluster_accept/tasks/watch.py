@@ -83,16 +83,17 @@ def read_round(
         return settle_clocks(list(reads))
 
 
-LIVING = frozenset({RankState.RUNNING.value, RankState.STOPPED.value, RankState.UNKNOWN.value})
+LIVING = frozenset({RankState.RUNNING.value, RankState.STOPPED.value})
 
 
 def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
     """The nodes a rank of the job still lives on, by each rank's latest read: running, stopped, or one the
-    reader cannot look up (another pid namespace), which is not known to have left."""
+    reader cannot look up (another pid namespace) while its Flight Recorder still answers on its socket."""
     latest: dict[tuple[str, int], RankSeen] = {}
-    for rank in ranks:
+    for rank in sorted(ranks, key=lambda r: r.read_ns - r.clock_offset_ns):
         latest[(rank.node, rank.rank)] = rank
-    return sorted({r.node for r in latest.values() if r.state in LIVING})
+    alive = [r for r in latest.values() if r.state in LIVING or (r.state == RankState.UNKNOWN.value and r.answered)]
+    return sorted({r.node for r in alive})
 
 
 @dataclass

@@ -204,6 +204,12 @@ def _worker_server(n: _Node) -> tuple[_Armed, str | None]:
     return (env, True, f"armed: the shim starts torch's worker server in every rank; handler {handler}"), handler
 
 
+UNTIMED = (
+    "not armed (nccl_timing off): a slow GPU is not seen, only a slow host; the timing's cost on step time is in "
+    "docs/watch-signals.md"
+)
+
+
 def _nccl_timing(n: _Node) -> _Armed:
     if n.torch is None:
         return [], False, "no torch in the job's Python on this node"
@@ -212,14 +218,7 @@ def _nccl_timing(n: _Node) -> _Armed:
     if n.torch < TORCH_FLIGHT_RECORDER:
         return [], False, f"torch {_short(n.torch)} has no Flight Recorder to carry the timing (it came in 2.2)"
     if not n.settings.nccl_timing:
-        return (
-            [],
-            False,
-            (
-                "not armed (nccl_timing off): a slow GPU is not seen, only a slow host; the timing's cost on step time is "
-                "in docs/watch-signals.md"
-            ),
-        )
+        return [], False, UNTIMED
     return [EnvVar("TORCH_NCCL_ENABLE_TIMING", "1", Signal.NCCL_TIMING.value)], True, "armed: TORCH_NCCL_ENABLE_TIMING"
 
 

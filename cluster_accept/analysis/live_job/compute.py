@@ -190,13 +190,14 @@ def _verdict(seg: Segment, window: Window, floor_ms: float) -> str:
 
 
 def waited(per: pd.DataFrame, floor_ms: float) -> pd.DataFrame:
-    """The collectives the job waited at: its last rank arrived ``floor_ms`` or more after the median.
+    """The collectives the job waited at: its last rank arrived ``floor_ms`` or more after the median, beyond the
+    clocks' uncertainty where the arrivals are enqueue times on several nodes' clocks (none on the device).
 
     A GPU job's collectives queue on one stream: each gradient bucket's all_reduce starts when the one before it
     ends, so where communication fills the backward pass a slow rank is late only at the first collective after
     its forward pass, and on time at the others (they wait for the stream, not for it). Over every collective it
     is last at a few; over those the job waited at, at nearly all."""
-    return per[per["wait_ms"] >= floor_ms]
+    return per[per["wait_ms"] >= floor_ms + per["uncertainty_ms"]]
 
 
 def held_share(seg: Segment, per: pd.DataFrame) -> float:

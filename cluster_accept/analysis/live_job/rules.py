@@ -29,8 +29,8 @@ class WatchRules:
     # ... and this share of the median interval between consecutive collectives of a communicator (a lag is
     # small or large against the job's own cadence), and the clocks' uncertainty where peers are on other nodes.
     lag_min_share_of_interval: float = 0.05
-    # Judged at the collectives the job waited at (the last rank ``lag`` floors behind the median), a node is named
-    # only where its peers spent this share of the window waiting for it (its lag summed where it arrived last).
+    # Judged at the collectives the job waited at (its last rank the lag floor or more behind the median), a node is
+    # named only where its peers spent this share of the window waiting for it (its lag summed where it was last).
     held_share_min: float = 0.02
     # Under this many complete collectives (every rank of the communicator has a record) stragglers are not judged.
     min_collectives: int = 16

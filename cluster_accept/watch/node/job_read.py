@@ -65,9 +65,9 @@ def pid_namespace() -> str:
 def process_state(pid: int, start_ticks: int, exit_path: str, pidns: str = "") -> str:
     """The rank's state; a pid reused by another process (another start time) counts as the rank gone. A rank in
     another pid namespace than this reader (a container, the reader run on its host) cannot be looked up by its
-    pid: ``unknown``, never ``dead``."""
+    pid: ``unknown``, never ``dead``, unless its exit mark says it ended."""
     if pidns and pid_namespace() and pidns != pid_namespace():
-        return "unknown"
+        return "exited" if os.path.exists(exit_path) else "unknown"
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
