@@ -13,6 +13,7 @@ from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.flows.watch import confirmation, job_left
 from cluster_accept.flows.watch_request import WatchRequest, WatchSpec
 from cluster_accept.inventory.model import Inventory, Node
+from cluster_accept.tasks.watch import WatchState
 from cluster_accept.vocabulary.live_job import RankSeen
 from cluster_accept.watch.read import NodeRead
 from tests.injection_sandbox import node
@@ -76,11 +77,14 @@ def test_a_re_test_waits_for_the_job_to_leave_its_nodes(monkeypatch: pytest.Monk
     """Running, then a node that does not answer (not known to have left), then every rank ended: it goes."""
     rounds = [[_read("n1", "running"), _read("n2", "dead")], [_read("n1", None), _read("n2", "dead")],
               [_read("n1", "dead"), _read("n2", "exited")]]  # fmt: skip
-    calls = _scripted(monkeypatch, rounds)
-    assert job_left(_request(600), ["n1", "n2"]) == "" and calls == [2, 2, 2]
+    calls, state = _scripted(monkeypatch, rounds), WatchState(keep_s=120)
+    state.add(rounds[0])
+    assert not state.job_over()
+    assert job_left(_request(600), ["n1", "n2"], state) == "" and calls == [2, 2, 2]
+    assert state.job_over()  # the job left every node while the re-test waited: the watch of it is over
 
 
 def test_a_job_that_stays_past_the_wait_leaves_the_node_not_re_tested(monkeypatch: pytest.MonkeyPatch) -> None:
     _scripted(monkeypatch, [[_read("n1", "stopped"), _read("n2", "running")]])
-    said = job_left(_request(0), ["n1", "n2"])
+    said = job_left(_request(0), ["n1", "n2"], WatchState(keep_s=120))
     assert said.startswith("not re-tested: the job still runs on n[1-2] after 0 s")

@@ -62,7 +62,7 @@ def _peers(suspects: Sequence[str], job_nodes: Sequence[str]) -> list[str]:
     return [n for n in job_nodes if n not in suspects][:RETEST_PEERS]
 
 
-def job_left(request: WatchRequest, nodes: Sequence[str]) -> str:
+def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState) -> str:
     """Wait, reading ``nodes`` every interval for up to ``retest_wait_s``, until no rank of the job lives on them;
     '' once none does, else which nodes it still runs on. A GPU (or core) measured while the job loads it
     measures the job: the suspect and its peers are re-tested only once the job has left them (its owner
@@ -72,6 +72,7 @@ def job_left(request: WatchRequest, nodes: Sequence[str]) -> str:
     said = False
     while True:
         reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency)
+        state.add_states(reads)
         unread = [read.node for read in reads if read.node_ns is None]  # not known to have left
         living = sorted({*living_nodes(r for read in reads for r in read.ranks), *unread})
         if not living:
@@ -88,13 +89,13 @@ def job_left(request: WatchRequest, nodes: Sequence[str]) -> str:
         time.sleep(request.spec.interval_s)
 
 
-def retest(request: WatchRequest, suspects: Sequence[WatchFinding]) -> list[WatchFinding]:
+def retest(request: WatchRequest, suspects: Sequence[WatchFinding], state: WatchState) -> list[WatchFinding]:
     """One acceptance run of ``suspects`` (all of one kind) and their peers once the job has left them; each
     finding with what it said."""
     kind = suspects[0].kind
     names = list(dict.fromkeys(f.node for f in suspects))
     peers = _peers(names, [n.name for n in request.nodes])
-    waited = job_left(request, [*names, *peers])
+    waited = job_left(request, [*names, *peers], state)
     if waited:
         action = NOT_CONFIRMED.format(kind=kind.replace("_", " "))
         return [replace(f, status=Status.WARN, confirmed=False, retest=waited, action=action) for f in suspects]
@@ -148,12 +149,14 @@ def _suspects(findings: Sequence[WatchFinding], tested: set[tuple[str, str]]) ->
     return [f for f in findings if f.status is Status.FAIL and (f.node, f.kind) not in tested]
 
 
-def _settle(request: WatchRequest, findings: list[WatchFinding], acted: dict[tuple[str, str], WatchFinding]) -> None:
+def _settle(
+    request: WatchRequest, findings: list[WatchFinding], acted: dict[tuple[str, str], WatchFinding], state: WatchState
+) -> None:
     """Re-test the suspects named for the first time (by kind), and carry earlier re-tests into ``findings``."""
     fresh = _suspects(findings, set(acted))
     for kind in dict.fromkeys(f.kind for f in fresh):
         group = [f for f in fresh if f.kind == kind]
-        done = retest(request, group) if request.spec.retest else group
+        done = retest(request, group, state) if request.spec.retest else group
         for finding in done:
             acted[(finding.node, finding.kind)] = finding
     for i, finding in enumerate(findings):
@@ -199,7 +202,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         state.add(reads)
         findings = localize(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
         files.write(state, findings)  # before a re-test, which takes minutes: what was named is on disk
-        _settle(request, findings, acted)
+        _settle(request, findings, acted, state)
         files.write(state, findings)
         named = any(f.status in (Status.FAIL, Status.WARN) for f in findings)
         if state.job_over() or time.monotonic() >= deadline or (request.spec.until_named and named):

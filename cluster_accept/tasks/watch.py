@@ -124,6 +124,11 @@ class WatchState:
             self._advance(read)
         self._prune()
 
+    def add_states(self, reads: Sequence[NodeRead]) -> None:
+        """The ranks' states of reads made outside a round (a re-test waiting for the job to leave): a job that left
+        every node while the watch waited is over, and its teardown is not judged as deaths."""
+        self.ranks.extend(rank for read in reads for rank in read.ranks)
+
     def _advance(self, read: NodeRead) -> None:
         """Where the node's next read starts: a second before its newest record (one created just before this read
         may not have been seen), or from the start again when the node's clock went back, since records stamped
