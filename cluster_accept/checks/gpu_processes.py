@@ -99,9 +99,9 @@ def evaluate(model: GpuProcesses, profile: Profile, cluster: ClusterView) -> lis
     if not mine:
         said = f"no compute process on the {model.gpus} GPUs"
         if tested is not None:
-            others = sorted({a.gpu for a in model.apps if a.gpu is not None})
+            others = {a.gpu for a in model.apps if a.gpu is not None}
             said = f"no compute process on GPUs {_said(tested)}" + (
-                f" (the profile tests those; a process on GPU {_said(set(others))})" if others else ""
+                f" (the profile tests those; a process on GPU {_said(others)})" if others else ""
             )
         return [CheckRow(NAME, "compute_apps", Status.PASS, "ok", said, "no other process")]
     return [busy_row(app.gpu, app.pid, app.name, app.used_memory_mib, "found before the probes ran") for app in mine]

@@ -97,8 +97,7 @@ def retest(request: WatchRequest, suspects: Sequence[WatchFinding], state: Watch
     peers = _peers(names, [n.name for n in request.nodes])
     waited = job_left(request, [*names, *peers], state)
     if waited:
-        action = NOT_CONFIRMED.format(kind=kind.replace("_", " "))
-        return [replace(f, status=Status.WARN, confirmed=False, retest=waited, action=action) for f in suspects]
+        return [_not_confirmed(f, waited) for f in suspects]
     run = RunRequest(
         request.spec.inventory, request.spec.out_dir, nodes=fold([*names, *peers]), stages=list(RETEST_STAGES[kind]),
         concurrency=request.concurrency, history=request.spec.history, operations=request.spec.operations,
@@ -128,12 +127,17 @@ def confirmation(node: str, peers: Sequence[str], verdicts: Sequence[VerdictRow]
     return rejected and bool(passed), f"{said}; peers accepted: {fold(passed) if passed else 'none'}"
 
 
+def _not_confirmed(finding: WatchFinding, said: str) -> WatchFinding:
+    """A named finding its re-test did not confirm (or could not run): ``warn``, with what the re-test said."""
+    action = NOT_CONFIRMED.format(kind=finding.kind.replace("_", " "))
+    return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action)
+
+
 def _acted(
     finding: WatchFinding, confirmed: bool, said: str, drained: bool, planned: bool, outcome: RunOutcome
 ) -> WatchFinding:
     if not confirmed:
-        action = NOT_CONFIRMED.format(kind=finding.kind.replace("_", " "))
-        return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action)
+        return _not_confirmed(finding, said)
     if drained:
         action = "drained"
     elif planned:

@@ -52,10 +52,8 @@ class NodeClock:
 def op_name(profiling_name: str | None) -> str:
     """'nccl:all_reduce' → 'all_reduce': the backend prefix is the communicator's, not the operation's."""
     name = profiling_name or "unknown"
-    for prefix in _BACKENDS:
-        if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
+    backend = backend_of(name)
+    return name[len(backend) + 1 :] if backend else name
 
 
 def backend_of(profiling_name: str | None) -> str:

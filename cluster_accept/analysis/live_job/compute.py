@@ -64,8 +64,8 @@ def interval_ms(full: pd.DataFrame) -> float:
 def shared(window: Window, full: pd.DataFrame) -> pd.DataFrame:
     """Per collective, what every node's series reads: the last rank and its node, how long the collective waited
     for it (``wait_ms``: its lag behind the median arrival), how many nodes take part, and the two largest clock
-    errors among them (with the node of the largest), so that a node's uncertainty against
-    the others is its own error plus the largest of theirs."""
+    errors among them (with the node of the largest), so that a node's uncertainty against the others is its own
+    error plus the largest of theirs."""
     last = full.loc[full.groupby(KEY)["arrived_ns"].idxmax(), [*KEY, "rank", "node", "lag_ms"]]
     last = last.rename(columns={"rank": "last_rank", "node": "last_node", "lag_ms": "wait_ms"}).set_index(KEY)
     pairs = full[[*KEY, "node"]].drop_duplicates()
@@ -319,7 +319,7 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
             evidence = _evidence(window, full, run.seg, node, floor)
             persistence = _persistence(run.seg, per, run.cut, floor if run.waited else None)
             return window.finding(kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank)
-    whole = segment(per)
+    whole = next(r.seg for r in runs if r.cut is None and not r.waited)
     observed = (
         f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "
         f"longest streak {whole.streak}"
