@@ -4,6 +4,7 @@ starts on a node competes for that node's core only. Shared by the watch's test-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -47,8 +48,13 @@ def prioritize_hog(bed: testbed.Testbed) -> None:
 def pin_sshd(bed: testbed.Testbed, node: str, cpu: int) -> None:
     """Every process later started on ``node`` over SSH inherits the listener's core."""
     for pid in net.netns_pids(bed.netns(node)):
-        if b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes():  # the listener: it lives as long as the bed
-            os.sched_setaffinity(pid, {cpu})
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # a process that ended between the listing and the read (a session closing)
+        if b"sshd" in cmdline:  # the listener (it lives as long as the bed) and any session still open
+            with contextlib.suppress(ProcessLookupError):  # a session that closed since
+                os.sched_setaffinity(pid, {cpu})
 
 
 class Job:
