@@ -405,7 +405,8 @@ def test_healthy_communicators_pass_and_unlocalized_slowness_names_nothing() -> 
     job = _groups(slow=())
     rows = judged(job, *healthy_run(job))
     assert failed(rows) == [] and {r.status for r in rows} == {Status.PASS}
-    job = _groups(slow=("1:pair_a", "2:pair_b"))  # no node is in both: the fabric, not one node
+    # No node is in both, and a fast pair across nodes on GPU 0 clears the rail: the fabric, not one element of it
+    job = _groups(slow=("1:pair_a", "2:pair_b"), **{"5:pair_e": (0, 4)})
     rows = judged(job, *healthy_run(job))
     assert failed(rows) == []
     assert {r.reason for r in rows if r.kind == "comm_straggler"} == {"slow_unlocalized"}
@@ -414,6 +415,61 @@ def test_healthy_communicators_pass_and_unlocalized_slowness_names_nothing() -> 
     rows = judged(job, *healthy_run(job))
     assert failed(rows) == []
     assert row(rows, "node01", FindingKind.COMM_STRAGGLER).reason == "slow_unlocalized"
+
+
+def _rails(slow: tuple[str, ...], nvlink_ms: float = 2.0) -> Job:
+    """Four nodes of two GPUs; across nodes, two pairs a rail and GPU index (rail 0: GPU 0 of each node, rail 1:
+    GPU 1); within each node a pair over NVLink, faster than any pair across nodes. ``slow`` ones take 25 ms."""
+    across = {"1:r0_ab": (0, 2), "2:r0_cd": (4, 6), "3:r0_ac": (0, 4), "4:r0_bd": (2, 6)}
+    across |= {"5:r1_ab": (1, 3), "6:r1_cd": (5, 7), "7:r1_ac": (1, 5), "8:r1_bd": (3, 7)}
+    within = {f"{9 + n}:nvl_{n}": (2 * n, 2 * n + 1) for n in range(4)}
+    timing = {name: 25.0 if name in slow else 10.0 for name in across} | dict.fromkeys(within, nvlink_ms)
+    return Job(nodes=4, groups=across | within, group_exec_ms=timing, seed=5)
+
+
+def test_the_nic_of_one_gpu_is_named_where_the_nodes_other_gpus_talk_across_nodes_at_full_speed() -> None:
+    """node01's GPU 0 path is slow: its two rail-0 pairs are slow, its rail-1 pairs and NVLink pair are fast, so
+    the node as a whole is cleared and its GPU 0's NIC is named, with the rank on it."""
+    job = _rails(slow=("1:r0_ab", "4:r0_bd"))
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == [("node01", "comm_straggler", "slow_nic", 2)]
+    found = row(rows, "node01", FindingKind.COMM_STRAGGLER)
+    assert found.gpu == 0
+    assert found.observed.startswith(
+        "the network path of its GPU 0 (the NIC paired with it) is in every slow communicator (1:r0_ab, 4:r0_bd, 2.5×"
+    )
+    assert found.observed.endswith("its other communicators across nodes (5:r1_ab, 8:r1_bd) are fast")
+    assert found.owner_line.startswith("exclude node01: the network path of its GPU 0")
+    # its peers in the slow pairs are cleared by their own fast pairs on rail 0
+    assert row(rows, "node00", FindingKind.COMM_STRAGGLER).observed.startswith(
+        "in slow communicator(s) 1:r0_ab with node01 GPU 0, and in fast one(s) 3:r0_ac"
+    )
+    assert {row(rows, n, FindingKind.COMM_STRAGGLER).status for n in ("node00", "node02", "node03")} == {Status.PASS}
+
+
+def test_a_slow_rail_is_said_on_its_nodes_and_names_none() -> None:
+    job = _rails(slow=("1:r0_ab", "2:r0_cd", "3:r0_ac", "4:r0_bd"))
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == []
+    comm = [r for r in rows if r.kind == "comm_straggler"]
+    assert {(r.status, r.reason) for r in comm} == {(Status.NOT_JUDGED, "slow_rail")}
+    assert all(r.observed.endswith("no fast one across nodes does: rail 0, not this node") for r in comm)
+    # one pair across nodes on GPU 0 at full speed clears the rail: no element is common to the slow ones
+    job = _rails(slow=("1:r0_ab", "2:r0_cd", "4:r0_bd"))
+    rows = judged(job, *healthy_run(job))
+    assert {r.reason for r in rows if r.kind == "comm_straggler"} == {"slow_unlocalized"}
+
+
+def test_groups_within_a_node_are_not_held_against_groups_across_nodes() -> None:
+    """Four NVLink pairs at 1 ms beside two network pairs at 10 ms of the same operation and size: a healthy job,
+    not two communicators ten times slower than the median of their peers."""
+    job = _rails(slow=(), nvlink_ms=1.0)
+    job.groups = {name: ranks for name, ranks in job.groups.items() if "nvl" in name or name in ("1:r0_ab", "2:r0_cd")}
+    rows = judged(job, *healthy_run(job))
+    comm = [r for r in rows if r.kind == "comm_straggler"]
+    assert {(r.status, r.reason) for r in comm} == {(Status.PASS, "ok")}
+    worst = [float(r.observed.removeprefix("its communicators run at ").split("×")[0]) for r in comm]
+    assert max(worst) < 1.1, [r.observed for r in comm]
 
 
 def test_a_straggler_in_a_job_named_once_per_kind_on_every_node() -> None:
