@@ -423,7 +423,7 @@ def _rails(slow: tuple[str, ...], nvlink_ms: float = 2.0) -> Job:
     across = {"1:r0_ab": (0, 2), "2:r0_cd": (4, 6), "3:r0_ac": (0, 4), "4:r0_bd": (2, 6)}
     across |= {"5:r1_ab": (1, 3), "6:r1_cd": (5, 7), "7:r1_ac": (1, 5), "8:r1_bd": (3, 7)}
     within = {f"{9 + n}:nvl_{n}": (2 * n, 2 * n + 1) for n in range(4)}
-    timing = {name: 25.0 if name in slow else 10.0 for name in across} | dict.fromkeys(within, nvlink_ms)
+    timing = {name: 10.0 for name in across} | dict.fromkeys(within, nvlink_ms) | dict.fromkeys(slow, 25.0)
     return Job(nodes=4, groups=across | within, group_exec_ms=timing, seed=5)
 
 
@@ -438,6 +438,9 @@ def test_the_nic_of_one_gpu_is_named_where_the_nodes_other_gpus_talk_across_node
     assert found.observed.startswith(
         "the network path of its GPU 0 (the NIC paired with it) is in every slow communicator (1:r0_ab, 4:r0_bd, 2.5×"
     )
+    assert (
+        ", 2.5× their peers' execution time) and in no fast one across nodes; its other communicators" in found.observed
+    )
     assert found.observed.endswith("its other communicators across nodes (5:r1_ab, 8:r1_bd) are fast")
     assert found.owner_line.startswith("exclude node01: the network path of its GPU 0")
     # its peers in the slow pairs are cleared by their own fast pairs on rail 0
@@ -447,13 +450,56 @@ def test_the_nic_of_one_gpu_is_named_where_the_nodes_other_gpus_talk_across_node
     assert {row(rows, n, FindingKind.COMM_STRAGGLER).status for n in ("node00", "node02", "node03")} == {Status.PASS}
 
 
+def test_a_node_is_cleared_only_by_fast_groups_of_the_reach_of_its_slow_ones() -> None:
+    """A slow NVLink pair names its node though the node's pairs across nodes are fast; every pair across nodes of
+    a node slow (all its NICs) names the node though its NVLink pair is fast."""
+    job = _rails(slow=("10:nvl_1",))
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == [("node01", "comm_straggler", "slow_communicators", None)]
+    assert row(rows, "node01", FindingKind.COMM_STRAGGLER).observed.startswith(
+        "its communicators 10:nvl_1 run 12.0× slower than their peers (execution time), and no fast one within a node"
+    )
+    job = _rails(slow=("1:r0_ab", "4:r0_bd", "5:r1_ab", "8:r1_bd"))
+    rows = judged(job, *healthy_run(job))
+    assert failed(rows) == [("node01", "comm_straggler", "slow_communicators", None)]
+    assert row(rows, "node01", FindingKind.COMM_STRAGGLER).observed.endswith("and no fast one across nodes includes it")
+
+
+def test_a_gpu_the_reads_do_not_give_is_never_named_as_a_port_or_a_rail() -> None:
+    job = _rails(slow=("1:r0_ab", "4:r0_bd"))
+    ranks, collectives, now = healthy_run(job)
+    rows = judged(job, [replace(r, gpu=None) for r in ranks], [replace(c, gpu=None) for c in collectives], now)
+    assert failed(rows) == []
+    assert {r.reason for r in rows if r.kind == "comm_straggler" and r.node in ("node00", "node01", "node03")} == {
+        "slow_unlocalized"
+    }
+    assert not any("GPU None" in r.observed for r in rows)
+    # records without their GPU (a read that missed the rank's file) take it from the rank's reads
+    missing = [replace(c, gpu=None) if c.rank == 2 and c.seq % 2 else c for c in collectives]
+    rows = judged(job, ranks, missing, now)
+    assert failed(rows) == [("node01", "comm_straggler", "slow_nic", 2)]
+    assert row(rows, "node01", FindingKind.COMM_STRAGGLER).gpu == 0
+
+
+def test_a_group_of_another_shape_is_not_held_against_pairs() -> None:
+    """Every rank in one group at 30 ms beside pairs at 10 ms: it has no peer of its shape, so nothing is slow."""
+    job = _rails(slow=())
+    job.groups["13:world"] = tuple(job.ranks)
+    job.group_exec_ms["13:world"] = 30.0
+    rows = judged(job, *healthy_run(job))
+    assert {(r.status, r.reason) for r in rows if r.kind == "comm_straggler"} == {(Status.PASS, "ok")}
+    assert all("13:world" not in r.evidence for r in rows if r.kind == "comm_straggler")
+
+
 def test_a_slow_rail_is_said_on_its_nodes_and_names_none() -> None:
     job = _rails(slow=("1:r0_ab", "2:r0_cd", "3:r0_ac", "4:r0_bd"))
     rows = judged(job, *healthy_run(job))
     assert failed(rows) == []
     comm = [r for r in rows if r.kind == "comm_straggler"]
     assert {(r.status, r.reason) for r in comm} == {(Status.NOT_JUDGED, "slow_rail")}
-    assert all(r.observed.endswith("no fast one across nodes does: rail 0, not this node") for r in comm)
+    assert all(
+        r.observed.endswith("no fast one across nodes entirely on GPU 0 does: rail 0, not this node") for r in comm
+    )
     # one pair across nodes on GPU 0 at full speed clears the rail: no element is common to the slow ones
     job = _rails(slow=("1:r0_ab", "2:r0_cd", "4:r0_bd"))
     rows = judged(job, *healthy_run(job))

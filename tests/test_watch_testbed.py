@@ -116,7 +116,7 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
 
     job = Job(bed, tmp_path / "second", "train3", 29613)
     os.kill(job.rank_pid("node01"), signal.SIGKILL)
-    dead = _watch(inventory, job, tmp_path / "dead", "--for", "60", "--no-retest")
+    dead = _watch(inventory, job, tmp_path / "dead", "--for", "60", "--until-named", "--no-retest")
     assert dead.returncode == 1, dead.stdout + dead.stderr
     rows = _findings(tmp_path / "dead").set_index(["node", "kind"])
     assert rows.loc[("node01", "dead_rank")].status == "fail" and rows.loc[("node01", "dead_rank")]["rank"] == 0

@@ -39,7 +39,7 @@ class WatchRules:
     # No collective completed by any rank for this long (between the last progress and the latest read): a hang.
     hang_after_s: float = 120.0
     # A communicator this many times slower (median execution time, or bus bandwidth inverted) than the median of
-    # the other communicators of the same operation and size, within a node or across nodes as it is, is slow.
+    # the other communicators of the same operation, size and shape (how many nodes, how many ranks) is slow.
     comm_slow_factor: float = 1.5
     # A communicator is compared only with this many collectives (distinct sequence numbers) in the window.
     comm_min_collectives: int = 5
@@ -92,20 +92,21 @@ REASONS: dict[str, str] = {
     "too_few_collectives": "Too few collectives in the window had a record from every rank of their communicator: "
     "stragglers cannot be judged yet. Watch longer or arm the Flight Recorder on every rank.",
     "slow_communicators": "Every communicator slower than `comm_slow_factor` times its peers includes this node, "
-    "and no fast one does: its links or NICs slow the collectives. Run the fabric probes on it; exclude it.",
+    "and no fast one of the same reach (within a node, or across nodes) does: its NVLink, links or NICs slow the "
+    "collectives. Run the fabric probes on it; exclude it.",
     "slow_nic": "Every slow communicator runs through one GPU of this node and its network path (the NIC paired "
     "with it), and no fast one across nodes does, while the node's other GPUs talk across nodes at full speed: that "
     "NIC, its cable or its PCIe path. Run the pair and rail probes on the node; exclude it until the NIC is fixed.",
     "slow_rail": "Every slow communicator runs between the same GPU index of several nodes (one rail, where GPUs and "
-    "NICs pair by index) and no fast one across nodes does: the rail's switch or cabling, or one of its NICs, not "
-    "one node. Run the rail probes on the rail's nodes; no node is named.",
+    "NICs pair by index) and no fast one across nodes entirely on that index does: the rail's switch or cabling, "
+    "or one of its NICs, not one node. Run the rail probes on the rail's nodes; no node is named.",
     "slow_unlocalized": "Some communicators with this node are slow, but no single node is common to every slow "
     "one and absent from the fast: the fabric between several nodes is suspect. Run the fabric probes.",
-    "one_communicator": "The job has no two communicators of the same operation, size and reach (within a node or "
-    "across nodes) with enough collectives: "
+    "one_communicator": "The job has no two communicators of the same operation, size and shape (nodes and ranks) "
+    "with enough collectives: "
     "a slow communicator has nothing to be compared with. Communication stragglers are not judged.",
     "not_compared": "No communicator this node belongs to could be compared with another of its operation, "
-    "size and reach: communication stragglers are not judged here.",
+    "size and shape: communication stragglers are not judged here.",
     "no_exec_time": "No collective carried its own execution time or bus bandwidth: NCCL timing (or the "
     "Inspector) is off. Set TORCH_NCCL_ENABLE_TIMING=1 to judge communication stragglers.",
 }
