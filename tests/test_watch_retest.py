@@ -3,6 +3,7 @@ the node not accepted while a peer of the same run is."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -10,11 +11,12 @@ import pytest
 
 from cluster_accept.analysis.live_job import WatchRules
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
-from cluster_accept.flows.watch import confirmation, job_left
+from cluster_accept.flows.watch import NOT_RETESTED, _peers, _settle, confirmation, job_left
 from cluster_accept.flows.watch_request import WatchRequest, WatchSpec
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.tasks.watch import WatchState
-from cluster_accept.vocabulary.live_job import RankSeen
+from cluster_accept.vocabulary.live_job import RankSeen, WatchFinding
+from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.read import NodeRead
 from tests.injection_sandbox import node
 
@@ -88,3 +90,50 @@ def test_a_job_that_stays_past_the_wait_leaves_the_node_not_re_tested(monkeypatc
     _scripted(monkeypatch, [[_read("n1", "stopped"), _read("n2", "running")]])
     said = job_left(_request(0), ["n1", "n2"], WatchState(keep_s=120))
     assert said.startswith("not re-tested: the job still runs on n[1-2] after 0 s")
+
+
+def test_peers_are_nodes_the_job_has_left_where_there_are() -> None:
+    """A job requeued without its suspect runs on the others again: a node it has left is measured at once."""
+    assert _peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n4"}) == ["n3"]
+    assert _peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n3", "n4"}) == ["n1", "n3"]  # it waits for them
+
+
+def _three(wait_s: float = 600) -> WatchRequest:
+    spec = WatchSpec(inventory=Path("inv.yaml"), nodes="n[1-3]", job="j", retest_wait_s=wait_s, interval_s=0.5)
+    return WatchRequest(spec, cast(Inventory, None), [node("n1"), node("n2"), node("n3")], "j", WatchRules())
+
+
+def _finding(status: Status, **said: object) -> WatchFinding:
+    return WatchFinding("j", "compute_straggler", "n2", status, "arrives_last", "late", "", "", "", 1, 0, 7, **said)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("n1", "n2", "n3", "retried"), [
+    ("running", "exited", "exited", True),  # the job left the suspect and a peer: re-tested now
+    ("running", "running", "exited", False),  # still on the suspect
+    ("exited", "exited", "exited", True),  # the job ended everywhere
+    ("running", "exited", "running", False),  # left the suspect only: no peer to measure it against
+])  # fmt: skip
+def test_a_finding_not_re_tested_while_the_job_ran_is_re_tested_once_the_job_has_left(
+    monkeypatch: pytest.MonkeyPatch, n1: str, n2: str, n3: str, retried: bool
+) -> None:
+    waited = _finding(Status.WARN, confirmed=False, retest=f"{NOT_RETESTED} n[1-3] after 600 s", action="x")
+    tested: list[list[WatchFinding]] = []
+
+    def retest(_request: WatchRequest, suspects: list[WatchFinding], _state: WatchState) -> list[WatchFinding]:
+        tested.append(suspects)
+        return [replace(f, confirmed=True, retest="run r2: n2 rejected", action="drained") for f in suspects]
+
+    monkeypatch.setattr("cluster_accept.flows.watch.retest", retest)
+    state = WatchState(keep_s=120)
+    state.add([_read("n1", n1), _read("n2", n2), _read("n3", n3)])
+    findings = [_finding(Status.PASS)]  # the job left n2: nothing of it in the window
+    acted = {("n2", "compute_straggler"): waited}
+    _settle(_three(), findings, acted, state)
+    if not retried:
+        assert tested == [] and (findings[0].status, findings[0].retest) == (Status.WARN, waited.retest)
+        return
+    assert [[(f.node, f.status, f.confirmed, f.retest) for f in group] for group in tested] == [
+        [("n2", Status.FAIL, None, "")]
+    ]
+    assert (findings[0].status, findings[0].confirmed, findings[0].action) == (Status.FAIL, True, "drained")
+    assert acted[("n2", "compute_straggler")].retest == findings[0].retest == "run r2: n2 rejected"

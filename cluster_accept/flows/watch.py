@@ -44,6 +44,7 @@ RETEST_STAGES: dict[str, tuple[str, ...]] = {
 }
 RETEST_PEERS = 2
 NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
+NOT_RETESTED = "not re-tested: the job still runs on"
 read_task = task(name="watch-read", retries=0)(read_round)
 
 
@@ -58,8 +59,15 @@ class WatchOutcome:
         return [f for f in self.findings if f.status in (Status.FAIL, Status.WARN)]
 
 
-def _peers(suspects: Sequence[str], job_nodes: Sequence[str]) -> list[str]:
-    return [n for n in job_nodes if n not in suspects][:RETEST_PEERS]
+def _peers(suspects: Sequence[str], job_nodes: Sequence[str], living: set[str]) -> list[str]:
+    """Up to :data:`RETEST_PEERS` nodes of the job beside the suspects: those the job has left, where there are (a
+    job requeued without the suspect runs on the others again), else the first ones, which the re-test waits for."""
+    others = [n for n in job_nodes if n not in suspects]
+    return ([n for n in others if n not in living] or others)[:RETEST_PEERS]
+
+
+def _living(state: WatchState) -> set[str]:
+    return set(living_nodes(state.latest_ranks().values()))
 
 
 def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState) -> str:
@@ -83,7 +91,7 @@ def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState) -> 
             said = True
         if time.monotonic() >= deadline:
             return (
-                f"not re-tested: the job still runs on {fold(living)} after {request.spec.retest_wait_s:g} s, and "
+                f"{NOT_RETESTED} {fold(living)} after {request.spec.retest_wait_s:g} s, and "
                 "a GPU measured under the job measures the job; exclude the node, requeue the job, watch again"
             )
         time.sleep(request.spec.interval_s)
@@ -94,7 +102,7 @@ def retest(request: WatchRequest, suspects: Sequence[WatchFinding], state: Watch
     finding with what it said."""
     kind = suspects[0].kind
     names = list(dict.fromkeys(f.node for f in suspects))
-    peers = _peers(names, [n.name for n in request.nodes])
+    peers = _peers(names, [n.name for n in request.nodes], _living(state))
     waited = job_left(request, [*names, *peers], state)
     if waited:
         return [_not_confirmed(f, waited) for f in suspects]
@@ -153,11 +161,26 @@ def _suspects(findings: Sequence[WatchFinding], tested: set[tuple[str, str]]) ->
     return [f for f in findings if f.status is Status.FAIL and (f.node, f.kind) not in tested]
 
 
+def _left_since(
+    acted: dict[tuple[str, str], WatchFinding], state: WatchState, job_nodes: Sequence[str]
+) -> list[WatchFinding]:
+    """Findings not re-tested because the job still ran on their nodes, whose node the job has left since, beside
+    a node of the job it has left too (a peer to measure against): named again, to be re-tested now."""
+    living = _living(state)
+    if all(n in living for n in job_nodes):
+        return []
+    waiting = [f for f in acted.values() if f.retest.startswith(NOT_RETESTED) and f.node not in living]
+    waiting = [f for f in waiting if any(n not in living and n != f.node for n in job_nodes)]
+    return [replace(f, status=Status.FAIL, confirmed=None, retest="", action="") for f in waiting]
+
+
 def _settle(
     request: WatchRequest, findings: list[WatchFinding], acted: dict[tuple[str, str], WatchFinding], state: WatchState
 ) -> None:
     """Re-test the suspects named for the first time (by kind), and carry earlier re-tests into ``findings``."""
     fresh = _suspects(findings, set(acted))
+    if request.spec.retest:
+        fresh += _left_since(acted, state, [n.name for n in request.nodes])
     for kind in dict.fromkeys(f.kind for f in fresh):
         group = [f for f in fresh if f.kind == kind]
         done = retest(request, group, state) if request.spec.retest else group
