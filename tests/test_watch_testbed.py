@@ -76,19 +76,23 @@ def _named(out: Path, node: str, kind: str, within_s: float) -> None:
 
 def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed, inventory = bed_and_inventory
+    began = time.monotonic()
     job = Job(bed, tmp_path, "train1", 29611)
+    print(f"job started: {time.monotonic() - began:.0f} s")
     healthy = _watch(inventory, job, tmp_path / "healthy", "--for", "40")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     rows = _findings(tmp_path / "healthy")
     assert set(rows.status) <= {"pass", "not_judged"} and set(rows.node) == {"node01", "node02"}
     assert (rows[rows.kind == "compute_straggler"].status == "pass").all(), rows.to_dict("records")
 
+    print(f"healthy watched: {time.monotonic() - began:.0f} s")
     hog = subprocess.Popen(bed.ssh_argv("node02", HOG.format(python=sys.executable)))
     prioritize_hog(bed)
     started_ns = time.time_ns()
     watching = start_cli(*_args(inventory, job, tmp_path / "slow", "--for", "300", "--until-named"))
     try:
         _named(tmp_path / "slow", "node02", "compute_straggler", NAME_BOUND_S)
+        print(f"straggler named: {time.monotonic() - began:.0f} s")
         job.stop(competing_too=False)  # the owner excludes node02: the re-test waits for the job to leave its nodes
         stdout, stderr = watching.communicate(timeout=600)
     finally:
@@ -105,7 +109,9 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     assert rows.loc[("node01", "compute_straggler")].status == "pass"
     print(f"straggler named after {seconds:.1f} s")
 
+    print(f"straggler re-tested: {time.monotonic() - began:.0f} s")
     job = Job(bed, tmp_path / "hung", "train2", 29612)
+    print(f"second job started: {time.monotonic() - began:.0f} s")
     os.kill(job.rank_pid("node02"), signal.SIGSTOP)
     hung = _watch(inventory, job, tmp_path / "hang", "--for", "120", "--until-named", "--no-retest")
     assert hung.returncode == 1, hung.stdout + hung.stderr
@@ -114,7 +120,9 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     assert rows.loc[("node01", "hang")].status == "pass"
     job.stop()
 
+    print(f"hang named: {time.monotonic() - began:.0f} s")
     job = Job(bed, tmp_path / "second", "train3", 29613)
+    print(f"third job started: {time.monotonic() - began:.0f} s")
     os.kill(job.rank_pid("node01"), signal.SIGKILL)
     dead = _watch(inventory, job, tmp_path / "dead", "--for", "60", "--until-named", "--no-retest")
     assert dead.returncode == 1, dead.stdout + dead.stderr

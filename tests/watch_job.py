@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent / "cluster_accept"
 SHIM = ROOT / "watch" / "node"
 JOB_FILES = (ROOT / "probes" / "training" / "node" / "train_step.py", ROOT / "probes" / "node" / "allreduce.py")
 MODEL = "--layers 2 --width 256 --heads 4 --seq-len 128 --micro-batch 8 --vocab 2048"
-# A process competing for node02's core at a higher priority (nice -10: nine times the rank's weight), its
+# A process competing for node02's core at a higher priority (nice -5: three times the rank's weight), its
 # session's scheduler group too (each SSH session is a group of its own where the kernel groups sessions): the
-# rank and the re-test's probes keep about a tenth of their core whatever else runs on the other core.
-HOG = "exec nice -n -10 {python} -c 'while 1: pass'"
-HOG_NICE = -10
+# rank and the re-test's probes keep about a quarter of their core, a figure under half its peer's even while
+# other work slows the peer on the other core, and the re-test's probes take four times as long, not ten.
+HOG = "exec nice -n -5 {python} -c 'while 1: pass'"
+HOG_NICE = -5
 
 
 def prioritize_hog(bed: testbed.Testbed) -> None:
