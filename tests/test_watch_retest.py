@@ -107,33 +107,77 @@ def _finding(status: Status, **said: object) -> WatchFinding:
     return WatchFinding("j", "compute_straggler", "n2", status, "arrives_last", "late", "", "", "", 1, 0, 7, **said)  # type: ignore[arg-type]
 
 
+WAITED = f"{NOT_RETESTED} n[1-3] after 600 s"
+
+
+def _stub_retest(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], bool]]:
+    """``retest`` confirms every suspect; each call's suspects and whether it was allowed to wait are kept."""
+    calls: list[tuple[list[str], bool]] = []
+
+    def retest(_r: WatchRequest, suspects: list[WatchFinding], _s: WatchState, wait: bool = True) -> list[WatchFinding]:
+        calls.append(([f.node for f in suspects], wait))
+        return [replace(f, confirmed=True, retest="run r2: rejected", action="drained") for f in suspects]
+
+    monkeypatch.setattr("cluster_accept.flows.watch.retest", retest)
+    return calls
+
+
 @pytest.mark.parametrize(("n1", "n2", "n3", "retried"), [
     ("running", "exited", "exited", True),  # the job left the suspect and a peer: re-tested now
     ("running", "running", "exited", False),  # still on the suspect
     ("exited", "exited", "exited", True),  # the job ended everywhere
     ("running", "exited", "running", False),  # left the suspect only: no peer to measure it against
+    ("running", "exited", None, False),  # n3 not read: not known to have left, no peer
 ])  # fmt: skip
 def test_a_finding_not_re_tested_while_the_job_ran_is_re_tested_once_the_job_has_left(
-    monkeypatch: pytest.MonkeyPatch, n1: str, n2: str, n3: str, retried: bool
+    monkeypatch: pytest.MonkeyPatch, n1: str, n2: str, n3: str | None, retried: bool
 ) -> None:
-    waited = _finding(Status.WARN, confirmed=False, retest=f"{NOT_RETESTED} n[1-3] after 600 s", action="x")
-    tested: list[list[WatchFinding]] = []
-
-    def retest(_request: WatchRequest, suspects: list[WatchFinding], _state: WatchState) -> list[WatchFinding]:
-        tested.append(suspects)
-        return [replace(f, confirmed=True, retest="run r2: n2 rejected", action="drained") for f in suspects]
-
-    monkeypatch.setattr("cluster_accept.flows.watch.retest", retest)
+    calls = _stub_retest(monkeypatch)
+    waited = _finding(Status.WARN, confirmed=False, retest=WAITED, action="x")
     state = WatchState(keep_s=120)
     state.add([_read("n1", n1), _read("n2", n2), _read("n3", n3)])
     findings = [_finding(Status.PASS)]  # the job left n2: nothing of it in the window
     acted = {("n2", "compute_straggler"): waited}
     _settle(_three(), findings, acted, state)
     if not retried:
-        assert tested == [] and (findings[0].status, findings[0].retest) == (Status.WARN, waited.retest)
+        assert calls == [] and (findings[0].status, findings[0].retest) == (Status.WARN, WAITED)
         return
-    assert [[(f.node, f.status, f.confirmed, f.retest) for f in group] for group in tested] == [
-        [("n2", Status.FAIL, None, "")]
-    ]
+    assert calls == [(["n2"], False)]  # a retry does not wait: the job has left, or it is tried again later
     assert (findings[0].status, findings[0].confirmed, findings[0].action) == (Status.FAIL, True, "drained")
-    assert acted[("n2", "compute_straggler")].retest == findings[0].retest == "run r2: n2 rejected"
+    _settle(_three(), findings, acted, state)  # confirmed: never re-tested again
+    assert len(calls) == 1
+
+
+def test_two_suspects_the_job_left_are_no_peers_of_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _stub_retest(monkeypatch)
+    acted = {(n, "compute_straggler"): replace(_finding(Status.WARN, retest=WAITED), node=n) for n in ("n2", "n3")}
+    state = WatchState(keep_s=120)
+    state.add([_read("n1", "running"), _read("n2", "exited"), _read("n3", "exited")])
+    _settle(_three(), [], acted, state)
+    assert calls == []
+
+
+def test_a_finding_dropped_from_the_window_stays_in_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stub_retest(monkeypatch)
+    acted = {("n2", "compute_straggler"): _finding(Status.WARN, retest=WAITED)}
+    state = WatchState(keep_s=120)
+    state.add([_read("n1", "exited"), _read("n2", "exited"), _read("n3", "exited")])
+    findings: list[WatchFinding] = []
+    _settle(_three(), findings, acted, state)
+    assert [(f.node, f.status, f.confirmed) for f in findings] == [("n2", Status.FAIL, True)]
+
+
+def test_a_retry_that_finds_the_job_back_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state said the job had left; the re-test's own read finds it on n2 again: not re-tested, at once."""
+    _scripted(monkeypatch, [[_read("n2", "running"), _read("n3", "exited")]])
+
+    def no_sleep(_s: float) -> None:
+        raise AssertionError("a retry waited")
+
+    monkeypatch.setattr("cluster_accept.flows.watch.time.sleep", no_sleep)
+    acted = {("n2", "compute_straggler"): _finding(Status.WARN, retest=WAITED)}
+    state = WatchState(keep_s=120)
+    state.add([_read("n1", "running"), _read("n2", "exited"), _read("n3", "exited")])
+    findings = [_finding(Status.PASS)]
+    _settle(_three(), findings, acted, state)
+    assert findings[0].status is Status.WARN and findings[0].retest.startswith(f"{NOT_RETESTED} n2 after 0 s")

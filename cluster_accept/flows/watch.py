@@ -66,17 +66,14 @@ def _peers(suspects: Sequence[str], job_nodes: Sequence[str], living: set[str]) 
     return ([n for n in others if n not in living] or others)[:RETEST_PEERS]
 
 
-def _living(state: WatchState) -> set[str]:
-    return set(living_nodes(state.latest_ranks().values()))
-
-
-def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState) -> str:
-    """Wait, reading ``nodes`` every interval for up to ``retest_wait_s``, until no rank of the job lives on them;
-    '' once none does, else which nodes it still runs on. A GPU (or core) measured while the job loads it
-    measures the job: the suspect and its peers are re-tested only once the job has left them (its owner
-    excluded the node and requeued it, or it ended)."""
+def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState, wait: bool = True) -> str:
+    """Wait, reading ``nodes`` every interval for up to ``retest_wait_s`` (``wait`` off: one read), until no rank
+    of the job lives on them; '' once none does, else which nodes it still runs on. A GPU (or core) measured while
+    the job loads it measures the job: the suspect and its peers are re-tested only once the job has left them
+    (its owner excluded the node and requeued it, or it ended)."""
     chosen = [n for n in request.nodes if n.name in nodes]
-    deadline = time.monotonic() + request.spec.retest_wait_s
+    wait_s = request.spec.retest_wait_s if wait else 0.0
+    deadline = time.monotonic() + wait_s
     said = False
     while True:
         reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency)
@@ -85,25 +82,27 @@ def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState) -> 
         living = sorted({*living_nodes(r for read in reads for r in read.ranks), *unread})
         if not living:
             return ""
-        if not said:
+        if not said and wait:
             print(f"re-test of {fold(list(nodes))} waits up to {request.spec.retest_wait_s:g} s for the job to leave "
                   f"{fold(living)}", flush=True)  # fmt: skip
             said = True
         if time.monotonic() >= deadline:
             return (
-                f"{NOT_RETESTED} {fold(living)} after {request.spec.retest_wait_s:g} s, and "
-                "a GPU measured under the job measures the job; exclude the node, requeue the job, watch again"
+                f"{NOT_RETESTED} {fold(living)} after {wait_s:g} s, and a GPU measured under the job measures the "
+                "job; exclude the node and requeue the job: the watch re-tests the node once the job has left it"
             )
         time.sleep(request.spec.interval_s)
 
 
-def retest(request: WatchRequest, suspects: Sequence[WatchFinding], state: WatchState) -> list[WatchFinding]:
-    """One acceptance run of ``suspects`` (all of one kind) and their peers once the job has left them; each
-    finding with what it said."""
+def retest(
+    request: WatchRequest, suspects: Sequence[WatchFinding], state: WatchState, wait: bool = True
+) -> list[WatchFinding]:
+    """One acceptance run of ``suspects`` (all of one kind) and their peers once the job has left them (``wait``
+    off: only if it has left them now); each finding with what it said."""
     kind = suspects[0].kind
     names = list(dict.fromkeys(f.node for f in suspects))
-    peers = _peers(names, [n.name for n in request.nodes], _living(state))
-    waited = job_left(request, [*names, *peers], state)
+    peers = _peers(names, [n.name for n in request.nodes], state.occupied())
+    waited = job_left(request, [*names, *peers], state, wait)
     if waited:
         return [_not_confirmed(f, waited) for f in suspects]
     run = RunRequest(
@@ -164,14 +163,18 @@ def _suspects(findings: Sequence[WatchFinding], tested: set[tuple[str, str]]) ->
 def _left_since(
     acted: dict[tuple[str, str], WatchFinding], state: WatchState, job_nodes: Sequence[str]
 ) -> list[WatchFinding]:
-    """Findings not re-tested because the job still ran on their nodes, whose node the job has left since, beside
-    a node of the job it has left too (a peer to measure against): named again, to be re-tested now."""
-    living = _living(state)
-    if all(n in living for n in job_nodes):
-        return []
-    waiting = [f for f in acted.values() if f.retest.startswith(NOT_RETESTED) and f.node not in living]
-    waiting = [f for f in waiting if any(n not in living and n != f.node for n in job_nodes)]
-    return [replace(f, status=Status.FAIL, confirmed=None, retest="", action="") for f in waiting]
+    """Findings not re-tested because the job still ran on their nodes, whose node the job has left since (read in
+    the latest round, no rank of the job alive), where it has left another node too that is no such suspect of
+    the same kind (a peer to measure against): named again, to be re-tested now without waiting."""
+    occupied = state.occupied()
+    waiting = [f for f in acted.values() if f.retest.startswith(NOT_RETESTED) and f.node not in occupied]
+    retried = []
+    for kind in dict.fromkeys(f.kind for f in waiting):
+        group = [f for f in waiting if f.kind == kind]
+        suspects = {f.node for f in group}
+        if any(n not in occupied and n not in suspects for n in job_nodes):
+            retried += [replace(f, status=Status.FAIL, confirmed=None, retest="", action="") for f in group]
+    return retried
 
 
 def _settle(
@@ -179,13 +182,13 @@ def _settle(
 ) -> None:
     """Re-test the suspects named for the first time (by kind), and carry earlier re-tests into ``findings``."""
     fresh = _suspects(findings, set(acted))
-    if request.spec.retest:
-        fresh += _left_since(acted, state, [n.name for n in request.nodes])
-    for kind in dict.fromkeys(f.kind for f in fresh):
-        group = [f for f in fresh if f.kind == kind]
-        done = retest(request, group, state) if request.spec.retest else group
-        for finding in done:
-            acted[(finding.node, finding.kind)] = finding
+    retried = _left_since(acted, state, [n.name for n in request.nodes]) if request.spec.retest else []
+    for found, wait in ((fresh, True), (retried, False)):  # a retry neither waits nor waits with a new suspect
+        for kind in dict.fromkeys(f.kind for f in found):
+            group = [f for f in found if f.kind == kind]
+            done = retest(request, group, state, wait) if request.spec.retest else group
+            for finding in done:
+                acted[(finding.node, finding.kind)] = finding
     for i, finding in enumerate(findings):
         earlier = acted.get((finding.node, finding.kind))
         if earlier is not None and finding.status is Status.FAIL:
@@ -197,6 +200,8 @@ def _settle(
         earlier = acted.get((finding.node, finding.kind))
         if earlier is not None and finding.status is Status.PASS:
             findings[i] = replace(earlier, persistence=f"{earlier.persistence}; not seen in the latest window")
+    rows = {(f.node, f.kind) for f in findings}
+    findings += [f for key, f in acted.items() if key not in rows]  # a node no longer in the window stays named
     for i, finding in enumerate(findings):
         if finding.status in (Status.FAIL, Status.WARN) and not finding.owner_line:
             findings[i] = replace(finding, owner_line=owner_line(finding))

@@ -107,6 +107,7 @@ class WatchState:
     problems: dict[str, list[str]] = field(default_factory=dict)
     since: dict[str, int] = field(default_factory=dict)  # per node: its next read's records begin after this
     clock_seen: dict[str, int] = field(default_factory=dict)  # per node: its clock at its last read
+    unread: set[str] = field(default_factory=set)  # nodes the latest round could not read
     rounds: int = 0
 
     def add(self, reads: Sequence[NodeRead]) -> None:
@@ -122,6 +123,7 @@ class WatchState:
             else:
                 self.problems.pop(read.node, None)
             self._advance(read)
+        self.unread = {read.node for read in reads if read.node_ns is None}
         self._prune()
 
     def add_states(self, reads: Sequence[NodeRead]) -> None:
@@ -160,6 +162,11 @@ class WatchState:
         for seen in self.ranks:
             latest[seen.rank] = seen
         return latest
+
+    def occupied(self) -> set[str]:
+        """Nodes the job may still be on: a rank of it lives there by its latest read, or the latest round could
+        not read the node (not known to have left)."""
+        return set(living_nodes(self.latest_ranks().values())) | self.unread
 
     def job_over(self) -> bool:
         """Every rank seen has ended (exited or dead): nothing more will happen."""
