@@ -99,11 +99,8 @@ def compare(window: Window) -> Compared | str:
     figure = kept.groupby("communicator")["cost"].median()
     shown = {str(c): (1.0 / float(v) if unit == "GB/s" else float(v)) for c, v in figure.items()}
     nodes = {str(c): frozenset(str(n) for n in g) for c, g in members["node"] if c in ratios}
-    ports = {
-        str(c): frozenset((window.node_of(int(r)), window.gpu_of(int(r))) for r in set(g))
-        for c, g in members["rank"]
-        if c in ratios
-    }
+    place = {rank: (window.node_of(rank), window.gpu_of(rank)) for rank in window.ranks}  # each rank looked up once
+    ports = {str(c): frozenset(place[int(r)] for r in set(g)) for c, g in members["rank"] if c in ratios}
     counts = [int(n) for n in kept.groupby("communicator")["seq"].nunique()]
     span = (float(kept["arrival_ns"].max()) - float(kept["arrival_ns"].min())) / NS_PER_S
     ratio = {c: statistics.median(r) for c, r in ratios.items()}
