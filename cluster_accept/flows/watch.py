@@ -27,7 +27,7 @@ from cluster_accept.flows.run_request import RunRequest, outcome_of
 from cluster_accept.flows.watch_files import WatchFiles
 from cluster_accept.flows.watch_request import WatchRequest, WatchSpec, resolve
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.tasks.watch import WatchState, living_nodes, read_round
+from cluster_accept.tasks.watch import WatchState, occupied_nodes, read_round
 from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
 from cluster_accept.vocabulary.status import Status
 
@@ -78,8 +78,8 @@ def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState, wai
     while True:
         reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency)
         state.add_states(reads)
-        unread = [read.node for read in reads if read.node_ns is None]  # not known to have left
-        living = sorted({*living_nodes(r for read in reads for r in read.ranks), *unread})
+        unread = [read.node for read in reads if read.node_ns is None]
+        living = sorted(occupied_nodes((r for read in reads for r in read.ranks), unread))
         if not living:
             return ""
         if not said and wait:

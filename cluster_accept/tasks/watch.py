@@ -96,6 +96,12 @@ def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
     return sorted({r.node for r in alive})
 
 
+def occupied_nodes(ranks: Iterable[RankSeen], unread: Iterable[str]) -> set[str]:
+    """Nodes the job may still be on: a rank of it lives there (:func:`living_nodes`), or the node could not be
+    read (not known to have left)."""
+    return set(living_nodes(ranks)) | set(unread)
+
+
 @dataclass
 class WatchState:
     """What the rounds saw so far; ``keep_s``: how far back collectives are kept (the window and some)."""
@@ -164,9 +170,8 @@ class WatchState:
         return latest
 
     def occupied(self) -> set[str]:
-        """Nodes the job may still be on: a rank of it lives there by its latest read, or the latest round could
-        not read the node (not known to have left)."""
-        return set(living_nodes(self.latest_ranks().values())) | self.unread
+        """Nodes the job may still be on, by each rank's latest read and the latest round's unread nodes."""
+        return occupied_nodes(self.latest_ranks().values(), self.unread)
 
     def job_over(self) -> bool:
         """Every rank seen has ended (exited or dead): nothing more will happen."""
