@@ -3,7 +3,10 @@ misses, drift against the cluster (values and presence), secret masking, and bro
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +49,7 @@ def run_command(tmp_path: Path, env: dict[str, str], etc: str | None = None, use
     etc_file = tmp_path / "etc-nccl.conf"
     if etc is not None:
         etc_file.write_text(etc)
-    command = nccl_env.COMMAND.replace("cat /etc/nccl.conf ", f"cat {etc_file} ")
+    command = nccl_env.COMMAND.replace("ca_conf /etc/nccl.conf ", f"ca_conf {etc_file} ")
     assert command.count(str(etc_file)) == 1
     proc = subprocess.run(
         ["sh", "-c", command],
@@ -354,3 +357,65 @@ def test_secrets_by_shape_reach_the_parser_masked(tmp_path: Path) -> None:
     profile = Profile(nccl_env={"NCCL_DB_URL": "postgres://svc:S3KR1T@db/jobs", "NCCL_NOTE": "via ghp_other"})
     rows = nccl_env.evaluate(model, profile, NO_CLUSTER)
     assert [(r.item, r.reason) for r in rows] == [("NCCL_DB_URL", "ok"), ("NCCL_NOTE", "value_mismatch")]
+
+
+def _limited() -> None:
+    """A gigabyte of address space: an unbounded read of /dev/zero ends in an error, not in the machine's memory."""
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def _hostile_run(tmp_path: Path, make_user_file: str, conf_file: bool = False) -> tuple[str, float]:
+    """COMMAND with ``~/.nccl.conf`` (or ``$NCCL_CONF_FILE``) made hostile by ``make_user_file``: the output and
+    the seconds it took, under a memory cap and a timeout well above the reader's own bound."""
+    home = tmp_path / "home"
+    home.mkdir()
+    target = home / ".nccl.conf"
+    if make_user_file == "dev_zero":
+        target.symlink_to("/dev/zero")
+    elif make_user_file == "fifo":
+        os.mkfifo(target)
+    elif make_user_file == "other_user":
+        target.write_text("NCCL_P2P_DISABLE=1\n")
+        os.chown(target, 65534, 65534)
+    elif make_user_file == "long":
+        target.write_text("NCCL_DEBUG=WARN\n" + "#" * 200_000 + "\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    if conf_file:
+        env["NCCL_CONF_FILE"] = str(target)
+    command = nccl_env.COMMAND.replace("ca_conf /etc/nccl.conf ", "ca_conf /nonexistent/nccl.conf ")
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, env=env, timeout=20, check=False, preexec_fn=_limited
+    )
+    return proc.stdout, time.monotonic() - started
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("hostile", "conf_file", "why"),
+    [
+        ("dev_zero", False, "a link: not followed"),
+        ("dev_zero", True, "a link: not followed"),
+        ("fifo", False, "not a regular file"),
+        ("other_user", True, "owned by uid 65534, neither the reading user nor root"),
+    ],
+)
+def test_a_job_users_hostile_conf_file_is_named_never_followed_read_or_waited_on(
+    tmp_path: Path, hostile: str, conf_file: bool, why: str
+) -> None:
+    stdout, seconds = _hostile_run(tmp_path, hostile, conf_file)
+    assert seconds < 5, "the reader waited on a file a job's user controls"
+    model = nccl_env.parse(stdout, 0)
+    source = f"NCCL_CONF_FILE ({tmp_path / 'home' / '.nccl.conf'})" if conf_file else "~/.nccl.conf"
+    assert model.error is None and model.refused == [(source, why)]
+    assert "NCCL_P2P_DISABLE" not in model.effective  # another user's file sets nothing this check believes
+    rows = nccl_env.evaluate(model, Profile(), NO_CLUSTER)
+    assert rows_of(rows) == [(source, "warn", "conf_unread", why, "a regular file")]
+
+
+@pytest.mark.integration
+def test_a_long_conf_file_is_read_to_its_bound_and_said_so(tmp_path: Path) -> None:
+    stdout, _ = _hostile_run(tmp_path, "long")
+    model = nccl_env.parse(stdout, 0)
+    assert model.effective["NCCL_DEBUG"] == Setting("WARN", "~/.nccl.conf")
+    assert model.refused == [("~/.nccl.conf", "longer than 65536 bytes: read to there")]

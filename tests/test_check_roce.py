@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,16 @@ def test_unreadable_output_is_an_error_row(stdout: str) -> None:
     assert [r.reason for r in roce.evaluate(roce.parse(stdout, 0), Profile(), ClusterView({}, 0))] == [
         "unparsable_output"
     ]
+
+
+@pytest.mark.integration
+def test_a_user_conf_linked_to_dev_zero_is_not_followed_and_etc_still_counts(tmp_path: Path) -> None:
+    """A job's user links ``~/.nccl.conf`` to /dev/zero: the reader neither follows it nor waits, and the index
+    comes from the next file NCCL reads (here none: NCCL selects a RoCE v2 entry itself)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").symlink_to("/dev/zero")
+    started = time.monotonic()
+    model = _run(_tree(tmp_path / "sys"), home, None)
+    assert time.monotonic() - started < 10
+    assert _rows(model) == [("mlx5_0/1", "pass", "ok", "RoCE v2 at 1, 3", "RoCE v2")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,36 @@ def test_the_node_side_script_reads_nccls_files_in_nccls_order(monkeypatch: pyte
     assert found["NCCL_ALGO"] == {"name": "NCCL_ALGO", "value": "Ring", "source": str(user), "also": str(etc)}
     assert found["NCCL_P2P_LEVEL"]["source"] == str(etc) and found["NCCL_IB_TOKEN"]["value"] == "****"
     assert found["OMP_NUM_THREADS"]["value"] == "3" and "HOME_OF_NOTHING" not in found
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: p.symlink_to("/dev/zero"), "a link: not followed"),
+        (lambda p: os.mkfifo(p), "not a regular file"),
+        (
+            lambda p: (p.write_text("NCCL_ALGO=Tree\n"), os.chown(p, 65534, 65534)),
+            "owned by uid 65534, neither the reading user nor root",
+        ),
+    ],
+    ids=["link-to-dev-zero", "fifo", "another-users-file"],
+)
+def test_the_node_side_script_never_follows_waits_on_or_trusts_a_hostile_conf_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, make: Callable[[Path], object], why: str
+) -> None:
+    """A job's user points NCCL_CONF_FILE at /dev/zero, a FIFO or another user's file: the probe's settings line
+    neither fills memory nor waits, sets nothing from it, and says why it was not read."""
+    hostile = tmp_path / "hostile.conf"
+    make(hostile)
+    etc = tmp_path / "etc.conf"
+    etc.write_text("NCCL_P2P_LEVEL=LOC\n")
+    monkeypatch.setattr(job_settings, "ETC_FILE", str(etc))
+    for key in [k for k in os.environ if job_settings.watched(k)]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("NCCL_CONF_FILE", str(hostile))
+    found = {s["name"]: s for s in job_settings.settings()}
+    assert set(found) == {"NCCL_CONF_FILE", "NCCL_P2P_LEVEL"} and found["NCCL_P2P_LEVEL"]["source"] == str(etc)
+    assert job_settings.read_conf(str(hostile)) == ("", why)
 
 
 def test_a_verdict_reads_figure_then_mechanism_then_the_confirmed_setting() -> None:

@@ -13,6 +13,9 @@ an awk program that applies the same rule, and shown here as that awk writes the
 where it enters the controller (other values' secrets by shape: a URL's password, a token with a well-known
 prefix), and a pinned value of the profile is masked here, in the same form, so that the two compare.
 
+The files a job's user writes are read as :mod:`._conf_files` reads them (no link followed, no FIFO waited on,
+another user's file not believed, 64 KiB at most): a file refused is a ``conf_unread`` warning, never silence.
+
 Drift is judged for ``NCCL_*`` keys the profile does not pin (pinned keys are judged against the profile):
 :func:`cluster_values` reports each key's effective value plus the node's sorted key set under
 ``nccl_keys``, so the majority key set tells a key that is set on a few nodes only, or missing on a few.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from cluster_accept.checks._conf_files import CONF_READER, refusal
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
@@ -58,13 +62,14 @@ _MASK_AWK = (
     f'print k "={MASK}"; else print }}'
 )
 COMMAND = (
-    f"ca_mask='{_MASK_AWK}'; "
+    CONF_READER
+    + f"ca_mask='{_MASK_AWK}'; "
     "echo '### env'; "
     f"env | grep -E '^({'|'.join(_PREFIXES)})[A-Za-z0-9_]*=' | awk \"$ca_mask\"; "
-    f"echo '### {ETC_SOURCE}'; cat {ETC_SOURCE} 2>/dev/null | awk \"$ca_mask\"; "
+    f"echo '### {ETC_SOURCE}'; ca_conf {ETC_SOURCE} 2>/dev/null | awk \"$ca_mask\"; "
     'if [ -n "${NCCL_CONF_FILE:-}" ]; then '
-    f'echo \'{_CONF_FILE_MARK}\'; cat "$NCCL_CONF_FILE" 2>/dev/null | awk "$ca_mask"; '
-    f'else echo \'### {USER_SOURCE}\'; cat "$HOME/.nccl.conf" 2>/dev/null | awk "$ca_mask"; fi; '
+    f'echo \'{_CONF_FILE_MARK}\'; ca_conf "$NCCL_CONF_FILE" 2>/dev/null | awk "$ca_mask"; '
+    f'else echo \'### {USER_SOURCE}\'; ca_conf "$HOME/.nccl.conf" 2>/dev/null | awk "$ca_mask"; fi; '
     f"echo '{_END}'"
 )
 
@@ -95,12 +100,25 @@ REASONS = declare(
         Action.FIX_CONFIG,
     ),
     Reason(
+        "conf_unread",
+        Status.WARN,
+        "an NCCL config file was not read: a link, not a regular file, owned by another user than the reader or root,"
+        " or too long; NCCL may still read it, so its settings are unknown here",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
         "drift",
         Status.WARN,
         "an NCCL variable not pinned by the profile is set (or unset) differently from most nodes: align them",
         Action.FIX_CONFIG,
         kind=FindingKind.RELATIVE,
     ),
+)
+
+
+CONF_UNREAD_DETAIL = (
+    "read without following links, only regular files of the reading user or root, bounded in size and time: "
+    "replace it by a regular file of the job's user"
 )
 
 
@@ -142,6 +160,7 @@ class Setting:
 class NcclEnv:
     effective: dict[str, Setting] = field(default_factory=dict)
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (source, line): keys NCCL never reads
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (source, why): a file the node did not read
     error: str | None = None
     raw: str = ""  # masked
 
@@ -202,11 +221,19 @@ def parse(stdout: str, exit_code: int | None = 0) -> NcclEnv:
         user = _conf(sections.get(USER_SOURCE, []), user_source, ignored)
     etc = _conf(sections.get(ETC_SOURCE, []), ETC_SOURCE, ignored)
     layers = [(ENV_SOURCE, env), (user_source, user), (ETC_SOURCE, etc)]
+    refused = _refused({user_source: sections.get(_CONF_FILE_MARK, sections.get(USER_SOURCE, [])),
+                        ETC_SOURCE: sections.get(ETC_SOURCE, [])})  # fmt: skip
     effective: dict[str, Setting] = {}
     for key in sorted(set(env) | set(user) | set(etc)):
         found = [(source, values[key]) for source, values in layers if key in values]
         effective[key] = Setting(found[0][1], found[0][0], tuple(found[1:]))
-    return NcclEnv(effective=effective, ignored=ignored, raw=raw)
+    return NcclEnv(effective=effective, ignored=ignored, refused=refused, raw=raw)
+
+
+def _refused(sections: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(source, why) of each config file the node's reader refused (a link, a FIFO, another user's file)."""
+    found = ((source, refusal(line)) for source, lines in sections.items() for line in lines)
+    return [(source, why) for source, why in found if why is not None]
 
 
 def cluster_values(model: NcclEnv) -> dict[str, str]:
@@ -313,6 +340,8 @@ def evaluate(model: NcclEnv, profile: Profile, cluster: ClusterView) -> list[Che
                 f"{source}: NCCL takes the key as everything before '=', spaces included, so it never reads this line",
             )
         )
+    for source, why in model.refused:
+        rows.append(CheckRow(NAME, source, Status.WARN, "conf_unread", why, "a regular file", CONF_UNREAD_DETAIL))
     rows.extend(_drift_rows(model, profile, cluster))
     return rows
 

@@ -16,9 +16,11 @@ Values of variables with secret-looking names are not printed; one JSON line per
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 
 PREFIXES = (
     "NCCL_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "OPENBLAS_", "ATEN_",
@@ -43,16 +45,35 @@ def _value(key: str, value: str) -> str:
     return MASK if key not in NOT_SECRET_NAMES and SECRET.search(key.upper()) else value
 
 
+CONF_BYTES = 65536  # an NCCL config file is a few hundred bytes: read to here, never more
+
+
+def read_conf(path: str) -> tuple[str, str]:
+    """(text, why not) of a config file a job's user may have written: never through a link, only a regular file
+    of this user or root (a FIFO would hold the probe, ``/dev/zero`` fill its memory), at most
+    :data:`CONF_BYTES`. A file that does not exist is ("", "")."""
+    try:
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "", ""
+    except OSError as exc:
+        return "", "a link: not followed" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "", "not a regular file"
+        if info.st_uid not in (os.getuid(), 0):
+            return "", f"owned by uid {info.st_uid}, neither the reading user nor root"
+        return os.read(fd, CONF_BYTES).decode("utf-8", errors="replace"), ""
+    finally:
+        os.close(fd)
+
+
 def conf_lines(path: str) -> list[tuple[str, str]]:
     """``KEY=VALUE`` lines of an NCCL config file, as NCCL reads them (``#`` comments; the key is everything
-    before the first ``=``); none when the file cannot be read."""
-    try:
-        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return []
+    before the first ``=``); none when the file cannot be read, or is refused by :func:`read_conf`."""
     found = []
-    for line in lines:
+    for line in read_conf(path)[0].splitlines():
         key, sep, value = line.partition("=")
         if sep and not line.startswith("#") and key:
             found.append((key, value))
@@ -85,3 +106,7 @@ if __name__ == "__main__":
     # one line per setting: where a value looks like a secret to the controller's masking, only its line is cut
     for setting in settings():
         print(json.dumps({"info": "settings", "setting": setting}), flush=True)
+    for name, path in conf_files():  # a file left unread is said, so that its settings are known to be unknown
+        why = read_conf(path)[1]
+        if why:
+            print(json.dumps({"info": "settings", "refused": {"source": name, "why": why}}), flush=True)
