@@ -131,19 +131,30 @@ def arm_command(
     ] = True,
 ) -> None:
     """Print what arms a job for ``watch`` without touching its code: a Slurm TaskProlog, an srun --export, a
-    pod's env, or NAME=value lines; each signal the node's versions cannot give is said on stderr."""
-    from cluster_accept.watch.arming import ArmSettings, arm_node, pod_env, srun_export, taskprolog_script
+    pod's env, or NAME=value lines; each signal the node's versions cannot give is said on stderr. The job's
+    name is held to one rule in every format (:func:`watch.arming.safe_job`), so that what is printed is safe
+    to paste and to source."""
+    from cluster_accept.watch.arming import (
+        ArmSettings,
+        arm_node,
+        env_lines,
+        pod_env,
+        safe_job,
+        srun_export,
+        taskprolog_script,
+    )
 
     versions = _local_versions() if local else NodeVersions("node", torch_version, nccl_version, inspector, False)
     if local and inspector:
         versions = NodeVersions(versions.node, versions.torch, versions.nccl, inspector, versions.compiler)
     try:
+        job = safe_job(job)  # a TaskProlog takes the job's id from Slurm, but the same name is refused there too
         plan = arm_node(versions, ArmSettings(watch_dir, shim_dir, nccl_timing=nccl_timing), job)
         text = {
             "taskprolog": lambda: taskprolog_script(plan),
             "srun": lambda: srun_export(plan, job) + "\n",
             "pod": lambda: pod_env(plan, job),
-            "env": lambda: "".join(f"{v.name}={v.value.replace('{job}', job)}\n" for v in plan.env),
+            "env": lambda: env_lines(plan, job),
         }[output]()
     except KeyError:
         _say(f"error: --format {output!r}: give env, taskprolog, srun or pod")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cluster_accept.inventory.load import from_slurm_names, select_nodes
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.ops.after_run import Operations
-from cluster_accept.ops.slurm import job_nodes
+from cluster_accept.ops.slurm import SlurmJob, read_job
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR
 
@@ -56,28 +56,31 @@ class WatchRequest:
     rules: WatchRules
     concurrency: int = 64
     record_limit: int = 1500  # collective records per rank per read: eight ranks stay under a read's 4 MB
+    slurm: SlurmJob | None = None  # the Slurm job watched, read by field: its nodes and the user it runs as
 
 
-def _selection(spec: WatchSpec) -> tuple[str, str]:
-    """(the inventory nodes to read, the job's name Slurm gives) from ``nodes`` or ``slurm_job``."""
+def _selection(spec: WatchSpec) -> tuple[str, SlurmJob | None]:
+    """(the inventory nodes to read, the Slurm job when one is watched) from ``nodes`` or ``slurm_job``. A
+    Slurm job's nodes are the ones Slurm gives as its own field (:func:`ops.slurm.read_job`), never text its
+    user wrote (its name, comment or output path)."""
     if (spec.nodes is None) == (spec.slurm_job is None):
         raise ValueError("give --nodes EXPR (with --job NAME) or --slurm-job ID")
     if spec.slurm_job is not None:
-        inventory = load_checked_inventory(spec.inventory)
-        return from_slurm_names(inventory, job_nodes(spec.slurm_job, spec.operations.scontrol)), spec.slurm_job
-    return str(spec.nodes), ""
+        job = read_job(spec.slurm_job, spec.operations.scontrol)
+        return from_slurm_names(load_checked_inventory(spec.inventory), job.nodes_to_watch()), job
+    return str(spec.nodes), None
 
 
 def resolve(spec: WatchSpec) -> WatchRequest:
     """The request ``spec`` asks for; a ValueError (or the inventory's error) naming what is wrong."""
     from cluster_accept.analysis.live_job import WatchRules
 
-    selected, slurm_name = _selection(spec)
-    name = spec.job or slurm_name
+    selected, slurm = _selection(spec)
+    name = spec.job or (slurm.job_id if slurm else "")
     if not name:
         raise ValueError("give --job NAME: the job's name its ranks were armed with (CA_WATCH_JOB)")
     inventory = select_nodes(load_checked_inventory(spec.inventory), selected)
     if not inventory.nodes:
         raise ValueError("no node to watch")
     rules = WatchRules(window_s=spec.window_s, hang_after_s=spec.hang_after_s)
-    return WatchRequest(spec, inventory, list(inventory.nodes), name, rules)
+    return WatchRequest(spec, inventory, list(inventory.nodes), name, rules, slurm=slurm)

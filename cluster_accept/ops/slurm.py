@@ -99,13 +99,20 @@ def _reason_in_line(line: str) -> str:
 
 def parse_show_nodes(text: str) -> dict[str, SlurmNode]:
     """``scontrol show node -o``: one line per node, ``NodeName=`` first; ``State`` and the reason read where
-    Slurm prints them (:func:`_reason_in_line`), never by splitting the line at every ``key=``."""
+    Slurm prints them (:func:`_reason_in_line`), never by splitting the line at every ``key=``. Slurm prints
+    a reason's line breaks as spaces, but a node's ``Comment=`` or ``Extra=`` as written: a node named on two
+    lines is one line forged by such text, and which is Slurm's cannot be told, so nothing is read (ValueError)."""
     nodes: dict[str, SlurmNode] = {}
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
         name = line[len("NodeName=") :].split(" ", 1)[0]
         state = re.search(r" State=(\S+)", line)
+        if name in nodes:
+            raise ValueError(
+                f"scontrol show node -o names node {name} on two lines: a line break in a node's free text "
+                "(Comment=, Extra=) forged one, and which is Slurm's cannot be told"
+            )
         if name:
             nodes[name] = SlurmNode(name, state.group(1) if state else "", _reason_in_line(line))
     return nodes
@@ -134,7 +141,15 @@ def parse_json_nodes(text: str) -> dict[str, SlurmNode] | None:
 
 
 def _show(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **_SHOW_ENV})
+    """``argv``'s answer, with Slurm's times in one format and without the caller's ``SQUEUE_*`` settings
+    (``SQUEUE_FORMAT``, ``SQUEUE_STATES``, ``SQUEUE_USERS`` would change or filter what squeue prints)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQUEUE_")}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**env, **_SHOW_ENV})
+
+
+def _beside(scontrol: str, program: str) -> str:
+    """The Slurm client ``program`` beside ``scontrol`` (the same installation), or on the PATH."""
+    return str(Path(scontrol).with_name(program)) if "/" in scontrol else program
 
 
 def _json_nodes(argv: list[str]) -> dict[str, SlurmNode] | None:
@@ -153,7 +168,7 @@ def read_nodes(scontrol: str = "scontrol") -> tuple[dict[str, SlurmNode], str]:
     (23.02 and later), else ``sinfo --json`` beside that scontrol (21.08 to 22.05; every node, in a partition
     or not). A Slurm with neither (older, or built without its JSON serializer) is read from ``scontrol show
     node -o`` (:func:`parse_show_nodes`). A controller that does not answer in time is not asked again."""
-    sinfo = str(Path(scontrol).with_name("sinfo")) if "/" in scontrol else "sinfo"
+    sinfo = _beside(scontrol, "sinfo")
     try:
         for argv in ([scontrol, "--json", "show", "node"], [sinfo, "--json"]):
             found = _json_nodes(argv)
@@ -164,7 +179,10 @@ def read_nodes(scontrol: str = "scontrol") -> tuple[dict[str, SlurmNode], str]:
         return {}, f"could not run {scontrol} show node: {exc}"
     if shown.returncode != 0:
         return {}, f"{scontrol} show node failed (exit {shown.returncode}): {shown.stderr.strip()}"
-    return parse_show_nodes(shown.stdout), ""
+    try:
+        return parse_show_nodes(shown.stdout), ""
+    except ValueError as exc:
+        return {}, str(exc)
 
 
 def drain_codes(reason: str) -> list[str] | None:
@@ -294,27 +312,153 @@ def held_back(result: SlurmPlan, verdicts: Sequence[VerdictRow], limits: DrainLi
     return replace(result, actions=[a for a in result.actions if a.action != "drain"], breaker=tripped)
 
 
-_NODE_LIST = re.compile(r"(?:^|\s)NodeList=(\S+)")
-_JOB_STATE = re.compile(r"(?:^|\s)JobState=(\S+)")
+# A job is read by field, never out of ``scontrol show job -o``: its name (any text, spaces, ``Key=``, line
+# breaks) comes before NodeList, and its comment, command and output paths after it, so a name and an output
+# path can between them carry a whole forged record. ``scontrol --json`` (23.02 and later) gives each field
+# apart; an older Slurm is asked through ``squeue --format`` for the fields the watch needs and no other, none of
+# them text a job's user writes (the separator can be in none of them; the user's name comes last).
+_JOB_ID = re.compile(r"([1-9][0-9]*)(?:_([0-9]+)|\+([0-9]+))?")
+_SQUEUE_FIELDS = "%i|%A|%U|%T|%N|%u"  # id as shown (N, N_T, N+O), own id, uid, state, nodes, user name
 
 
-def parse_job_nodes(text: str, job_id: str) -> str:
-    """The Slurm hostlist a job runs on, from ``scontrol show job -o ID``; a clear error when it has none."""
-    nodes, state = _NODE_LIST.search(text), _JOB_STATE.search(text)
-    if nodes is None or nodes.group(1) in ("(null)", ""):
-        said = f" (JobState={state.group(1)})" if state else ""
-        raise ValueError(f"Slurm job {job_id} has no nodes to watch{said}")
-    return nodes.group(1)
+@dataclass(frozen=True)
+class SlurmJob:
+    """A job as Slurm holds it: the id asked for, its nodes (Slurm's hostlist, '' while it has none), the
+    user it runs as (the owner of every file its ranks write) and its state."""
+
+    job_id: str
+    nodes: str
+    user_id: int
+    user_name: str
+    state: str = ""
+
+    def nodes_to_watch(self) -> str:
+        """Its nodes; ValueError while it has none (pending, or ended before it had any)."""
+        if not self.nodes:
+            said = f" (JobState={self.state})" if self.state else ""
+            raise ValueError(f"Slurm job {self.job_id} has no nodes to watch{said}")
+        return self.nodes
 
 
-def job_nodes(job_id: str, scontrol: str = "scontrol") -> str:
-    """The Slurm hostlist of job ``job_id`` as Slurm gives it now; ValueError naming why not."""
-    if not re.fullmatch(r"[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?", job_id):
-        raise ValueError(f"--slurm-job {job_id!r} is not a Slurm job id")
+@dataclass(frozen=True)
+class _Record:
+    """One job record's fields that say which job it is, as Slurm gave them."""
+
+    shown: str  # the id squeue shows (``N``, ``N_T``, ``N+O``); '' from JSON
+    own: int
+    array: int | None
+    task: int | None
+    het: int | None
+    offset: int | None
+
+
+def _asked(job_id: str) -> re.Match[str]:
+    found = _JOB_ID.fullmatch(job_id)
+    if found is None:
+        raise ValueError(f"--slurm-job {job_id!r} is not a Slurm job id (N; N_T an array's task; N+O a component)")
+    return found
+
+
+def _is_asked(record: _Record, asked: re.Match[str]) -> bool:
+    """Whether ``record`` is the job asked for: ``N`` its own id (an array task by its own id too) or a
+    component of heterogeneous job N; ``N_T`` task T of array N; ``N+O`` component O of N."""
+    job, task, offset = int(asked.group(1)), asked.group(2), asked.group(3)
+    if task is not None:
+        return record.shown == asked.group(0) or (record.array, record.task) == (job, int(task))
+    if offset is not None:
+        return record.shown == asked.group(0) or (record.het, record.offset) == (job, int(offset))
+    return record.own == job or record.het == job or record.shown.startswith(f"{job}+")
+
+
+def _job(job_id: str, found: list[tuple[_Record, str, int, str, str]]) -> SlurmJob:
+    """The asked job from its records (one, or a heterogeneous job's components): one user, every node."""
+    if not found:
+        raise ValueError(f"Slurm does not know job {job_id}")
+    users = {(uid, name) for _, _, uid, name, _ in found}
+    if len(users) != 1:
+        raise ValueError(f"Slurm gives job {job_id} more than one user: {sorted(users)}")
+    (uid, name), nodes = users.pop(), [n for _, n, _, _, _ in found if n]
+    states = dict.fromkeys(s for _, _, _, _, s in found)
+    return SlurmJob(job_id, ",".join(nodes), uid, name, "+".join(states))
+
+
+def _number(value: object) -> int | None:
+    """A Slurm JSON number: plain (22.05) or ``{"set": true, "number": N}`` (23.02 and later); None unset.
+    An id of 0 (no array, no heterogeneous job) never equals a job asked for: job ids start at 1."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set") else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def parse_json_job(text: str, job_id: str) -> SlurmJob:
+    """``scontrol --json show job ID`` (or any Slurm JSON of ``jobs``): the asked job's records, each field
+    its own; ValueError naming what is missing or not of its type."""
+    asked = _asked(job_id)
     try:
-        shown = _show([scontrol, "show", "job", "-o", job_id])
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"Slurm's JSON for job {job_id} cannot be read: {exc}") from None
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+        raise ValueError(f"Slurm's JSON for job {job_id} has no list of jobs")
+    found = []
+    for job in jobs:
+        own, uid = _number(job.get("job_id")), job.get("user_id")
+        if own is None or not isinstance(uid, int) or isinstance(uid, bool):
+            raise ValueError(f"Slurm's JSON for job {job_id} has a job without job_id or user_id: {str(job)[:200]}")
+        get = job.get
+        record = _Record("", own, _number(get("array_job_id")), _number(get("array_task_id")),
+                         _number(get("het_job_id")), _number(get("het_job_offset")))  # fmt: skip
+        if _is_asked(record, asked):
+            state = get("job_state")
+            state = "+".join(map(str, state)) if isinstance(state, list) else str(state or "")
+            found.append((record, _text(get("nodes")), uid, _text(get("user_name")), state))
+    return _job(job_id, found)
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_squeue_job(text: str, job_id: str) -> SlurmJob:
+    """``squeue --noheader --jobs ID --format`` :data:`_SQUEUE_FIELDS`: one row per record, its fields apart
+    (no job name, comment or path among them); rows of other jobs squeue adds are left out."""
+    asked, found = _asked(job_id), []
+    for line in text.splitlines():
+        fields = line.split("|", 5)
+        if len(fields) != 6 or not fields[1].isdigit() or not fields[2].isdigit():
+            raise ValueError(f"squeue's row for job {job_id} is not {_SQUEUE_FIELDS}: {line[:200]!r}")
+        shown, own, uid, state, nodes, user = fields
+        record = _Record(shown, int(own), None, None, None, None)
+        if _is_asked(record, asked):
+            found.append((record, nodes, int(uid), user, state))
+    return _job(job_id, found)
+
+
+def read_job(job_id: str, scontrol: str = "scontrol") -> SlurmJob:
+    """Job ``job_id`` as Slurm gives it now, by field: ``scontrol --json`` (23.02 and later), else ``squeue``
+    beside that scontrol (:func:`parse_squeue_job`); ValueError naming why not. A controller that does not
+    answer in time is not asked again."""
+    _asked(job_id)
+    try:
+        shown = _show([scontrol, "--json", "show", "job", job_id])
+        if shown.returncode == 0 and shown.stdout.lstrip().startswith("{"):
+            return parse_json_job(shown.stdout, job_id)
+    except OSError:
+        pass  # no such scontrol: squeue says so
+    except subprocess.TimeoutExpired as exc:
+        raise ValueError(f"cannot ask Slurm for job {job_id}: {exc}") from None
+    squeue = _beside(scontrol, "squeue")
+    try:
+        shown = _show([squeue, "--noheader", "--states=all", f"--jobs={job_id}", f"--format={_SQUEUE_FIELDS}"])
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ValueError(f"cannot ask Slurm for job {job_id}: {exc}") from None
     if shown.returncode != 0:
         raise ValueError(f"Slurm does not know job {job_id}: {(shown.stderr or shown.stdout).strip()[:200]}")
-    return parse_job_nodes(shown.stdout, job_id)
+    return parse_squeue_job(shown.stdout, job_id)
+
+
+def job_nodes(job_id: str, scontrol: str = "scontrol") -> str:
+    """The Slurm hostlist of job ``job_id`` as Slurm gives it now (:func:`read_job`); ValueError naming why
+    not, a job without nodes (pending, ended) among them."""
+    return read_job(job_id, scontrol).nodes_to_watch()

@@ -120,8 +120,15 @@ def safe_path(path: str, what: str) -> str:
 
 
 def safe_job(job: str) -> str:
-    if not _JOB.fullmatch(job):
-        raise ValueError(f"job id {job!r} is refused: only letters, digits and _ . - are accepted")
+    """A job's name as every renderer writes it, unquoted, into shell text, a command line or YAML, and as its
+    directory's name: letters, digits and ``_ . -``, not ``.`` or ``..``. Anything else is refused, never
+    quoted, so that no output can carry shell syntax (``$(…)``, a backtick, a ``;``, a quote, a line break
+    that starts another assignment) nor name a directory outside the watch directory."""
+    if not _JOB.fullmatch(job) or job in (".", ".."):
+        raise ValueError(
+            f"job id {job!r} is refused: only letters, digits and _ . - are accepted (not . or ..), "
+            "as it is written unquoted into what arm prints and names the job's directory"
+        )
     return job
 
 
@@ -354,6 +361,15 @@ def srun_export(plan: ArmPlan, job: str) -> str:
             value += "${PYTHONPATH:+:${PYTHONPATH}}"
         parts.append(f"{var.name}={value}")
     return '"--export=' + ",".join(parts) + '"'
+
+
+def env_lines(plan: ArmPlan, job: str) -> str:
+    """``NAME=value`` lines, to paste or to source (``set -a; . FILE``): every value of the plan checked
+    (:func:`_checked`) and the job's name held to :func:`safe_job`, so that no line runs anything or sets a
+    variable the plan does not name."""
+    _checked(plan)
+    job = safe_job(job)
+    return "".join(f"{var.name}={var.value.replace(JOB_TOKEN, job)}\n" for var in plan.env)
 
 
 def pod_env(plan: ArmPlan, job: str, pythonpath_tail: str = "") -> str:
