@@ -92,11 +92,11 @@ def test_profile_suggest_reads_the_cluster_calibration_from_the_history(tmp_path
         "cluster: cal\ndefaults: {profile: p}\nnodes: [{hosts: local1, address: local}]\nprofiles: {p: {}}\n"
     )
     history = tmp_path / "history"
-    write_table(history, "cal", "C2", calibrated(0.02).table.frame)
-    write_table(history, "other", "C3", calibrated(0.02).table.frame)
+    write_table(history, "cal", "20260102T000000Z-c2", calibrated(0.02).table.frame)
+    write_table(history, "other", "20260103T000000Z-c3", calibrated(0.02).table.frame)
     proc = run_cli("profile", "suggest", "-i", str(inventory), "--device", "cpu", "--history", str(history))
     assert proc.returncode == 0, proc.stderr
-    assert f"calibration C2 of cluster cal read from {history}" in proc.stderr
-    assert "  straggler_pct: 60  # from calibration C2" in proc.stdout.splitlines()
+    assert f"calibration 20260102T000000Z-c2 of cluster cal read from {history}" in proc.stderr
+    assert "  straggler_pct: 60  # from calibration 20260102T000000Z-c2" in proc.stdout.splitlines()
     missing = run_cli("profile", "suggest", "-i", str(inventory), "--history", str(tmp_path / "none"))
     assert missing.returncode == 2 and "is not a directory" in missing.stderr

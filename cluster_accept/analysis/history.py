@@ -248,8 +248,9 @@ class RunHistory:
 
     @cached_property
     def noise(self) -> NoiseTable | None:
-        """The cluster's latest calibration (``cluster-accept calibrate``), or None where it has none."""
-        return latest_table(self.path, self.cluster)
+        """The cluster's latest calibration (``cluster-accept calibrate``) that holds up as data, or None; a file
+        that does not is set aside as the history's other files are (``files``)."""
+        return latest_table(self.path, self.cluster, self.files)
 
     @cached_property
     def node_values(self) -> pd.DataFrame:

@@ -5,12 +5,14 @@ history entry) measure the same figures on the same nodes; every figure measured
 coefficient of variation across them, and the table of their p95 per (GPU model, metric, size tier)
 (:func:`analysis.calibration.noise_table`) goes into the history, where every later run of the cluster reads it:
 a figure is called below its peers or its history only beyond ``noise_k`` times that noise
-(:mod:`analysis.noise`). A run that fails on some node loses only that node's figures of that run. The command
-prints the table with the relative threshold each row gives and the false rejections it costs per run at the
-inventory's size.
+(:mod:`analysis.noise`). A run that fails on some node loses only that node's figures of that run. A row whose
+noise no run would judge by (above :data:`analysis.calibration.CV_CEILING`) is left out, said on its own line. The
+table goes to ``HISTORY/calibration/<cluster>/<calibration id>.parquet``, its id and cluster in its footer, and
+never outside the history (checked before the first run, links followed). The command prints the table with the
+relative threshold each row gives and the false rejections it costs per run at the inventory's size.
 
-Exit codes (:mod:`flows.exits`): 0 the table was written; 1 no figure was measured twice (the line says why);
-2 a usage or inventory error; 3 the tool failed.
+Exit codes (:mod:`flows.exits`): 0 the table was written; 1 no figure was measured twice, or every row was left
+out (the line says why); 2 a usage or inventory error; 3 the tool failed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cluster_accept.analysis.calibration import model_key, noise_table, write_table
+from cluster_accept.analysis.calibration import (
+    figure_cvs,
+    model_key,
+    noise_table,
+    plausible_rows,
+    table_path,
+    write_table,
+)
 from cluster_accept.analysis.calibration_said import (
     CalibratedThreshold,
     calibrated_thresholds,
@@ -113,7 +122,10 @@ def read_runs(out_dir: Path, made: CalibrationRuns) -> tuple[pd.DataFrame, pd.Da
 
 
 def why_nothing(figures: pd.DataFrame, made: CalibrationRuns) -> str:
-    """Why no figure was measured twice: what each run measured."""
+    """Why the table is empty: every row's noise left out (each said above), or no figure measured twice (what
+    each run measured)."""
+    if not figures.empty and not figure_cvs(figures).empty:
+        return "every row of the noise was left out (each said above), so there is no noise to calibrate with"
     counts = figures.groupby("run_id").size().to_dict() if not figures.empty else {}
     said = ", ".join(f"{run_id}: {counts.get(run_id, 0)} figures" for run_id in made.run_ids)
     return (
@@ -123,13 +135,15 @@ def why_nothing(figures: pd.DataFrame, made: CalibrationRuns) -> str:
 
 
 def noise_of(
-    inventory: Inventory, figures: pd.DataFrame, checks: pd.DataFrame
+    inventory: Inventory, figures: pd.DataFrame, checks: pd.DataFrame, made: CalibrationRuns
 ) -> tuple[pd.DataFrame, list[CalibratedThreshold]]:
     """The noise table of the runs' figures, each node's under the GPU model of its profile as the runs resolved
-    it, and each row's threshold at the size of the whole inventory (its tested nodes)."""
+    it, and each row's threshold at the size of the whole inventory (its tested nodes). A row no run would judge
+    by (a noise above :data:`analysis.calibration.CV_CEILING`, or not finite) is left out and noted in ``made``."""
     profiles = resolved_profiles(inventory.tested, checks)
     model_of = {node: model_key(profile) for node, profile in profiles.items()}
-    table = noise_table(figures, model_of)
+    table, left_out = plausible_rows(noise_table(figures, model_of))
+    made.notes += [f"{note}: its figures are judged by their peers' spread alone" for note in left_out]
     rules = {metric: rule for probe in discover() for metric, rule in probe.metrics.items()}
     cluster = {node: (model_of[node], profile.thresholds) for node, profile in profiles.items()}
     return table, calibrated_thresholds(table, figures_per_node(figures, rules, model_of), cluster)
@@ -141,17 +155,18 @@ def calibrate(request: CalibrationRequest, run_one: RunOne, out: Console) -> int
         inventory = load_checked_inventory(request.inventory)
         select_nodes(inventory, request.nodes)
         history = history_of(request)
+        calibration_id = new_run_id()  # sorts by the time the calibration began, as run ids do
+        table_path(history, inventory.cluster, calibration_id)  # where it goes stays in the history
     except InventoryError as exc:
         return inventory_error(exc).exit_code
     except (ValueError, HostlistError) as exc:
         _say(f"error: {exc}")
         return USAGE_ERROR
-    calibration_id = new_run_id()  # sorts by the time the calibration began, as run ids do
     made, refused = make_runs(request, run_one)
     if refused is not None:
         return refused
     figures, checks = read_runs(request.out_dir, made)
-    table, rows = noise_of(inventory, figures, checks)
+    table, rows = noise_of(inventory, figures, checks, made)
     for note in made.notes:
         _say(f"calibrate: {note}")
     if table.empty:

@@ -44,7 +44,8 @@ DEFAULT_HISTORY = Path("runs/history")  # run's default: --out runs, its history
 
 def calibration_of(history: Path | None, cluster: str) -> NoiseTable | None:
     """The cluster's latest calibration in ``history`` (default: the run's default history, where it exists);
-    a history named that does not exist, or a calibration that cannot be read, is an error."""
+    a history named that does not exist is an error; a calibration that does not hold up is warned of and not
+    used (:func:`analysis.calibration.latest_table`)."""
     if history is not None and not history.is_dir():
         raise ValueError(f"--history {history} is not a directory")
     found = latest_table(history or DEFAULT_HISTORY, cluster)

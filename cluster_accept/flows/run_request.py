@@ -80,7 +80,7 @@ def check_request(request: RunRequest) -> None:
     if request.shards is not None:
         check_shards(request.shards, request.local, inventory)
     if choices.history is not None:
-        latest_table(choices.history, inventory.cluster)  # a calibration that cannot be read: refused before any stage
+        latest_table(choices.history, inventory.cluster)  # a calibration that does not hold up: named before any stage
     why = unwritable(request.out_dir)
     if why:
         raise ValueError(f"cannot write run directories under {request.out_dir}: {why}")

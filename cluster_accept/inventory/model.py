@@ -42,8 +42,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-# A name the reports and terminals print: the cluster, a profile, a label's key and value.
+# A name the reports and terminals print: a profile, a label's key and value.
 Name = Annotated[StrictStr, AfterValidator(one_line)]
+# The cluster's name is also a folder of the history (``HISTORY/calibration/<cluster>/``): a name that could be
+# read as a path (``../../x``, ``/etc``, ``.``) would put what is written there anywhere, so it is one path part
+# of letters, digits, '_', '.' and '-', starting with a letter, a digit or '_' (never '.': no hidden or parent
+# folder, never '-': no option to a command it is handed to).
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def path_part(name: str) -> str:
+    """``name`` when it can only be one folder's name; ValueError saying what is allowed."""
+    if not _PATH_PART.fullmatch(name):
+        raise ValueError(
+            f"{quoted(name)} is no name for a folder of the history: use 1 to 128 letters, digits, '_', '.' or '-', "
+            "starting with a letter, a digit or '_'"
+        )
+    return name
+
+
+ClusterName = Annotated[StrictStr, AfterValidator(one_line), AfterValidator(path_part)]  # one line, then one folder
 
 
 PositiveSeconds = Annotated[float, Field(gt=0, le=86400)]
@@ -395,7 +413,7 @@ class NodeEntryFile(_Strict):
 
 
 class InventoryFile(_Strict):
-    cluster: Name
+    cluster: ClusterName
     defaults: DefaultsFile = DefaultsFile()
     nodes: list[NodeEntryFile]
     exclude: list[StrictStr] = Field(default_factory=list)
