@@ -254,6 +254,8 @@ def test_runs_that_did_not_judge_the_node_are_no_runs_of_it() -> None:
 
 def _run_on_disk(out: Path, run_id: str, verdicts: dict[str, str], cluster: str = "c") -> None:
     (out / run_id).mkdir(parents=True, exist_ok=True)
+    record = {"run_id": run_id, "cluster": cluster, "started": "2026-11-01T00:00:00+00:00", "stages": ["preflight"]}
+    (out / run_id / "run.json").write_text(json.dumps(record))
     rows = [
         VerdictRow(run_id, cluster, node, "p", Verdict(v), ["gemm:straggler"] if v == "rejected" else [])
         for node, v in verdicts.items()

@@ -8,6 +8,11 @@ schema or with more rows than its run can have is skipped with a warning naming 
 ``HISTORY/_set_aside/`` under its own path, beside a ``.why`` file saying why and when (never deleted; the history's
 globs, ``HISTORY/<table>/*/*.parquet``, no longer see it). A file written with another schema version is skipped
 and left where it is, for the version that wrote it.
+
+A run is the run its rows name, and counts once: a file named by one run that holds another's rows (a copy under
+another name) is set aside, and so is a second file of a run in another date partition (a copy under another
+date): of each table a run's file is the one in its row's partition (``runs/date=D/<run_id>.parquet``, the date
+the run started, where the run appends every table), its rows read once.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class HistoryRun:
     cluster: str
     started: str  # as the row has it; the run id where the row has none
     nodes: int | None  # nodes tested and skipped, as the row counts them; None where it does not
+    partition: str = ""  # the date partition its row is in (``date=YYYY-MM-DD``), where its other files are
 
 
 @dataclass(frozen=True)
@@ -100,8 +106,19 @@ class HistoryFiles:
                 found.setdefault(path.stem, []).append(path)
             if table != "runs":
                 found = {run_id: paths for run_id, paths in found.items() if self._recorded(run_id, paths)}
+                found = {run_id: self._one_file(table, run_id, paths) for run_id, paths in found.items()}
             self._paths[table] = found
         return self._paths[table]
+
+    def _one_file(self, table: str, run_id: str, paths: list[Path]) -> list[Path]:
+        """The run's one file of ``table``: the one in its row's partition, else the oldest; any other is a copy
+        (its rows would count the run twice), set aside."""
+        home = self.runs[run_id].partition
+        kept = next((path for path in paths if path.parent.name == home), paths[0])
+        for path in paths:
+            if path != kept:
+                self.skip(UnfitTable(path, f"a second file of run {run_id!r} (its file is {kept}): a copy"))
+        return [kept]
 
     def _glob(self, table: str, run_id: str) -> list[Path]:
         folder = self.root / table
@@ -123,13 +140,25 @@ class HistoryFiles:
         """run id -> the run, for every run whose row in ``runs`` reads (one row, the runs schema)."""
         found: dict[str, HistoryRun] = {}
         for run_id, paths in self.paths("runs").items():
+            rows: dict[Path, HistoryRun] = {}
             for path in paths:
                 read = self.read("runs", path, _INDEX_COLUMNS)
                 if read is not None and read.num_rows == 0:
                     self.skip(UnfitTable(path, "no run's row in it"))
                 elif read is not None:
-                    found[run_id] = _history_run(run_id, read.to_pylist()[0])
+                    rows[path] = _history_run(run_id, read.to_pylist()[0], path.parent.name)
+            if rows:
+                found[run_id] = rows[self._row_file(run_id, rows)]
         return found
+
+    def _row_file(self, run_id: str, rows: dict[Path, HistoryRun]) -> Path:
+        """Of a run's row files, the one in the partition of the day it started (where the run appended it), else
+        the oldest; any other is a copy (the run would count twice), set aside."""
+        kept = next((p for p, run in rows.items() if p.parent.name == f"date={run.started[:10]}"), next(iter(rows)))
+        for path in rows:
+            if path != kept:
+                self.skip(UnfitTable(path, f"a second row of run {run_id!r} (its row is {kept}): a copy"), False)
+        return kept
 
     def cluster_runs(self, cluster: str | None = None) -> list[HistoryRun]:
         """The runs of ``cluster`` (every cluster's when None), by run id: run ids start with the UTC start."""
@@ -154,7 +183,8 @@ class HistoryFiles:
         if max_rows is None:
             max_rows = row_limit(table, 1 if table == "runs" else self.nodes(path.stem))
         try:
-            return read_table_file(path, table, columns, max_rows)
+            wanted = list(dict.fromkeys([*columns, "run_id"]))
+            return _of_its_run(path, read_table_file(path, table, wanted, max_rows), columns)
         except UnfitTable as exc:
             if path.exists():
                 self.skip(exc)
@@ -162,9 +192,9 @@ class HistoryFiles:
                 self._skipped.add(path)
             return None
 
-    def skip(self, unfit: UnfitTable) -> None:
+    def skip(self, unfit: UnfitTable, whole_run: bool = True) -> None:
         """Skip a file for the rest of this reader's life and warn; move it aside unless it is to be left (and with
-        a run's row, the run's other files)."""
+        a run's row, the run's other files, unless ``whole_run`` is False: a copy of a row the run keeps)."""
         self._skipped.add(unfit.path)
         moved, left = None, unfit.left
         if not left:
@@ -175,7 +205,7 @@ class HistoryFiles:
         record = SetAside(unfit.path, unfit.problem, moved, left)
         self.set_aside.append(record)
         log.warning(record.said)
-        if moved is not None and unfit.path.parent.parent == self.root / "runs":
+        if whole_run and moved is not None and unfit.path.parent.parent == self.root / "runs":
             self._set_run_aside(unfit.path.stem, unfit.path)
 
     def _set_run_aside(self, run_id: str, row_file: Path) -> None:
@@ -185,8 +215,17 @@ class HistoryFiles:
                 self.skip(UnfitTable(path, f"its run's row ({row_file.name} in runs) was set aside"))
 
 
-def _history_run(run_id: str, row: dict[str, Any]) -> HistoryRun:
+def _of_its_run(path: Path, read: pa.Table, columns: list[str]) -> pa.Table:
+    """``columns`` of ``read``, the rows of ``path``, once every row is of the run the file is named by; UnfitTable
+    where one is another run's (a copy of its file under another run's name would count that run twice)."""
+    others = sorted(str(run) for run in read.column("run_id").unique().to_pylist() if run != path.stem)
+    if others:
+        raise UnfitTable(path, f"rows of run {others[0]!r}, not of run {path.stem!r} it is named by: a copy")
+    return read.select([name for name in dict.fromkeys(columns) if name in read.column_names])
+
+
+def _history_run(run_id: str, row: dict[str, Any], partition: str) -> HistoryRun:
     tested, skipped = row.get("nodes_tested"), row.get("skipped")
     nodes = tested + skipped if tested is not None and skipped is not None else None
     started = str(row["started"]) if row.get("started") is not None else run_id
-    return HistoryRun(run_id, str(row.get("cluster") or ""), started, nodes)
+    return HistoryRun(run_id, str(row.get("cluster") or ""), started, nodes, partition)

@@ -38,11 +38,14 @@ _CUDA = re.compile(r"(\d+)\.(\d+)")
 # import and CUDA start take seconds, and a prolog has about two. The answer is taken again only while nothing it
 # rests on changed: the interpreter, torch's files, every shared library the answered import had mapped (torch's
 # own and those it loads from elsewhere: CUDA's pip packages, the driver's libcuda, libstdc++ …, each by its size,
-# mtime and inode), the loader's cache, the loaded driver, the boot, the GPU device nodes and the variables that
-# pick GPUs and libraries. What is read back is held to the exact shape written (a file of another shape is removed
-# and torch imported afresh: a bad file never fails the node by itself); a file another user could have written
-# is ignored. A run from the controller never sets it: every run imports torch afresh. An answer taken from it is
-# said in a row of its own (``kept_answer``): such a check did not import torch again, so it lifts no drain for it.
+# mtime and inode), every Python module's file the import loaded from outside torch's folder (typing_extensions,
+# sympy, numpy, the standard library …: a pure-Python dependency removed or replaced breaks torch's import as a
+# library does; a stat a file), the loader's cache, the loaded driver, the boot, the GPU device nodes and the
+# variables that pick GPUs, libraries and modules. What is read back is held to the exact shape written (a file of
+# another shape, an earlier version's without its modules among them, is removed and torch imported afresh: a bad
+# file never fails the node by itself); a file another user could have written is ignored. A run from the
+# controller never sets it: every run imports torch afresh. An answer taken from it is said in a row of its own
+# (``kept_answer``): such a check did not import torch again, so it lifts no drain for it.
 IMPORT_CACHE_ENV = "CA_IMPORT_CACHE"
 # Reads torch's version file without importing torch; with argv[1] == 'import', imports it and asks CUDA (or takes
 # the answer kept under $CA_IMPORT_CACHE when nothing it rests on changed).
@@ -69,7 +72,7 @@ def home(path):
     return stat.S_ISDIR(st.st_mode) and mine(st)
 def fingerprint(where):
     gpus = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
-    names = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LD_PRELOAD")
+    names = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH")
     files = [stamp(os.path.join(where, f)) for f in ("version.py", "__init__.py", "lib")]
     return {"exe": os.path.realpath(sys.executable), "exe_file": stamp(sys.executable), "where": where,
             "torch": files, "loader": stamp("/etc/ld.so.cache"), "driver": text("/proc/driver/nvidia/version"),
@@ -91,10 +94,21 @@ def loaded():
                 return None
             libs[parts[5]] = library(parts[5])
     return sorted(libs.values())
+def modules(where):
+    inside, files = os.path.join(where, ""), {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or not os.path.isabs(path) or path.startswith(inside) or path in files:
+            continue
+        try:
+            files[path] = library(path)
+        except OSError:
+            continue
+    return sorted(files.values())
 def exact(value, kind):
     return type(value) is kind
 def well_formed(kept):
-    if not (exact(kept, dict) and sorted(kept) == ["answer", "at", "key", "libs"]):
+    if not (exact(kept, dict) and sorted(kept) == ["answer", "at", "key", "libs", "modules"]):
         return False
     answer, libs = kept["answer"], kept["libs"]
     if not (exact(answer, dict) and sorted(answer) == ["cuda_available", "cuda_devices", "warnings"]):
@@ -105,9 +119,11 @@ def well_formed(kept):
         return False
     if not (exact(kept["at"], str) and re.fullmatch(r"\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ", kept["at"])):
         return False
-    return exact(kept["key"], dict) and exact(libs, list) and len(libs) <= 100000 and all(
+    return exact(kept["key"], dict) and stamps(libs) and stamps(kept["modules"])
+def stamps(files):
+    return exact(files, list) and len(files) <= 100000 and all(
         exact(lib, list) and len(lib) == 4 and exact(lib[0], str) and lib[0].startswith("/")
-        and all(exact(n, int) for n in lib[1:]) for lib in libs)
+        and all(exact(n, int) for n in lib[1:]) for lib in files)
 def unchanged(libs):
     for lib in libs:
         try:
@@ -132,17 +148,19 @@ def recall(path, key):
     if not well_formed(kept):
         os.unlink(path)
         return None
-    if json.dumps(kept["key"], sort_keys=True) != json.dumps(key, sort_keys=True) or not unchanged(kept["libs"]):
+    if json.dumps(kept["key"], sort_keys=True) != json.dumps(key, sort_keys=True):
+        return None
+    if not (unchanged(kept["libs"]) and unchanged(kept["modules"])):
         return None
     return dict(kept["answer"], cached_at=kept["at"])
-def remember(path, key, answer, libs):
+def remember(path, key, answer, libs, mods):
     os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
     if not home(path):
         return
     tmp = path + "." + str(os.getpid())
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as f:
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        json.dump({"key": key, "libs": libs, "answer": answer, "at": at}, f)
+        json.dump({"key": key, "libs": libs, "modules": mods, "answer": answer, "at": at}, f)
     os.replace(tmp, path)
 def cached(step, *args):
     try:
@@ -177,10 +195,11 @@ if spec is not None and spec.submodule_search_locations:
             except Exception as exc:
                 out["torch_error"] = f"{type(exc).__name__}: {exc}"
         out["warnings"] = [str(w.message)[:500] for w in caught][:3]
-        libs = cached(loaded) if key and out.get("cuda_available") is True and "torch_error" not in out else None
-        if libs is not None:
+        good = key and out.get("cuda_available") is True and "torch_error" not in out
+        libs, mods = (cached(loaded), cached(modules, where)) if good else (None, None)
+        if libs is not None and mods is not None:
             answer = {k: out[k] for k in ("cuda_available", "cuda_devices", "warnings")}
-            cached(remember, cache, key, answer, libs)
+            cached(remember, cache, key, answer, libs, mods)
 print(json.dumps(out))
 """
 COMMAND = "python3 -c SCRIPT"  # the shape; each profile's interpreter is in command_for(profile)

@@ -409,9 +409,14 @@ def history_command(
     ] = False,
     output: Annotated[str, typer.Option("--format", help="table, json or hostlist (the lemons, folded)")] = "table",
     min_score: Annotated[float, typer.Option("--min-score", min=0, max=1, help="lemons scoring this or more")] = 0.0,
+    inventory: Annotated[
+        Path | None, typer.Option("--inventory", "-i", help="--format hostlist: only nodes of this inventory")
+    ] = None,
 ) -> None:
     """The fleet over its recent runs: repeat offenders, flaky checks and figures sliding down; with --lemons the
-    nodes likeliest to fail a large job, ranked (--format hostlist: one folded line for a scheduler's exclude)."""
+    nodes likeliest to fail a large job, ranked (--format hostlist: one folded line for a scheduler's exclude, of
+    the lemons that are host names, and nodes of --inventory when given; any other name is named on stderr, left
+    out of the line; exit 0 either way)."""
     import json
 
     from cluster_accept.analysis.fleet import read_fleet
@@ -421,6 +426,8 @@ def history_command(
     output = "json" if as_json else output
     if output not in ("table", "json", "hostlist") or (output == "hostlist" and not lemons):
         raise _fail_usage(f"--format {output!r}: give table, json or hostlist (hostlist with --lemons)")
+    if inventory is not None and output != "hostlist":
+        raise _fail_usage("--inventory: only with --lemons --format hostlist (the nodes its line may name)")
     files = HistoryFiles(history)  # a file that does not read is skipped with a warning and set aside
     clusters = sorted({run.cluster for run in files.cluster_runs()})
     if not clusters:
@@ -434,7 +441,7 @@ def history_command(
     if lemons:
         tables = {"lemons": fleet.lemons[fleet.lemons["score"] >= min_score]}
     if output == "hostlist":
-        print(fold(str(node) for node in tables["lemons"]["node"]))
+        _print_lemon_line([str(node) for node in tables["lemons"]["node"]], inventory)
         return
     if output == "json":
         print(json.dumps({k: v.to_dict("records") for k, v in tables.items()}, default=str, indent=1))
@@ -447,6 +454,23 @@ def history_command(
         for record in frame.itertuples(index=False):
             table.add_row(*(Text(visible(str(value))) for value in record))
         out.print(table if len(frame) else f"{title.replace('_', ' ')}: none", highlight=False)
+
+
+def _print_lemon_line(lemons: list[str], inventory: Path | None) -> None:
+    """The lemons' one line for a scheduler (``sbatch --exclude=…``) on stdout: only the names that are nodes
+    (:func:`analysis.lemons.scheduler_line`); each name left out is said on stderr, as text, never in the line."""
+    from cluster_accept.analysis.lemons import scheduler_line
+
+    nodes = None
+    if inventory is not None:
+        try:
+            nodes = {node.name for node in load_checked_inventory(inventory).nodes}
+        except InventoryError as exc:
+            raise _inventory_error(exc) from None
+    found = scheduler_line(lemons, nodes)
+    for name, why in found.apart:
+        _say(f"history: lemon {name!r} left out of the hostlist: {why}")
+    print(found.line)
 
 
 SITE_INVENTORY = "/etc/cluster-accept/inventory.yaml"

@@ -21,7 +21,7 @@ from cluster_accept.analysis.verdicts import VerdictRow
 from cluster_accept.checks.base import NodeRow, Status, retested
 from cluster_accept.checks.reasons import ReasonCatalog
 from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION, BreakerTrip, DrainLimits
-from cluster_accept.ops.repeats import DEFAULT_RULE, HeldDrain, RepeatRule, holds_for_run
+from cluster_accept.ops.repeats import DEFAULT_RULE, HeldDrain, RepeatRule, holds_for_run, run_id_of
 from cluster_accept.ops.slurm import SSH_CHECK, SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover
 from cluster_accept.reports.summary import prometheus_text, summary
@@ -79,11 +79,16 @@ APPLYING = "applying"
 
 def drains_applied_since(out_dir: Path, since: float, this_run: Path) -> tuple[int, tuple[str, ...]]:
     """Drains the runs under ``out_dir`` (their ``slurm.json``) applied since ``since``, and each record of the
-    window that cannot be read, with why: a record cut short or unreadable is no record of zero drains."""
+    window that cannot be read, with why: a record cut short or unreadable is no record of zero drains. A run's
+    drains count once: a copy of its directory (``cp -a RUN RUN.bak``, its ``run.json`` naming the same run) is
+    not another run's record, nor is a copy of this run."""
     count, unknown = 0, []
+    seen = {run_id_of(this_run) or this_run.name}
     for path in sorted(out_dir.glob("*/slurm.json")):
-        if path.parent == this_run:
+        named = run_id_of(path.parent)
+        if path.parent == this_run or named in seen:
             continue
+        seen.add(named or path.parent.name)
         try:
             if path.stat().st_mtime < since:
                 continue

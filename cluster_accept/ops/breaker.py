@@ -5,8 +5,9 @@ A controller that lost its route, a bad profile or an outage of a shared service
 node mounts) makes every node fail the same way; drained on that word, the cluster empties. So a run drains at
 most ``max(1, max_drain_fraction × tested nodes)`` (or ``--max-drain N``): past that, no drain is applied at all,
 every node that would have been drained is listed with its reasons, and the run exits 3 for an operator to look.
-Under ``serve`` the limit holds over a window of runs, counted from their ``slurm.json``; a record of the window
-that cannot be read holds every drain back, naming it (its drains are unknown, never counted as none).
+Under ``serve`` the limit holds over a window of runs, counted from their ``slurm.json``, each run once (the run its
+``run.json`` names: a copy of a run's directory is no second run); a record of the window that cannot be read holds
+every drain back, naming it (its drains are unknown, never counted as none).
 When every tested node is unreachable the same way, the controller is named as the likely fault and nothing is
 drained. ``--force`` lifts both, and the run records it (the operations in ``run.json``). Pure: the plan in,
 the plan out.

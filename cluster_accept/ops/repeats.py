@@ -19,22 +19,36 @@ the drain breaker counts under ``serve``), of the same cluster, before this one 
 the UTC start time), in which the node was judged (neither skipped nor failed by the tool). A one-shot ``run
 --drain`` counts them as a served run does: a run's history is on disk. A past run whose verdicts cannot be
 read is left out of the count and named; a run without verdicts (interrupted) is no run of the node's.
+
+A run is the run its ``run.json`` names (``run_id``, with the ``cluster`` and ``started`` every run writes
+there), not its directory: a copy of a run's directory (``cp -a RUN RUN.bak``) is the same run and counts once,
+and a directory without such a ``run.json`` (a bare ``verdicts.parquet`` put there by hand) is no run the tool
+made: it neither counts nor breaks a streak, and is named with the files not read. Its verdicts must be that
+run's (their ``run_id``); a file holding another run's is not read.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 from cluster_accept.checks.reasons import FindingKind, ReasonCatalog
 
 UNJUDGED = frozenset({Verdict.SKIPPED.value, Verdict.TOOL_ERROR.value})  # runs that said nothing of the node
 MAX_RUNS_READ = 200  # the most earlier run directories one run reads back for its held drains
+RUN_DIRS_NAMED = 4 * MAX_RUNS_READ  # the most directories (the latest by name) whose run.json says which run
 SHOWN_REASONS = 3  # reasons a held drain's sentence names (the record lists them all)
+RUN_RECORD = "run.json"  # what names a run directory's run (rundir.run_record.RunRecord)
+RUN_RECORD_BYTES = 64 * 2**20  # a run.json larger than this (its node lists at MAX_NODES long names) is none
 
 
 @dataclass(frozen=True)
@@ -151,34 +165,121 @@ def outcomes_by_node(records: Iterable[tuple[str, str, str]]) -> dict[str, list[
     return found
 
 
+class RunIdentity(BaseModel):
+    """What names a run in its ``run.json``: the keys every run writes there at its start, of the types
+    :class:`~rundir.run_record.RunRecord` holds them to (that module sits above this one); the rest is not read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: StrictStr = Field(min_length=1)
+    cluster: StrictStr
+    started: StrictStr
+    stages: list[StrictStr]
+
+
+@dataclass(frozen=True)
+class PastRun:
+    """A run directory under the output directory, named by the run its ``run.json`` names."""
+
+    run_id: str
+    cluster: str
+    path: Path
+
+
+def run_identity(run_dir: Path) -> RunIdentity:
+    """The run ``run_dir``'s ``run.json`` names; ValueError saying what is wrong where it names none (missing,
+    not a plain file, too large, not JSON, a key missing or of another type)."""
+    path = run_dir / RUN_RECORD
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"no {RUN_RECORD} to read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{RUN_RECORD} is not a plain file")
+        data = handle.read(RUN_RECORD_BYTES + 1)
+    if len(data) > RUN_RECORD_BYTES:
+        raise ValueError(f"{RUN_RECORD} is larger than a run writes ({RUN_RECORD_BYTES:,} bytes)")
+    try:
+        return RunIdentity.model_validate(json.loads(data))
+    except (ValueError, RecursionError) as exc:  # ValidationError is a ValueError
+        said = "; ".join(_problem(e) for e in exc.errors()) if isinstance(exc, ValidationError) else "not JSON"
+        raise ValueError(f"{RUN_RECORD} names no run: {said}") from None
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "(the whole file)"
+    return f"{where}: {error['msg']}"
+
+
+def past_runs(out_dir: Path, before: str) -> tuple[list[PastRun], tuple[str, ...]]:
+    """The runs under ``out_dir`` with verdicts (of its latest :data:`RUN_DIRS_NAMED` directories by name), started
+    before the run ``before`` (by run id), each once, newest first: a run whose directory was copied is taken from
+    the directory named by its id, else the first by name. And each directory with verdicts that names no run,
+    with why (none counts)."""
+    found: dict[str, PastRun] = {}
+    unread: list[str] = []
+    listed = sorted((p.parent for p in out_dir.glob("*/verdicts.parquet")), reverse=True)[:RUN_DIRS_NAMED]
+    for path in reversed(listed):
+        try:
+            identity = run_identity(path)
+        except ValueError as exc:
+            unread.append(f"{path.name}/verdicts.parquet (not a run's: {exc}; not counted)")
+            continue
+        run = PastRun(identity.run_id, identity.cluster, path)
+        if run.run_id < before and (run.run_id not in found or path.name == run.run_id):
+            found[run.run_id] = run
+    return sorted(found.values(), key=lambda run: run.run_id, reverse=True), tuple(unread)
+
+
 def read_past_verdicts(
     out_dir: Path, this_run: Path, cluster: str, nodes: Collection[str], runs_wanted: int
 ) -> tuple[list[tuple[str, str, str]], tuple[str, ...]]:
-    """``(run_id, node, verdict)`` of ``nodes`` in the runs under ``out_dir`` before ``this_run`` (by name, newest
-    first, at most :data:`MAX_RUNS_READ`), until each node has ``runs_wanted`` judged runs; and each verdicts file
-    that could not be read, with why (left out of the count: its verdicts are unknown)."""
+    """``(run_id, node, verdict)`` of ``nodes`` in the runs under ``out_dir`` before ``this_run`` (:func:`past_runs`,
+    newest first, at most :data:`MAX_RUNS_READ`), until each node has ``runs_wanted`` judged runs; and each
+    verdicts file that could not be read or is no run's, with why (left out of the count: its verdicts are
+    unknown)."""
     from cluster_accept.analysis.table_files import UnfitTable, read_table_file, row_limit  # pyarrow: only here
     from cluster_accept.inventory.hostlist import MAX_NODES
 
     wanted = set(nodes)
     counted = dict.fromkeys(wanted, 0)
     found: list[tuple[str, str, str]] = []
-    unread: list[str] = []
-    earlier = sorted((p for p in out_dir.glob("*/verdicts.parquet") if p.parent.name < this_run.name), reverse=True)
-    for path in earlier[:MAX_RUNS_READ]:
+    runs, unread = past_runs(out_dir, _this_run_id(this_run))
+    columns = ["run_id", "cluster", "node", "verdict"]
+    for run in [run for run in runs if run.cluster == cluster][:MAX_RUNS_READ]:
         if all(n >= runs_wanted for n in counted.values()):
             break
+        path = run.path / "verdicts.parquet"
         try:
-            table = read_table_file(path, "verdicts", ["cluster", "node", "verdict"], row_limit("verdicts", MAX_NODES))
+            table = read_table_file(path, "verdicts", columns, row_limit("verdicts", MAX_NODES))
         except UnfitTable as exc:
-            unread.append(f"{path.parent.name}/{path.name} ({exc.problem})")
+            unread = (*unread, f"{run.path.name}/{path.name} ({exc.problem})")
             continue
-        for row in table.to_pylist():
+        rows = table.to_pylist()
+        others = sorted({str(row["run_id"]) for row in rows} - {run.run_id})
+        if others:
+            unread = (*unread, f"{run.path.name}/{path.name} (rows of run {others[0]!r}, not of {run.run_id!r})")
+            continue
+        for row in rows:
             node, verdict = str(row["node"]), str(row["verdict"])
             if row["cluster"] == cluster and node in wanted and verdict not in UNJUDGED:
-                found.append((path.parent.name, node, verdict))
+                found.append((run.run_id, node, verdict))
                 counted[node] += 1
-    return found, tuple(unread)
+    return found, unread
+
+
+def _this_run_id(run_dir: Path) -> str:
+    """The run ``run_dir`` holds: as its ``run.json`` names it, else as the directory is named."""
+    return run_id_of(run_dir) or run_dir.name
+
+
+def run_id_of(run_dir: Path) -> str | None:
+    """The run ``run_dir``'s ``run.json`` names, or None where it names none (:func:`run_identity`)."""
+    try:
+        return run_identity(run_dir).run_id
+    except ValueError:
+        return None
 
 
 def holds_for_run(
