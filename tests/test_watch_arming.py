@@ -341,20 +341,27 @@ def test_taskprolog_prints_export_lines_expanding_the_job_id_and_keeping_pythonp
         'case "${SLURM_JOB_ID:-}" in\n'
         "  ''|*[!A-Za-z0-9_.-]*) exit 0 ;;\n"
         "esac\n"
-        'mkdir -p "/var/lib/ca-watch/${SLURM_JOB_ID}" 2>/dev/null || true\n'
-        'mkdir -p "/var/lib/ca-watch/${SLURM_JOB_ID}/inspector" 2>/dev/null || true\n'
+        "umask 077\n"
+        'own() { mkdir "$1" 2>/dev/null; [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod go-w "$1"; }\n'
+        'dir="${SLURM_JOB_ID}"\n'
+        'own "/var/lib/ca-watch/${dir}" || { dir="${SLURM_JOB_ID}.$(id -u)"; own "/var/lib/ca-watch/${dir}"; } || {\n'
+        '  echo "print cluster-accept watch: not armed: no directory of this user for the job in /var/lib/ca-watch '
+        "(it must be root's, mode 1777)\"\n"
+        "  exit 0\n"
+        "}\n"
+        'mkdir "/var/lib/ca-watch/${dir}/inspector" 2>/dev/null\n'
         'echo "export CA_WATCH_DIR=/var/lib/ca-watch"\n'
         'echo "export CA_WATCH_JOB=${SLURM_JOB_ID}"\n'
         'echo "export TORCH_FR_BUFFER_SIZE=2000"\n'
         'echo "export TORCH_NCCL_TRACE_BUFFER_SIZE=2000"\n'
         'echo "export TORCH_NCCL_DUMP_ON_TIMEOUT=1"\n'
-        'echo "export TORCH_FR_DUMP_TEMP_FILE=/var/lib/ca-watch/${SLURM_JOB_ID}/fr_rank_"\n'
-        'echo "export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/var/lib/ca-watch/${SLURM_JOB_ID}/fr_rank_"\n'
+        'echo "export TORCH_FR_DUMP_TEMP_FILE=/var/lib/ca-watch/${dir}/fr_rank_"\n'
+        'echo "export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/var/lib/ca-watch/${dir}/fr_rank_"\n'
         'echo "export PYTHONPATH=/opt/ca/shim${PYTHONPATH:+:${PYTHONPATH}}"\n'
         'echo "export NCCL_PROFILER_PLUGIN=/opt/nccl/lib/libnccl-profiler-inspector.so"\n'
         'echo "export NCCL_INSPECTOR_ENABLE=1"\n'
         'echo "export NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=5000000"\n'
-        'echo "export NCCL_INSPECTOR_DUMP_DIR=/var/lib/ca-watch/${SLURM_JOB_ID}/inspector"\n'
+        'echo "export NCCL_INSPECTOR_DUMP_DIR=/var/lib/ca-watch/${dir}/inspector"\n'
         'echo "export NCCL_RAS_ENABLE=1"\n'
     )
 

@@ -37,6 +37,7 @@ def reader_source() -> str:
 DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
 READ_TIMEOUT_S = 60.0
 RANK_ANSWER_S = 5.0
+RANKS_BUDGET_S = 40.0  # asking all of a node's ranks, inside READ_TIMEOUT_S: a slow rank costs only the later ones
 
 
 def job_dir(template: str, node: Node, job: str) -> str:
@@ -45,12 +46,17 @@ def job_dir(template: str, node: Node, job: str) -> str:
     return f"{template.replace('{node}', node.name).rstrip('/')}/{job}"
 
 
-def reader_command(node: Node, directory: str, since_ns: int, limit: int) -> RemoteCommand:
-    """The reader behind the node's command prefix (a container the job runs in sees the job's sockets)."""
+def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: str | None = None) -> RemoteCommand:
+    """The reader behind the node's command prefix (a container the job runs in sees the job's sockets). ``user``:
+    the job's user (a name or uid, as the scheduler says): only its directory is then read; without it, the
+    reader takes the owner of the one job directory it finds and names any second user's."""
     probes = node.profile.probes
     prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
     words = [probes.python, "-c", shlex.quote(reader_source()), "--dir", shlex.quote(directory)]
     words += ["--since-ns", str(since_ns), "--limit", str(limit), "--timeout-s", str(RANK_ANSWER_S)]
+    words += ["--budget-s", str(RANKS_BUDGET_S)]
+    if user:
+        words += ["--user", shlex.quote(user)]
     return RemoteCommand("job_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
 
 
@@ -64,9 +70,9 @@ def _answer(result: NodeResult) -> tuple[str, str]:
     return command.stdout, ""
 
 
-def read_node(node: Node, job: str, template: str, since_ns: int, limit: int) -> NodeRead:
+def read_node(node: Node, job: str, template: str, since_ns: int, limit: int, user: str | None = None) -> NodeRead:
     sent = time.time_ns()
-    result = run_node(node, [reader_command(node, job_dir(template, node, job), since_ns, limit)])
+    result = run_node(node, [reader_command(node, job_dir(template, node, job), since_ns, limit, user)])
     text, problem = _answer(result)
     read = parse_node_read(text, job, node.name, ReadWindow(sent, time.time_ns()))
     if problem:
@@ -75,11 +81,18 @@ def read_node(node: Node, job: str, template: str, since_ns: int, limit: int) ->
 
 
 def read_round(
-    nodes: Sequence[Node], job: str, template: str, since: dict[str, int], limit: int, concurrency: int
+    nodes: Sequence[Node],
+    job: str,
+    template: str,
+    since: dict[str, int],
+    limit: int,
+    concurrency: int,
+    user: str | None = None,
 ) -> list[NodeRead]:
-    """One read of every node of the job, at most ``concurrency`` at once; in the nodes' order."""
+    """One read of every node of the job, at most ``concurrency`` at once; in the nodes' order. ``user``: the
+    job's user where the scheduler names it (:func:`reader_command`)."""
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes)))) as pool:
-        reads = pool.map(lambda n: read_node(n, job, template, since.get(n.name, 0), limit), nodes)
+        reads = pool.map(lambda n: read_node(n, job, template, since.get(n.name, 0), limit, user), nodes)
         return settle_clocks(list(reads))
 
 

@@ -325,7 +325,11 @@ def taskprolog_script(plan: ArmPlan) -> str:
     slurmstepd sets a task's variable for each ``export NAME=value`` line the prolog prints (it does not unquote,
     so the printed line carries no quotes). The job's id is the task's ``$SLURM_JOB_ID``, expanded by this
     script's shell; a job without one, or with an unexpected one, is left unarmed. ``PYTHONPATH`` keeps the
-    task's own value after the shim's directory. The directories are made here, before any rank starts."""
+    task's own value after the shim's directory. The directories are made here, before any rank starts, as the
+    job's user: the job's directory is ``<job>`` under the watch directory when this user made it (never one
+    another user prepared, nor a link), else ``<job>.<uid>``, as the shim chooses; with neither, the task is
+    left unarmed and told why (a ``print`` line). The watch directory itself is root's to make (mode 1777):
+    a user who made it could replace every other user's job directory in it."""
     _checked(plan)
     job = "${SLURM_JOB_ID}"
     lines = [
@@ -335,10 +339,27 @@ def taskprolog_script(plan: ArmPlan) -> str:
         "  ''|*[!A-Za-z0-9_.-]*) exit 0 ;;",
         "esac",
     ]
-    for directory in plan.directories:
-        lines.append(f'mkdir -p "{directory.replace(JOB_TOKEN, job)}" 2>/dev/null || true')
+    homes = [d for d in plan.directories if d.endswith("/" + JOB_TOKEN)]
+    directories = list(plan.directories)
+    if homes:
+        home = homes[0].replace(JOB_TOKEN, "${dir}")
+        directories.remove(homes[0])
+        base = homes[0][: -len(JOB_TOKEN) - 1]
+        said = f"not armed: no directory of this user for the job in {base} (it must be root's, mode 1777)"
+        lines += [
+            "umask 077",
+            'own() { mkdir "$1" 2>/dev/null; [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod go-w "$1"; }',
+            f'dir="{job}"',
+            f'own "{home}" || {{ dir="{job}.$(id -u)"; own "{home}"; }} || {{',
+            f'  echo "print cluster-accept watch: {said}"',
+            "  exit 0",
+            "}",
+        ]
+        job = "${dir}"
+    for directory in directories:
+        lines.append(f'mkdir "{directory.replace(JOB_TOKEN, job)}" 2>/dev/null')
     for var in plan.env:
-        value = var.value.replace(JOB_TOKEN, job)
+        value = "${SLURM_JOB_ID}" if var.value == JOB_TOKEN else var.value.replace(JOB_TOKEN, job)
         if var.name == _PYTHONPATH:
             value += "${PYTHONPATH:+:${PYTHONPATH}}"
         lines.append(f'echo "export {var.name}={value}"')

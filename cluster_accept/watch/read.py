@@ -91,6 +91,17 @@ def _rank(job: str, node: str, r: Mapping[str, Any], node_ns: int, clock: tuple[
     )  # fmt: skip
 
 
+def rank_problem(said: Mapping[str, Any]) -> str:
+    """A rank whose file the reader refused, named by its rank where the file's name gives it:
+    ``rank 3 unreadable (rank3.json): a FIFO, not a regular file``."""
+    detail = str(said.get("detail") or "no detail")
+    why = detail.removeprefix("unreadable: ")
+    rank = said.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return f"rank {rank} unreadable ({said.get('file')}): {why}"
+    return f"rank file {said.get('file')} unreadable: {why}"
+
+
 def clock_estimate(node_ns: int, window: ReadWindow) -> tuple[int, int]:
     """(offset, error) of the node's clock against the watcher's, both in ns."""
     midpoint = (window.sent_ns + window.received_ns) // 2
@@ -124,8 +135,9 @@ def parse_node_read(text: str, job: str, node: str, window: ReadWindow) -> NodeR
             elif "rank" in entry:
                 read.ranks.append(_rank(job, node, entry["rank"], read.node_ns, clock))
             elif "rank_error" in entry:
-                said = entry["rank_error"]
-                read.problems.append(f"rank file {said.get('file')}: {said.get('detail')}")
+                read.problems.append(rank_problem(entry["rank_error"]))
+            elif "dir_error" in entry:
+                read.problems.append(f"job directory: {entry['dir_error']['detail']}")
         except (KeyError, TypeError, ValueError) as exc:
             read.problems.append(f"{type(exc).__name__}: {exc} in {json.dumps(entry)[:160]}")
     gpus = {r.rank: r.gpu for r in read.ranks}  # a collective is on its rank's GPU

@@ -13,6 +13,10 @@ speaks the text protocol of NCCL's own ``ncclras`` client (``src/ras/client.cc``
 line printed is ``{"ras": "ok", "format": "json"|"text", "protocol": n, "body": "<the report>", ...}``, or
 ``{"ras": "unavailable", "detail": ...}`` when nothing listens, the connection times out or the answer is not
 RAS's; the exit status is 0 either way. Only the standard library is needed.
+
+Any local user can listen on the port when no NCCL job holds it: the report is read up to
+:data:`MAX_REPORT_BYTES` and within its timeout however slowly it comes, and with ``--uid`` (the job's user)
+nothing is asked of a listener of another user (its owner read from ``/proc/net/tcp``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ CLIENT_PROTOCOL = 2  # NCCL_RAS_CLIENT_PROTOCOL, unchanged from 2.24 to 2.30
 DEFAULT_PORT = 28028  # NCCL_RAS_CLIENT_PORT
 CONNECT_TIMEOUT_S = 1.0  # ncclras starts with 1 s, to pass over an unresponsive process quickly
 EXTRA_TIMEOUT_S = 5.0  # ncclras waits the RAS timeout plus this (RAS_COLLECTIVE_EXTRA_TIMEOUT_SEC) for the report
-MAX_REPORT_BYTES = 64 << 20
+MAX_REPORT_BYTES = 64 << 20  # a verbose JSON status lists every rank, a few hundred bytes each
 
 
 class RasProtocolError(Exception):
@@ -70,17 +74,63 @@ def converse(sock: socket.socket, timeout_s: int, want_json: bool, verbose: bool
             form = "json"
         elif not answer.upper().startswith("ERROR"):
             raise RasProtocolError(f"SET FORMAT: unexpected answer {answer!r}")
-    sock.settimeout(CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S)
     _send(sock, "VERBOSE STATUS" if verbose else "STATUS")
-    body = reader.read(MAX_REPORT_BYTES).decode("utf-8", "replace")
+    body = _report(reader, sock, time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S)
     return {"ras": "ok", "format": form, "protocol": int(protocol) if protocol.isdigit() else protocol, "body": body}
 
 
-def read_status(host: str, port: int, timeout_s: int, want_json: bool, verbose: bool) -> dict[str, object]:
-    """The report, or why there is none."""
+def _report(reader: BinaryIO, sock: socket.socket, until: float) -> str:
+    """The report to the end, by ``until`` (monotonic) and at most :data:`MAX_REPORT_BYTES`, however slowly it
+    comes; TimeoutError or :class:`RasProtocolError` past either."""
+    chunks: list[bytes] = []
+    size = 0
+    while (left := until - time.monotonic()) > 0:
+        sock.settimeout(left)
+        chunk = reader.read1(1 << 16)  # type: ignore[attr-defined]
+        if not chunk:
+            return b"".join(chunks).decode("utf-8", "replace")
+        size += len(chunk)
+        if size > MAX_REPORT_BYTES:
+            raise RasProtocolError(f"a report over {MAX_REPORT_BYTES} bytes is not RAS's")
+        chunks.append(chunk)
+    raise TimeoutError("the report did not end in time")
+
+
+def _proc_address(host: str, port: int) -> str:
+    """``host:port`` as ``/proc/net/tcp`` writes it: each 32-bit word of the address in host order, in hex."""
+    packed = socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    words = "".join(f"{int.from_bytes(packed[i : i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}"
+
+
+def listener_uid(sock: socket.socket) -> int | None:
+    """The uid owning the other end of a local TCP connection (the listener's accepted socket), from the
+    kernel's table; None where it is not found."""
+    ours = _proc_address(*sock.getsockname()[:2])
+    theirs = _proc_address(*sock.getpeername()[:2])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                rows = [line.split() for line in handle.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) > 7 and row[1] == theirs and row[2] == ours:
+                return int(row[7])
+    return None
+
+
+def read_status(
+    host: str, port: int, timeout_s: int, want_json: bool, verbose: bool, uid: int | None = None
+) -> dict[str, object]:
+    """The report, or why there is none; with ``uid``, only from a listener of that user."""
     began = time.monotonic()
     try:
         with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as sock:
+            owner = listener_uid(sock) if uid is not None else None
+            if uid is not None and owner != uid:
+                detail = f"{host}:{port} is uid {owner}'s, not the job's user {uid}: not asked"
+                return {"ras": "unavailable", "detail": detail}
             answer = converse(sock, timeout_s, want_json, verbose)
     except ConnectionRefusedError:
         detail = f"nothing listens on {host}:{port}: no NCCL job with RAS on this node, or another NCCL_RAS_ADDR"
@@ -101,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         "--format", choices=("auto", "json", "text"), default="auto", help="auto: JSON where NCCL has it"
     )
     parser.add_argument("--verbose", action="store_true", help="VERBOSE STATUS: list more of the outlying ranks")
+    parser.add_argument("--uid", type=int, help="the job's user: a listener of another user is not asked")
     args = parser.parse_args(argv)
-    answer = read_status(args.host, args.port, args.timeout_s, args.format != "text", args.verbose)
+    answer = read_status(args.host, args.port, args.timeout_s, args.format != "text", args.verbose, args.uid)
     if args.format == "json" and answer.get("format") == "text":
         answer = {"ras": "unavailable", "detail": "this NCCL has no JSON status (2.28.7 on)", "body": answer["body"]}
     print(json.dumps(answer))

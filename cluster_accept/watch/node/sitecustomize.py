@@ -11,17 +11,25 @@ workers) inherit the environment and are not armed again. Anything that fails he
 file, never raised: arming must not break a job. Afterwards the ``sitecustomize`` this one shadows, if any,
 is loaded as it would have been.
 
+The job's directory is this user's own or is not used (``docs/watch-signals.md``): ``CA_WATCH_DIR`` must be a
+real directory of root's (or this user's), sticky where others may write in it; ``<job>`` under it is used when
+this user made it, else ``<job>.<uid>``, and the job's other signals (the Flight Recorder's dumps, the
+Inspector's directory) are pointed there too. A directory another user prepared is never written into: with
+neither usable, the rank is not armed and says why. Files are created without following a link.
+
 Needs only the standard library and the torch the job already imports.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import json
 import os
 import re
 import socket
+import stat
 import sys
 import time
 
@@ -52,15 +60,79 @@ def _pid_namespace() -> str:
 
 
 def _start_ticks() -> int:
-    with open("/proc/self/stat") as stat:  # field 22 after the parenthesised command name
-        return int(stat.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/self/stat") as stat_file:  # field 22 after the parenthesised command name
+        return int(stat_file.read().rsplit(")", 1)[1].split()[19])
 
 
 def _write(path: str, record: dict[str, object]) -> None:
+    """``record`` as the JSON of ``path``, whole or not at all; its temporary file made new (``O_EXCL``), never
+    through a link left where it goes."""
     temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w") as out:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)  # left by an earlier process of this pid
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(temporary, flags, 0o600), "w") as out:
         json.dump(record, out)
     os.replace(temporary, path)
+
+
+# The variables that put the job's other signals under its directory (arming.py sets them).
+_UNDER_JOB_DIR = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "NCCL_INSPECTOR_DUMP_DIR")
+
+
+def _base_refusal(watch_dir: str) -> str:
+    """Why ``CA_WATCH_DIR`` cannot hold this job's directory ('' when it can). Root makes it (mode 1777, as
+    ``/tmp``); a rank running as root makes a missing one so."""
+    uid = os.geteuid()
+    if uid == 0 and not os.path.lexists(watch_dir):
+        os.makedirs(watch_dir, exist_ok=True)
+        os.chmod(watch_dir, 0o1777)
+    try:
+        st = os.lstat(watch_dir)
+    except FileNotFoundError:
+        return f"{watch_dir} does not exist: root makes it once (install -d -m 1777 -o root {watch_dir})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{watch_dir} is not a directory (or is a link)"
+    if st.st_uid not in (0, uid):
+        return f"{watch_dir} is uid {st.st_uid}'s, not root's: its owner could replace the job's directory"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"{watch_dir} is writable by others without the sticky bit: another user could replace it"
+    return ""
+
+
+def _own_dir(path: str) -> bool:
+    """``path`` is this user's own directory (made here when missing), writable by no one else."""
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    if st.st_mode & 0o022:
+        os.chmod(path, 0o700)
+    return True
+
+
+def _job_dir(watch_dir: str, job: str) -> str:
+    """The job's directory for this user: ``<job>``, or ``<job>.<uid>`` when another user holds ``<job>``; the
+    variables pointing under ``<job>`` follow it, or are dropped when neither is this user's (OSError)."""
+    primary = os.path.join(watch_dir, job)
+    refusal = _base_refusal(watch_dir)
+    chosen = "" if refusal else next(
+        (p for p in (primary, f"{primary}.{os.geteuid()}") if _own_dir(p)), ""
+    )  # fmt: skip
+    for name in _UNDER_JOB_DIR:
+        value = os.environ.get(name, "")
+        under = next((d for d in (primary, f"{primary}.{os.geteuid()}") if value.startswith(d + "/")), chosen)
+        if under != chosen and chosen:
+            os.environ[name] = chosen + value[len(under) :]
+        elif under != chosen:
+            del os.environ[name]  # never have torch or NCCL write into a directory another user holds
+    if not chosen:
+        raise OSError(refusal or f"{primary} and {primary}.{os.geteuid()} are other users' directories")
+    return chosen
 
 
 def _mark_exit(path: str) -> None:
@@ -88,8 +160,7 @@ def _arm() -> None:
     if os.environ.get(_ARMED_PID, str(os.getpid())) != str(os.getpid()):
         return  # a child of an armed rank
     os.environ[_ARMED_PID] = str(os.getpid())
-    job_dir = os.path.join(watch_dir, _job_name())
-    os.makedirs(job_dir, mode=0o700, exist_ok=True)
+    job_dir = _job_dir(watch_dir.rstrip("/") or "/", _job_name())
     local_rank = int(os.environ["LOCAL_RANK"])
     record: dict[str, object] = {
         "rank": int(rank), "local_rank": local_rank, "pid": os.getpid(), "start_ticks": _start_ticks(),
