@@ -68,11 +68,13 @@ def test_a_run_never_passes_an_xid_as_seen_before_on_an_impossible_mark_in_the_h
         ("xid_79", "fail", "xid_79"),
         ("mark", "warn", "mark_impossible"),
     ]
-    sound = _outcome(xid.CHECK, _kernel_log(XID_79))  # the same event under a mark of this boot: judged before
+    sound = _outcome(xid.CHECK, _kernel_log(XID_13))  # an application XID under a mark of this boot: judged before
     assert _judged(sound, xid.CHECK, _history("xid", boot_id=BOOT, uptime_s="2500.0")) == [
         ("kernel_log", "pass", "ok"),
-        ("xid_79", "pass", "seen_before"),
+        ("xid_13", "pass", "seen_before"),
     ]
+    past = _outcome(xid.CHECK, _kernel_log(XID_79))  # a hardware XID: no run marks past it, a mark never passes it
+    assert _judged(past, xid.CHECK, _history("xid", boot_id=BOOT, uptime_s="2500.0")) == [("xid_79", "fail", "xid_79")]
 
 
 def test_a_run_passes_a_node_whose_only_xid_is_the_applications() -> None:

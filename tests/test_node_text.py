@@ -128,9 +128,9 @@ def test_terminal_shows_control_characters_as_escapes(tmp_path: Path) -> None:
         "defaults: {profile: p}\n"
     )
     proc = run_cli("inventory", "check", str(inventory))
-    assert proc.returncode == 0, proc.stderr
-    assert not any(raw in proc.stdout for raw in RAW)
-    assert "\\x1b[31mred\\x07\\u202e" in proc.stdout
+    assert proc.returncode == 2, proc.stderr  # a cluster's name is a folder's name: refused, and said safely
+    assert not any(raw in proc.stdout + proc.stderr for raw in RAW)
+    assert "\\x1b[31mred\\x07\\u202e" in proc.stderr and "cluster" in proc.stderr
 
 
 def test_a_file_read_whole_into_a_rows_observed_is_cut_saying_so() -> None:

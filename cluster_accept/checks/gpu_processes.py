@@ -16,7 +16,7 @@ from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.model import Profile
-from cluster_accept.vocabulary.text import keep_head
+from cluster_accept.vocabulary.text import keep_head, quote
 
 NAME = "gpu"
 _END = "### end"
@@ -39,7 +39,7 @@ REASONS = declare(NVIDIA_SMI_SKIPPED, BUSY)
 @dataclass(frozen=True)
 class ComputeApp:
     gpu: int | None  # None when the UUID matches no listed GPU
-    pid: int
+    pid: int | None  # None when nvidia-smi's pid could not be read: the process still counts
     name: str
     used_memory_mib: str
 
@@ -77,16 +77,29 @@ def parse(stdout: str, exit_code: int | None = 0) -> GpuProcesses:
         index, _, uuid = line.partition(",")
         if small_int(index) is not None and uuid.strip().startswith(("GPU-", "MIG-")):
             uuids[uuid.strip()] = small_int(index)
-    apps = []
-    for line in sections.get("### apps", []):
-        cells = [c.strip() for c in line.split(",")]
-        pid = small_int(cells[1]) if len(cells) == 4 else None
-        if pid is not None and cells[0].startswith(("GPU-", "MIG-")):
-            apps.append(ComputeApp(uuids.get(cells[0]), pid, keep_head(cells[2], 200), keep_head(cells[3], 20)))
+    apps = [app for line in sections.get("### apps", []) if (app := _app(line, uuids)) is not None]
     if not uuids:  # nvidia-smi missing or listing no GPU: gpu_count and driver say which
         said = keep_head(" ".join(sections.get("### gpus", [])).strip(), 300) or "nvidia-smi listed no GPU"
         return GpuProcesses(failure=said, raw=stdout)
     return GpuProcesses(len(uuids), apps, raw=stdout)
+
+
+def _app(line: str, uuids: dict[str, int | None]) -> ComputeApp | None:
+    """One line of ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory``, or None for a line that names
+    no GPU (a header, a message). nvidia-smi does not quote its CSV, and a process's name is its path, which may
+    hold commas (``/home/m/a,b/python3``): the name is all between the pid and the last field, the memory (a
+    number or ``[N/A]``, never a comma). A line of a GPU that cannot be read so is a process all the same (the
+    line as its name; a pid that is not a number unknown): a co-tenant is never dropped for its name."""
+    uuid, _, rest = line.partition(",")
+    if not uuid.strip().startswith(("GPU-", "MIG-")):
+        return None
+    gpu = uuids.get(uuid.strip())
+    pid_text, _, rest = rest.partition(",")
+    name, comma, memory = rest.rpartition(",")
+    pid = small_int(pid_text)
+    if not comma:
+        return ComputeApp(gpu, pid, f"unreadable line {quote(line)}", "?")
+    return ComputeApp(gpu, pid, keep_head(name.strip(), 200), keep_head(memory.strip(), 20))
 
 
 def evaluate(model: GpuProcesses, profile: Profile, cluster: ClusterView) -> list[CheckRow]:

@@ -3,7 +3,7 @@
 NVLink peers, NCCL falls back to SHM and jobs fail at init. Read on the node:
 
 - the NVSwitches on the PCI bus (vendor NVIDIA, class bridge ``0x0680``), under ``$CLUSTER_ACCEPT_SYSFS``;
-- the service's state (``systemctl show nvidia-fabricmanager``), whether its process runs, and its version
+- the service's state (``systemctl show nvidia-fabricmanager``), whether its process runs as root, and its version
   (``nv-fabricmanager --version``) against the loaded driver's (``/sys/module/nvidia/version``): they must match;
 - the fabric state each GPU reports (``nvidia-smi -q``'s Fabric section, Hopper and later): ``Completed`` with
   status ``Success`` when the GPU joined the fabric.
@@ -32,13 +32,16 @@ from cluster_accept.vocabulary.text import quote
 NAME = "nvswitch"
 SERVICE = "nvidia-fabricmanager"
 _SECTIONS = frozenset({"switches", "service", "process", "fm_version", "driver", "fabric"})
+# The Fabric Manager's process as pgrep sees it: the kernel keeps the first 15 characters of a program's name
+# (pgrep matches nothing longer), and root's only: any user can start a program of that name.
+_PROCESS = "nv-fabricmanager"[:15]
 COMMAND = (
     's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; echo "### switches"; '
     'for d in "$s"/bus/pci/devices/*; do [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue; '
     'case "$(cat "$d/class" 2>/dev/null)" in 0x0680*) echo "${d##*/}";; esac; done; '
     f'echo "### service"; systemctl show {SERVICE} -p LoadState -p ActiveState -p SubState -p Result 2>&1; '
     'echo "rc=$?"; '
-    'echo "### process"; pgrep -x nv-fabricmanager >/dev/null 2>&1 && echo running || echo none; '
+    f'echo "### process"; pgrep -u root -x {_PROCESS} >/dev/null 2>&1 && echo running || echo none; '
     'echo "### fm_version"; nv-fabricmanager --version 2>&1; echo "rc=$?"; '
     'echo "### driver"; cat /proc/driver/nvidia/version 2>&1; '
     'echo "### fabric"; nvidia-smi -q 2>&1 | awk \'/^GPU [0-9A-Fa-f]/ { print; next } '

@@ -3,21 +3,25 @@ faults (NVRM ``Xid`` lines) and of NVSwitch faults (``nvidia-nvswitchN: SXid`` l
 
 The command also prints the boot's id and the uptime at which the log was read: the run keeps them
 (:attr:`Check.marks`), and the node's next run judges only events logged after them in the same boot
-(:func:`since`); an event logged before is shown as seen before, and passes: a node that logged XID 79 last week
-and was repaired is not rejected for it again. A hardware event (a failing XID not of the application's making,
-a fatal SXID) is never marked as judged within its boot (:func:`marks` stops before it): whatever became of the
-verdict that found it (a drain the controller never got, a check run by hand), every later check of that boot
-fails it again, until the node reboots. Without a previous run (or after a reboot) every event since boot
-is new. A mark that cannot be (not a number, not finite, negative, after this read's uptime) is named in a
-warning row (``mark_impossible``) and not used: every event since boot is then judged as new, so a wrong mark
-never passes an event.
+(:func:`since`); an event logged before is shown as seen before, and passes: one job's XID 13 is judged once.
+A hardware event (a failing XID not of the application's making, a fatal SXID) is never marked as judged
+within its boot (:func:`marks` stops before it) and never passed as seen before, whatever the mark says (a
+history row or a node's marks file can be edited): whatever became of the verdict that found it (a drain the
+controller never got, a check run by hand), every later check of that boot fails it again, until the node
+reboots. Without a previous run (or after a reboot) every event since boot is new. A mark that cannot be (not
+a number, not finite, negative, after this read's uptime) is named in a warning row (``mark_impossible``) and
+not used: every event since boot is then judged as new, so a wrong mark never passes an event.
 
 ``dmesg`` is tried first; where the kernel log is restricted (``dmesg: read kernel buffer failed: Operation
 not permitted``) or the ring buffer comes back empty, ``journalctl -k -b`` is asked instead. Each source's
 section says which tool answered and its exit status. The log is filtered on the node (the first lines, as
-evidence of what the tool printed, and the ``NVRM: Xid`` and ``SXid`` lines): a kernel log since boot can be
-megabytes. The newest 1,000 application XID lines and the newest 1,000 others are kept apart, so no flood of one
-job's XIDs hides a hardware line.
+evidence of what the tool printed, and the driver's ``NVRM: Xid`` and ``SXid`` lines): a kernel log since boot
+can be megabytes. A driver's line is one whose message starts with ``NVRM: Xid (PCI:<bus id>):`` (or
+``nvidia-nvswitchN: SXid (PCI:<bus id>):``) right after the tool's stamp, host and ``kernel:`` tag: the kernel
+starts other messages with a process's own name (``NAME[pid]: segfault at …``), which any user sets to
+``NVRM: Xid ():79``; that line, and the name anywhere else on a line, is not an XID. The newest 1,000
+application XID lines and the newest 1,000 others are kept apart, so no flood of one job's XIDs hides a
+hardware line.
 
 An unreadable log is a ``skip`` with reason ``kernel_log_unreadable``, never a silent pass. What each XID
 means, how bad it is and what to do about it is :data:`XIDS`, the one table: XIDs 43 and 45 follow a killed
@@ -67,15 +71,33 @@ _HEAD_LINES = 8  # lines shown from the start of each source: what the tool said
 _MAX_XID_LINES = 1000  # per kind: the application's XIDs, and every other XID and SXID line
 _BURST_GAP_S = 60.0  # application XIDs of one GPU less than this apart are one burst: one job's fault
 _PID = re.compile(r"\bpid=([^,\s]{1,40})")
-_APP_LINE = "NVRM: Xid \\([^)]*\\):[ \\t]*(" + "|".join(str(c) for c in sorted(APPLICATION)) + ")([^0-9]|$)"
-# awk: drop blank lines; print the first _HEAD_LINES other lines, then the *last* _MAX_XID_LINES Xid lines of each
+_HEX = "[0-9a-fA-F]"
+# The bus id as the driver prints it (domain:bus:device; an NVSwitch's with its function), at least 10 characters:
+# more than a process name (15 characters, set by the process itself) can hold after 'NVRM: Xid ('.
+_BUS = f"{_HEX}{_HEX}{_HEX}{_HEX}+:{_HEX}{_HEX}:{_HEX}{_HEX}(\\.[0-7])?"
+# What may come before the driver's text on a line the command prints, and nothing else: dmesg's stamp (and the
+# printk caller where the kernel adds it), journalctl's stamp (short-monotonic) or date (short), its host and the
+# 'kernel:' tag. An XID is the start of its message: the kernel starts other messages with a process's own name
+# (a segfault: 'NAME[pid]: segfault at ...'), and a process may name itself 'NVRM: Xid ():79'. A message's
+# further lines are indented by both tools, so no text inside a message starts a line of its own.
+_PREFIX = (
+    "^(\\[ *[0-9]+\\.[0-9]+\\] +(\\[ *[TC][0-9]+\\] +)?"
+    "|[A-Z][a-z][a-z] [ 0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9] )?([A-Za-z0-9_.-]+ kernel: )?"
+)
+# POSIX extended expressions without intervals (mawk reads them too), the same to awk and to Python's re.
+_XID_LINE = f"{_PREFIX}NVRM: Xid \\((PCI:)?{_BUS}\\):"
+_SXID_LINE = f"{_PREFIX}nvidia-nvswitch[0-9]+: SXid \\((PCI:)?{_BUS}\\):"
+_APP_LINE = f"{_XID_LINE}[ \\t]*(" + "|".join(str(c) for c in sorted(APPLICATION)) + ")([^0-9]|$)"
+# awk: drop blank lines; print the first _HEAD_LINES other lines, then the *last* _MAX_XID_LINES Xid lines (the
+# driver's XID and SXID lines, _XID_LINE and _SXID_LINE: no process's name takes a place among them) of each
 # kind (the newest: a log full of one job's XIDs must not hide a later hardware XID past the cap), each once, in
 # the log's order; the application's XIDs are kept apart from the others (hardware XIDs, SXIDs, lines without a
 # code), so no flood of them hides a hardware line logged before it; then the source's exit status and its line
 # counts. ``### rc=`` comes from the shell, after the log.
 _AWK = (
     "/^### rc=-?[0-9]+$/ { rc = $0; next } /^[ \\t\\r]*$/ { next } "
-    f"{{ n++; if ($0 ~ /NVRM: Xid|SXid/) {{ x++; if ($0 ~ /{_APP_LINE}/) {{ a++; ak[a % {_MAX_XID_LINES}] = $0; "
+    f"{{ n++; if ($0 ~ /{_XID_LINE}/ || $0 ~ /{_SXID_LINE}/) {{ x++; "
+    f"if ($0 ~ /{_APP_LINE}/) {{ a++; ak[a % {_MAX_XID_LINES}] = $0; "
     f"an[a % {_MAX_XID_LINES}] = x }} else {{ h++; hk[h % {_MAX_XID_LINES}] = $0; hn[h % {_MAX_XID_LINES}] = x }} "
     f"next }} if (n <= {_HEAD_LINES}) print }} "
     f"END {{ i = (h > {_MAX_XID_LINES} ? h - {_MAX_XID_LINES} + 1 : 1); "
@@ -100,10 +122,14 @@ COMMAND = (
 _SOURCE = re.compile(r"^### source=(\S+)$")
 _RC = re.compile(r"^### rc=(-?\d{1,18}|\?)$")
 _COUNTS = re.compile(r"^### lines=(\d{1,18}) xid=(\d{1,18})$")
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*(?P<text>.*?)\s*$")
+_KERNEL_XID = re.compile(_XID_LINE)  # a line of the driver's XID, readable or not
+_KERNEL_SXID = re.compile(_SXID_LINE)
+_XID = re.compile(
+    f"{_PREFIX}NVRM: Xid \\((?:PCI:)?(?P<pci>{_BUS})\\):" + r"\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*(?P<text>.*?)\s*$"
+)
 _SXID = re.compile(
-    r"nvidia-nvswitch(?P<switch>\d{1,3}): SXid \((?:PCI:)?(?P<pci>[^)]*)\):\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*"
-    r"(?:(?P<severity>Fatal|Non-fatal)\b\s*,?\s*)?(?P<text>.*?)\s*$",
+    f"{_PREFIX}nvidia-nvswitch(?P<switch>[0-9]{{1,3}}): SXid \\((?:PCI:)?(?P<pci>{_BUS})\\):"
+    r"\s*(?P<code>\d{1,9})(?!\d)\s*,?\s*(?:(?P<severity>Fatal|Non-fatal)\b\s*,?\s*)?(?P<text>.*?)\s*$",
     re.IGNORECASE,
 )
 _STAMP = re.compile(r"^\[\s*(?P<s>\d{1,10}\.\d{1,9})\]")  # seconds since boot (dmesg; journalctl short-monotonic)
@@ -210,7 +236,7 @@ class SourceRead:
         return any(not _META.search(line) for line in self.shown)
 
     def summary(self) -> str:
-        said = "; ".join(line.strip() for line in self.shown[:3] if not _XID.search(line))
+        said = "; ".join(line.strip() for line in self.shown[:3] if not _is_driver_line(line))
         return f"{self.name} rc={'?' if self.rc is None else self.rc}, {_plural(self.lines, 'line')}" + (
             f": {said}" if said else ""
         )
@@ -221,7 +247,7 @@ class KernelLog:
     source: str | None = None  # the tool whose log was judged
     events: list[XidEvent] = field(default_factory=list)
     xid_lines: int = 0  # Xid lines in the log, also those the node left out beyond the cap
-    unparsed: list[str] = field(default_factory=list)  # 'NVRM: Xid' lines without a code
+    unparsed: list[str] = field(default_factory=list)  # the driver's Xid or SXid lines without a code
     reads: list[SourceRead] = field(default_factory=list)
     unreadable: str | None = None  # why no source could be read
     error: str | None = None
@@ -284,16 +310,22 @@ def _header(stdout: str) -> tuple[str | None, float | None, str]:
     return boot, uptime, "".join(lines)
 
 
+def _is_driver_line(line: str) -> bool:
+    """A line the driver logged for an XID or an SXID (its message starts the line, past the tools' prefixes, and
+    names a bus id), whether or not its code can be read: a process's own name elsewhere on a line is not one."""
+    return bool(_KERNEL_XID.match(line) or _KERNEL_SXID.match(line))
+
+
 def _event(line: str) -> XidEvent | None:
     """An XID or SXID line as an event (its stamp in seconds since boot where the line has one)."""
     stamp = _STAMP.match(line)
     at_s = float(stamp.group("s")) if stamp else None
-    sxid = _SXID.search(line)
+    sxid = _SXID.match(line)
     if sxid:
         severity = sxid.group("severity")
         return XidEvent(int(sxid.group("code")), sxid.group("pci"), sxid.group("text"), line, at_s,
                         int(sxid.group("switch")), severity.capitalize() if severity else None)  # fmt: skip
-    match = _XID.search(line)
+    match = _XID.match(line)
     return XidEvent(int(match.group("code")), match.group("pci"), match.group("text"), line, at_s) if match else None
 
 
@@ -321,7 +353,7 @@ def parse(stdout: str, exit_code: int | None = 0) -> KernelLog:
     sxid_lines: list[XidEvent] = []
     unparsed: list[str] = []
     for line in chosen.shown:
-        if "NVRM: Xid" not in line and "SXid" not in line:
+        if not _is_driver_line(line):
             continue
         event = _event(line)
         if event is None:
@@ -353,7 +385,8 @@ def marks(model: KernelLog) -> dict[str, str]:
     first = min((at for at, hardware in stamps if hardware), default=None)
     if first is None:
         return {"boot_id": model.boot_id, "uptime_s": f"{model.uptime_s:.3f}"}
-    before = max((at for at, _ in stamps if at < first), default=model.since_s)
+    kept = model.since_s if model.since_s is not None and model.since_s < first else None  # never past it
+    before = max((at for at, _ in stamps if at < first), default=kept)
     if before is None:
         return {"boot_id": model.boot_id}
     return {"boot_id": model.boot_id, "uptime_s": f"{math.floor(before * 1000) / 1000:.3f}"}
@@ -361,10 +394,12 @@ def marks(model: KernelLog) -> dict[str, str]:
 
 def since(model: KernelLog, previous: Mapping[str, str]) -> KernelLog:
     """``model`` with the events logged at or before the previous run's read of the same boot moved to
-    ``earlier``. After a reboot (another boot id), or without the previous marks, every event is new; a line
-    without a stamp is new (nothing says it is old). An uptime mark this read cannot vouch for (not a number,
-    not finite, negative, after this read's uptime, or this read has none) is named in ``ignored_mark`` and
-    not used: every event is new."""
+    ``earlier``, a hardware event (:func:`_is_hardware`) never: :func:`marks` stops before the first one, so a
+    mark past one was not written by a run (a history row or a marks file edited) and passes nothing of it.
+    After a reboot (another boot id), or without the previous marks, every event is new; a line without a stamp
+    is new (nothing says it is old). An uptime mark this read cannot vouch for (not a number, not finite,
+    negative, after this read's uptime, or this read has none) is named in ``ignored_mark`` and not used: every
+    event is new."""
     if "uptime_s" not in previous:
         return model
     if not model.boot_id or previous.get("boot_id") != model.boot_id:
@@ -373,7 +408,7 @@ def since(model: KernelLog, previous: Mapping[str, str]) -> KernelLog:
     if mark.value is None:
         return replace(model, ignored_mark=mark.problem)
     then = mark.value
-    old = [e for e in [*model.events, *model.sxids] if e.at_s is not None and e.at_s <= then]
+    old = [e for e in [*model.events, *model.sxids] if e.at_s is not None and e.at_s <= then and not _is_hardware(e)]
     return replace(
         model,
         events=[e for e in model.events if e not in old],
@@ -390,6 +425,14 @@ def _plural(count: int, word: str) -> str:
 def _window(model: KernelLog) -> str:
     return f"since the previous run (read at {model.since_s:.0f} s after boot)" if model.since_s is not None else (
         "since boot")  # fmt: skip
+
+
+def _window_of(model: KernelLog, events: list[XidEvent]) -> str:
+    """The window a row's events were judged in, and where a hardware event was logged before the previous read's
+    mark (a mark no run writes: :func:`marks` stops before one), that it was judged again."""
+    if model.since_s is not None and any(e.at_s is not None and e.at_s <= model.since_s for e in events):
+        return f"{_window(model)}; logged before it and judged again: a mark never passes a hardware event"
+    return _window(model)
 
 
 def evaluate(model: KernelLog, profile: Profile, cluster: ClusterView) -> list[CheckRow]:
@@ -496,7 +539,8 @@ def _xid_rows(model: KernelLog, profile: Profile) -> list[CheckRow]:
         if code in APPLICATION:
             status, escalated, said = _app_judgement(code, events, context)
             reason, weighed = escalated or reason, f"; {said}"
-        detail = f"XID {code}: {kind.meaning}; {_window(model)}, from {model.source}{beyond}{weighed}\n{lines}"
+        window = _window_of(model, events)
+        detail = f"XID {code}: {kind.meaning}; {window}, from {model.source}{beyond}{weighed}\n{lines}"
         rows.append(CheckRow(NAME, f"xid_{code}", status, reason, observed, "0 XID events", detail))
     return rows
 
@@ -512,7 +556,7 @@ def _sxid_rows(model: KernelLog) -> list[CheckRow]:
         switches = ", ".join(f"nvswitch{s} ({e.pci})" for s, e in sorted({e.switch: e for e in events}.items()))
         observed = f"{_plural(len(events), 'event')} ({severity or 'severity not said'}) on {switches}"
         lines = "\n".join(e.line for e in events[:3])
-        detail = f"SXID {code}: {events[0].text}; {_window(model)}, from {model.source}\n{lines}"
+        detail = f"SXID {code}: {events[0].text}; {_window_of(model, events)}, from {model.source}\n{lines}"
         rows.append(CheckRow(NAME, f"sxid_{code}", kind.severity, reason, observed, "0 SXID events", detail))
     return rows
 

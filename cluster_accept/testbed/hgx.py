@@ -144,7 +144,8 @@ def _write_fabric_tools(bin_dir: Path, board: NvswitchBoard | None, driver: str)
     tools = {
         "systemctl": 'if [ "$1" = show ] && [ "$2" = nvidia-fabricmanager ]; then '
         f'printf %s\\\\n {shlex.quote(props)}; exit 0; fi; exec /usr/bin/systemctl "$@"',
-        "pgrep": f'if [ "$*" = "-x nv-fabricmanager" ]; then {"exit 0" if state == "running" else "exit 1"}; fi; '
+        "pgrep": 'if [ "$*" = "-u root -x nv-fabricmanage" ]; then '
+        f"{'exit 0' if state == 'running' else 'exit 1'}; fi; "
         'exec /usr/bin/pgrep "$@"',
     }
     if state != "missing":

@@ -36,6 +36,18 @@ IDLE_MIB = 256.0  # GPU memory an idle GPU may show in use (driver reservations)
 _EMIT = threading.Lock()
 
 
+def app_cells(line: str) -> tuple[str, str, str, str] | None:
+    """A line of ``--query-compute-apps`` (:data:`APP_FIELDS`) as its four cells, or None with fewer. nvidia-smi
+    does not quote its CSV and a process's name is its path, which may hold commas (``/home/m/a,b/python3``): the
+    name is all between the pid and the last cell, the memory (a number or ``[N/A]``, never a comma)."""
+    uuid, _, rest = line.partition(",")
+    pid, _, rest = rest.partition(",")
+    name, comma, memory = rest.rpartition(",")
+    if not comma:
+        return None
+    return uuid.strip(), pid.strip(), name.strip(), memory.strip()
+
+
 def emit(record: dict[str, Any]) -> None:
     """One JSON line, written whole: the sampler thread and the main thread print at once."""
     line = json.dumps(record, sort_keys=True) + "\n"
@@ -71,8 +83,8 @@ class ConditionSampler(threading.Thread):
                     self.uuids[uuid] = int(index)
         self.app_samples += 1
         for line in self._query(f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits").splitlines():
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) != 4 or not cells[1].isdigit() or cells[0] not in self.uuids:
+            cells = app_cells(line)
+            if cells is None or not cells[1].isdigit() or cells[0] not in self.uuids:
                 continue
             pid = int(cells[1])
             if pid in self.own_pids:

@@ -22,6 +22,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -44,6 +45,14 @@ SDC_SEED = 20261123
 COPY_EVERY = 4  # one memory copy per this many GEMMs: HBM and SMs loaded together, as in training
 SAMPLER_RETRIES = 3
 GRACE_S = 120.0  # past the burn's end, how long a silent worker is waited for before it is reported hung
+# The driver's XID line as dmesg prints it: its message starts the line, right after the stamp (and the printk
+# caller where the kernel adds it), and names the GPU's bus id. The kernel starts other messages with a process's
+# own name ('NAME[pid]: segfault at ...'), which any user sets to 'NVRM: Xid ():79' (15 characters: too short
+# for a bus id), and dmesg indents a message's further lines, so neither passes for an XID.
+XID_LINE = re.compile(
+    r"^(\[ *[0-9]+\.[0-9]+\] +(\[ *[TC][0-9]+\] +)?)?"
+    r"NVRM: Xid \((PCI:)?[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(\.[0-7])?\):"
+)
 
 
 def number(text: str) -> float | None:
@@ -109,14 +118,14 @@ def visible_gpus(count: int) -> dict[int, int]:
 
 
 def xid_lines() -> tuple[list[str] | None, str]:
-    """The kernel log's NVRM Xid lines, or None with why the log could not be read."""
+    """The kernel log's NVRM Xid lines (:data:`XID_LINE`), or None with why the log could not be read."""
     try:
         result = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     if result.returncode != 0:
         return None, (result.stderr or result.stdout).strip()[:300]
-    return [line for line in result.stdout.splitlines() if "NVRM: Xid" in line], ""
+    return [line for line in result.stdout.splitlines() if XID_LINE.match(line)], ""
 
 
 def listed_gpus() -> int:
