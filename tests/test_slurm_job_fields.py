@@ -129,6 +129,9 @@ def test_watch_slurm_job_is_the_jobs_own_node_never_one_its_name_gives(slurm: st
     from cluster_accept.ops.slurm import SlurmJob, read_job  # the job's user, for its directory's owner
 
     assert read_job("9", scontrol) == SlurmJob("9", "node02", 0, "root", "RUNNING") == request.slurm
+    assert request.job_user == "0"  # the node readers trust only the files of the user Slurm runs the job as
+    given = resolve(spec.model_copy(update={"job_user": "alice"}))
+    assert given.job_user == "alice"  # the operator's word wins over Slurm's
 
 
 @pytest.mark.integration

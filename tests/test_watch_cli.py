@@ -32,6 +32,7 @@ def inventory(tmp_path: Path) -> Path:
         (["--nodes", "node999", "--job", "j"], "not in the inventory: node999"),
         (["--slurm-job", "12; rm -rf /"], "is not a Slurm job id"),
         (["--nodes", "node001", "--job", "j", "--cron", "every minute"], "is not a cron expression"),
+        (["--nodes", "node001", "--job", "j", "--job-user", "$(id)"], "job_user"),
     ],
 )
 def test_watch_refuses_with_one_line(inventory: Path, tmp_path: Path, args: list[str], message: str) -> None:

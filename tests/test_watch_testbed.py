@@ -4,10 +4,12 @@ to one core so that what starts on a node competes for that node's core only. He
 a process competing for node02's core makes node02's rank arrive last, and the watch names node02; once the job
 has left its nodes (its owner stopped it), the re-test (preflight and the single-node stage beside its peer)
 confirms it; a rank stopped with SIGSTOP is named as the hang's missing rank with its node; a rank killed is named
-dead with its node."""
+dead with its node. A hostile second user on node02 (a rank file linked to /dev/zero, a FIFO, the next job's
+directory prepared in advance) is named and skipped: the other ranks are read and no node of another job named."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -47,7 +49,8 @@ def bed_and_inventory(testbed_factory, tmp_path: Path) -> Iterator[tuple[testbed
 def _args(inventory: Path, job: Job, out: Path, *extra: str) -> list[str]:
     return [
         "watch", "--inventory", str(inventory), "--nodes", "node[01-02]", "--job", job.name, "--out", str(out),
-        "--watch-dir", f"{job.watch_dir}/{{node}}", "--interval", "2", "--window", "60", "--hang-after", "15", *extra,
+        "--watch-dir", f"{job.watch_dir}/{{node}}", "--interval", "2", "--window", "60", "--hang-after", "15",
+        "--job-user", str(os.getuid()), *extra,
     ]  # fmt: skip
 
 
@@ -74,16 +77,47 @@ def _named(out: Path, node: str, kind: str, within_s: float) -> None:
     raise AssertionError(f"{node} {kind} not named within {within_s:g} s")
 
 
+OTHER_UID = 65534  # a second user on the node (nobody)
+
+
+def _plant_hostile_rank_files(job_dir: Path) -> None:
+    """What a job's user can leave beside its ranks' files to blind the watch: a rank file that is a link to
+    /dev/zero (an unbounded read) and one that is a FIFO (a read that never returns)."""
+    (job_dir / "rank7.json").symlink_to("/dev/zero")
+    os.mkfifo(job_dir / "rank8.json")
+
+
+def _prepare_next_jobs_directory(base: Path, job: str) -> Path:
+    """A second user creates the next job's directory in the shared watch directory (root's, mode 1777, as
+    docs/watch-signals.md has it) before that job starts, to feed the reader ranks of its own."""
+    base.mkdir(parents=True)
+    base.chmod(0o1777)
+    squatted = base / job
+    squatted.mkdir(mode=0o700)
+    os.chown(squatted, OTHER_UID, OTHER_UID)
+    return squatted
+
+
+def _problems(out: Path) -> dict[str, list[str]]:
+    (watch_dir,) = [p for p in out.iterdir() if (p / "watch.json").exists()]
+    return dict(json.loads((watch_dir / "watch.json").read_text())["problems"])
+
+
 def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed, inventory = bed_and_inventory
     began = time.monotonic()
     job = Job(bed, tmp_path, "train1", 29611)
     print(f"job started: {time.monotonic() - began:.0f} s")
+    _plant_hostile_rank_files(job.job_dir("node02"))
     healthy = _watch(inventory, job, tmp_path / "healthy", "--for", "40")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     rows = _findings(tmp_path / "healthy")
     assert set(rows.status) <= {"pass", "not_judged"} and set(rows.node) == {"node01", "node02"}
     assert (rows[rows.kind == "compute_straggler"].status == "pass").all(), rows.to_dict("records")
+    problems = _problems(tmp_path / "healthy")
+    assert problems.keys() == {"node02"}, problems  # the hostile files are named; node01 and the real ranks read
+    assert any("rank 7 unreadable (rank7.json): a link, not followed" in p for p in problems["node02"]), problems
+    assert any("rank 8 unreadable (rank8.json): a FIFO, not a regular file" in p for p in problems["node02"]), problems
 
     print(f"healthy watched: {time.monotonic() - began:.0f} s")
     hog = subprocess.Popen(bed.ssh_argv("node02", HOG.format(python=sys.executable)))
@@ -110,14 +144,19 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     print(f"straggler named after {seconds:.1f} s")
 
     print(f"straggler re-tested: {time.monotonic() - began:.0f} s")
+    squatted = _prepare_next_jobs_directory(tmp_path / "hung" / "watch" / "node02", "train2")
     job = Job(bed, tmp_path / "hung", "train2", 29612)
     print(f"second job started: {time.monotonic() - began:.0f} s")
+    assert job.job_dir("node02") != squatted and not any(squatted.iterdir())  # armed beside it, nothing written in
     os.kill(job.rank_pid("node02"), signal.SIGSTOP)
     hung = _watch(inventory, job, tmp_path / "hang", "--for", "120", "--until-named", "--no-retest")
     assert hung.returncode == 1, hung.stdout + hung.stderr
     rows = _findings(tmp_path / "hang").set_index(["node", "kind"])
     assert rows.loc[("node02", "hang")].reason == "rank_stopped" and rows.loc[("node02", "hang")]["rank"] == 1
     assert rows.loc[("node01", "hang")].status == "pass"
+    assert set(rows.index.get_level_values("node")) == {"node01", "node02"}  # no node of another job
+    said = _problems(tmp_path / "hang")["node02"]
+    assert any(f"{squatted}: prepared by uid {OTHER_UID}" in p and "skipped" in p for p in said), said
     job.stop()
 
     print(f"hang named: {time.monotonic() - began:.0f} s")

@@ -84,14 +84,24 @@ class Job:
             self.ranks.append(subprocess.Popen(bed.ssh_argv(node, command)))
         self.wait_armed()
 
+    def job_dir(self, node: str) -> Path:
+        """The job's directory on ``node`` as the shim chose it: ``<job>`` when this user made it, else
+        ``<job>.<uid>`` (another user prepared ``<job>``)."""
+        base = self.watch_dir / node
+        for name in (self.name, f"{self.name}.{os.getuid()}"):
+            path = base / name
+            if path.is_dir() and not path.is_symlink() and path.stat().st_uid == os.getuid():
+                return path
+        return base / self.name
+
     def rank_pid(self, node: str) -> int:
-        found = list((self.watch_dir / node / self.name).glob("rank*.json"))
+        found = list(self.job_dir(node).glob("rank*.json"))
         return int(yaml.safe_load(found[0].read_text())["pid"])
 
     def wait_armed(self) -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            socks = [p for n in ("node01", "node02") for p in (self.watch_dir / n / self.name).glob("rank*.sock")]
+            socks = [p for n in ("node01", "node02") for p in self.job_dir(n).glob("rank*.sock")]
             if len(socks) == 2:
                 time.sleep(5)  # past init and the solo steps: training
                 return

@@ -76,7 +76,7 @@ def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState, wai
     deadline = time.monotonic() + wait_s
     said = False
     while True:
-        reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency)
+        reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency, request.job_user)
         state.add_states(reads)
         unread = [read.node for read in reads if read.node_ns is None]
         living = sorted(occupied_nodes((r for read in reads for r in read.ranks), unread))
@@ -230,7 +230,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
     while True:
         started = time.monotonic()
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
-                          request.concurrency)  # fmt: skip
+                          request.concurrency, request.job_user)  # fmt: skip
         state.add(reads)
         findings = localize(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
         files.write(state, findings)  # before a re-test, which takes minutes: what was named is on disk

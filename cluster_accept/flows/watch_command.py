@@ -26,6 +26,9 @@ def watch_command(
     nodes: Annotated[str | None, typer.Option("--nodes", help="the job's nodes (hostlist of inventory names)")] = None,
     slurm_job: Annotated[str | None, typer.Option("--slurm-job", help="watch this Slurm job's nodes")] = None,
     job: Annotated[str | None, typer.Option("--job", help="the job's name (CA_WATCH_JOB; a Slurm job: its id)")] = None,
+    job_user: Annotated[
+        str | None, typer.Option("--job-user", help="the job's user, name or uid (Slurm's by default): only its files")
+    ] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="where the watch's directory goes")] = Path("runs"),
     watch_dir: Annotated[
         str, typer.Option("--watch-dir", help="the CA_WATCH_DIR the job was armed with ({node}: the node's name)")
@@ -60,10 +63,10 @@ def watch_command(
     )  # fmt: skip
     try:
         spec = WatchSpec(
-            inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, out_dir=out_dir.resolve(),
-            watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window, hang_after_s=hang_after,
-            until_named=until_named, retest=retest, retest_wait_s=retest_wait, operations=operations,
-            history=history,
+            inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, job_user=job_user,
+            out_dir=out_dir.resolve(), watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window,
+            hang_after_s=hang_after, until_named=until_named, retest=retest, retest_wait_s=retest_wait,
+            operations=operations, history=history,
         )  # fmt: skip
         request = resolve(spec)  # every usage and inventory error before Prefect starts
     except InventoryError as exc:

@@ -32,6 +32,7 @@ class WatchSpec(BaseModel):
     nodes: str | None = None  # inventory names (a hostlist); or
     slurm_job: str | None = None  # a Slurm job, its nodes asked of Slurm at each watch
     job: str | None = None  # the name the ranks were armed with (CA_WATCH_JOB); a Slurm job's id by default
+    job_user: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # name or uid
     out_dir: Path = Path("runs")
     watch_dir: str = DEFAULT_WATCH_DIR
     interval_s: float = Field(default=5.0, ge=0.5)
@@ -57,6 +58,14 @@ class WatchRequest:
     concurrency: int = 64
     record_limit: int = 1500  # collective records per rank per read: eight ranks stay under a read's 4 MB
     slurm: SlurmJob | None = None  # the Slurm job watched, read by field: its nodes and the user it runs as
+
+    @property
+    def job_user(self) -> str | None:
+        """The user whose files alone the node readers trust (its job directory, rank files, sockets): given, else
+        the Slurm job's uid; None lets a reader take the owner of the one job directory it finds."""
+        if self.spec.job_user:
+            return self.spec.job_user
+        return str(self.slurm.user_id) if self.slurm is not None else None
 
 
 def _selection(spec: WatchSpec) -> tuple[str, SlurmJob | None]:
