@@ -82,9 +82,10 @@ def only_run(out_dir: Path) -> Path:
 
 def interpreter_stand_in(body: str) -> str:
     """A shell script to put in ``probes.python`` that answers preflight's probe interpreter check (``python -c
-    ...``) and the settings read before each probe run (``job_settings.py``) with this machine's Python, so the
-    node reaches the probes, and runs ``body`` for the probes."""
-    return f'#!/bin/sh\ncase "$1" in -c|job_settings.py) exec {sys.executable} "$@";; esac\n{body}\n'
+    ...``), a free port's pick (``python -I -c ...``) and the settings read before each probe run
+    (``job_settings.py``) with this machine's Python, so the node reaches the probes, and runs ``body`` for the
+    probes."""
+    return f'#!/bin/sh\ncase "$1" in -c|-I|job_settings.py) exec {sys.executable} "$@";; esac\n{body}\n'
 
 
 def auto_cpu_inventory(inventory: Path, path: Path, **thresholds: Any) -> Path:

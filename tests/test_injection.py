@@ -95,7 +95,7 @@ def test_multi_node_rank_command_and_free_port_probe(sandbox: Sandbox, template:
 
     assert not sandbox.marker.exists()
     sizes = ["--max-bytes", str(1 << 20), "--repeats", "2"] if device == "cpu" else ["--max-bytes", str(1 << 30)]
-    expected = [[python, "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])']]
+    expected = [[python, "-I", "-c", 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])']]
     for rank in (0, 1):
         expected.append(
             [python, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}"]

@@ -36,7 +36,7 @@ def standin(path: Path, barrier: Path, fail_rank: int | None = None) -> str:
     fail = crash if fail_rank is not None else ""
     path.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'if [ "$1" = -I ]; then echo 29500; exit 0; fi\n'  # the free port pick (python -I -c)
         'if [ "$1" = job_settings.py ]; then exit 0; fi\n'  # the settings a rank runs with: none here
         'for a in "$@"; do case "$a" in --nnodes=*) n=${a#*=} ;; --node_rank=*) k=${a#*=} ;; esac; done\n'
         f"{fail}"
@@ -261,7 +261,7 @@ def killing_standin(path: Path, barrier: Path, victim: int, teardown_rank: int |
         )
     path.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'if [ "$1" = -I ]; then echo 29500; exit 0; fi\n'  # the free port pick (python -I -c)
         'if [ "$1" = job_settings.py ]; then exit 0; fi\n'  # the settings a rank runs with: none here
         'for a in "$@"; do case "$a" in --nnodes=*) n=${a#*=} ;; --node_rank=*) k=${a#*=} ;; esac; done\n'
         f'b={barrier}/$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'
@@ -312,7 +312,7 @@ def test_workers_a_failed_rank_left_behind_are_cleared_from_its_node(tmp_path: P
     path = tmp_path / "python"
     path.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = -c ]; then echo 29500; exit 0; fi\n'
+        'if [ "$1" = -I ]; then echo 29500; exit 0; fi\n'  # the free port pick (python -I -c)
         'if [ "$1" = job_settings.py ]; then exit 0; fi\n'  # the settings a rank runs with: none here
         'for a in "$@"; do case "$a" in --node_rank=*) k=${a#*=} ;; esac; done\n'
         't=$(echo "$@" | sed "s/.*--tag \\([^ ]*\\).*/\\1/")\n'

@@ -96,13 +96,17 @@ class _Transport:
         return _SilentChannel()
 
 
+def _streams() -> tuple[channel_module.Kept, channel_module.Kept]:
+    return channel_module.Keep(1024).streams()
+
+
 def test_a_silent_node_is_found_gone_by_a_liveness_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(channel_module, "SILENCE_CHECK_S", 0.3)
     channel: Any = _SilentChannel()
     with pytest.raises(SessionLost, match="stopped answering"):
-        channel_module.follow(channel, _Transport(answers=False), "true", 30.0, (bytearray(), bytearray()))  # type: ignore[arg-type]
+        channel_module.follow(channel, _Transport(answers=False), "true", 30.0, _streams())
     # A node that still answers but is slow is waited for up to the client-side timeout, then timed out.
-    code, timed_out = channel_module.follow(channel, _Transport(answers=True), "true", 0.8, (bytearray(), bytearray()))  # type: ignore[arg-type]
+    code, timed_out = channel_module.follow(channel, _Transport(answers=True), "true", 0.8, _streams())
     assert (code, timed_out) == (None, True)
 
 

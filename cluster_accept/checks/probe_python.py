@@ -267,7 +267,8 @@ def command_for(profile: Profile) -> str:
     python = shlex.quote(profile.probes.python)
     cuda = profile.probes.device == "cuda"
     smi = "nvidia-smi 2>/dev/null | grep -m1 -o 'CUDA Version: *[0-9.]*'; " if cuda else ""
-    run = f"{python} -c {shlex.quote(_SCRIPT)}{' import' if cuda else ''} 2>&1"
+    # from /: ``-c`` puts the working directory first on sys.path, and a job's user may own the one it starts in
+    run = f"(cd / && {python} -c {shlex.quote(_SCRIPT)}{' import' if cuda else ''}) 2>&1"
     return (
         f"{smi}if command -v {python} >/dev/null 2>&1; then printf '{_MARK}found\\n'; {run}; "
         f"else printf '{_MARK}missing\\n'; fi"

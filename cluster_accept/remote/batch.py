@@ -23,6 +23,7 @@ import secrets
 import shlex
 from collections.abc import Sequence
 
+from cluster_accept.remote.channel import Keep
 from cluster_accept.remote.result import CommandResult, RemoteCommand
 from cluster_accept.vocabulary.secrets import MaskedText, masked_cap
 
@@ -39,8 +40,20 @@ class UnsafeCommandError(ValueError):
     """An environment name that could not be passed safely."""
 
 
+def _frame_start(nonce: str) -> str:
+    return f"@@CA:{nonce}:"
+
+
 def _marker(nonce: str, index: int, part: str) -> str:
-    return f"@@CA:{nonce}:{index}:{part}"
+    return f"{_frame_start(nonce)}{index}:{part}"
+
+
+def frames_kept(commands: Sequence[RemoteCommand], nonce: str) -> Keep:
+    """What of a batch's two streams the controller keeps while they arrive: each command's frame up to its
+    :func:`output_limit` and the masking margin, the rest counted (:class:`~remote.channel.Kept`), so that a
+    check printing 400 MB costs its cap, not 400 MB; between the frames, the script's own few lines."""
+    opens = {_marker(nonce, i, part): output_limit(c) for i, c in enumerate(commands) for part in ("out", "err")}
+    return Keep(0, "\n" + _frame_start(nonce), opens)
 
 
 def output_limit(command: RemoteCommand) -> int:

@@ -14,10 +14,18 @@ from typing import Protocol, cast
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.inventory.simulation_settings import SIMULATOR
-from cluster_accept.remote.batch import CLIENT_MARGIN_S, KILL_GRACE_S, command_timeout, taken_in, under_timeout
+from cluster_accept.remote.batch import (
+    CLIENT_MARGIN_S,
+    KILL_GRACE_S,
+    command_timeout,
+    output_limit,
+    taken_in,
+    under_timeout,
+)
+from cluster_accept.remote.channel import Keep
 from cluster_accept.remote.local import run_local
 from cluster_accept.remote.result import CommandResult, NoAnswer, NodeResult, NodeStatus, PollAnswer, RemoteCommand
-from cluster_accept.remote.shell import Answer, ShellSession
+from cluster_accept.remote.shell import Answer, ShellSession, script_keep
 
 MAX_AT_ONCE = 16  # commands of one reading batch run at once on the controller itself
 
@@ -67,7 +75,10 @@ class LocalSession(ShellSession):
         return self.node.name
 
     def run_script(self, script: str, timeout_s: float) -> Answer:
-        return run_local(["sh", "-c", script], timeout_s)
+        return self.run_kept(script, timeout_s, script_keep())
+
+    def run_kept(self, script: str, timeout_s: float, keep: Keep) -> Answer:
+        return run_local(["sh", "-c", script], timeout_s, keep)
 
     def run_batch(self, commands: Sequence[RemoteCommand], default_timeout_s: float) -> NodeResult:
         """A batch of commands that only read (a node checking itself: Slurm's prolog waits on it) runs them all
@@ -84,7 +95,8 @@ class LocalSession(ShellSession):
         controller (:func:`~remote.batch.taken_in`)."""
         limit = command_timeout(command, default_timeout_s)
         line = under_timeout(command.script, command.env, limit)
-        code, out, err, lost = run_local(["sh", "-c", line], limit + KILL_GRACE_S + CLIENT_MARGIN_S)
+        keep = Keep(output_limit(command))
+        code, out, err, lost = run_local(["sh", "-c", line], limit + KILL_GRACE_S + CLIENT_MARGIN_S, keep)
         timed_out = lost or code in (124, 137)
         return CommandResult(
             command.name, None if lost else code, taken_in(command, out), taken_in(command, err), timed_out

@@ -16,7 +16,15 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from cluster_accept.remote.batch import batch_timeout, build_batch, new_nonce, parse_batch
+from cluster_accept.remote.batch import (
+    PROBE_OUTPUT_CHARS,
+    batch_timeout,
+    build_batch,
+    frames_kept,
+    new_nonce,
+    parse_batch,
+)
+from cluster_accept.remote.channel import Keep
 from cluster_accept.remote.detached import (
     POLL_ERROR_CHARS,
     POLL_TIMEOUT_S,
@@ -49,6 +57,13 @@ PORT_SCRIPT = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.gets
 Answer = tuple[int | None, str, str, bool]  # exit code or None, stdout, stderr, timed out on the client
 
 
+def port_command(python: str) -> str:
+    """The shell line that prints a free port: ``python`` isolated (``-I``: neither the working directory, where
+    another user's ``socket.py`` may lie, nor ``PYTHON*`` variables nor the user's site are on its path), started
+    in ``/`` all the same."""
+    return f"cd / && {shlex.quote(python)} -I -c {shlex.quote(PORT_SCRIPT)}"
+
+
 def make_dir_script(stale_min: int) -> str:
     """Sweep stale probe directories of dead runs (older than ``stale_min``), then create this run's (its path
     is the last line)."""
@@ -57,6 +72,12 @@ def make_dir_script(stale_min: int) -> str:
         f"-mmin +{int(stale_min)} -exec rm -rf {{}} + 2>/dev/null; "
         'mktemp -d "${TMPDIR:-/tmp}/cluster-accept-probe.XXXXXXXX"'
     )
+
+
+def script_keep() -> Keep:
+    """How much of each stream of a script outside a batch is kept as it arrives: as much as any reader of it
+    keeps (a poll's, of a rank's output)."""
+    return Keep(PROBE_OUTPUT_CHARS)
 
 
 def batch_outcome(node: str, commands: Sequence[RemoteCommand], answer: Answer, nonce: str) -> NodeResult:
@@ -82,6 +103,11 @@ class ShellSession(ABC):
         """Run ``script`` with ``sh -c``: (exit code or None, stdout, stderr, timed out on the client). Raises
         :class:`~remote.result.SessionLost` when the node went away under the session."""
 
+    def run_kept(self, script: str, timeout_s: float, keep: Keep) -> Answer:
+        """:meth:`run_script`, each stream kept as ``keep`` says while it arrives (:class:`~remote.channel.Kept`).
+        A session that has its answer whole at once (a test's) keeps it whole."""
+        return self.run_script(script, timeout_s)
+
     @abstractmethod
     def put(self, local_path: str, remote_path: str) -> None:
         """Copy a file to the node."""
@@ -99,7 +125,7 @@ class ShellSession(ABC):
         nonce = new_nonce()
         script = build_batch(commands, default_timeout_s, nonce)
         try:
-            answer = self.run_script(script, batch_timeout(commands, default_timeout_s))
+            answer = self.run_kept(script, batch_timeout(commands, default_timeout_s), frames_kept(commands, nonce))
         except SessionLost as lost:
             results = parse_batch(commands, lost.stdout, lost.stderr, nonce)
             cause = UnreachableCause.SESSION_LOST
@@ -122,7 +148,7 @@ class ShellSession(ABC):
 
     def free_port(self, python: str) -> int | NoAnswer:
         """A TCP port free on the node now, picked by its own kernel (for a run's rendezvous)."""
-        code, out, err, timed_out = self.run_script(f"{shlex.quote(python)} -c {shlex.quote(PORT_SCRIPT)}", 60)
+        code, out, err, timed_out = self.run_script(port_command(python), 60)
         text = out.strip().splitlines()[-1] if out.strip() else ""
         if code == 0 and text.isascii() and text.isdigit():
             return int(text)

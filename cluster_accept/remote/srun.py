@@ -14,7 +14,6 @@ Groups of one round run at once (they are disjoint), each in a thread of its own
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import threading
@@ -23,10 +22,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Protocol
 
 from cluster_accept.inventory.hostlist import HostlistError, expand
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.batch import taken_in
+from cluster_accept.remote.batch import output_limit, taken_in
+from cluster_accept.remote.channel import Keep, Kept
 from cluster_accept.remote.fanout import tool_error_detail
 from cluster_accept.remote.launch import (
     GroupJob,
@@ -35,11 +36,15 @@ from cluster_accept.remote.launch import (
     killed_at_timeout,
     rendezvous_address,
 )
+from cluster_accept.remote.local import finished, pump
 from cluster_accept.remote.probe_dir import PROBES_DIR
 from cluster_accept.remote.rank_end import rank_done
 from cluster_accept.remote.result import CommandResult, NodeStatus, RemoteCommand
-from cluster_accept.remote.shell import PORT_SCRIPT
+from cluster_accept.remote.shell import port_command
 from cluster_accept.remote.srun_script import (
+    CHDIR,
+    EndsKept,
+    TaskKept,
     TaskOutput,
     granted_job,
     probe_script,
@@ -52,7 +57,16 @@ from cluster_accept.vocabulary.secrets import MaskedText, mask_secrets
 from cluster_accept.vocabulary.text import keep_tail
 
 SLURM_TIMEOUT_S = 120.0  # salloc, scancel and the port step: Slurm answers these in seconds
+SLURM_TEXT_CHARS = 4 * 1024 * 1024  # of Slurm's own answers (sinfo over every node), and of each end of a stderr
 STOP_WAIT_S = 15.0
+
+
+class Stream(Protocol):
+    """A step's stdout as it is kept while it arrives."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def text(self) -> str: ...
 
 
 @dataclass
@@ -70,7 +84,7 @@ class Live:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.procs: set[subprocess.Popen[str]] = set()
+        self.procs: set[subprocess.Popen[bytes]] = set()
         self.jobs: set[str] = set()
         self.stopping = False  # set once: nothing new starts
 
@@ -84,44 +98,67 @@ class Live:
             subprocess.run(["scancel", job_id], capture_output=True, timeout=SLURM_TIMEOUT_S, check=False)
 
 
-def _interrupt(proc: subprocess.Popen[str]) -> None:
+def _interrupt(proc: subprocess.Popen[bytes]) -> None:
     """srun (``--quit-on-interrupt``) ends its step on an interrupt; salloc and the rest end on it too."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
 
 
 def _run(
-    argv: Sequence[str], timeout_s: float, stdin: str | None = None, live: Live | None = None
+    argv: Sequence[str],
+    timeout_s: float,
+    stdin: str | None = None,
+    live: Live | None = None,
+    out: Stream | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a Slurm client; on the timeout it is interrupted (srun then ends its step) and reaped. A launch being
-    abandoned starts nothing new. What it said on stderr (Slurm's words, a node's among them) is masked here,
-    where it enters the controller; its stdout, a step's tasks, is taken in per task (:func:`_task_run`)."""
+    abandoned starts nothing new. Its streams are kept as they arrive, never read whole first: stdout as ``out``
+    keeps it (a step's tasks, :class:`~remote.srun_script.TaskKept`; else Slurm's own answer, up to
+    :data:`SLURM_TEXT_CHARS`), stderr its start and end. What it said on stderr (Slurm's words, a node's among
+    them) is masked here, where it enters the controller; its stdout, a step's tasks, is taken in per task
+    (:func:`_task_run`)."""
     if live is not None and live.stopping:
         return subprocess.CompletedProcess(list(argv), None, "", "cluster-accept: the launch was abandoned")  # type: ignore[arg-type]
-    proc = subprocess.Popen(
-        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if live is not None:
         with live.lock:
             live.procs.add(proc)
             if live.stopping:
                 _interrupt(proc)
+    kept = out if out is not None else Kept(Keep(SLURM_TEXT_CHARS))
+    err = EndsKept(SLURM_TEXT_CHARS, SLURM_TEXT_CHARS)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    streams = [_write(proc.stdin, (stdin or "").encode()), pump(proc.stdout, kept), pump(proc.stderr, err)]
     try:
-        out, err = proc.communicate(stdin, timeout=timeout_s)
-        return subprocess.CompletedProcess(list(argv), proc.returncode, out, mask_secrets(err))
-    except subprocess.TimeoutExpired:
+        if finished(proc, streams, timeout_s):
+            return subprocess.CompletedProcess(list(argv), proc.returncode, kept.text(), mask_secrets(err.text()))
         _interrupt(proc)
-        try:
-            out, err = proc.communicate(timeout=STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
+        if not finished(proc, streams, STOP_WAIT_S):
             proc.kill()
-            out, err = proc.communicate()
-        err = mask_secrets(err) + f"\ncluster-accept: {argv[0]} ran past {timeout_s:.0f} s and was stopped"
-        return subprocess.CompletedProcess(list(argv), None, out, err)  # type: ignore[arg-type]
+            proc.wait()
+            for stream in streams:
+                stream.join()
+        said = mask_secrets(err.text()) + f"\ncluster-accept: {argv[0]} ran past {timeout_s:.0f} s and was stopped"
+        return subprocess.CompletedProcess(list(argv), None, kept.text(), said)  # type: ignore[arg-type]
     finally:
         if live is not None:
             with live.lock:
                 live.procs.discard(proc)
+
+
+def _write(pipe: IO[bytes], data: bytes) -> threading.Thread:
+    """A started thread writing ``data`` to ``pipe`` and closing it (a client that exits first is no error)."""
+
+    def run() -> None:
+        try:
+            with pipe:
+                pipe.write(data)
+        except (BrokenPipeError, ValueError):
+            pass
+
+    thread = threading.Thread(target=run, name="ca-srun-stdin", daemon=True)
+    thread.start()
+    return thread
 
 
 def _held_allocation(slurm_names: Sequence[str]) -> Allocation | None:
@@ -196,10 +233,9 @@ def release(allocation: Allocation, live: Live | None = None) -> str:
 
 def _port(job_id: str, master: Node, live: Live | None = None) -> int | str:
     """A free port on the first node, from a one-task step there; or why there is none."""
-    python = shlex.quote(master.profile.probes.python)
     argv = [
         "srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={master.slurm_node}", "--overlap",
-        "/bin/sh", "-c", f"{python} -c {shlex.quote(PORT_SCRIPT)}",
+        CHDIR, "/bin/sh", "-c", port_command(master.profile.probes.python),
     ]  # fmt: skip
     done = _run(argv, SLURM_TIMEOUT_S, live=live)
     text = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
@@ -237,7 +273,8 @@ def _step(job: GroupJob, nodes: Sequence[Node], run: GroupRun, job_id: str, live
     settings = nodes[0].profile.probes.slurm
     argv = srun_argv(job_id, [n.slurm_node for n in nodes], settings, minutes)
     began = time.monotonic()
-    done = _run(argv, longest + SLURM_TIMEOUT_S, script, live)
+    tasks_kept = TaskKept(max(output_limit(c) for c in commands.values()))
+    done = _run(argv, longest + SLURM_TIMEOUT_S, script, live, tasks_kept)
     elapsed_s = time.monotonic() - began
     tasks = split_tasks(done.stdout)
     for node in nodes:

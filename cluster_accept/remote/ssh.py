@@ -31,9 +31,9 @@ import paramiko
 from fabric import Config, Connection
 
 from cluster_accept.inventory.model import Node, SshSettings, parse_jump
-from cluster_accept.remote.channel import follow
+from cluster_accept.remote.channel import Keep, Kept, follow
 from cluster_accept.remote.result import NodeRefused, SessionLost, Unreachable, UnreachableCause
-from cluster_accept.remote.shell import ShellSession
+from cluster_accept.remote.shell import ShellSession, script_keep
 from cluster_accept.vocabulary.secrets import mask_secrets
 
 JUMP_CONNECTS_IN_FLIGHT = 8
@@ -213,8 +213,8 @@ def _text(exc: BaseException) -> str:
     return mask_secrets((str(exc) or type(exc).__name__).replace("[Errno None] ", ""))
 
 
-def _decoded(out: bytearray, err: bytearray) -> tuple[str, str]:
-    return out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+def _decoded(out: Kept, err: Kept) -> tuple[str, str]:
+    return out.text(), err.text()
 
 
 def _jump_slot(jump: str) -> threading.BoundedSemaphore:
@@ -236,7 +236,11 @@ class SshSession(ShellSession):
         return self.node.name
 
     def run_script(self, script: str, timeout_s: float) -> tuple[int | None, str, str, bool]:
-        """Run a POSIX sh script (as ``sh -c '<script>'``, whatever the login shell is).
+        return self.run_kept(script, timeout_s, script_keep())
+
+    def run_kept(self, script: str, timeout_s: float, keep: Keep) -> tuple[int | None, str, str, bool]:
+        """Run a POSIX sh script (as ``sh -c '<script>'``, whatever the login shell is), its streams kept as
+        ``keep`` says while they arrive.
 
         Returns (exit code or None, stdout, stderr, timed out on the client). Reads the channel directly:
         when a node dies mid-command its channel closes without an exit status, and waiting for one (as
@@ -249,7 +253,7 @@ class SshSession(ShellSession):
         transport = self.connection.transport
         if transport is None or not transport.is_active():
             raise SessionLost("the SSH session had closed before the command was sent")
-        out, err = bytearray(), bytearray()
+        out, err = keep.streams()
         try:
             channel = transport.open_session(timeout=min(30.0, timeout_s))
         except (paramiko.SSHException, EOFError, OSError) as exc:

@@ -52,7 +52,8 @@ def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: 
     reader takes the owner of the one job directory it finds and names any second user's."""
     probes = node.profile.probes
     prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
-    words = [probes.python, "-c", shlex.quote(reader_source()), "--dir", shlex.quote(directory)]
+    # -I: nothing imported from the directory the command starts in, nor from PYTHON* variables a job may set
+    words = [shlex.quote(probes.python), "-I", "-c", shlex.quote(reader_source()), "--dir", shlex.quote(directory)]
     words += ["--since-ns", str(since_ns), "--limit", str(limit), "--timeout-s", str(RANK_ANSWER_S)]
     words += ["--budget-s", str(RANKS_BUDGET_S)]
     if user:

@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NewType
 
-from cluster_accept.vocabulary.text import keep_head, keep_tail
+from cluster_accept.vocabulary.text import keep_head, keep_tail, uncut
 
 # Node text as the controller holds it once it entered: masked (and capped) there, never to be masked again.
 MaskedText = NewType("MaskedText", str)
@@ -368,10 +368,12 @@ CAP_MARGIN_CHARS = 64 * 1024
 def masked_cap(text: str, limit: int) -> MaskedText:
     """Node output as the controller takes it in: masked, then cut to its first ``limit`` characters with a line
     saying so (:func:`keep_head`, counting the whole). Only ``limit`` and :data:`CAP_MARGIN_CHARS` more are
-    masked: a node's 30 MB file costs what ``limit`` costs, before any parser sees it."""
-    if len(text) <= limit:
-        return MaskedText(mask_secrets(text))
-    return MaskedText(keep_head(mask_secrets(text[: limit + CAP_MARGIN_CHARS]), limit, len(text)))
+    masked: a node's 30 MB file costs what ``limit`` costs, before any parser sees it. Text its reader already
+    cut as it arrived (:func:`~vocabulary.text.uncut`) is counted whole all the same."""
+    head, total = uncut(text)
+    if total <= limit:
+        return MaskedText(mask_secrets(head))
+    return MaskedText(keep_head(mask_secrets(head[: limit + CAP_MARGIN_CHARS]), limit, total))
 
 
 def masked_head(text: str, limit: int) -> MaskedText:

@@ -16,6 +16,7 @@ masked already (where it entered the controller, ``remote/``), so a cut leaves n
 
 from __future__ import annotations
 
+import os
 import re
 
 # C0 controls but tab and newline, DEL, C1 controls, bidi marks/embeddings/overrides/isolates, the Unicode line
@@ -49,6 +50,30 @@ def keep_head(text: str, limit: int, total: int | None = None) -> str:
     if whole <= limit and len(text) <= limit:
         return text
     return f"{text[:limit]}\n… {truncation_note(limit, whole, 'first')}"
+
+
+# The line a reader that bounds node output as it arrives (remote.channel) ends a stream's cut part with: how many
+# characters it read there without keeping them. Its tag is drawn afresh by each controller process, so no node
+# can print it and miscount what was cut.
+_CUT_TAG = f"@@cut:{os.urandom(8).hex()}:"
+_CUT = re.compile("\n" + re.escape(_CUT_TAG) + r"(\d{1,18})(\n?)")
+
+
+def cut_mark(dropped: int) -> str:
+    """The line (without its newline) saying that ``dropped`` more characters were read and not kept."""
+    return f"{_CUT_TAG}{dropped}"
+
+
+def uncut(text: str) -> tuple[str, int]:
+    """``text`` less the line :func:`cut_mark` ended it with, and the length of the whole it stands for (its own
+    length where nothing was cut). Only the very end is looked at: a cut line is never anywhere else."""
+    tail_at = max(0, len(text) - 64)
+    at = text.rfind("\n" + _CUT_TAG, tail_at)
+    found = _CUT.fullmatch(text, at) if at >= 0 else None
+    if found is None:
+        return text, len(text)
+    head = text[:at] + found.group(2)
+    return head, len(head) + int(found.group(1))
 
 
 def keep_tail(text: str, limit: int) -> str:
