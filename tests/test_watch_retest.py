@@ -181,3 +181,29 @@ def test_a_retry_that_finds_the_job_back_does_not_wait(monkeypatch: pytest.Monke
     findings = [_finding(Status.PASS)]
     _settle(_three(), findings, acted, state)
     assert findings[0].status is Status.WARN and findings[0].retest.startswith(f"{NOT_RETESTED} n2 after 0 s")
+
+
+def test_a_slurm_job_whose_rank_files_are_gone_has_not_left_while_slurm_runs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ranks' files are the job user's to remove: a job that deletes them (every rank read 'exited') while it
+    still loads its GPUs has not left its nodes until Slurm says so; a Slurm that cannot be asked holds them."""
+    from cluster_accept.flows import watch_request
+    from cluster_accept.ops.slurm import SlurmJob
+
+    inventory = Inventory("c", [node("n1"), node("n2")], {}, "inv.yaml", "")  # Slurm names them as the inventory
+    spec = WatchSpec(inventory=Path("inv.yaml"), slurm_job="9", retest_wait_s=0, interval_s=0.5)
+    request = WatchRequest(spec, inventory, [node("n1"), node("n2")], "9", WatchRules(),
+                           slurm=SlurmJob("9", "n[1-2]", 1000, "alice", "RUNNING"))  # fmt: skip
+    _scripted(monkeypatch, [[_read("n1", "exited"), _read("n2", "exited")]])
+    answers = iter([SlurmJob("9", "n2", 1000, "alice", "RUNNING"), SlurmJob("9", "n[1-2]", 1000, "alice", "COMPLETED")])
+    monkeypatch.setattr(watch_request, "read_job", lambda *_: next(answers))
+    assert job_left(request, ["n1", "n2"], WatchState(keep_s=120)).startswith("not re-tested: the job still runs on n2")
+    assert job_left(request, ["n1", "n2"], WatchState(keep_s=120)) == ""
+
+    def unreachable(*_: object) -> SlurmJob:
+        raise ValueError("cannot ask Slurm for job 9: timed out")
+
+    monkeypatch.setattr(watch_request, "read_job", unreachable)
+    said = job_left(request, ["n1", "n2"], WatchState(keep_s=120))
+    assert said.startswith("not re-tested: the job still runs on n[1-2]")

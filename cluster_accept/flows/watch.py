@@ -25,7 +25,7 @@ from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 from cluster_accept.flows.finish import RunOutcome
 from cluster_accept.flows.run_request import RunRequest, outcome_of
 from cluster_accept.flows.watch_files import WatchFiles
-from cluster_accept.flows.watch_request import WatchRequest, WatchSpec, resolve
+from cluster_accept.flows.watch_request import WatchRequest, WatchSpec, resolve, slurm_holds
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.tasks.watch import WatchState, occupied_nodes, read_round
 from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
@@ -68,9 +68,10 @@ def _peers(suspects: Sequence[str], job_nodes: Sequence[str], living: set[str]) 
 
 def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState, wait: bool = True) -> str:
     """Wait, reading ``nodes`` every interval for up to ``retest_wait_s`` (``wait`` off: one read), until no rank
-    of the job lives on them; '' once none does, else which nodes it still runs on. A GPU (or core) measured while
-    the job loads it measures the job: the suspect and its peers are re-tested only once the job has left them
-    (its owner excluded the node and requeued it, or it ended)."""
+    of the job lives on them and, for a Slurm job, Slurm no longer runs it there (:func:`slurm_holds`: the ranks'
+    files are the job user's to remove); '' once none does, else which nodes it still runs on. A GPU (or core)
+    measured while the job loads it measures the job: the suspect and its peers are re-tested only once the job
+    has left them (its owner excluded the node and requeued it, or it ended)."""
     chosen = [n for n in request.nodes if n.name in nodes]
     wait_s = request.spec.retest_wait_s if wait else 0.0
     deadline = time.monotonic() + wait_s
@@ -79,7 +80,8 @@ def job_left(request: WatchRequest, nodes: Sequence[str], state: WatchState, wai
         reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency, request.job_user)
         state.add_states(reads)
         unread = [read.node for read in reads if read.node_ns is None]
-        living = sorted(occupied_nodes((r for read in reads for r in read.ranks), unread))
+        ranks_on = set(occupied_nodes((r for read in reads for r in read.ranks), unread))
+        living = sorted(ranks_on | slurm_holds(request, nodes))
         if not living:
             return ""
         if not said and wait:

@@ -6,12 +6,14 @@ or the analysis: the CLI loads this module at start-up, for every command."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster_accept.inventory.hostlist import expand
 from cluster_accept.inventory.load import from_slurm_names, select_nodes
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.ops.after_run import Operations
@@ -66,6 +68,30 @@ class WatchRequest:
         if self.spec.job_user:
             return self.spec.job_user
         return str(self.slurm.user_id) if self.slurm is not None else None
+
+
+# Job states in which Slurm no longer holds the job's nodes (squeue's %T; the JSON's job_state words).
+ENDED_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PENDING",
+    "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
+})  # fmt: skip
+
+
+def slurm_holds(request: WatchRequest, names: Sequence[str]) -> set[str]:
+    """Which of ``names`` Slurm still runs the watched job on: the job's own files (its ranks' records) are its
+    user's to write or remove, so a Slurm job has left a node only once Slurm says so too. A Slurm that cannot be
+    asked holds every node (a re-test then waits, never measures under the job); a watch of ``--nodes`` has no
+    Slurm job: nothing held here."""
+    if request.slurm is None:
+        return set()
+    try:
+        job = read_job(request.slurm.job_id, request.spec.operations.scontrol)
+        if not job.nodes or set(job.state.split("+")) <= ENDED_STATES:
+            return set()
+        held = set(expand(from_slurm_names(request.inventory, job.nodes)))
+    except ValueError:
+        return set(names)
+    return held & set(names)
 
 
 def _selection(spec: WatchSpec) -> tuple[str, SlurmJob | None]:
