@@ -3,8 +3,10 @@ misses, drift against the cluster (values and presence), secret masking, and bro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -384,10 +386,16 @@ def _hostile_run(tmp_path: Path, make_user_file: str, conf_file: bool = False) -
         env["NCCL_CONF_FILE"] = str(target)
     command = nccl_env.COMMAND.replace("ca_conf /etc/nccl.conf ", "ca_conf /nonexistent/nccl.conf ")
     started = time.monotonic()
-    proc = subprocess.run(
-        ["sh", "-c", command], capture_output=True, text=True, env=env, timeout=20, check=False, preexec_fn=_limited
+    proc = subprocess.Popen(
+        ["sh", "-c", command], stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_limited, start_new_session=True
     )
-    return proc.stdout, time.monotonic() - started
+    try:
+        stdout, _ = proc.communicate(timeout=20)
+    finally:  # a reader that waits or reads without end is stopped with every process of its pipeline
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return stdout, time.monotonic() - started
 
 
 @pytest.mark.integration
