@@ -81,6 +81,11 @@ def check_straggler_only(run_dir: Path) -> None:
     assert judged[NO_GPU][0] == "rejected" and "gpu_count:count_low" in judged[NO_GPU][1], judged
 
 
+# A run probes five nodes one after the other, the slow one ten times as long, and measures the straggler again
+# in paired rounds: on a 2-core machine running other tests beside it, past the CLI's default 240 s.
+RUN_TIMEOUT_S = 600
+
+
 def run_args(inventory: Path, out: Path) -> list[str]:
     """``cluster-accept run --drain --apply`` of preflight and single-node (no history: each run judged on its
     own figures), with the breaker's default limit."""
@@ -111,7 +116,7 @@ def test_a_slow_node_drains_on_its_third_run_a_missing_gpu_on_its_first(
     untouched = drains()
     assert not any(drained for drained, _ in untouched.values()), untouched
     for count in (1, 2):
-        proc = run_cli(*run_args(inventory, out))
+        proc = run_cli(*run_args(inventory, out), timeout=RUN_TIMEOUT_S)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         run_dir = max(p for p in out.iterdir() if p.is_dir())
         check_straggler_only(run_dir)
@@ -130,7 +135,7 @@ def test_a_slow_node_drains_on_its_third_run_a_missing_gpu_on_its_first(
         drained_now = [a["node"] for a in said["actions"] if a["action"] == "drain" and a["applied"]]
         assert drained_now == ([NO_GPU] if count == 1 else []), said["actions"]
 
-    third = run_cli(*run_args(inventory, out))
+    third = run_cli(*run_args(inventory, out), timeout=RUN_TIMEOUT_S)
     assert third.returncode == 1, third.stdout + third.stderr
     run_dir = max(p for p in out.iterdir() if p.is_dir())
     check_straggler_only(run_dir)
@@ -152,7 +157,7 @@ def test_breaker_still_applies_when_nothing_is_held(bed: testbed.Testbed, invent
     """``--fail-streak 1``: the slow node is due on its first run, as every rejected node was before drains were
     held; with the missing GPU's that is two drains of six nodes, past the breaker's one: nothing drained."""
     untouched = drains()
-    once = run_cli(*run_args(inventory, tmp_path / "once"), "--fail-streak", "1")
+    once = run_cli(*run_args(inventory, tmp_path / "once"), "--fail-streak", "1", timeout=RUN_TIMEOUT_S)
     assert once.returncode == 3, once.stdout + once.stderr
     assert "of 6 tested nodes would be drained, more than the breaker allows" in once.stderr, once.stderr
     assert f"slurm: not drained: {SLOW}: cluster-accept: gemm:straggler" in once.stdout, once.stdout
