@@ -160,15 +160,22 @@ def test_a_run_measured_again_unsets_an_environment_setting_and_blanks_one_nccl_
         REMOVED_SETTINGS.reset(token)
 
 
-def test_the_node_side_script_reads_nccls_files_in_nccls_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    user = tmp_path / "user.conf"
-    user.write_text("# a comment\nNCCL_ALGO=Ring\nNCCL_PROTO=Simple\nNCCL_IB_TOKEN=abc\n")
+def _only_these_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, etc_text: str, conf_file: Path) -> Path:
+    """The node-side script sees no library variable of this process, ``conf_file`` as NCCL_CONF_FILE and an
+    /etc/nccl.conf holding ``etc_text``, whose path is returned."""
     etc = tmp_path / "etc.conf"
-    etc.write_text("NCCL_ALGO=Tree\nNCCL_P2P_LEVEL=LOC\n")
+    etc.write_text(etc_text)
     monkeypatch.setattr(job_settings, "ETC_FILE", str(etc))
     for key in [k for k in os.environ if job_settings.watched(k)]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("NCCL_CONF_FILE", str(user))
+    monkeypatch.setenv("NCCL_CONF_FILE", str(conf_file))
+    return etc
+
+
+def test_the_node_side_script_reads_nccls_files_in_nccls_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    user = tmp_path / "user.conf"
+    user.write_text("# a comment\nNCCL_ALGO=Ring\nNCCL_PROTO=Simple\nNCCL_IB_TOKEN=abc\n")
+    etc = _only_these_files(monkeypatch, tmp_path, "NCCL_ALGO=Tree\nNCCL_P2P_LEVEL=LOC\n", user)
     monkeypatch.setenv("NCCL_PROTO", "LL")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     monkeypatch.setenv("HOME_OF_NOTHING", "x")  # not a library's: not read
@@ -199,12 +206,7 @@ def test_the_node_side_script_never_follows_waits_on_or_trusts_a_hostile_conf_fi
     neither fills memory nor waits, sets nothing from it, and says why it was not read."""
     hostile = tmp_path / "hostile.conf"
     make(hostile)
-    etc = tmp_path / "etc.conf"
-    etc.write_text("NCCL_P2P_LEVEL=LOC\n")
-    monkeypatch.setattr(job_settings, "ETC_FILE", str(etc))
-    for key in [k for k in os.environ if job_settings.watched(k)]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("NCCL_CONF_FILE", str(hostile))
+    etc = _only_these_files(monkeypatch, tmp_path, "NCCL_P2P_LEVEL=LOC\n", hostile)
     found = {s["name"]: s for s in job_settings.settings()}
     assert set(found) == {"NCCL_CONF_FILE", "NCCL_P2P_LEVEL"} and found["NCCL_P2P_LEVEL"]["source"] == str(etc)
     assert job_settings.read_conf(str(hostile)) == ("", why)
