@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -201,15 +203,29 @@ def _timed(fn: Any, device: torch.device, iters: int, repeats: int) -> tuple[flo
 
 
 def warm_up(fn: Any, device: torch.device, seconds: float) -> None:
-    """Call ``fn`` for at least ``seconds``: clocks ramp up and the library settles on its kernel first."""
+    """Call ``fn`` for at least ``seconds``: clocks ramp up and the library settles on its kernel first (on a
+    GPU in batches of five between synchronisations; on a CPU, where nothing ramps, one call at a time)."""
     end = time.perf_counter() + seconds
     while True:
-        for _ in range(5):
+        for _ in range(5 if device.type == "cuda" else 1):
             fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if time.perf_counter() >= end:
             return
+
+
+CPU_REPEAT_S = 0.05  # a repeat of a CPU GEMM needs no more calls than fill this: the clock's error is far below it
+
+
+def _cpu_iters(fn: Any, iters: int) -> int:
+    """Calls per repeat on a CPU: at most ``iters``, fewer where one call already outlasts :data:`CPU_REPEAT_S`
+    (a bf16 GEMM on a CPU without bf16 instructions is 40 times slower than fp32: three calls per repeat only
+    lengthen the probe, the median of the repeats is the same)."""
+    t0 = time.perf_counter()
+    fn()
+    one_s = time.perf_counter() - t0
+    return max(1, min(iters, math.ceil(CPU_REPEAT_S / one_s) if one_s > 0 else iters))
 
 
 def gemm(
@@ -241,6 +257,7 @@ def gemm(
 
     try:
         warm_up(fn, device, warmup_s)
+        iters = iters if device.type == "cuda" else _cpu_iters(fn, iters)
         seconds, spread = _timed(fn, device, iters, repeats)
     except RuntimeError:
         return None
@@ -351,8 +368,24 @@ def _arguments() -> argparse.Namespace:
     return args
 
 
+def _run_here(gpu: int | None, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One device (a one-GPU node, a CPU node): measured in this process, no second start of torch."""
+    threads = os.environ.get("OMP_NUM_THREADS", "1")  # what a spawned worker's torch would start with
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else 1)
+    records: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+    worker(gpu, 0, args, threading.Barrier(1), records)
+    out = []
+    while not records.empty():
+        item = records.get()
+        if "done" not in item:
+            out.append(item)
+    return out
+
+
 def _run_workers(gpus: list[int | None], args: argparse.Namespace, sampler: ConditionSampler) -> list[dict[str, Any]]:
     """One process per GPU, all started together (the barrier loads every GPU at once); their records."""
+    if len(gpus) == 1:
+        return _run_here(gpus[0], args)
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(len(gpus)), ctx.Queue()
     procs = [ctx.Process(target=worker, args=(g, i, args, barrier, queue)) for i, g in enumerate(gpus)]
