@@ -37,7 +37,7 @@ from cluster_accept.testbed import bed as testbed
 from tests.processes import only_run, run_cli
 from tests.test_slurm_testbed import drains
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
 
 PREFIX, SUBNET = "csr", "10.254.188.0/24"
 SLOW, NO_GPU = "node03", "node06"

@@ -32,6 +32,7 @@ def _preflight(inventory: Path, out: Path, history: Path) -> tuple[dict[str, tup
     return run_verdicts(out), pd.read_parquet(only_run(out) / "checks.parquet")
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier
 def test_a_hardware_xid_fails_every_run_of_its_boot_and_a_new_one_is_named_beside_it(
     testbed_factory, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -113,6 +114,7 @@ def test_fabric_manager_and_nvswitch_faults_are_named_cause_first(testbed_factor
     assert "nvidia-fabricmanager is not running" in report  # the reason's explanation and action reach the report
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier
 def test_a_flapping_port_fails_until_it_has_stayed_up_long_enough(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=2, prefix="cahl", subnet="10.254.164.0/24", rails=1)
     data = yaml.safe_load(bed.inventory_path.read_text())

@@ -30,7 +30,7 @@ import pytest
 from cluster_accept.testbed import bed as testbed
 from tests.processes import auto_cpu_inventory, only_run, run_cli, run_verdicts
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
 PREFIX, SUBNET = "cano", "10.254.180.0/24"
 NODES = ("node01", "node02", "node03", "node04")
 STAGES = ("--stages", "preflight,single-node", "--history", "-")

@@ -22,6 +22,7 @@ from tests.processes import ROOT, only_run, run_cli
 pytestmark = pytest.mark.testbed
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier
 def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """node01 measured now is far below its own history (planted by rewriting two earlier runs in the
     history with node01 20x faster): flagged although it passes every threshold and the cluster median."""

@@ -35,7 +35,7 @@ def _with_profile(inventory: Path, profile_text: str, out: Path) -> Path:
 def test_the_suggested_profile_accepts_the_healthy_nodes_and_rejects_the_planted(  # type: ignore[no-untyped-def]
     testbed_factory, tmp_path: Path
 ) -> None:
-    bed = testbed_factory(nodes=4, faults=fault_plan_from_data(PLAN), prefix="cas", subnet="10.254.60.0/24")
+    bed = testbed_factory(nodes=4, faults=fault_plan_from_data(PLAN), prefix="casg", subnet="10.254.60.0/24")
     proc = run_cli("profile", "suggest", "--inventory", str(bed.inventory_path), "--device", "cpu", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "read 4 of 4 nodes" in proc.stderr
@@ -67,7 +67,7 @@ def test_the_suggested_profile_accepts_the_healthy_nodes_and_rejects_the_planted
 def test_no_node_answering_is_exit_1_and_a_bad_nodes_expression_exit_2(  # type: ignore[no-untyped-def]
     testbed_factory, tmp_path: Path
 ) -> None:
-    bed = testbed_factory(nodes=4, faults=fault_plan_from_data(PLAN), prefix="cas", subnet="10.254.60.0/24")
+    bed = testbed_factory(nodes=4, faults=fault_plan_from_data(PLAN), prefix="casg", subnet="10.254.60.0/24")
     data = yaml.safe_load(bed.inventory_path.read_text())
     data["defaults"]["ssh"]["port"] = 2  # nothing listens there: every node refuses
     refused = tmp_path / "refused.yaml"

@@ -69,6 +69,7 @@ def _fresh_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return tree, env
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier
 def test_readme_first_command_then_demo_report_in_chromium(tmp_path: Path) -> None:
     tree, env = _fresh_environment(tmp_path)
     out = tree / "runs"

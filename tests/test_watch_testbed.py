@@ -26,7 +26,7 @@ from cluster_accept.testbed import bed as testbed
 from tests.processes import run_cli, start_cli
 from tests.watch_job import HOG, Job, pin_sshd, prioritize_hog
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
 
 NAME_BOUND_S = 90.0  # a straggler must be named (and re-tested) within this after it starts
 
