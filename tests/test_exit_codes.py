@@ -161,6 +161,7 @@ def fake_server(owner: int) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # every controller start reaps orphans: no other worker beside it
 def test_only_servers_of_dead_controllers_are_reaped() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -189,6 +190,7 @@ def server_of(pid: int) -> int | None:
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # every controller start reaps orphans: no other worker beside it
 def test_a_killed_controllers_prefect_server_is_stopped_by_the_next_start(tmp_path: Path) -> None:
     proc = start_cli(
         "run", "--inventory", str(local_inventory(tmp_path)), "--out", str(tmp_path / "out"), ephemeral=True
