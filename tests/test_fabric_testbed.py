@@ -61,6 +61,7 @@ def test_auto_reads_the_fabric_and_names_a_port_down_or_at_half_rate(testbed_fac
     assert (down["item"], down.observed) == ("mlx5_0/1", "1: DOWN")
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_a_network_slow_on_every_node_fails_against_the_floor_the_nics_imply(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=3, faults={}, prefix="cafs", subnet="10.254.144.0/24", rails=1)
     inventory = _auto_inventory(bed, tmp_path / "inventory.yaml")
@@ -122,6 +123,7 @@ def test_a_roce_port_whose_gid_index_names_a_roce_v1_entry_is_named(testbed_fact
     assert set(fabric.expected) == {"1 × 0.5 Gb/s RoCE port (1X)"} and set(fabric.reason) == {"fabric_derived"}
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_an_efa_node_without_the_plugin_or_with_device_rdma_off_is_named_as_the_cause(
     testbed_factory,  # type: ignore[no-untyped-def]
     tmp_path: Path,

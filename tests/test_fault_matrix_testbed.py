@@ -84,6 +84,7 @@ def no_duplicates(run_dir: Path) -> None:
         assert not m.duplicated(subset=["node", "stage", "probe", "metric", "gpu", "size", "group"]).any()
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=9, faults=PLAN, prefix="caf9", subnet="10.254.72.0/24")
     data = yaml.safe_load(bed.inventory_path.read_text())
@@ -117,6 +118,7 @@ def test_fault_matrix(testbed_factory, tmp_path: Path) -> None:  # type: ignore[
     assert wait_until_clean(bed) == {}  # the hung nvidia-smi was killed on node05, nothing else left
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_hanging_multi_node_probe_is_stopped_everywhere(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """One rank stops dead (SIGSTOP: a hung GPU in a collective); the others block in the all-reduce.
     The run must end at the probe timeout, say so, and leave nothing running on any node."""

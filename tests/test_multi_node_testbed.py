@@ -29,6 +29,7 @@ def multi_node_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, timeout=900)
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(
         nodes=8,
@@ -71,6 +72,7 @@ def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:
     assert not (checks.check == "coverage").any()
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_no_limiter_rejects_nobody(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=8, faults=None, prefix="cam2", subnet="10.254.44.0/24")
     proc = multi_node_cli(

@@ -78,6 +78,7 @@ def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path:
     assert 'id="history-table"' in html and "node01" in html and "regression" in html
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_served_deployment_runs_against_the_testbed(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=2, faults={}, prefix="cav", subnet="10.254.96.0/24")
     out = tmp_path / "runs"

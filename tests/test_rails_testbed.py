@@ -34,6 +34,7 @@ def _inventory(bed: testbed.Testbed, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_slow_rail_is_named_and_grown_counter_flagged(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(
         nodes=4,

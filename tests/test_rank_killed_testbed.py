@@ -100,11 +100,13 @@ def _killed_mid_run(bed: testbed.Testbed, tmp_path: Path, slurm: bool) -> None:
     assert "exit None" not in " ".join(checks.detail)
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_a_rank_killed_mid_run_under_ssh_names_its_node_only(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=3, faults={}, prefix="cak1", subnet="10.254.141.0/24")
     _killed_mid_run(bed, tmp_path, slurm=False)
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_a_rank_killed_mid_run_under_srun_names_its_node_only(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=3, prefix="cak2", subnet="10.254.142.0/24", slurm=True, slurm_names=MAPPED)
     for key, value in bed.slurm_env.items():

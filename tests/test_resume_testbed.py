@@ -37,6 +37,7 @@ def _run_dir(out: Path) -> Path:
     return found
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=6, faults=FAULTS, prefix="car", subnet="10.254.68.0/24")
     out = tmp_path / "resumed"

@@ -30,6 +30,7 @@ def racked_inventory(source: Path, target: Path) -> Path:
     return target
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_run_sharded_by_rack_over_two_workers_merges_into_one_run(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=5, faults=PLAN, prefix="csd", subnet="10.254.136.0/24")
     inventory = racked_inventory(bed.inventory_path, tmp_path / "racked.yaml")

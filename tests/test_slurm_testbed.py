@@ -172,6 +172,7 @@ def mapped_bed(testbed_factory, monkeypatch) -> testbed.Testbed:  # type: ignore
     return bed
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_launcher_slurm_runs_all_reduce_and_training_through_srun(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     inventory = _slurm_inventory(mapped_bed, tmp_path / "inventory.yaml")
     out = tmp_path / "runs"
@@ -265,6 +266,7 @@ def test_the_health_check_example_drains_a_failing_node_and_resumes_it(testbed_f
     wait_for("node02 in service", lambda: node_states(bed.state_dir)["node02"] == "idle", 60)
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_the_prolog_example_keeps_a_job_off_a_faulty_node(testbed_factory, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The prolog checks the node the job was given before the job starts: node01 (the scheduler's first pick)
     has a GPU missing, so it drains itself with the reason and the job goes back to the queue, then runs on

@@ -16,6 +16,7 @@ from tests.processes import only_run, run_cli, run_verdicts
 pytestmark = pytest.mark.testbed
 
 
+@pytest.mark.soak  # docs/development.md: the soak tier (heavy end to end)
 def test_training_single_node_and_sweep_on_the_testbed(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(nodes=2, faults=None, prefix="trn", subnet="10.254.56.0/24")
     inventory = yaml.safe_load(bed.inventory_path.read_text())
