@@ -5,7 +5,8 @@ Every test is in one tier: ``integration`` (Prefect, the CLI, subprocesses, serv
 ``testbed`` or ``gpu`` where it says so, else ``unit`` (pure code: the pre-commit loop, ``pytest -m unit``).
 A unit test that starts a process or opens a listening socket fails with a message that says to mark it
 ``integration``, so that the tier stays what its name says. A test also marked ``soak`` (a long-horizon or
-statistical claim) runs only when the ``-m`` expression names that tier: ``pytest -m soak``.
+statistical claim, or an end-to-end run of minutes still without a lighter form) runs only when the ``-m``
+expression names that tier: ``pytest -m soak``.
 
 ``testbed_factory`` brings test-beds up on demand and guarantees they go down: at the end of the session
 (``finally``), at interpreter exit if the session is torn down abnormally (``atexit``), and before every
@@ -62,7 +63,7 @@ TIERS = ("integration", "testbed", "gpu")  # a test in none of these is a unit t
 
 def _soak_left_out(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A ``soak`` test runs only when the ``-m`` expression names the tier (``pytest -m soak``): its claim is
-    long-horizon or statistical, and the default run (CI's) keeps to the claims that take minutes."""
+    long-horizon or statistical, or its run takes minutes of probes, and the default run (CI's) keeps to the rest."""
     if "soak" in (config.option.markexpr or ""):
         return
     soak = [item for item in items if item.get_closest_marker("soak") is not None]
