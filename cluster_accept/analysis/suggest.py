@@ -26,6 +26,7 @@ from cluster_accept.analysis.calibration_said import SuggestedLimits
 from cluster_accept.analysis.suggest_calibration import Calibrated, ClusterShape, write_calibration, write_limits
 from cluster_accept.analysis.suggest_fabric import fabric_values, write_floor, write_infiniband, write_transport
 from cluster_accept.checks.base import plurality
+from cluster_accept.checks.nvlink import node_expected_nvlink
 from cluster_accept.inventory.gpus import GpuModel, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.hostlist import describe_folded, fold
 from cluster_accept.vocabulary.text import visible
@@ -122,14 +123,36 @@ READERS = {
 }
 
 
+def _expected_nvlink(models: Mapping[str, Any]) -> dict[str, str]:
+    """Where the node lists no NVLink, what ``profile: auto`` expects of it instead (none of a GPU alone on its
+    node; the datasheet's links of GPUs with peers, whose links are down), from the same rule
+    (:func:`checks.nvlink.node_expected_nvlink`) so that the profile suggested is the one auto judges by; with
+    why, under ``nvlink.expected``. Nothing where the node lists links (they are its values) or the rule cannot
+    tell (no built-in model, no GPU count read)."""
+    gpus, listed = models.get("gpu_count"), models.get("nvlink")
+    if listed is None or not _readable(listed) or listed.gpus:
+        return {}
+    expected = node_expected_nvlink(gpus if _readable(gpus) else None, listed)
+    if expected is None or expected.why is None:
+        return {}
+    spec = expected.spec
+    return {
+        "nvlink.links_per_gpu": str(spec.links_per_gpu),
+        "nvlink.link_speed_gbps": f"{spec.link_speed_gbps:g}",
+        "nvlink.expected": expected.why,
+    }
+
+
 def node_values(models: Mapping[str, Any]) -> dict[str, str]:
     """One node's values under their profile keys (``gpu.count``, ``nccl_env.NCCL_IB_HCA``…) from its parsed
-    models; a check that failed or was unreadable on the node gives none."""
+    models; a check that failed or was unreadable on the node gives none. NVLink a node does not list is what
+    ``profile: auto`` expects of it (:func:`_expected_nvlink`)."""
     values: dict[str, str] = {}
     for check, read in READERS.items():
         model = models.get(check)
         if _readable(model):
             values.update({k: v for k, v in read(model).items() if v})
+    values.update(_expected_nvlink(models))
     return values
 
 
@@ -289,16 +312,17 @@ def _write_block(out: _Writer, name: str, keys: Mapping[str, type], required: tu
 
 
 def _write_nvlink(out: _Writer) -> None:
+    """``nvlink:`` as ``profile: auto`` expects it: the links most nodes list, or for nodes that list none what
+    auto expects of them, each group of those nodes said with why (:func:`_expected_nvlink`)."""
+    expected = out.found.get("nvlink.expected")
+    said: dict[str, list[str]] = {}
+    for node, why in expected.values.items() if expected is not None else ():
+        said.setdefault(why, []).append(node)
+    for why, nodes in sorted(said.items()):
+        out.prose(f"nvlink where the nodes list none ({fold(nodes)}): {why}")
     links = out.found.get("nvlink.links_per_gpu")
-    if links is not None and links.value == "0":
-        speed = out.base.get("nvlink.link_speed_gbps")
-        if speed is None:
-            out.note(f"nvlink: left out: the nodes list no NVLink ({links.comment()})")
-            return
-        out.prose("the nodes list no NVLink where the base expects links: no link is expected of them")
-        out.raw("nvlink:")
-        out.value("nvlink.links_per_gpu", int, indent=1)
-        out.raw(f"  link_speed_gbps: {speed}  # the base's (no link to measure)")
+    if links is not None and links.value == "0" and not out.ready("nvlink.link_speed_gbps", float):
+        out.note(f"nvlink: left out: the nodes list no NVLink ({links.comment()})")
         return
     _write_block(out, "nvlink", {"links_per_gpu": int, "link_speed_gbps": float}, ("links_per_gpu", "link_speed_gbps"))
 

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.declarations import Link as Cause
+from cluster_accept.checks.gpu_count import GpuList
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
+from cluster_accept.inventory.gpus import GpuModel, model_for_name
 from cluster_accept.inventory.model import NvlinkSpec, Profile
 from cluster_accept.vocabulary.text import quote
 
@@ -87,6 +89,61 @@ class NvlinkState:
     failure: str | None = None  # nvidia-smi could not talk to the driver
     error: str | None = None  # output we could not read
     raw: str = ""
+
+
+@dataclass(frozen=True)
+class ExpectedLinks:
+    """What a node's GPUs should show for NVLink (the profile's ``nvlink`` block), and ``why`` in a sentence where
+    that is not simply the datasheet's links judged on the links the node lists (None then)."""
+
+    spec: NvlinkSpec
+    why: str | None = None
+
+
+def _lists_active_links(listed: NvlinkState | None) -> bool:
+    return listed is not None and any(gpu.active for gpu in listed.gpus)
+
+
+def _lists_none(listed: NvlinkState | None) -> bool:
+    """Whether nvidia-smi was read and listed no GPU with NVLinks (not: it failed, or printed what we cannot read)."""
+    return listed is not None and listed.failure is None and listed.error is None and not listed.gpus
+
+
+def expected_nvlink(model: GpuModel | None, gpu_count: int | None, listed: NvlinkState | None) -> ExpectedLinks | None:
+    """The NVLink a node of ``gpu_count`` GPUs of ``model`` should show, given what ``nvidia-smi nvlink -s`` listed
+    there (``listed``, None when not read); None where the model has no NVLink or no built-in model is known (the
+    profile's own keys say, if anything).
+
+    One rule for ``profile: auto`` (the node is judged by it) and ``profile suggest`` (it writes it), so that the
+    suggested profile is the one auto judges by. NVLink joins a GPU to its peers on the node, directly or through
+    NVSwitches: a GPU alone on its node (a one-GPU slice of an HGX board) has none to join and lists no link, so
+    none is expected of it. GPUs with peers that list no link have their links down (a fabric not set up, a
+    baseboard fault): the datasheet's links stay expected and the check fails them ``no_nvlink``. A lone GPU
+    that does list active links is judged on them, at the datasheet's count and speed."""
+    if model is None or not model.nvlink_links:
+        return None
+    datasheet = NvlinkSpec(links_per_gpu=model.nvlink_links, link_speed_gbps=model.nvlink_link_gbps)
+    if gpu_count == 1 and not _lists_active_links(listed):
+        alone = NvlinkSpec(links_per_gpu=0, link_speed_gbps=model.nvlink_link_gbps)
+        return ExpectedLinks(alone, f"one {model.smi_name} on the node: no peer to join by NVLink, no link expected")
+    if gpu_count is not None and gpu_count > 1 and _lists_none(listed):
+        links = f"{model.nvlink_links} x {_speed(model.nvlink_link_gbps)} GB/s"
+        return ExpectedLinks(
+            datasheet,
+            f"{gpu_count} GPUs of {model.key} list no NVLink: their links are down, the datasheet's {links} per GPU "
+            f"stay expected ({NAME}:no_nvlink)",
+        )
+    return ExpectedLinks(datasheet)
+
+
+def node_expected_nvlink(gpus: GpuList | None, listed: NvlinkState | None) -> ExpectedLinks | None:
+    """:func:`expected_nvlink` from a node's parsed ``gpu_count`` and ``nvlink`` outputs, read the same way for
+    ``profile: auto`` and ``profile suggest``: the one GPU model nvidia-smi names (none where it names several),
+    and how many GPUs it lists (none where it listed none or failed)."""
+    listing = gpus.gpus if gpus is not None else []
+    names = {gpu.name for gpu in listing}
+    model = model_for_name(names.pop()) if len(names) == 1 else None
+    return expected_nvlink(model, len(listing) or None, listed)
 
 
 @dataclass
@@ -236,6 +293,15 @@ def _gpu_rows(gpu: GpuLinks, spec: NvlinkSpec) -> list[CheckRow]:
     wanted = spec.links_per_gpu
     speed = f"{_speed(spec.link_speed_gbps)} GB/s"
     expected = f"{wanted} x {speed}" if wanted else "0 links"
+    error_rows = [
+        CheckRow(NAME, f"link{link}", Status.WARN, "link_errors", _counter_text(counters), "0", gpu=gpu.index)
+        for link, counters in sorted(gpu.counters.items())
+        if any(counters.values())
+    ]
+    if not wanted and not gpu.active:
+        # No link expected (a GPU without a peer on its node): links shown inactive join nothing, none is down.
+        observed = "all links inactive" if gpu.all_inactive else f"{len(gpu.links)} inactive"
+        return [CheckRow(NAME, "links", Status.PASS, "ok", observed, expected, gpu=gpu.index), *error_rows]
     link_rows: list[CheckRow] = []
     if gpu.all_inactive:
         link_rows.append(
@@ -261,11 +327,6 @@ def _gpu_rows(gpu: GpuLinks, spec: NvlinkSpec) -> list[CheckRow]:
             link_rows.append(
                 CheckRow(NAME, f"link{link.index}", Status.FAIL, "link_slow", observed, speed, gpu=gpu.index)
             )
-    error_rows = [
-        CheckRow(NAME, f"link{link}", Status.WARN, "link_errors", _counter_text(counters), "0", gpu=gpu.index)
-        for link, counters in sorted(gpu.counters.items())
-        if any(counters.values())
-    ]
     if not link_rows:
         link_rows.append(CheckRow(NAME, "links", Status.PASS, "ok", _links_text(gpu.links), expected, gpu=gpu.index))
     return link_rows + error_rows

@@ -34,7 +34,7 @@ from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX, SlurmPlan, slurm
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.reports.summary import prometheus_text
-from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
+from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, NVLINK_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
 from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, preflight_causes, since_previous
 from cluster_accept.tasks.rows import node_row
@@ -161,7 +161,9 @@ def check_node(
     outcome = run_preflight_on_node(inventory.node(node_name), checks, env)
     answered = [] if outcome.result.status in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE) else [node_name]
     gpu, nic = {node_name: outcome.models.get(GPU_CHECK)}, {node_name: outcome.models.get(NIC_CHECK)}
-    inventory, rows = resolve_auto_nodes(run_id, inventory, gpu, answered, nic)
+    inventory, rows = resolve_auto_nodes(
+        run_id, inventory, gpu, answered, nic, {node_name: outcome.models.get(NVLINK_CHECK)}
+    )
     kept = read_marks(state, node_name) if state is not None else None
     if kept is not None:
         since_previous([outcome], checks, {node_name: kept.marks})

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from cluster_accept.inventory.fabric import AUTO_FABRIC, BUILTIN_FABRICS, fabric_data, fabric_names
 from cluster_accept.inventory.gpus import AUTO, BY_KEY, MODELS, model_for_name, profile_data, unknown_model_help
-from cluster_accept.inventory.model import Profile
+from cluster_accept.inventory.model import NvlinkSpec, Profile
 from cluster_accept.inventory.quoting import quoted
 from cluster_accept.inventory.threshold_needs import BASE, INHERITED
 
@@ -40,8 +40,22 @@ def _without_nvlink_figures(base_data: dict[str, Any]) -> dict[str, Any]:
     """``base_data`` less what follows from NVLink: the all-reduce minimum and the expected P2P transport."""
     trimmed = dict(base_data)
     trimmed["thresholds"] = {k: v for k, v in base_data.get("thresholds", {}).items() if k != NVLINK_THRESHOLD}
-    trimmed.pop("probes", None)  # built-in profiles set only the NVLink transport under probes
+    # Only the transport inside the node: the one between nodes, where a fabric laid it under the base, stays.
+    probes = dict(trimmed.pop("probes", {}))
+    transport = {k: v for k, v in probes.pop("expected_transport", {}).items() if k != "intra_node"}
+    if transport:
+        probes["expected_transport"] = transport
+    if probes:
+        trimmed["probes"] = probes
     return trimmed
+
+
+def with_nvlink(base_data: dict[str, Any], nvlink: NvlinkSpec) -> dict[str, Any]:
+    """``base_data`` expecting ``nvlink`` of the node's GPUs, as a profile's own ``nvlink`` would over it: none
+    expected (a GPU without a peer) drops what the base derived from NVLink too, as :func:`merged_profile` does."""
+    data = _without_nvlink_figures(base_data) if nvlink.links_per_gpu == 0 else dict(base_data)
+    data["nvlink"] = nvlink.model_dump()
+    return data
 
 
 def merged_profile(base_data: dict[str, Any], own: Profile, base: str = "the base") -> Profile:
@@ -151,10 +165,14 @@ class AutoChoice:
     problem: str | None = None
 
 
-def resolve_auto(own: Profile, gpu_names: list[str], between: dict[str, Any] | None = None) -> AutoChoice:
+def resolve_auto(
+    own: Profile, gpu_names: list[str], between: dict[str, Any] | None = None, nvlink: NvlinkSpec | None = None
+) -> AutoChoice:
     """The built-in profile of the one GPU model in ``gpu_names`` with ``own``'s keys over it; the node keeps
     ``own`` (and says why) when its GPUs are unknown, of several models, or unreadable (empty list). ``between``:
-    what the cluster's fabric implies between nodes (:func:`inventory.fabric.fabric_data`), under ``own`` too."""
+    what the cluster's fabric implies between nodes (:func:`inventory.fabric.fabric_data`), under ``own`` too;
+    ``nvlink``: what the node's GPUs should show for NVLink (:func:`checks.nvlink.expected_nvlink`, which knows
+    a GPU alone on its node has no link), in place of the model's datasheet links and under ``own``'s keys."""
     names = tuple(sorted(set(gpu_names)))
     if not names:
         return AutoChoice(own, None, names, "no GPU model read (nvidia-smi failed or listed no GPU)")
@@ -164,7 +182,8 @@ def resolve_auto(own: Profile, gpu_names: list[str], between: dict[str, Any] | N
     if model is None:
         return AutoChoice(own, None, names, unknown_model_help(names[0]))
     try:
-        base = _deep_merge(profile_data(model), between or {})
+        data = profile_data(model) if nvlink is None else with_nvlink(profile_data(model), nvlink)
+        base = _deep_merge(data, between or {})
         return AutoChoice(merged_profile(base, own, f"base {model.key}"), model.key, names)
     except ValueError as exc:
         return AutoChoice(own, model.key, names, f"the profile's keys over {model.key} are not valid: {exc}")

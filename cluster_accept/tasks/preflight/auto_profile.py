@@ -4,6 +4,11 @@ Resolved in the preflight stage, once every node has answered and before anythin
 check and every later stage sees the node's real profile. A node whose GPUs no built-in profile describes (or
 of several models, or unreadable) keeps its own keys only and fails ``profile:*`` with what to write.
 
+NVLink is expected by the rule ``profile suggest`` writes (:func:`checks.nvlink.expected_nvlink`), from the GPU
+count and the links the node lists: a GPU alone on its node (a one-GPU slice of an HGX board) has no peer to join,
+so none is expected of it (its profile is named ``auto:h200-sxm:no-nvlink``); GPUs with peers that list none keep
+the datasheet's links and fail ``nvlink:no_nvlink``. The ``profile:auto`` row's detail says which applied.
+
 Between nodes every profile on a built-in base (``auto`` or named), and every profile with ``fabric: auto``, is
 completed by the cluster's fabric (:mod:`inventory.fabric`): the RDMA ports (or Ethernet links) most nodes show,
 read by the ``infiniband`` check, give the inter-node transport, the ports every node must have active at their
@@ -18,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
+from cluster_accept.checks.gpu_count import GpuList
 from cluster_accept.checks.infiniband import fabric_of
+from cluster_accept.checks.nvlink import ExpectedLinks, NvlinkState, node_expected_nvlink
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.inventory.builtin import (
     AutoChoice,
@@ -29,11 +36,12 @@ from cluster_accept.inventory.builtin import (
     resolve_auto,
 )
 from cluster_accept.inventory.fabric import BUILTIN_FABRICS, NodeFabric, cluster_fabric, derivation, fabric_data
-from cluster_accept.inventory.model import Inventory, Node, Profile
+from cluster_accept.inventory.model import Inventory, Node, NvlinkSpec, Profile
 from cluster_accept.tasks.rows import node_row
 
 CHECK = "profile"
 GPU_CHECK = "gpu_count"  # the check whose parsed model lists each GPU's name
+NVLINK_CHECK = "nvlink"  # the check whose parsed model lists each GPU's NVLinks
 NIC_CHECK = "infiniband"  # the check whose parsed model lists each node's RDMA ports and Ethernet links
 REASONS = declare(
     Reason("picked", Status.PASS, "profile auto: the built-in profile of the node's GPU model"),
@@ -82,19 +90,30 @@ REASONS = declare(
 )
 
 
-def auto_name(own: str, builtin: str) -> str:
-    """``auto:h100-sxm``; a profile with ``base: auto`` keeps its own name in front (``gpu-a:h100-sxm``)."""
-    return f"{own}:{builtin}"
+def auto_name(own: str, builtin: str, links: ExpectedLinks | None = None) -> str:
+    """``auto:h100-sxm``; a profile with ``base: auto`` keeps its own name in front (``gpu-a:h100-sxm``). A node
+    expected to show no NVLink where its model has links (one GPU, no peer) is on another profile than its
+    model's other nodes, under its own name (``auto:h100-sxm:no-nvlink``): thresholds and peers go by name."""
+    alone = links is not None and links.spec.links_per_gpu == 0
+    return f"{own}:{builtin}" + (":no-nvlink" if alone else "")
+
+
+def _expected_links(gpu_model: Any, nvlink_model: Any) -> ExpectedLinks | None:
+    """What the node's GPUs should show for NVLink, from what its preflight read (either may be absent)."""
+    gpus = gpu_model if isinstance(gpu_model, GpuList) else None
+    return node_expected_nvlink(gpus, nvlink_model if isinstance(nvlink_model, NvlinkState) else None)
 
 
 def _gpu_names(model: Any) -> list[str]:
     return [gpu.name for gpu in getattr(model, "gpus", None) or []]
 
 
-def _row(outcome_problem: str | None, picked: str | None, names: tuple[str, ...]) -> CheckRow:
+def _row(outcome_problem: str | None, picked: str | None, names: tuple[str, ...], said: str = "") -> CheckRow:
+    """The node's ``profile:auto`` row; ``said``: why the node's NVLink is not simply its model's datasheet links
+    judged on what it lists (a GPU without a peer; GPUs whose links are down), if so."""
     observed = ", ".join(names) or None
     if outcome_problem is None:
-        return CheckRow(CHECK, "auto", Status.PASS, "picked", observed, picked)
+        return CheckRow(CHECK, "auto", Status.PASS, "picked", observed, picked, said)
     if not names:
         return CheckRow(CHECK, "auto", Status.SKIP, "gpu_unreadable", None, None, outcome_problem)
     if len(names) > 1:
@@ -158,15 +177,17 @@ def _read_fabric(answered: Iterable[str], nic_models: Mapping[str, Any]) -> _Fab
 @dataclass
 class _Resolved:
     """Each profile resolved once, however many nodes it has: by profile name and the GPU models read (auto), or
-    by profile name (the fabric under a named base); the profile, or why there is none."""
+    by profile name (the fabric under a named base); the profile, or why there is none. An auto node's NVLink,
+    expected from its GPU count and links (:func:`checks.nvlink.expected_nvlink`), is part of its key."""
 
-    picks: dict[tuple[str, tuple[str, ...]], AutoChoice] = field(default_factory=dict)
+    picks: dict[tuple[str, tuple[str, ...], NvlinkSpec | None], AutoChoice] = field(default_factory=dict)
     under: dict[str, Profile | str] = field(default_factory=dict)
 
-    def pick(self, node: Node, gpu_names: list[str], fabric: _Fabric) -> AutoChoice:
-        key = (node.profile_name, tuple(sorted(set(gpu_names))))
+    def pick(self, node: Node, gpu_names: list[str], fabric: _Fabric, links: ExpectedLinks | None) -> AutoChoice:
+        spec = links.spec if links is not None else None
+        key = (node.profile_name, tuple(sorted(set(gpu_names))), spec)
         if key not in self.picks:
-            self.picks[key] = resolve_auto(node.profile, gpu_names, fabric.between(node.profile))
+            self.picks[key] = resolve_auto(node.profile, gpu_names, fabric.between(node.profile), spec)
         return self.picks[key]
 
     def with_fabric(self, node: Node, between: dict[str, Any]) -> Profile | str:
@@ -181,15 +202,17 @@ class _Resolved:
 
 
 def _auto_node(
-    node: Node, gpu_model: Any, fabric: _Fabric, resolved: _Resolved
+    node: Node, read: tuple[Any, Any], fabric: _Fabric, resolved: _Resolved
 ) -> tuple[Node, Profile | None, list[CheckRow]]:
-    """An ``auto`` node on the profile its GPU model picks (renamed ``auto:h100-sxm``), or as it was."""
-    choice = resolved.pick(node, _gpu_names(gpu_model), fabric)
-    rows = [_row(choice.problem, choice.name, choice.gpu_names)]
+    """An ``auto`` node on the profile its GPU model picks (renamed ``auto:h100-sxm``), or as it was. ``read``:
+    the node's parsed ``gpu_count`` and ``nvlink`` models (None where not read)."""
+    links = _expected_links(*read)
+    choice = resolved.pick(node, _gpu_names(read[0]), fabric, links)
+    rows = [_row(choice.problem, choice.name, choice.gpu_names, (links.why or "") if links is not None else "")]
     if choice.problem is None:  # else its auto row says why it keeps its keys
         rows.append(fabric.row(node.name, node.profile))
     if choice.problem is None and choice.name is not None:
-        name = auto_name(node.profile_name, choice.name)
+        name = auto_name(node.profile_name, choice.name, links)
         return replace(node, profile_name=name, profile=choice.profile), choice.profile, rows
     return node, None, rows
 
@@ -212,11 +235,13 @@ def resolve_auto_nodes(
     gpu_models: Mapping[str, Any],
     answered: Iterable[str],
     nic_models: Mapping[str, Any] | None = None,
+    nvlink_models: Mapping[str, Any] | None = None,
 ) -> tuple[Inventory, list[NodeRow]]:
     """The inventory with every answering ``auto`` node on its picked profile, every answering node whose profile
     derives the fabric with it under its keys, and ``profile:auto`` / ``profile:fabric`` rows per such node.
     ``gpu_models``: node -> the parsed ``gpu_count`` model (absent when it did not run); ``nic_models``: node ->
-    the parsed ``infiniband`` model, whose majority is the fabric."""
+    the parsed ``infiniband`` model, whose majority is the fabric; ``nvlink_models``: node -> the parsed
+    ``nvlink`` model, which with the GPU count says whether the node's GPUs should show NVLink."""
     answered = set(answered)
     touched = [n for n in inventory.tested if n.name in answered and (is_auto(n.profile) or _says_fabric(n.profile))]
     if not touched:
@@ -225,7 +250,8 @@ def resolve_auto_nodes(
     profiles, rows, changed, resolved = dict(inventory.profiles), list[NodeRow](), {}, _Resolved()
     for node in touched:
         if is_auto(node.profile):
-            new, profile, said = _auto_node(node, gpu_models.get(node.name), fabric, resolved)
+            read = (gpu_models.get(node.name), (nvlink_models or {}).get(node.name))
+            new, profile, said = _auto_node(node, read, fabric, resolved)
         else:
             new, profile, said = _derived_node(node, fabric, resolved)
         rows.extend(node_row(run_id, inventory.cluster, "preflight", node.name, row, "") for row in said)

@@ -23,7 +23,7 @@ from cluster_accept.inventory.model import Node
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.tasks.preflight.auto_profile import CHECK as AUTO_CHECK
-from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, resolve_auto_nodes
+from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, NVLINK_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.auto_profile import REASONS as AUTO_REASONS
 from cluster_accept.tasks.preflight.check_batch import NodePreflight, parse_node_result, run_preflight_on_node
 from cluster_accept.tasks.preflight.evaluate import (
@@ -107,7 +107,10 @@ class PreflightStage:
         answered = [o.node for o in outcomes if o.result.status not in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE)]
         gpu_models = {o.node: o.models.get(GPU_CHECK) for o in outcomes}
         nic_models = {o.node: o.models.get(NIC_CHECK) for o in outcomes}
-        state.inventory, picked = resolve_auto_nodes(state.run_id, state.inventory, gpu_models, answered, nic_models)
+        links = {o.node: o.models.get(NVLINK_CHECK) for o in outcomes}
+        state.inventory, picked = resolve_auto_nodes(
+            state.run_id, state.inventory, gpu_models, answered, nic_models, links
+        )
         state.rows += picked
         previous = previous_values(state)
         since_previous(outcomes, checks, marks_by_node(previous))  # XIDs new since the node's last run
