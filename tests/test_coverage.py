@@ -46,6 +46,7 @@ NOT_EXPECTATIONS = {
     "probes.nccl_tests_all_reduce",
     "probes.kept_settings",  # settings never suspected: the job_settings rows say which were
     "probes.prove_causes",  # whether suspects are measured again: the job_settings rows say it
+    "probes.prove_arms_extra",  # the bound of re-measurements a search takes: the job_settings rows say it
     *(f"training.{key}" for key in TrainingSettings.model_fields if key != "enabled"),
     "thresholds.straggler_pct",
     "thresholds.noise_k",  # how far past its noise a relative figure must fall: the relative rows say it

@@ -4,10 +4,13 @@ writes from the figures that came back (the node's runs stood in by functions: n
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, cast
 
-import pytest
+import pandas as pd
 
 from cluster_accept.analysis.probe_verdicts import measurement_frame
 from cluster_accept.checks.base import NodeRow, Status
@@ -59,45 +62,166 @@ def _failing() -> list[NodeRow]:
     return [row]
 
 
-def test_a_failed_figure_is_measured_again_without_the_suspects_and_the_recovery_confirms_them() -> None:
-    removed: list[dict[str, Any]] = []
+def _lines(settings: Mapping[str, tuple[str, str]]) -> str:
+    """job_settings.py's lines for ``settings`` (name -> (value, source))."""
+    return "\n".join(
+        json.dumps({"info": "settings", "setting": {"name": k, "value": v, "source": src}})
+        for k, (v, src) in settings.items()
+    )
 
-    def measure(node: Node, quick: bool, probes: Any) -> NodeResult:
-        removed.append(dict(REMOVED_SETTINGS.get()))
-        return _outcome(node.name, "")
 
-    before = measurement_frame([_figure("n1", 300.0), _figure("n2", 700.0)])
-    outcomes = [_outcome("n1", SETTINGS), _outcome("n2", "")]
+class NodeModel:
+    """A node below the SSH line: its run's settings (the failing run's, with what an arm reverts set back), and
+    a GEMM figure of 700 slowed by each culprit still in effect (a pair: only both together). Each arm's settings
+    and figure come back as the node would print them."""
+
+    def __init__(
+        self,
+        settings: Mapping[str, tuple[str, str]],
+        culprits: Mapping[str, float],
+        pairs: Sequence[tuple[str, str, float]] = (),
+    ) -> None:
+        self.settings, self.culprits, self.pairs = dict(settings), dict(culprits), list(pairs)
+        self.arms: list[dict[str, str | None]] = []
+
+    def in_effect(self, reverted: Mapping[str, str | None]) -> dict[str, tuple[str, str]]:
+        now = {k: v for k, v in self.settings.items() if k not in reverted}
+        now.update({k: (v, "env") for k, v in reverted.items() if v is not None and v != ""})
+        return now
+
+    def figure(self, now: Mapping[str, tuple[str, str]]) -> float:
+        """700 slowed by each culprit in effect at the failing run's value."""
+        on = {k for k, v in now.items() if self.settings.get(k) == v}
+        value = 700.0 * math.prod(f for k, f in self.culprits.items() if k in on)
+        return value * math.prod(f for a, b, f in self.pairs if a in on and b in on)
+
+    def measure(self, node: Node, quick: bool, probes: Any) -> NodeResult:
+        reverted = dict(REMOVED_SETTINGS.get())
+        self.arms.append(reverted)
+        now = self.in_effect(reverted)
+        return NodeResult(
+            node.name, NodeStatus.OK, commands=[CommandResult("gpu_bench", 0, f"{self.figure(now)}", _lines(now))]
+        )
+
+    def read(self, outcome: NodeResult, probes: Any, stage: str) -> list[Measurement]:
+        return [_figure(outcome.node, float(outcome.commands[0].stdout))]
+
+    def failing_run(self) -> NodeResult:
+        return NodeResult("n1", NodeStatus.OK, commands=[CommandResult("gpu_bench", 0, "", _lines(self.settings))])
+
+
+def _proved(model: NodeModel, state: RunState | None = None) -> tuple[dict[tuple[str, str], NodeRow], Any]:
+    before = measurement_frame(
+        [_figure("n1", model.figure(model.settings)), _figure("n2", 700.0), _figure("n3", 705.0), _figure("n4", 698.0)]
+    )
+    failing = [replace(_failing()[0], observed=f"{model.figure(model.settings):g}")]
     proof = prove_causes(
-        _state(True),
+        state or _state(True),
         "single-node",
         [GEMM],
-        outcomes,
-        (_failing(), before),
-        (measure, lambda o, p, s: [_figure(o.node, 690.0)]),
+        [model.failing_run()],
+        (failing, before),
+        (model.measure, model.read),
     )
-    # n1 only (n2 passed); NCCL's key set empty (a config file sets it), the environment's unset
-    assert removed == [{"NCCL_MAX_NCHANNELS": "", "OMP_NUM_THREADS": None}]
-    rows = {(r.check, r.item): r for r in proof.rows}
-    # two settings removed at once: each "confirmed_together" (one or more of them), a warning beside the figure
-    assert {rows[("job_settings", k)].reason for k in ("NCCL_MAX_NCHANNELS", "OMP_NUM_THREADS")} == {
-        "confirmed_together"
-    }
-    assert "gemm_bf16_tflops gpu 0 300 -> 690.0" in rows[("job_settings", "OMP_NUM_THREADS")].detail
-    assert rows[("gemm", "gemm_bf16_tflops")].detail.endswith("690.0, recovered: the setting is the cause")
-    assert [(m.node, m.stage, m.value) for m in proof.measurements] == [("n1", "single-node:without-suspects", 690.0)]
+    return {(r.check, r.item): r for r in proof.rows}, proof
 
 
-@pytest.mark.parametrize("again", [310.0, None])
-def test_a_figure_as_low_without_them_clears_them_and_none_back_leaves_them_suspects(again: float | None) -> None:
-    before = measurement_frame([_figure("n1", 300.0)])
-    figures = [] if again is None else [_figure("n1", again)]
+CONTAINER = {f"NCCL_SETTING_{i:02d}": (str(i), "env") for i in range(18)} | {
+    "NCCL_MAX_NCHANNELS": ("1", "/etc/nccl.conf"),
+    "OMP_NUM_THREADS": ("4", "env"),
+}
+
+
+def test_one_culprit_among_twenty_differences_is_named_alone_and_the_others_cleared() -> None:
+    model = NodeModel(CONTAINER, {"NCCL_SETTING_11": 0.2})
+    rows, proof = _proved(model)
+    named = {k[1]: r.reason for k, r in rows.items() if k[0] == "job_settings" and r.status != Status.PASS}
+    assert named == {"NCCL_SETTING_11": "confirmed"}
+    assert {r.reason for k, r in rows.items() if k[0] == "job_settings" and k[1] != "NCCL_SETTING_11"} == {"cleared"}
+    confirmed = rows[("job_settings", "NCCL_SETTING_11")]
+    assert confirmed.status == Status.FAIL and confirmed.expected == "unset"
+    assert "kept alone in effect (every other difference reverted) the figure stayed low" in confirmed.detail
+    assert f"proved in {len(model.arms)} re-measurements (at most 19)" in confirmed.detail and len(model.arms) <= 12
+    # the first arm reverted all 20: NCCL's file key set empty (NCCL never overwrites the environment's), others unset
+    assert model.arms[0]["NCCL_MAX_NCHANNELS"] == "" and model.arms[0]["OMP_NUM_THREADS"] is None
+    note = rows[("gemm", "gemm_bf16_tflops")].detail
+    assert "the cause is NCCL_SETTING_11=11 (each slows it by itself)" in note and "20 differences" in note
+    assert {m.stage for m in proof.measurements} == {"single-node:without-suspects"}
+    assert len(proof.measurements) == len(model.arms)
+
+
+def test_two_culprits_are_both_named_and_a_pair_that_slows_only_together_is_named_as_a_pair() -> None:
+    rows, _ = _proved(NodeModel(CONTAINER, {"NCCL_SETTING_02": 0.5, "OMP_NUM_THREADS": 0.6}))
+    named = {k[1]: r.reason for k, r in rows.items() if k[0] == "job_settings" and r.status != Status.PASS}
+    assert named == {"NCCL_SETTING_02": "confirmed", "OMP_NUM_THREADS": "confirmed"}
+    rows, _ = _proved(NodeModel(CONTAINER, {}, [("NCCL_SETTING_05", "NCCL_SETTING_14", 0.3)]))
+    named = {k[1]: r.reason for k, r in rows.items() if k[0] == "job_settings" and r.status != Status.PASS}
+    assert named == {"NCCL_SETTING_05": "confirmed_together", "NCCL_SETTING_14": "confirmed_together"}
+    assert "only together with NCCL_SETTING_14=14" in rows[("job_settings", "NCCL_SETTING_05")].detail
+
+
+def test_the_reference_is_the_nodes_last_accepted_run_and_what_it_ran_with_is_no_suspect() -> None:
+    run = {"run_id": "20261101T000000Z-a", "node": "n1", "probe": "gpu_bench", "also": ""}
+    accepted = [
+        {**run, "name": k, "value": v, "source": src} for k, (v, src) in CONTAINER.items() if k != "OMP_NUM_THREADS"
+    ]
+    state = _state(True)
+    state.history = cast(Any, SimpleNamespace(settings=pd.DataFrame(accepted)))
+    model = NodeModel(CONTAINER, {"OMP_NUM_THREADS": 0.3})
+    rows, _ = _proved(model, state)
+    assert [k[1] for k in rows if k[0] == "job_settings"] == ["OMP_NUM_THREADS"]  # the one difference
+    confirmed = rows[("job_settings", "OMP_NUM_THREADS")]
+    assert confirmed.reason == "confirmed" and "against its last accepted run 20261101T000000Z-a" in confirmed.detail
+    assert model.arms == [{"OMP_NUM_THREADS": None}]  # one arm: the figure with it reverted
+
+
+def test_a_setting_changed_since_the_reference_is_set_back_to_the_references_value() -> None:
+    accepted = [
+        {
+            "run_id": "r0",
+            "node": "n1",
+            "probe": "gpu_bench",
+            "name": "OMP_NUM_THREADS",
+            "value": "16",
+            "source": "env",
+            "also": "",
+        }
+    ]
+    state = _state(True)
+    state.history = cast(Any, SimpleNamespace(settings=pd.DataFrame(accepted)))
+    model = NodeModel({"OMP_NUM_THREADS": ("4", "env")}, {"OMP_NUM_THREADS": 0.3})
+    rows, _ = _proved(model, state)
+    assert model.arms == [{"OMP_NUM_THREADS": "16"}]
+    row = rows[("job_settings", "OMP_NUM_THREADS")]
+    assert (row.observed, row.expected, row.reason) == (
+        "OMP_NUM_THREADS=4 (reference: '16')",
+        "OMP_NUM_THREADS=16",
+        "confirmed",
+    )
+
+
+def test_an_arm_that_ran_otherwise_than_asked_is_void_and_named() -> None:
+    model = NodeModel(CONTAINER, {"NCCL_SETTING_03": 0.2})
+    real = model.in_effect
+    model.in_effect = lambda reverted: {**real(reverted), "NCCL_SETTING_03": ("3", "env")}  # type: ignore[method-assign]
+    rows, _ = _proved(model)
+    row = rows[("job_settings", "NCCL_SETTING_03")]
+    assert (row.status, row.reason) == (Status.WARN, "suspect")
+    assert "did not run as asked" in row.detail and "void: NCCL_SETTING_03 ran '3', asked unset" in row.detail
+
+
+def test_a_figure_back_only_within_its_noise_is_not_restored() -> None:
+    """The peers' figures spread by ±20 %: a figure from 560 to 600 has risen by less than three times that
+    noise, so the settings reverted did not restore it (cleared), though it now passes its floor."""
+    model = NodeModel({"OMP_NUM_THREADS": ("4", "env")}, {"OMP_NUM_THREADS": 560 / 600})
+    model.figure = lambda now: 560.0 if "OMP_NUM_THREADS" in now else 600.0  # type: ignore[method-assign]
+    before = measurement_frame([_figure("n1", 560.0), _figure("n2", 900.0), _figure("n3", 600.0), _figure("n4", 750.0)])
+    failing = [replace(_failing()[0], observed="560")]
     proof = prove_causes(
-        _state(True), "single-node", [GEMM], [_outcome("n1", SETTINGS)], (_failing(), before),
-        (lambda n, q, p: _outcome(n.name, ""), lambda o, p, s: figures),
-    )  # fmt: skip
-    settings = [r for r in proof.rows if r.check == "job_settings"]
-    assert {r.reason for r in settings} == ({"cleared"} if again is not None else {"suspect"})
+        _state(True), "single-node", [GEMM], [model.failing_run()], (failing, before), (model.measure, model.read)
+    )
+    row = next(r for r in proof.rows if r.check == "job_settings")
+    assert (row.item, row.reason) == ("OMP_NUM_THREADS", "cleared")
 
 
 def test_proving_turned_off_names_the_suspects_without_measuring() -> None:
@@ -168,7 +292,8 @@ def test_a_figure_the_probe_judges_off_its_own_output_is_proved_against_the_mini
     outcome = NodeResult("n1", NodeStatus.OK, commands=[CommandResult("training", 0, "", settings)])
     proof = prove_causes(
         _state(True), "single-node", [TRAINING], [outcome], ([row], before),
-        (lambda n, q, p: _outcome(n.name, ""), lambda o, p, s: [figure(0.904)]),
+        (lambda n, q, p: NodeResult(n.name, NodeStatus.OK, commands=[CommandResult("training", 0, "", "")]),
+         lambda o, p, s: [figure(0.904)]),
     )  # fmt: skip
     proved = [r for r in proof.rows if r.check == "job_settings"]
     assert [(r.item, r.reason) for r in proved] == [("CUDA_DEVICE_MAX_CONNECTIONS", "confirmed")]

@@ -105,8 +105,8 @@ def test_a_figure_that_recovers_without_the_suspects_confirms_them_with_both_num
     # removed together, the one measurement cannot tell which: each a warning, the figure still failing
     together = proof_rows([isa, subsys], [Retest(slow, "474.5", True)])
     assert [(r.item, r.status, r.reason) for r in together] == [
-        ("ONEDNN_MAX_CPU_ISA", Status.WARN, "confirmed_together"),
-        ("NCCL_DEBUG_SUBSYS", Status.WARN, "confirmed_together"),
+        ("ONEDNN_MAX_CPU_ISA", Status.WARN, "unresolved"),
+        ("NCCL_DEBUG_SUBSYS", Status.WARN, "unresolved"),
     ]
     assert together[0].detail == (
         "set in the job environment (removed together with NCCL_DEBUG_SUBSYS=INIT); measured again without it: "

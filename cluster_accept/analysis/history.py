@@ -28,7 +28,7 @@ from cluster_accept.analysis.calibration import NoiseTable, latest_table
 from cluster_accept.analysis.history_files import HistoryFiles
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures
 from cluster_accept.analysis.schemas import TABLES
-from cluster_accept.analysis.verdicts import COUNTER, MARK
+from cluster_accept.analysis.verdicts import COUNTER, MARK, Verdict
 from cluster_accept.vocabulary.lazy import pandas as pd
 from cluster_accept.vocabulary.own_files import copy_whole
 from cluster_accept.vocabulary.rows import Record
@@ -174,6 +174,33 @@ def past_node_values(history: Path | HistoryFiles, cluster: str, exclude_run: st
     return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=[*columns, "date"])
 
 
+SETTING_COLUMNS = ["run_id", "node", "probe", "name", "value", "source", "also"]
+
+
+def accepted_settings(history: Path | HistoryFiles, cluster: str, exclude_run: str | None = None) -> pd.DataFrame:
+    """What each node ran with at its latest accepted run that recorded its settings (of the cluster's last
+    :data:`RUNS_READ` runs started before ``exclude_run``): the known-good reference a failing figure's settings
+    are compared with. Columns :data:`SETTING_COLUMNS`; one run's files at a time, newest first, each node taken
+    from the first run that accepted it."""
+    files = _files(history)
+    start = None if exclude_run is None else run_start(exclude_run)
+    runs = [r.run_id for r in files.cluster_runs(cluster) if r.run_id != exclude_run]
+    chosen = [run for run in runs if start is None or run[:STAMP_CHARS] <= start][-RUNS_READ:]
+    found: set[str] = set()
+    parts = []
+    for run_id in reversed(chosen):
+        verdicts = load(files, "verdicts", cluster, [run_id], ["node", "verdict"])
+        accepted = set(verdicts[verdicts["verdict"] == Verdict.ACCEPTED.value]["node"].astype(str)) - found
+        if not accepted:
+            continue
+        settings = load(files, "settings", cluster, [run_id], SETTING_COLUMNS)
+        mine = settings[settings["node"].astype(str).isin(accepted)]
+        found |= set(mine["node"].astype(str))
+        parts.append(mine)
+    kept = [p for p in parts if not p.empty]
+    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=SETTING_COLUMNS)
+
+
 def node_trends(
     past: pd.DataFrame,
     current: pd.DataFrame,
@@ -251,6 +278,11 @@ class RunHistory:
         """The cluster's latest calibration (``cluster-accept calibrate``) that holds up as data, or None; a file
         that does not is set aside as the history's other files are (``files``)."""
         return latest_table(self.path, self.cluster, self.files)
+
+    @cached_property
+    def settings(self) -> pd.DataFrame:
+        """What each node ran with at its latest accepted run (see :func:`accepted_settings`)."""
+        return accepted_settings(self.files, self.cluster, exclude_run=self.run_id)
 
     @cached_property
     def node_values(self) -> pd.DataFrame:

@@ -1,33 +1,90 @@
 """Regressions against a node's own history: slower than it used to be, or error counters that grew. Pure.
 
 A node can pass its thresholds and sit inside the cluster's spread while running well below what it did
-last week (a fan failing, a link retraining): scheduled checks compare each node with itself. A figure
-below the node's own median over its last K runs by more than ``straggler_pct`` and ``noise_k`` times its noise
-(its own spread over those runs, the cluster's calibration: :mod:`analysis.noise`) is a regression, one in
-between is inconclusive; error
-counters (NVLink CRC/replay/recovery, remapped rows, ECC) that grew since the previous run are flagged, and so
-are those whose growth cannot be told (cleared since, stopped at their maximum, not a count).
+last week (a fan failing, a link retraining): scheduled checks compare each node with itself. But a node's own
+runs are few and as noisy as the machine: two earlier runs of a CPU GEMM 21 % apart say nothing of a third 6 %
+below their median. So a figure is a ``regression`` only when it is below the node's own median over its last K
+runs by more than ``straggler_pct``, ``noise_k`` times its calibrated noise, and the small-sample bound of its own
+runs: a new run of a figure whose n past runs have mean m and standard deviation s falls under
+m − t(n−1) · s · √(1 + 1/n) with the chance a normal figure has of falling ``noise_k`` σ short (t(n−1): Student's t
+quantile at n − 1 degrees of freedom, 19.2 at three runs and ``noise_k`` 3, 4.3 at ten). Under
+:data:`MIN_PAST_RUNS` earlier runs a shortfall is ``inconclusive``, whatever its size. Then (the stage measures
+again) a regression is confirmed like a straggler, measured once more beside a control node whose own figure did
+not move (:func:`confirmed_again`), and when most nodes of a figure fell together it is the cluster's (or the
+machine's) movement, one finding with its candidates, not a rejection of every node (:func:`moved_together`).
+Error counters (NVLink CRC/replay/recovery, remapped rows, ECC) that grew since the previous run are flagged, and
+so are those whose growth cannot be told (cleared since, stopped at their maximum, not a count).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis.noise import Noise, call, floor_of, robust_cv
+from cluster_accept.analysis.noise import Noise, call, floor_of
 from cluster_accept.analysis.probe_verdicts import INCONCLUSIVE, MetricRule, relative_status
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.vocabulary.text import quote
 
-MIN_PAST_RUNS = 2  # one earlier run is an anecdote; two make a median worth comparing with
+HISTORY_SUFFIX = "_vs_history"  # a figure's row against the node's own history: ``<metric>_vs_history``
+MIN_PAST_RUNS = 3  # fewer earlier runs than this: a shortfall against them is inconclusive, never a regression
+MOVED = "moved_with_cluster"  # the reason of a node's row when most nodes' same figure fell together
+REGRESSION = "regression"
 
 
 def _fmt(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def student_t_cdf(t: float, dof: int) -> float:
+    """P(T ≤ t) for Student's t with ``dof`` (≥ 1) degrees of freedom, in closed form for an integer ``dof``
+    (Abramowitz & Stegun 26.7.3–4): no numerical library on the controller."""
+    theta = math.atan(abs(t) / math.sqrt(dof))
+    cos2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    if dof % 2:
+        start = 3
+        inner = 0.0 if dof == 1 else 1.0
+        for k in range(start, dof - 1, 2):
+            term *= (k - 1) / k * cos2
+            inner += term
+        inside = (2 / math.pi) * (theta + (math.sin(theta) * math.cos(theta) * inner if dof > 1 else 0.0))
+    else:
+        for k in range(2, dof - 1, 2):
+            term *= (k - 1) / k * cos2
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + math.copysign(inside / 2, t)
+
+
+def student_t_quantile(p: float, dof: int) -> float:
+    """The t with P(T ≤ t) = ``p`` (0.5 < p < 1), by bisection over :func:`student_t_cdf`."""
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, dof) < p:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_cdf(middle, dof) < p else (low, middle)
+    return (low + high) / 2
+
+
+def own_noise(past: Sequence[float], k: float) -> Noise | None:
+    """The node's own runs as the noise a :func:`analysis.noise.call` at ``k`` reads: the small-sample bound
+    t(n−1) · s · √(1 + 1/n) over its median, expressed as a σ ``k`` of which reach it; None under two runs."""
+    n = len(past)
+    median = statistics.median(past) if past else 0.0
+    if n < 2 or median <= 0:
+        return None
+    tail = 0.5 * math.erfc(k / math.sqrt(2))  # the chance a normal figure falls k σ short
+    t = student_t_quantile(1 - tail, n - 1)
+    bound = t * statistics.stdev(past) * math.sqrt(1 + 1 / n) / median
+    source = f"its own last {n} runs: s {100 * statistics.stdev(past) / median:.1f}%, t({n - 1}) {t:.1f}"
+    return Noise(bound / k, source)
 
 
 def figure_regressions(
@@ -38,12 +95,12 @@ def figure_regressions(
     last_k: int = 10,
     calibrated: Mapping[tuple[str, str], Noise] | None = None,
 ) -> list[tuple[str, CheckRow]]:
-    """(node, row) per node and judged figure with enough history: pass, ``regression`` beyond the figure's
-    noise, ``inconclusive`` inside it.
+    """(node, row) per node and judged figure with an earlier run: pass, ``regression`` beyond the figure's
+    noise and its own runs' small-sample bound, ``inconclusive`` inside them or under :data:`MIN_PAST_RUNS`.
 
     ``current``/``past``: key figures (run_id, node, metric, unit, value; ``past`` ordered oldest first),
     as :func:`analysis.history.key_figures` returns them; ``calibrated``: the cluster's calibrated noise by
-    (node, metric), where it has one. The node's own spread over its past runs is a noise too.
+    (node, metric), where it has one.
     """
     out: list[tuple[str, CheckRow]] = []
     if current.empty or past.empty:
@@ -57,11 +114,11 @@ def figure_regressions(
         if "model" in past.columns:  # a training figure is compared with the same model's only
             same &= past["model"] == str(record.get("model") or "")
         mine = [float(v) for v in past[same]["value"].tolist()[-last_k:]]
-        if len(mine) < MIN_PAST_RUNS or statistics.median(mine) <= 0:
+        if not mine or statistics.median(mine) <= 0:
             continue
-        own = robust_cv(mine, f"its own last {len(mine)} runs")
-        noises = (own, (calibrated or {}).get((node, metric)))
-        out.append((node, _against_history(record, mine, rule, thresholds.get(node, Thresholds()), noises)))
+        limits = thresholds.get(node, Thresholds())
+        noises = (own_noise(mine, limits.noise_k), (calibrated or {}).get((node, metric)))
+        out.append((node, _against_history(record, mine, rule, limits, noises)))
     return out
 
 
@@ -76,13 +133,95 @@ def _against_history(
         f"last {len(mine)} runs ({', '.join(_fmt(v) for v in mine)})"
     )
     expected = f">= {_fmt(floor_of(median, judged.margin_pct))} {unit} (own median - {judged.margin_said()})"
-    item = f"{record['metric']}_vs_history"
-    if judged.outcome == "below":
-        return CheckRow(rule.check, item, relative_status(rule, limits), "regression", _fmt(value), expected, detail)
-    if judged.outcome == "inconclusive":
-        said = f"{detail}: {judged.inconclusive_said()}"
+    item = f"{record['metric']}{HISTORY_SUFFIX}"
+    if judged.outcome == "ok":
+        return CheckRow(rule.check, item, Status.PASS, "ok", _fmt(value), expected, detail)
+    if len(mine) < MIN_PAST_RUNS:
+        said = (
+            f"{detail}: only {len(mine)} earlier run(s), under the {MIN_PAST_RUNS} a judgement against its past needs"
+        )
         return CheckRow(rule.check, item, Status.WARN, INCONCLUSIVE, _fmt(value), expected, said)
-    return CheckRow(rule.check, item, Status.PASS, "ok", _fmt(value), expected, detail)
+    if judged.outcome == "below":
+        return CheckRow(rule.check, item, relative_status(rule, limits), REGRESSION, _fmt(value), expected, detail)
+    said = f"{detail}: {judged.inconclusive_said()}"
+    return CheckRow(rule.check, item, Status.WARN, INCONCLUSIVE, _fmt(value), expected, said)
+
+
+def _shortfall(row: NodeRow) -> bool:
+    """Whether a row against history fell past ``straggler_pct`` (a regression, or inconclusive)."""
+    return row.item.endswith(HISTORY_SUFFIX) and row.reason in (REGRESSION, INCONCLUSIVE)
+
+
+def moved_together(rows: Sequence[NodeRow], candidates: str = "") -> list[NodeRow]:
+    """``rows`` with each figure that fell against history on most of the nodes judged (at least two, and at least
+    half) turned into one cluster-level finding: those nodes' rows ``moved_with_cluster`` (a warning naming how
+    many nodes moved, by how much, and ``candidates``: what changed between the runs), never a rejection of each."""
+    by_item: dict[str, list[NodeRow]] = {}
+    for row in rows:
+        if row.item.endswith(HISTORY_SUFFIX):
+            by_item.setdefault(row.item, []).append(row)
+    moved: dict[str, str] = {}
+    for item, judged in by_item.items():
+        fell = [r for r in judged if _shortfall(r)]
+        if len(fell) >= 2 and 2 * len(fell) >= len(judged):
+            changed = f"; what changed between the runs: {candidates}" if candidates else ""
+            moved[item] = (
+                f"{len(fell)} of the {len(judged)} nodes judged fell below their own history together: the cluster "
+                f"or the machine moved, not this node{changed}"
+            )
+    return [
+        replace(r, status=Status.WARN, reason=MOVED, detail=f"{r.detail}; {moved[r.item]}")
+        if r.item in moved and _shortfall(r)
+        else r
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Control:
+    """The node measured again beside a regression: its name, its figure again (None: none came back) and its
+    own floor against its history."""
+
+    node: str
+    again: float | None
+    floor: float | None
+
+    @property
+    def moved(self) -> bool:
+        return self.again is not None and self.floor is not None and self.again < self.floor
+
+
+def _unconfirmed(row: NodeRow, why: str) -> NodeRow:
+    return replace(row, status=Status.WARN, reason=INCONCLUSIVE, detail=f"{row.detail}; {why}")
+
+
+def confirmed_again(row: NodeRow, again: float | None, control: Control | None) -> NodeRow:
+    """A ``regression`` row once its node was measured again (``again``; None: no figure came back) beside a
+    ``control`` (None: no node to control with): it stays a regression only when it is still under its floor
+    while the control is not under its own; else ``inconclusive``, saying why."""
+    floor = _floor(row.expected)
+    if again is None or floor is None:
+        return _unconfirmed(row, "measured again: no figure")
+    said = f"measured again: {_fmt(again)}"
+    if again >= floor:
+        return _unconfirmed(row, f"{said}, back within its own history: not confirmed")
+    if control is not None and control.moved:
+        fell = f"which fell under its own history too ({_fmt(control.again or 0.0)})"
+        return _unconfirmed(row, f"{said} beside {control.node}, {fell}: the machine moved, not confirmed")
+    beside = ""
+    if control is not None and control.again is not None:
+        beside = f" beside {control.node} ({_fmt(control.again)}, within its own history)"
+    return replace(row, detail=f"{row.detail}; {said}{beside}: confirmed")
+
+
+def _floor(expected: str | None) -> float | None:
+    text = (expected or "").strip()
+    if not text.startswith(">="):
+        return None
+    try:
+        return float(text[2:].split()[0].replace(",", ""))
+    except (ValueError, IndexError):
+        return None
 
 
 # Where a 32- or 64-bit counter stops: a count there at both reads may have stopped, not stayed. Narrower

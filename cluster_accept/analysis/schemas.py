@@ -209,6 +209,22 @@ NCCL = pa.schema(
 )
 
 
+SETTINGS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("cluster", pa.string()),
+        ("stage", pa.string()),
+        ("node", pa.string()),
+        ("probe", pa.string()),  # the node-side script that ran with it
+        ("name", pa.string()),
+        ("value", pa.string()),  # a secret-looking setting's value masked
+        ("source", pa.string()),  # env, or the NCCL config file that set it
+        ("also", pa.string()),  # a config file that sets it too (the environment won)
+    ],
+    metadata={"cluster_accept_schema": "settings", "version": SCHEMA_VERSION},
+)
+
+
 THRESHOLDS = pa.schema(
     [
         ("run_id", pa.string()),
@@ -324,6 +340,7 @@ TABLES: dict[str, pa.Schema] = {
     "verdicts": VERDICTS,
     "burn": BURN,
     "nccl": NCCL,
+    "settings": SETTINGS,
     "thresholds": THRESHOLDS,
 }
 

@@ -51,22 +51,35 @@ def descriptive(key: str) -> bool:
     return key in DESCRIPTIVE or key.endswith("_VERSION")
 
 
-# Figures' findings a setting can explain: far below a minimum, or far below the node's peers.
-FIGURE_FAILURES = frozenset({"below_threshold", "straggler", "efficiency_low", "dp_efficiency_low"})
+# Figures' findings a setting can explain: far below a minimum, the node's peers or its own history, a training
+# efficiency (data-parallel, scaling), a rank slower than the others.
+FIGURE_FAILURES = frozenset(
+    {"below_threshold", "straggler", "efficiency_low", "dp_efficiency_low", "regression", "slow_rank"}
+)
 REASONS = declare(
     Reason(
         "confirmed",
         Status.FAIL,
-        "a setting in effect for the job slowed a figure: measured again without it, the figure recovered (both "
-        "numbers in the detail): unset it where it is set, or set it right for this node",
+        "a setting that differs from the node's known-good reference slows a figure by itself, proved arm by arm: "
+        "kept alone in effect the figure stayed low, reverted (with any other culprit) it recovered (the arms' "
+        "numbers in the detail): unset it where it is set, or set it back to the reference's value",
         Action.FIX_CONFIG,
         kind=FindingKind.RELATIVE,
     ),
     Reason(
         "confirmed_together",
+        Status.FAIL,
+        "settings that slow a figure only together, proved arm by arm: each kept alone is harmless, kept together "
+        "the figure stays low, reverting either restores it: change one of them where it is set",
+        Action.FIX_CONFIG,
+        kind=FindingKind.RELATIVE,
+    ),
+    Reason(
+        "unresolved",
         Status.WARN,
-        "several settings were in effect and the figure recovered without all of them: one or more of them slowed "
-        "it (both numbers in the detail); unset them one at a time and measure again to tell which",
+        "the search for the smallest set of settings that explains a slow figure stopped before it was proved "
+        "(its bound of re-measurements reached, or an arm that did not run as asked): the detail names what is "
+        "still in question; revert those one at a time and measure again",
         Action.FIX_CONFIG,
         kind=FindingKind.RELATIVE,
     ),
@@ -154,25 +167,28 @@ def suspects(
     in effect nor kept by it (``probes.kept_settings``), not the library's default, not descriptive, and not one
     a node whose same figures passed ran with too (``healthy``: those nodes' settings); never a masked value
     (it cannot be set back)."""
-    pinned, kept = profile.nccl_env, frozenset(profile.probes.kept_settings)
     exonerated = {(s.key, s.value) for node in healthy for s in node}
-    found = []
-    for setting in settings:
-        if setting.key in tool_keys | kept or descriptive(setting.key) or (setting.key, setting.value) in exonerated:
-            continue
-        if not setting.removable:
-            continue
-        if pinned.get(setting.key) == setting.value or _masked(setting.value):
-            continue
-        if LIBRARY_DEFAULTS.get(setting.key) == setting.value.strip():
-            continue
-        if setting.key == "CUDA_VISIBLE_DEVICES" and profile.probes.cuda_visible_devices is not None:
-            continue
-        found.append(setting)
-    return found
+    return [
+        s
+        for s in settings
+        if (s.key, s.value) not in exonerated and s.removable and suspicious(s.key, s.value, profile, tool_keys)
+    ]
 
 
-def _masked(value: str) -> bool:
+def suspicious(key: str, value: str | None, profile: Profile, tool_keys: frozenset[str]) -> bool:
+    """Whether ``key`` at ``value`` (None: unset) can be what slowed a run: not the tool's own key nor one the
+    profile keeps, not descriptive, not pinned by the profile to that value, not a masked value, not the
+    library's default, not the GPU partition the profile sets."""
+    if key in tool_keys | frozenset(profile.probes.kept_settings) or descriptive(key):
+        return False
+    if value is not None and (profile.nccl_env.get(key) == value or masked(value)):
+        return False
+    if value is not None and LIBRARY_DEFAULTS.get(key) == value.strip():
+        return False
+    return not (key == "CUDA_VISIBLE_DEVICES" and profile.probes.cuda_visible_devices is not None)
+
+
+def masked(value: str) -> bool:
     """A value hidden before it reached the controller (``****``, ``***``): it cannot be set back or shown."""
     return len(value) >= 3 and set(value) == {"*"}
 
@@ -188,7 +204,8 @@ def failing_figures(rows: Sequence[NodeRow], metrics: Iterable[str]) -> dict[str
 
 
 def figure_of(row: NodeRow) -> str:
-    return row.item.removesuffix("_vs_cluster")
+    """The metric a row judges: its item, less the comparison it makes (``_vs_cluster``, ``_vs_history``)."""
+    return row.item.removesuffix("_vs_cluster").removesuffix("_vs_history")
 
 
 # Between nodes, the all-reduce's failing rows: what a second all-reduce without the suspects proves
@@ -210,8 +227,8 @@ BETWEEN_NODES_SYMPTOMS = frozenset(check for check, _ in BETWEEN_NODES_FAILURES)
 def causes(symptoms: frozenset[str], stage: str) -> tuple[Link, ...]:
     """A confirmed setting explains the figures of ``symptoms`` (checks) it slowed; a suspect, until cleared."""
     return (
-        Link(NAME, symptoms, stage, frozenset({"confirmed"})),
-        Link(NAME, symptoms, stage, frozenset({"confirmed_together", "suspect"})),
+        Link(NAME, symptoms, stage, frozenset({"confirmed", "confirmed_together"})),
+        Link(NAME, symptoms, stage, frozenset({"unresolved", "suspect"})),
     )
 
 
@@ -262,14 +279,20 @@ def _figures(retests: Sequence[Retest], recovered: bool) -> str:
     )
 
 
+def retest_said(retests: Sequence[Retest]) -> str:
+    """Each figure measured again, in words: ``gemm_fp32_gflops 12.1 -> 60.3``."""
+    return "; ".join(f"{_named(r.row)} {r.row.observed} -> {r.again or 'no figure'}" for r in retests)
+
+
 def _named(row: NodeRow) -> str:
     return figure_of(row) + ("" if row.gpu is None else f" gpu {row.gpu}")
 
 
 def proof_rows(suspected: Sequence[JobSetting], retests: Sequence[Retest]) -> list[CheckRow]:
-    """A row per suspect: confirmed when a failing figure recovered without the suspects, cleared when every
-    one came back as low, suspect when none came back. Several suspects are removed together: each row names
-    the others (one or more of them is the cause)."""
+    """A row per suspect of one arm that removed them all: confirmed when a failing figure recovered without the
+    one suspect, cleared when every figure came back as low, suspect when none came back; several suspects
+    removed together and recovered are ``unresolved`` (one or more of them is the cause, not yet told apart),
+    each row naming the others."""
     rows = []
     back = [r for r in retests if r.again is not None]
     for setting in suspected:
@@ -286,7 +309,7 @@ def proof_rows(suspected: Sequence[JobSetting], retests: Sequence[Retest]) -> li
                 f"{where}; measured again without it: {_figures(back, True)}: {'confirmed' if alone else 'recovered'}"
             )
             said += f"; still low: {stayed}" if stayed else ""
-            status, reason = (Status.FAIL, "confirmed") if alone else (Status.WARN, "confirmed_together")
+            status, reason = (Status.FAIL, "confirmed") if alone else (Status.WARN, "unresolved")
             rows.append(CheckRow(NAME, setting.key, status, reason, setting.said, "unset", said))
         else:
             said = f"{where}; measured again without it: {_figures(back, False)}: still low, not the cause"

@@ -147,8 +147,20 @@ COMMON = declare(
     Reason(
         "regression",
         Status.FAIL,
-        "well below this node's own recent runs: compare clocks, power and temperature in the evidence",
+        "well below this node's own recent runs, beyond their spread and the figure's noise, and still so when "
+        "measured again beside a control node that did not move: the settings that changed since its last accepted "
+        "run are searched for the cause (the job_settings rows); where none is proved, compare clocks, power and "
+        "temperature in the evidence",
         Action.CHECK_NODE,
+        kind=FindingKind.RELATIVE,
+    ),
+    Reason(
+        "moved_with_cluster",
+        Status.WARN,
+        "below this node's own recent runs, together with most nodes of the cluster: the cluster or the machine "
+        "moved (a driver, firmware or setting changed for all, a load beside the run), not this node; the detail "
+        "names what changed between the runs",
+        Action.RERUN,
         kind=FindingKind.RELATIVE,
     ),
     Reason(

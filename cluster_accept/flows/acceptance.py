@@ -25,6 +25,7 @@ from cluster_accept.analysis.schemas import (
     NCCL,
     NODE_VALUES,
     SCALING,
+    SETTINGS,
     TRAINING_SCALING,
     write_table,
 )
@@ -51,6 +52,7 @@ TABLES = {
     "scaling": (SCALING, lambda state: state.tables.scaling),
     "training_scaling": (TRAINING_SCALING, lambda state: state.tables.training_scaling),
     "nccl": (NCCL, lambda state: state.tables.nccl),
+    "settings": (SETTINGS, lambda state: state.tables.settings),
 }
 
 

@@ -29,12 +29,12 @@ from cluster_accept.inventory.hostlist import MAX_NODES, fold
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.probes.base import discover
 from cluster_accept.tasks.stage import RunState
-from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record, SettingRow
 
 SHARDS_DIR = "shards"
 SHARD_NOT_FINISHED = "shard_not_finished"
 # The tables a shard's stages write, and where the parent's state keeps them.
-STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling", "nccl")
+STATE_TABLES = ("checks", "node_values", "measurements", "isolation", "scaling", "training_scaling", "nccl", "settings")
 _KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 # Check ``shards``: what only the parent of a sharded run can see. Each shard judges drift within itself; a value
 # a whole shard agrees on, that the rest of the cluster has otherwise, is seen here and reported.
@@ -131,6 +131,7 @@ def merge_shard(state: RunState, shard: ShardTables, shard_dir: Path) -> None:
     state.tables.scaling += _own(ScalingRow, shard.tables.get("scaling", []), state.run_id)
     state.tables.training_scaling += _own(TrainingScalingRow, shard.tables.get("training_scaling", []), state.run_id)
     state.tables.nccl += _own(NcclFact, shard.tables.get("nccl", []), state.run_id)
+    state.tables.settings += _own(SettingRow, shard.tables.get("settings", []), state.run_id)
     for series in series_dirs():
         source = shard_dir / series
         if source.is_dir():

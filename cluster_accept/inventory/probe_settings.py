@@ -105,6 +105,12 @@ class ProbeSettings(_Strict):
         description="measure a failed figure once more on its node without the settings suspected of slowing it "
         "(set in the job environment or NCCL's config files), to confirm or clear them",
     )
+    prove_arms_extra: Annotated[int, Field(ge=0, le=64)] = Field(
+        default=2,
+        description="the bound of re-measurements a search for the cause of a slow figure may take over k "
+        "suspects: 2*ceil(log2 k) + this for the first culprit, ceil(log2 k) + 2 more for each further one, "
+        "2*ceil(log2 k) + 2 more for a set that slows it only together",
+    )
     rails: list[Rail] = Field(
         default_factory=list,
         description="per-rail runs across nodes: one rank per node on each rail's GPU and NIC (empty: none)",

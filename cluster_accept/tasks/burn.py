@@ -22,4 +22,6 @@ def burns(node: Node) -> bool:
     return node.profile.burn.runs
 
 
-STAGE = ProbeStage(NAME, suites=frozenset({"light", "full", "burn"}), tables=("checks", "measurements"), takes=burns)
+STAGE = ProbeStage(
+    NAME, suites=frozenset({"light", "full", "burn"}), tables=("checks", "measurements", "settings"), takes=burns
+)

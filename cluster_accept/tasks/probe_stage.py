@@ -21,7 +21,15 @@ from cluster_accept.analysis import nccl_mechanism, stragglers, suspects
 from cluster_accept.analysis.calibration import calibrated_by_figure
 from cluster_accept.analysis.history import Trend, key_figures, node_trends
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame
-from cluster_accept.analysis.regressions import figure_regressions
+from cluster_accept.analysis.reference import shared_changes
+from cluster_accept.analysis.regressions import (
+    REGRESSION,
+    Control,
+    confirmed_again,
+    figure_regressions,
+    moved_together,
+)
+from cluster_accept.analysis.suspects import figure_of, stated_minimum
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
@@ -36,7 +44,7 @@ from cluster_accept.tasks.probe_runs import (
     probe_script,
     run_probes_on_node,
 )
-from cluster_accept.tasks.prove_causes import mechanism_rows, prove_causes
+from cluster_accept.tasks.prove_causes import mechanism_rows, prove_causes, setting_rows
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, in_waves, per_node, wave_of
 from cluster_accept.vocabulary.rows import Measurement
@@ -91,13 +99,13 @@ class ProbeStage:
         )
         if "nccl" in self.tables:
             state.tables.nccl.extend(judged.nccl)
+        if "settings" in self.tables:
+            state.tables.settings += setting_rows(state.run_id, state.cluster, self.name, outcomes, probes)
         for table, charted in judged.charted.items():
             state.tables.series.setdefault(table, []).extend(charted)
         rows, proved = self._judged_again(state, probes, outcomes, judged)
         state.rows += rows
         state.measurements += judged.measurements + proved
-        if self.judges_regressions:
-            state.rows += regression_rows(state, self.name, probes, judged.frame)
         if self.keeps_trends:
             state.trends = self.trend_records(state, judged.frame)
 
@@ -107,6 +115,8 @@ class ProbeStage:
         """The stage's rows once what it measures again is judged (its stragglers confirmed, its suspected settings
         proved and NCCL's mechanism named, as the stage is configured), and the figures proving measured."""
         rows = confirm_stragglers(state, probes, judged) if self.confirms_stragglers else judged.rows
+        if self.judges_regressions:
+            rows = rows + against_history(state, self.name, probes, judged.frame)
         if not self.proves_causes:
             return rows, []
         run = (run_probes_on_node, figure_reader(state))
@@ -214,6 +224,56 @@ def regression_rows(state: RunState, stage: str, probes: Sequence[Probe], frame:
         )
         for node, row in figure_regressions(current, state.history.figures, thresholds, rules, calibrated=calibrated)
     ]
+
+
+def against_history(state: RunState, stage: str, probes: Sequence[Probe], frame: pd.DataFrame) -> list[NodeRow]:
+    """Each measured node against its own earlier runs (:func:`regression_rows`): a figure most nodes lost together
+    is the cluster's movement (:func:`analysis.regressions.moved_together`, with the settings that changed), and
+    every regression left is measured again beside a control node whose own figure did not move
+    (:func:`confirm_regressions`)."""
+    rows = moved_together(regression_rows(state, stage, probes, frame), _changed_settings(state))
+    return confirm_regressions(state, probes, rows) if any(r.reason == REGRESSION for r in rows) else rows
+
+
+def confirm_regressions(state: RunState, probes: Sequence[Probe], rows: Sequence[NodeRow]) -> list[NodeRow]:
+    """The nodes with a regression measured once more with the probes behind it, beside the first node whose every
+    figure held against its history; each stays a regression only when it is still low while the control is not
+    (:func:`analysis.regressions.confirmed_again`)."""
+    flagged = sorted({r.node for r in rows if r.reason == REGRESSION})
+    steady = sorted({r.node for r in rows} - {r.node for r in rows if r.status != Status.PASS})
+    control = steady[0] if steady else None
+    checks = {r.check for r in rows if r.reason == REGRESSION}
+    chosen = [p for p in probes if p.check in checks]
+    outcomes = measure_again(state, [*flagged, *([control] if control else [])], chosen)
+    measured = judge_nodes(state.run_id, state.inventory, outcomes, state.quick, chosen).measurements
+    again = key_figures(measurement_frame(measured), judged_rules(probes))
+    value = {(str(n), str(m)): float(v) for n, m, v in zip(again["node"], again["metric"], again["value"], strict=True)}
+    floors = {(r.node, r.item): r.expected for r in rows}
+    out = []
+    for row in rows:
+        if row.reason != REGRESSION:
+            out.append(row)
+            continue
+        metric, held = figure_of(row), None
+        if control is not None:
+            held = Control(control, value.get((control, metric)), stated_minimum(floors.get((control, row.item))))
+        out.append(confirmed_again(row, value.get((row.node, metric)), held))
+    return out
+
+
+def _changed_settings(state: RunState) -> str:
+    """The setting changes most nodes of this run share against their last accepted runs (the history's
+    ``settings``): the candidates when most nodes fell together; "" without a history of settings."""
+    past = state.history.settings if state.history is not None else None
+    if past is None or past.empty or not state.tables.settings:
+        return ""
+    now: dict[str, dict[str, str]] = {}
+    for row in state.tables.settings:
+        now.setdefault(row.node, {})[row.name] = row.value
+    was: dict[str, dict[str, str]] = {}
+    for node, name, value in zip(past["node"], past["name"], past["value"], strict=True):
+        was.setdefault(str(node), {})[str(name)] = str(value)
+    return "; ".join(shared_changes(now, was)) or "no setting the probes ran with changed"
 
 
 def probe_reasons(probes: Sequence[Probe]) -> list[tuple[str, Mapping[str, Reason]]]:

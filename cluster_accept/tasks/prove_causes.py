@@ -1,27 +1,44 @@
-"""Prove a suspected setting by measuring again without it: the step no health check takes.
+"""Prove the cause of a slow figure: the smallest set of settings whose reverting restores it, arm by arm.
 
-After a probe stage is judged (and its stragglers measured again), every node with a figure that failed and a
-suspect among the settings its run had (:mod:`analysis.suspects`) runs the probes behind those figures once
-more, with the suspects removed from the job's environment (unset, or set empty where an NCCL config file sets
-them: NCCL never overwrites a key the environment has). The failing rows are judged again on the new figures;
-the suspects become confirmed or cleared rows, and each failing row says what it measured without them.
+After a probe stage is judged (its stragglers measured again, each node held to its own history), every node with
+a figure that failed runs the probes behind it again, arm after arm, with some of the settings that differ from
+its known-good reference (:mod:`analysis.reference`: its last accepted run, else a healthy peer, else the
+defaults) set back to the reference's (unset, set empty where an NCCL config file sets them: NCCL never
+overwrites a key the environment has, or set to the reference's value). Which settings each arm reverts is the
+search's (:mod:`analysis.minimal_cause`); each arm is judged as the stage judged the figure, and an arm that did
+not run with the settings asked is void. The changes become confirmed, confirmed-together, cleared or unresolved
+rows (:mod:`analysis.proof`), and each failing row says what the search found.
 
-Bounded: one extra run per node and probe script, only for nodes with a failed figure and a suspect, in
-waves of the profiles' ``max_parallel_nodes``; ``probes.prove_causes: false`` names the suspects without
-measuring again. The extra figures are kept under the stage ``<stage>:without-suspects``.
+Bounded: only nodes with a failed figure and a difference, each search by its bound of arms (``probes.
+prove_arms_extra``), each round of arms in waves of the profiles' ``max_parallel_nodes``; ``probes.prove_causes:
+false`` names the differences without measuring again. The arms' figures are kept under the stage
+``<stage>:without-suspects``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
 from cluster_accept.analysis import nccl_mechanism
+from cluster_accept.analysis.calibration import calibrated_by_figure
+from cluster_accept.analysis.minimal_cause import Search
 from cluster_accept.analysis.nccl_account import SETTING
 from cluster_accept.analysis.nccl_mechanism import ClusterAccount, mechanism
-from cluster_accept.analysis.probe_verdicts import measurement_frame
+from cluster_accept.analysis.noise import Noise, robust_cv
+from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame
+from cluster_accept.analysis.proof import (
+    arm_outcome,
+    arm_settings_wrong,
+    figure_note,
+    finding_rows,
+    unproved_change_rows,
+)
+from cluster_accept.analysis.reference import DEFAULTS, Change, Reference, closest, difference, suspected
+from cluster_accept.analysis.regressions import HISTORY_SUFFIX
 from cluster_accept.analysis.suspects import (
     NCCL_SYMPTOMS,
     JobSetting,
@@ -29,13 +46,9 @@ from cluster_accept.analysis.suspects import (
     failing_figures,
     figure_of,
     figure_value,
-    proof_rows,
     read_settings,
     recovered,
-    retest_note,
     stated_minimum,
-    suspects,
-    unproved_rows,
 )
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.inventory.model import Node, Profile
@@ -44,7 +57,7 @@ from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.result import NodeResult
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.tasks.stage import RunState, in_waves
-from cluster_accept.vocabulary.rows import Measurement, NcclFact
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, SettingRow
 
 SUFFIX = ":without-suspects"
 NCCL_LOG = "NCCL's log (set by environment)"  # where a setting only NCCL's own account named was set
@@ -56,12 +69,14 @@ ReadFigures = Callable[[NodeResult, Sequence[Probe], str], list[Measurement]]
 
 @dataclass(frozen=True)
 class _Case:
-    """One node to prove: its failing figure rows, the probes behind them, and the suspects its runs had."""
+    """One node to prove: its failing figure rows, the probes behind them, and what its runs changed against its
+    known-good reference."""
 
     node: Node
     failing: list[NodeRow]
     probes: list[Probe]
-    suspected: list[JobSetting]
+    changes: list[Change]  # the differences against ``reference`` that can have slowed it
+    reference: Reference
 
 
 def node_settings(outcome: NodeResult, scripts: frozenset[str], facts: Sequence[NcclFact] = ()) -> list[JobSetting]:
@@ -94,6 +109,25 @@ def _passed(rows: Sequence[NodeRow], metrics: frozenset[str]) -> dict[str, set[s
     return found
 
 
+def _reference(
+    state: RunState, name: str, scripts: frozenset[str], now: list[JobSetting], peers: dict[str, list[JobSetting]]
+) -> Reference:
+    """The node's known-good reference for the runs of ``scripts``: its last accepted run's settings, else the
+    closest node of this run whose same figures passed (``peers``), else the libraries' defaults."""
+    history = getattr(state, "history", None)
+    past = history.settings if history is not None else None
+    if past is not None and not past.empty:
+        mine = past[(past["node"] == name) & past["probe"].isin(list(scripts))]
+        if not mine.empty:
+            settings = [_setting_of(r) for r in mine.drop_duplicates("name").to_dict("records")]
+            return Reference(tuple(settings), f"its last accepted run {mine['run_id'].iloc[0]}")
+    return closest(now, peers) or Reference((), DEFAULTS)
+
+
+def _setting_of(record: Mapping[str, Any]) -> JobSetting:
+    return JobSetting(str(record["name"]), str(record["value"]), str(record["source"]), str(record.get("also") or ""))
+
+
 def _cases(
     state: RunState,
     probes: Sequence[Probe],
@@ -102,8 +136,8 @@ def _cases(
     facts: Sequence[NcclFact] = (),
     measured: frozenset[str] = frozenset(),
 ) -> list[_Case]:
-    """The nodes to prove: a failed figure (``measured``: every metric the stage's runs gave), and a suspect among
-    the settings of the runs behind it."""
+    """The nodes to prove: a failed figure (``measured``: every metric the stage's runs gave), and a difference
+    against the node's known-good reference among the settings of the runs behind it."""
     # the probes' judged figures, and those a probe judges off its own output (the data-parallel efficiency)
     metrics = frozenset(metric for probe in probes for metric in probe.metrics) | frozenset(measured)
     by_node = {outcome.node: outcome for outcome in outcomes}
@@ -111,14 +145,6 @@ def _cases(
     for fact in facts:
         facts_of.setdefault(fact.node, []).append(fact)
     failed, passed = failing_figures(rows, metrics), _passed(rows, metrics)
-    settings: dict[tuple[str, frozenset[str]], list[JobSetting]] = {}
-
-    def of(name: str, scripts: frozenset[str]) -> list[JobSetting]:
-        key = (name, scripts)
-        if key not in settings:
-            settings[key] = node_settings(by_node[name], scripts, facts_of.get(name, []))
-        return settings[key]
-
     cases = []
     for name, failing in sorted(failed.items()):
         node = state.inventory.node(name)
@@ -127,19 +153,21 @@ def _cases(
         if name not in by_node or not chosen:
             continue
         figures = {figure_of(r) for r in failing}
-        peers = [n for n, done in passed.items() if figures <= done and n in by_node and n not in failed]
-        same = [n for n in peers if state.inventory.node(n).profile_name == node.profile_name]
-        healthy = [of(n, behind) for n in same]
-        suspected = suspects(of(name, behind), node.profile, tool_keys(node), healthy)
-        if suspected:
-            cases.append(_Case(node, failing, chosen, suspected))
+        like = [n for n, done in passed.items() if figures <= done and n in by_node and n not in failed]
+        same = [n for n in like if state.inventory.node(n).profile_name == node.profile_name]
+        peers = {n: node_settings(by_node[n], behind, facts_of.get(n, [])) for n in same}
+        now = node_settings(by_node[name], behind, facts_of.get(name, []))
+        reference = _reference(state, name, behind, now, peers)
+        changes = suspected(difference(now, reference.settings), node.profile, tool_keys(node), peers.values())
+        if changes:
+            cases.append(_Case(node, failing, chosen, changes, reference))
     return cases
 
 
-def _without(case: _Case, quick: bool, measure: Measure) -> NodeResult:
-    """The case's probes run once more on its node with the suspects removed (the commands are built while
-    :data:`probes.scripts.REMOVED_SETTINGS` names them, in the thread that runs them)."""
-    token = REMOVED_SETTINGS.set({s.key: s.removal() for s in case.suspected})
+def _arm_run(case: _Case, reverted: frozenset[str], quick: bool, measure: Measure) -> NodeResult:
+    """The case's probes run once more on its node with ``reverted`` changes set back to the reference (the
+    commands are built while :data:`probes.scripts.REMOVED_SETTINGS` names them, in the thread that runs them)."""
+    token = REMOVED_SETTINGS.set({c.key: c.revert() for c in case.changes if c.key in reverted})
     try:
         return measure(case.node, quick, case.probes)
     finally:
@@ -147,20 +175,24 @@ def _without(case: _Case, quick: bool, measure: Measure) -> NodeResult:
 
 
 def _retests(
-    cases: Sequence[_Case], before: pd.DataFrame, again: pd.DataFrame, profiles: Mapping[str, Profile]
+    cases: Sequence[_Case],
+    before: pd.DataFrame,
+    again: pd.DataFrame,
+    profiles: Mapping[str, Profile],
+    noise: Mapping[tuple[str, str], Noise],
 ) -> list[Retest]:
-    """Each failing row judged again by its probe over the stage's figures, every proved node's figures replaced
-    by those it measured without its suspects (one judgement per probe, whatever the number of nodes); a row
-    recovered when it passes and its figure rose beyond the profile's ``straggler_pct``."""
+    """Each failing row judged again by its probe over the stage's figures, every measured node's figures replaced
+    by those of its arm (one judgement per probe, whatever the number of nodes); a row recovered when it passes
+    and its figure rose beyond the profile's ``straggler_pct`` and ``noise_k`` times the figure's calibrated
+    noise (a figure back only within its noise is not restored)."""
     replaced = {(c.node.name, figure_of(r)) for c in cases for r in c.failing}
     keys = list(zip(before["node"], before["metric"], strict=True))
     kept = before[[key not in replaced for key in keys]]
     figures = pd.concat([kept, again], ignore_index=True) if not again.empty else kept
     measured = {(n, m) for n, m in zip(again["node"], again["metric"], strict=True)} if not again.empty else set()
-    out = []
-    out += _inspected_retests(cases, again)
+    out = _inspected_retests(cases, again, noise)
     for probe in {p for c in cases for p in c.probes}:
-        mine = [(c, r) for c in cases for r in c.failing if figure_of(r) in probe.metrics]
+        mine = [(c, r) for c in cases for r in c.failing if figure_of(r) in probe.metrics and not _against_history(r)]
         if not mine:
             continue
         judged = probe.evaluate(figures[figures["metric"].isin(list(probe.metrics))], profiles)
@@ -170,41 +202,92 @@ def _retests(
             if (case.node.name, figure_of(row)) not in measured or twin is None:
                 out.append(Retest(row, None, False))
                 continue
-            margin = case.node.profile.thresholds.straggler_pct
             after = figure_value(twin.observed)
+            margin = _margin(case, figure_of(row), noise)
             came_back = after is not None and recovered(figure_value(row.observed), after, margin)
             out.append(Retest(row, twin.observed, twin.status == Status.PASS and came_back))
     return out
 
 
-def _inspected_retests(cases: Sequence[_Case], again: pd.DataFrame) -> list[Retest]:
-    """Failing rows of figures a probe judges off its own output (not among its metrics): the figure measured
-    again against the minimum the row states, beyond the straggler margin."""
+def _against_history(row: NodeRow) -> bool:
+    """A row against the node's own history: re-judged against the floor it states, not by the probe."""
+    return row.item.endswith(HISTORY_SUFFIX)
+
+
+def _margin(case: _Case, metric: str, noise: Mapping[tuple[str, str], Noise]) -> float:
+    """The rise a figure must show to count as restored: ``straggler_pct``, or ``noise_k`` times its noise."""
+    limits = case.node.profile.thresholds
+    known = noise.get((case.node.name, metric))
+    return max(limits.straggler_pct, 100 * limits.noise_k * known.cv) if known is not None else limits.straggler_pct
+
+
+def _inspected_retests(
+    cases: Sequence[_Case], again: pd.DataFrame, noise: Mapping[tuple[str, str], Noise]
+) -> list[Retest]:
+    """Failing rows of figures not judged again by a probe's evaluation (one a probe judges off its own output,
+    a figure against the node's own history): the figure measured again against the minimum the row states,
+    beyond the restoring margin."""
     out = []
     for case in cases:
         judged = {m for p in case.probes for m in p.metrics}
         for row in case.failing:
-            if figure_of(row) in judged:
+            if figure_of(row) in judged and not _against_history(row):
                 continue
             hit = (
                 again[(again["node"] == case.node.name) & (again["metric"] == figure_of(row))]
                 if not again.empty
                 else again
             )
-            after, floor = (float(hit["value"].iloc[0]) if not hit.empty else None), stated_minimum(row.expected)
+            after, floor = (float(hit["value"].median()) if not hit.empty else None), stated_minimum(row.expected)
             if after is None or floor is None:
                 out.append(Retest(row, None, False))
                 continue
-            margin = case.node.profile.thresholds.straggler_pct
-            ok = after >= floor and recovered(figure_value(row.observed), after, margin)
+            ok = after >= floor and recovered(figure_value(row.observed), after, _margin(case, figure_of(row), noise))
             out.append(Retest(row, f"{after:.3g}", ok))
     return out
 
 
-def _run_cases(cases: Sequence[_Case], quick: bool, measure: Measure) -> dict[str, NodeResult]:
-    """Each case measured again, in waves of the profiles' ``max_parallel_nodes``; by node."""
-    results = in_waves(cases, lambda case: case.node, lambda case: _without(case, quick, measure))
-    return {case.node.name: result for case, result in zip(cases, results, strict=True)}
+def _search(
+    state: RunState, stage: str, cases: Sequence[_Case], before: pd.DataFrame, run: tuple[Measure, ReadFigures]
+) -> tuple[dict[str, Search], list[Measurement]]:
+    """Every case's search run to its end: each round one arm per node still searching, in waves of the profiles'
+    ``max_parallel_nodes``, judged together; by node, and every figure the arms measured."""
+    profiles = {n.name: n.profile for n in state.inventory.nodes}
+    rules = {metric: rule for case in cases for p in case.probes for metric, rule in p.metrics.items()}
+    noise = figure_noise(before, rules)
+    searches = {
+        c.node.name: Search([ch.key for ch in c.changes], c.node.profile.probes.prove_arms_extra) for c in cases
+    }
+    kept: list[Measurement] = []
+    while asked := [(c, arm) for c in cases if (arm := searches[c.node.name].next_arm()) is not None]:
+        results = in_waves(asked, lambda a: a[0].node, lambda a: _arm_run(a[0], a[1], state.quick, run[0]))
+        figures = [run[1](result, case.probes, stage) for (case, _), result in zip(asked, results, strict=True)]
+        retests = _retests(
+            [c for c, _ in asked], before, measurement_frame([m for f in figures for m in f]), profiles, noise
+        )
+        for (case, arm), result in zip(asked, results, strict=True):
+            ran = node_settings(result, frozenset(p.script.name for p in case.probes))
+            wrong = arm_settings_wrong(case.changes, arm, ran)
+            searches[case.node.name].record(*arm_outcome([r for r in retests if r.row.node == case.node.name], wrong))
+        kept += [replace(m, stage=f"{stage}{SUFFIX}") for f in figures for m in f]
+    return searches, kept
+
+
+def figure_noise(before: pd.DataFrame, rules: Mapping[str, MetricRule]) -> dict[tuple[str, str], Noise]:
+    """By (node, metric), the noise an arm's figure must rise beyond to count as restored: the calibration's
+    where the cluster has one, else the spread of the figure over the run's nodes (each node's median; it holds
+    the nodes' own run-to-run noise and more)."""
+    if before.empty:
+        return {}
+    figures = judged_figures(before, rules)
+    found = calibrated_by_figure(figures)
+    for metric, group in figures.groupby("metric"):
+        spread = robust_cv(list(group.groupby("node")["value"].median()), "the spread of the run's nodes")
+        for node in group["node"].unique():
+            key = (str(node), str(metric))
+            if key not in found and spread is not None:
+                found[key] = spread
+    return found
 
 
 def noted(rows: Sequence[NodeRow], notes: Mapping[int, str]) -> list[NodeRow]:
@@ -233,35 +316,45 @@ def prove_causes(
     run: tuple[Measure, ReadFigures],
     facts: Sequence[NcclFact] = (),
 ) -> Proof:
-    """The stage's rows (``judged``: with the frame of figures they were judged on) with the suspects of each
-    failing figure named and, unless the profile turns it off, proved or cleared by one run without them
-    (``run``: how the stage measures a node and reads its figures; ``facts``: NCCL's account of the stage's
-    runs, whose settings count too)."""
+    """The stage's rows (``judged``: with the frame of figures they were judged on) with the smallest set of
+    changes against each failing node's known-good reference that explains its failing figures, found and proved
+    arm by arm (:class:`analysis.minimal_cause.Search`) unless the profile turns proving off (``run``: how the
+    stage measures a node and reads its figures; ``facts``: NCCL's account of the stage's runs, whose settings
+    count too)."""
     rows, before = judged
     measured = frozenset(before["metric"]) if not before.empty else frozenset()
     cases = _cases(state, probes, outcomes, rows, facts, measured)
     if not cases:
         return Proof(rows, [])
-    profiles = {n.name: n.profile for n in state.inventory.nodes}
     proving = [c for c in cases if c.node.profile.probes.prove_causes]
-    results = _run_cases(proving, state.quick, run[0])
-    kept = [
-        replace(m, stage=f"{stage}{SUFFIX}")
-        for case in proving
-        for m in run[1](results[case.node.name], case.probes, stage)
-    ]
-    retests = _retests(proving, before, measurement_frame(kept), profiles)
+    searches, kept = _search(state, stage, proving, before, run)
     notes: dict[int, str] = {}
     added: list[NodeRow] = []
     for case in cases:
-        if case.node.name not in results:
-            found = unproved_rows(case.suspected, "not measured again without it (probes.prove_causes: false)")
+        search = searches.get(case.node.name)
+        if search is None or search.finding is None:
+            why = "not measured again without it (probes.prove_causes: false)"
+            found = unproved_change_rows(case.changes, why, case.reference.said)
         else:
-            mine = [r for r in retests if r.row.node == case.node.name]
-            notes.update({id(r.row): retest_note(r, case.suspected) for r in mine})
-            found = proof_rows(case.suspected, mine)
+            notes.update({id(r): figure_note(search.finding, case.changes, case.reference.said) for r in case.failing})
+            found = finding_rows(case.changes, search.finding, case.reference.said)
         added += [node_row(state.run_id, state.cluster, stage, case.node.name, r) for r in found]
     return Proof(noted(rows, notes) + added, kept)
+
+
+def setting_rows(
+    run_id: str, cluster: str, stage: str, outcomes: Sequence[NodeResult], probes: Sequence[Probe]
+) -> list[SettingRow]:
+    """What each node's runs of ``probes`` said they ran with, one row per run and setting: the ``settings``
+    table, a later run's known-good reference."""
+    scripts = {p.script.name for p in probes}
+    return [
+        SettingRow(run_id, cluster, stage, outcome.node, result.name, s.key, s.value, s.source, s.also)
+        for outcome in outcomes
+        for result in outcome.commands
+        if result.name in scripts
+        for s in read_settings(result.stderr or "")
+    ]
 
 
 def mechanism_rows(

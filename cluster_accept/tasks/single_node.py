@@ -15,7 +15,7 @@ NAME = SINGLE_NODE
 STAGE = ProbeStage(
     NAME,
     suites=frozenset({"light", "full"}),
-    tables=("checks", "measurements", "nccl"),
+    tables=("checks", "measurements", "nccl", "settings"),
     confirms_stragglers=True,
     proves_causes=True,
     judges_regressions=True,

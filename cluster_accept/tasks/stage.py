@@ -43,7 +43,7 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.rundir.checkpoints import Checkpoints
 from cluster_accept.rundir.outputs import RunDir
 from cluster_accept.tasks.rows import node_row
-from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record
+from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeValue, Record, SettingRow
 
 _T = TypeVar("_T")
 _I = TypeVar("_I")
@@ -79,6 +79,7 @@ class RunTables:
     scaling: list[ScalingRow] = field(default_factory=list)
     training_scaling: list[TrainingScalingRow] = field(default_factory=list)
     nccl: list[NcclFact] = field(default_factory=list)
+    settings: list[SettingRow] = field(default_factory=list)  # what each probe run said it ran with
     # The thinned copy of each per-node series a probe declares (``Probe.series``: the burn's), by its table: what
     # the report charts; the whole series went to its own files as each node was judged.
     series: dict[str, list[Record]] = field(default_factory=dict)

@@ -146,6 +146,23 @@ class NcclFact(Record):
     communicator: str | None = None  # NCCL's commId (else the comm's address); None for what holds per process
 
 
+@dataclass(frozen=True)
+class SettingRow(Record):
+    """One setting a probe's run said it ran with on one node (``job_settings.py``), as ``settings.parquet`` holds
+    it: what a later run's failing figure is compared with (the node's last accepted run is its known-good
+    reference). ``source``: ``env`` or the NCCL config file that set it; ``also``: a file that sets it too."""
+
+    run_id: str
+    cluster: str
+    stage: str
+    node: str
+    probe: str  # the node-side script that ran with it: gpu_bench.py, allreduce.py, train_step.py …
+    name: str
+    value: str  # a secret-looking setting's value masked on the node
+    source: str
+    also: str = ""
+
+
 class ValueKind(StrEnum):
     """What a node's value is kept for."""
 
