@@ -24,8 +24,9 @@ pytestmark = pytest.mark.testbed
 
 @pytest.mark.soak  # docs/development.md: the soak tier
 def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """node01 measured now is far below its own history (planted by rewriting two earlier runs in the
-    history with node01 20x faster): flagged although it passes every threshold and the cluster median."""
+    """node01 measured now is far below its own history (planted by rewriting three earlier runs in the
+    history with node01 about 20x faster): flagged although it passes every threshold and the cluster median, and
+    still so when measured again beside a control node."""
     faults = {"nodes": {"node02": [{"nvlink_errors": {"gpu": 0, "link": 3, "crc": 12}}]}}
     bed = testbed_factory(nodes=3, faults=faults, prefix="caq", subnet="10.254.92.0/24")
     out = tmp_path / "runs"
@@ -35,18 +36,27 @@ def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path:
     source = only_run(out)
     measured = pq.read_table(source / "measurements.parquet").to_pandas()
     started = pd.read_parquet(source / "runs.parquet").started.iloc[0]
-    for day, run_id in ((1, "20200101T000000Z-aaaaaa"), (2, "20200102T000000Z-bbbbbb")):
+    days = (
+        (1, "20200101T000000Z-aaaaaa", 20.0),
+        (2, "20200102T000000Z-bbbbbb", 20.4),
+        (3, "20200103T000000Z-cccccc", 19.6),
+    )
+    for day, run_id, faster in days:  # three earlier runs: the fewest a judgement against its own past takes
         past = measured.assign(run_id=run_id)
-        past.loc[past.node == "node01", "value"] *= 20
+        past.loc[past.node == "node01", "value"] *= faster
         part = history / "measurements" / f"date=2020-01-0{day}"
         part.mkdir(parents=True)
         pq.write_table(
             pa.Table.from_pandas(past, schema=MEASUREMENTS, preserve_index=False), part / f"{run_id}.parquet"
         )
         (history / "runs" / f"date=2020-01-0{day}").mkdir(parents=True)
-        when = (started - pd.Timedelta(days=3 - day)).to_pydatetime()
+        when = (started - pd.Timedelta(days=4 - day)).to_pydatetime()
         row = {"run_id": run_id, "cluster": "testbed", "started": when}
         write_table(history / "runs" / f"date=2020-01-0{day}" / f"{run_id}.parquet", [row], RUNS)
+    (own_file,) = (history / "measurements").glob(f"*/{source.name}.parquet")  # the first run: node01 as fast too
+    own = pd.read_parquet(own_file)
+    own.loc[own.node == "node01", "value"] *= 20.2
+    pq.write_table(pa.Table.from_pandas(own, schema=MEASUREMENTS, preserve_index=False), own_file)
     # The first run saw node02's CRC counter at 12; make its record say 2, so the counter "grew" since then.
     (values_file,) = (history / "node_values").glob(f"*/{source.name}.parquet")
     values = pd.read_parquet(values_file)
@@ -63,6 +73,7 @@ def test_planted_regression_is_flagged_with_its_trend(testbed_factory, tmp_path:
     flagged = checks[checks.reason == "regression"]
     assert set(flagged.node) == {"node01"}, checks[checks.item.str.endswith("_vs_history")][["node", "item", "status"]]
     assert set(flagged.status) == {"warn"} and "below this node's own median" in flagged.detail.iloc[0]
+    assert all(d.endswith(": confirmed") and "measured again: " in d for d in flagged.detail), flagged.detail
     history_rows = checks[checks.item.str.endswith("_vs_history")]
     assert set(history_rows.node) == {"node01", "node02", "node03"}  # everyone compared, only node01 flagged
     summary = json.loads((run_dir / "summary.json").read_text())

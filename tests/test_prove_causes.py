@@ -315,5 +315,9 @@ def test_a_rank_across_nodes_runs_without_its_own_nodes_suspects_only() -> None:
     second = job.command(two, 1, 2, "10.0.0.1", 29500, "tag").script
     assert "-u NCCL_MAX_NCHANNELS" not in first and "NCCL_PROTO" not in first
     assert "env -u NCCL_MAX_NCHANNELS NCCL_PROTO='^' NCCL_DEBUG=INFO " in second
-    assert second.startswith('( cd "$CA_PROBE_DIR" && python3 job_settings.py ) 2>/dev/null; ')
+    # it says the settings it runs with: those it has, the removed ones unset or set as the run has them
+    assert second.startswith(
+        "( cd \"$CA_PROBE_DIR\" && env -u NCCL_MAX_NCHANNELS NCCL_PROTO='^' python3 job_settings.py ) "
+    )
+    assert first.startswith('( cd "$CA_PROBE_DIR" && python3 job_settings.py ) 2>/dev/null; ')
     assert REMOVED_SETTINGS.get() == {}  # nothing left set after the command was built

@@ -74,53 +74,101 @@ def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
     return auto_cpu_inventory(bed.inventory_path, path)
 
 
-def test_a_setting_no_table_names_is_proved_the_cause_by_measuring_again_without_it(
+# What a container image and a site's rules set on a GPU node, of the families job_settings.py watches: none of them
+# changes a CPU figure of the test-bed (no NCCL, CUDA or UCX runs on it).
+CONTAINER = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "NCCL_IB_TIMEOUT": "22",
+    "NCCL_IB_RETRY_CNT": "7",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_IB_QPS_PER_CONNECTION": "4",
+    "NCCL_WORK_FIFO_DEPTH": "4194304",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "1000",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    "CUDA_MODULE_LOADING": "LAZY",
+    "CUDA_DEVICE_MAX_CONNECTIONS": "32",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "NVIDIA_TF32_OVERRIDE": "0",
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    "CUDNN_LOGLEVEL_DBG": "0",
+    "UCX_TLS": "rc,sm,self",
+    "UCX_NET_DEVICES": "mlx5_0:1",
+    "NCCL_CROSS_NIC": "0",
+}
+# A second setting that slows a CPU probe here: torch's own kernels held to their generic (no AVX2) code; the training
+# step about 0.6 times as fast (measured on an AMD EPYC: 25,500 -> 15,500 tokens/s), GEMMs untouched (MKL's own).
+SECOND = ("ATEN_CPU_CAPABILITY", "default")
+
+
+def _cause_run(
+    testbed_factory: Any, tmp_path: Path, planted: dict[str, str], prefix: str, subnet: str
+) -> tuple[pd.DataFrame, dict[str, Any], str]:
+    """Four test-bed nodes, ``planted`` beside the container's settings on node02 alone and a harmless unusual
+    setting on node03; one run of preflight and single-node on ``profile: auto`` with no threshold written."""
+    faults = {
+        "nodes": {
+            "node02": [{"nccl_env": {**CONTAINER, **planted}}],
+            "node03": [{"nccl_env": {"NCCL_DEBUG_SUBSYS": "INIT,ENV"}}],  # unusual, harmless
+        }
+    }
+    bed = testbed_factory(nodes=4, faults=faults, prefix=prefix, subnet=subnet)
+    inventory = auto_cpu_inventory(bed.inventory_path, tmp_path / "inventory.yaml", straggler_pct=5.0)
+    out = tmp_path / "out"
+    stages = ["--stages", "preflight,single-node"]
+    proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), *stages, timeout=1500)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = only_run(out)
+    return pd.read_parquet(run / "checks.parquet"), run_verdicts(out), proc.stdout
+
+
+def _named(checks: pd.DataFrame) -> dict[str, str]:
+    settings = checks[(checks.node == "node02") & (checks.check == "job_settings")]
+    return dict(zip(settings["item"], settings.reason, strict=True))
+
+
+def test_a_setting_no_table_names_among_twenty_is_proved_the_cause_alone(
     testbed_factory,  # type: ignore[no-untyped-def]
     tmp_path: Path,
 ) -> None:
     name, value, dtype, slowdown = slowest_setting_here()
-    planted = f"{name}={value}"
-    faults = {
-        "nodes": {
-            "node02": [{"nccl_env": {name: value}}],
-            "node03": [{"nccl_env": {"NCCL_DEBUG_SUBSYS": "INIT,ENV"}}],  # unusual, harmless
-        }
-    }
-    bed = testbed_factory(nodes=4, faults=faults, prefix="capc", subnet="10.254.172.0/24")
-    inventory = auto_cpu_inventory(bed.inventory_path, tmp_path / "inventory.yaml", straggler_pct=50)
-    out = tmp_path / "out"
-    stages = ["--stages", "preflight,single-node"]
-    proc = run_cli("run", "--inventory", str(inventory), "--out", str(out), *stages, timeout=900)
-    assert proc.returncode == 1, f"{planted} slows {dtype} {slowdown:.1f}x here\n" + proc.stdout + proc.stderr
-    run = only_run(out)
-    checks = pd.read_parquet(run / "checks.parquet")
-    verdicts = run_verdicts(out)
+    checks, verdicts, printed = _cause_run(testbed_factory, tmp_path, {name: value}, "capc", "10.254.172.0/24")
     assert verdicts["node02"][0] == "rejected", verdicts
     assert all(verdicts[n][0] == "accepted" for n in ("node01", "node03", "node04")), verdicts
-
-    cause = checks[(checks.node == "node02") & (checks.check == "job_settings")]
-    assert list(cause.reason) == ["confirmed"] and list(cause.observed) == [planted], cause
-    assert "in the job environment" in cause.detail.iloc[0] and "confirmed" in cause.detail.iloc[0]
+    named = _named(checks)
+    assert {k: r for k, r in named.items() if r != "cleared"} == {name: "confirmed"}, (named, slowdown)
+    assert set(named) == {*CONTAINER, name}  # the 21 differences against the closest healthy node, each with a row
+    cause = checks[(checks.node == "node02") & (checks.check == "job_settings") & (checks["item"] == name)]
+    detail = cause.detail.iloc[0]
+    assert (
+        "against node0" in detail
+        and "kept alone in effect (every other difference reverted) the figure stayed low" in detail
+    )
+    arms = int(detail.split("proved in ")[1].split(" re-measurement")[0])
+    assert arms <= 2 * 5 + 2 + 5 + 2, detail  # the bound for 21 suspects and one culprit
     slow = checks[(checks.node == "node02") & (checks["item"] == f"gemm_{dtype}_gflops_vs_cluster")]
     assert list(slow.status) == ["fail"], slow
-    detail = slow.detail.iloc[0]
-    assert f"measured again without {planted} (the job environment and /etc/nccl.conf)" in detail, detail
-    assert detail.endswith("recovered: the setting is the cause"), detail
-    before, after = (
-        float(slow.observed.iloc[0]),
-        float(detail.split("measured again without")[1].split(": ")[1].split(",")[0]),
-    )
-    assert after > 2 * before, (before, after)  # both numbers: the slowed GEMM vs the node's own again
+    assert f"the cause is {name}={value} (each slows it by itself)" in slow.detail.iloc[0], slow.detail.iloc[0]
     assert verdicts["node02"][1][0].startswith("job_settings:"), verdicts["node02"]  # cause first
-
     assert checks[(checks.check == "job_settings") & (checks.node != "node02")].empty  # node03 blamed nowhere
-    measurements = pd.read_parquet(run / "measurements.parquet")
-    again = measurements[measurements.stage == "single-node:without-suspects"]
-    assert set(again.node) == {"node02"} and f"gemm_{dtype}_gflops" in set(again.metric), again
     healthy = checks[checks.node.isin(["node01", "node03", "node04"]) & (checks.stage == "single-node")]
     assert not (healthy.reason == "measured").any(), healthy[healthy.reason == "measured"]
-    unjudged = checks[(checks.stage == "single-node") & (checks.status == "not_judged")]
-    assert unjudged.empty, unjudged  # four nodes: every CPU figure has its peers, every GPU-less key its row
+    print(f"planted {name}={value}: {dtype} GEMM {slowdown:.1f}x slower here; found in {arms} re-measurements")
+
+
+def test_two_settings_that_each_slow_a_probe_are_both_named(
+    testbed_factory,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    name, value, _, _ = slowest_setting_here()
+    planted = {name: value, SECOND[0]: SECOND[1]}
+    checks, verdicts, _ = _cause_run(testbed_factory, tmp_path, planted, "cape", "10.254.180.0/24")
+    assert verdicts["node02"][0] == "rejected", verdicts
+    assert all(verdicts[n][0] == "accepted" for n in ("node01", "node03", "node04")), verdicts
+    named = _named(checks)
+    assert {k: r for k, r in named.items() if r != "cleared"} == {name: "confirmed", SECOND[0]: "confirmed"}, named
 
 
 def test_between_nodes_a_suspect_that_is_not_the_cause_is_cleared_by_the_all_reduce_measured_without_it(

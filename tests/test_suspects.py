@@ -155,7 +155,9 @@ def test_a_run_measured_again_unsets_an_environment_setting_and_blanks_one_nccl_
     token = REMOVED_SETTINGS.set({"ONEDNN_MAX_CPU_ISA": None, "NCCL_P2P_LEVEL": ""})
     try:
         assert job_env(node, NCCL_DEBUG="INFO") == "env -u ONEDNN_MAX_CPU_ISA NCCL_P2P_LEVEL='' NCCL_DEBUG=INFO "
-        assert "job_settings.py" in scripts.settings_prelude(node)
+        # the settings it says it runs with are those the run has: the prelude runs under the same changes
+        prelude = scripts.settings_prelude(node)
+        assert "env -u ONEDNN_MAX_CPU_ISA NCCL_P2P_LEVEL='' python3 job_settings.py" in prelude, prelude
     finally:
         REMOVED_SETTINGS.reset(token)
 

@@ -20,7 +20,16 @@ from cluster_accept.probes.burn import BurnPoint
 from cluster_accept.vocabulary.codec import ShapeError, from_data, to_data
 from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
-from cluster_accept.vocabulary.rows import Measurement, NcclFact, NodeRow, NodeValue, Record, StatusRecord, ValueKind
+from cluster_accept.vocabulary.rows import (
+    Measurement,
+    NcclFact,
+    NodeRow,
+    NodeValue,
+    Record,
+    SettingRow,
+    StatusRecord,
+    ValueKind,
+)
 from cluster_accept.vocabulary.status import Status
 
 FIGURE = Figure("gemm_bf16_tflops", 692.3, gpu=0, sm_clock_mhz=1980.0)
@@ -34,6 +43,7 @@ ROWS: dict[str, Any] = {
     "training_scaling": TRAINED,
     "burn": BurnPoint("r1", "c", "n1", 0, "throughput", 1.0, 692.3, "TFLOP/s"),
     "nccl": NcclFact("r1", "c", "multi-node", "n1", "allreduce", "version", "version", "2.28.9", "n[1-2]", 0),
+    "settings": SettingRow("r1", "c", "single-node", "n1", "gpu_bench", "MKL_CBWR", "COMPATIBLE", "env"),
     "watch_ranks": RankSeen("j1", "n1", 3, 1, 4242, "running", 1795785364396224756, gpu=1, last_enqueued_seq=17),
     "watch_collectives": CollectiveSeen("j1", "n1", 3, "0:default_pg", "all_reduce", 17, 1795785364396224756,
                                         "flight_recorder", True, exec_ms=1.5, size_bytes=4096, gpu=1),

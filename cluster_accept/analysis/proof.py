@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from cluster_accept.analysis.minimal_cause import Arm, Finding, Outcome
 from cluster_accept.analysis.reference import Change
-from cluster_accept.analysis.suspects import NAME, JobSetting, Retest, masked, retest_said
+from cluster_accept.analysis.suspects import ENV_SOURCE, NAME, JobSetting, Retest, masked, retest_said
 from cluster_accept.checks.base import CheckRow, Status
 
 FAILING_RUN = "the failing run itself"
@@ -20,8 +20,10 @@ FAILING_RUN = "the failing run itself"
 
 def arm_settings_wrong(changes: Sequence[Change], reverted: frozenset[str], ran: Sequence[JobSetting]) -> str:
     """Why an arm did not run as asked ("" when it did): each reverted change must read as the reference (its
-    value, or unset/neutral), each kept one as in the failing run; a masked value is not compared."""
-    said = {s.key: s.value for s in ran}
+    value, or unset/neutral), each kept one as in the failing run; a masked value is not compared. Another
+    library's key only an NCCL config file still sets counts as unset: that library read its environment at its
+    own start, before NCCL reads its files."""
+    said = {s.key: s.value for s in ran if s.source == ENV_SOURCE or s.key.startswith("NCCL_")}
     wrong = []
     for change in changes:
         if change.key in reverted:

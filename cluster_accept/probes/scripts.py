@@ -46,11 +46,18 @@ def job_env(node: Node, **extra: str) -> str:
     """``env K=V … `` placed after the command prefix, so the variables reach the probe inside a container too
     (``docker exec`` does not pass the caller's environment): the profile's GPU partition and ``extra``; while
     a run is measured again without some settings (:data:`REMOVED_SETTINGS`), ``-u K`` or ``K=`` for each."""
-    removed = REMOVED_SETTINGS.get()
-    values = {k: v for k, v in removed.items() if v is not None}
+    values = {}
     if node.profile.probes.cuda_visible_devices:
         values["CUDA_VISIBLE_DEVICES"] = node.profile.probes.cuda_visible_devices
     values.update(extra)  # a run's own choice (one rail's GPU) over the profile's partition
+    return _env_words(values)
+
+
+def _env_words(values: Mapping[str, str]) -> str:
+    """``env -u K … K=V … `` for the settings a run is measured again without (:data:`REMOVED_SETTINGS`), then
+    ``values`` over them; "" when there is nothing to change."""
+    removed = REMOVED_SETTINGS.get()
+    values = {**{k: v for k, v in removed.items() if v is not None}, **values}
     unset = [f"-u {shlex.quote(k)}" for k, v in removed.items() if v is None and k not in values]
     words = unset + [f"{k}={shlex.quote(v)}" for k, v in values.items()]
     return "env " + " ".join(words) + " " if words else ""
@@ -60,10 +67,11 @@ def settings_prelude(node: Node, on_stdout: bool = False) -> str:
     """Before a run, in its environment (inside the operator's container too): the settings it runs with
     (``job_settings.py``), one JSON line each, on stderr, out of the way of every probe's own output; on stdout
     (``on_stdout``) for a rank across nodes, whose stderr a launcher may not keep (srun keeps each task's
-    stdout only) and whose stdout is read line by line."""
+    stdout only) and whose stdout is read line by line. A run measured again without some settings says the
+    settings it runs with then, each removed one unset or set as the run has it (:data:`REMOVED_SETTINGS`)."""
     python = shlex.quote(node.profile.probes.python)
     to = "" if on_stdout else ">&2 "
-    return f'( cd "$CA_PROBE_DIR" && {_prefix(node)}{python} job_settings.py ) {to}2>/dev/null; '
+    return f'( cd "$CA_PROBE_DIR" && {_prefix(node)}{_env_words({})}{python} job_settings.py ) {to}2>/dev/null; '
 
 
 def gpu_count(node: Node) -> str:
