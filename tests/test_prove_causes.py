@@ -11,8 +11,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pandas as pd
+import pytest
 
 from cluster_accept.analysis.probe_verdicts import measurement_frame
+from cluster_accept.analysis.proof import position, row_call
+from cluster_accept.analysis.suspects import Retest
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.probes.gemm import PROBE as GEMM
@@ -198,6 +201,30 @@ def test_a_setting_changed_since_the_reference_is_set_back_to_the_references_val
         "OMP_NUM_THREADS=16",
         "confirmed",
     )
+
+
+def test_an_arm_pulled_down_by_what_ran_beside_it_is_measured_again_and_a_partial_recovery_is_not_restored() -> None:
+    """Every third measurement halved (a load beside the node): an arm caught by it sits between the failing figure
+    and the reference, is measured again, and its highest figure decides; two culprits, one reverted, leave the
+    figure half-way however often it is measured: not restored, so both are named."""
+    model = NodeModel(CONTAINER, {"NCCL_SETTING_02": 0.5, "OMP_NUM_THREADS": 0.6})
+    plain, runs = model.figure, iter(range(1000))
+    model.figure = lambda now: plain(now) * (0.5 if next(runs) % 3 == 2 else 1.0)  # type: ignore[method-assign]
+    rows, proof = _proved(model)
+    named = {k[1]: r.reason for k, r in rows.items() if k[0] == "job_settings" and r.status != Status.PASS}
+    assert named == {"NCCL_SETTING_02": "confirmed", "OMP_NUM_THREADS": "confirmed"}
+    assert len(proof.measurements) > len({frozenset(a) for a in map(dict.items, model.arms)})  # some measured again
+    assert "(highest of " in " ".join(r.detail for r in rows.values())
+
+
+def test_where_a_figure_sits_between_the_failing_figure_and_the_reference() -> None:
+    assert position(100.0, 400.0, 200.0) == pytest.approx(0.5)
+    assert position(100.0, 400.0, 400.0) == pytest.approx(1.0) and position(100.0, 90.0, 200.0) is None
+    row = replace(_failing()[0], observed="100")
+    assert row_call(Retest(row, "390", True), 400.0) == "restored"
+    assert row_call(Retest(row, "120", False), 400.0) == "low"
+    assert row_call(Retest(row, "200", False), 400.0) is None  # half-way: measured again
+    assert row_call(Retest(row, "390", False), None) is None and row_call(Retest(row, "390", True), None) == "restored"
 
 
 def test_an_arm_that_ran_otherwise_than_asked_is_void_and_named() -> None:

@@ -8,11 +8,12 @@ ones asked (a reverted key still set, a kept one gone) proves nothing and is ``v
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from cluster_accept.analysis.minimal_cause import Arm, Finding, Outcome
 from cluster_accept.analysis.reference import Change
-from cluster_accept.analysis.suspects import ENV_SOURCE, NAME, JobSetting, Retest, masked, retest_said
+from cluster_accept.analysis.suspects import ENV_SOURCE, NAME, JobSetting, Retest, figure_value, masked, retest_said
 from cluster_accept.checks.base import CheckRow, Status
 
 FAILING_RUN = "the failing run itself"
@@ -40,15 +41,49 @@ def arm_settings_wrong(changes: Sequence[Change], reverted: frozenset[str], ran:
     return "; ".join(wrong)
 
 
-def arm_outcome(retests: Sequence[Retest], wrong: str) -> tuple[Outcome, str]:
+# Where an arm's figure sits between the failing figure (0) and the reference level (1: the first arm's, everything
+# reverted), on a log scale: at or past RESTORED it is back, at or under LOW it is not; in between it is measured
+# again (a throughput figure is only ever pulled down by what runs beside it, so the highest of its measurements
+# is the figure), and whatever is not back by then is not restored: one culprit of two reverted leaves the figure
+# about half-way.
+RESTORED, LOW, REPEATS = 0.75, 0.25, 2
+
+
+def position(before: float, level: float, again: float) -> float | None:
+    """Where ``again`` sits from ``before`` (0) to ``level`` (1), on a log scale; None where the level is not
+    above the failing figure (nothing to place it between)."""
+    if before <= 0 or level <= before or again <= 0:
+        return None
+    return math.log(again / before) / math.log(level / before)
+
+
+def row_call(retest: Retest, level: float | None) -> Outcome | None:
+    """One failing row's figure in an arm: ``restored``, ``low``, or None (not told apart yet). Without a reference
+    level (the first arm) the stage's own judgement decides (:class:`Retest`'s ``recovered``)."""
+    before, again = figure_value(retest.row.observed), figure_value(retest.again)
+    where = position(before, level, again) if before is not None and level is not None and again is not None else None
+    if where is None:
+        return "restored" if retest.recovered else None
+    return "restored" if where >= RESTORED else "low" if where <= LOW else None
+
+
+def arm_outcome(
+    retests: Sequence[Retest], wrong: str, levels: Mapping[int, float] | None = None, last: bool = True
+) -> tuple[Outcome | None, str]:
     """One arm's outcome over its node's failing figures, and what it measured in words: ``void`` when it ran
-    otherwise than asked or a figure did not come back, ``restored`` when every figure recovered, else ``low``."""
+    otherwise than asked or a figure did not come back; ``low`` when a figure is still low; ``restored`` when every
+    figure is back (``levels``: each row's reference level by the row's ``id``, once the first arm gave them);
+    None when not told apart yet and the arm may be measured again (``last``: it may not, and what is not back
+    is low)."""
     said = retest_said(retests)
     if wrong:
         return "void", f"{said}; void: {wrong}" if said else f"void: {wrong}"
     if not retests or any(r.again is None for r in retests):
         return "void", f"{said}; void: no figure came back" if said else "void: no figure came back"
-    return ("restored" if all(r.recovered for r in retests) else "low"), said
+    calls = [row_call(r, (levels or {}).get(id(r.row))) for r in retests]
+    if "low" in calls or (last and None in calls):
+        return "low", said
+    return ("restored", said) if all(c == "restored" for c in calls) else (None, said)
 
 
 def _arm(finding: Finding, reverted: frozenset[str]) -> str:

@@ -18,7 +18,7 @@ false`` names the differences without measuring again. The arms' figures are kep
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -31,6 +31,7 @@ from cluster_accept.analysis.nccl_mechanism import ClusterAccount, mechanism
 from cluster_accept.analysis.noise import Noise, robust_cv
 from cluster_accept.analysis.probe_verdicts import MetricRule, judged_figures, measurement_frame
 from cluster_accept.analysis.proof import (
+    REPEATS,
     arm_outcome,
     arm_settings_wrong,
     figure_note,
@@ -247,29 +248,79 @@ def _inspected_retests(
     return out
 
 
+@dataclass
+class _Arm:
+    """One arm of a case's search while it is measured: every figure its runs gave, how many runs, and how its
+    settings differed from those asked (void) if they did."""
+
+    case: _Case
+    reverted: frozenset[str]
+    figures: list[Measurement] = field(default_factory=list)
+    runs: int = 0
+    wrong: str = ""
+
+
+def _next_arms(cases: Sequence[_Case], searches: Mapping[str, Search]) -> list[_Arm]:
+    return [_Arm(c, arm) for c in cases if (arm := searches[c.node.name].next_arm()) is not None]
+
+
+def _measure(state: RunState, stage: str, arms: Sequence[_Arm], run: tuple[Measure, ReadFigures]) -> list[Measurement]:
+    """Each arm run once more (in waves of the profiles' ``max_parallel_nodes``), its figures and the settings it
+    said it ran with added to it; the figures, under the stage ``<stage>:without-suspects``."""
+    results = in_waves(arms, lambda a: a.case.node, lambda a: _arm_run(a.case, a.reverted, state.quick, run[0]))
+    kept = []
+    for arm, result in zip(arms, results, strict=True):
+        figures = run[1](result, arm.case.probes, stage)
+        arm.figures += figures
+        arm.runs += 1
+        ran = node_settings(result, frozenset(p.script.name for p in arm.case.probes))
+        arm.wrong = arm.wrong or arm_settings_wrong(arm.case.changes, arm.reverted, ran)
+        kept += [replace(m, stage=f"{stage}{SUFFIX}") for m in figures]
+    return kept
+
+
+def _highest(figures: Sequence[Measurement]) -> list[Measurement]:
+    """Of each figure measured more than once (an arm measured again), the highest: what runs beside a throughput
+    probe only ever pulls it down."""
+    best: dict[tuple[object, ...], Measurement] = {}
+    for m in figures:
+        key = (m.node, m.metric, m.gpu, m.size)
+        if key not in best or m.value > best[key].value:
+            best[key] = m
+    return list(best.values())
+
+
 def _search(
     state: RunState, stage: str, cases: Sequence[_Case], before: pd.DataFrame, run: tuple[Measure, ReadFigures]
 ) -> tuple[dict[str, Search], list[Measurement]]:
-    """Every case's search run to its end: each round one arm per node still searching, in waves of the profiles'
-    ``max_parallel_nodes``, judged together; by node, and every figure the arms measured."""
+    """Every case's search run to its end: each round one arm per node still searching, judged together (an arm
+    not told apart measured again, at most :data:`analysis.proof.REPEATS` times); by node, and every figure the
+    arms measured."""
     profiles = {n.name: n.profile for n in state.inventory.nodes}
-    rules = {metric: rule for case in cases for p in case.probes for metric, rule in p.metrics.items()}
-    noise = figure_noise(before, rules)
+    noise = figure_noise(before, {m: r for c in cases for p in c.probes for m, r in p.metrics.items()})
     searches = {
         c.node.name: Search([ch.key for ch in c.changes], c.node.profile.probes.prove_arms_extra) for c in cases
     }
+    levels: dict[int, float] = {}  # each failing row's reference level: its figure with everything reverted
     kept: list[Measurement] = []
-    while asked := [(c, arm) for c in cases if (arm := searches[c.node.name].next_arm()) is not None]:
-        results = in_waves(asked, lambda a: a[0].node, lambda a: _arm_run(a[0], a[1], state.quick, run[0]))
-        figures = [run[1](result, case.probes, stage) for (case, _), result in zip(asked, results, strict=True)]
-        retests = _retests(
-            [c for c, _ in asked], before, measurement_frame([m for f in figures for m in f]), profiles, noise
-        )
-        for (case, arm), result in zip(asked, results, strict=True):
-            ran = node_settings(result, frozenset(p.script.name for p in case.probes))
-            wrong = arm_settings_wrong(case.changes, arm, ran)
-            searches[case.node.name].record(*arm_outcome([r for r in retests if r.row.node == case.node.name], wrong))
-        kept += [replace(m, stage=f"{stage}{SUFFIX}") for f in figures for m in f]
+    asked = _next_arms(cases, searches)
+    while asked:
+        kept += _measure(state, stage, asked, run)
+        frame = measurement_frame(_highest([m for a in asked for m in a.figures]))
+        retests = _retests([a.case for a in asked], before, frame, profiles, noise)
+        again, done = [], []
+        for arm in asked:
+            mine = [r for r in retests if r.row.node == arm.case.node.name]
+            outcome, said = arm_outcome(mine, arm.wrong, levels, last=arm.runs > REPEATS)
+            if outcome is None:
+                again.append(arm)
+                continue
+            search = searches[arm.case.node.name]
+            if not search.arms and outcome == "restored":
+                levels.update({id(r.row): v for r in mine if (v := figure_value(r.again)) is not None})
+            search.record(outcome, f"{said} (highest of {arm.runs} runs)" if arm.runs > 1 else said)
+            done.append(arm.case)
+        asked = again + _next_arms(done, searches)
     return searches, kept
 
 
