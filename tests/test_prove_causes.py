@@ -227,6 +227,28 @@ def test_where_a_figure_sits_between_the_failing_figure_and_the_reference() -> N
     assert row_call(Retest(row, "390", False), None) is None and row_call(Retest(row, "390", True), None) == "restored"
 
 
+def test_a_regression_against_the_nodes_history_is_explained_against_its_last_accepted_run() -> None:
+    """A figure that passes its floor and its peers but fell against the node's own history: the one setting added
+    since the last accepted run is searched and proved against the floor the history row states."""
+    run = {"run_id": "r0", "node": "n1", "probe": "gpu_bench", "also": ""}
+    state = _state(True)
+    state.history = cast(
+        Any, SimpleNamespace(settings=pd.DataFrame([{**run, "name": "OMP_NUM_THREADS", "value": "4", "source": "env"}]))
+    )
+    model = NodeModel(
+        {"OMP_NUM_THREADS": ("4", "env"), "CUDA_LAUNCH_BLOCKING": ("1", "env")}, {"CUDA_LAUNCH_BLOCKING": 0.9}
+    )
+    row = NodeRow("r", "c", "single-node", "n1", "gemm", "gemm_bf16_tflops_vs_history", Status.FAIL, "regression",
+                  "630", ">= 665.0 TFLOP/s (own median - 5%)", "")  # fmt: skip
+    before = measurement_frame([_figure("n1", 630.0)])
+    proof = prove_causes(
+        state, "single-node", [GEMM], [model.failing_run()], ([row], before), (model.measure, model.read)
+    )
+    named = [(r.item, r.reason) for r in proof.rows if r.check == "job_settings"]
+    assert named == [("CUDA_LAUNCH_BLOCKING", "confirmed")] and model.arms == [{"CUDA_LAUNCH_BLOCKING": None}]
+    assert "the cause is CUDA_LAUNCH_BLOCKING=1" in next(r.detail for r in proof.rows if r.check == "gemm")
+
+
 def test_an_arm_that_ran_otherwise_than_asked_is_void_and_named() -> None:
     model = NodeModel(CONTAINER, {"NCCL_SETTING_03": 0.2})
     real = model.in_effect

@@ -41,11 +41,11 @@ def arm_settings_wrong(changes: Sequence[Change], reverted: frozenset[str], ran:
     return "; ".join(wrong)
 
 
-# Where an arm's figure sits between the failing figure (0) and the reference level (1: the first arm's, everything
-# reverted), on a log scale: at or past RESTORED it is back, at or under LOW it is not; in between it is measured
-# again (a throughput figure is only ever pulled down by what runs beside it, so the highest of its measurements
-# is the figure), and whatever is not back by then is not restored: one culprit of two reverted leaves the figure
-# about half-way.
+# Where an arm's figure sits between the failing figure (0) and the reference level (1: for a straggler first its
+# peers' median, then the first arm's figure, everything reverted), on a log scale: at or past RESTORED it is back,
+# at or under LOW it is not; in between it is measured again (a throughput figure is only ever pulled down by what
+# runs beside it, so the highest of its measurements is the figure), and whatever is not back by then is not
+# restored: one culprit of two reverted leaves the figure about half-way.
 RESTORED, LOW, REPEATS = 0.75, 0.25, 2
 
 

@@ -301,7 +301,8 @@ def _search(
     searches = {
         c.node.name: Search([ch.key for ch in c.changes], c.node.profile.probes.prove_arms_extra) for c in cases
     }
-    levels: dict[int, float] = {}  # each failing row's reference level: its figure with everything reverted
+    # each failing row's reference level: the peers' median for a straggler, then its figure with everything reverted
+    levels = peer_levels([r for c in cases for r in c.failing], before)
     kept: list[Measurement] = []
     asked = _next_arms(cases, searches)
     while asked:
@@ -322,6 +323,21 @@ def _search(
             done.append(arm.case)
         asked = again + _next_arms(done, searches)
     return searches, kept
+
+
+def peer_levels(rows: Sequence[NodeRow], before: pd.DataFrame) -> dict[int, float]:
+    """By row ``id``, a straggler's level before any arm: the median of the other nodes' same figure (of the same
+    GPU where it has one), what the stage held it to."""
+    found: dict[int, float] = {}
+    for row in rows:
+        if not row.item.endswith("_vs_cluster") or before.empty:
+            continue
+        peers = before[(before["metric"] == figure_of(row)) & (before["node"] != row.node)]
+        if row.gpu is not None and "gpu" in peers.columns and (peers["gpu"] == row.gpu).any():
+            peers = peers[peers["gpu"] == row.gpu]
+        if not peers.empty:
+            found[id(row)] = float(peers.groupby("node")["value"].median().median())
+    return found
 
 
 def figure_noise(before: pd.DataFrame, rules: Mapping[str, MetricRule]) -> dict[tuple[str, str], Noise]:

@@ -1,0 +1,100 @@
+"""A node against its own history: the small-sample bound, the minimum depth, the confirmation beside a control, and
+one finding when most nodes moved together (pure; synthetic figures)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from cluster_accept.analysis.probe_verdicts import MetricRule
+from cluster_accept.analysis.regressions import (
+    MOVED,
+    Control,
+    confirmed_again,
+    figure_regressions,
+    moved_together,
+    own_noise,
+    student_t_cdf,
+    student_t_quantile,
+)
+from cluster_accept.checks.base import NodeRow, Status
+from cluster_accept.inventory.model import Thresholds
+
+RULES = {"gemm_fp32_gflops": MetricRule("gemm", None, False)}
+
+
+@pytest.mark.parametrize(
+    ("p", "dof", "t"),
+    [(0.975, 1, 12.706), (0.975, 4, 2.776), (0.975, 30, 2.042), (0.995, 3, 5.841), (0.95, 5, 2.015)],
+)
+def test_student_t_quantiles_match_the_published_table(p: float, dof: int, t: float) -> None:
+    assert student_t_quantile(p, dof) == pytest.approx(t, abs=0.001)
+    assert student_t_cdf(-t, dof) == pytest.approx(1 - p, abs=1e-4)
+
+
+def test_the_bound_of_a_nodes_own_runs_narrows_as_they_grow() -> None:
+    three, ten = own_noise([100.0, 101.0, 99.0], 3.0), own_noise([100.0, 101.0, 99.0] * 3 + [100.0], 3.0)
+    assert three is not None and ten is not None
+    # 3 × cv is the margin: t(2) 19.2 · s 1 · √(4/3) over 100 = 22 %; t(9) 4.09 · s 0.82 · √1.1 = 3.5 %
+    assert 3 * three.cv == pytest.approx(0.222, abs=0.002) and 3 * ten.cv == pytest.approx(0.035, abs=0.002)
+    assert own_noise([100.0], 3.0) is None
+
+
+def _figures(node_values: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"run_id": f"r{i}", "node": n, "metric": "gemm_fp32_gflops", "unit": "GFLOP/s", "model": "", "value": v}
+            for n, values in node_values.items()
+            for i, v in enumerate(values)
+        ]
+    )
+
+
+def test_two_runs_21_percent_apart_judge_nothing_and_three_make_only_an_inconclusive_row() -> None:
+    """The figures the field saw: fp32 GEMM 78.7 against its own 74.6 and 92.5."""
+    now = _figures({"n1": [78.7]})
+    [(_, shallow)] = figure_regressions(now, _figures({"n1": [74.6, 92.5]}), {"n1": Thresholds()}, RULES)
+    assert (shallow.status, shallow.reason) == (Status.WARN, "inconclusive") and "only 2 earlier run" in shallow.detail
+    [(_, three)] = figure_regressions(now, _figures({"n1": [74.6, 92.5, 88.0]}), {"n1": Thresholds()}, RULES)
+    assert (three.status, three.reason) == (Status.WARN, "inconclusive"), three
+
+
+def _row(
+    node: str, reason: str, status: Status = Status.WARN, expected: str = ">= 90.0 GFLOP/s (own median - 5%)"
+) -> NodeRow:
+    return NodeRow(
+        "r", "c", "single-node", node, "gemm", "gemm_fp32_gflops_vs_history", status, reason, "80", expected, "d"
+    )
+
+
+def test_most_nodes_falling_together_is_one_finding_of_the_cluster_not_a_rejection_of_each() -> None:
+    rows = [
+        _row("n1", "regression", Status.FAIL),
+        _row("n2", "inconclusive"),
+        _row("n3", "ok", Status.PASS),
+        _row("n4", "regression", Status.FAIL),
+    ]
+    moved = moved_together(rows, "OMP_NUM_THREADS: unset -> 1")
+    assert [(r.node, r.status, r.reason) for r in moved] == [
+        ("n1", Status.WARN, MOVED), ("n2", Status.WARN, MOVED), ("n3", Status.PASS, "ok"), ("n4", Status.WARN, MOVED),
+    ]  # fmt: skip
+    assert "3 of the 4 nodes judged fell below their own history together" in moved[0].detail
+    assert moved[0].detail.endswith("what changed between the runs: OMP_NUM_THREADS: unset -> 1")
+    one = [_row("n1", "regression", Status.FAIL), _row("n2", "ok", Status.PASS), _row("n3", "ok", Status.PASS)]
+    assert moved_together(one) == one  # one node of three: its own regression
+
+
+def test_a_regression_stays_one_only_when_it_is_still_low_beside_a_control_that_held() -> None:
+    row = _row("n1", "regression", Status.FAIL)
+    kept = confirmed_again(row, 70.0, Control("n3", 101.0, 95.0))
+    assert (kept.status, kept.reason) == (Status.FAIL, "regression") and kept.detail.endswith(
+        "measured again: 70.0 beside n3 (101.0, within its own history): confirmed"
+    )
+    back = confirmed_again(row, 93.0, Control("n3", 101.0, 95.0))
+    assert (back.status, back.reason) == (Status.WARN, "inconclusive") and "back within its own history" in back.detail
+    machine = confirmed_again(row, 70.0, Control("n3", 80.0, 95.0))
+    assert (machine.status, machine.reason) == (Status.WARN, "inconclusive") and "the machine moved" in machine.detail
+    alone = confirmed_again(row, 70.0, None)
+    assert (alone.status, alone.reason) == (Status.FAIL, "regression") and alone.detail.endswith(": confirmed")
+    nothing = confirmed_again(row, None, None)
+    assert nothing.reason == "inconclusive" and "no figure" in nothing.detail
