@@ -39,9 +39,9 @@ Ask = Generator[frozenset[str], Outcome, Outcome]
 
 
 def arm_bound(suspects: int, found: int = 0, extra: int = 2, interactions: int = 0) -> int:
-    """The most arms a search over ``suspects`` may measure: ⌈2·log₂ k⌉ + ``extra`` for the first culprit,
+    """The most arms a search over ``suspects`` may measure: 2⌈log₂ k⌉ + ``extra`` for the first culprit,
     ⌈log₂ k⌉ + 2 more for each culprit ``found`` (each further one costs a halving and the arm that shows it), and
-    ⌈2·log₂ k⌉ + 2 for each set that slows the figure only together (a halving for a member, another for its
+    2⌈log₂ k⌉ + 2 for each set that slows the figure only together (a halving for a member, another for its
     partner, and an arm per member kept alone)."""
     depth = math.ceil(math.log2(suspects)) if suspects > 1 else 0
     return 2 * depth + extra + found * (depth + 2) + interactions * (2 * depth + 2)
@@ -90,13 +90,11 @@ class Search:
     arms: list[Arm] = field(default_factory=list)
     finding: Finding | None = None
     _found: list[str] = field(default_factory=list)
-    _left: frozenset[str] = frozenset()
     _pending: frozenset[str] | None = None
     _interactions: int = 0  # searches that found no single culprit: each grows the bound as a culprit does
 
     def __post_init__(self) -> None:
         self.suspects = tuple(dict.fromkeys(self.suspects))
-        self._left = frozenset(self.suspects)
         self._steps = self._search()
         self._advance(lambda: next(self._steps))
 
@@ -127,7 +125,7 @@ class Search:
             self._stop(str(stopped))
 
     def _stop(self, why: str) -> None:
-        left = tuple(s for s in self.suspects if s in self._left and s not in self._found)
+        left = tuple(s for s in self.suspects if s not in self._found)
         self.finding = Finding("unfinished", tuple(self._found), (), left, tuple(self.arms), self.bound, why)
         self._pending = None
 
@@ -148,6 +146,13 @@ class Search:
             raise _Stopped(f"the bound of {self.bound} re-measurements was reached before the set was proved minimal")
         return (yield reverted)
 
+    def _decided(self, reverted: frozenset[str]) -> Ask:
+        """An arm's outcome where the search cannot go round a void one: it stops there, unfinished."""
+        outcome = yield from self._ask(reverted)
+        if outcome == "void":
+            raise _Stopped(f"the arm reverting {len(reverted)} of the suspects did not run as asked (void)")
+        return outcome
+
     def _search(self) -> Generator[frozenset[str], Outcome, Finding]:
         everything = frozenset(self.suspects)
         first = yield from self._ask(everything)
@@ -155,7 +160,6 @@ class Search:
             return Finding("void", arms=tuple(self.arms), bound=self.bound, note="the arm with every suspect "
                            "reverted did not run as asked")  # fmt: skip
         if first == "low":
-            self._left = frozenset()
             return self._done("cleared")
         while True:
             pool = [s for s in self.suspects if s not in self._found]
@@ -163,13 +167,8 @@ class Search:
             if culprit is None:
                 return (yield from self._interaction(pool))
             self._found.append(culprit)
-            self._left = frozenset(s for s in pool if s != culprit)
-            rest = yield from self._ask(frozenset(self._found))
-            if rest == "restored":
-                self._left = frozenset()
+            if (yield from self._decided(frozenset(self._found))) == "restored":
                 return self._done("named")
-            if rest == "void":
-                raise _Stopped("the arm reverting the culprits found did not run as asked")
 
     def _kept(self, kept: Sequence[str]) -> frozenset[str]:
         """The arm that keeps ``kept`` in effect: every other suspect reverted."""
@@ -178,41 +177,36 @@ class Search:
     def _one_alone(self, pool: Sequence[str]) -> Generator[frozenset[str], Outcome, str | None]:
         """A setting of ``pool`` that slows the figure by itself (the pool as a whole is known to: the failing
         run, or the last arm); None when no single one does."""
-        return (yield from self._halve(pool, self._kept, "low", narrows=True))
+        return (yield from self._halve(pool, self._kept, "low"))
 
     def _halve(
-        self,
-        pool: Sequence[str],
-        arm_of: Callable[[Sequence[str]], frozenset[str]],
-        wanted: Outcome,
-        narrows: bool = False,
+        self, pool: Sequence[str], arm_of: Callable[[Sequence[str]], frozenset[str]], wanted: Outcome
     ) -> Generator[frozenset[str], Outcome, str | None]:
         """One member of ``pool`` whose arm alone (``arm_of([member])``) comes out ``wanted``, ``pool`` as a whole
-        known to: halving, the half not measured taken when the measured one is not ``wanted``, and the last one
-        proved by its own arm; None when the halving finds none (the outcome needs two or more members).
-        ``narrows``: the group left is what the search still has in question."""
+        known to: halving, the half not measured taken when the measured one is not ``wanted`` (where that one is
+        void, the other measured instead), and the last one proved by its own arm; None when the halving finds none
+        (the outcome needs two or more members)."""
         group, proved = list(pool), True
         while len(group) > 1:
-            if narrows:
-                self._left = frozenset(group)
             first, second = group[: len(group) // 2], group[len(group) // 2 :]
             outcome = yield from self._ask(arm_of(first))
             if outcome == wanted:
                 group, proved = first, True
             elif outcome != "void":
                 group, proved = second, False
-            elif (yield from self._ask(arm_of(second))) == wanted:
+            elif (yield from self._decided(arm_of(second))) == wanted:
                 group, proved = second, True
             else:
-                return None
-        if not group or (not proved and (yield from self._ask(arm_of(group))) != wanted):
+                raise _Stopped("an arm of the halving did not run as asked (void), and the other half does not decide")
+        if not group or (not proved and (yield from self._decided(arm_of(group))) != wanted):
             return None
         return group[0]
 
     def _interaction(self, pool: Sequence[str]) -> Generator[frozenset[str], Outcome, Finding]:
-        """No single setting of ``pool`` slows the figure alone: a member whose reverting (with the culprits
-        found) restores it, then the partners it needs to slow it, one at a time by halving (ddmin where the
-        halving cannot split them)."""
+        """No single setting of ``pool`` slows the figure alone: the 1-minimal set whose reverting (with the
+        culprits found) restores it (one member by halving where one suffices, else ddmin), then for each member
+        the partners it needs to slow the figure, searched with the other members reverted (each member breaks
+        one set that slows it); each member of the sets named is proved harmless kept alone."""
         self._interactions += 1
         found = frozenset(self._found)
 
@@ -220,16 +214,20 @@ class Search:
             return found | frozenset(part)
 
         first = yield from self._halve(pool, reverting, "restored")
-        members = [first] if first is not None else (yield from self._ddmin(pool, reverting, "restored"))
-        while (yield from self._ask(self._kept(members))) != "low":
-            more = yield from self._partners(pool, members)
-            if not more:
-                break
-            members += more
+        core = [first] if first is not None else (yield from self._ddmin(pool, reverting, "restored"))
+        rest = [s for s in pool if s not in core]
+        members: list[str] = []
+        for member in core:
+            group = [member]
+            while (yield from self._decided(self._kept(group))) != "low":
+                more = yield from self._partners(rest, group)
+                if not more:
+                    raise _Stopped(f"no partner found that {member} needs to slow the figure")
+                group += more
+            members += [s for s in group if s not in members]
         for member in members:  # proved harmless alone: kept alone in effect, the figure is restored
-            if (yield from self._ask(self._kept([member]))) == "low":
+            if (yield from self._decided(self._kept([member]))) == "low":
                 raise _Stopped(f"{member} slows the figure alone, yet no arm found it so before: the figure is noisy")
-        self._left = frozenset()
         return self._done("named", members)
 
     def _partners(self, pool: Sequence[str], members: Sequence[str]) -> Generator[frozenset[str], Outcome, list[str]]:

@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 
 from cluster_accept.analysis.minimal_cause import Arm, Finding, Outcome
 from cluster_accept.analysis.reference import Change
-from cluster_accept.analysis.suspects import ENV_SOURCE, NAME, JobSetting, Retest, figure_value, masked, retest_said
+from cluster_accept.analysis.suspects import (
+    ENV_SOURCE,
+    NAME,
+    NCCL_LOG,
+    JobSetting,
+    Retest,
+    figure_value,
+    masked,
+    retest_said,
+)
 from cluster_accept.checks.base import CheckRow, Status
 
 FAILING_RUN = "the failing run itself"
@@ -27,6 +36,8 @@ def arm_settings_wrong(changes: Sequence[Change], reverted: frozenset[str], ran:
     said = {s.key: s.value for s in ran if s.source == ENV_SOURCE or s.key.startswith("NCCL_")}
     wrong = []
     for change in changes:
+        if change.now is not None and change.now.source == NCCL_LOG:
+            continue  # only NCCL's log said it, and an arm's own log is not read: not held to it
         if change.key in reverted:
             wanted = change.revert()
         else:
@@ -112,16 +123,23 @@ def counted(finding: Finding) -> str:
     return f"{len(finding.arms)} re-measurement{'s' if len(finding.arms) != 1 else ''} (at most {finding.bound})"
 
 
+def _restoring(finding: Finding, key: str) -> tuple[str, str]:
+    """The smallest arm that reverted ``key`` and restored the figure, in words, and what else it reverted."""
+    arms = [(n, a) for n, a in enumerate(finding.arms, 1) if a.outcome == "restored" and key in a.reverted]
+    if not arms:
+        return "no arm", ""
+    number, arm = min(arms, key=lambda na: (len(na[1].reverted), na[0]))
+    others = sorted(arm.reverted - {key})
+    return f"arm {number}: {arm.said}", ", ".join(others)
+
+
 def _alone_row(change: Change, finding: Finding, changes: Mapping[str, Change], reference: str) -> CheckRow:
-    everything = frozenset(changes)
-    kept = _arm(finding, everything - {change.key})
-    restoring = frozenset(finding.alone)
-    others = [k for k in finding.alone if k != change.key]
-    with_others = f" with {_names(changes, others)}" if others else ""
+    kept = _arm(finding, frozenset(changes) - {change.key})
+    restored, others = _restoring(finding, change.key)
+    with_others = f" with {others}" if others else ""
     detail = (
         f"{change.where}; against {reference}: kept alone in effect (every other difference reverted) the figure "
-        f"stayed low ({kept}); reverting it{with_others} restored it ({_arm(finding, restoring)}); proved in "
-        f"{counted(finding)}"
+        f"stayed low ({kept}); reverting it{with_others} restored it ({restored}); proved in {counted(finding)}"
     )
     return CheckRow(NAME, change.key, Status.FAIL, "confirmed", change.said, change.fix(), detail)
 

@@ -5,12 +5,12 @@ last week (a fan failing, a link retraining): scheduled checks compare each node
 runs are few and as noisy as the machine: two earlier runs of a CPU GEMM 21 % apart say nothing of a third 6 %
 below their median. So a figure is a ``regression`` only when it is below the node's own median over its last K
 runs by more than ``straggler_pct``, ``noise_k`` times its calibrated noise, and the small-sample bound of its own
-runs: a new run of a figure whose n past runs have mean m and standard deviation s falls under
-m − t(n−1) · s · √(1 + 1/n) with the chance a normal figure has of falling ``noise_k`` σ short (t(n−1): Student's t
-quantile at n − 1 degrees of freedom, 19.2 at three runs and ``noise_k`` 3, 4.3 at ten). Under
-:data:`MIN_PAST_RUNS` earlier runs a shortfall is ``inconclusive``, whatever its size. Then (the stage measures
-again) a regression is confirmed like a straggler, measured once more beside a control node whose own figure did
-not move (:func:`confirmed_again`), and when most nodes of a figure fell together it is the cluster's (or the
+runs: a new run of a figure whose n past runs have median m and standard deviation s is held to
+m − t(n−1) · s · √(1 + 1/n), the bound a normal figure falls under with the chance it has of falling ``noise_k`` σ
+short (t(n−1): Student's t quantile at n − 1 degrees of freedom, 19.2 at three runs and ``noise_k`` 3, 4.09 at
+ten). Under :data:`MIN_PAST_RUNS` earlier runs a shortfall is ``inconclusive``, whatever its size. Then (the
+stage measures again) a regression is confirmed like a straggler, measured once more beside a control node whose
+own figure did not move (:func:`confirmed_again`), and when most nodes of a figure fell together it is the cluster's (or the
 machine's) movement, one finding with its candidates, not a rejection of every node (:func:`moved_together`).
 Error counters (NVLink CRC/replay/recovery, remapped rows, ECC) that grew since the previous run are flagged, and
 so are those whose growth cannot be told (cleared since, stopped at their maximum, not a count).
@@ -80,7 +80,7 @@ def own_noise(past: Sequence[float], k: float) -> Noise | None:
     median = statistics.median(past) if past else 0.0
     if n < 2 or median <= 0:
         return None
-    tail = 0.5 * math.erfc(k / math.sqrt(2))  # the chance a normal figure falls k σ short
+    tail = max(0.5 * math.erfc(k / math.sqrt(2)), 1e-9)  # the chance a normal figure falls k σ short
     t = student_t_quantile(1 - tail, n - 1)
     bound = t * statistics.stdev(past) * math.sqrt(1 + 1 / n) / median
     source = f"its own last {n} runs: s {100 * statistics.stdev(past) / median:.1f}%, t({n - 1}) {t:.1f}"
@@ -153,7 +153,7 @@ def _shortfall(row: NodeRow) -> bool:
 
 
 def moved_together(rows: Sequence[NodeRow], candidates: str = "") -> list[NodeRow]:
-    """``rows`` with each figure that fell against history on most of the nodes judged (at least two, and at least
+    """``rows`` with each figure that fell against history on most of the nodes judged (at least two, and more than
     half) turned into one cluster-level finding: those nodes' rows ``moved_with_cluster`` (a warning naming how
     many nodes moved, by how much, and ``candidates``: what changed between the runs), never a rejection of each."""
     by_item: dict[str, list[NodeRow]] = {}
@@ -163,7 +163,7 @@ def moved_together(rows: Sequence[NodeRow], candidates: str = "") -> list[NodeRo
     moved: dict[str, str] = {}
     for item, judged in by_item.items():
         fell = [r for r in judged if _shortfall(r)]
-        if len(fell) >= 2 and 2 * len(fell) >= len(judged):
+        if len(fell) >= 2 and 2 * len(fell) > len(judged):
             changed = f"; what changed between the runs: {candidates}" if candidates else ""
             moved[item] = (
                 f"{len(fell)} of the {len(judged)} nodes judged fell below their own history together: the cluster "
@@ -211,6 +211,8 @@ def confirmed_again(row: NodeRow, again: float | None, control: Control | None) 
     beside = ""
     if control is not None and control.again is not None:
         beside = f" beside {control.node} ({_fmt(control.again)}, within its own history)"
+    elif control is not None:
+        beside = f" beside {control.node}, which gave no figure to control with"
     return replace(row, detail=f"{row.detail}; {said}{beside}: confirmed")
 
 

@@ -32,6 +32,7 @@ from cluster_accept.vocabulary.text import SETTINGS_LINE_START
 
 NAME = "job_settings"
 ENV_SOURCE = "env"
+NCCL_LOG = "NCCL's log (set by environment)"  # where a setting only NCCL's own account named was set
 # What NCCL does when the key is unset (its documented defaults): such a value changes nothing.
 LIBRARY_DEFAULTS = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_IB_DISABLE": "0"}
 # How a key NCCL reads from a config file is neutralised for the second run (the environment's value wins over the

@@ -62,8 +62,7 @@ _MASK_AWK = (
     f'print k "={MASK}"; else print }}'
 )
 COMMAND = (
-    CONF_READER
-    + f"ca_mask='{_MASK_AWK}'; "
+    CONF_READER + f"ca_mask='{_MASK_AWK}'; "
     "echo '### env'; "
     f"env | grep -E '^({'|'.join(_PREFIXES)})[A-Za-z0-9_]*=' | awk \"$ca_mask\"; "
     f"echo '### {ETC_SOURCE}'; ca_conf {ETC_SOURCE} 2>/dev/null | awk \"$ca_mask\"; "

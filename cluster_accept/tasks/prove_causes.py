@@ -41,6 +41,7 @@ from cluster_accept.analysis.proof import (
 from cluster_accept.analysis.reference import DEFAULTS, Change, Reference, closest, difference, suspected
 from cluster_accept.analysis.regressions import HISTORY_SUFFIX
 from cluster_accept.analysis.suspects import (
+    NCCL_LOG,
     NCCL_SYMPTOMS,
     JobSetting,
     Retest,
@@ -61,7 +62,6 @@ from cluster_accept.tasks.stage import RunState, in_waves
 from cluster_accept.vocabulary.rows import Measurement, NcclFact, SettingRow
 
 SUFFIX = ":without-suspects"
-NCCL_LOG = "NCCL's log (set by environment)"  # where a setting only NCCL's own account named was set
 # How the stage runs a node's probes, and reads their figures: (node, quick, probes) -> its result;
 # (result, probes, stage) -> its figures.
 Measure = Callable[[Node, bool, Sequence[Probe]], NodeResult]
@@ -239,6 +239,8 @@ def _inspected_retests(
                 if not again.empty
                 else again
             )
+            if not hit.empty and "size" in hit.columns and hit["size"].notna().any():
+                hit = hit[hit["size"] == hit["size"].max()]  # a swept figure is judged at its largest size
             after, floor = (float(hit["value"].median()) if not hit.empty else None), stated_minimum(row.expected)
             if after is None or floor is None:
                 out.append(Retest(row, None, False))
