@@ -1,19 +1,19 @@
 """Regressions against a node's own history: slower than it used to be, or error counters that grew. Pure.
 
-A node can pass its thresholds and sit inside the cluster's spread while running well below what it did
-last week (a fan failing, a link retraining): scheduled checks compare each node with itself. But a node's own
-runs are few and as noisy as the machine: two earlier runs of a CPU GEMM 21 % apart say nothing of a third 6 %
-below their median. So a figure is a ``regression`` only when it is below the node's own median over its last K
-runs by more than ``straggler_pct``, ``noise_k`` times its calibrated noise, and the small-sample bound of its own
-runs: a new run of a figure whose n past runs have median m and standard deviation s is held to
-m − t(n−1) · s · √(1 + 1/n), the bound a normal figure falls under with the chance it has of falling ``noise_k`` σ
-short (t(n−1): Student's t quantile at n − 1 degrees of freedom, 19.2 at three runs and ``noise_k`` 3, 4.09 at
-ten). Under :data:`MIN_PAST_RUNS` earlier runs a shortfall is ``inconclusive``, whatever its size. Then (the
-stage measures again) a regression is confirmed like a straggler, measured once more beside a control node whose
-own figure did not move (:func:`confirmed_again`), and when most nodes of a figure fell together it is the cluster's (or the
-machine's) movement, one finding with its candidates, not a rejection of every node (:func:`moved_together`).
-Error counters (NVLink CRC/replay/recovery, remapped rows, ECC) that grew since the previous run are flagged, and
-so are those whose growth cannot be told (cleared since, stopped at their maximum, not a count).
+A node can pass its thresholds and sit inside the cluster's spread while running well below what it did last week (a
+fan failing, a link retraining): scheduled checks compare each node with itself. But a node's own runs are few and
+as noisy as the machine: two earlier runs of a CPU GEMM 21 % apart say nothing of a third 6 % below their median. So
+a figure is a ``regression`` only when it is below the node's own median over its last K runs by more than
+``straggler_pct``, ``noise_k`` times its calibrated noise, and the small-sample bound of its own runs: a new run of
+a figure whose n past runs have median m and standard deviation s is held to m − t(n−1) · s · √(1 + 1/n), the bound
+a normal figure falls under with the chance it has of falling ``noise_k`` σ short (t(n−1): Student's t quantile at n
+− 1 degrees of freedom, 19.2 at three runs and ``noise_k`` 3, 4.09 at ten). Under :data:`MIN_PAST_RUNS` earlier runs
+a shortfall is ``inconclusive``, whatever its size. Then (the stage measures again) a regression is confirmed like a
+straggler, measured once more beside a control node whose own figure did not move (:func:`confirmed_again`), and
+when most nodes of a figure fell together it is the cluster's (or the machine's) movement, one finding with its
+candidates, not a rejection of every node (:func:`moved_together`). Error counters (NVLink CRC/replay/recovery,
+remapped rows, ECC) that grew since the previous run are flagged, and so are those whose growth cannot be told
+(cleared since, stopped at their maximum, not a count).
 """
 
 from __future__ import annotations
