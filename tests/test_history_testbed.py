@@ -5,11 +5,13 @@ Ten healthy runs of four nodes on a quiet machine, then ten more beside a busy l
 test's): no node may be rejected in any of them (a figure against its own history passes, is inconclusive, or moved
 with the cluster). Then one setting that slows a CPU GEMM here is added to one node's job environment: that node is
 rejected with that setting alone as the proved cause, found against its own last accepted run, and no other node is
-rejected. The count of inconclusive rows and of rows that moved with the cluster is printed.
+rejected. The count of inconclusive rows and of rows that moved with the cluster is printed. A run takes about 3
+minutes here (its stragglers measured again in paired rounds): ``CA_HISTORY_RUNS`` sets fewer runs of each kind.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -24,7 +26,7 @@ from tests.test_noise_testbed import busy_loop
 from tests.test_prove_causes_testbed import slowest_setting_here
 
 pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
-RUNS = 10  # quiet runs, then as many beside the busy loop
+RUNS = int(os.environ.get("CA_HISTORY_RUNS", "10"))  # quiet runs, then as many beside the busy loop
 NODES = ("node01", "node02", "node03", "node04")
 Factory = Callable[..., testbed.Testbed]
 
