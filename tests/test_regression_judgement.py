@@ -74,7 +74,7 @@ def test_most_nodes_falling_together_is_one_finding_of_the_cluster_not_a_rejecti
         _row("n3", "ok", Status.PASS),
         _row("n4", "regression", Status.FAIL),
     ]
-    moved = moved_together(rows, "OMP_NUM_THREADS: unset -> 1")
+    moved = moved_together(rows, lambda: "OMP_NUM_THREADS: unset -> 1")
     assert [(r.node, r.status, r.reason) for r in moved] == [
         ("n1", Status.WARN, MOVED), ("n2", Status.WARN, MOVED), ("n3", Status.PASS, "ok"), ("n4", Status.WARN, MOVED),
     ]  # fmt: skip

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ import pandas as pd
 
 from cluster_accept.analysis.noise import Noise, call, floor_of
 from cluster_accept.analysis.probe_verdicts import INCONCLUSIVE, MetricRule, relative_status
+from cluster_accept.analysis.suspects import stated_minimum
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.inventory.model import Thresholds
 from cluster_accept.vocabulary.text import quote
@@ -47,17 +48,12 @@ def student_t_cdf(t: float, dof: int) -> float:
     (Abramowitz & Stegun 26.7.3–4): no numerical library on the controller."""
     theta = math.atan(abs(t) / math.sqrt(dof))
     cos2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    for k in range(3 if dof % 2 else 2, dof - 1, 2):  # the series of cos² terms, odd and even dof alike
+        term *= (k - 1) / k * cos2
+        total += term
     if dof % 2:
-        start = 3
-        inner = 0.0 if dof == 1 else 1.0
-        for k in range(start, dof - 1, 2):
-            term *= (k - 1) / k * cos2
-            inner += term
-        inside = (2 / math.pi) * (theta + (math.sin(theta) * math.cos(theta) * inner if dof > 1 else 0.0))
+        inside = (2 / math.pi) * (theta + (math.sin(theta) * math.cos(theta) * total if dof > 1 else 0.0))
     else:
-        for k in range(2, dof - 1, 2):
-            term *= (k - 1) / k * cos2
-            total += term
         inside = math.sin(theta) * total
     return 0.5 + math.copysign(inside / 2, t)
 
@@ -152,19 +148,22 @@ def _shortfall(row: NodeRow) -> bool:
     return row.item.endswith(HISTORY_SUFFIX) and row.reason in (REGRESSION, INCONCLUSIVE)
 
 
-def moved_together(rows: Sequence[NodeRow], candidates: str = "") -> list[NodeRow]:
+def moved_together(rows: Sequence[NodeRow], candidates: Callable[[], str] = lambda: "") -> list[NodeRow]:
     """``rows`` with each figure that fell against history on most of the nodes judged (at least two, and more than
     half) turned into one cluster-level finding: those nodes' rows ``moved_with_cluster`` (a warning naming how
-    many nodes moved, by how much, and ``candidates``: what changed between the runs), never a rejection of each."""
+    many nodes moved, by how much, and what changed between the runs: ``candidates``, asked only when a figure
+    moved, since finding them reads the history), never a rejection of each."""
     by_item: dict[str, list[NodeRow]] = {}
     for row in rows:
         if row.item.endswith(HISTORY_SUFFIX):
             by_item.setdefault(row.item, []).append(row)
     moved: dict[str, str] = {}
+    said: str | None = None
     for item, judged in by_item.items():
         fell = [r for r in judged if _shortfall(r)]
         if len(fell) >= 2 and 2 * len(fell) > len(judged):
-            changed = f"; what changed between the runs: {candidates}" if candidates else ""
+            said = candidates() if said is None else said
+            changed = f"; what changed between the runs: {said}" if said else ""
             moved[item] = (
                 f"{len(fell)} of the {len(judged)} nodes judged fell below their own history together: the cluster "
                 f"or the machine moved, not this node{changed}"
@@ -199,7 +198,7 @@ def confirmed_again(row: NodeRow, again: float | None, control: Control | None) 
     """A ``regression`` row once its node was measured again (``again``; None: no figure came back) beside a
     ``control`` (None: no node to control with): it stays a regression only when it is still under its floor
     while the control is not under its own; else ``inconclusive``, saying why."""
-    floor = _floor(row.expected)
+    floor = stated_minimum(row.expected)
     if again is None or floor is None:
         return _unconfirmed(row, "measured again: no figure")
     said = f"measured again: {_fmt(again)}"
@@ -214,16 +213,6 @@ def confirmed_again(row: NodeRow, again: float | None, control: Control | None) 
     elif control is not None:
         beside = f" beside {control.node}, which gave no figure to control with"
     return replace(row, detail=f"{row.detail}; {said}{beside}: confirmed")
-
-
-def _floor(expected: str | None) -> float | None:
-    text = (expected or "").strip()
-    if not text.startswith(">="):
-        return None
-    try:
-        return float(text[2:].split()[0].replace(",", ""))
-    except (ValueError, IndexError):
-        return None
 
 
 # Where a 32- or 64-bit counter stops: a count there at both reads may have stopped, not stayed. Narrower

@@ -231,7 +231,7 @@ def against_history(state: RunState, stage: str, probes: Sequence[Probe], frame:
     is the cluster's movement (:func:`analysis.regressions.moved_together`, with the settings that changed), and
     every regression left is measured again beside a control node whose own figure did not move
     (:func:`confirm_regressions`)."""
-    rows = moved_together(regression_rows(state, stage, probes, frame), _changed_settings(state))
+    rows = moved_together(regression_rows(state, stage, probes, frame), partial(_changed_settings, state))
     return confirm_regressions(state, probes, rows) if any(r.reason == REGRESSION for r in rows) else rows
 
 
