@@ -15,7 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cluster_accept.flows.cli import app
-from cluster_accept.tasks.watch import SHIM_DIR
+from cluster_accept.watch.rounds import SHIM_DIR
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cluster_accept.analysis.live_job import REASONS, WatchRules, localize, owner_line
-from cluster_accept.vocabulary.live_job import CollectiveSeen, FindingKind, RankSeen, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge import REASONS, WatchRules, localize, owner_line
+from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, WatchFinding
 
 pytestmark = pytest.mark.unit
 

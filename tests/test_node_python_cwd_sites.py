@@ -27,7 +27,7 @@ def _plant(directory: Path) -> Path:
 @pytest.mark.integration
 def test_the_watch_reader_imports_nothing_from_its_working_directory(tmp_path: Path) -> None:
     from cluster_accept.inventory.model import DEFAULT_SSH, Node
-    from cluster_accept.tasks.watch import reader_command
+    from cluster_accept.watch.rounds import reader_command
 
     marker = _plant(tmp_path)
     profile = Profile.model_validate({**base_profile("h200x4", python=sys.executable)})

@@ -219,7 +219,7 @@ def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plug
     """docs/stages.md and docs/data.md list no plug-in by hand: they point to the table printed from discovery,
     which names every check and probe once, with its kind, stage, reasons, samples of each kind and (a probe) the
     figures it judges with the key holding each minimum."""
-    runpy.run_module("cluster_accept.reports.plugins", run_name="__main__")
+    runpy.run_module("cluster_accept.probes.catalogue", run_name="__main__")
     printed = _printed_plugins(capsys.readouterr().out)
     wanted = {
         **{c.name: ("check", "preflight", c.reasons, c.samples, {}) for c in CHECKS},
@@ -234,4 +234,4 @@ def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plug
             assert (f"`{metric}` (min `{rule.threshold}`)" if rule.threshold else f"`{metric}`") in said_metrics, name
     docs = REPOSITORY / "docs"
     for page in ("stages.md", "data.md", "layout.md"):
-        assert "python -m cluster_accept.reports.plugins" in (docs / page).read_text(), page
+        assert "python -m cluster_accept.probes.catalogue" in (docs / page).read_text(), page

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from cluster_accept.flows.watch_request import WatchSpec, resolve
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.slurm import SlurmNode, job_nodes, parse_show_nodes, read_nodes
+from cluster_accept.watch.request import WatchSpec, resolve
 
 DATA = Path(__file__).parent / "data" / "slurm"
 SHOW_JOB = DATA / "show_job_hostile_name.txt"

@@ -139,13 +139,13 @@ def test_only_remote_ssh_imports_fabric_or_paramiko() -> None:
 
 
 def node_side_scripts() -> list[Path]:
-    """The files under probes/node/ (when the folder exists), and any file under probes/ that imports torch."""
-    probes = package_modules(("probes",))
-    node = PACKAGE / "probes" / "node"
+    """The files under probes/node/ and watch/node/, and any file under probes/ that imports torch."""
+    node = (PACKAGE / "probes" / "node", PACKAGE / "watch" / "node")
     return [
         path
-        for path in probes
-        if path.is_relative_to(node) or any(top(module) == "torch" for _, module in imported_modules(parse(path)))
+        for path in package_modules(("probes", "watch"))
+        if any(path.is_relative_to(folder) for folder in node)
+        or (path.is_relative_to(PACKAGE / "probes") and any(top(m) == "torch" for _, m in imported_modules(parse(path))))
     ]
 
 
@@ -176,15 +176,13 @@ def test_every_import_of_the_package_names_cluster_accept() -> None:
 
 # (d): no circles, no arrow back up -----------------------------------------------------------------------
 
-# The floors, top down: a module imports only from its own floor or those below it, never up. The middle floor's
-# folders may import each other (checks read the inventory's profile, analysis judges check rows), but without
-# circles between modules; the vocabulary (statuses, masking, text cuts) imports nothing of the package.
-FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"flows"}),
-    frozenset({"tasks"}),
-    frozenset({"probes", "checks", "analysis", "reports", "remote", "inventory", "ops", "rundir", "watch"}),
-    frozenset({"vocabulary"}),
-)
+# The floors, top down, one folder each: a module imports only from its own folder or the folders below it, never
+# up, and without circles between modules. The vocabulary (statuses, masking, text cuts) imports nothing of the
+# package. docs/layout.md draws the same order (``test_layout_draws_the_floors_the_code_has``).
+FLOORS: tuple[str, ...] = (
+    "flows", "tasks", "watch", "rundir", "ops", "probes", "reports", "analysis", "checks", "remote", "inventory",
+    "vocabulary",
+)  # fmt: skip
 
 
 def module_name(path: Path) -> str:
@@ -266,18 +264,18 @@ def test_no_module_of_the_package_is_in_an_import_circle() -> None:
 
 def floor_of(module: str) -> int | None:
     folder = module.split(".")[1] if module.count(".") >= 1 else ""
-    return next((i for i, floor in enumerate(FLOORS) if folder in floor), None)
+    return FLOORS.index(folder) if folder in FLOORS else None
 
 
 NOT_SHIPPED = ("cluster_accept.testbed", "cluster_accept.simulator")  # the checkout's, not the wheel's
 
 
-def test_no_import_points_back_up_a_floor() -> None:
-    """flows -> tasks -> {ops, rundir, probes, checks, analysis, reports, remote, inventory} -> vocabulary. The
-    test-bed and the scale simulator (not in the wheel) are on no floor and may import any; nothing on a floor
-    imports them, but flows its test-bed commands (which say so where it is not installed)."""
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph`` that points to a folder on a floor above its own, or (from a shipped floor) into
+    the test-bed or the scale simulator: flows' test-bed commands alone may (they say so where it is not
+    installed)."""
     back_up = []
-    for module, imported in import_graph().items():
+    for module, imported in graph.items():
         here = floor_of(module)
         for target in imported:
             there = floor_of(target)
@@ -286,4 +284,38 @@ def test_no_import_points_back_up_a_floor() -> None:
                 back_up.append(f"{module} imports {target}")
             elif here is not None and there is not None and there < here:
                 back_up.append(f"{module} imports {target}")
-    assert not back_up, "imports that point back up:\n" + "\n".join(sorted(back_up))
+    return sorted(back_up)
+
+
+def test_an_import_up_a_floor_between_any_two_folders_is_found() -> None:
+    """The rule itself: for every pair of floors, an import from the lower to the upper is named, the other way
+    is not, and one inside a folder is not."""
+    for low, folder in enumerate(FLOORS):
+        for high in FLOORS[:low]:
+            up = {f"cluster_accept.{folder}.a": {f"cluster_accept.{high}.b"}}
+            down = {f"cluster_accept.{high}.b": {f"cluster_accept.{folder}.a"}}
+            assert upward_imports(up) == [f"cluster_accept.{folder}.a imports cluster_accept.{high}.b"]
+            assert upward_imports(down) == []
+        assert upward_imports({f"cluster_accept.{folder}.a": {f"cluster_accept.{folder}.b"}}) == []
+    assert upward_imports({"cluster_accept.checks.a": {"cluster_accept.simulator.b"}}) != []
+
+
+def test_every_folder_of_the_package_has_its_floor() -> None:
+    """A new folder is placed on a floor (or named as not shipped) before anything imports it."""
+    placed = set(FLOORS) | {name.rsplit(".", 1)[1] for name in NOT_SHIPPED}
+    assert set(PACKAGE_FOLDERS) == placed, set(PACKAGE_FOLDERS) ^ placed
+
+
+def test_no_import_points_back_up_a_floor() -> None:
+    """flows -> tasks -> watch -> rundir -> ops -> probes -> reports -> analysis -> checks -> remote -> inventory ->
+    vocabulary. The test-bed and the scale simulator (not in the wheel) are on no floor and may import any;
+    nothing on a floor imports them, but flows its test-bed commands."""
+    back_up = upward_imports(import_graph())
+    assert not back_up, "imports that point back up:\n" + "\n".join(back_up)
+
+
+def test_layout_draws_the_floors_the_code_has() -> None:
+    """docs/layout.md's line of floors names the folders in the order :data:`FLOORS` holds them."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    drawn = " → ".join(f"`{folder}`" for folder in FLOORS)
+    assert drawn in text, f"docs/layout.md does not draw the floors as {drawn}"

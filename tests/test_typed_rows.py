@@ -19,7 +19,6 @@ from cluster_accept.analysis.schemas import TABLES, WATCH_TABLES
 from cluster_accept.probes.burn import BurnPoint
 from cluster_accept.vocabulary.codec import ShapeError, from_data, to_data
 from cluster_accept.vocabulary.figures import Figure
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 from cluster_accept.vocabulary.rows import (
     Measurement,
     NcclFact,
@@ -31,6 +30,7 @@ from cluster_accept.vocabulary.rows import (
     ValueKind,
 )
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 
 FIGURE = Figure("gemm_bf16_tflops", 692.3, gpu=0, sm_clock_mhz=1980.0)
 TRAINED = TrainingScalingRow(2, 16, "n[1-2]", 1e6, 62500.0, 31.0, 300.0, 0.3, 0.96, False, "NET/IB", "gpt", "r1", "c")

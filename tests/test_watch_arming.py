@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_accept.vocabulary.live_job import Signal
 from cluster_accept.watch import arming
 from cluster_accept.watch.arming import (
     ArmPlan,
@@ -26,6 +25,7 @@ from cluster_accept.watch.arming import (
 from cluster_accept.watch.inspector import op_name, parse_inspector_lines
 from cluster_accept.watch.node import inspector_read, ras_read
 from cluster_accept.watch.ras import RasRankState, parse_ras_answer, parse_ras_json, parse_ras_text
+from cluster_accept.watch.words import Signal
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_accept.vocabulary.live_job import Signal
 from cluster_accept.watch.read import ReadWindow, backend_of, clock_estimate, op_name, parse_node_read, settle_clocks
+from cluster_accept.watch.words import Signal
 
 pytestmark = pytest.mark.unit
 

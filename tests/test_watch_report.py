@@ -10,10 +10,10 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
-from cluster_accept.reports import watch
-from cluster_accept.reports.watch import MAX_POINTS, watch_context, watch_page, watch_prometheus
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch import report as watch
+from cluster_accept.watch.report import MAX_POINTS, watch_context, watch_page, watch_prometheus
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster_accept.reports.watch import MAX_POINTS, watch_page
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.report import MAX_POINTS, watch_page
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 from tests.browser import load_page
 
 pytestmark = pytest.mark.testbed  # Chromium, as the other browser tests

@@ -9,15 +9,16 @@ from typing import cast
 
 import pytest
 
-from cluster_accept.analysis.live_job import WatchRules
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
-from cluster_accept.flows.watch import NOT_RETESTED, _peers, _settle, confirmation, job_left
-from cluster_accept.flows.watch_request import WatchRequest, WatchSpec
+from cluster_accept.flows.watch import _settle, job_left
 from cluster_accept.inventory.model import Inventory, Node
-from cluster_accept.tasks.watch import WatchState
-from cluster_accept.vocabulary.live_job import RankSeen, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge import WatchRules
+from cluster_accept.watch.policy import NOT_RETESTED, confirmation, retest_peers
 from cluster_accept.watch.read import NodeRead
+from cluster_accept.watch.request import WatchRequest, WatchSpec
+from cluster_accept.watch.rounds import WatchState
+from cluster_accept.watch.words import RankSeen, WatchFinding
 from tests.injection_sandbox import node
 
 pytestmark = pytest.mark.unit
@@ -94,8 +95,9 @@ def test_a_job_that_stays_past_the_wait_leaves_the_node_not_re_tested(monkeypatc
 
 def test_peers_are_nodes_the_job_has_left_where_there_are() -> None:
     """A job requeued without its suspect runs on the others again: a node it has left is measured at once."""
-    assert _peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n4"}) == ["n3"]
-    assert _peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n3", "n4"}) == ["n1", "n3"]  # it waits for them
+    assert retest_peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n4"}) == ["n3"]
+    waits = retest_peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n3", "n4"})
+    assert waits == ["n1", "n3"]  # it waits for them
 
 
 def _three(wait_s: float = 600) -> WatchRequest:
@@ -188,8 +190,8 @@ def test_a_slurm_job_whose_rank_files_are_gone_has_not_left_while_slurm_runs_it(
 ) -> None:
     """The ranks' files are the job user's to remove: a job that deletes them (every rank read 'exited') while it
     still loads its GPUs has not left its nodes until Slurm says so; a Slurm that cannot be asked holds them."""
-    from cluster_accept.flows import watch_request
     from cluster_accept.ops.slurm import SlurmJob
+    from cluster_accept.watch import request as watch_request
 
     inventory = Inventory("c", [node("n1"), node("n2")], {}, "inv.yaml", "")  # Slurm names them as the inventory
     spec = WatchSpec(inventory=Path("inv.yaml"), slurm_job="9", retest_wait_s=0, interval_s=0.5)

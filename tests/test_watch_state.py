@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_accept.tasks.watch import WatchState, living_nodes
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen
 from cluster_accept.watch.read import NodeRead
+from cluster_accept.watch.rounds import WatchState, living_nodes
+from cluster_accept.watch.words import CollectiveSeen, RankSeen
 
 pytestmark = pytest.mark.unit
 

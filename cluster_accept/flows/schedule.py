@@ -15,10 +15,10 @@ from prefect.client.schemas.schedules import CronSchedule
 
 from cluster_accept.flows.acceptance import acceptance
 from cluster_accept.flows.watch import watch
-from cluster_accept.flows.watch_request import WatchSpec
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.probes.base import load_checked_inventory
 from cluster_accept.tasks.stages import SUITES
+from cluster_accept.watch.request import WatchSpec
 
 
 def deployment_parameters(

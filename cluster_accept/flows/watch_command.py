@@ -13,12 +13,12 @@ import typer
 
 from cluster_accept.flows.exits import ACCEPTED, NOT_ACCEPTED, TOOL_FAILURE, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
-from cluster_accept.flows.watch_request import WatchSpec, resolve
 from cluster_accept.inventory.hostlist import HostlistError
 from cluster_accept.inventory.load import InventoryError
 from cluster_accept.ops.after_run import Operations
-from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR, SHIM_DIR
 from cluster_accept.watch.arming import NodeVersions
+from cluster_accept.watch.request import WatchSpec, resolve
+from cluster_accept.watch.rounds import DEFAULT_WATCH_DIR, SHIM_DIR
 
 
 def watch_command(

@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster_accept.vocabulary.live_job import Signal, SignalCoverage
+from cluster_accept.watch.words import Signal, SignalCoverage
 
 JOB_TOKEN = "{job}"
 _PATH = re.compile(r"/[A-Za-z0-9_.+/-]*")

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from cluster_accept.vocabulary.live_job import CollectiveSeen, Signal
+from cluster_accept.watch.words import CollectiveSeen, Signal
 
 _OPS = {"All2All": "all_to_all", "AllGatherV": "all_gather_v", "SendRecv": "send_recv"}
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
 
 _BACKENDS = ("nccl:", "gloo:", "ucc:", "mpi:", "xccl:")
 

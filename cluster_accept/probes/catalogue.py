@@ -2,7 +2,7 @@
 judges (its module's first line), its reason codes, the figures a probe judges (each with the key holding its
 minimum) and its samples. The documentation points here instead of
 listing the plug-ins by hand, so a plug-in added is listed without a line of documentation to edit:
-``python -m cluster_accept.reports.plugins``."""
+``python -m cluster_accept.probes.catalogue``."""
 
 from __future__ import annotations
 

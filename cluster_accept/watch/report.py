@@ -42,8 +42,8 @@ from cluster_accept.reports.charts import (
     plotted,
 )
 from cluster_accept.reports.render import environments, number_or_text
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage, WatchFinding
 from cluster_accept.vocabulary.status import BAD_STATUSES, Status
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage, WatchFinding
 
 __all__ = ["MAX_POINTS", "watch_context", "watch_page", "watch_prometheus"]
 

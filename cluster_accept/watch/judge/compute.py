@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cluster_accept.analysis.live_job.rules import WatchRules
-from cluster_accept.analysis.live_job.window import NS_PER_MS, NS_PER_S, Window, ranks_said
-from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.rules import WatchRules
+from cluster_accept.watch.judge.window import NS_PER_MS, NS_PER_S, Window, ranks_said
+from cluster_accept.watch.words import FindingKind, WatchFinding
 
 KEY = ["communicator", "seq"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class WatchRules:
-    """Thresholds of :func:`cluster_accept.analysis.live_job.localize`."""
+    """Thresholds of :func:`cluster_accept.watch.judge.localize`."""
 
     # The rows judged for stragglers: collectives entered (watcher's clock) this long before ``now_ns``.
     window_s: float = 120.0

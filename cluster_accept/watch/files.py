@@ -12,12 +12,12 @@ from typing import Any
 
 from cluster_accept.analysis.history import append_run
 from cluster_accept.analysis.schemas import WATCH_TABLES, write_table
-from cluster_accept.reports.watch import watch_page, watch_prometheus
 from cluster_accept.rundir.outputs import RunDir, now_iso, start_run
 from cluster_accept.rundir.run import history_dir
-from cluster_accept.tasks.watch import WatchState
-from cluster_accept.vocabulary.live_job import WatchFinding
 from cluster_accept.vocabulary.own_files import replace_whole
+from cluster_accept.watch.report import watch_page, watch_prometheus
+from cluster_accept.watch.rounds import WatchState
+from cluster_accept.watch.words import WatchFinding
 
 
 @dataclass

@@ -20,10 +20,10 @@ from pathlib import Path
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import run_node
 from cluster_accept.remote.result import NodeResult, RemoteCommand
-from cluster_accept.vocabulary.live_job import CollectiveSeen, RankSeen, RankState, SignalCoverage
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage
 
-SHIM_DIR = Path(__file__).resolve().parent.parent / "watch" / "node"  # the shim and the node-side reader
+SHIM_DIR = Path(__file__).resolve().parent / "node"  # the shim and the node-side reader
 READER = SHIM_DIR / "job_read.py"
 
 

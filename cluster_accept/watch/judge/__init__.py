@@ -4,7 +4,7 @@ compute straggler or a communication straggler, from each rank's Flight Recorder
 Public: :func:`localize` (rows of a window in, one :class:`WatchFinding` per node and kind out),
 :func:`owner_line`, :class:`WatchRules` and :data:`REASONS` (the reason codes, each with its meaning and action)."""
 
-from cluster_accept.analysis.live_job.localize import localize, owner_line
-from cluster_accept.analysis.live_job.rules import REASONS, WatchRules
+from cluster_accept.watch.judge.localize import localize, owner_line
+from cluster_accept.watch.judge.rules import REASONS, WatchRules
 
 __all__ = ["REASONS", "WatchRules", "localize", "owner_line"]

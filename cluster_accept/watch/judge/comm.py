@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from cluster_accept.analysis.live_job.window import NS_PER_S, Window
-from cluster_accept.vocabulary.live_job import FindingKind, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.window import NS_PER_S, Window
+from cluster_accept.watch.words import FindingKind, WatchFinding
 
 Port = tuple[str, int | None]  # a node and one of its GPUs (None where the job runs on CPUs)
 

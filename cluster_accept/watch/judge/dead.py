@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster_accept.analysis.live_job.window import (
+from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.window import (
     ALIVE_STATES,
     DEAD_STATES,
     NS_PER_S,
@@ -23,8 +24,7 @@ from cluster_accept.analysis.live_job.window import (
     last_entered,
     ranks_said,
 )
-from cluster_accept.vocabulary.live_job import FindingKind, RankSeen, WatchFinding
-from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.words import FindingKind, RankSeen, WatchFinding
 
 
 @dataclass(frozen=True)

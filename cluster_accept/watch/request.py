@@ -19,10 +19,10 @@ from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.ops.after_run import Operations
 from cluster_accept.ops.slurm import SlurmJob, read_job
 from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.tasks.watch import DEFAULT_WATCH_DIR
+from cluster_accept.watch.rounds import DEFAULT_WATCH_DIR
 
 if TYPE_CHECKING:
-    from cluster_accept.analysis.live_job import WatchRules
+    from cluster_accept.watch.judge import WatchRules
 
 
 class WatchSpec(BaseModel):
@@ -108,7 +108,7 @@ def _selection(spec: WatchSpec) -> tuple[str, SlurmJob | None]:
 
 def resolve(spec: WatchSpec) -> WatchRequest:
     """The request ``spec`` asks for; a ValueError (or the inventory's error) naming what is wrong."""
-    from cluster_accept.analysis.live_job import WatchRules
+    from cluster_accept.watch.judge import WatchRules
 
     selected, slurm = _selection(spec)
     name = spec.job or (slurm.job_id if slurm else "")

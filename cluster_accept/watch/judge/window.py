@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from cluster_accept.analysis.live_job.rules import WatchRules
-from cluster_accept.vocabulary.live_job import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.rules import WatchRules
+from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000

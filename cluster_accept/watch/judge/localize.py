@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from cluster_accept.analysis.live_job.comm import judge_comm
-from cluster_accept.analysis.live_job.compute import judge_compute
-from cluster_accept.analysis.live_job.dead import deaths, first_deaths, judge_dead
-from cluster_accept.analysis.live_job.hang import judge_hang
-from cluster_accept.analysis.live_job.rules import WatchRules
-from cluster_accept.analysis.live_job.window import build
-from cluster_accept.vocabulary.live_job import CollectiveSeen, FindingKind, RankSeen, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.comm import judge_comm
+from cluster_accept.watch.judge.compute import judge_compute
+from cluster_accept.watch.judge.dead import deaths, first_deaths, judge_dead
+from cluster_accept.watch.judge.hang import judge_hang
+from cluster_accept.watch.judge.rules import WatchRules
+from cluster_accept.watch.judge.window import build
+from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, WatchFinding
 
 KINDS = [FindingKind.DEAD_RANK, FindingKind.HANG, FindingKind.COMPUTE_STRAGGLER, FindingKind.COMM_STRAGGLER]
 

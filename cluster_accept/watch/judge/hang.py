@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster_accept.analysis.live_job.window import NS_PER_S, Window, ago, last_entered, op_of, ranks_said
-from cluster_accept.vocabulary.live_job import FindingKind, RankState, WatchFinding
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.window import NS_PER_S, Window, ago, last_entered, op_of, ranks_said
+from cluster_accept.watch.words import FindingKind, RankState, WatchFinding
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,114 @@
+"""What the watch does with a finding, as pure functions: which stages re-test it, which peers stand beside the
+suspect, whether a re-test confirmed it, what its row then says, and how earlier re-tests carry into the next
+window's findings. The Prefect loop (:mod:`flows.watch`) only reads, calls these and writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
+from cluster_accept.inventory.hostlist import fold
+from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge import owner_line
+from cluster_accept.watch.words import FindingKind, WatchFinding
+
+# The stages whose probes can see each kind of fault on a node: a compute straggler or a dead rank is a GPU
+# (or host) question for GEMM/HBM/burn-style probes; a hang is first the node's state (XIDs, a GPU off the
+# bus); a slow communicator is its links, measured in pairs against peers.
+# Preflight comes first in each: it reads the node's state (another process on a GPU, XIDs, a GPU off the bus),
+# the cause the measurement after it may confirm, and resolves a node of profile auto to its built-in profile.
+RETEST_STAGES: dict[str, tuple[str, ...]] = {
+    FindingKind.COMPUTE_STRAGGLER.value: ("preflight", "single-node"),
+    FindingKind.DEAD_RANK.value: ("preflight", "single-node"),
+    FindingKind.HANG.value: ("preflight",),
+    FindingKind.COMM_STRAGGLER.value: ("preflight", "multi-node"),
+}
+RETEST_PEERS = 2
+NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
+NOT_RETESTED = "not re-tested: the job still runs on"
+Acted = dict[tuple[str, str], WatchFinding]  # (node, kind) -> the finding as its re-test left it
+
+
+def retest_peers(suspects: Sequence[str], job_nodes: Sequence[str], living: set[str]) -> list[str]:
+    """Up to :data:`RETEST_PEERS` nodes of the job beside the suspects: those the job has left, where there are (a
+    job requeued without the suspect runs on the others again), else the first ones, which the re-test waits for."""
+    others = [n for n in job_nodes if n not in suspects]
+    return ([n for n in others if n not in living] or others)[:RETEST_PEERS]
+
+
+def confirmation(node: str, peers: Sequence[str], verdicts: Sequence[VerdictRow]) -> tuple[bool, str]:
+    """Whether a re-test confirms ``node``, and what it said: the node not accepted (rejected or unreachable; a
+    tool error confirms nothing) while a peer of the same run is accepted (all of them failing says the run or
+    the job's load, not the node)."""
+    by_node = {v.node: v for v in verdicts}
+    passed = [p for p in peers if p in by_node and by_node[p].verdict == Verdict.ACCEPTED]
+    verdict = by_node.get(node)
+    rejected = verdict is not None and verdict.verdict in NOT_ACCEPTED
+    said = f"{node} " + (
+        f"{verdict.verdict.value}: {', '.join(verdict.reasons) or verdict.cause}" if verdict else "not judged"
+    )
+    return rejected and bool(passed), f"{said}; peers accepted: {fold(passed) if passed else 'none'}"
+
+
+def not_confirmed(finding: WatchFinding, said: str) -> WatchFinding:
+    """A named finding its re-test did not confirm (or could not run): ``warn``, with what the re-test said."""
+    action = NOT_CONFIRMED.format(kind=finding.kind.replace("_", " "))
+    return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action)
+
+
+def acted_on(
+    finding: WatchFinding, confirmed: bool, said: str, drained: bool, planned: bool, breaker_why: str | None
+) -> WatchFinding:
+    """The finding after its re-test: unconfirmed (``warn``), or confirmed with what was done to its node."""
+    if not confirmed:
+        return not_confirmed(finding, said)
+    if drained:
+        action = "drained"
+    elif planned:
+        action = "drain planned (dry run: --apply runs it)"
+    elif breaker_why is not None:
+        action = f"not drained: {breaker_why}"
+    else:
+        action = "confirmed; not drained (--drain not given)"
+    return replace(finding, confirmed=True, retest=said, action=action)
+
+
+def fresh_suspects(findings: Sequence[WatchFinding], acted: Acted) -> list[WatchFinding]:
+    """Failing findings whose (node, kind) no re-test has taken yet."""
+    return [f for f in findings if f.status is Status.FAIL and (f.node, f.kind) not in acted]
+
+
+def left_since(acted: Acted, occupied: set[str], job_nodes: Sequence[str]) -> list[WatchFinding]:
+    """Findings not re-tested because the job still ran on their nodes, whose node the job has left since (read in
+    the latest round, no rank of the job alive), where it has left another node too that is no such suspect of
+    the same kind (a peer to measure against): named again, to be re-tested now without waiting."""
+    waiting = [f for f in acted.values() if f.retest.startswith(NOT_RETESTED) and f.node not in occupied]
+    retried = []
+    for kind in dict.fromkeys(f.kind for f in waiting):
+        group = [f for f in waiting if f.kind == kind]
+        suspects = {f.node for f in group}
+        if any(n not in occupied and n not in suspects for n in job_nodes):
+            retried += [replace(f, status=Status.FAIL, confirmed=None, retest="", action="") for f in group]
+    return retried
+
+
+def carry_over(findings: list[WatchFinding], acted: Acted) -> None:
+    """Earlier re-tests carried into this window's ``findings`` (in place): a failing finding takes its re-test's
+    word; a node named earlier stays named in the record, with when it cleared; a node no longer in the window
+    stays named; every named finding has the line for the job's owner."""
+    for i, finding in enumerate(findings):
+        earlier = acted.get((finding.node, finding.kind))
+        if earlier is not None and finding.status is Status.FAIL:
+            findings[i] = replace(
+                finding, status=earlier.status, named_ns=earlier.named_ns or finding.named_ns,
+                confirmed=earlier.confirmed, retest=earlier.retest, action=earlier.action,
+            )  # fmt: skip
+        elif earlier is not None and finding.status is Status.PASS:
+            findings[i] = replace(earlier, persistence=f"{earlier.persistence}; not seen in the latest window")
+    rows = {(f.node, f.kind) for f in findings}
+    findings += [f for key, f in acted.items() if key not in rows]
+    for i, finding in enumerate(findings):
+        if finding.status in (Status.FAIL, Status.WARN) and not finding.owner_line:
+            findings[i] = replace(finding, owner_line=owner_line(finding))
