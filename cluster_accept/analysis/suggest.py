@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,17 +24,13 @@ import yaml
 
 from cluster_accept.analysis.calibration_said import SuggestedLimits
 from cluster_accept.analysis.suggest_calibration import Calibrated, ClusterShape, write_calibration, write_limits
-from cluster_accept.analysis.suggest_fabric import fabric_values, write_floor, write_infiniband, write_transport
-from cluster_accept.checks.base import plurality
-from cluster_accept.checks.nvlink import node_expected_nvlink
+from cluster_accept.analysis.suggest_fabric import write_floor, write_infiniband, write_transport
+from cluster_accept.checks.base import Check, discover, plurality, readable
 from cluster_accept.inventory.gpus import GpuModel, model_for_name, profile_data, unknown_model_help
 from cluster_accept.inventory.hostlist import describe_folded, fold
 from cluster_accept.vocabulary.text import visible
 
-# The preflight checks whose models are read (gpu_count: GPU model and count; probe: probes.python).
-CHECKS = ("gpu_count", "driver", "cuda", "persistence", "nvlink", "pcie", "nccl_env", "probe", "infiniband")
 UNSET = "<unset>"
-_NOT_FOUND = "<not found>"
 _MASK = "****"
 # What CPU probes on nodes sharing one machine's cores need (the test-bed): their figures vary with the load of
 # the machine, so a node far below the others is a warning, not a rejection.
@@ -42,117 +38,20 @@ CPU_THRESHOLDS = {"relative_verdict": "warn"}
 _Limits = tuple[SuggestedLimits, str] | None  # the limits a calibration suggests, and its id
 
 
-def _one(values: Iterable[object]) -> str | None:
-    """A node's one value as text; GPUs of the node that differ give ``mixed a/b`` (never a valid value)."""
-    found = sorted({str(v) for v in values if v is not None})
-    if not found:
-        return None
-    return found[0] if len(found) == 1 else "mixed " + "/".join(found)
+def suggesting_checks(checks: Sequence[Check[Any]] | None = None) -> list[Check[Any]]:
+    """The checks ``profile suggest`` reads: those that declare a ``suggest`` hook (all discovered, by default)."""
+    return [check for check in (discover() if checks is None else checks) if check.suggest is not None]
 
 
-def _readable(model: Any) -> bool:
-    return model is not None and not getattr(model, "failure", None) and not getattr(model, "error", None)
-
-
-def _gpu(model: Any) -> dict[str, str | None]:
-    gpus = model.gpus
-    return {"gpu.model": _one(g.name for g in gpus), "gpu.count": str(len(gpus)) if gpus else None}
-
-
-def _driver(model: Any) -> dict[str, str | None]:
-    return {"driver_version": model.version}
-
-
-def _cuda(model: Any) -> dict[str, str | None]:
-    return {"cuda_version": model.cuda_version}
-
-
-def _persistence(model: Any) -> dict[str, str | None]:
-    """``enabled``/``disabled``; GPUs that differ show as ``mixed``; nvidia-smi's ``[N/A]`` gives no value."""
-    mode = _one(g.mode for g in model.gpus)
-    if mode in ("Enabled", "Disabled"):
-        return {"persistence_mode": mode.lower()}
-    return {"persistence_mode": mode if mode and mode.startswith("mixed ") else None}
-
-
-def _nvlink(model: Any) -> dict[str, str | None]:
-    if not model.gpus:
-        return {"nvlink.links_per_gpu": "0"}
-    return {
-        "nvlink.links_per_gpu": _one(len(g.active) for g in model.gpus),
-        "nvlink.link_speed_gbps": _one(link.speed_text for g in model.gpus for link in g.active),
-    }
-
-
-def _pcie(model: Any) -> dict[str, str | None]:
-    return {"pcie.gen": _one(g.gen_max for g in model.gpus), "pcie.width": _one(g.width_max for g in model.gpus)}
-
-
-# Set by NVIDIA's containers to name the NCCL they ship: a version (the cuda check reports it), not a setting;
-# pinned, it would fail every node at the next container upgrade.
-_NOT_SETTINGS = frozenset({"NCCL_VERSION"})
-
-
-def _nccl(model: Any) -> dict[str, str | None]:
-    keys = [key for key in model.nccl_keys() if key not in _NOT_SETTINGS]
-    return {f"nccl_env.{key}": model.effective[key].value for key in keys}
-
-
-def _probe(model: Any) -> dict[str, str | None]:
-    info = model.info
-    if not model.found or info is None:
-        return {"probes.python": _NOT_FOUND}
-    torch, build = info.get("torch"), info.get("cuda_build")
-    if info.get("torch_error") or torch is None:
-        said = "no torch" if torch is None else f"torch {torch} does not import"
-    else:
-        said = f"torch {torch}, " + (f"CUDA {build}" if build else "CPU build")
-    return {"probes.python": str(info.get("executable") or ""), "probes.torch": said}
-
-
-READERS = {
-    "gpu_count": _gpu,
-    "driver": _driver,
-    "cuda": _cuda,
-    "persistence": _persistence,
-    "nvlink": _nvlink,
-    "pcie": _pcie,
-    "nccl_env": _nccl,
-    "probe": _probe,
-    "infiniband": fabric_values,
-}
-
-
-def _expected_nvlink(models: Mapping[str, Any]) -> dict[str, str]:
-    """Where the node lists no NVLink, what ``profile: auto`` expects of it instead (none of a GPU alone on its
-    node; the datasheet's links of GPUs with peers, whose links are down), from the same rule
-    (:func:`checks.nvlink.node_expected_nvlink`) so that the profile suggested is the one auto judges by; with
-    why, under ``nvlink.expected``. Nothing where the node lists links (they are its values) or the rule cannot
-    tell (no built-in model, no GPU count read)."""
-    gpus, listed = models.get("gpu_count"), models.get("nvlink")
-    if listed is None or not _readable(listed) or listed.gpus:
-        return {}
-    expected = node_expected_nvlink(gpus if _readable(gpus) else None, listed)
-    if expected is None or expected.why is None:
-        return {}
-    spec = expected.spec
-    return {
-        "nvlink.links_per_gpu": str(spec.links_per_gpu),
-        "nvlink.link_speed_gbps": f"{spec.link_speed_gbps:g}",
-        "nvlink.expected": expected.why,
-    }
-
-
-def node_values(models: Mapping[str, Any]) -> dict[str, str]:
+def node_values(models: Mapping[str, Any], checks: Sequence[Check[Any]] | None = None) -> dict[str, str]:
     """One node's values under their profile keys (``gpu.count``, ``nccl_env.NCCL_IB_HCA``…) from its parsed
-    models; a check that failed or was unreadable on the node gives none. NVLink a node does not list is what
-    ``profile: auto`` expects of it (:func:`_expected_nvlink`)."""
+    models, each check reading its own (``Check.suggest``, the node's other models beside it); a check that
+    failed or was unreadable on the node gives none."""
     values: dict[str, str] = {}
-    for check, read in READERS.items():
-        model = models.get(check)
-        if _readable(model):
-            values.update({k: v for k, v in read(model).items() if v})
-    values.update(_expected_nvlink(models))
+    for check in suggesting_checks(checks):
+        model = models.get(check.name)
+        if readable(model) and check.suggest is not None:
+            values.update({k: v for k, v in check.suggest(model, models).items() if v})
     return values
 
 
@@ -208,7 +107,7 @@ def cluster_values(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Agreeme
     per_node = {}
     for node, node_models in models.items():
         values = node_values(node_models)
-        if _readable(node_models.get("nccl_env")):
+        if readable(node_models.get("nccl_env")):
             values["nccl_env"] = "read"  # a marker: this node's environment was read (see agreements)
         per_node[node] = values
     found = agreements(per_node)

@@ -7,29 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_accept.checks.infiniband import fabric_of
-from cluster_accept.inventory.fabric import INTER_NODE_FRACTION, inter_node_floor
+from cluster_accept.checks.infiniband import FLOOR_KEY as FLOOR
+from cluster_accept.checks.infiniband import TRANSPORT_KEY as TRANSPORT
+from cluster_accept.inventory.fabric import INTER_NODE_FRACTION
 
-FLOOR = "thresholds.allreduce_inter_busbw_gbps_min"
-TRANSPORT = "probes.expected_transport.inter_node"
 _PORT_KEYS = (("ports", int), ("rate_gbps", float), ("width", str))
-
-
-def fabric_values(model: Any) -> dict[str, str | None]:
-    """One node's fabric under the profile keys it implies (and ``fabric``, described)."""
-    fabric = fabric_of(model)
-    if fabric is None:
-        return {}
-    values: dict[str, str | None] = {"fabric": fabric.describe(), TRANSPORT: fabric.transport}
-    if fabric.rdma:
-        values["infiniband.ports"] = str(fabric.ports)
-        values["infiniband.rate_gbps"] = f"{fabric.rate_gbps:g}" if fabric.rate_gbps else ""
-        values["infiniband.width"] = fabric.width or "" if fabric.kind != "efa" else ""
-        values["infiniband.peermem"] = "true" if fabric.peermem else "false"
-    floor = inter_node_floor(fabric)
-    if floor:
-        values[FLOOR] = f"{floor:g}"
-    return values
 
 
 def write_infiniband(out: Any) -> None:

@@ -111,6 +111,23 @@ def plurality(counter: Counter[str]) -> str | None:
 
 
 ModelT = TypeVar("ModelT")
+# ``profile suggest``: a node's parsed outputs by check name, and the profile keys one check reads off them.
+NodeModels = Mapping[str, Any]
+SuggestedValues = dict[str, "str | None"]
+NOT_FOUND = "<not found>"  # a value a check looked for on the node and did not find
+
+
+def readable(model: object) -> bool:
+    """A parsed output a check could read (not missing, no ``failure`` or ``error`` of its own)."""
+    return model is not None and not getattr(model, "failure", None) and not getattr(model, "error", None)
+
+
+def one_value(values: Iterable[object]) -> str | None:
+    """A node's one value as text; GPUs of the node that differ give ``mixed a/b`` (never a valid value)."""
+    found = sorted({str(v) for v in values if v is not None})
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else "mixed " + "/".join(found)
 
 
 @dataclass(frozen=True, eq=False)  # one object per check: compared and hashed by identity
@@ -138,6 +155,9 @@ class Check(Generic[ModelT]):
     environment: bool = False
     # What its command prints on a healthy node, a faulty one and with its tool missing or dead (its reasons).
     samples: tuple[Sample, ...] = ()
+    # The profile keys ``profile suggest`` reads off a node's parsed output (the node's other checks' outputs by
+    # name beside it): a check declaring it is read by ``profile suggest``, with no list to edit.
+    suggest: Callable[[ModelT, NodeModels], SuggestedValues] | None = None
 
     def __post_init__(self) -> None:
         wrong = [code for code, reason in self.reasons.items() if not isinstance(reason, Reason) or reason.code != code]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
@@ -183,6 +183,11 @@ def evaluate(model: CudaNccl, profile: Profile, cluster: ClusterView) -> list[Ch
     return _cuda_rows(model, profile, cluster) + _nccl_rows(model, cluster)
 
 
+def suggest_values(model: CudaNccl, others: NodeModels) -> SuggestedValues:
+    """The ``cuda_version`` a profile starts from (``profile suggest``)."""
+    return {"cuda_version": model.cuda_version}
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -190,6 +195,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     job_view=True,
     expectations=(Expectation("cuda_version", "preflight", NAME, is_set(lambda p: p.cuda_version)),),
     samples=(

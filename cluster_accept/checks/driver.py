@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
@@ -142,6 +142,11 @@ def evaluate(model: DriverVersions, profile: Profile, cluster: ClusterView) -> l
     return rows
 
 
+def suggest_values(model: DriverVersions, others: NodeModels) -> SuggestedValues:
+    """The ``driver_version`` a profile starts from (``profile suggest``)."""
+    return {"driver_version": model.version}
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -149,6 +154,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     expectations=(Expectation("driver_version", "preflight", NAME, is_set(lambda p: p.driver_version)),),
     samples=(
         healthy("h200x4", {"ok"}, fixture="tests/data/driver/h200x4.txt"),

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import (
+    Check,
+    CheckRow,
+    ClusterView,
+    NodeModels,
+    Status,
+    SuggestedValues,
+    error_row,
+    one_value,
+)
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
@@ -109,6 +118,12 @@ def evaluate(model: GpuList, profile: Profile, cluster: ClusterView) -> list[Che
     return rows
 
 
+def suggest_values(model: GpuList, others: NodeModels) -> SuggestedValues:
+    """The GPU model and count a profile starts from (``profile suggest``)."""
+    gpus = model.gpus
+    return {"gpu.model": one_value(g.name for g in gpus), "gpu.count": str(len(gpus)) if gpus else None}
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -116,6 +131,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     expectations=(Expectation("gpu", "preflight", NAME, is_set(lambda p: p.gpu)),),
     samples=(
         healthy("h200x4", {"ok"}, fixture="cluster_accept/testbed/captures/h200x4/query-gpu-noheader.txt"),

@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, node_fabric, rdma_kind
+from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, inter_node_floor, node_fabric, rdma_kind
 from cluster_accept.inventory.model import InfinibandSpec, Profile
 from cluster_accept.vocabulary.text import quote
 
@@ -352,6 +352,28 @@ def _gpudirect_row(model: IbPorts, profile: Profile) -> CheckRow:
     return CheckRow(NAME, "nvidia_peermem", Status.FAIL, "peermem_missing", peermem, "loaded", said)
 
 
+# The profile keys a node's fabric implies beside its ports (``profile suggest``; ``fabric: auto`` derives the same).
+FLOOR_KEY = "thresholds.allreduce_inter_busbw_gbps_min"
+TRANSPORT_KEY = "probes.expected_transport.inter_node"
+
+
+def suggest_values(model: IbPorts, others: NodeModels) -> SuggestedValues:
+    """One node's fabric under the profile keys it implies (and ``fabric``, described)."""
+    fabric = fabric_of(model)
+    if fabric is None:
+        return {}
+    values: SuggestedValues = {"fabric": fabric.describe(), TRANSPORT_KEY: fabric.transport}
+    if fabric.rdma:
+        values["infiniband.ports"] = str(fabric.ports)
+        values["infiniband.rate_gbps"] = f"{fabric.rate_gbps:g}" if fabric.rate_gbps else ""
+        values["infiniband.width"] = fabric.width or "" if fabric.kind != "efa" else ""
+        values["infiniband.peermem"] = "true" if fabric.peermem else "false"
+    floor = inter_node_floor(fabric)
+    if floor:
+        values[FLOOR_KEY] = f"{floor:g}"
+    return values
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -359,6 +381,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     expectations=(Expectation("infiniband", "preflight", NAME, is_set(lambda p: p.infiniband)),),
     samples=(
         healthy(

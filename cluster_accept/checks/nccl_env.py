@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._conf_files import CONF_READER, refusal
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
 from cluster_accept.checks.samples import dead, fault, healthy
@@ -345,6 +345,17 @@ def evaluate(model: NcclEnv, profile: Profile, cluster: ClusterView) -> list[Che
     return rows
 
 
+# Set by NVIDIA's containers to name the NCCL they ship: a version (the cuda check reports it), not a setting;
+# pinned, it would fail every node at the next container upgrade.
+_NOT_SETTINGS = frozenset({"NCCL_VERSION"})
+
+
+def suggest_values(model: NcclEnv, others: NodeModels) -> SuggestedValues:
+    """Every NCCL setting in effect, under ``nccl_env.<KEY>`` (``profile suggest``)."""
+    keys = [key for key in model.nccl_keys() if key not in _NOT_SETTINGS]
+    return {f"nccl_env.{key}": model.effective[key].value for key in keys}
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -352,6 +363,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     job_view=True,
     environment=True,
     expectations=(Expectation("nccl_env", "preflight", NAME, always, per_item=lambda p: p.nccl_env),),

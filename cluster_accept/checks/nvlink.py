@@ -13,9 +13,20 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import (
+    Check,
+    CheckRow,
+    ClusterView,
+    NodeModels,
+    Status,
+    SuggestedValues,
+    error_row,
+    one_value,
+    readable,
+)
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.declarations import Link as Cause
+from cluster_accept.checks.gpu_count import NAME as GPU_COUNT
 from cluster_accept.checks.gpu_count import GpuList
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
@@ -354,6 +365,34 @@ def evaluate(model: NvlinkState, profile: Profile, cluster: ClusterView) -> list
     return rows
 
 
+def _expected_values(others: NodeModels, listed: NvlinkState) -> SuggestedValues:
+    """Where the node lists no NVLink, what ``profile: auto`` expects of it instead (none of a GPU alone on its
+    node; the datasheet's links of GPUs with peers, whose links are down), from the same rule
+    (:func:`node_expected_nvlink`) so that the profile suggested is the one auto judges by; with why, under
+    ``nvlink.expected``. Nothing where the rule cannot tell (no built-in model, no GPU count read)."""
+    gpus = others.get(GPU_COUNT)
+    expected = node_expected_nvlink(gpus if readable(gpus) else None, listed)
+    if expected is None or expected.why is None:
+        return {}
+    spec = expected.spec
+    return {
+        "nvlink.links_per_gpu": str(spec.links_per_gpu),
+        "nvlink.link_speed_gbps": f"{spec.link_speed_gbps:g}",
+        "nvlink.expected": expected.why,
+    }
+
+
+def suggest_values(model: NvlinkState, others: NodeModels) -> SuggestedValues:
+    """The links per GPU and their speed a profile starts from (``profile suggest``); a node listing none, what
+    ``profile: auto`` expects of it (:func:`_expected_values`)."""
+    if not model.gpus:
+        return {"nvlink.links_per_gpu": "0", **_expected_values(others, model)}
+    return {
+        "nvlink.links_per_gpu": one_value(len(g.active) for g in model.gpus),
+        "nvlink.link_speed_gbps": one_value(link.speed_text for g in model.gpus for link in g.active),
+    }
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -361,6 +400,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     counters=counters,
     expectations=(Expectation("nvlink", "preflight", NAME, is_set(lambda p: p.nvlink)),),
     causes=(Cause(NVSWITCH, frozenset({NAME}), "preflight", FABRIC_DOWN),),  # a fabric down: no peers

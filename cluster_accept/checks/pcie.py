@@ -22,7 +22,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import (
+    Check,
+    CheckRow,
+    ClusterView,
+    NodeModels,
+    Status,
+    SuggestedValues,
+    error_row,
+    one_value,
+)
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
@@ -176,6 +185,14 @@ def evaluate(model: PcieLinks, profile: Profile, cluster: ClusterView) -> list[C
     return [row for gpu in model.gpus for row in _gpu_rows(gpu, profile)]
 
 
+def suggest_values(model: PcieLinks, others: NodeModels) -> SuggestedValues:
+    """The PCIe generation and width a profile starts from (``profile suggest``)."""
+    return {
+        "pcie.gen": one_value(g.gen_max for g in model.gpus),
+        "pcie.width": one_value(g.width_max for g in model.gpus),
+    }
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -183,6 +200,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     expectations=(Expectation("pcie", "preflight", NAME, is_set(lambda p: p.pcie)),),
     samples=(
         healthy("h200x4", {"ok"}, fixture="tests/data/pcie/h200x4.txt"),

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import (
+    Check,
+    CheckRow,
+    ClusterView,
+    NodeModels,
+    Status,
+    SuggestedValues,
+    error_row,
+    one_value,
+)
 from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import driver_unreachable, fault, healthy
@@ -102,6 +111,14 @@ def evaluate(model: PersistenceModes, profile: Profile, cluster: ClusterView) ->
     return rows
 
 
+def suggest_values(model: PersistenceModes, others: NodeModels) -> SuggestedValues:
+    """``enabled``/``disabled``; GPUs that differ show as ``mixed``; nvidia-smi's ``[N/A]`` gives no value."""
+    mode = one_value(g.mode for g in model.gpus)
+    if mode in ("Enabled", "Disabled"):
+        return {"persistence_mode": mode.lower()}
+    return {"persistence_mode": mode if mode and mode.startswith("mixed ") else None}
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -109,6 +126,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     expectations=(Expectation("persistence_mode", "preflight", NAME, is_set(lambda p: p.persistence_mode)),),
     samples=(
         healthy("h200x4", {"recorded"}, fixture="tests/data/persistence/h200x4.txt"),

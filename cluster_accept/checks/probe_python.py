@@ -23,7 +23,17 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from cluster_accept.checks.base import KEPT_ANSWER, Check, CheckRow, ClusterView, Status, error_row
+from cluster_accept.checks.base import (
+    KEPT_ANSWER,
+    NOT_FOUND,
+    Check,
+    CheckRow,
+    ClusterView,
+    NodeModels,
+    Status,
+    SuggestedValues,
+    error_row,
+)
 from cluster_accept.checks.declarations import Expectation, always
 from cluster_accept.checks.reasons import Action, Reason, declare
 from cluster_accept.checks.samples import dead, fault, healthy
@@ -368,6 +378,19 @@ def cluster_values(model: ProbePython) -> dict[str, str]:
     return {"torch": str(model.info.get("torch")), "torch_cuda": str(model.info.get("cuda_build"))}
 
 
+def suggest_values(model: ProbePython, others: NodeModels) -> SuggestedValues:
+    """The probes' Python and what its torch is (``profile suggest``)."""
+    info = model.info
+    if not model.found or info is None:
+        return {"probes.python": NOT_FOUND}
+    torch, build = info.get("torch"), info.get("cuda_build")
+    if info.get("torch_error") or torch is None:
+        said = "no torch" if torch is None else f"torch {torch} does not import"
+    else:
+        said = f"torch {torch}, " + (f"CUDA {build}" if build else "CPU build")
+    return {"probes.python": str(info.get("executable") or ""), "probes.torch": said}
+
+
 CHECK = Check(
     name=NAME,
     command=COMMAND,
@@ -375,6 +398,7 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     cluster_values=cluster_values,
+    suggest=suggest_values,
     command_for=command_for,
     timeout_s=TIMEOUT_S,
     job_view=True,

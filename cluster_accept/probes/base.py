@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # a figure frame's type only: a node's own check (check --loc
 
 ENTRY_POINTS = "cluster_accept.probes"
 SINGLE_NODE = "single-node"
-NOT_PROBES = frozenset({"base", "catalogue", "contract", "scripts", "series", "node"})  # shared parts, node-side scripts
+NOT_PROBES = frozenset({"base", "catalogue", "contract", "scripts", "series", "node"})  # shared, node-side
 
 
 @dataclass(frozen=True)

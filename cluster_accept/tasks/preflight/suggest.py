@@ -13,7 +13,7 @@ from typing import Any
 
 from cluster_accept.analysis.calibration import NoiseTable
 from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.analysis.suggest import CHECKS, suggest_profile
+from cluster_accept.analysis.suggest import suggest_profile, suggesting_checks
 from cluster_accept.analysis.suggest_calibration import Calibrated
 from cluster_accept.checks.base import Check, discover
 from cluster_accept.inventory.model import Inventory, Node
@@ -47,7 +47,7 @@ def judged_rules() -> dict[str, MetricRule]:
 
 def suggest_checks() -> list[Check[Any]]:
     """The preflight checks a suggested profile is read from."""
-    return [check for check in discover() if check.name in CHECKS]
+    return suggesting_checks(discover())
 
 
 def unread_cause(result: NodeResult) -> str | None:
