@@ -15,9 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cluster_accept.checks.reasons import Action, Reason
+from cluster_accept.checks.reasons import FindingKind as ReasonKind
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge import REASONS, WatchRules, localize, owner_line
-from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, WatchFinding
+from cluster_accept.watch.judge.window import build
+from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 
 pytestmark = pytest.mark.unit
 
@@ -100,7 +103,7 @@ class Job:
         """One read of one rank at ``at_ns`` (watcher's clock), stamped on its node's clock."""
         node = self.node(rank)
         return RankSeen(
-            "job1", node, rank, rank % self.per_node, 4000 + rank, state, at_ns + self.offset_ns(rank),
+            "job1", node, rank, rank % self.per_node, 4000 + rank, RankState(state), at_ns + self.offset_ns(rank),
             clock_offset_ns=self.offset_ns(rank), clock_error_ns=int(self.errors_ms.get(node, 0.5) * MS),
             gpu=rank % self.per_node, **said,  # type: ignore[arg-type]
         )  # fmt: skip
@@ -119,8 +122,35 @@ def judged(
     nodes = {job.node(r) for r in job.ranks}
     assert sorted((r.node, r.kind) for r in rows) == sorted((n, k) for n in nodes for k in KINDS)
     assert all(r.reason in REASONS for r in rows), {r.reason for r in rows} - set(REASONS)
+    assert all(r.status is REASONS[r.reason].severity for r in rows)  # each code with the status it declares
     assert all(r.owner_line == owner_line(r) and r.owner_line for r in rows)
     return rows
+
+
+CODES = {
+    "ok", "rank_dead", "torn_down", "rank_missing", "node_unread", "hang_wavefront", "rank_stopped", "waiting",
+    "hang_unlocalized", "after_death", "no_progress_signal", "arrives_last", "below_clock_error", "no_device_time",
+    "too_few_collectives", "slow_communicators", "slow_nic", "slow_rail", "slow_unlocalized", "one_communicator",
+    "not_compared", "no_exec_time",
+}  # fmt: skip
+
+
+def test_the_reasons_are_typed_with_their_status_meaning_and_action() -> None:
+    """The watch's reason codes (stable strings) are :class:`Reason`s, as every check's: the status its rows
+    carry, one line of what it means, an action; a straggler's is relative (judged against the job's other
+    nodes). A code the judgement did not declare is refused where a finding is made."""
+    assert set(REASONS) == CODES
+    for code, reason in REASONS.items():
+        assert isinstance(reason, Reason) and reason.code == code and reason.explanation.endswith(".")
+        assert isinstance(reason.severity, Status) and isinstance(reason.action, Action)
+    assert REASONS["rank_dead"].severity is Status.FAIL and REASONS["rank_dead"].action is Action.CHECK_NODE
+    assert REASONS["no_exec_time"].action is Action.FIX_CONFIG
+    relative = {code for code, reason in REASONS.items() if reason.kind is ReasonKind.RELATIVE}
+    assert relative == {"arrives_last", "below_clock_error", "slow_communicators", "slow_nic", "slow_rail",
+                        "slow_unlocalized"}  # fmt: skip
+    window = build("job1", [], [], WatchRules(), T0)
+    with pytest.raises(KeyError, match="not_a_code"):
+        window.finding(FindingKind.HANG, "node00", Status.FAIL, "not_a_code", "observed")
 
 
 def row(rows: list[WatchFinding], node: str, kind: FindingKind) -> WatchFinding:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import pandas as pd
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch import report as watch
 from cluster_accept.watch.report import MAX_POINTS, watch_context, watch_page, watch_prometheus
-from cluster_accept.watch.words import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage, WatchFinding
 
 pytestmark = pytest.mark.unit
 
@@ -37,12 +39,19 @@ def collective(rank: int, seq: int, enqueue_ns: int, **kw: object) -> Collective
 def seen(rank: int, state: str = "running", read_ns: int = T0 + 10_000 * MS, **kw: object) -> RankSeen:
     node, gpu = PLACES[rank]
     values: dict = {"clock_offset_ns": OFFSETS[node], "gpu": gpu, **kw}
-    return RankSeen("job1", node, rank, gpu, 4000 + rank, state, read_ns, **values)
+    return RankSeen("job1", node, rank, gpu, 4000 + rank, RankState(state), read_ns, **values)
 
 
-def three_collectives() -> list[CollectiveSeen]:
+def three_collectives(timed: bool = True) -> list[CollectiveSeen]:
+    """Each collective completes 2 ms after its last rank arrived (watcher's clock): a rank's own execution time
+    is its wait for the last plus 2 ms, so the lags read on the device are the enqueue lags on the watcher's clock.
+    ``timed`` off: enqueue times only."""
+    arrived = {rank: [ms - OFFSETS[PLACES[rank][0]] / MS for ms in times] for rank, times in ARRIVALS_MS.items()}
+    done = [max(times[seq] for times in arrived.values()) + 2.0 for seq in range(3)]
     return [
-        collective(rank, seq, T0 + seq * 1_000 * MS + ms * MS, exec_ms=2.0 + rank)
+        collective(
+            rank, seq, T0 + seq * 1_000 * MS + ms * MS, exec_ms=done[seq] - arrived[rank][seq] if timed else None
+        )
         for rank, times in ARRIVALS_MS.items()
         for seq, ms in enumerate(times)
     ]
@@ -63,7 +72,7 @@ def test_arrival_lags_are_behind_the_median_rank_on_the_watchers_clock() -> None
         collective(0, 1, T0 + 1_000 * MS),  # the same record read again
         collective(0, 3, T0 + 3_000 * MS),  # only rank 0 recorded it: no one to arrive before
     ]
-    lags = watch._arrival_lags(rows, OFFSETS, start_ns=T0)
+    lags = watch._arrival_lags("job1", [seen(0), seen(1), seen(2)], rows, (T0, T0 + 3_000 * MS))
     assert list(lags.columns) == ["rank", "node", "gpu", "communicator", "seq", "t_s", "lag_ms", "exec_ms"]
     # node02's arrivals, 2 ms fast, are 3, 5, 1 ms on the watcher's clock; the median rank is rank 1 (1 ms)
     got = {(int(r.seq), int(r.rank)): (round(r.lag_ms, 6), round(r.t_s, 6)) for r in lags.itertuples()}
@@ -73,9 +82,11 @@ def test_arrival_lags_are_behind_the_median_rank_on_the_watchers_clock() -> None
         (2, 0): (-1.0, 2.001), (2, 1): (0.0, 2.001), (2, 2): (0.0, 2.001),
     }  # fmt: skip
     assert list(lags[lags["rank"] == 2]["gpu"]) == [1, 1, 1]
-    uncorrected = watch._arrival_lags(three_collectives())
+    uncorrected = watch._arrival_lags("job1", [], three_collectives(timed=False))  # enqueue, no clock read
     assert list(uncorrected[uncorrected["rank"] == 2]["lag_ms"].round(6)) == [4.0, 6.0, 2.0]
     assert list(uncorrected["t_s"].round(6).unique()) == [0.0, 1.0, 2.0]  # from the first collective
+    on_device = watch._arrival_lags("job1", [], three_collectives())  # execution times need no clock
+    assert list(on_device[on_device["rank"] == 2]["lag_ms"].round(6)) == [2.0, 4.0, 0.0]
 
 
 def test_prometheus_text_exactly_with_labels_escaped() -> None:
@@ -86,49 +97,72 @@ def test_prometheus_text_exactly_with_labels_escaped() -> None:
         finding("node10", Status.FAIL, rank=10, kind="dead_rank", reason="rank_dead"),  # rank 10 after rank 2
     ]
     ranks = [seen(0), seen(1), seen(2, read_ns=T0), seen(2, "dead", read_ns=T0 + 20_000 * MS)]
-    text = watch_prometheus('job "a"\\b\nc', "clu", findings, ranks, three_collectives())
+    name = 'job "a"\\b\nc'
+    collectives = [replace(c, job=name) for c in three_collectives()]  # the lag is the job's, as judged
+    text = watch_prometheus(name, "clu", findings, ranks, collectives)
     job = 'job="job \\"a\\"\\\\b\\nc"'
     assert text == "\n".join(
         [
             "# HELP cluster_accept_watch_suspect 1 while the watcher names the node (rank, GPU) as behind a dead rank,"
             " a hang or a straggler; 0 once cleared.",
             "# TYPE cluster_accept_watch_suspect gauge",
-            f'cluster_accept_watch_suspect{{cluster="clu",{job},node="node01",rank="",gpu="",kind="hang",'
-            'reason="said \\"stuck\\"\\\\here\\nnext"} 0',
-            f'cluster_accept_watch_suspect{{cluster="clu",{job},node="node02",rank="2",gpu="1",kind="comm_straggler",'
-            'reason="arrives_last"} 1',
-            f'cluster_accept_watch_suspect{{cluster="clu",{job},node="node10",rank="10",gpu="",kind="dead_rank",'
-            'reason="rank_dead"} 1',
+            f'cluster_accept_watch_suspect{{cluster="clu",gpu="",{job},kind="hang",node="node01",rank="",'
+            'reason="said \\"stuck\\"\\\\here\\nnext"} 0.0',
+            f'cluster_accept_watch_suspect{{cluster="clu",gpu="1",{job},kind="comm_straggler",node="node02",rank="2",'
+            'reason="arrives_last"} 1.0',
+            f'cluster_accept_watch_suspect{{cluster="clu",gpu="",{job},kind="dead_rank",node="node10",rank="10",'
+            'reason="rank_dead"} 1.0',
             "# HELP cluster_accept_watch_suspect_nodes Nodes of the job the watcher names now.",
             "# TYPE cluster_accept_watch_suspect_nodes gauge",
-            f'cluster_accept_watch_suspect_nodes{{cluster="clu",{job}}} 2',
+            f'cluster_accept_watch_suspect_nodes{{cluster="clu",{job}}} 2.0',
             "# HELP cluster_accept_watch_rank_up 1 while the rank's process runs; 0 stopped, dead, exited or a zombie.",
             "# TYPE cluster_accept_watch_rank_up gauge",
-            f'cluster_accept_watch_rank_up{{cluster="clu",{job},node="node01",rank="0"}} 1',
-            f'cluster_accept_watch_rank_up{{cluster="clu",{job},node="node01",rank="1"}} 1',
-            f'cluster_accept_watch_rank_up{{cluster="clu",{job},node="node02",rank="2"}} 0',
+            f'cluster_accept_watch_rank_up{{cluster="clu",{job},node="node01",rank="0"}} 1.0',
+            f'cluster_accept_watch_rank_up{{cluster="clu",{job},node="node01",rank="1"}} 1.0',
+            f'cluster_accept_watch_rank_up{{cluster="clu",{job},node="node02",rank="2"}} 0.0',
             "# HELP cluster_accept_watch_arrival_lag_ms The rank's median arrival lag over the window: ms behind the"
             " median rank of each collective.",
             "# TYPE cluster_accept_watch_arrival_lag_ms gauge",
-            f'cluster_accept_watch_arrival_lag_ms{{cluster="clu",{job},node="node01",rank="0"}} -1',
-            f'cluster_accept_watch_arrival_lag_ms{{cluster="clu",{job},node="node01",rank="1"}} 0',
-            f'cluster_accept_watch_arrival_lag_ms{{cluster="clu",{job},node="node02",rank="2"}} 2',
+            f'cluster_accept_watch_arrival_lag_ms{{cluster="clu",{job},node="node01",rank="0"}} -1.0',
+            f'cluster_accept_watch_arrival_lag_ms{{cluster="clu",{job},node="node01",rank="1"}} 0.0',
+            f'cluster_accept_watch_arrival_lag_ms{{cluster="clu",{job},node="node02",rank="2"}} 2.0',
             "",
         ]
     )
-    reordered = watch_prometheus('job "a"\\b\nc', "clu", findings[::-1], ranks[::-1], three_collectives()[::-1])
+    reordered = watch_prometheus(name, "clu", findings[::-1], ranks[::-1], collectives[::-1])
     assert reordered == text  # stable: the same rows in another order, the same bytes
+
+
+def test_prometheus_text_parses_back_to_the_same_names_labels_and_values() -> None:
+    """Read back by Prometheus's own parser: every family a gauge, each label value as written (quotes,
+    backslashes and newlines of node text included), each value the figure."""
+    hostile = 'said "stuck"\\here\nnext'
+    findings = [finding("node02", Status.FAIL, rank=2, gpu=1), finding("node01", Status.PASS, reason=hostile)]
+    ranks = [seen(0), seen(1), seen(2, "stopped")]
+    text = watch_prometheus("job1", 'clu "x"', findings, ranks, three_collectives())
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert {f.type for f in families.values()} == {"gauge"}
+    samples = {name: {tuple(sorted(s.labels.items())): s.value for s in f.samples} for name, f in families.items()}
+    where = (("cluster", 'clu "x"'), ("job", "job1"))
+    suspect = {dict(labels)["reason"]: value for labels, value in samples["cluster_accept_watch_suspect"].items()}
+    assert suspect == {"arrives_last": 1.0, hostile: 0.0}
+    assert samples["cluster_accept_watch_suspect_nodes"] == {where: 1.0}
+    up = {(dict(k)["node"], dict(k)["rank"]): v for k, v in samples["cluster_accept_watch_rank_up"].items()}
+    assert up == {("node01", "0"): 1.0, ("node01", "1"): 1.0, ("node02", "2"): 0.0}
+    lag = {dict(k)["rank"]: v for k, v in samples["cluster_accept_watch_arrival_lag_ms"].items()}
+    assert lag == {"0": -1.0, "1": 0.0, "2": 2.0}
+    assert all(set(dict(k)) >= {"cluster", "job"} for s in samples.values() for k in s)
 
 
 def test_prometheus_lag_only_inside_the_window() -> None:
     text = watch_prometheus(
-        "j", "c", [], [seen(0), seen(1), seen(2)], three_collectives(), (T0 + 1_500 * MS, T0 + 3_000 * MS)
+        "job1", "c", [], [seen(0), seen(1), seen(2)], three_collectives(), (T0 + 1_500 * MS, T0 + 3_000 * MS)
     )
     lags = [line for line in text.splitlines() if line.startswith("cluster_accept_watch_arrival_lag_ms{")]
     assert lags == [
-        'cluster_accept_watch_arrival_lag_ms{cluster="c",job="j",node="node01",rank="0"} -1',
-        'cluster_accept_watch_arrival_lag_ms{cluster="c",job="j",node="node01",rank="1"} 0',
-        'cluster_accept_watch_arrival_lag_ms{cluster="c",job="j",node="node02",rank="2"} 0',  # seq 2 alone
+        'cluster_accept_watch_arrival_lag_ms{cluster="c",job="job1",node="node01",rank="0"} -1.0',
+        'cluster_accept_watch_arrival_lag_ms{cluster="c",job="job1",node="node01",rank="1"} 0.0',
+        'cluster_accept_watch_arrival_lag_ms{cluster="c",job="job1",node="node02",rank="2"} 0.0',  # seq 2 alone
     ]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.report import MAX_POINTS, watch_page
-from cluster_accept.watch.words import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage, WatchFinding
 from tests.browser import load_page
 
 pytestmark = pytest.mark.testbed  # Chromium, as the other browser tests
@@ -23,7 +23,8 @@ COLLECTIVES = 2 * MAX_POINTS
 
 def rows() -> tuple[list[RankSeen], list[CollectiveSeen]]:
     ranks = [
-        RankSeen("job7", NODES[r // 4], r, r % 4, 9000 + r, "running", T0 + 30_000 * MS, gpu=r % 4) for r in range(8)
+        RankSeen("job7", NODES[r // 4], r, r % 4, 9000 + r, RankState.RUNNING, T0 + 30_000 * MS, gpu=r % 4)
+        for r in range(8)
     ]
     collectives = [
         CollectiveSeen("job7", NODES[r // 4], r, "0:default_pg", "all_reduce", seq,

@@ -18,7 +18,7 @@ from cluster_accept.watch.policy import NOT_RETESTED, confirmation, retest_peers
 from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.request import WatchRequest, WatchSpec
 from cluster_accept.watch.rounds import WatchState
-from cluster_accept.watch.words import RankSeen, WatchFinding
+from cluster_accept.watch.words import RankSeen, RankState, WatchFinding
 from tests.injection_sandbox import node
 
 pytestmark = pytest.mark.unit
@@ -73,7 +73,7 @@ def _read(name: str, state: str | None) -> NodeRead:
     """A node's read: its one rank in ``state``, or (None) no answer at all."""
     if state is None:
         return NodeRead(name, problems=["ssh: connection timed out"])
-    return NodeRead(name, [RankSeen("j", name, int(name[-1]), 0, 10, state, 5)], node_ns=5)
+    return NodeRead(name, [RankSeen("j", name, int(name[-1]), 0, 10, RankState(state), 5)], node_ns=5)
 
 
 def test_a_re_test_waits_for_the_job_to_leave_its_nodes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.rounds import WatchState, living_nodes
-from cluster_accept.watch.words import CollectiveSeen, RankSeen
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState
 
 pytestmark = pytest.mark.unit
 
@@ -16,7 +16,7 @@ S = 1_000_000_000
 
 def _read(t_s: int, state1: str, seqs: range) -> NodeRead:
     read = NodeRead("n1", node_ns=t_s * S)
-    read.ranks = [RankSeen("j", "n1", r, r, 100 + r, s, t_s * S) for r, s in ((0, "running"), (1, state1))]
+    read.ranks = [RankSeen("j", "n1", r, r, 100 + r, RankState(s), t_s * S) for r, s in ((0, "running"), (1, state1))]
     read.collectives = [
         CollectiveSeen("j", "n1", r, "0:default_pg", "all_reduce", q, q * S, "flight_recorder", completed=t_s > q)
         for r in (0, 1) for q in seqs
@@ -60,10 +60,10 @@ def test_a_job_has_left_a_node_once_every_rank_there_ended_by_its_latest_read() 
     namespace (``unknown``) while its recorder still answers; one dead, exited, a zombie, or unknown and silent
     does not. A rank's latest read counts, whatever the order the reads come in."""
     seen = [
-        RankSeen("j", "n1", 0, 0, 10, "dead", 2), RankSeen("j", "n1", 0, 0, 10, "running", 1),
-        RankSeen("j", "n2", 1, 0, 11, "exited", 1), RankSeen("j", "n2", 1, 0, 11, "stopped", 2),
-        RankSeen("j", "n3", 2, 0, 12, "unknown", 2), RankSeen("j", "n4", 3, 0, 13, "zombie", 2),
-        RankSeen("j", "n5", 4, 0, 14, "unknown", 2, answered=False),
+        RankSeen("j", "n1", 0, 0, 10, RankState.DEAD, 2), RankSeen("j", "n1", 0, 0, 10, RankState.RUNNING, 1),
+        RankSeen("j", "n2", 1, 0, 11, RankState.EXITED, 1), RankSeen("j", "n2", 1, 0, 11, RankState.STOPPED, 2),
+        RankSeen("j", "n3", 2, 0, 12, RankState.UNKNOWN, 2), RankSeen("j", "n4", 3, 0, 13, RankState.ZOMBIE, 2),
+        RankSeen("j", "n5", 4, 0, 14, RankState.UNKNOWN, 2, answered=False),
     ]  # fmt: skip
     assert living_nodes(seen) == ["n2", "n3"]
     assert living_nodes(seen[1:3]) == ["n1"]

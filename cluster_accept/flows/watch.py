@@ -24,7 +24,7 @@ from cluster_accept.flows.run_request import RunRequest, outcome_of
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.files import WatchFiles
-from cluster_accept.watch.judge import localize
+from cluster_accept.watch.judge import judge
 from cluster_accept.watch.policy import (
     NOT_RETESTED,
     RETEST_STAGES,
@@ -151,7 +151,8 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
                           request.concurrency, request.job_user)  # fmt: skip
         state.add(reads)
-        findings = localize(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
+        judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
+        findings = judged.findings
         files.write(state, findings)  # before a re-test, which takes minutes: what was named is on disk
         _settle(request, findings, acted, state)
         files.write(state, findings)
@@ -159,5 +160,5 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         if state.job_over() or time.monotonic() >= deadline or (request.spec.until_named and named):
             break
         time.sleep(max(0.0, request.spec.interval_s - (time.monotonic() - started)))
-    files.finish(state, findings, request.spec.operations.prometheus)
+    files.finish(state, findings, request.spec.operations.prometheus, judged)
     return WatchOutcome(files.run_dir, findings, state.rounds)

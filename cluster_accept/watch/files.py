@@ -15,6 +15,7 @@ from cluster_accept.analysis.schemas import WATCH_TABLES, write_table
 from cluster_accept.rundir.outputs import RunDir, now_iso, start_run
 from cluster_accept.rundir.run import history_dir
 from cluster_accept.vocabulary.own_files import replace_whole
+from cluster_accept.watch.judge import Judgement
 from cluster_accept.watch.report import watch_page, watch_prometheus
 from cluster_accept.watch.rounds import WatchState
 from cluster_accept.watch.words import WatchFinding
@@ -43,13 +44,24 @@ class WatchFiles:
         for name, rows in tables.items():
             write_table(self.run_dir / f"{name}.parquet", rows, WATCH_TABLES[name])
 
-    def finish(self, state: WatchState, findings: Sequence[WatchFinding], prometheus: str | None) -> None:
+    def finish(
+        self,
+        state: WatchState,
+        findings: Sequence[WatchFinding],
+        prometheus: str | None,
+        judged: Judgement | None = None,
+    ) -> None:
+        """The tables, the page and the gauges; ``judged``: the last judgement, whose window and arrival lags the
+        page and the gauges draw (without it, the lags are read from the rows by the judgement's rule)."""
         self.write(state, findings)
         collectives = list(state.collectives.values())
-        html, markdown = watch_page(self.job, findings, state.ranks, collectives, list(state.coverage.values()))
+        window = judged.window_ns if judged is not None else None
+        lags = judged.lags_of(self.job) if judged is not None else None
+        coverage = list(state.coverage.values())
+        html, markdown = watch_page(self.job, findings, state.ranks, collectives, coverage, window, lags)
         replace_whole(self.run_dir / "watch.html", html)
         replace_whole(self.run_dir / "watch.md", markdown)
-        gauges = watch_prometheus(self.job, self.cluster, findings, state.ranks)
+        gauges = watch_prometheus(self.job, self.cluster, findings, state.ranks, collectives, window, lags)
         replace_whole(self.run_dir / "watch.prom", gauges)
         if prometheus:
             replace_whole(Path(prometheus), gauges)

@@ -81,10 +81,9 @@ def _collective(job: str, node: str, c: Mapping[str, Any], comm_ranks: Mapping[t
 
 
 def _rank(job: str, node: str, r: Mapping[str, Any], node_ns: int, clock: tuple[int, int]) -> RankSeen:
-    state = RankState(str(r["state"]))
     return RankSeen(
         job=job, node=node, rank=int(r["rank"]), local_rank=int(r["local_rank"]), pid=int(r["pid"]),
-        state=state.value, read_ns=node_ns, clock_offset_ns=clock[0], clock_error_ns=clock[1],
+        state=RankState(str(r["state"])), read_ns=node_ns, clock_offset_ns=clock[0], clock_error_ns=clock[1],
         gpu=r.get("gpu"), hostname=str(r.get("hostname", "")), started_ns=int(r.get("started_ns", 0)),
         answered=bool(r.get("answered")), last_enqueued_seq=_optional_int(r.get("last_enqueued")),
         last_completed_seq=_optional_int(r.get("last_completed")), detail=str(r.get("detail") or ""),
@@ -148,7 +147,7 @@ def parse_node_read(text: str, job: str, node: str, window: ReadWindow) -> NodeR
 
 def coverage(job: str, node: str, read: NodeRead) -> list[SignalCoverage]:
     """One row per signal this read can speak for: what the node's ranks gave, and why not."""
-    live = [r for r in read.ranks if r.state == RankState.RUNNING.value]
+    live = [r for r in read.ranks if r.state == RankState.RUNNING]
     answered = [r for r in live if r.answered]
     timed = [c for c in read.collectives if c.exec_ms is not None]
     if not read.ranks:

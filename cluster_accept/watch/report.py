@@ -1,12 +1,14 @@
 """The page of a watched job (``cluster-accept watch``) and its Prometheus text: which node is behind a dead
 rank, a hang or a straggler, the evidence drawn, and what each node could tell. Pure functions; the caller
-writes the files (the Prometheus file atomically: node_exporter must never read half a file).
+writes the files (the Prometheus text, by ``prometheus_client``, atomically: node_exporter must never read half a
+file).
 
 A straggler is seen by *arrival order*: in every collective (a communicator's sequence number) each rank's
-enqueue time minus the median enqueue time of the ranks that recorded it is its *arrival lag*. The rank the
-others wait for arrives last, collective after collective: its line stands above the rest on the lag chart.
-Lags are computed from every row; only the chart's lines are thinned (:data:`MAX_POINTS` a line, each keeping
-the highest point of its stretch of time, so a spike is never thinned away).
+*arrival lag* is how much later than the median rank it arrived. The page's chart and the lag gauge draw the lags
+the judgement read (:mod:`watch.judge.lag`: the same rows, clocks, window and rule, on the device where the ranks
+timed their collectives): the rank the others wait for arrives last, collective after collective, and its line
+stands above the rest. Only the chart's lines are thinned (:data:`MAX_POINTS` a line, each keeping the highest
+point of its stretch of time, so a spike is never thinned away).
 
 Like the acceptance report, the HTML is one self-contained file under a Content-Security-Policy that loads and
 runs nothing, autoescaped, with control characters in node text shown as escapes (:mod:`reports.render`).
@@ -15,9 +17,7 @@ runs nothing, autoescaped, with control characters in node text shown as escapes
 from __future__ import annotations
 
 import datetime as dt
-import math
-import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
@@ -25,6 +25,10 @@ import numpy as np
 import pandas as pd
 from jinja2 import Environment
 from markupsafe import Markup, escape
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.reports.charts import (
@@ -43,7 +47,8 @@ from cluster_accept.reports.charts import (
 )
 from cluster_accept.reports.render import environments, number_or_text
 from cluster_accept.vocabulary.status import BAD_STATUSES, Status
-from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage, WatchFinding
+from cluster_accept.watch.judge.lag import job_lags
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage, WatchFinding
 
 __all__ = ["MAX_POINTS", "watch_context", "watch_page", "watch_prometheus"]
 
@@ -51,6 +56,10 @@ MAX_POINTS = 600  # a chart line's most points: 8 ranks x 600 dots stay a page a
 X_TICKS = 6
 LEGEND_ENTRIES, LEGEND_STEP = 6, 270  # names under a chart: two rows of three
 SUSPECT = "suspect"
+SUSPECT_HELP = (
+    "1 while the watcher names the node (rank, GPU) as behind a dead rank, a hang or a straggler; 0 once cleared."
+)
+LAG_HELP = "The rank's median arrival lag over the window: ms behind the median rank of each collective."
 _LAG_COLUMNS = ["rank", "node", "gpu", "communicator", "seq", "t_s", "lag_ms", "exec_ms"]
 
 
@@ -66,64 +75,29 @@ def _named(status: Status) -> bool:
     return _status_order(status) < 2
 
 
-def _clock_offsets_ns(ranks: Iterable[RankSeen]) -> dict[str, int]:
-    """Each node's clock minus the watcher's, the median over its reads: one slow read's round trip does not
-    move it."""
-    seen: dict[str, list[int]] = {}
-    for r in ranks:
-        seen.setdefault(r.node, []).append(r.clock_offset_ns)
-    return {node: int(statistics.median(values)) for node, values in seen.items()}
-
-
-def _collective_frame(collectives: Sequence[CollectiveSeen], offsets_ns: Mapping[str, int]) -> pd.DataFrame:
-    """One row per rank's record of a collective, arrival on the watcher's clock. Reads overlap (a Flight
-    Recorder holds its last collectives, read again and again) and a rank may be recorded by two sources: the
-    Flight Recorder's record is kept (it stamps the arrival itself), and of two reads the later."""
-    frame = pd.DataFrame(
-        {
-            "rank": [c.rank for c in collectives],
-            "node": [c.node for c in collectives],
-            "gpu": pd.array([c.gpu for c in collectives], dtype="Int64"),
-            "communicator": [c.communicator for c in collectives],
-            "seq": [c.seq for c in collectives],
-            "arrival_ns": [c.enqueue_ns - offsets_ns.get(c.node, 0) for c in collectives],
-            "exec_ms": [math.nan if c.exec_ms is None else c.exec_ms for c in collectives],
-            "recorder": [c.source == Signal.FLIGHT_RECORDER.value for c in collectives],
-        }
-    )
-    frame["arrival_ns"] = frame["arrival_ns"].astype("int64")
-    frame = frame.sort_values("recorder", kind="stable")  # last kept: the recorder's, then the later read
-    return frame.drop_duplicates(["communicator", "seq", "rank"], keep="last").drop(columns="recorder")
-
-
 def _arrival_lags(
-    collectives: Sequence[CollectiveSeen], offsets_ns: Mapping[str, int] | None = None, start_ns: int | None = None
+    job: str,
+    ranks: Sequence[RankSeen],
+    collectives: Sequence[CollectiveSeen],
+    window_ns: tuple[int, int] | None = None,
+    judged: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Each rank's arrival lag in each collective: its enqueue time minus the median enqueue time of the ranks
-    that recorded that collective (a communicator and its sequence number), in ms; positive is late.
+    """Each rank's arrival lag in each collective, as the judgement read it: ``judged``, the judgement's own
+    (:attr:`judge.Judgement.lags` of the job), else read from the rows by the same function
+    (:func:`judge.lag.job_lags`: the same rows, clocks and rule; from ``window_ns[0]`` on, the judgement's window).
+    ms behind the median rank, positive is late, on the device where every rank timed the collective, else by
+    enqueue on the watcher's clock.
 
-    Columns rank, node, gpu, communicator, seq, t_s, lag_ms, exec_ms. ``t_s`` is the collective's median
-    arrival in seconds since ``start_ns`` (the watcher's clock; default: the first collective), the same for
-    every rank of the collective so that their lines share their x. Arrivals are put on the watcher's clock
-    with ``offsets_ns`` (node clock minus the watcher's): nodes whose clocks disagree by more than a lag would
-    otherwise name the wrong rank. A collective only one rank recorded has no one to arrive before: left out.
-    """
-    if not collectives:
+    Columns rank, node, gpu, communicator, seq, t_s, lag_ms, exec_ms. ``t_s`` is the collective's median arrival
+    in seconds since the window's start (without a window: the first collective), the same for every rank of the
+    collective so that their lines share their x."""
+    since_ns = None if window_ns is None else window_ns[0]
+    lags = judged if judged is not None else job_lags(job, ranks, collectives, since_ns)
+    if lags.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in _LAG_COLUMNS})
-    frame = _collective_frame(collectives, offsets_ns or {})
-    base_ns = int(frame["arrival_ns"].min())
-    frame["arrival_ns"] -= base_ns  # small integers: a float median keeps ns exactly
-    groups = frame.groupby(["communicator", "seq"])["arrival_ns"]
-    frame = frame.assign(median_ns=groups.transform("median"), ranks_seen=groups.transform("size"))
-    frame = frame[frame["ranks_seen"] >= 2]
-    if start_ns is not None:
-        origin_ns = float(start_ns - base_ns)
-    else:
-        origin_ns = float(frame["median_ns"].min()) if len(frame) else 0.0
-    frame = frame.assign(
-        t_s=(frame["median_ns"] - origin_ns) / 1e9, lag_ms=(frame["arrival_ns"] - frame["median_ns"]) / 1e6
-    )
-    return frame[_LAG_COLUMNS].sort_values(["t_s", "communicator", "seq", "rank"]).reset_index(drop=True)
+    origin_ns = float(since_ns) if since_ns is not None else float(lags["median_ns"].min())
+    lags = lags.assign(t_s=(lags["median_ns"] - origin_ns) / 1e9)
+    return lags[_LAG_COLUMNS].sort_values(["t_s", "communicator", "seq", "rank"]).reset_index(drop=True)
 
 
 def _thinned(points: pd.DataFrame, column: str, span_s: float, max_points: int = MAX_POINTS) -> tuple[Any, ...]:
@@ -326,7 +300,7 @@ def _rank_rows(ranks: Sequence[RankSeen], collectives: Sequence[CollectiveSeen])
         if kept is None or c.enqueue_ns >= kept.enqueue_ns:
             entered[c.rank] = c
     return [
-        {"rank": r.rank, "node": r.node, "gpu": "" if r.gpu is None else r.gpu, "pid": r.pid, "state": r.state,
+        {"rank": r.rank, "node": r.node, "gpu": "" if r.gpu is None else r.gpu, "pid": r.pid, "state": r.state.value,
          "last": _last_collective(r, entered), "detail": r.detail}
         for r in _last_reads(ranks)
     ]  # fmt: skip
@@ -353,12 +327,11 @@ def _lag_summary(
     return sorted(rows, key=lambda r: (-r["median_lag_ms"], r["rank"]))
 
 
-def _window(lags: pd.DataFrame, window_ns: tuple[int, int] | None) -> tuple[pd.DataFrame, float]:
-    """The lags inside the window and the window's length in s (without a window: the collectives' span)."""
+def _span_s(lags: pd.DataFrame, window_ns: tuple[int, int] | None) -> float:
+    """The window's length in s (without a window: the collectives' span)."""
     if window_ns is None:
-        return lags, float(lags["t_s"].max()) if len(lags) else 0.0
-    span_s = (window_ns[1] - window_ns[0]) / 1e9
-    return lags[(lags["t_s"] >= 0) & (lags["t_s"] <= span_s)], span_s
+        return float(lags["t_s"].max()) if len(lags) else 0.0
+    return (window_ns[1] - window_ns[0]) / 1e9
 
 
 def _utc(ns: int) -> str:
@@ -387,12 +360,14 @@ def watch_context(
     collectives: Sequence[CollectiveSeen],
     coverage: Sequence[SignalCoverage],
     window_ns: tuple[int, int] | None = None,
+    lags: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """What both formats of the page show: one pure function, so the HTML and the Markdown say the same."""
+    """What both formats of the page show: one pure function, so the HTML and the Markdown say the same.
+    ``lags``: the judgement's (:func:`_arrival_lags`)."""
     places = _places(ranks, collectives)
     suspects = _suspect_ranks(findings, places)
-    lags = _arrival_lags(collectives, _clock_offsets_ns(ranks), None if window_ns is None else window_ns[0])
-    lags, span_s = _window(lags, window_ns)
+    lags = _arrival_lags(job, ranks, collectives, window_ns, lags)
+    span_s = _span_s(lags, window_ns)
     coverage_lines, coverage_rows = _coverage(coverage)
     rank_rows = _rank_rows(ranks, collectives)
     return {
@@ -426,11 +401,13 @@ def watch_page(
     collectives: Sequence[CollectiveSeen],
     coverage: Sequence[SignalCoverage],
     window_ns: tuple[int, int] | None = None,
+    lags: pd.DataFrame | None = None,
 ) -> tuple[str, str]:
     """(HTML, Markdown) of the job's page: findings cause first, the arrival lag and execution time charts,
     which signal each node gave, and each rank's last state. ``window_ns``: (start, end) on the watcher's
-    clock; the charts show the collectives whose median arrival lies inside, lags computed from all rows."""
-    context = watch_context(job, findings, ranks, collectives, coverage, window_ns)
+    clock, the judgement's window (:func:`judge.window.span_ns`); the charts show the lags it judged, those of the
+    collectives entered since its start (:func:`_arrival_lags`; ``lags``: the judgement's own)."""
+    context = watch_context(job, findings, ranks, collectives, coverage, window_ns, lags)
     html_env, md_env = _environments()
     return (
         html_env.get_template("watch.html.j2").render(**context),
@@ -438,24 +415,30 @@ def watch_page(
     )
 
 
-def _label(value: object) -> str:
-    """A Prometheus label value: backslash, double quote and newline escaped, None as empty."""
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Gauges(Collector):
+    """The job's gauge families as one collector: each family's samples in the order given, a family without a
+    sample left out (as the text file always had it)."""
+
+    def __init__(self, families: Sequence[GaugeMetricFamily]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter([family for family in self.families if family.samples])
 
 
-def _labels(**labels: object) -> str:
-    return ",".join(f'{name}="{_label(value)}"' for name, value in labels.items())
+def _gauge(
+    name: str, help_text: str, labels: Sequence[str], samples: Iterable[tuple[Sequence[object], float]]
+) -> GaugeMetricFamily:
+    """A gauge family with its samples: each a tuple of label values (None as empty) and its value."""
+    family = GaugeMetricFamily(name, help_text, labels=list(labels))
+    for values, value in samples:
+        family.add_metric(["" if v is None else str(v) for v in values], value)
+    return family
 
 
-def _family(
-    name: str, help_text: str, samples: Iterable[tuple[str, float]], fmt_value: Callable[[float], str]
-) -> list[str]:
-    lines = [f"{name}{{{labels}}} {fmt_value(value)}" for labels, value in samples]
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *lines] if lines else []
-
-
-def _suspect_samples(cluster: str, job: str, findings: Sequence[WatchFinding]) -> list[tuple[str, float]]:
+def _suspect_samples(
+    cluster: str, job: str, findings: Sequence[WatchFinding]
+) -> list[tuple[tuple[object, ...], float]]:
     """One series per (node, rank, GPU, kind, reason): 1 while a finding with those labels names it, 0 once
     every such finding is cleared. Two findings with the same labels make one series (a text file with a series
     twice is refused whole)."""
@@ -464,10 +447,9 @@ def _suspect_samples(cluster: str, job: str, findings: Sequence[WatchFinding]) -
         key = (f.node, -1 if f.rank is None else f.rank, -1 if f.gpu is None else f.gpu, f.kind, f.reason)
         value[key] = max(value.get(key, 0), int(_named(f.status)))
     return [
-        (_labels(cluster=cluster, job=job, node=node, rank=_or_empty(rank), gpu=_or_empty(gpu), kind=kind,
-                 reason=reason), v)
+        ((cluster, job, node, _or_empty(rank), _or_empty(gpu), kind, reason), float(v))
         for (node, rank, gpu, kind, reason), v in sorted(value.items())
-    ]  # fmt: skip
+    ]
 
 
 def _or_empty(number: int) -> str:
@@ -481,40 +463,29 @@ def watch_prometheus(
     ranks: Sequence[RankSeen],
     collectives: Sequence[CollectiveSeen] = (),
     window_ns: tuple[int, int] | None = None,
+    lags: pd.DataFrame | None = None,
 ) -> str:
-    """The job's gauges in the text exposition format (node_exporter's textfile collector): the nodes named
-    (``cluster_accept_watch_suspect``, and how many), each rank's process up or not at its last read, and,
-    given the collectives, each rank's median arrival lag over the window. Series in a stable order: by node,
+    """The job's gauges in the text exposition format (node_exporter's textfile collector), written by
+    ``prometheus_client``: the nodes named (``cluster_accept_watch_suspect``, and how many), each rank's process
+    up or not at its last read, and, given the collectives, each rank's median arrival lag over the window, as the
+    judgement read it (:func:`_arrival_lags`; ``lags``: the judgement's own). Series in a stable order: by node,
     then rank, so two writes of the same rows are the same bytes."""
     named = {f.node for f in findings if _named(f.status)}
     last = sorted(_last_reads(ranks), key=lambda r: (r.node, r.rank))
-    lines = _family(
-        "cluster_accept_watch_suspect",
-        "1 while the watcher names the node (rank, GPU) as behind a dead rank, a hang or a straggler; 0 once cleared.",
-        _suspect_samples(cluster, job, findings),
-        lambda v: f"{v:.0f}",
-    )
-    lines += _family(
-        "cluster_accept_watch_suspect_nodes",
-        "Nodes of the job the watcher names now.",
-        [(_labels(cluster=cluster, job=job), float(len(named)))],
-        lambda v: f"{v:.0f}",
-    )
-    up = [
-        (_labels(cluster=cluster, job=job, node=r.node, rank=r.rank), float(r.state == RankState.RUNNING)) for r in last
-    ]
-    lines += _family(
-        "cluster_accept_watch_rank_up", "1 while the rank's process runs; 0 stopped, dead, exited or a zombie.", up,
-        lambda v: f"{v:.0f}",
-    )  # fmt: skip
-    start_ns = None if window_ns is None else window_ns[0]
-    lags = _window(_arrival_lags(collectives, _clock_offsets_ns(ranks), start_ns), window_ns)[0]
-    medians = lags.groupby(["node", "rank"], as_index=False)["lag_ms"].median()
+    per_collective = _arrival_lags(job, ranks, collectives, window_ns, lags)
+    medians = per_collective.groupby(["node", "rank"], as_index=False)["lag_ms"].median()
     per_rank = zip(medians["node"], medians["rank"], medians["lag_ms"], strict=True)
-    lines += _family(
-        "cluster_accept_watch_arrival_lag_ms",
-        "The rank's median arrival lag over the window: ms behind the median rank of each collective.",
-        [(_labels(cluster=cluster, job=job, node=node, rank=rank), float(v)) for node, rank, v in per_rank],
-        lambda v: f"{v:.6g}",
-    )
-    return "\n".join(lines) + "\n"
+    where = ("cluster", "job", "node", "rank")
+    families = [
+        _gauge("cluster_accept_watch_suspect", SUSPECT_HELP, (*where, "gpu", "kind", "reason"),
+               _suspect_samples(cluster, job, findings)),
+        _gauge("cluster_accept_watch_suspect_nodes", "Nodes of the job the watcher names now.", where[:2],
+               [((cluster, job), float(len(named)))]),
+        _gauge("cluster_accept_watch_rank_up", "1 while the rank's process runs; 0 stopped, dead, exited or a zombie.",
+               where, [((cluster, job, r.node, r.rank), float(r.state == RankState.RUNNING)) for r in last]),
+        _gauge("cluster_accept_watch_arrival_lag_ms", LAG_HELP, where,
+               [((cluster, job, node, int(rank)), float(v)) for node, rank, v in per_rank]),
+    ]  # fmt: skip
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Gauges(families))
+    return generate_latest(registry).decode()

@@ -12,13 +12,12 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from cluster_accept.inventory.model import Node
-from cluster_accept.remote.fanout import run_node
+from cluster_accept.remote.fanout import fan_out
 from cluster_accept.remote.result import NodeResult, RemoteCommand
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage
@@ -71,11 +70,12 @@ def _answer(result: NodeResult) -> tuple[str, str]:
     return command.stdout, ""
 
 
-def read_node(node: Node, job: str, template: str, since_ns: int, limit: int, user: str | None = None) -> NodeRead:
-    sent = time.time_ns()
-    result = run_node(node, [reader_command(node, job_dir(template, node, job), since_ns, limit, user)])
+def node_read(node: Node, job: str, result: NodeResult, received_ns: int) -> NodeRead:
+    """The node's answer as rows of ``job``: its clock measured against the read's round trip, which ended at
+    ``received_ns`` and took the result's own duration (its connection and its batch)."""
     text, problem = _answer(result)
-    read = parse_node_read(text, job, node.name, ReadWindow(sent, time.time_ns()))
+    sent_ns = received_ns - int(result.duration_s * 1e9)
+    read = parse_node_read(text, job, node.name, ReadWindow(sent_ns, received_ns))
     if problem:
         read.problems.insert(0, problem)
     return read
@@ -90,14 +90,24 @@ def read_round(
     concurrency: int,
     user: str | None = None,
 ) -> list[NodeRead]:
-    """One read of every node of the job, at most ``concurrency`` at once; in the nodes' order. ``user``: the
-    job's user where the scheduler names it (:func:`reader_command`)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes)))) as pool:
-        reads = pool.map(lambda n: read_node(n, job, template, since.get(n.name, 0), limit, user), nodes)
-        return settle_clocks(list(reads))
+    """One read of every node of the job over the fan-out (:func:`remote.fanout.fan_out`: a node that does not
+    answer or times out comes back as data), at most ``concurrency`` at once; in the nodes' order, their clocks
+    then settled against each other. ``user``: the job's user where the scheduler names it
+    (:func:`reader_command`)."""
+    received: dict[str, int] = {}
+
+    def commands(node: Node) -> list[RemoteCommand]:
+        return [reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)]
+
+    def arrived(result: NodeResult) -> None:
+        received[result.node] = time.time_ns()
+
+    results = fan_out(nodes, commands, max(1, concurrency), on_result=arrived)
+    return settle_clocks([node_read(n, job, results[n.name], received[n.name]) for n in nodes])
 
 
-LIVING = frozenset({RankState.RUNNING.value, RankState.STOPPED.value})
+LIVING = frozenset({RankState.RUNNING, RankState.STOPPED})
+ENDED = frozenset({RankState.EXITED, RankState.DEAD})
 
 
 def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
@@ -106,7 +116,7 @@ def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
     latest: dict[tuple[str, int], RankSeen] = {}
     for rank in sorted(ranks, key=lambda r: r.read_ns - r.clock_offset_ns):
         latest[(rank.node, rank.rank)] = rank
-    alive = [r for r in latest.values() if r.state in LIVING or (r.state == RankState.UNKNOWN.value and r.answered)]
+    alive = [r for r in latest.values() if r.state in LIVING or (r.state == RankState.UNKNOWN and r.answered)]
     return sorted({r.node for r in alive})
 
 
@@ -190,4 +200,4 @@ class WatchState:
     def job_over(self) -> bool:
         """Every rank seen has ended (exited or dead): nothing more will happen."""
         latest = self.latest_ranks()
-        return bool(latest) and all(r.state in ("exited", "dead") for r in latest.values())
+        return bool(latest) and all(r.state in ENDED for r in latest.values())

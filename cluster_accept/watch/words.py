@@ -7,8 +7,10 @@ Inspector stamp them); a node's clock offset from the watcher's is measured at e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, Self
 
 from cluster_accept.vocabulary.rows import Record, StatusRecord
 from cluster_accept.vocabulary.status import Status
@@ -51,7 +53,7 @@ class RankSeen(Record):
     rank: int
     local_rank: int
     pid: int
-    state: str  # a RankState value
+    state: RankState
     read_ns: int  # the node's clock at the read
     clock_offset_ns: int = 0  # node clock minus the watcher's clock, measured at this read
     clock_error_ns: int = 0  # how far that offset can be off (half the read's round trip)
@@ -62,6 +64,15 @@ class RankSeen(Record):
     last_enqueued_seq: int | None = None  # default communicator: the last collective it entered
     last_completed_seq: int | None = None
     detail: str = ""
+
+    def record(self) -> dict[str, Any]:
+        """The Parquet row: the state as its word (a :class:`RankState`'s ``str`` is its value)."""
+        return {**super().record(), "state": str(self.state)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Self:
+        """A row read back: the state a :class:`RankState` again."""
+        return super().from_record({**record, "state": RankState(str(record["state"]))})
 
 
 @dataclass(frozen=True)

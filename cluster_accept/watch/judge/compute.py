@@ -2,13 +2,12 @@
 
 Data parallelism equalizes step time: every rank waits in each gradient all_reduce for the slowest, so step time
 says nothing of who is slow. Arrival does: a rank whose compute (GPU throttled, CPU contended, data loading slow)
-takes longer enters each collective late, and its peers wait in it. Per collective with a record from every rank
-of its communicator, each rank's lag is its arrival (enqueue on the watcher's clock) less the median arrival; a
-node's lag is its latest rank's. The slow rank also *waits least*: its own execution time is the shortest, since
-the others' includes their wait for it. Where every rank's execution time is known (NCCL timing), that is the
-arrival the lag is read from: a GPU collective's CPU enqueue says when its launch was queued, not when the GPU got
-to it (a GPU slowed by a co-tenant queues its launches on time and runs them late), and the difference of two
-execution times needs no clock across nodes, so its uncertainty is none.
+takes longer enters each collective late, and its peers wait in it. Each rank's lag at a collective is read by
+:mod:`judge.lag` (the rule the page and the gauges draw too): its arrival less the median arrival, on the device
+where every rank's execution time is known (the slow rank *waits least*: its own execution time is the shortest,
+since the others' includes their wait for it; a GPU slowed by a co-tenant queues its launches on time and runs them
+late), else by enqueue on the watcher's clock; a node's lag is its latest rank's. A lag read on the device needs no
+clock across nodes, so its uncertainty is none.
 
 A node is named only when, over the window (or since a change point), its rank arrives last at ``last_share_min``
 of the collectives, in a streak of ``streak_collectives``, by a median lag beyond three floors: ``lag_min_ms``, a
@@ -29,29 +28,10 @@ import numpy as np
 import pandas as pd
 
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.lag import KEY
 from cluster_accept.watch.judge.rules import WatchRules
 from cluster_accept.watch.judge.window import NS_PER_MS, NS_PER_S, Window, ranks_said
 from cluster_accept.watch.words import FindingKind, WatchFinding
-
-KEY = ["communicator", "seq"]
-
-
-def arrivals(window: Window) -> pd.DataFrame:
-    """The window's records of collectives every rank of the communicator recorded (two ranks or more), with each
-    rank's lag behind the median arrival (``lag_ms``) and that median (``median_ns``)."""
-    frame = window.in_window()
-    members = frame.groupby("communicator")["rank"].nunique()
-    size = frame["communicator"].map(members)
-    full = frame[(frame.groupby(KEY)["rank"].transform("nunique") == size) & (size >= 2)].copy()
-    median = full.groupby(KEY)["arrival_ns"].transform("median")
-    full["lag_ms"] = (full["arrival_ns"] - median) / NS_PER_MS
-    timed = full.groupby(KEY)["exec_ms"].transform("count") == full.groupby(KEY)["exec_ms"].transform("size")
-    waited = full.groupby(KEY)["exec_ms"].transform("median") - full["exec_ms"]
-    full["on_device"] = timed
-    full.loc[timed, "lag_ms"] = waited[timed]
-    full["median_ns"] = median
-    full["arrived_ns"] = median + full["lag_ms"] * NS_PER_MS  # the arrival the lag says: enqueue or on the device
-    return full
 
 
 def interval_ms(full: pd.DataFrame) -> float:
@@ -160,9 +140,9 @@ def label(per: pd.DataFrame) -> str:
     return f"{per['op'].iloc[0]} #{first[1]} on {first[0]} to {per['op'].iloc[-1]} #{last[1]} on {last[0]}"
 
 
-def judge_compute(window: Window) -> list[WatchFinding]:
-    """One ``compute_straggler`` row per node."""
-    full = arrivals(window)
+def judge_compute(window: Window, full: pd.DataFrame) -> list[WatchFinding]:
+    """One ``compute_straggler`` row per node, from the window's arrival lags (``full``: :func:`judge.lag.arrivals`
+    of the window)."""
     collectives = full.groupby(KEY).ngroups if not full.empty else 0
     rules = window.rules
     if collectives < rules.min_collectives:

@@ -24,7 +24,7 @@ from cluster_accept.watch.judge.window import (
     last_entered,
     ranks_said,
 )
-from cluster_accept.watch.words import FindingKind, RankSeen, WatchFinding
+from cluster_accept.watch.words import FindingKind, RankSeen, RankState, WatchFinding
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Death:
     """A rank whose latest read says it is dead: when it was first seen so, and last seen alive."""
 
     rank: int
-    state: str
+    state: RankState
     pid: int
     first_dead_ns: int
     last_alive_ns: int | None

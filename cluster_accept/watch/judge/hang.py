@@ -81,7 +81,7 @@ def wavefront(window: Window) -> Wavefront:
     entered = last_entered(window)
     known = [s for s in entered.values() if s is not None]
     newest = max(known) if known else None
-    stopped = {r for r, read in window.latest.items() if read.state == RankState.STOPPED.value}
+    stopped = {r for r, read in window.latest.items() if read.state == RankState.STOPPED}
     silent = {r for r, read in window.latest.items() if not read.answered}
     behind = {r for r, s in entered.items() if newest is not None and (s is None or s < newest)}
     certain = (behind - silent) | stopped
@@ -106,7 +106,7 @@ def _all(window: Window, status: Status, reason: str, observed: str, evidence: s
 def judge_hang(window: Window, first_dead: set[int]) -> list[WatchFinding]:
     """One ``hang`` row per node."""
     states = {read.state for read in window.latest.values()}
-    if states == {RankState.EXITED.value}:
+    if states == {RankState.EXITED}:
         return _all(window, Status.PASS, "ok", "every rank exited: the job ended")
     if first_dead:  # the job cannot go on without it: the death names the node
         said = f"rank(s) {ranks_said(first_dead)} died: the job cannot go on"

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster_accept.checks.reasons import Action, Reason, declare
+from cluster_accept.checks.reasons import FindingKind as ReasonKind
+from cluster_accept.vocabulary.status import Status
+
 
 @dataclass(frozen=True)
 class WatchRules:
@@ -59,54 +63,173 @@ class WatchRules:
             raise ValueError("window_s, hang_after_s and same_read_s are positive durations")
 
 
-# Reason code -> what it means and what to do. Stable strings: reports, drains and tests key on them.
-REASONS: dict[str, str] = {
-    "ok": "The expectation holds on this node; the figure is in `observed`. Nothing to do.",
-    "rank_dead": "A rank on this node died (its process is gone, or a zombie) first, while the others ran: the job "
-    "failed because of it. Exclude the node and look at its kernel log (Xid, OOM killer) and the rank's stderr.",
-    "torn_down": "A rank on this node died after another rank had already died: the launcher tore the job down. "
-    "A consequence, not a cause: nothing to do on this node.",
-    "rank_missing": "A rank on this node is no longer listed by its node while its peers entered collectives it did "
-    "not: its process vanished without being seen dead. Exclude the node and read the node's logs.",
-    "node_unread": "No read of this node listed any rank of the job: whether its ranks live cannot be told. Check "
-    "the watcher's access to the node.",
-    "hang_wavefront": "No collective completed for `hang_after_s`; the other ranks entered a collective this "
-    "node's rank never reached (or its Flight Recorder did not answer). Dump its Python stack (py-spy) before "
-    "killing the job, then exclude the node.",
-    "rank_stopped": "No collective completed for `hang_after_s` and a rank on this node is stopped (state T: "
-    "SIGSTOP or a debugger): the job waits for it. Resume or kill it; find who stopped it.",
-    "waiting": "The job hangs, but this node's ranks entered the newest collective: they wait for another node.",
-    "hang_unlocalized": "No collective completed for `hang_after_s`, yet every rank entered the same collective "
-    "and none is stopped: the wait is inside the collective (network, NCCL). Run the fabric probes on the job's "
-    "nodes; no node is named.",
-    "after_death": "A rank died, so the job cannot go on; `dead_rank` names it. A hang is not judged apart from it.",
-    "no_progress_signal": "Neither a completion time, a completed flag nor a rank's completed sequence number "
-    "reached the watcher: whether collectives still complete cannot be told. Arm the Flight Recorder.",
-    "arrives_last": "A rank on this node arrives last at most collectives, in a streak, by a lag beyond the floors: "
-    "its compute (GPU, CPU, data loading) is slower than its peers'. Exclude the node or re-test its GPU.",
-    "below_clock_error": "A rank on this node arrives last at most collectives, but by less than the clocks of the "
-    "nodes can tell apart: a node cannot be named. Tighten the clock sync (chrony) or watch longer.",
-    "no_device_time": "The job's collectives run on GPUs (NCCL) without their execution times: enqueue times show a "
-    "slow host (CPU, data loading), not a slow GPU, which queues its launches on time and runs them late. Arm NCCL "
-    "timing (cluster-accept arm; its cost is in docs/watch-signals.md) to judge GPU stragglers.",
-    "too_few_collectives": "Too few collectives in the window had a record from every rank of their communicator: "
-    "stragglers cannot be judged yet. Watch longer or arm the Flight Recorder on every rank.",
-    "slow_communicators": "Every communicator slower than `comm_slow_factor` times its peers includes this node, "
-    "and no fast one of the same reach (within a node, or across nodes) does: its NVLink, links or NICs slow the "
-    "collectives. Run the fabric probes on it; exclude it.",
-    "slow_nic": "Every slow communicator runs through one GPU of this node and its network path (the NIC paired "
-    "with it), and no fast one across nodes does, while the node's other GPUs talk across nodes at full speed: that "
-    "NIC, its cable or its PCIe path. Run the pair and rail probes on the node; exclude it until the NIC is fixed.",
-    "slow_rail": "Every slow communicator runs between the same GPU index of several nodes (one rail, where GPUs and "
-    "NICs pair by index) and no fast one across nodes entirely on that index does: the rail's switch or cabling, "
-    "or one of its NICs, not one node. Run the rail probes on the rail's nodes; no node is named.",
-    "slow_unlocalized": "Some communicators with this node are slow, but no single node is common to every slow "
-    "one and absent from the fast: the fabric between several nodes is suspect. Run the fabric probes.",
-    "one_communicator": "The job has no two communicators of the same operation, size and shape (nodes and ranks) "
-    "with enough collectives: "
-    "a slow communicator has nothing to be compared with. Communication stragglers are not judged.",
-    "not_compared": "No communicator this node belongs to could be compared with another of its operation, "
-    "size and shape: communication stragglers are not judged here.",
-    "no_exec_time": "No collective carried its own execution time or bus bandwidth: NCCL timing (or the "
-    "Inspector) is off. Set TORCH_NCCL_ENABLE_TIMING=1 to judge communication stragglers.",
-}
+# The reason codes of the watch's findings, each with the status its row carries, what it means and what to do
+# (a straggler's is relative: judged against the job's other nodes). Stable strings: reports, drains and tests
+# key on them.
+REASONS = declare(
+    Reason(
+        "ok",
+        Status.PASS,
+        "The expectation holds on this node; the figure is in `observed`. Nothing to do.",
+        Action.NONE,
+    ),
+    Reason(
+        "rank_dead",
+        Status.FAIL,
+        "A rank on this node died (its process is gone, or a zombie) first, while the others ran: the job failed "
+        "because of it. Exclude the node and look at its kernel log (Xid, OOM killer) and the rank's stderr.",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "torn_down",
+        Status.PASS,
+        "A rank on this node died after another rank had already died: the launcher tore the job down. A "
+        "consequence, not a cause: nothing to do on this node.",
+        Action.NONE,
+    ),
+    Reason(
+        "rank_missing",
+        Status.FAIL,
+        "A rank on this node is no longer listed by its node while its peers entered collectives it did not: its "
+        "process vanished without being seen dead. Exclude the node and read the node's logs.",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "node_unread",
+        Status.NOT_JUDGED,
+        "No read of this node listed any rank of the job: whether its ranks live cannot be told. Check the "
+        "watcher's access to the node.",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "hang_wavefront",
+        Status.FAIL,
+        "No collective completed for `hang_after_s`; the other ranks entered a collective this node's rank never "
+        "reached (or its Flight Recorder did not answer). Dump its Python stack (py-spy) before killing the job, "
+        "then exclude the node.",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "rank_stopped",
+        Status.FAIL,
+        "No collective completed for `hang_after_s` and a rank on this node is stopped (state T: SIGSTOP or a "
+        "debugger): the job waits for it. Resume or kill it; find who stopped it.",
+        Action.RESTART_JOB,
+    ),
+    Reason(
+        "waiting",
+        Status.PASS,
+        "The job hangs, but this node's ranks entered the newest collective: they wait for another node.",
+        Action.NONE,
+    ),
+    Reason(
+        "hang_unlocalized",
+        Status.WARN,
+        "No collective completed for `hang_after_s`, yet every rank entered the same collective and none is "
+        "stopped: the wait is inside the collective (network, NCCL). Run the fabric probes on the job's nodes; no "
+        "node is named.",
+        Action.CHECK_NODE,
+    ),
+    Reason(
+        "after_death",
+        Status.NOT_JUDGED,
+        "A rank died, so the job cannot go on; `dead_rank` names it. A hang is not judged apart from it.",
+        Action.NONE,
+    ),
+    Reason(
+        "no_progress_signal",
+        Status.NOT_JUDGED,
+        "Neither a completion time, a completed flag nor a rank's completed sequence number reached the watcher: "
+        "whether collectives still complete cannot be told. Arm the Flight Recorder.",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "arrives_last",
+        Status.FAIL,
+        "A rank on this node arrives last at most collectives, in a streak, by a lag beyond the floors: its "
+        "compute (GPU, CPU, data loading) is slower than its peers'. Exclude the node or re-test its GPU.",
+        Action.CHECK_NODE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "below_clock_error",
+        Status.NOT_JUDGED,
+        "A rank on this node arrives last at most collectives, but by less than the clocks of the nodes can tell "
+        "apart: a node cannot be named. Tighten the clock sync (chrony) or watch longer.",
+        Action.FIX_CONFIG,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "no_device_time",
+        Status.NOT_JUDGED,
+        "The job's collectives run on GPUs (NCCL) without their execution times: enqueue times show a slow host "
+        "(CPU, data loading), not a slow GPU, which queues its launches on time and runs them late. Arm NCCL "
+        "timing (cluster-accept arm; its cost is in docs/watch-signals.md) to judge GPU stragglers.",
+        Action.FIX_CONFIG,
+    ),
+    Reason(
+        "too_few_collectives",
+        Status.NOT_JUDGED,
+        "Too few collectives in the window had a record from every rank of their communicator: stragglers cannot "
+        "be judged yet. Watch longer or arm the Flight Recorder on every rank.",
+        Action.NONE,
+    ),
+    Reason(
+        "slow_communicators",
+        Status.FAIL,
+        "Every communicator slower than `comm_slow_factor` times its peers includes this node, and no fast one of "
+        "the same reach (within a node, or across nodes) does: its NVLink, links or NICs slow the collectives. "
+        "Run the fabric probes on it; exclude it.",
+        Action.CHECK_NODE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "slow_nic",
+        Status.FAIL,
+        "Every slow communicator runs through one GPU of this node and its network path (the NIC paired with it), "
+        "and no fast one across nodes does, while the node's other GPUs talk across nodes at full speed: that "
+        "NIC, its cable or its PCIe path. Run the pair and rail probes on the node; exclude it until the NIC is "
+        "fixed.",
+        Action.RESEAT_CABLE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "slow_rail",
+        Status.NOT_JUDGED,
+        "Every slow communicator runs between the same GPU index of several nodes (one rail, where GPUs and NICs "
+        "pair by index) and no fast one across nodes entirely on that index does: the rail's switch or cabling, "
+        "or one of its NICs, not one node. Run the rail probes on the rail's nodes; no node is named.",
+        Action.CHECK_NODE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "slow_unlocalized",
+        Status.NOT_JUDGED,
+        "Some communicators with this node are slow, but no single node is common to every slow one and absent "
+        "from the fast: the fabric between several nodes is suspect. Run the fabric probes.",
+        Action.CHECK_NODE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "one_communicator",
+        Status.NOT_JUDGED,
+        "The job has no two communicators of the same operation, size and shape (nodes and ranks) with enough "
+        "collectives: a slow communicator has nothing to be compared with. Communication stragglers are not "
+        "judged.",
+        Action.NONE,
+    ),
+    Reason(
+        "not_compared",
+        Status.NOT_JUDGED,
+        "No communicator this node belongs to could be compared with another of its operation, size and shape: "
+        "communication stragglers are not judged here.",
+        Action.NONE,
+    ),
+    Reason(
+        "no_exec_time",
+        Status.NOT_JUDGED,
+        "No collective carried its own execution time or bus bandwidth: NCCL timing (or the Inspector) is off. "
+        "Set TORCH_NCCL_ENABLE_TIMING=1 to judge communication stragglers.",
+        Action.FIX_CONFIG,
+    ),
+)

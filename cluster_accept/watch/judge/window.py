@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from cluster_accept.vocabulary.status import Status
-from cluster_accept.watch.judge.rules import WatchRules
+from cluster_accept.watch.judge.rules import REASONS, WatchRules
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
-DEAD_STATES = frozenset({RankState.DEAD.value, RankState.ZOMBIE.value})
-ALIVE_STATES = frozenset({RankState.RUNNING.value, RankState.STOPPED.value})
+DEAD_STATES = frozenset({RankState.DEAD, RankState.ZOMBIE})
+ALIVE_STATES = frozenset({RankState.RUNNING, RankState.STOPPED})
 _COLUMNS = ["node", "rank", "communicator", "op", "seq", "enqueue_ns", "completed", "complete_ns", "exec_ms"]
 _COLUMNS += ["busbw_gbps", "size_bytes", "gpu", "backend"]
 
@@ -68,8 +68,7 @@ class Window:
 
     def in_window(self) -> pd.DataFrame:
         """The collectives entered within ``window_s`` before now."""
-        since = self.now_ns - int(self.rules.window_s * NS_PER_S)
-        return self.collectives[self.collectives["arrival_ns"] >= since]
+        return entered_since(self.collectives, span_ns(self.rules, self.now_ns)[0])
 
     def finding(
         self,
@@ -83,25 +82,54 @@ class Window:
         persistence: str = "",
         rank: int | None = None,
     ) -> WatchFinding:
-        """A row of this job; ``named_ns`` is now where it fails (the node is named)."""
+        """A row of this job; ``named_ns`` is now where it fails (the node is named). ``reason``: a code of
+        :data:`REASONS` (an undeclared one is refused)."""
         gpu = self.gpu_of(rank) if rank is not None else None
         named = self.now_ns if status is Status.FAIL else 0
+        code = REASONS[reason].code
         return WatchFinding(
-            self.job, kind.value, node, status, reason, observed, expected, evidence, persistence, rank, gpu, named
+            self.job, kind.value, node, status, code, observed, expected, evidence, persistence, rank, gpu, named
         )
+
+
+def span_ns(rules: WatchRules, now_ns: int) -> tuple[int, int]:
+    """(start, end) of the window judged at ``now_ns``, on the watcher's clock: ``window_s`` before now, to now."""
+    return now_ns - int(rules.window_s * NS_PER_S), now_ns
+
+
+def entered_since(frame: pd.DataFrame, since_ns: int) -> pd.DataFrame:
+    """The records of collectives entered (watcher's clock) at ``since_ns`` or later."""
+    return frame[frame["arrival_ns"] >= since_ns]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One job's rows on the watcher's clock, before any judgement: its reads, oldest first, each rank's latest,
+    each node's clock, and one record per (rank, communicator, seq)."""
+
+    reads: tuple[RankSeen, ...]
+    latest: dict[int, RankSeen]
+    clocks: dict[str, Clock]
+    collectives: pd.DataFrame
+
+
+def on_watcher_clock(job: str, ranks: Sequence[RankSeen], collectives: Sequence[CollectiveSeen]) -> Rows:
+    """The job's rows (others left out) on the watcher's clock: each node's clock from its ranks' latest reads,
+    each collective once per rank (:func:`_frame`)."""
+    mine = [r for r in ranks if r.job == job]
+    reads = tuple(sorted(mine, key=lambda r: (r.read_ns - r.clock_offset_ns, r.rank)))
+    latest = {r.rank: r for r in reads}
+    clocks = _clocks(latest.values())
+    return Rows(reads, latest, clocks, _frame([c for c in collectives if c.job == job], clocks))
 
 
 def build(
     job: str, ranks: Sequence[RankSeen], collectives: Sequence[CollectiveSeen], rules: WatchRules, now_ns: int
 ) -> Window:
-    """The job's rows (others left out) on the watcher's clock."""
-    mine = [r for r in ranks if r.job == job]
-    reads = tuple(sorted(mine, key=lambda r: (r.read_ns - r.clock_offset_ns, r.rank)))
-    latest = {r.rank: r for r in reads}
-    clocks = _clocks(latest.values())
-    frame = _frame([c for c in collectives if c.job == job], clocks)
-    nodes = tuple(sorted({r.node for r in reads} | set(frame["node"])))
-    return Window(job, now_ns, rules, nodes, reads, clocks, frame, latest)
+    """The job's rows (others left out) on the watcher's clock, judged at ``now_ns`` by ``rules``."""
+    rows = on_watcher_clock(job, ranks, collectives)
+    nodes = tuple(sorted({r.node for r in rows.reads} | set(rows.collectives["node"])))
+    return Window(job, now_ns, rules, nodes, rows.reads, rows.clocks, rows.collectives, rows.latest)
 
 
 def _clocks(latest: Iterable[RankSeen]) -> dict[str, Clock]:
