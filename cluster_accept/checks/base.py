@@ -177,7 +177,7 @@ class Check(Generic[ModelT]):
         return self.command_for(profile) if self.command_for is not None and profile is not None else self.command
 
 
-NOT_CHECKS = frozenset({"base", "reasons", "sections", "declarations", "samples"})
+NOT_CHECKS = frozenset({"base", "contract", "reasons", "sections", "declarations", "samples"})
 
 
 def discover(package: str = "cluster_accept.checks") -> list[Check[Any]]:

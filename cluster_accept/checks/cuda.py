@@ -20,12 +20,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
-from cluster_accept.checks.declarations import Expectation, is_set
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    NodeModels,
+    Profile,
+    Reason,
+    Status,
+    SuggestedValues,
+    declare,
+    driver_unreachable,
+    error_row,
+    fault,
+    healthy,
+    is_set,
+)
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
-from cluster_accept.inventory.model import Profile
 
 NAME = "cuda"
 _NCCL_MARK = "### nccl nvidia-smi rc="

@@ -10,12 +10,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
-from cluster_accept.checks.declarations import Expectation, is_set
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    NodeModels,
+    Profile,
+    Reason,
+    Status,
+    SuggestedValues,
+    declare,
+    driver_unreachable,
+    error_row,
+    fault,
+    healthy,
+    is_set,
+)
 from cluster_accept.checks.sections import NVIDIA_SMI_FAILED, csv_rows, driver_failure, small_int
-from cluster_accept.inventory.model import MinVersion, Profile
+from cluster_accept.inventory.model import MinVersion
 
 NAME = "driver"
 _PROC_MARK = "### /proc/driver/nvidia/version rc="

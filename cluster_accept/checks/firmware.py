@@ -18,12 +18,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.declarations import Expectation, always
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    Profile,
+    Reason,
+    Status,
+    always,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, marked_sections, read_gpu_query, small_int
-from cluster_accept.inventory.model import Profile
 
 NAME = "firmware"
 FIELDS = ["index", "pci.bus_id", "vbios_version", "inforom.img"]

@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    FindingKind,
+    Profile,
+    Reason,
+    Status,
+    declare,
+    driver_unreachable,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
-from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import keep_head, quote
 
 NAME = "gpu"

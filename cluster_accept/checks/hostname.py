@@ -13,10 +13,20 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+)
 
 NAME = "hostname"
 _MARK = "### addresses"

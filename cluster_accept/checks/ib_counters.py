@@ -38,11 +38,23 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from cluster_accept.checks.base import FIRST_READING, Check, CheckRow, ClusterView, Status, error_row, read_mark
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.contract import (
+    FIRST_READING,
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+    read_mark,
+)
 from cluster_accept.checks.sections import small_int
-from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
 
 NAME = "ib_counters"

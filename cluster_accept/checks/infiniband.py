@@ -16,12 +16,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
-from cluster_accept.checks.declarations import Expectation, is_set
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    NodeModels,
+    Profile,
+    Reason,
+    Status,
+    SuggestedValues,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+    is_set,
+)
 from cluster_accept.inventory.fabric import NodeFabric, RdmaPort, inter_node_floor, node_fabric, rdma_kind
-from cluster_accept.inventory.model import InfinibandSpec, Profile
+from cluster_accept.inventory.model import InfinibandSpec
 from cluster_accept.vocabulary.text import quote
 
 NAME = "infiniband"

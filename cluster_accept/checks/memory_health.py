@@ -22,11 +22,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Profile,
+    Reason,
+    Status,
+    declare,
+    driver_unreachable,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.checks.sections import FIELD_NOT_IN_DRIVER, NVIDIA_SMI_SKIPPED, GpuQuery, not_available
-from cluster_accept.inventory.model import Profile
 
 NAME = "memory"
 FIELDS = [

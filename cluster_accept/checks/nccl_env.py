@@ -27,11 +27,25 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._conf_files import CONF_READER, refusal
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, NodeModels, Status, SuggestedValues, error_row
-from cluster_accept.checks.declarations import Expectation, always
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    FindingKind,
+    NodeModels,
+    Profile,
+    Reason,
+    Status,
+    SuggestedValues,
+    always,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.vocabulary.secrets import (
     NOT_SECRET_NAMES,
     SECRET_NAME_ERE,

@@ -17,11 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cluster_accept.checks import nccl_env
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.declarations import Expectation, always
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    Profile,
+    Reason,
+    Status,
+    always,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+)
 
 NAME = "nccl_harmful"
 _FACTS_END = "### facts end"

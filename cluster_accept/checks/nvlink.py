@@ -13,28 +13,34 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import (
+from cluster_accept.checks.contract import (
+    Action,
     Check,
     CheckRow,
     ClusterView,
+    Expectation,
     NodeModels,
+    Profile,
+    Reason,
     Status,
     SuggestedValues,
+    declare,
+    driver_unreachable,
     error_row,
+    fault,
+    healthy,
+    is_set,
     one_value,
     readable,
 )
-from cluster_accept.checks.declarations import Expectation, is_set
 from cluster_accept.checks.declarations import Link as Cause
 from cluster_accept.checks.gpu_count import NAME as GPU_COUNT
 from cluster_accept.checks.gpu_count import GpuList
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure, small_int
 from cluster_accept.inventory.gpus import GpuModel, model_for_name
-from cluster_accept.inventory.model import NvlinkSpec, Profile
+from cluster_accept.inventory.model import NvlinkSpec
 from cluster_accept.vocabulary.text import quote
 
 NAME = "nvlink"

@@ -21,12 +21,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.declarations import Expectation, is_set
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Expectation,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+    is_set,
+)
 from cluster_accept.checks.sections import marked_sections
-from cluster_accept.inventory.model import Profile
 from cluster_accept.vocabulary.text import quote
 
 NAME = "nvswitch"

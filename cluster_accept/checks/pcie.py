@@ -22,21 +22,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import (
+from cluster_accept.checks.contract import (
+    Action,
     Check,
     CheckRow,
     ClusterView,
+    Expectation,
     NodeModels,
+    Profile,
+    Reason,
     Status,
     SuggestedValues,
+    declare,
+    driver_unreachable,
     error_row,
+    fault,
+    healthy,
+    is_set,
     one_value,
 )
-from cluster_accept.checks.declarations import Expectation, is_set
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, not_available, query_gpu_command, read_gpu_query
-from cluster_accept.inventory.model import Profile
 
 NAME = "pcie"
 FIELDS = [

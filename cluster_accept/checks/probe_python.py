@@ -23,21 +23,26 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from cluster_accept.checks.base import (
+from cluster_accept.checks.contract import (
     KEPT_ANSWER,
     NOT_FOUND,
+    Action,
     Check,
     CheckRow,
     ClusterView,
+    Expectation,
     NodeModels,
+    Profile,
+    Reason,
     Status,
     SuggestedValues,
+    always,
+    dead,
+    declare,
     error_row,
+    fault,
+    healthy,
 )
-from cluster_accept.checks.declarations import Expectation, always
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
 
 NAME = "probe"
 TIMEOUT_S = 90.0  # importing torch on a loaded node can take tens of seconds

@@ -19,10 +19,20 @@ import re
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._rdma import nccl_conf_setting
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.vocabulary.text import quote
 
 NAME = "roce"

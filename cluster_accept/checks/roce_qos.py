@@ -24,10 +24,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cluster_accept.checks._rdma import counter_line, nccl_conf_setting
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    FindingKind,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.vocabulary.text import quote
 
 NAME = "roce_qos"

@@ -13,14 +13,24 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cluster_accept.checks.base import Check, CheckRow, ClusterView, Status, error_row
-from cluster_accept.checks.declarations import Link
+from cluster_accept.checks.contract import (
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Link,
+    Profile,
+    Reason,
+    Status,
+    declare,
+    driver_unreachable,
+    error_row,
+    fault,
+    healthy,
+)
 from cluster_accept.checks.nvswitch import FABRIC_DOWN
 from cluster_accept.checks.nvswitch import NAME as NVSWITCH
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import driver_unreachable, fault, healthy
 from cluster_accept.checks.sections import NVIDIA_SMI_SKIPPED, driver_failure
-from cluster_accept.inventory.model import Profile
 
 NAME = "topology"
 COMMAND = "nvidia-smi topo -m 2>&1"

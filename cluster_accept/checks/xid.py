@@ -58,11 +58,23 @@ from cluster_accept.checks._xid_catalogue import (
     xid_kind,
     xid_reason,
 )
-from cluster_accept.checks.base import SEEN_BEFORE, Check, CheckRow, ClusterView, Status, error_row, read_mark
-from cluster_accept.checks.declarations import Link
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.checks.contract import (
+    SEEN_BEFORE,
+    Action,
+    Check,
+    CheckRow,
+    ClusterView,
+    Link,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    error_row,
+    fault,
+    healthy,
+    read_mark,
+)
 from cluster_accept.vocabulary.text import quote
 
 NAME = "xid"

@@ -12,19 +12,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from cluster_accept.analysis.causes import intra_node_causes
 from cluster_accept.analysis.nccl_log import nccl_transports, nccl_version, transport_matches
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import Default, MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, is_set, threshold_set
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import fault, healthy
-from cluster_accept.inventory.gpus import ALLREDUCE_NVLINK_FRACTION, nvlink_rating, pcie_rating
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
+from cluster_accept.inventory.gpus import ALLREDUCE_NVLINK_FRACTION, pcie_rating
+from cluster_accept.probes.contract import (
+    SINGLE_NODE,
+    Action,
+    CheckRow,
+    Default,
+    Expectation,
+    FindingKind,
+    MetricRule,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Reason,
+    ReportSection,
+    ReportView,
+    Status,
+    cluster_judgement,
+    declare,
+    fault,
+    healthy,
+    intra_node_causes,
+    is_set,
+    nvlink_rating,
+    own_figures,
+    parse_json_lines,
+    size_sweep_chart,
+    threshold_set,
+)
 from cluster_accept.probes.scripts import ALLREDUCE, ALLREDUCE_TORCH_MISSING
-from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
 NAME = "allreduce"
 ORDER = 40

@@ -13,20 +13,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster_accept.analysis.causes import intra_node_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import Default, MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import fault, healthy
-from cluster_accept.inventory.gpus import nvlink_rating
-from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, Profile, busbw_threshold
+from cluster_accept.inventory.model import COLLECTIVE_METRICS, ExtraCollective, busbw_threshold
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
-from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, own_figures
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    SINGLE_NODE,
+    Action,
+    CheckRow,
+    Default,
+    Expectation,
+    FindingKind,
+    MetricRule,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Reason,
+    ReportSection,
+    ReportView,
+    Status,
+    cluster_judgement,
+    declare,
+    fault,
+    healthy,
+    intra_node_causes,
+    nvlink_rating,
+    own_figures,
+    parse_json_lines,
+    size_sweep_chart,
+    threshold_set,
+)
 from cluster_accept.probes.scripts import ALLREDUCE, ALLREDUCE_TORCH_MISSING
-from cluster_accept.reports.figures import ReportSection, ReportView, size_sweep_chart
 
 NAME = "collectives"
 ORDER = 41

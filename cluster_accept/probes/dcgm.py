@@ -16,14 +16,23 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cluster_accept.analysis.probe_output import InfoLine, ProbeOutput
-from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import Probe
+from cluster_accept.analysis.probe_output import InfoLine
+from cluster_accept.probes.contract import (
+    Action,
+    CheckRow,
+    Expectation,
+    FindingKind,
+    MetricRule,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Reason,
+    Status,
+    dead,
+    declare,
+    fault,
+    healthy,
+)
 from cluster_accept.probes.scripts import DCGM, DCGM_EXIT
 from cluster_accept.vocabulary.lazy import pandas as pd
 

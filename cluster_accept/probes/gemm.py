@@ -14,26 +14,35 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from cluster_accept.analysis.causes import gpu_state_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import Default, MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY, busy_row
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.inventory.gpus import (
-    GEMM_16BIT_FRACTION,
-    GEMM_FP8_FRACTION,
-    GEMM_TF32_FRACTION,
-    GpuModel,
+from cluster_accept.inventory.gpus import GEMM_16BIT_FRACTION, GEMM_FP8_FRACTION, GEMM_TF32_FRACTION, GpuModel
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    SINGLE_NODE,
+    Action,
+    CheckRow,
+    Default,
+    Expectation,
+    Figure,
+    FindingKind,
+    MetricRule,
+    Probe,
+    ProbeOutput,
+    Profile,
     Rating,
+    Reason,
+    ReportSection,
+    ReportView,
+    Status,
+    cluster_judgement,
+    declare,
+    gpu_state_causes,
+    gpu_table,
+    json_figures,
+    per_gpu_chart,
+    threshold_set,
 )
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
 from cluster_accept.probes.scripts import GPU_BENCH, GPU_BENCH_SAMPLES
-from cluster_accept.reports.figures import ReportSection, ReportView, gpu_table, per_gpu_chart
-from cluster_accept.vocabulary.figures import Figure
 
 NAME = "gemm"
 ORDER = 10

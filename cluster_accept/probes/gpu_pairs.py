@@ -12,27 +12,34 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from cluster_accept.analysis.causes import intra_node_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
 from cluster_accept.analysis.gpu_pairs import INCONCLUSIVE, METRIC, judge_pairs, summary
-from cluster_accept.analysis.probe_output import ProbeOutput
-from cluster_accept.analysis.probe_verdicts import (
-    NO_EXPECTATION,
-    Default,
-    Floor,
-    MetricRule,
-    minimum_of,
-    relative_status,
-    to_write,
-)
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.gpus import nvlink_rating
-from cluster_accept.inventory.model import Node, Profile, Thresholds
+from cluster_accept.analysis.probe_verdicts import NO_EXPECTATION, Floor, minimum_of, relative_status, to_write
 from cluster_accept.probes.allreduce import PCIE_COLLECTIVE
-from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, json_figures
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    SINGLE_NODE,
+    Action,
+    CheckRow,
+    Default,
+    Expectation,
+    FindingKind,
+    MetricRule,
+    Node,
+    NodeScript,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Reason,
+    Status,
+    Thresholds,
+    dead,
+    declare,
+    fault,
+    healthy,
+    intra_node_causes,
+    json_figures,
+    nvlink_rating,
+)
 from cluster_accept.probes.scripts import job_env
 from cluster_accept.vocabulary.lazy import pandas as pd
 

@@ -7,16 +7,29 @@ the cluster's median per GPU; the report draws the figure per GPU.
 
 from __future__ import annotations
 
-from cluster_accept.analysis.causes import gpu_state_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.probe_verdicts import Default, MetricRule
-from cluster_accept.checks.base import Status
-from cluster_accept.checks.declarations import Expectation, threshold_set
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.inventory.gpus import HBM_FRACTION, Rating
-from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
+from cluster_accept.probes.contract import (
+    HBM_FRACTION,
+    RUN_FAILED,
+    SINGLE_NODE,
+    Action,
+    Default,
+    Expectation,
+    FindingKind,
+    MetricRule,
+    Probe,
+    Rating,
+    Reason,
+    ReportSection,
+    ReportView,
+    Status,
+    cluster_judgement,
+    declare,
+    gpu_state_causes,
+    json_figures,
+    per_gpu_chart,
+    threshold_set,
+)
 from cluster_accept.probes.scripts import GPU_BENCH, GPU_BENCH_SAMPLES
-from cluster_accept.reports.figures import ReportSection, ReportView, per_gpu_chart
 
 NAME = "hbm"
 ORDER = 20

@@ -9,14 +9,25 @@ placement — the link itself is suspect (trained narrower or slower, a riser), 
 
 from __future__ import annotations
 
-from cluster_accept.analysis.causes import gpu_state_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.probe_verdicts import Default, MetricRule
-from cluster_accept.checks.base import Status
-from cluster_accept.checks.declarations import Expectation, Link, threshold_set
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.inventory.gpus import host_rating
-from cluster_accept.probes.base import SINGLE_NODE, Probe, cluster_judgement, json_figures
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    SINGLE_NODE,
+    Action,
+    Default,
+    Expectation,
+    FindingKind,
+    Link,
+    MetricRule,
+    Probe,
+    Reason,
+    Status,
+    cluster_judgement,
+    declare,
+    gpu_state_causes,
+    host_rating,
+    json_figures,
+    threshold_set,
+)
 from cluster_accept.probes.scripts import GPU_BENCH, GPU_BENCH_SAMPLES
 
 NAME = "host_bw"

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines, parse_nccl_tests
-from cluster_accept.checks.base import CheckRow
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Profile
+from cluster_accept.analysis.probe_output import parse_nccl_tests
 from cluster_accept.probes import allreduce
-from cluster_accept.probes.base import Probe
+from cluster_accept.probes.contract import CheckRow, Probe, ProbeOutput, Profile, dead, fault, healthy, parse_json_lines
 from cluster_accept.probes.scripts import NCCL_TESTS
 from cluster_accept.vocabulary.lazy import pandas as pd
 

@@ -10,15 +10,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cluster_accept.analysis import sdc
-from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation
-from cluster_accept.checks.reasons import Action, Reason, declare
-from cluster_accept.checks.samples import fault
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import Probe
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    Action,
+    CheckRow,
+    Expectation,
+    MetricRule,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Reason,
+    Status,
+    declare,
+    fault,
+    parse_json_lines,
+)
 from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_PROFILE, BURN_TORCH_MISSING
 from cluster_accept.vocabulary.lazy import pandas as pd
 

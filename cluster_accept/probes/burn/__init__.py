@@ -16,28 +16,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cluster_accept.analysis.causes import gpu_state_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import Default, MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, threshold_set
 from cluster_accept.checks.gpu_processes import BUSY
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import fault
 from cluster_accept.checks.xid import XIDS
-from cluster_accept.inventory.gpus import Rating
-from cluster_accept.inventory.model import Profile
-from cluster_accept.probes.base import Probe, cluster_judgement
 from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.burn.report import burn_section
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    Action,
+    CheckRow,
+    Default,
+    Expectation,
+    Figure,
+    FindingKind,
+    MetricRule,
+    NodeSeries,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Rating,
+    Reason,
+    Record,
+    ReportSection,
+    ReportView,
+    SeriesPlace,
+    Status,
+    cluster_judgement,
+    declare,
+    fault,
+    gpu_state_causes,
+    parse_json_lines,
+    threshold_set,
+)
 from cluster_accept.probes.gemm import busy_rows
 from cluster_accept.probes.scripts import BURN, BURN_HEALTHY, BURN_PROFILE, BURN_TORCH_MISSING
-from cluster_accept.probes.series import NodeSeries, SeriesPlace
-from cluster_accept.reports.figures import ReportSection, ReportView
-from cluster_accept.vocabulary.figures import Figure
 from cluster_accept.vocabulary.lazy import pandas as pd
-from cluster_accept.vocabulary.rows import Record
 
 NAME = "burn"
 STAGE = "burn"

@@ -14,10 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from cluster_accept.checks.base import Status
-from cluster_accept.checks.reasons import Reason
-from cluster_accept.reports.charts import Series, line_chart
-from cluster_accept.reports.figures import GOOD, ReportSection, ReportView, Table
+from cluster_accept.probes.contract import GOOD, Reason, ReportSection, ReportView, Series, Status, Table, line_chart
 
 CHECK = "burn"
 ALL_CHARTS_UP_TO = 64  # (the stage hands over each GPU's line thinned to 60 points)

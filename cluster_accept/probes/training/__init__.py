@@ -23,17 +23,36 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster_accept.analysis.causes import SLOW_TRAINING, gpu_state_causes, intra_node_causes
-from cluster_accept.analysis.coverage import RUN_FAILED
+from cluster_accept.analysis.causes import SLOW_TRAINING
 from cluster_accept.analysis.noise import INCONCLUSIVE
-from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
-from cluster_accept.analysis.probe_verdicts import MetricRule
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.checks.declarations import Expectation, Link, threshold_set
-from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
-from cluster_accept.checks.samples import dead, fault, healthy
-from cluster_accept.inventory.model import Node, Profile
-from cluster_accept.probes.base import SINGLE_NODE, NodeScript, Probe, cluster_judgement
+from cluster_accept.probes.contract import (
+    RUN_FAILED,
+    SINGLE_NODE,
+    Action,
+    CheckRow,
+    Expectation,
+    FindingKind,
+    Link,
+    MetricRule,
+    Node,
+    NodeScript,
+    Probe,
+    ProbeOutput,
+    Profile,
+    Reason,
+    ReportSection,
+    ReportView,
+    Status,
+    cluster_judgement,
+    dead,
+    declare,
+    fault,
+    gpu_state_causes,
+    healthy,
+    intra_node_causes,
+    parse_json_lines,
+    threshold_set,
+)
 from cluster_accept.probes.scripts import gpu_count, loopback_torchrun
 from cluster_accept.probes.training.defaults import (
     DP_EFFICIENCY_METRIC,
@@ -52,7 +71,6 @@ from cluster_accept.probes.training.judge import (
     slowest_rank,
 )
 from cluster_accept.probes.training.report import training_section
-from cluster_accept.reports.figures import ReportSection, ReportView
 from cluster_accept.vocabulary.lazy import pandas as pd
 
 NAME = "training"

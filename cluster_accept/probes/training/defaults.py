@@ -28,10 +28,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster_accept.analysis.probe_verdicts import gpu_model
-from cluster_accept.checks.base import CheckRow, Status
-from cluster_accept.inventory.model import Profile
+from cluster_accept.probes.contract import CheckRow, Figure, Profile, Status
 from cluster_accept.probes.training.judge import FLOP_FORMULA, dp_efficiency, shape_flops, shape_of
-from cluster_accept.vocabulary.figures import Figure
 
 CHECK = "training"
 PER_GPU = "training_tokens_per_s_per_gpu"

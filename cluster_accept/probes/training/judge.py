@@ -26,7 +26,7 @@ from typing import Any
 from cluster_accept.analysis.noise import NOISE_K, robust_cv
 from cluster_accept.analysis.scaling import TrainingScalingRow
 from cluster_accept.inventory.shapes import ModelShape
-from cluster_accept.vocabulary.figures import Figure
+from cluster_accept.probes.contract import Figure
 
 
 def parameters(shape: ModelShape) -> tuple[int, int]:

@@ -11,10 +11,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from cluster_accept.probes.contract import GOOD, Bar, Measurement, Ref, ReportSection, ReportView, Table, bar_chart
 from cluster_accept.reports import figures
-from cluster_accept.reports.charts import Bar, Ref, bar_chart
-from cluster_accept.reports.figures import GOOD, ReportSection, ReportView, Table
-from cluster_accept.vocabulary.rows import Measurement
 
 CHECK = "training"
 PER_GPU = "training_tokens_per_s_per_gpu"
