@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.burn_settings import BurnSettings
 from cluster_accept.inventory.model import Node, Profile, SshSettings
 from cluster_accept.probes import burn
@@ -19,7 +20,7 @@ from cluster_accept.probes.burn import judge as judgement
 from cluster_accept.probes.scripts import burn_command, burn_timeout_s
 from cluster_accept.probes.series import SeriesPlace
 
-DATA = Path(__file__).parent / "data" / "burn"
+DATA = SAMPLES_DIR / "burn"
 SETTINGS = BurnSettings(minutes=2)
 
 

@@ -15,6 +15,7 @@ import cluster_accept.checks.ib_counters as ibc
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.analysis.verdicts import marks_by_node
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.model import Profile
 from cluster_accept.remote.result import NodeResult, NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
@@ -22,7 +23,7 @@ from cluster_accept.tasks.preflight.evaluate import node_values, since_previous
 from cluster_accept.vocabulary.rows import NodeValue
 from tests.capture import NO_CLUSTER
 
-TWO_PORTS = (Path(__file__).parent / "data" / "ib_counters" / "two_ports.txt").read_text()
+TWO_PORTS = (SAMPLES_DIR / "ib_counters" / "two_ports.txt").read_text()
 
 
 def rows_of(text: str) -> list[tuple[str, Status, str, str | None]]:

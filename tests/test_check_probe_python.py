@@ -10,9 +10,10 @@ import pytest
 
 from cluster_accept.checks import probe_python
 from cluster_accept.checks.base import ClusterView, Status
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.model import Profile
 
-DATA = Path(__file__).resolve().parent / "data" / "probe_python"
+DATA = SAMPLES_DIR / "probe_python"
 CUDA = Profile()
 CPU = Profile.model_validate({"probes": {"device": "cpu"}})
 NOBODY = ClusterView({}, 0)

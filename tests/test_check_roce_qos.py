@@ -4,16 +4,15 @@ documents it, PFC as mlnx_qos prints it) and variants derived from it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.checks import roce_qos
 from cluster_accept.checks.base import Status, majority_values
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.model import Profile
 
-HEALTHY = (Path(__file__).parent / "data" / "roce_qos" / "two_ports.txt").read_text()
+HEALTHY = (SAMPLES_DIR / "roce_qos" / "two_ports.txt").read_text()
 
 
 def test_the_fixture_parses_to_its_ports_settings_and_counters() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 import cluster_accept.checks.topology as topology
 from cluster_accept.checks.base import CheckRow, Status, discover
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.model import GpuSpec, NvlinkSpec, Profile
 from cluster_accept.testbed import textops
 from cluster_accept.testbed.faults import parse_fault
@@ -257,7 +258,7 @@ def test_standin_h100_node(tmp_path: Path) -> None:
     assert rows_of(rows) == [("matrix", "pass", "single_gpu", 0, "GPU0: X cpu=0-15 numa=0", None)]
 
 
-NIC_DATA = Path(__file__).parent / "data" / "topology"
+NIC_DATA = SAMPLES_DIR / "topology"
 RAIL1_ON_MLX5_1 = Profile.model_validate(
     {
         "nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562},

@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.model import Profile
 from cluster_accept.probes import allreduce, collectives
 from cluster_accept.remote.launch import GroupRun, RankRun
@@ -22,7 +23,7 @@ from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.multi_node.rails import collective_rows
 from cluster_accept.vocabulary.figures import Figure
 
-DATA = Path(__file__).parent / "data" / "collectives"
+DATA = SAMPLES_DIR / "collectives"
 ROOT = Path(__file__).resolve().parent.parent
 GLOO = (DATA / "gloo_2ranks.txt").read_text()
 CPU = Profile.model_validate(

@@ -18,6 +18,7 @@ import pytest
 import cluster_accept.checks.xid as xid
 from cluster_accept.analysis.verdicts import marks_by_node
 from cluster_accept.checks.base import Status
+from cluster_accept.checks.samples import SAMPLES_DIR
 from cluster_accept.inventory.model import DEFAULT_SSH, Inventory, Node, Profile
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
 from cluster_accept.tasks.preflight.check_batch import NodePreflight
@@ -28,7 +29,7 @@ from tests.capture import NO_CLUSTER
 PROFILE = Profile()
 BOOT = "6c1f0c4e-5b7a-4a53-9d1e-0f0e4b2f3a10"
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO / "tests" / "data" / "xid" / "xids.txt"  # real XID lines, as journalctl answered them
+FIXTURE = SAMPLES_DIR / "xid" / "xids.txt"  # real XID lines, as journalctl answered them
 
 # A process that named itself 'NVRM: Xid ():79' (or 'SXid') and crashed: what the kernel logs for it.
 FORGED_XID = "[ 4242.123456] NVRM: Xid ():79[4242]: segfault at 0 ip 0000 sp 0000 error 4 in a.out[...]"

@@ -33,8 +33,9 @@ NOT_COPIED = shutil.ignore_patterns(
     ".git", "runs", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".mypy_cache", ".ruff_cache"
 )
 NOT_COPIED_EITHER = shutil.ignore_patterns(".pytest_cache", ".hypothesis", ".benchmarks", ".venv", "venv")
-# Sub-trees whose every file is shipped: what runs on the nodes, the templates.
-SHIPPED_TREES = ("probes", "reports/templates")
+# Sub-trees whose every file is shipped: what runs on the nodes, the templates, the outputs plug-ins' samples
+# point at (``fixture=``).
+SHIPPED_TREES = ("probes", "watch/node", "reports/templates", "samples")
 # The source checkout's, not the product's: the test-bed and the scale simulator stay out of the wheel.
 NOT_SHIPPED = ("testbed", "simulator")
 IMPORTS = """\
@@ -46,6 +47,14 @@ print(json.dumps({
     "verdicts": cluster_accept.analysis.verdicts.__file__,
     "sys_path": sys.path,
 }))
+"""
+
+
+SAMPLES_READ = """\
+from cluster_accept.checks.base import discover
+from cluster_accept.probes.base import discover as probes
+samples = [s for plugin in [*discover(), *probes()] for s in plugin.samples]
+print(len(samples), sum(len(s.output().splitlines()) for s in samples))
 """
 
 
@@ -212,6 +221,14 @@ def test_a_regular_install_beside_unrelated_tasks_and_analysis(tmp_path: Path) -
     assert_shipped(copy, installed)
     assert_help_runs(venv)
     assert_checkout_only_parts_refused(venv, tmp_path)
+    assert_samples_read(venv)
+
+
+def assert_samples_read(venv: Venv) -> None:
+    """Every sample of every discovered check and probe reads its output from the installed package alone."""
+    said = venv.ok(venv.python, "-c", SAMPLES_READ)
+    count, lines = (int(x) for x in said.split())
+    assert count > 100 and lines > count, said
 
 
 def assert_checkout_only_parts_refused(venv: Venv, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 import cluster_accept.probes
 from cluster_accept.checks.base import BAD_STATUSES, Check, CheckRow, ClusterView, NodeRow, Status
 from cluster_accept.checks.base import discover as discover_checks
-from cluster_accept.checks.samples import REPOSITORY, Sample, SampleKind
+from cluster_accept.checks.samples import SAMPLES_DIR, Sample, SampleKind
 from cluster_accept.inventory.model import DEFAULT_SSH, LOCAL_ADDRESS, Inventory, Node, Profile
 from cluster_accept.probes.base import Probe
 from cluster_accept.probes.base import discover as discover_probes
@@ -78,7 +78,7 @@ def test_every_discovered_plugin_declares_a_healthy_a_faulty_and_a_dead_sample_t
         kinds = {sample.kind for sample in plugin.samples}
         assert kinds == set(SampleKind), plugin.name
         for sample in plugin.samples:
-            assert sample.fixture is None or (REPOSITORY / sample.fixture).is_file(), (plugin.name, sample.fixture)
+            assert sample.fixture is None or (SAMPLES_DIR / sample.fixture).is_file(), (plugin.name, sample.fixture)
             assert sample.reasons, (plugin.name, sample.name)
         assert len({s.name for s in plugin.samples}) == len(plugin.samples), plugin.name
 
@@ -232,6 +232,6 @@ def test_the_plugin_list_the_documentation_points_to_names_every_discovered_plug
         assert (said_kind, said_stage, said_reasons, said_samples) == (kind, stage, set(reasons), by_kind), name
         for metric, rule in metrics.items():  # each figure a probe judges, with the key holding its minimum
             assert (f"`{metric}` (min `{rule.threshold}`)" if rule.threshold else f"`{metric}`") in said_metrics, name
-    docs = REPOSITORY / "docs"
+    docs = Path(__file__).resolve().parent.parent / "docs"
     for page in ("stages.md", "data.md", "layout.md"):
         assert "python -m cluster_accept.probes.catalogue" in (docs / page).read_text(), page

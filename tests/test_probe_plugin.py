@@ -244,7 +244,7 @@ def test_a_dropped_in_probes_settings_are_checked_when_the_inventory_loads(trivi
         load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_min: 5}, trivail: {}}"), plugins=settings)
     assert refused.value.problems == [
         "profiles.cpu.plugins.trivial.trivial_rate_min: Extra inputs are not permitted",
-        f"profiles.cpu.plugins.trivail: no probe of that name takes settings (probes that do: {takers})",
+        f"profiles.cpu.plugins.trivail: no check or probe of that name takes settings (those that do: {takers})",
     ]
     with pytest.raises(InventoryError, match="trivial_rate_per_s_min: Input should be greater than or equal to 0"):
         load_inventory(_inventory(tmp_path, "{trivial: {trivial_rate_per_s_min: -1}}"), plugins=settings)

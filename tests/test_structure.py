@@ -138,6 +138,10 @@ def test_only_remote_ssh_imports_fabric_or_paramiko() -> None:
     assert not found, "Fabric or Paramiko imported outside remote/ssh.py:\n" + "\n".join(found)
 
 
+def _imports_torch(path: Path) -> bool:
+    return any(top(module) == "torch" for _, module in imported_modules(parse(path)))
+
+
 def node_side_scripts() -> list[Path]:
     """The files under probes/node/ and watch/node/, and any file under probes/ that imports torch."""
     node = (PACKAGE / "probes" / "node", PACKAGE / "watch" / "node")
@@ -145,7 +149,7 @@ def node_side_scripts() -> list[Path]:
         path
         for path in package_modules(("probes", "watch"))
         if any(path.is_relative_to(folder) for folder in node)
-        or (path.is_relative_to(PACKAGE / "probes") and any(top(m) == "torch" for _, m in imported_modules(parse(path))))
+        or (path.is_relative_to(PACKAGE / "probes") and _imports_torch(path))
     ]
 
 

@@ -116,13 +116,18 @@ def cluster_values(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Agreeme
 
 
 def _scalar_text(value: str, kind: type) -> str:
-    """The value as YAML: a number as it is, text as a JSON string (``"13.0"`` stays text)."""
+    """The value as YAML: a number as it is, ``true``/``false`` as they are, text as a JSON string (``"13.0"``
+    stays text)."""
+    if kind is bool:
+        return value
     return str(kind(value)) if kind is not str else json.dumps(value)
 
 
 def _writable(value: str | None, kind: type) -> bool:
     if value is None or value.startswith(("<", "mixed ")):
         return False
+    if kind is bool:
+        return value in ("true", "false")
     try:
         kind(value)
     except ValueError:
@@ -321,6 +326,40 @@ def _write_header(out: _Writer, cluster: str, answered: list[str], unreachable: 
         out.note(f"not read: {node} ({cause})")
 
 
+def _kind_of(value: str | None) -> type:
+    """How a plug-in's suggested value is written: ``true``/``false`` a boolean, a number a number, else text."""
+    if value in ("true", "false"):
+        return bool
+    for kind in (int, float):
+        try:
+            kind(value or "")
+        except ValueError:
+            continue
+        return kind
+    return str
+
+
+def _write_plugins(out: _Writer) -> None:
+    """``plugins:``: the keys checks and probes added beside the built-in ones suggest under their own names
+    (``plugins.<name>.<key>``, what their settings read), each plug-in written where one of its keys can be."""
+    names = sorted({key.split(".")[1] for key in out.found if key.startswith("plugins.") and key.count(".") >= 2})
+    ready = [n for n in names if any(out.ready(k, _kind_of(a.value)) for k, a in _keys_of(out, n))]
+    if ready:
+        out.raw("plugins:")
+    for name in names:
+        if name in ready:
+            out.raw(f"  {name}:")
+        for key, agreement in _keys_of(out, name):
+            if name in ready:
+                out.value(key, _kind_of(agreement.value), indent=2)
+            else:
+                out.note(f"plugins.{name}: left out, {key}: {agreement.comment()}")
+
+
+def _keys_of(out: _Writer, name: str) -> list[tuple[str, Agreement]]:
+    return sorted((k, a) for k, a in out.found.items() if k.startswith(f"plugins.{name}."))
+
+
 def suggest_profile(
     models: Mapping[str, Mapping[str, Any]],
     unreachable: Mapping[str, str] | None = None,
@@ -350,6 +389,7 @@ def suggest_profile(
     write_infiniband(out)
     _write_nccl_env(out)
     _write_probes(out, device)
+    _write_plugins(out)
     limits = None
     if calibrated is not None:
         shape = _shape(found, base, device, len(models) + len(unreachable or {}))

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Generic, TypeVar
 
+from pydantic import BaseModel
+
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.checks.samples import Sample, missing_kinds
@@ -158,6 +160,9 @@ class Check(Generic[ModelT]):
     # The profile keys ``profile suggest`` reads off a node's parsed output (the node's other checks' outputs by
     # name beside it): a check declaring it is read by ``profile suggest``, with no list to edit.
     suggest: Callable[[ModelT, NodeModels], SuggestedValues] | None = None
+    # Its own profile keys, given under ``plugins: {name: {...}}`` and checked against this model when the
+    # inventory loads (:func:`own_settings` reads them): a new check's keys need no edit of the profile's model.
+    settings: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         wrong = [code for code, reason in self.reasons.items() if not isinstance(reason, Reason) or reason.code != code]
@@ -175,6 +180,16 @@ class Check(Generic[ModelT]):
     def command_on(self, profile: Profile | None) -> str:
         """What this check runs on a node of ``profile`` (its generic ``COMMAND`` without one)."""
         return self.command_for(profile) if self.command_for is not None and profile is not None else self.command
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def own_settings(name: str, model: type[SettingsT], profile: Profile) -> SettingsT:
+    """Plug-in ``name``'s settings for a node of ``profile`` (a check's or a probe's): its ``plugins: {name: …}``
+    keys read by its ``model`` (the defaults where the profile gives none); checked when the inventory loads, so
+    valid here."""
+    return model.model_validate(profile.plugins.get(name, {}))
 
 
 NOT_CHECKS = frozenset({"base", "contract", "reasons", "sections", "declarations", "samples"})

@@ -166,9 +166,9 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/clock_events/h200x4.txt"),
-        healthy("h100x1", {"ok"}, fixture="tests/data/clock_events/h100x1.txt"),
-        fault("hw_slowdown", {"throttle_hw_slowdown"}, fixture="tests/data/clock_events/hw_slowdown.txt"),
+        healthy("h200x4", {"ok"}, fixture="clock_events/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="clock_events/h100x1.txt"),
+        fault("hw_slowdown", {"throttle_hw_slowdown"}, fixture="clock_events/hw_slowdown.txt"),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

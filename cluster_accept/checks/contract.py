@@ -24,6 +24,7 @@ from cluster_accept.checks.base import SuggestedValues as SuggestedValues
 from cluster_accept.checks.base import error_row as error_row
 from cluster_accept.checks.base import majority_values as majority_values
 from cluster_accept.checks.base import one_value as one_value
+from cluster_accept.checks.base import own_settings as own_settings
 from cluster_accept.checks.base import plurality as plurality
 from cluster_accept.checks.base import read_mark as read_mark
 from cluster_accept.checks.base import readable as readable

@@ -171,9 +171,9 @@ CHECK = Check(
     suggest=suggest_values,
     expectations=(Expectation("driver_version", "preflight", NAME, is_set(lambda p: p.driver_version)),),
     samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/driver/h200x4.txt"),
-        healthy("h100x1", {"ok"}, fixture="tests/data/driver/h100x1.txt"),
-        fault("driver_mismatch", {"versions_differ_between_gpus"}, fixture="tests/data/driver/driver_mismatch.txt"),
+        healthy("h200x4", {"ok"}, fixture="driver/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="driver/h100x1.txt"),
+        fault("driver_mismatch", {"versions_differ_between_gpus"}, fixture="driver/driver_mismatch.txt"),
         driver_unreachable({"unparsable_output"}),
     ),
 )

@@ -204,8 +204,8 @@ CHECK = Check(
     counters=counters,
     environment=True,
     samples=(
-        healthy("healthy", {"ok"}, fixture="tests/data/efa/p5_healthy.txt"),
-        fault("devices_missing", {"devices_missing"}, fixture="tests/data/efa/devices_missing.txt"),
-        dead("tools_missing", {"no_efa"}, fixture="tests/data/efa/tools_missing.txt"),
+        healthy("healthy", {"ok"}, fixture="efa/p5_healthy.txt"),
+        fault("devices_missing", {"devices_missing"}, fixture="efa/devices_missing.txt"),
+        dead("tools_missing", {"no_efa"}, fixture="efa/tools_missing.txt"),
     ),
 )

@@ -243,8 +243,8 @@ CHECK = Check(
     cluster_values=cluster_values,
     expectations=(Expectation("firmware", "preflight", NAME, always),),
     samples=(
-        healthy("healthy", {"recorded"}, fixture="tests/data/firmware/healthy.txt"),
-        fault("vbios_mismatch", {"differs_between_gpus"}, fixture="tests/data/firmware/vbios_mismatch.txt"),
-        dead("driver_dead", {"nvidia_smi_failed"}, fixture="tests/data/firmware/driver_dead.txt"),
+        healthy("healthy", {"recorded"}, fixture="firmware/healthy.txt"),
+        fault("vbios_mismatch", {"differs_between_gpus"}, fixture="firmware/vbios_mismatch.txt"),
+        dead("driver_dead", {"nvidia_smi_failed"}, fixture="firmware/driver_dead.txt"),
     ),
 )

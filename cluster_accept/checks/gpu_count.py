@@ -139,10 +139,10 @@ CHECK = Check(
     suggest=suggest_values,
     expectations=(Expectation("gpu", "preflight", NAME, is_set(lambda p: p.gpu)),),
     samples=(
-        healthy("h200x4", {"ok"}, fixture="cluster_accept/testbed/captures/h200x4/query-gpu-noheader.txt"),
-        healthy("h100x1", {"ok"}, fixture="cluster_accept/testbed/captures/h100x1/query-gpu-noheader.txt"),
+        healthy("h200x4", {"ok"}, fixture="captures/h200x4/query-gpu-noheader.txt"),
+        healthy("h100x1", {"ok"}, fixture="captures/h100x1/query-gpu-noheader.txt"),
         fault(
-            "gpu_missing", {"count_low"}, fixture="tests/data/gpu_count/gpu_missing.txt", profile={"gpu": {"count": 4}}
+            "gpu_missing", {"count_low"}, fixture="gpu_count/gpu_missing.txt", profile={"gpu": {"count": 4}}
         ),
         driver_unreachable({"nvidia_smi_failed"}),
     ),

@@ -157,10 +157,10 @@ CHECK = Check(
     evaluate=evaluate,
     reasons=REASONS,
     samples=(
-        healthy("idle", {"ok"}, fixture="tests/data/gpu_processes/idle.txt"),
-        healthy("idle_h100x1", {"ok"}, fixture="tests/data/gpu_processes/idle_h100x1.txt"),
-        fault("busy", {"busy"}, fixture="tests/data/gpu_processes/busy.txt"),
-        fault("busy_h100x1", {"busy"}, fixture="tests/data/gpu_processes/busy_h100x1.txt"),
+        healthy("idle", {"ok"}, fixture="gpu_processes/idle.txt"),
+        healthy("idle_h100x1", {"ok"}, fixture="gpu_processes/idle_h100x1.txt"),
+        fault("busy", {"busy"}, fixture="gpu_processes/busy.txt"),
+        fault("busy_h100x1", {"busy"}, fixture="gpu_processes/busy_h100x1.txt"),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

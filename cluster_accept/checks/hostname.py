@@ -99,9 +99,9 @@ CHECK = Check(
     reasons=REASONS,
     environment=True,
     samples=(
-        healthy("resolves", {"ok"}, fixture="tests/data/hostname/resolves.txt"),
-        fault("loopback", {"resolves_to_loopback"}, fixture="tests/data/hostname/loopback.txt"),
-        fault("unresolvable", {"unresolvable"}, fixture="tests/data/hostname/unresolvable.txt", exit_code=2),
+        healthy("resolves", {"ok"}, fixture="hostname/resolves.txt"),
+        fault("loopback", {"resolves_to_loopback"}, fixture="hostname/loopback.txt"),
+        fault("unresolvable", {"unresolvable"}, fixture="hostname/unresolvable.txt", exit_code=2),
         dead("no_output", {"unparsable_output"}, text="", exit_code=127),
     ),
 )

@@ -391,8 +391,8 @@ CHECK = Check(
     marks=marks,
     since=since,
     samples=(
-        healthy("healthy", {"first_reading", "ok"}, fixture="tests/data/ib_counters/healthy.txt"),
-        fault("errors_since_reset", {"errors_since_reset"}, fixture="tests/data/ib_counters/two_ports.txt"),
-        dead("no_hca", {"no_ports"}, fixture="tests/data/ib_counters/no_hca.txt"),
+        healthy("healthy", {"first_reading", "ok"}, fixture="ib_counters/healthy.txt"),
+        fault("errors_since_reset", {"errors_since_reset"}, fixture="ib_counters/two_ports.txt"),
+        dead("no_hca", {"no_ports"}, fixture="ib_counters/no_hca.txt"),
     ),
 )

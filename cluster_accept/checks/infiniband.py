@@ -401,19 +401,19 @@ CHECK = Check(
         healthy(
             "healthy",
             {"ok"},
-            fixture="tests/data/infiniband/healthy.txt",
+            fixture="infiniband/healthy.txt",
             profile={"infiniband": {"ports": 2, "rate_gbps": 400, "width": "4X"}},
         ),
         fault(
             "port_down",
             {"port_down", "rate_low", "width_low"},
-            fixture="tests/data/infiniband/port_down.txt",
+            fixture="infiniband/port_down.txt",
             profile={"infiniband": {"ports": 2, "rate_gbps": 400, "width": "4X"}},
         ),
         dead(
             "no_hca",
             {"no_ib_ports"},
-            fixture="tests/data/infiniband/no_hca.txt",
+            fixture="infiniband/no_hca.txt",
             profile={"infiniband": {"ports": 2, "rate_gbps": 400, "width": "4X"}},
         ),
     ),

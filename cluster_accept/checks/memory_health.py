@@ -167,9 +167,9 @@ CHECK = Check(
     reasons=REASONS,
     counters=counters,
     samples=(
-        healthy("h200x4", {"not_available", "ok"}, fixture="tests/data/memory_health/h200x4.txt"),
-        healthy("h100x1", {"not_available", "ok"}, fixture="tests/data/memory_health/h100x1.txt"),
-        fault("uncorrected", {"remap_pending", "uncorrected_ecc"}, fixture="tests/data/memory_health/uncorrected.txt"),
+        healthy("h200x4", {"not_available", "ok"}, fixture="memory_health/h200x4.txt"),
+        healthy("h100x1", {"not_available", "ok"}, fixture="memory_health/h100x1.txt"),
+        fault("uncorrected", {"remap_pending", "uncorrected_ecc"}, fixture="memory_health/uncorrected.txt"),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

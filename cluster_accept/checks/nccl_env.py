@@ -385,10 +385,10 @@ CHECK = Check(
         healthy(
             "healthy",
             {"ok"},
-            fixture="tests/data/nccl_env/healthy.txt",
+            fixture="nccl_env/healthy.txt",
             profile={"nccl_env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_DEBUG": "WARN"}},
         ),
-        fault("conf_line_ignored", {"conf_line_ignored"}, fixture="tests/data/nccl_env/conf_line_ignored.txt"),
+        fault("conf_line_ignored", {"conf_line_ignored"}, fixture="nccl_env/conf_line_ignored.txt"),
         dead("no_output", {"unparsable_output"}, text="", exit_code=127),
     ),
 )

@@ -330,9 +330,9 @@ CHECK = Check(
     environment=True,
     expectations=(Expectation("harmful NCCL settings", "preflight", NAME, always),),
     samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/nccl_harmful/h200x4.txt"),
-        healthy("h100x1", {"ok"}, fixture="tests/data/nccl_harmful/h100x1.txt"),
-        fault("nvls_forced", {"p2p_disabled"}, fixture="tests/data/nccl_harmful/nvls_forced.txt"),
+        healthy("h200x4", {"ok"}, fixture="nccl_harmful/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="nccl_harmful/h100x1.txt"),
+        fault("nvls_forced", {"p2p_disabled"}, fixture="nccl_harmful/nvls_forced.txt"),
         dead("no_output", {"unparsable_output"}, text="", exit_code=127),
     ),
 )

@@ -414,26 +414,26 @@ CHECK = Check(
         healthy(
             "h200x4",
             {"ok"},
-            fixture="tests/data/nvlink/h200x4.txt",
+            fixture="nvlink/h200x4.txt",
             profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562}},
         ),
         healthy(
             "h100x1",
             {"ok"},
-            fixture="tests/data/nvlink/h100x1.txt",
+            fixture="nvlink/h100x1.txt",
             profile={"nvlink": {"links_per_gpu": 0, "link_speed_gbps": 1.0}},
         ),
         fault(
             "link_inactive",
             {"link_inactive"},
-            fixture="tests/data/nvlink/h200x4_link_inactive.txt",
+            fixture="nvlink/h200x4_link_inactive.txt",
             profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.562}},
         ),
         # A node without NVLink (the h100x1 capture) on a profile that expects 18 links a GPU.
         fault(
             "no_nvlink",
             {"no_nvlink"},
-            fixture="tests/data/nvlink/h100x1.txt",
+            fixture="nvlink/h100x1.txt",
             profile={"nvlink": {"links_per_gpu": 18, "link_speed_gbps": 26.5}},
         ),
         driver_unreachable({"nvidia_smi_failed"}),

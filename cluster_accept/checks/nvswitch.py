@@ -281,13 +281,13 @@ CHECK = Check(
     expectations=(Expectation("nvswitch", "preflight", NAME, is_set(lambda p: p.nvswitch)),),
     samples=(
         healthy(
-            "h200x4", {"managed_elsewhere", "ok"}, fixture="tests/data/nvswitch/h200x4.txt", profile={"nvswitch": {}}
+            "h200x4", {"managed_elsewhere", "ok"}, fixture="nvswitch/h200x4.txt", profile={"nvswitch": {}}
         ),
-        healthy("h100x1", {"recorded"}, fixture="tests/data/nvswitch/h100x1.txt"),
+        healthy("h100x1", {"recorded"}, fixture="nvswitch/h100x1.txt"),
         fault(
             "fabric_not_ready",
             {"fabric_not_ready", "nvswitch_missing"},
-            fixture="tests/data/nvswitch/fabric_not_ready.txt",
+            fixture="nvswitch/fabric_not_ready.txt",
             profile={"nvswitch": {}},
         ),
         dead("no_output", {"unparsable_output"}, text="", exit_code=127),

@@ -208,9 +208,9 @@ CHECK = Check(
     suggest=suggest_values,
     expectations=(Expectation("pcie", "preflight", NAME, is_set(lambda p: p.pcie)),),
     samples=(
-        healthy("h200x4", {"ok"}, fixture="tests/data/pcie/h200x4.txt"),
-        healthy("h100x1", {"ok"}, fixture="tests/data/pcie/h100x1.txt"),
-        fault("link_downtrained", {"width_degraded"}, fixture="tests/data/pcie/link_downtrained.txt"),
+        healthy("h200x4", {"ok"}, fixture="pcie/h200x4.txt"),
+        healthy("h100x1", {"ok"}, fixture="pcie/h100x1.txt"),
+        fault("link_downtrained", {"width_degraded"}, fixture="pcie/link_downtrained.txt"),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

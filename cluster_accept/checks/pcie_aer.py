@@ -180,8 +180,8 @@ CHECK = Check(
     counters=counters,
     expectations=(Expectation("pcie_aer", "preflight", NAME, always),),
     samples=(
-        healthy("healthy", {"ok"}, fixture="tests/data/pcie_aer/healthy.txt"),
-        fault("fatal_errors", {"aer_fatal"}, fixture="tests/data/pcie_aer/fatal_errors.txt"),
+        healthy("healthy", {"ok"}, fixture="pcie_aer/healthy.txt"),
+        fault("fatal_errors", {"aer_fatal"}, fixture="pcie_aer/fatal_errors.txt"),
         dead("no_sysfs", {"unparsable_output"}, text="", exit_code=1),
     ),
 )

@@ -134,12 +134,12 @@ CHECK = Check(
     suggest=suggest_values,
     expectations=(Expectation("persistence_mode", "preflight", NAME, is_set(lambda p: p.persistence_mode)),),
     samples=(
-        healthy("h200x4", {"recorded"}, fixture="tests/data/persistence/h200x4.txt"),
-        healthy("h100x1", {"recorded"}, fixture="tests/data/persistence/h100x1.txt"),
+        healthy("h200x4", {"recorded"}, fixture="persistence/h200x4.txt"),
+        healthy("h100x1", {"recorded"}, fixture="persistence/h100x1.txt"),
         fault(
             "disabled",
             {"persistence_disabled"},
-            fixture="tests/data/persistence/disabled.txt",
+            fixture="persistence/disabled.txt",
             profile={"persistence_mode": "enabled"},
         ),
         driver_unreachable({"nvidia_smi_failed"}),

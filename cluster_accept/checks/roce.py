@@ -162,8 +162,8 @@ CHECK = Check(
     reasons=REASONS,
     environment=True,
     samples=(
-        healthy("healthy", {"ok"}, fixture="tests/data/roce/gid_index_3.txt"),
-        fault("gid_not_v2", {"gid_not_roce_v2"}, fixture="tests/data/roce/gid_not_v2.txt"),
-        dead("no_port", {"no_roce_ports"}, fixture="tests/data/roce/no_port.txt"),
+        healthy("healthy", {"ok"}, fixture="roce/gid_index_3.txt"),
+        fault("gid_not_v2", {"gid_not_roce_v2"}, fixture="roce/gid_not_v2.txt"),
+        dead("no_port", {"no_roce_ports"}, fixture="roce/no_port.txt"),
     ),
 )

@@ -225,11 +225,11 @@ CHECK = Check(
     counters=counters,
     environment=True,
     samples=(
-        healthy("healthy", {"no_majority"}, fixture="tests/data/roce_qos/two_ports.txt"),
+        healthy("healthy", {"no_majority"}, fixture="roce_qos/two_ports.txt"),
         fault(
             "pfc_off",
             {"differs"},
-            fixture="tests/data/roce_qos/pfc_off.txt",
+            fixture="roce_qos/pfc_off.txt",
             majority={
                 "NCCL_IB_TC": "106",
                 "roce_mtu": "4096",
@@ -239,7 +239,7 @@ CHECK = Check(
             },
         ),
         dead(
-            "mlnx_qos_missing", {"unparsable_output"}, fixture="tests/data/roce_qos/mlnx_qos_missing.txt", exit_code=127
+            "mlnx_qos_missing", {"unparsable_output"}, fixture="roce_qos/mlnx_qos_missing.txt", exit_code=127
         ),
     ),
 )

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 # The repository a sample's file is named from (``tests/data/...``, ``cluster_accept/testbed/captures/...``).
-REPOSITORY = Path(__file__).resolve().parent.parent.parent
+# The captured outputs samples point at (``fixture=``): package data, so a wheel carries them.
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
 _COMMAND_LINE = re.compile(r"^\$ ")
 _EXIT_LINE = re.compile(r"^\[exit (-?\d+)\]\s*$")
 
@@ -59,7 +60,7 @@ class Sample:
         """What the command printed: the inline text, or the fixture's (its capture frame left out)."""
         if self.fixture is None:
             return self.text
-        lines = (REPOSITORY / self.fixture).read_text(encoding="utf-8").splitlines(keepends=True)
+        lines = (SAMPLES_DIR / self.fixture).read_text(encoding="utf-8").splitlines(keepends=True)
         if lines and _COMMAND_LINE.match(lines[0]) and _EXIT_LINE.match(lines[-1]):
             lines = lines[1:-1]
         return "".join(lines)

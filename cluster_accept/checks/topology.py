@@ -311,9 +311,9 @@ CHECK = Check(
     cluster_values=cluster_values,
     causes=(Link(NVSWITCH, frozenset({NAME}), "preflight", FABRIC_DOWN),),  # a fabric down: no NVLink pairs
     samples=(
-        healthy("h200x4", {"recorded"}, fixture="cluster_accept/testbed/captures/h200x4/topo-m.txt"),
-        healthy("h100x1", {"single_gpu"}, fixture="cluster_accept/testbed/captures/h100x1/topo-m.txt"),
-        fault("nic_across_cpu", {"nic_across_cpu"}, fixture="tests/data/topology/h200x4_nic_across_cpu.txt"),
+        healthy("h200x4", {"recorded"}, fixture="captures/h200x4/topo-m.txt"),
+        healthy("h100x1", {"single_gpu"}, fixture="captures/h100x1/topo-m.txt"),
+        fault("nic_across_cpu", {"nic_across_cpu"}, fixture="topology/h200x4_nic_across_cpu.txt"),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

@@ -608,8 +608,8 @@ CHECK = Check(
     since=since,
     causes=CAUSES,
     samples=(
-        healthy("clean", {"ok"}, fixture="tests/data/xid/clean.txt"),
-        fault("xids", {"xid_48", "xid_app_with_hardware", "xid_unparsed"}, fixture="tests/data/xid/xids.txt"),
-        dead("unreadable", {"kernel_log_unreadable"}, fixture="tests/data/xid/unreadable.txt"),
+        healthy("clean", {"ok"}, fixture="xid/clean.txt"),
+        fault("xids", {"xid_48", "xid_app_with_hardware", "xid_unparsed"}, fixture="xid/xids.txt"),
+        dead("unreadable", {"kernel_log_unreadable"}, fixture="xid/unreadable.txt"),
     ),
 )

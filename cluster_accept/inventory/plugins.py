@@ -1,5 +1,5 @@
-"""The keys a profile gives the probes added beside the built-in ones (``plugins: {probe: {...}}``), checked
-against each probe's own settings model when the inventory loads.
+"""The keys a profile gives the checks and probes added beside the built-in ones (``plugins: {name: {...}}``),
+checked against each one's own settings model when the inventory loads.
 
 The inventory is read below the probes (they import it), so the models are handed in by the caller that
 discovered the probes; a profile naming a probe that declares no settings, or a key its model refuses, is an
@@ -26,7 +26,7 @@ def plugin_problems(profiles: Mapping[str, Profile], models: SettingsModels) -> 
             model = models.get(probe)
             if model is None:
                 known = ", ".join(sorted(models)) or "none"
-                problems.append(f"{where}: no probe of that name takes settings (probes that do: {known})")
+                problems.append(f"{where}: no check or probe of that name takes settings (those that do: {known})")
                 continue
             try:
                 model.model_validate(given)

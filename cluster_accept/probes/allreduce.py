@@ -231,12 +231,12 @@ PROBE = Probe(
     ),
     samples=(
         healthy(
-            "testbed_cpu_2ranks", {"ok"}, fixture="tests/data/allreduce/testbed_cpu_2ranks.txt", profile=SAMPLE_PROFILE
+            "testbed_cpu_2ranks", {"ok"}, fixture="allreduce/testbed_cpu_2ranks.txt", profile=SAMPLE_PROFILE
         ),
         fault(
             "quarter_bandwidth",
             {"below_threshold"},
-            fixture="tests/data/allreduce/testbed_cpu_2ranks_slow.txt",
+            fixture="allreduce/testbed_cpu_2ranks_slow.txt",
             profile=SAMPLE_PROFILE,
         ),
         ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),

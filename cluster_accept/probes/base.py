@@ -42,13 +42,14 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from cluster_accept.analysis.probe_output import ProbeOutput, parse_json_lines
 from cluster_accept.analysis.probe_verdicts import MetricRule, judge
-from cluster_accept.checks.base import CheckRow
+from cluster_accept.checks.base import CheckRow, own_settings
+from cluster_accept.checks.base import discover as discover_checks
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Reason
 from cluster_accept.checks.samples import Sample, missing_kinds
@@ -173,10 +174,12 @@ def discover(package: str = "cluster_accept.probes", stage: str | None = None) -
 
 
 def plugin_settings(probes: Sequence[Probe] | None = None) -> dict[str, type[BaseModel]]:
-    """The settings each probe (every discovered one by default) reads from a profile's ``plugins:``, by probe
-    name: what the inventory is validated against when it loads."""
+    """The settings each check and probe (every discovered one by default; ``probes`` given: those, and no
+    check) reads from a profile's ``plugins:``, by name: what the inventory is validated against when it loads."""
+    checks = discover_checks() if probes is None else []
     chosen = discover() if probes is None else probes
-    return {probe.name: probe.settings for probe in chosen if probe.settings is not None}
+    found = {check.name: check.settings for check in checks if check.settings is not None}
+    return found | {probe.name: probe.settings for probe in chosen if probe.settings is not None}
 
 
 def load_checked_inventory(path: str | Path, node: WantedNode | None = None) -> Inventory:
@@ -222,15 +225,6 @@ def unkept_by_any(probes: Sequence[Probe] | None = None) -> dict[str, tuple[type
         for key, kinds in probe.script.unkept.items():
             found[key] = tuple(dict.fromkeys((*found.get(key, ()), *kinds)))
     return found
-
-
-SettingsT = TypeVar("SettingsT", bound=BaseModel)
-
-
-def own_settings(name: str, model: type[SettingsT], profile: Profile) -> SettingsT:
-    """Probe ``name``'s settings for a node of ``profile``: its ``plugins: {name: …}`` keys read by its ``model``
-    (the defaults where the profile gives none); checked when the inventory loads, so valid here."""
-    return model.model_validate(profile.plugins.get(name, {}))
 
 
 def cluster_judgement(

@@ -215,11 +215,11 @@ PROBE = Probe(
     causes=intra_node_causes(frozenset({NAME})),
     expectations=EXPECTATIONS,
     samples=(
-        healthy("gloo_2ranks", {"ok"}, fixture="tests/data/collectives/gloo_2ranks.txt", profile=SAMPLE_PROFILE),
+        healthy("gloo_2ranks", {"ok"}, fixture="collectives/gloo_2ranks.txt", profile=SAMPLE_PROFILE),
         fault(
             "slow_allgather",
             {"below_threshold"},
-            fixture="tests/data/collectives/gloo_2ranks_slow_allgather.txt",
+            fixture="collectives/gloo_2ranks_slow_allgather.txt",
             profile=SAMPLE_PROFILE,
         ),
         ALLREDUCE_TORCH_MISSING.judged({"probe_failed"}, SAMPLE_PROFILE),

@@ -47,6 +47,7 @@ from cluster_accept.checks.contract import healthy as healthy
 from cluster_accept.checks.contract import is_set as is_set
 from cluster_accept.checks.contract import majority_values as majority_values
 from cluster_accept.checks.contract import one_value as one_value
+from cluster_accept.checks.contract import own_settings as own_settings
 from cluster_accept.checks.contract import plurality as plurality
 from cluster_accept.checks.contract import read_mark as read_mark
 from cluster_accept.checks.contract import readable as readable
@@ -63,7 +64,6 @@ from cluster_accept.probes.base import Probe as Probe
 from cluster_accept.probes.base import cluster_judgement as cluster_judgement
 from cluster_accept.probes.base import json_figures as json_figures
 from cluster_accept.probes.base import own_figures as own_figures
-from cluster_accept.probes.base import own_settings as own_settings
 from cluster_accept.probes.series import NodeSeries as NodeSeries
 from cluster_accept.probes.series import SeriesPlace as SeriesPlace
 from cluster_accept.reports.charts import Bar as Bar

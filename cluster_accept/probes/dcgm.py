@@ -299,11 +299,11 @@ PROBE = Probe(
     inspect=inspect,
     expectations=(Expectation("burn.dcgm_level", STAGE, NAME, lambda p: p.burn.dcgm_level is not None),),
     samples=(
-        healthy("r3_pass", {"passed"}, fixture="tests/data/dcgm/r3_pass.txt", profile=SAMPLE_PROFILE),
+        healthy("r3_pass", {"passed"}, fixture="dcgm/r3_pass.txt", profile=SAMPLE_PROFILE),
         fault(
             "pcie_fail",
             {"pcie_error", "test_skipped"},
-            fixture="tests/data/dcgm/dcgm3.3.5_r3_pcie_fail_exit.txt",
+            fixture="dcgm/dcgm3.3.5_r3_pcie_fail_exit.txt",
             profile=SAMPLE_PROFILE,
         ),
         dead(

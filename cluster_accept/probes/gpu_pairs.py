@@ -221,17 +221,17 @@ PROBE = Probe(
         ),
     ),
     samples=(
-        healthy("two_gpus", {"ok"}, fixture="tests/data/gpu_pairs/two_gpus.txt", profile=SAMPLE_PROFILE),
+        healthy("two_gpus", {"ok"}, fixture="gpu_pairs/two_gpus.txt", profile=SAMPLE_PROFILE),
         fault(
             "slow_link",
             {"below_threshold"},
-            fixture="tests/data/gpu_pairs/two_gpus_slow_link.txt",
+            fixture="gpu_pairs/two_gpus_slow_link.txt",
             profile=SAMPLE_PROFILE,
         ),
         dead(
             "torch_missing",
             {"probe_failed"},
-            fixture="tests/data/gpu_bench/torch_missing.txt",
+            fixture="gpu_bench/torch_missing.txt",
             exit_code=1,
             profile=SAMPLE_PROFILE,
         ),

@@ -59,13 +59,13 @@ PROBE = Probe(
         healthy(
             "nvlink",
             {"ok", "recorded"},
-            fixture="cluster_accept/testbed/captures/h200x4/nccl-tests-allreduce-nvlink.txt",
+            fixture="captures/h200x4/nccl-tests-allreduce-nvlink.txt",
             profile=SAMPLE_PROFILE,
         ),
         fault(
             "socket",
             {"below_threshold", "unreadable"},
-            fixture="cluster_accept/testbed/captures/h200x4/nccl-tests-allreduce-socket.txt",
+            fixture="captures/h200x4/nccl-tests-allreduce-socket.txt",
             profile=SAMPLE_PROFILE,
         ),
         dead(

@@ -197,11 +197,11 @@ GPU_BENCH_PROFILE = {
     "thresholds": {"gemm_bf16_tflops_min": 600, "hbm_copy_gbps_min": 4000, "h2d_gbps_min": 40, "d2h_gbps_min": 40}
 }
 GPU_BENCH_SAMPLES = (
-    healthy("h200x4", {"ok"}, fixture="tests/data/gpu_bench/h200x4.txt", profile=GPU_BENCH_PROFILE),
+    healthy("h200x4", {"ok"}, fixture="gpu_bench/h200x4.txt", profile=GPU_BENCH_PROFILE),
     healthy(
         "testbed_cpu",
         {"ok"},
-        fixture="tests/data/gpu_bench/testbed_cpu.txt",
+        fixture="gpu_bench/testbed_cpu.txt",
         profile={
             "probes": {"device": "cpu"},
             "training": {"enabled": False},
@@ -211,10 +211,10 @@ GPU_BENCH_SAMPLES = (
     fault(
         "slow_gpus",
         {"below_threshold", "straggler"},
-        fixture="tests/data/gpu_bench/h200x4_slow_gpus.txt",
+        fixture="gpu_bench/h200x4_slow_gpus.txt",
         profile=GPU_BENCH_PROFILE,
     ),
-    dead("torch_missing", {"probe_failed"}, fixture="tests/data/gpu_bench/torch_missing.txt", exit_code=1),
+    dead("torch_missing", {"probe_failed"}, fixture="gpu_bench/torch_missing.txt", exit_code=1),
 )
 # The burn's node-side script lives in its sub-package (probes/burn/node/); it samples with the GPU bench's sampler.
 BURN_SCRIPT = str(Path(__file__).resolve().parent / "burn" / "node" / "burn.py")
@@ -222,9 +222,9 @@ BURN = NodeScript("burn", (BURN_SCRIPT, "gpu_bench.py"), "burn", burn_command, b
 # What the burn prints, declared once for the probes that read its run (burn, sdc): each judges its healthy output
 # with its own reasons. ``BURN_PROFILE``: the minimums its samples are held to.
 BURN_PROFILE = {"burn": {"minutes": 1}, "thresholds": {"burn_tflops_min": 500}}
-BURN_HEALTHY = healthy("h100_20s", fixture="tests/data/burn/h100_20s.txt", profile=BURN_PROFILE)
+BURN_HEALTHY = healthy("h100_20s", fixture="burn/h100_20s.txt", profile=BURN_PROFILE)
 BURN_TORCH_MISSING = dead(
-    "torch_missing", {"probe_failed"}, fixture="tests/data/burn/torch_missing.txt", exit_code=1, profile=BURN_PROFILE
+    "torch_missing", {"probe_failed"}, fixture="burn/torch_missing.txt", exit_code=1, profile=BURN_PROFILE
 )
 DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s, says_settings=False)
 # The torch sweep and the nccl-tests variant never run on the same node (a profile picks one): one name, so a
@@ -234,6 +234,6 @@ ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_co
 # The all-reduce run where torch is missing, declared once for the probes that read the run (allreduce,
 # collectives): each judges it under its own profile.
 ALLREDUCE_TORCH_MISSING = dead(
-    "torch_missing", {"probe_failed"}, fixture="tests/data/allreduce/torch_missing.txt", exit_code=1
+    "torch_missing", {"probe_failed"}, fixture="allreduce/torch_missing.txt", exit_code=1
 )
 NCCL_TESTS = NodeScript("allreduce", (), "allreduce", nccl_tests_command)

@@ -123,7 +123,7 @@ PROBE = Probe(
     expectations=(Expectation("burn.sdc", STAGE, NAME, lambda p: p.burn.sdc, None, ("burn",), RUN_FAILED),),
     samples=(
         BURN_HEALTHY.judged({"same"}),
-        fault("unstable", {"unstable"}, fixture="tests/data/burn/h100_20s_sdc_unstable.txt", profile=BURN_PROFILE),
+        fault("unstable", {"unstable"}, fixture="burn/h100_20s_sdc_unstable.txt", profile=BURN_PROFILE),
         BURN_TORCH_MISSING,
     ),
 )

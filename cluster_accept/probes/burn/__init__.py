@@ -364,7 +364,7 @@ PROBE = Probe(
         fault(
             "hw_slowdown",
             {"below_threshold", "throttled"},
-            fixture="tests/data/burn/h100_20s_hw_slowdown.txt",
+            fixture="burn/h100_20s_hw_slowdown.txt",
             profile=BURN_PROFILE,
         ),
         BURN_TORCH_MISSING,

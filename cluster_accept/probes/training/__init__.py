@@ -351,15 +351,15 @@ PROBE = Probe(
         healthy(
             "h200x1_350m_ddp",
             {"ok", "recorded"},
-            fixture="tests/data/training/h200x1_350m_ddp.txt",
+            fixture="training/h200x1_350m_ddp.txt",
             profile=SAMPLE_PROFILE,
         ),
         fault(
             "half_speed",
             {"below_threshold"},
-            fixture="tests/data/training/h200x1_350m_ddp_half_speed.txt",
+            fixture="training/h200x1_350m_ddp_half_speed.txt",
             profile=SAMPLE_PROFILE,
         ),
-        dead("torch_missing", {"probe_failed"}, fixture="tests/data/training/torch_missing.txt", exit_code=1),
+        dead("torch_missing", {"probe_failed"}, fixture="training/torch_missing.txt", exit_code=1),
     ),
 )
