@@ -151,8 +151,8 @@ def test_the_fleet_is_read_from_the_history_and_exported(tmp_path: Path) -> None
     text = prometheus_text({"run_id": RUNS[-1], "cluster": "c"}, [], {}, fleet)
     assert "# TYPE cluster_accept_node_recent_not_accepted gauge" in text
     assert 'cluster_accept_node_recent_not_accepted{cluster="c",node="node02"} 5' in text
-    assert 'cluster_accept_check_flake_rate{cluster="c",check="clock_events"} 0.5' in text
-    assert 'cluster_accept_node_figure_drift_pct{cluster="c",node="node02",metric="gemm_bf16_tflops"} 6.91' in text
+    assert 'cluster_accept_check_flake_rate{check="clock_events",cluster="c"} 0.5' in text  # labels by name
+    assert 'cluster_accept_node_figure_drift_pct{cluster="c",metric="gemm_bf16_tflops",node="node02"} 6.91' in text
     family = ""
     for line in text.splitlines():  # every sample follows its own family's header
         if line.startswith("# TYPE"):

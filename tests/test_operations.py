@@ -90,14 +90,15 @@ def test_summary_json_holds_plain_values_only() -> None:
 
 
 def test_prometheus_text_has_a_verdict_series_per_node_and_the_figures() -> None:
+    """prometheus_client's text: every value in Go's float form (``1.0``, ``1.7952555e+09``), labels by name."""
     text = prometheus_text(RUN, VERDICTS[:2], {("n1", "gemm_bf16_tflops"): 741.25, ("n1", "other"): 1.0})
     lines = text.splitlines()
-    assert 'cluster_accept_node_verdict{cluster="prod",node="n1",verdict="accepted"} 1' in lines
-    assert 'cluster_accept_node_verdict{cluster="prod",node="n1",verdict="rejected"} 0' in lines
-    assert 'cluster_accept_node_verdict{cluster="prod",node="n2",verdict="rejected"} 1' in lines
+    assert 'cluster_accept_node_verdict{cluster="prod",node="n1",verdict="accepted"} 1.0' in lines
+    assert 'cluster_accept_node_verdict{cluster="prod",node="n1",verdict="rejected"} 0.0' in lines
+    assert 'cluster_accept_node_verdict{cluster="prod",node="n2",verdict="rejected"} 1.0' in lines
     assert 'cluster_accept_gemm_bf16_tflops{cluster="prod",node="n1"} 741.25' in lines
-    assert 'cluster_accept_nodes{cluster="prod",verdict="rejected"} 1' in lines
-    assert 'cluster_accept_last_run_timestamp_seconds{cluster="prod"} 1795255500' in lines
+    assert 'cluster_accept_nodes{cluster="prod",verdict="rejected"} 1.0' in lines
+    assert 'cluster_accept_last_run_timestamp_seconds{cluster="prod"} 1.7952555e+09' in lines
     assert "# TYPE cluster_accept_node_verdict gauge" in lines and 'node="n1"} 1.0' not in text
     assert 'node="a\\"b"' in prometheus_text(RUN, [verdict('a"b', Verdict.ACCEPTED)], {})
     assert "Verdict." not in text

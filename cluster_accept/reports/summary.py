@@ -1,19 +1,21 @@
 """Machine-readable outcomes of a run: ``summary.json`` for scripts and schedulers, and a Prometheus text
 file for node_exporter's textfile collector (one verdict series per node, its key figures beside it).
 
-Pure functions; the caller writes the files (atomically: node_exporter must never read half a file).
+Pure functions; the caller writes the files (atomically: node_exporter must never read half a file). The text
+file's format is ``prometheus_client``'s (:mod:`reports.gauges`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 
-if TYPE_CHECKING:  # the history's frames: a node's own check (check --local) loads no pyarrow
+if TYPE_CHECKING:  # the history's frames: a node's own check (check --local) loads no pyarrow, nor prometheus_client
+    from prometheus_client.core import Metric
+
     from cluster_accept.analysis.fleet import FleetView
 
 VERDICTS = (Verdict.ACCEPTED, Verdict.REJECTED, Verdict.UNREACHABLE, Verdict.SKIPPED, Verdict.TOOL_ERROR)
@@ -62,84 +64,84 @@ def summary(
     }
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _name_ok(name: str) -> str:
-    if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", name):
-        raise ValueError(f"not a Prometheus metric name: {name!r}")
-    return name
-
-
 def prometheus_text(
     run: Mapping[str, Any],
     verdicts: Sequence[VerdictRow],
     figures: Mapping[tuple[str, str], float],
     fleet: FleetView | None = None,
 ) -> str:
-    """The text exposition format: per node a 0/1 series for each verdict (so alerts can select on
-    ``verdict="rejected"``), the node's key figures, and the run's time and counts.
+    """The text exposition format, written by ``prometheus_client`` (:mod:`reports.gauges`): per node a 0/1 series
+    for each verdict (so alerts can select on ``verdict="rejected"``), the node's key figures, and the run's time
+    and counts. Figures and the fleet's values go out to 6 significant digits, the run's end in whole seconds.
 
     ``figures``: (node, metric) -> value, e.g. from :func:`analysis.history.key_figures`.
     """
-    cluster = _label(run["cluster"])
-    lines: list[str] = []
+    from cluster_accept.reports.gauges import gauge, gauges_text  # prometheus_client: only where the file is written
 
-    def family(name: str, help_text: str) -> None:
-        lines.extend([f"# HELP {_name_ok(name)} {help_text}", f"# TYPE {name} gauge"])
-
-    family("cluster_accept_node_verdict", "1 for the node's verdict in the last run, 0 for the others.")
-    for v in verdicts:
-        for verdict in VERDICTS:
-            labels = f'cluster="{cluster}",node="{_label(v.node)}",verdict="{verdict.value}"'
-            lines.append(f"cluster_accept_node_verdict{{{labels}}} {1 if v.verdict == verdict else 0}")
+    cluster = run["cluster"]
+    families: list[Metric] = [
+        gauge(
+            "cluster_accept_node_verdict",
+            "1 for the node's verdict in the last run, 0 for the others.",
+            ("cluster", "node", "verdict"),
+            [((cluster, v.node, each.value), int(v.verdict == each)) for v in verdicts for each in VERDICTS],
+        )
+    ]
     for metric, name, help_text in FIGURES:
-        present = [(node, value) for (node, m), value in sorted(figures.items()) if m == metric]
+        present = [((cluster, node), _six(value)) for (node, m), value in sorted(figures.items()) if m == metric]
         if present:
-            family(name, help_text)
-            lines += [f'{name}{{cluster="{cluster}",node="{_label(node)}"}} {value:.6g}' for node, value in present]
-    family("cluster_accept_nodes", "Nodes per verdict in the last run.")
-    for verdict in VERDICTS:
-        count = _count(verdicts, verdict)
-        lines.append(f'cluster_accept_nodes{{cluster="{cluster}",verdict="{verdict.value}"}} {count}')
+            families.append(gauge(name, help_text, ("cluster", "node"), present))
+    counts = [((cluster, verdict.value), _count(verdicts, verdict)) for verdict in VERDICTS]
+    families.append(gauge("cluster_accept_nodes", "Nodes per verdict in the last run.", ("cluster", "verdict"), counts))
     if fleet is not None:
-        lines += _fleet_lines(cluster, fleet)
+        families += _fleet_families(cluster, fleet)
     ended = run.get("ended")
     if ended:
-        family("cluster_accept_last_run_timestamp_seconds", "When the last run ended, Unix time.")
-        stamp = dt.datetime.fromisoformat(str(ended)).timestamp()
-        lines.append(f'cluster_accept_last_run_timestamp_seconds{{cluster="{cluster}"}} {stamp:.0f}')
-    return "\n".join(lines) + "\n"
+        stamp = round(dt.datetime.fromisoformat(str(ended)).timestamp())
+        said = "When the last run ended, Unix time."
+        families.append(gauge("cluster_accept_last_run_timestamp_seconds", said, ("cluster",), [((cluster,), stamp)]))
+    return gauges_text(families)
 
 
-def _fleet_lines(cluster: str, fleet: FleetView) -> list[str]:
+def _six(value: float) -> float:
+    """``value`` to 6 significant digits, as the file has always given the figures."""
+    return float(f"{float(value):.6g}")
+
+
+def _fleet_families(cluster: str, fleet: FleetView) -> list[Metric]:
     """The fleet read from the history, each family with its samples: repeat offenders, each check's flake
-    rate, figures sliding down, and each lemon's score (:mod:`analysis.lemons`)."""
-    lines: list[str] = []
-    off, flaky, drift = fleet.offenders, fleet.flaky, fleet.drifting
-    offenders = [(f'node="{_label(n)}"', v) for n, v in zip(off["node"], off["not_accepted"], strict=True)]
-    flakes = [(f'check="{_label(c)}"', v) for c, v in zip(flaky["check"], flaky["flake_rate"], strict=True)]
+    rate, figures sliding down, and each lemon's score (:mod:`analysis.lemons`). A family without samples is left
+    out."""
+    from cluster_accept.reports.gauges import gauge
+
+    off, flaky, drift, lemons = fleet.offenders, fleet.flaky, fleet.drifting, fleet.lemons
+    by_node, by_check, by_figure = ("cluster", "node"), ("cluster", "check"), ("cluster", "node", "metric")
+    offenders = [((cluster, n), _six(v)) for n, v in zip(off["node"], off["not_accepted"], strict=True)]
+    flakes = [((cluster, c), _six(v)) for c, v in zip(flaky["check"], flaky["flake_rate"], strict=True)]
     drifting = [
-        (f'node="{_label(n)}",metric="{_label(m)}"', v)
-        for n, m, v in zip(drift["node"], drift["metric"], drift["drop_pct"], strict=True)
+        ((cluster, n, m), _six(v)) for n, m, v in zip(drift["node"], drift["metric"], drift["drop_pct"], strict=True)
     ]
-    lemons = [(f'node="{_label(n)}"', v) for n, v in zip(fleet.lemons["node"], fleet.lemons["score"], strict=True)]
-    for name, help_text, samples in (
+    scores = [((cluster, n), _six(v)) for n, v in zip(lemons["node"], lemons["score"], strict=True)]
+    recent = f"Of the last {fleet.runs} runs, those the node failed."
+    families = (
+        ("cluster_accept_node_recent_not_accepted", recent, by_node, offenders),
         (
-            "cluster_accept_node_recent_not_accepted",
-            f"Of the last {fleet.runs} runs, those the node failed.",
-            offenders,
+            "cluster_accept_check_flake_rate",
+            "Share of a check's run pairs that flipped, nothing changed.",
+            by_check,
+            flakes,
         ),
-        ("cluster_accept_check_flake_rate", "Share of a check's run pairs that flipped, nothing changed.", flakes),
-        ("cluster_accept_node_figure_drift_pct", "How far a node's figure fell over its recent runs, %.", drifting),
+        (
+            "cluster_accept_node_figure_drift_pct",
+            "How far a node's figure fell over its recent runs, %.",
+            by_figure,
+            drifting,
+        ),
         (
             "cluster_accept_lemon_score",
             "A lemon's score, 0 to 1, over its recent runs: keep it out of big jobs.",
-            lemons,
+            by_node,
+            scores,
         ),
-    ):
-        if samples:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-            lines += [f'{name}{{cluster="{cluster}",{labels}}} {float(value):.6g}' for labels, value in samples]
-    return lines
+    )
+    return [gauge(name, help_text, labels, samples) for name, help_text, labels, samples in families if samples]
