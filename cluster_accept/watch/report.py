@@ -17,7 +17,7 @@ runs nothing, autoescaped, with control characters in node text shown as escapes
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
@@ -25,10 +25,6 @@ import numpy as np
 import pandas as pd
 from jinja2 import Environment
 from markupsafe import Markup, escape
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.reports.charts import (
@@ -415,27 +411,6 @@ def watch_page(
     )
 
 
-class _Gauges(Collector):
-    """The job's gauge families as one collector: each family's samples in the order given, a family without a
-    sample left out (as the text file always had it)."""
-
-    def __init__(self, families: Sequence[GaugeMetricFamily]) -> None:
-        self.families = list(families)
-
-    def collect(self) -> Iterator[Metric]:
-        return iter([family for family in self.families if family.samples])
-
-
-def _gauge(
-    name: str, help_text: str, labels: Sequence[str], samples: Iterable[tuple[Sequence[object], float]]
-) -> GaugeMetricFamily:
-    """A gauge family with its samples: each a tuple of label values (None as empty) and its value."""
-    family = GaugeMetricFamily(name, help_text, labels=list(labels))
-    for values, value in samples:
-        family.add_metric(["" if v is None else str(v) for v in values], value)
-    return family
-
-
 def _suspect_samples(
     cluster: str, job: str, findings: Sequence[WatchFinding]
 ) -> list[tuple[tuple[object, ...], float]]:
@@ -470,6 +445,8 @@ def watch_prometheus(
     up or not at its last read, and, given the collectives, each rank's median arrival lag over the window, as the
     judgement read it (:func:`_arrival_lags`; ``lags``: the judgement's own). Series in a stable order: by node,
     then rank, so two writes of the same rows are the same bytes."""
+    from cluster_accept.reports.gauges import gauge, gauges_text  # prometheus_client: only where the file is made
+
     named = {f.node for f in findings if _named(f.status)}
     last = sorted(_last_reads(ranks), key=lambda r: (r.node, r.rank))
     per_collective = _arrival_lags(job, ranks, collectives, window_ns, lags)
@@ -477,15 +454,13 @@ def watch_prometheus(
     per_rank = zip(medians["node"], medians["rank"], medians["lag_ms"], strict=True)
     where = ("cluster", "job", "node", "rank")
     families = [
-        _gauge("cluster_accept_watch_suspect", SUSPECT_HELP, (*where, "gpu", "kind", "reason"),
-               _suspect_samples(cluster, job, findings)),
-        _gauge("cluster_accept_watch_suspect_nodes", "Nodes of the job the watcher names now.", where[:2],
-               [((cluster, job), float(len(named)))]),
-        _gauge("cluster_accept_watch_rank_up", "1 while the rank's process runs; 0 stopped, dead, exited or a zombie.",
-               where, [((cluster, job, r.node, r.rank), float(r.state == RankState.RUNNING)) for r in last]),
-        _gauge("cluster_accept_watch_arrival_lag_ms", LAG_HELP, where,
-               [((cluster, job, node, int(rank)), float(v)) for node, rank, v in per_rank]),
+        gauge("cluster_accept_watch_suspect", SUSPECT_HELP, (*where, "gpu", "kind", "reason"),
+              _suspect_samples(cluster, job, findings)),
+        gauge("cluster_accept_watch_suspect_nodes", "Nodes of the job the watcher names now.", where[:2],
+              [((cluster, job), len(named))]),
+        gauge("cluster_accept_watch_rank_up", "1 while the rank's process runs; 0 stopped, dead, exited or a zombie.",
+              where, [((cluster, job, r.node, r.rank), float(r.state == RankState.RUNNING)) for r in last]),
+        gauge("cluster_accept_watch_arrival_lag_ms", LAG_HELP, where,
+              [((cluster, job, node, int(rank)), float(v)) for node, rank, v in per_rank]),
     ]  # fmt: skip
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Gauges(families))
-    return generate_latest(registry).decode()
+    return gauges_text(family for family in families if family.samples)  # a family without a series is left out
