@@ -6,8 +6,9 @@ first :data:`PAGE_ROWS` rows are rendered (the worst first: tables are sorted so
 JSON in a ``<script type="application/json">`` block, which the browser does not run (the page's
 Content-Security-Policy, which runs only the script whose hash it names, has nothing to allow). The script
 (``filter.js``) builds the other pages' rows with ``textContent`` only: node output in the data is text, never
-markup. The JSON is escaped so that nothing in it can end the block (``<``, ``>`` and ``&`` as ``\\u003c`` …),
-and every text in it has passed :func:`~cluster_accept.vocabulary.text.visible`.
+markup. The JSON is Jinja's ``tojson`` (:func:`jinja2.utils.htmlsafe_json_dumps`), escaped so that nothing in it
+can end the block (``<``, ``>``, ``&`` and ``'`` as ``\\u003c`` …), and every text in it has passed
+:func:`~cluster_accept.vocabulary.text.visible`.
 
 Cells are plain values typed by their column's kind:
 
@@ -22,11 +23,11 @@ Cells are plain values typed by their column's kind:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
 
 from cluster_accept.reports.charts import fmt
@@ -34,7 +35,6 @@ from cluster_accept.vocabulary.text import visible
 
 PAGE_ROWS = 50
 KINDS = frozenset({"text", "num", "class", "link", "lines", "code", "excerpt", "spark"})
-_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,10 @@ class PagedTable:
         return self.tags[index] if self.tags else ""
 
     def data(self) -> Markup:
-        """The JSON block's content, safe inside ``<script type="application/json">``."""
+        """The JSON block's content, safe inside ``<script type="application/json">``: Jinja's ``tojson``, which
+        writes ``<``, ``>``, ``&`` and ``'`` as ``\\u`` escapes (nothing can end the element or open a comment in
+        it), here with every other character past ASCII escaped too (the line separators older parsers choke on);
+        ``JSON.parse`` reads all of them back unchanged."""
         payload = {
             "kinds": [c.kind for c in self.columns],
             "rows": [[_visible(cell) for cell in row] for row in self.rows],
@@ -91,15 +94,7 @@ class PagedTable:
             "shared": [visible(text) for text in self.shared],
             "page": self.page_rows,
         }
-        return Markup(escape_json(json.dumps(payload, ensure_ascii=True, separators=(",", ":"))))
-
-
-def escape_json(text: str) -> str:
-    """JSON that cannot end a ``<script>`` element or open a comment in it: ``<``, ``>`` and ``&`` (and the two
-    line separators older parsers choke on) as ``\\u`` escapes, which ``JSON.parse`` reads back unchanged."""
-    for raw, escaped in _JSON_ESCAPES.items():
-        text = text.replace(raw, escaped)
-    return text
+        return htmlsafe_json_dumps(payload, ensure_ascii=True, separators=(",", ":"))
 
 
 def _visible(cell: Any) -> Any:
