@@ -4,6 +4,9 @@ Exit codes (:mod:`flows.exits`): 0 every tested node accepted; 1 any node reject
 or inventory error (printed without a traceback, naming the file and the key), or no node to test (every
 selected node excluded); 3 the tool itself failed (one line on stderr, the traceback in
 ``OUT/cluster-accept-errors.log``).
+
+Each command imports what it uses when it runs (Prefect, pandas, the inventory's models …), so that ``--help``
+starts with typer alone and a node's own check (:mod:`.check_command`, before every job) with its own modules.
 """
 
 from __future__ import annotations
@@ -14,40 +17,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from cluster_accept.flows import testbed_commands
-from cluster_accept.flows.exits import (
-    TOOL_FAILURE,
-    USAGE_ERROR,
-    failure_line,
-    keep_run_tracebacks_off_the_console,
-    log_failure,
-)
+from cluster_accept.flows.check_command import check
+from cluster_accept.flows.exits import TOOL_FAILURE, USAGE_ERROR, console, failure_line, log_failure
 from cluster_accept.flows.exits import inventory_error as _inventory_error
 from cluster_accept.flows.exits import say as _say
+from cluster_accept.flows.exits import usage_error as _fail_usage
 from cluster_accept.flows.orphans import mark_controller, reap_orphans
 from cluster_accept.flows.profile_commands import profile_app
-from cluster_accept.flows.run_request import RunRequest, ShardRequest, check_request, outcome_of
 from cluster_accept.flows.watch_command import arm_command, watch_command
-from cluster_accept.inventory.hostlist import HostlistError, fold
-from cluster_accept.inventory.load import InventoryError
-from cluster_accept.inventory.node_part import WantedNode
-from cluster_accept.ops.after_run import Operations
-from cluster_accept.ops.breaker import DEFAULT_MAX_DRAIN_FRACTION
-from cluster_accept.ops.repeats import DEFAULT_RULE
-from cluster_accept.ops.slurm import SlurmPlan
-from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.vocabulary.text import visible
+from cluster_accept.ops.defaults import DEFAULT_MAX_DRAIN_FRACTION, FAIL_SHARE, FAIL_STREAK, FAIL_WINDOW
 
 if TYPE_CHECKING:
-    pass
+    import pandas as pd
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
-)
+    from cluster_accept.flows.run_request import RunRequest, ShardRequest
+    from cluster_accept.ops.after_run import Operations
+
+
+def _root() -> typer.Typer:
+    """The command line's root: the whole one's, or a node's own check's alone (:func:`_app_for`)."""
+    return typer.Typer(
+        add_completion=False, no_args_is_help=True, help="Accept GPU clusters: check, probe, isolate, report."
+    )
+
+
+app = _root()
 inventory_app = typer.Typer(no_args_is_help=True, help="Inventory files.")
 testbed_app = typer.Typer(no_args_is_help=True, help="A simulated cluster of real sshd nodes on this machine (root).")
 app.add_typer(inventory_app, name="inventory")
@@ -55,9 +51,6 @@ app.add_typer(testbed_app, name="testbed")
 app.add_typer(profile_app, name="profile")
 app.command("watch")(watch_command)
 app.command("arm")(arm_command)
-
-out = Console()
-err = Console(stderr=True)
 
 
 def _quiet_prefect() -> None:
@@ -70,14 +63,17 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
-def _fail_usage(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
-    return typer.Exit(USAGE_ERROR)
-
-
 @inventory_app.command("check")
 def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML file")]) -> None:
     """Validate an inventory and print the nodes that would be tested, folded, per profile."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from cluster_accept.inventory.hostlist import fold
+    from cluster_accept.inventory.load import InventoryError
+    from cluster_accept.probes.base import load_checked_inventory
+    from cluster_accept.vocabulary.text import visible
+
     try:
         inventory = load_checked_inventory(path)
     except InventoryError as exc:
@@ -93,14 +89,18 @@ def inventory_check(path: Annotated[Path, typer.Argument(help="inventory YAML fi
         by_profile.setdefault(node.profile_name, []).append(node.name)
     for profile, names in sorted(by_profile.items()):
         table.add_row(Text(visible(profile)), Text(visible(fold(names))), str(len(names)))
-    out.print(table)
+    console().print(table)
     if inventory.excluded:
-        out.print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False, markup=False)
+        console().print(f"excluded: {fold(n.name for n in inventory.excluded)}", highlight=False, markup=False)
 
 
 def _run(request: RunRequest) -> int:
     from cluster_accept.flows import progress
+    from cluster_accept.flows.exits import keep_run_tracebacks_off_the_console
     from cluster_accept.flows.outcome_text import print_outcome
+    from cluster_accept.flows.run_request import check_request, outcome_of
+    from cluster_accept.inventory.hostlist import HostlistError
+    from cluster_accept.inventory.load import InventoryError
     from cluster_accept.rundir.outputs import ResumeError, RunLocked
     from cluster_accept.rundir.run import NothingToTest
 
@@ -118,7 +118,7 @@ def _run(request: RunRequest) -> int:
         _say(f"error: {exc}")
         return USAGE_ERROR
     keep_run_tracebacks_off_the_console()
-    bars = progress.StageBars(out)
+    bars = progress.StageBars(console())
     try:
         with progress.use(bars):
             outcome = outcome_of(request)
@@ -191,7 +191,7 @@ def _operations(
     scontrol: str,
     prometheus: Path | None,
     breaker: tuple[int | None, float, bool] = (None, DEFAULT_MAX_DRAIN_FRACTION, False),
-    repeats: tuple[int, float, int] = (DEFAULT_RULE.streak, DEFAULT_RULE.share, DEFAULT_RULE.window),
+    repeats: tuple[int, float, int] = (FAIL_STREAK, FAIL_SHARE, FAIL_WINDOW),
 ) -> Operations:
     """The run's operations; ``breaker``: (--max-drain, --max-drain-fraction, --force); ``repeats``:
     (--fail-streak, --fail-share, --fail-window), when a relative finding drains (ops.repeats)."""
@@ -203,6 +203,8 @@ def _operations(
         raise _fail_usage("--max-drain-fraction must be above 0 (use --max-drain 0 to drain nothing)")
     if share <= 0 or window < streak:
         raise _fail_usage("--fail-share must be above 0, and --fail-window at least --fail-streak")
+    from cluster_accept.ops.after_run import Operations
+
     return Operations(
         drain=drain,
         resume_passing=resume_passing,
@@ -240,9 +242,9 @@ def run(
     max_drain: MaxDrainOption = None,
     max_drain_fraction: MaxDrainFractionOption = DEFAULT_MAX_DRAIN_FRACTION,
     force: ForceOption = False,
-    fail_streak: FailStreakOption = DEFAULT_RULE.streak,
-    fail_share: FailShareOption = DEFAULT_RULE.share,
-    fail_window: FailWindowOption = DEFAULT_RULE.window,
+    fail_streak: FailStreakOption = FAIL_STREAK,
+    fail_share: FailShareOption = FAIL_SHARE,
+    fail_window: FailWindowOption = FAIL_WINDOW,
     scontrol: ScontrolOption = "scontrol",
     prometheus: PrometheusOption = None,
     slurm_nodes: Annotated[
@@ -269,16 +271,26 @@ def run(
     the history.
 
     A run killed mid-way is finished with --resume RUN_ID: nodes and stages already done are not run again."""
+    from cluster_accept.flows.run_request import RunRequest
+
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     breaker, repeats = (max_drain, max_drain_fraction, force), (fail_streak, fail_share, fail_window)
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus, breaker, repeats)
     request = RunRequest(inventory, out_dir, nodes, stage_list, concurrency, history, resume, suite, ops)
     request.slurm_nodes, request.local = slurm_nodes, local
-    if shard_by is not None:
-        request.shards = ShardRequest(shard_by, work_pool, queue_per_shard, shard_start_wait)
-    elif work_pool or queue_per_shard:
-        raise _fail_usage("--work-pool and --queue-per-shard go with --shard-by LABEL")
+    request.shards = _shards(shard_by, work_pool, queue_per_shard, shard_start_wait)
     raise typer.Exit(_run(request))
+
+
+def _shards(by: str | None, work_pool: str | None, queue_per_shard: bool, start_wait: float) -> ShardRequest | None:
+    """``run --shard-by LABEL``'s sharding; --work-pool and --queue-per-shard without it are a usage error."""
+    from cluster_accept.flows.run_request import ShardRequest
+
+    if by is not None:
+        return ShardRequest(by, work_pool, queue_per_shard, start_wait)
+    if work_pool or queue_per_shard:
+        raise _fail_usage("--work-pool and --queue-per-shard go with --shard-by LABEL")
+    return None
 
 
 @app.command("serve")
@@ -297,9 +309,9 @@ def serve(
     drain_window: Annotated[
         float, typer.Option("--drain-window", min=0.01, help="hours over which the runs together drain no more")
     ] = 24.0,
-    fail_streak: FailStreakOption = DEFAULT_RULE.streak,
-    fail_share: FailShareOption = DEFAULT_RULE.share,
-    fail_window: FailWindowOption = DEFAULT_RULE.window,
+    fail_streak: FailStreakOption = FAIL_STREAK,
+    fail_share: FailShareOption = FAIL_SHARE,
+    fail_window: FailWindowOption = FAIL_WINDOW,
     scontrol: ScontrolOption = "scontrol",
     prometheus: Annotated[Path | None, typer.Option("--prometheus", help="textfile-collector file")] = None,
 ) -> None:
@@ -307,7 +319,10 @@ def serve(
     breaker's limit holds over --drain-window hours of runs, not each run alone; a node rejected for relative
     findings only (a straggler, a figure below its floor) is drained once they repeat (--fail-streak,
     --fail-share, --fail-window), one with a hard fault at once."""
+    from cluster_accept.flows.run_request import RunRequest, check_request
     from cluster_accept.flows.schedule import serve_deployment
+    from cluster_accept.inventory.hostlist import HostlistError
+    from cluster_accept.inventory.load import InventoryError
 
     breaker, repeats = (max_drain, max_drain_fraction, False), (fail_streak, fail_share, fail_window)
     ops = _operations(drain, resume_passing, apply, scontrol, prometheus, breaker, repeats)
@@ -334,7 +349,11 @@ def bisect_command(
 ) -> None:
     """Isolate the slow node(s) among suspects with multi-node all-reduce rounds; writes a run directory."""
     from cluster_accept.flows.acceptance import bisect
+    from cluster_accept.flows.exits import keep_run_tracebacks_off_the_console
     from cluster_accept.flows.outcome_text import print_outcome
+    from cluster_accept.inventory.hostlist import HostlistError
+    from cluster_accept.inventory.load import InventoryError
+    from cluster_accept.probes.base import load_checked_inventory
     from cluster_accept.rundir.run import BisectChoices
 
     try:
@@ -371,7 +390,7 @@ def calibrate_command(
 
     stage_list = [s.strip() for s in stages.split(",") if s.strip()] if stages else None
     request = CalibrationRequest(inventory, runs, stage_list, nodes, out_dir, history)
-    raise typer.Exit(calibrate(request, _run, out))
+    raise typer.Exit(calibrate(request, _run, console()))
 
 
 testbed_app.command("up")(testbed_commands.testbed_up)
@@ -387,6 +406,7 @@ def demo(
     """Bring up an 8-node test-bed of its own with planted faults, accept it, print the report path, take it
     down (that test-bed only)."""
     testbed_commands.require_testbed()
+    from cluster_accept.flows.run_request import RunRequest
     from cluster_accept.testbed.bed import down
 
     bed = testbed_commands.demo_testbed(name, state_dir)
@@ -446,20 +466,32 @@ def history_command(
     if output == "json":
         print(json.dumps({k: v.to_dict("records") for k, v in tables.items()}, default=str, indent=1))
         return
-    out.print(f"{name}: the last {fleet.runs} runs", highlight=False)
+    console().print(f"{name}: the last {fleet.runs} runs", highlight=False)
+    _print_tables(tables)
+
+
+def _print_tables(tables: dict[str, pd.DataFrame]) -> None:
+    """The fleet's tables, each titled by its name (its values never read as rich markup), or ``NAME: none``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from cluster_accept.vocabulary.text import visible
+
     for title, frame in tables.items():
         table = Table(title=title.replace("_", " "), title_justify="left")
         for column in frame.columns:
             table.add_column(str(column))
         for record in frame.itertuples(index=False):
             table.add_row(*(Text(visible(str(value))) for value in record))
-        out.print(table if len(frame) else f"{title.replace('_', ' ')}: none", highlight=False)
+        console().print(table if len(frame) else f"{title.replace('_', ' ')}: none", highlight=False)
 
 
 def _print_lemon_line(lemons: list[str], inventory: Path | None) -> None:
     """The lemons' one line for a scheduler (``sbatch --exclude=…``) on stdout: only the names that are nodes
     (:func:`analysis.lemons.scheduler_line`); each name left out is said on stderr, as text, never in the line."""
     from cluster_accept.analysis.lemons import scheduler_line
+    from cluster_accept.inventory.load import InventoryError
+    from cluster_accept.probes.base import load_checked_inventory
 
     nodes = None
     if inventory is not None:
@@ -473,78 +505,22 @@ def _print_lemon_line(lemons: list[str], inventory: Path | None) -> None:
     print(found.line)
 
 
-SITE_INVENTORY = "/etc/cluster-accept/inventory.yaml"
+app.command("check")(check)
 
 
-@app.command("check")
-def check(
-    local: Annotated[bool, typer.Option("--local", help="check this machine, without SSH (the only mode)")] = False,
-    inventory: Annotated[
-        Path | None,
-        typer.Option("--inventory", "-i", help=f"inventory (default $CLUSTER_ACCEPT_INVENTORY, else {SITE_INVENTORY})"),
-    ] = None,
-    node: Annotated[
-        str | None, typer.Option("--node", help="this machine's inventory name (default: SLURMD_NODENAME, hostname)")
-    ] = None,
-    prometheus: Annotated[
-        Path | None, typer.Option("--prometheus", help="write the verdict as a node_exporter textfile")
-    ] = None,
-    drain: Annotated[bool, typer.Option("--drain", help="drain this node in Slurm when it fails")] = False,
-    resume_passing: Annotated[
-        bool, typer.Option("--resume-passing", help="resume it when cluster-accept drained it and it passes")
-    ] = False,
-    apply: ApplyOption = False,
-    scontrol: ScontrolOption = "scontrol",
-    fresh: Annotated[
-        bool, typer.Option("--fresh", help="start torch's CUDA now, not taken from the last good check of this boot")
-    ] = False,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--state-dir",
-            help="where this node's checks keep their marks between checks, so a kernel-log event is judged once "
-            "(default $CLUSTER_ACCEPT_STATE_DIR, else /var/lib/cluster-accept for root, ~/.local/state/cluster-accept)",
-        ),
-    ] = None,
-) -> None:
-    """This node checks itself now, synchronously: the preflight on this machine, no SSH, no Prefect. Prints one
-    line as Slurm's reason field takes it; exits 0 healthy, 1 not, 2 usage, 3 tool failure (a Slurm Prolog or
-    HealthCheckProgram: docs/slurm.md)."""
-    from cluster_accept.flows.node_check import SlurmOps, check_node, slurm_actions, this_node, write_prometheus
-    from cluster_accept.flows.node_marks import state_dir as marks_dir
-
-    if not local:
-        raise _fail_usage("check runs on the node it checks: give --local")
-    path = inventory or Path(os.environ.get("CLUSTER_ACCEPT_INVENTORY") or SITE_INVENTORY)
-    try:
-        loaded = load_checked_inventory(path, WantedNode.for_check(node, os.environ))  # this node's part only
-        name = this_node(loaded, node, os.environ)
-    except InventoryError as exc:
-        raise _inventory_error(exc) from None
-    except (ValueError, HostlistError) as exc:
-        raise _fail_usage(str(exc)) from None
-    run_id = f"check-{name}-{os.getpid()}"
-    found = check_node(loaded, name, run_id, fresh, marks_dir(state_dir, os.environ))
-    print(found.reason_line, flush=True)
-    for note in found.notes:
-        _say(f"check: {note}")
-    if prometheus is not None:
-        write_prometheus(prometheus, found, loaded.cluster, run_id)
-    if drain or resume_passing:
-        slurm = slurm_actions(found, loaded.node(name).slurm_node, SlurmOps(drain, resume_passing, apply, scontrol))
-        _say_slurm(slurm)
-    raise typer.Exit(found.exit_code)
+def _app_for(args: list[str]) -> typer.Typer:
+    """The command line, or for a node's own check (``check …``, before every job) the same root holding that
+    command alone: it parses, helps and refuses as the whole one does, without building every other command."""
+    if args[:1] != ["check"]:
+        return app
+    alone = _root()
+    alone.callback()(_no_options)  # a callback keeps the root a group: ``check`` stays its subcommand
+    alone.command("check")(check)
+    return alone
 
 
-def _say_slurm(slurm: SlurmPlan) -> None:
-    """What a node's own check asked of Slurm, on stderr (stdout holds its one line)."""
-    if slurm.error:
-        _say(f"slurm: nothing changed: {slurm.error}")
-    for node, why in slurm.kept:
-        _say(f"slurm: {node} stays drained: {why}")
-    for action in slurm.actions:
-        done = "done" if action.applied else f"failed (exit {action.exit_code}): {action.output}"
-        _say(f"slurm: {action.command}: {done if action.exit_code is not None else 'dry run, add --apply'}")
+def _no_options() -> None:
+    """The root takes no option of its own."""
 
 
 def main() -> None:
@@ -555,9 +531,9 @@ def main() -> None:
         said = f"stopped {len(reaped)} Prefect API server(s) left by a killed controller (pids {reaped})"
         _say(said)
     try:
-        app()
+        _app_for(sys.argv[1:])()
     except KeyboardInterrupt:
-        err.print("interrupted")
+        console(stderr=True).print("interrupted")
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the tool failed: one line here, the traceback in the log
         _say(failure_line(exc, log_failure(exc, None)))

@@ -28,27 +28,44 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
-from cluster_accept.inventory.load import InventoryError
 from cluster_accept.vocabulary.own_files import append_own, own_dir
-from cluster_accept.vocabulary.secrets import mask_secrets
 from cluster_accept.vocabulary.text import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cluster_accept.inventory.load import InventoryError
 
 ACCEPTED = 0
 NOT_ACCEPTED = 1
 USAGE_ERROR = 2
 TOOL_FAILURE = 3
 ERROR_LOG = "cluster-accept-errors.log"
-_stderr = Console(stderr=True)
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")  # where Prefect logs a failed run's exception
+
+
+@functools.cache
+def console(stderr: bool = False) -> Console:
+    """The command line's rich console on stdout (or stderr), made at its first use: a node's own check that has
+    nothing to say never loads rich."""
+    from rich.console import Console
+
+    return Console(stderr=stderr)
 
 
 def say(line: str) -> None:
     """One line on stderr as it is: control characters shown as escapes, no rich markup, never wrapped."""
-    _stderr.print(visible(line), highlight=False, markup=False, soft_wrap=True)
+    console(stderr=True).print(visible(line), highlight=False, markup=False, soft_wrap=True)
+
+
+def usage_error(message: str) -> typer.Exit:
+    """``error: MESSAGE`` on stderr (``error:`` in red); exit 2."""
+    console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(USAGE_ERROR)
 
 
 def inventory_error(exc: InventoryError) -> typer.Exit:
@@ -80,6 +97,8 @@ def log_failure(exc: BaseException, out_dir: Path | None) -> Path:
     """Append ``exc`` with its traceback to ``OUT/cluster-accept-errors.log``, else (no ``out_dir``, or one that
     cannot be written) to this user's own temporary directory (:func:`own_temp_dir`), else to a fresh private
     one; never through a link (:func:`~vocabulary.own_files.append_own`). The log's path."""
+    from cluster_accept.vocabulary.secrets import mask_secrets
+
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     # The controller's own text, masked where it is written: an exception's message quotes whatever the failing
     # code held (an inventory's value, a pydantic error echoing its input); node text in it is masked already.

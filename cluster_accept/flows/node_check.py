@@ -33,7 +33,6 @@ from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX, SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.remote.result import NodeStatus
-from cluster_accept.reports.summary import prometheus_text
 from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, NVLINK_CHECK, resolve_auto_nodes
 from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
 from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, preflight_causes, since_previous
@@ -209,6 +208,8 @@ def slurm_actions(found: NodeCheck, slurm_node: str, ops: SlurmOps) -> SlurmPlan
 
 def write_prometheus(path: Path, found: NodeCheck, cluster: str, run_id: str) -> None:
     """The node's verdict as a node_exporter textfile (written whole, then renamed into place)."""
+    from cluster_accept.reports.summary import prometheus_text
+
     if found.verdict is None:
         return
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

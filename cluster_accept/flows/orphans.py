@@ -26,7 +26,8 @@ def mark_controller() -> None:
 
 
 def _processes() -> Iterator[tuple[int, bytes, dict[bytes, bytes]]]:
-    """(pid, command line, environment) of this user's processes that can be read."""
+    """(pid, command line, environment) of this user's processes that can be read and run Prefect's API app: the
+    environment of no other process is read (a node's own check starts here too, among root's many processes)."""
     uid = os.getuid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -35,6 +36,8 @@ def _processes() -> Iterator[tuple[int, bytes, dict[bytes, bytes]]]:
             if entry.stat().st_uid != uid:
                 continue
             cmdline = (entry / "cmdline").read_bytes()
+            if SERVER_APP not in cmdline:
+                continue
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue

@@ -11,17 +11,16 @@ import enum
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cluster_accept.analysis.calibration import NoiseTable, latest_table
 from cluster_accept.flows.exits import NOT_ACCEPTED, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
-from cluster_accept.inventory.hostlist import HostlistError
-from cluster_accept.inventory.load import InventoryError, select_nodes
-from cluster_accept.probes.base import load_checked_inventory
-from cluster_accept.remote.result import NodeResult, NodeStatus
+
+if TYPE_CHECKING:
+    from cluster_accept.analysis.calibration import NoiseTable
+    from cluster_accept.remote.result import NodeResult
 
 profile_app = typer.Typer(no_args_is_help=True, help="Profiles: suggest one from what the nodes have.")
 
@@ -32,6 +31,8 @@ class Device(str, enum.Enum):
 
 
 def _progress(result: NodeResult) -> None:
+    from cluster_accept.remote.result import NodeStatus
+
     if result.status is NodeStatus.OK:
         _say(f"{result.node}: read ({result.duration_s:.1f} s)")
     else:
@@ -46,6 +47,8 @@ def calibration_of(history: Path | None, cluster: str) -> NoiseTable | None:
     """The cluster's latest calibration in ``history`` (default: the run's default history, where it exists);
     a history named that does not exist is an error; a calibration that does not hold up is warned of and not
     used (:func:`analysis.calibration.latest_table`)."""
+    from cluster_accept.analysis.calibration import latest_table
+
     if history is not None and not history.is_dir():
         raise ValueError(f"--history {history} is not a directory")
     found = latest_table(history or DEFAULT_HISTORY, cluster)
@@ -75,6 +78,9 @@ def suggest(
     from the nodes, and print a commented profile of what most of them have, marking where nodes disagree. With
     a calibration of the cluster in the history: each key figure's noise and margin, and the straggler_pct and
     noise_k it suggests."""
+    from cluster_accept.inventory.hostlist import HostlistError
+    from cluster_accept.inventory.load import InventoryError, select_nodes
+    from cluster_accept.probes.base import load_checked_inventory
     from cluster_accept.tasks.preflight.suggest import read_cluster
 
     try:

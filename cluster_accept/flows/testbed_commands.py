@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
+
+from cluster_accept.flows.exits import console
 
 if TYPE_CHECKING:
     from cluster_accept.testbed.bed import Testbed
@@ -27,12 +28,9 @@ StateDir = Annotated[
 ]
 DemoName = Annotated[str | None, typer.Option("--name", help="test-bed name (default: demo and 4 random hex digits)")]
 
-out = Console()
-err = Console(stderr=True)
-
 
 def _usage_error(exc: Exception) -> typer.Exit:
-    err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+    console(stderr=True).print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
     return typer.Exit(USAGE_ERROR)
 
 
@@ -78,7 +76,7 @@ def testbed_up(
         bed = up(nodes, plan, state_dir, name, subnet, rails=rails, slurm_on=slurm, health_check=program)
     except (TestbedError, SlurmBedError, ValueError) as exc:
         raise _usage_error(exc) from None
-    out.print(bed.summary(), highlight=False, markup=False, soft_wrap=True)
+    console().print(bed.summary(), highlight=False, markup=False, soft_wrap=True)
 
 
 def testbed_down(
@@ -97,7 +95,7 @@ def testbed_down(
     except (TestbedError, ValueError) as exc:
         raise _usage_error(exc) from None
     down(state_dir, prefix)
-    out.print(f"test-bed {prefix} down", highlight=False, markup=False)
+    console().print(f"test-bed {prefix} down", highlight=False, markup=False)
 
 
 def demo_testbed(name: str | None, state_dir: Path | None) -> Testbed:
@@ -111,7 +109,7 @@ def demo_testbed(name: str | None, state_dir: Path | None) -> Testbed:
 
     name = name or demo_name()
     if importlib.util.find_spec("torch") is None:
-        err.print(
+        console(stderr=True).print(
             f"warning: torch is not installed for {sys.executable}: the demo's nodes run their probes with it, so "
             "preflight will reject them (probe:torch_missing). Install the CPU build: "
             "python3 -m pip install 'torch==2.13.0+cpu'",
@@ -121,7 +119,7 @@ def demo_testbed(name: str | None, state_dir: Path | None) -> Testbed:
         )
     try:
         check_name(name)
-        out.print(
+        console().print(
             f"starting the 8-node test-bed {name} (real sshd in network namespaces) with planted faults...",
             highlight=False,
             markup=False,

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cluster_accept.flows.exits import ACCEPTED, NOT_ACCEPTED, TOOL_FAILURE, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
-from cluster_accept.inventory.hostlist import HostlistError
-from cluster_accept.inventory.load import InventoryError
-from cluster_accept.ops.after_run import Operations
-from cluster_accept.watch.arming import NodeVersions
-from cluster_accept.watch.request import WatchSpec, resolve
-from cluster_accept.watch.rounds import DEFAULT_WATCH_DIR, SHIM_DIR
+
+if TYPE_CHECKING:
+    from cluster_accept.watch.arming import NodeVersions
+    from cluster_accept.watch.request import WatchRequest, WatchSpec
+
+# The watch's defaults (:data:`watch.rounds.DEFAULT_WATCH_DIR`, :data:`watch.rounds.SHIM_DIR`), spelled here so that
+# the command line's help does not load the watch to show them (tests hold them equal).
+DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
+SHIM_DIR = Path(__file__).resolve().parent.parent / "watch" / "node"
 
 
 def watch_command(
@@ -57,27 +60,39 @@ def watch_command(
     """Watch a running job from its nodes: name the node behind a dead rank, a hang or a straggler, re-test it
     against its peers, and drain it only when the re-test confirms it. Writes OUT/<id>/ (Parquet, watch.html,
     watch.prom). With --cron, each scheduled run is such a watch (until interrupted)."""
+    from cluster_accept.ops.after_run import Operations
+
     operations = Operations(
         drain=drain, apply=apply, scontrol=scontrol, max_drain=max_drain, fail_streak=1,
         prometheus=str(prometheus.resolve()) if prometheus else None,
     )  # fmt: skip
+    fields = dict(
+        inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, job_user=job_user,
+        out_dir=out_dir.resolve(), watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window,
+        hang_after_s=hang_after, until_named=until_named, retest=retest, retest_wait_s=retest_wait,
+        operations=operations, history=history,
+    )  # fmt: skip
+    spec, request = _resolve(fields)
+    if cron is not None:
+        _serve(spec, cron, request.inventory.cluster, request.job)
+        return
+    _watch_once(spec, request.job, len(request.nodes))
+
+
+def _resolve(fields: dict[str, Any]) -> tuple[WatchSpec, WatchRequest]:
+    """The watch's spec and what it resolves to: every usage and inventory error before Prefect starts (exit 2)."""
+    from cluster_accept.inventory.hostlist import HostlistError
+    from cluster_accept.inventory.load import InventoryError
+    from cluster_accept.watch.request import WatchSpec, resolve
+
     try:
-        spec = WatchSpec(
-            inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, job_user=job_user,
-            out_dir=out_dir.resolve(), watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window,
-            hang_after_s=hang_after, until_named=until_named, retest=retest, retest_wait_s=retest_wait,
-            operations=operations, history=history,
-        )  # fmt: skip
-        request = resolve(spec)  # every usage and inventory error before Prefect starts
+        spec = WatchSpec(**fields)
+        return spec, resolve(spec)
     except InventoryError as exc:
         raise inventory_error(exc) from None
     except (ValueError, HostlistError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(USAGE_ERROR) from None
-    if cron is not None:
-        _serve(spec, cron, request.inventory.cluster, request.job)
-        return
-    _watch_once(spec, request.job, len(request.nodes))
 
 
 def _serve(spec: WatchSpec, cron: str, cluster: str, job: str) -> None:
@@ -107,6 +122,8 @@ def _watch_once(spec: WatchSpec, job: str, nodes: int) -> None:
 def _local_versions() -> NodeVersions:
     """This machine's torch and NCCL, as the job's Python would report them (a Slurm TaskProlog runs here)."""
     import shutil
+
+    from cluster_accept.watch.arming import NodeVersions
 
     try:
         import torch
@@ -139,6 +156,7 @@ def arm_command(
     to paste and to source."""
     from cluster_accept.watch.arming import (
         ArmSettings,
+        NodeVersions,
         arm_node,
         env_lines,
         pod_env,

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.inventory.hostlist import fold
-
-DEFAULT_MAX_DRAIN_FRACTION = 0.10
+from cluster_accept.ops.defaults import DEFAULT_MAX_DRAIN_FRACTION
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
 from cluster_accept.checks.reasons import FindingKind, ReasonCatalog
+from cluster_accept.ops.defaults import FAIL_SHARE, FAIL_STREAK, FAIL_WINDOW
 
 UNJUDGED = frozenset({Verdict.SKIPPED.value, Verdict.TOOL_ERROR.value})  # runs that said nothing of the node
 MAX_RUNS_READ = 200  # the most earlier run directories one run reads back for its held drains
@@ -56,9 +57,9 @@ class RepeatRule:
     """When a relative finding drains: ``streak`` consecutive runs not accepted, or ``share`` of the node's last
     ``window`` runs (this run included in both)."""
 
-    streak: int = 3
-    share: float = 0.5
-    window: int = 6
+    streak: int = FAIL_STREAK
+    share: float = FAIL_SHARE
+    window: int = FAIL_WINDOW
 
     @property
     def failures_in_window(self) -> int:

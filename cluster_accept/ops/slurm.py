@@ -19,10 +19,13 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
-from cluster_accept.ops.breaker import BreakerTrip, DrainLimits, trip
-from cluster_accept.ops.repeats import HeldDrain
+
+if TYPE_CHECKING:  # a node's own check names its reasons with this module: the breaker's is loaded when it drains
+    from cluster_accept.ops.breaker import BreakerTrip, DrainLimits
+    from cluster_accept.ops.repeats import HeldDrain
 
 REASON_PREFIX = "cluster-accept: "
 SSH_CHECK = "ssh"  # the check an unreachable node's reasons are under (``ssh:refused``, ``ssh:host-key``)
@@ -305,6 +308,8 @@ def slurm_step(
 
 def held_back(result: SlurmPlan, verdicts: Sequence[VerdictRow], limits: DrainLimits | None) -> SlurmPlan:
     """``result`` without its drains where the breaker holds them back as a whole (resumes go ahead)."""
+    from cluster_accept.ops.breaker import DrainLimits, trip
+
     drains = [(a.node, a.reason) for a in result.actions if a.action == "drain"]
     tripped = trip(verdicts, drains, limits or DrainLimits())
     if tripped is None:
