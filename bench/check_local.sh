@@ -9,7 +9,8 @@ inv=$(ls -d /tmp/ca-check-*/inventory.yaml | head -1)
 python3 -m cProfile -o /tmp/check.prof -m cluster_accept.flows.cli check --local --inventory "$inv"
 python3 -c "import pstats; pstats.Stats('/tmp/check.prof').sort_stats('cumulative').print_stats(30)" \
   > "$OUT/check_profile.txt" 2>&1
-python3 -X importtime -c "import cluster_accept.flows.cli, cluster_accept.flows.node_check" 2> "$OUT/importtime.txt"
+python3 -X importtime -m cluster_accept.flows.cli check --local --inventory "$inv" 2> "$OUT/importtime.txt"
+python3 -X importtime -m cluster_accept.flows.cli --help 2> "$OUT/importtime-help.txt" > /dev/null
 mkdir -p /tmp/raw
 nvidia-smi -q > /tmp/raw/nvidia-smi-q.txt 2>&1
 for f in /sys/bus/pci/devices/*/aer_dev_*; do [ -r "$f" ] && { echo "### $f"; cat "$f"; }; done > /tmp/raw/aer.txt 2>&1
