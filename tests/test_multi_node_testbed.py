@@ -18,11 +18,15 @@ from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.ssh_launcher import THREAD_PREFIX
 from cluster_accept.tasks.multi_node.ranks import launch_group, launch_groups
 from cluster_accept.testbed import bed as testbed
+from cluster_accept.testbed import net
 from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import only_run, processes_matching, run_cli, run_verdicts, start_cli
 
 pytestmark = pytest.mark.testbed
 ROOT = Path(__file__).resolve().parent.parent
+# node05's link: 80 Mbit/s (0.01 GB/s) is a third of the test-bed's floor (0.03 GB/s) and a tenth of a healthy pair's
+# gloo figure, so it is judged as surely as a slower one, and the groups it is in take less time.
+SLOW = {"nodes": {"node05": [{"slow": {"rate_mbit": 80}}]}}
 
 
 def multi_node_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,7 +37,7 @@ def multi_node_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rate_limited_node_is_isolated(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(
         nodes=8,
-        faults=fault_plan_from_data({"nodes": {"node05": [{"slow": {"rate_mbit": 50}}]}}),
+        faults=fault_plan_from_data(SLOW),
         prefix="cam",
         subnet="10.254.28.0/24",
     )
@@ -131,30 +135,50 @@ def test_groups_larger_than_the_bound_complete_on_bounded_threads(testbed_factor
         assert _probe_dirs_of(tag) == []  # every rank's probe directory removed
 
 
+def _sweep_under_way(bed: testbed.Testbed, proc: subprocess.Popen[str]) -> None:
+    """Wait until the sweep's first group (node[01-02]) runs its all-reduce ranks."""
+    deadline = time.monotonic() + 120
+    while not any(
+        b"allreduce.py" in cmdline and b"torch.distributed.run" not in cmdline
+        for cmdline in _cmdlines(bed.netns("node01"))
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep's first group never started"
+        time.sleep(0.2)
+
+
+def _cmdlines(netns: str) -> list[bytes]:
+    found = []
+    for pid in net.netns_pids(netns):
+        try:
+            found.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:
+            continue
+    return found
+
+
 def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    bed = testbed_factory(nodes=8, faults=None, prefix="cam3", subnet="10.254.48.0/24")
+    """Four nodes: the sweep's steps are node[01-02] and node[01-04]; node03's sshd is killed while the first
+    runs, so the node is lost between steps of the sweep, as node07 of eight would be."""
+    bed = testbed_factory(nodes=4, faults=None, prefix="cam3", subnet="10.254.48.0/24")
     proc = start_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "multi-node")
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list(tmp_path.glob("*/run.json")):
-            time.sleep(0.5)
-        time.sleep(3)  # the sweep is under way
-        testbed.kill_sshd(bed, "node07")
+        _sweep_under_way(bed, proc)
+        testbed.kill_sshd(bed, "node03")
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
-        testbed.start_sshd(bed, "node07")
+        testbed.start_sshd(bed, "node03")
     assert proc.returncode == 1, out + err
     got = run_verdicts(tmp_path)
-    assert got["node07"][0] == "unreachable"
-    assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node07"}
+    assert got["node03"][0] == "unreachable"
+    assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node03"}
 
 
 def test_bisect_names_the_slow_suspect(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(
         nodes=8,
-        faults=fault_plan_from_data({"nodes": {"node05": [{"slow": {"rate_mbit": 50}}]}}),
+        faults=fault_plan_from_data(SLOW),
         prefix="cam",
         subnet="10.254.28.0/24",
     )
