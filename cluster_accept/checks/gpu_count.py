@@ -141,9 +141,7 @@ CHECK = Check(
     samples=(
         healthy("h200x4", {"ok"}, fixture="captures/h200x4/query-gpu-noheader.txt"),
         healthy("h100x1", {"ok"}, fixture="captures/h100x1/query-gpu-noheader.txt"),
-        fault(
-            "gpu_missing", {"count_low"}, fixture="gpu_count/gpu_missing.txt", profile={"gpu": {"count": 4}}
-        ),
+        fault("gpu_missing", {"count_low"}, fixture="gpu_count/gpu_missing.txt", profile={"gpu": {"count": 4}}),
         driver_unreachable({"nvidia_smi_failed"}),
     ),
 )

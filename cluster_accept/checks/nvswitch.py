@@ -280,9 +280,7 @@ CHECK = Check(
     cluster_values=cluster_values,
     expectations=(Expectation("nvswitch", "preflight", NAME, is_set(lambda p: p.nvswitch)),),
     samples=(
-        healthy(
-            "h200x4", {"managed_elsewhere", "ok"}, fixture="nvswitch/h200x4.txt", profile={"nvswitch": {}}
-        ),
+        healthy("h200x4", {"managed_elsewhere", "ok"}, fixture="nvswitch/h200x4.txt", profile={"nvswitch": {}}),
         healthy("h100x1", {"recorded"}, fixture="nvswitch/h100x1.txt"),
         fault(
             "fabric_not_ready",

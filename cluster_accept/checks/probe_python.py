@@ -410,9 +410,7 @@ CHECK = Check(
     expectations=(Expectation("probes.python", "preflight", NAME, always),),
     samples=(
         healthy("h100x1_cuda_profile", {"ok"}, fixture="probe_python/h100x1_cuda_profile.txt"),
-        fault(
-            "cpu_torch_cuda_profile", {"torch_no_cuda"}, fixture="probe_python/cpu_torch_cuda_profile.txt"
-        ),
+        fault("cpu_torch_cuda_profile", {"torch_no_cuda"}, fixture="probe_python/cpu_torch_cuda_profile.txt"),
         dead("torch_missing", {"torch_missing"}, fixture="probe_python/torch_missing.txt"),
         dead("python_missing", {"python_missing"}, fixture="probe_python/python_missing.txt"),
     ),

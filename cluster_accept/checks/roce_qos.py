@@ -238,8 +238,6 @@ CHECK = Check(
                 "ecn": "np 00010000 rp 00010000",
             },
         ),
-        dead(
-            "mlnx_qos_missing", {"unparsable_output"}, fixture="roce_qos/mlnx_qos_missing.txt", exit_code=127
-        ),
+        dead("mlnx_qos_missing", {"unparsable_output"}, fixture="roce_qos/mlnx_qos_missing.txt", exit_code=127),
     ),
 )

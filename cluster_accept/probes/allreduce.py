@@ -230,9 +230,7 @@ PROBE = Probe(
         ),
     ),
     samples=(
-        healthy(
-            "testbed_cpu_2ranks", {"ok"}, fixture="allreduce/testbed_cpu_2ranks.txt", profile=SAMPLE_PROFILE
-        ),
+        healthy("testbed_cpu_2ranks", {"ok"}, fixture="allreduce/testbed_cpu_2ranks.txt", profile=SAMPLE_PROFILE),
         fault(
             "quarter_bandwidth",
             {"below_threshold"},

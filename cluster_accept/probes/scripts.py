@@ -233,7 +233,5 @@ DCGM = NodeScript("dcgm", (), "dcgm", dcgm_command, dcgm_timeout_s, says_setting
 ALLREDUCE = NodeScript("allreduce", ("allreduce.py",), "allreduce", allreduce_command, unkept={"collective": (str,)})
 # The all-reduce run where torch is missing, declared once for the probes that read the run (allreduce,
 # collectives): each judges it under its own profile.
-ALLREDUCE_TORCH_MISSING = dead(
-    "torch_missing", {"probe_failed"}, fixture="allreduce/torch_missing.txt", exit_code=1
-)
+ALLREDUCE_TORCH_MISSING = dead("torch_missing", {"probe_failed"}, fixture="allreduce/torch_missing.txt", exit_code=1)
 NCCL_TESTS = NodeScript("allreduce", (), "allreduce", nccl_tests_command)
