@@ -51,7 +51,8 @@ def to_data(value: Any) -> Any:
 def _adapter(cls: type[Any]) -> TypeAdapter[tuple[Any]]:
     from pydantic import ConfigDict, TypeAdapter
 
-    return TypeAdapter(tuple[cls], config=ConfigDict(strict=True, extra="forbid"))  # type: ignore[valid-type]
+    form: Any = tuple[cls]  # type: ignore[valid-type]  # a type built at run time, read by pydantic alone
+    return TypeAdapter(form, config=ConfigDict(strict=True, extra="forbid"))
 
 
 def from_data(cls: type[_T], data: Any, where: str = "") -> _T:
