@@ -55,18 +55,20 @@ def test_help_imports_no_commands_modules(tmp_path: Path) -> None:
     assert not packages(modules) & (NOT_ON_THE_CHECK | {"pydantic", "yaml", "ClusterShell"})
     ours = {m for m in modules if m.startswith("cluster_accept.")}
     assert "cluster_accept.flows.check_command" in ours  # the commands are there (``-m``: the CLI is __main__)
-    heavy = {m for m in ours if m.split(".")[1] not in ("flows", "ops", "vocabulary")}
+    heavy = {m for m in ours if m.split(".")[1] not in ("flows", "ops", "vocabulary", "watch")}
     assert not heavy, f"--help imported {sorted(heavy)}"
     assert not {m for m in ours if m.startswith("cluster_accept.ops.") and m != "cluster_accept.ops.defaults"}
+    assert not {m for m in ours if m.startswith("cluster_accept.watch.") and m != "cluster_accept.watch.places"}
 
 
 def test_the_defaults_the_help_spells_are_the_commands_own() -> None:
-    """The defaults the help shows without loading the rules they belong to (ops.defaults, the watch's two)."""
+    """The defaults the help shows without loading the rules they belong to (ops.defaults, watch.places)."""
     from cluster_accept.flows import watch_command
     from cluster_accept.ops import breaker, defaults, repeats
     from cluster_accept.watch import rounds
 
     assert (watch_command.DEFAULT_WATCH_DIR, watch_command.SHIM_DIR) == (rounds.DEFAULT_WATCH_DIR, rounds.SHIM_DIR)
+    assert rounds.READER.parent == rounds.SHIM_DIR
     assert watch_command.SHIM_DIR.is_dir()
     assert breaker.DrainLimits().max_fraction == defaults.DEFAULT_MAX_DRAIN_FRACTION
     rule = repeats.DEFAULT_RULE

@@ -13,15 +13,11 @@ import typer
 
 from cluster_accept.flows.exits import ACCEPTED, NOT_ACCEPTED, TOOL_FAILURE, USAGE_ERROR, inventory_error
 from cluster_accept.flows.exits import say as _say
+from cluster_accept.watch.places import DEFAULT_WATCH_DIR, SHIM_DIR
 
 if TYPE_CHECKING:
     from cluster_accept.watch.arming import NodeVersions
     from cluster_accept.watch.request import WatchRequest, WatchSpec
-
-# The watch's defaults (:data:`watch.rounds.DEFAULT_WATCH_DIR`, :data:`watch.rounds.SHIM_DIR`), spelled here so that
-# the command line's help does not load the watch to show them (tests hold them equal).
-DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
-SHIM_DIR = Path(__file__).resolve().parent.parent / "watch" / "node"
 
 
 def watch_command(

@@ -14,15 +14,15 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import fan_out
 from cluster_accept.remote.result import NodeResult, RemoteCommand
+from cluster_accept.watch.places import DEFAULT_WATCH_DIR as DEFAULT_WATCH_DIR
+from cluster_accept.watch.places import SHIM_DIR as SHIM_DIR
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage
 
-SHIM_DIR = Path(__file__).resolve().parent / "node"  # the shim and the node-side reader
 READER = SHIM_DIR / "job_read.py"
 
 
@@ -33,7 +33,6 @@ def reader_source() -> str:
     return READER.read_text()
 
 
-DEFAULT_WATCH_DIR = "/var/tmp/cluster-accept-watch"
 READ_TIMEOUT_S = 60.0
 RANK_ANSWER_S = 5.0
 RANKS_BUDGET_S = 40.0  # asking all of a node's ranks, inside READ_TIMEOUT_S: a slow rank costs only the later ones
