@@ -103,10 +103,11 @@ def agreements(per_node: Mapping[str, Mapping[str, str]]) -> dict[str, Agreement
 
 
 def cluster_values(models: Mapping[str, Mapping[str, Any]]) -> dict[str, Agreement]:
-    """node -> {check: parsed model} into the agreement on each profile key."""
+    """node -> {check: parsed model} into the agreement on each profile key (the checks discovered once)."""
+    checks = suggesting_checks()
     per_node = {}
     for node, node_models in models.items():
-        values = node_values(node_models)
+        values = node_values(node_models, checks)
         if readable(node_models.get("nccl_env")):
             values["nccl_env"] = "read"  # a marker: this node's environment was read (see agreements)
         per_node[node] = values
