@@ -15,7 +15,7 @@ from cluster_accept.analysis.suggest import suggest_profile
 from cluster_accept.analysis.verdicts import Verdict
 from cluster_accept.checks import gpu_count
 from cluster_accept.checks.base import Check, CheckRow, NodeRow, Status
-from cluster_accept.flows import node_check
+from cluster_accept.flows import node_check, node_gather
 from cluster_accept.inventory.builtin import resolve_auto, with_base
 from cluster_accept.inventory.model import Inventory, Node, Profile, SshSettings
 from cluster_accept.remote.result import CommandResult, NodeResult, NodeStatus
@@ -107,8 +107,8 @@ def local_check(monkeypatch: pytest.MonkeyPatch, out: dict[str, str]) -> node_ch
     def ran(node: Node, _: object, __: object = None) -> NodePreflight:
         return parse_node_result(NodeResult(node.name, NodeStatus.OK, commands=commands), checks)
 
-    monkeypatch.setattr(node_check, "discover", lambda: checks)
-    monkeypatch.setattr(node_check, "run_preflight_on_node", ran)
+    monkeypatch.setattr(node_gather, "discover", lambda: checks)
+    monkeypatch.setattr(node_gather, "run_preflight_on_node", ran)
     return node_check.check_node(inventory("gpu1"), "gpu1", "r", fresh=True)
 
 

@@ -16,7 +16,8 @@ import yaml
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
 from cluster_accept.checks.base import NodeRow, Status
-from cluster_accept.flows.node_check import NodeCheck, SlurmOps, slurm_actions, slurm_reason, this_node
+from cluster_accept.flows.node_check import NodeCheck, SlurmOps, slurm_actions, slurm_reason
+from cluster_accept.flows.node_gather import this_node
 from cluster_accept.inventory.load import load_inventory
 from cluster_accept.remote.result import RemoteCommand
 from cluster_accept.remote.session import LocalSession
@@ -150,10 +151,11 @@ def test_check_local_starts_neither_prefect_nor_ssh_nor_loads_frames(tmp_path: P
 def test_the_node_check_judges_with_the_links_the_stages_declare() -> None:
     """The node check gathers the cause links without importing the stages (and Prefect): the same links, in
     the same order, as the run's verdicts use."""
+    from cluster_accept.checks.base import discover
     from cluster_accept.flows.node_check import preflight_links
     from cluster_accept.tasks.stages import declared_links
 
-    assert preflight_links() == declared_links()
+    assert preflight_links(discover()) == declared_links()
 
 
 def _node_check(rows: list[NodeRow]) -> NodeCheck:

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
-from cluster_accept.flows import node_check
+from cluster_accept.flows import node_check, node_gather
 from cluster_accept.flows.cli import app
 from cluster_accept.inventory import load
 from cluster_accept.inventory.load import InventoryError, load_inventory
@@ -81,11 +81,16 @@ def test_check_local_resolves_only_its_own_entry_of_a_site_inventory(
     resolved = _counting(monkeypatch)
     checked: list[tuple[Inventory, str]] = []
 
-    def check_node(inventory: Inventory, name: str, run_id: str, *_: Any) -> node_check.NodeCheck:
+    def start_check(inventory: Inventory, name: str, *_: Any) -> tuple[Inventory, str]:
         checked.append((inventory, name))
+        return inventory, name
+
+    def finish_check(started: tuple[Inventory, str], run_id: str, *_: Any) -> node_check.NodeCheck:
+        name = started[1]
         return node_check.NodeCheck(name, [], VerdictRow(run_id, "site", name, "p", Verdict.ACCEPTED))
 
-    monkeypatch.setattr(node_check, "check_node", check_node)
+    monkeypatch.setattr(node_gather, "start_check", start_check)
+    monkeypatch.setattr(node_check, "finish_check", finish_check)
     monkeypatch.setattr(socket, "gethostname", lambda: host)
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     result = CliRunner().invoke(app, ["check", "--local", "--inventory", str(path), *args], env=env)

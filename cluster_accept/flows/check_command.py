@@ -60,12 +60,16 @@ def check(
     HealthCheckProgram: docs/slurm.md)."""
     if not local:
         raise usage_error("check runs on the node it checks: give --local")
-    from cluster_accept.flows.node_check import SlurmOps, check_node, slurm_actions, write_prometheus
+    from cluster_accept.flows.node_gather import start_check
     from cluster_accept.flows.node_marks import state_dir as marks_dir
 
     loaded, name = _this_node(inventory or Path(os.environ.get("CLUSTER_ACCEPT_INVENTORY") or SITE_INVENTORY), node)
+    started = start_check(loaded, name, fresh)
+    # imported while the node's commands run (flows.node_gather): the judgement's modules, the probes' causes
+    from cluster_accept.flows.node_check import SlurmOps, finish_check, slurm_actions, write_prometheus
+
     run_id = f"check-{name}-{os.getpid()}"
-    found = check_node(loaded, name, run_id, fresh, marks_dir(state_dir, os.environ))
+    found = finish_check(started, run_id, marks_dir(state_dir, os.environ))
     print(found.reason_line, flush=True)
     for note in found.notes:
         _say(f"check: {note}")
@@ -79,7 +83,7 @@ def check(
 
 def _this_node(path: Path, node: str | None) -> tuple[Inventory, str]:
     """This node's part of the inventory at ``path`` and its name there; exit 2 on an inventory or usage error."""
-    from cluster_accept.flows.node_check import this_node
+    from cluster_accept.flows.node_gather import this_node
     from cluster_accept.inventory.hostlist import HostlistError
     from cluster_accept.inventory.load import InventoryError
     from cluster_accept.inventory.node_part import WantedNode

@@ -13,9 +13,6 @@ application's XID is judged by one check, not again before every job; a hardware
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,17 +21,15 @@ from typing import Any
 
 from cluster_accept.analysis import between_nodes, coverage, suspects
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow, node_verdict
-from cluster_accept.checks.base import BAD_STATUSES, Check, NodeRow, Status, discover, retested
+from cluster_accept.checks.base import BAD_STATUSES, Check, NodeRow, Status, retested
 from cluster_accept.checks.declarations import Link
-from cluster_accept.checks.probe_python import IMPORT_CACHE_ENV
+from cluster_accept.flows.node_gather import StartedCheck, start_check
 from cluster_accept.flows.node_marks import read_marks, write_marks
-from cluster_accept.inventory.load import as_local, select_nodes
 from cluster_accept.inventory.model import Inventory
 from cluster_accept.ops.slurm import REASON_MAX, REASON_PREFIX, SlurmPlan, slurm_step
 from cluster_accept.probes.base import discover as discover_probes
 from cluster_accept.remote.result import NodeStatus
 from cluster_accept.tasks.preflight.auto_profile import GPU_CHECK, NIC_CHECK, NVLINK_CHECK, resolve_auto_nodes
-from cluster_accept.tasks.preflight.check_batch import run_preflight_on_node
 from cluster_accept.tasks.preflight.evaluate import NAME, evaluate_preflight, preflight_causes, since_previous
 from cluster_accept.tasks.rows import node_row
 from cluster_accept.vocabulary.own_files import replace_whole
@@ -90,46 +85,14 @@ def slurm_reason(codes: Sequence[str], rows: Sequence[NodeRow]) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 
-def this_node(inventory: Inventory, named: str | None, environ: Mapping[str, str]) -> str:
-    """The inventory node this machine is (:func:`_which_node`); ValueError when it is excluded in the inventory:
-    a node taken out of testing is not checked, and its check is no verdict."""
-    name = _which_node(inventory, named, environ)
-    if inventory.node(name).excluded:
-        raise ValueError(f"{name} is excluded in the inventory: it is not checked")
-    return name
-
-
-def _which_node(inventory: Inventory, named: str | None, environ: Mapping[str, str]) -> str:
-    """``named``, else Slurm's name for this machine, else the host's short name; the one node of a one-node
-    inventory. Raises ValueError naming what was looked for."""
-    if named:
-        return inventory.node(named).name if _known(inventory, named) else _unknown(named, "--node")
-    slurm_name = environ.get("SLURMD_NODENAME")
-    if slurm_name:
-        by_slurm = {n.slurm_node: n.name for n in inventory.nodes}
-        return by_slurm.get(slurm_name) or _unknown(slurm_name, "SLURMD_NODENAME (slurm.node_names)")
-    if len(inventory.nodes) == 1:
-        return inventory.nodes[0].name
-    host = socket.gethostname().split(".")[0]
-    return host if _known(inventory, host) else _unknown(host, "this host's short name (give --node)")
-
-
-def _known(inventory: Inventory, name: str) -> bool:
-    return any(n.name == name for n in inventory.nodes)
-
-
-def _unknown(name: str, source: str) -> str:
-    raise ValueError(f"{name!r}, from {source}, is no node of the inventory")
-
-
-def preflight_links() -> tuple[Link, ...]:
-    """The cause links a run's verdicts use, gathered as the stages gather them (probes of the single-node stage,
-    the burn's, those between nodes), without importing the stages (and Prefect)."""
+def preflight_links(checks: list[Check[Any]]) -> tuple[Link, ...]:
+    """The cause links a run's verdicts use, gathered as the stages gather them (``checks``' own, probes of the
+    single-node stage, the burn's, those between nodes), without importing the stages (and Prefect)."""
     probes = discover_probes()
     single = [p for p in probes if p.stage == "single-node"]
     ordered = single + [p for p in probes if p.stage == "burn"]
     return (
-        preflight_causes(discover())
+        preflight_causes(checks)
         + suspects.probe_stage_causes(frozenset(p.check for p in single), "single-node")
         + tuple(link for probe in ordered for link in probe.causes)
         + suspects.causes(suspects.BETWEEN_NODES_SYMPTOMS, "multi-node")
@@ -137,45 +100,38 @@ def preflight_links() -> tuple[Link, ...]:
     )
 
 
-def import_cache() -> Path:
-    """Where this node keeps the last good answer of torch's import (:data:`checks.probe_python.IMPORT_CACHE_ENV`):
-    the user's runtime directory, else ``/run`` (root, a Slurm prolog), else the temporary directory; cleared at
-    boot where it is a tmpfs, and keyed by the boot where it is not."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime else Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
-    return base / f"cluster-accept-{os.getuid()}" / "probe-import.json"
-
-
 def check_node(
     inventory: Inventory, node_name: str, run_id: str, fresh: bool = False, state: Path | None = None
 ) -> NodeCheck:
-    """The preflight of ``node_name`` on this machine, judged and held to its profile as in a run. Unless ``fresh``,
-    the probe interpreter's CUDA start is taken from the last good one while nothing it rests on changed. With a
-    ``state`` dir, what is new since the node's previous check is judged, and this check's marks are kept there
-    (:mod:`.node_marks`)."""
-    started = time.monotonic()
-    inventory = as_local(select_nodes(inventory, node_name))
-    checks = discover()
-    env = {} if fresh else {IMPORT_CACHE_ENV: str(import_cache())}
-    outcome = run_preflight_on_node(inventory.node(node_name), checks, env)
+    """The preflight of ``node_name`` on this machine, judged and held to its profile as in a run: its commands
+    started (:func:`flows.node_gather.start_check`), then :func:`finish_check`."""
+    return finish_check(start_check(inventory, node_name, fresh), run_id, state)
+
+
+def finish_check(check: StartedCheck, run_id: str, state: Path | None = None) -> NodeCheck:
+    """The started check's answer judged. With a ``state`` dir, what is new since the node's previous check is
+    judged, and this check's marks are kept there (:mod:`.node_marks`)."""
+    node_name, checks = check.node, check.checks
+    outcome = check.outcome.result()
     answered = [] if outcome.result.status in (NodeStatus.TOOL_ERROR, NodeStatus.UNREACHABLE) else [node_name]
     gpu, nic = {node_name: outcome.models.get(GPU_CHECK)}, {node_name: outcome.models.get(NIC_CHECK)}
     inventory, rows = resolve_auto_nodes(
-        run_id, inventory, gpu, answered, nic, {node_name: outcome.models.get(NVLINK_CHECK)}
+        run_id, check.inventory, gpu, answered, nic, {node_name: outcome.models.get(NVLINK_CHECK)}
     )
     kept = read_marks(state, node_name) if state is not None else None
     if kept is not None:
         since_previous([outcome], checks, {node_name: kept.marks})
     rows += evaluate_preflight(run_id, inventory, [outcome], checks)
     node = inventory.node(node_name)
-    expectations = tuple(e for check in checks for e in check.expectations)
+    expectations = tuple(e for c in checks for e in c.expectations)
     for name, expectation in coverage.missing(NAME, {node_name: node.profile}, rows, expectations):
         rows.append(node_row(run_id, inventory.cluster, NAME, name, coverage.gap_row(expectation)))
-    verdict = node_verdict(node_name, rows, preflight_links()).row(run_id, inventory.cluster, node.profile_name)
+    judged = node_verdict(node_name, rows, preflight_links(checks))
+    verdict = judged.row(run_id, inventory.cluster, node.profile_name)
     notes = [] if kept is None or kept.note is None else [kept.note]
     if state is not None:
         notes += _keep_marks(state, node_name, checks, outcome.models, kept.marks if kept else {})
-    return NodeCheck(node_name, rows, verdict, time.monotonic() - started, notes)
+    return NodeCheck(node_name, rows, verdict, time.monotonic() - check.started, notes)
 
 
 def _keep_marks(

@@ -35,11 +35,13 @@ added to ``cluster_accept.probes.__path__`` or published under the ``cluster_acc
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -147,8 +149,17 @@ def _modules(package: str) -> list[ModuleType]:
     for info in pkgutil.iter_modules(root.__path__):
         if not info.name.startswith("_") and info.name not in NOT_PROBES:
             found.append(importlib.import_module(f"{package}.{info.name}"))
-    found += [entry.load() for entry in entry_points(group=ENTRY_POINTS)]
+    found += [entry.load() for entry in _published(ENTRY_POINTS, tuple(sys.path))]
     return found
+
+
+@functools.cache
+def _published(group: str, path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+    """The entry points of ``group`` among the distributions on ``path``, read once per path: the read opens
+    every installed distribution's metadata (tens of milliseconds on a node with hundreds), and a command
+    discovers the probes more than once."""
+    del path  # the key: what is installed is read again when the path changes
+    return tuple(entry_points(group=group))
 
 
 def discover(package: str = "cluster_accept.probes", stage: str | None = None) -> list[Probe]:
@@ -182,12 +193,35 @@ def plugin_settings(probes: Sequence[Probe] | None = None) -> dict[str, type[Bas
     return found | {probe.name: probe.settings for probe in chosen if probe.settings is not None}
 
 
+class _SettingsWhenAsked(Mapping[str, type[BaseModel]]):
+    """:func:`plugin_settings`, discovered when the inventory first asks: one without ``plugins:`` never does, so
+    loading it imports no probe (a node's own check then starts its commands first, and imports the probes while
+    they run)."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, type[BaseModel]] | None = None
+
+    def _models(self) -> dict[str, type[BaseModel]]:
+        if self._found is None:
+            self._found = plugin_settings()
+        return self._found
+
+    def __getitem__(self, name: str) -> type[BaseModel]:
+        return self._models()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._models())
+
+    def __len__(self) -> int:
+        return len(self._models())
+
+
 def load_checked_inventory(path: str | Path, node: WantedNode | None = None) -> Inventory:
     """The inventory at ``path``, each added probe's ``plugins:`` settings checked against its model on load
     (the inventory cannot see the probes: it lies below them); raises
     :class:`~inventory.load.InventoryError`, naming what is wrong. ``node``: only that node's part of the
     file (a node's own check: :mod:`inventory.node_part`)."""
-    return load_inventory(path, plugins=plugin_settings(), node=node)
+    return load_inventory(path, plugins=_SettingsWhenAsked(), node=node)
 
 
 def scripts_for(node: Node, probes: Sequence[Probe], quick: bool = False) -> list[NodeScript]:
