@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import cluster_accept.checks.nvswitch as nvswitch
 import cluster_accept.checks.pcie_aer as aer
 from cluster_accept.analysis.regressions import counter_growth
 from cluster_accept.checks.base import Status
@@ -88,3 +89,36 @@ def test_a_link_narrower_than_its_maximum_fails_and_truncation_is_an_error() -> 
     assert rows == [("GPU 0000:00:06.0 width", "fail", "width_degraded", "x8")]
     (row,) = aer.evaluate(aer.parse(H200X1_SYSFS[:30], 0), ANY, NO_CLUSTER)
     assert (row.status, row.reason) == (Status.ERROR, "unparsable_output")
+
+
+@pytest.mark.integration
+def test_the_walk_over_every_pci_device_starts_no_process_for_the_others(tmp_path: Path) -> None:
+    """A bare-metal GPU node lists hundreds of PCI functions, and a Slurm prolog waits on this walk (and the
+    NVSwitch check's): a device of another vendor, or one whose files cannot be read, is read without a process
+    of its own. A ``cat`` first on the path counts the processes; 200 such devices beside the board add none."""
+    faults = [NvswitchBoard()]
+    data = build_node("h200x4", faults, {})
+    (tmp_path / "bin").mkdir()
+    env = hgx.write_pci_sysfs(tmp_path / "sys", tmp_path / "bin", data, faults)
+    log = tmp_path / "cat.log"
+    (tmp_path / "bin" / "cat").write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec /bin/cat "$@"\n')
+    (tmp_path / "bin" / "cat").chmod(0o755)
+    env = {**env, "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+
+    def processes(command: str) -> tuple[int, str]:
+        log.write_text("")
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, env=env)
+        return len(log.read_text().splitlines()), done.stdout
+
+    board = {name: processes(command) for name, command in (("aer", aer.COMMAND), ("nvswitch", nvswitch.COMMAND))}
+    devices = tmp_path / "sys" / "bus" / "pci" / "devices"
+    for index in range(200):
+        other = devices / f"0000:{0x10 + index // 8:02x}:00.{index % 8}"
+        other.mkdir()
+        if index % 2:  # every other one unreadable: no vendor or class file at all
+            (other / "vendor").write_text("0x8086\n")
+            (other / "class").write_text("0x020000\n")
+    for name, command in (("aer", aer.COMMAND), ("nvswitch", nvswitch.COMMAND)):
+        assert processes(command) == board[name], name  # the same output, by the same processes
+    assert board["aer"][0] == 4 * 8  # the four link files of each GPU and NVSwitch, read as before
+    assert "0000:a5:00.0" in board["nvswitch"][1]

@@ -55,7 +55,8 @@ COMMAND = (
     'for d in "$s"/class/infiniband/*; do v=$(readlink "$d/device/driver" 2>/dev/null); '
     '[ "${v##*/}" = efa ] || continue; n=$((n + 1)); '
     f"for c in {' '.join(HW_COUNTERS)}; do "
-    'f="$d/ports/1/hw_counters/$c"; [ -r "$f" ] && echo "C|${d##*/}/1|$c|$(cat "$f" 2>/dev/null)"; done; '
+    'f="$d/ports/1/hw_counters/$c"; [ -r "$f" ] || continue; v=; { IFS= read -r v < "$f"; } 2>/dev/null; '
+    'echo "C|${d##*/}/1|$c|$v"; done; '
     'done; echo "devices=$n"; '
     'echo "instance=$(cat "$s/devices/virtual/dmi/id/product_name" 2>/dev/null)"; '
     "if ! command -v fi_info > /dev/null 2>&1; then echo fi_info=missing; "

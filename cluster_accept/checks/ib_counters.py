@@ -99,7 +99,8 @@ COMMAND = (
     f"root={SYSFS}/class/infiniband; echo '{_MARK}'; "
     'for d in "$root"/*/ports/*; do [ -d "$d" ] || continue; '
     f"for c in {' '.join(ERROR_COUNTERS)}; do "
-    '[ -r "$d/counters/$c" ] && echo "${d#"$root"/} $c $(cat "$d/counters/$c" 2>/dev/null)"; '
+    '[ -r "$d/counters/$c" ] || continue; v=; { IFS= read -r v < "$d/counters/$c"; } 2>/dev/null; '
+    'echo "${d#"$root"/} $c $v"; '
     "done; done; "
     f"echo '{_END}'"
 )

@@ -48,8 +48,9 @@ _SECTIONS = frozenset({"switches", "service", "process", "fm_version", "driver",
 _PROCESS = "nv-fabricmanager"[:15]
 COMMAND = (
     's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; echo "### switches"; '
-    'for d in "$s"/bus/pci/devices/*; do [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue; '
-    'case "$(cat "$d/class" 2>/dev/null)" in 0x0680*) echo "${d##*/}";; esac; done; '
+    'for d in "$s"/bus/pci/devices/*; do v=; { IFS= read -r v < "$d/vendor"; } 2>/dev/null; '
+    '[ "$v" = 0x10de ] || continue; c=; { IFS= read -r c < "$d/class"; } 2>/dev/null; '
+    'case "$c" in 0x0680*) echo "${d##*/}";; esac; done; '
     f'echo "### service"; systemctl show {SERVICE} -p LoadState -p ActiveState -p SubState -p Result 2>&1; '
     'echo "rc=$?"; '
     f'echo "### process"; pgrep -u root -x {_PROCESS} >/dev/null 2>&1 && echo running || echo none; '

@@ -36,8 +36,9 @@ NAME = "pcie_aer"
 SEVERITIES = ("correctable", "nonfatal", "fatal")
 _KINDS = {"0x0302": "GPU", "0x0680": "NVSwitch", "0x0207": "HCA", "0x0200": "NIC"}
 COMMAND = (
-    's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; for d in "$s"/bus/pci/devices/*; do v=$(cat "$d/vendor" 2>/dev/null); '
-    'case "$v" in 0x10de|0x15b3) ;; *) continue;; esac; c=$(cat "$d/class" 2>/dev/null); '
+    's="${CLUSTER_ACCEPT_SYSFS:-/sys}"; for d in "$s"/bus/pci/devices/*; do v=; '
+    '{ IFS= read -r v < "$d/vendor"; } 2>/dev/null; case "$v" in 0x10de|0x15b3) ;; *) continue;; esac; '
+    'c=; { IFS= read -r c < "$d/class"; } 2>/dev/null; '
     'case "$c" in 0x0302*|0x0680*|0x0207*|0x0200*) ;; *) continue;; esac; a=${d##*/}; '
     'echo "D|$a|$c|$(cat "$d/current_link_width" 2>/dev/null)|$(cat "$d/max_link_width" 2>/dev/null)|'
     '$(cat "$d/current_link_speed" 2>/dev/null)|$(cat "$d/max_link_speed" 2>/dev/null)"; '

@@ -42,9 +42,11 @@ COMMAND = (
     'r="${CLUSTER_ACCEPT_SYSFS:-/sys}/class/infiniband"; '
     + nccl_conf_setting("NCCL_IB_GID_INDEX")
     + f"echo \"{_INDEX}${{NCCL_IB_GID_INDEX-$c}}\"; echo '{_MARK}'; "
-    'for d in "$r"/*/ports/*; do [ "$(cat "$d/link_layer" 2>/dev/null)" = Ethernet ] || continue; '
+    'for d in "$r"/*/ports/*; do l=; { IFS= read -r l < "$d/link_layer"; } 2>/dev/null; '
+    '[ "$l" = Ethernet ] || continue; '
     'p=${d#"$r"/}; p=${p%/ports/*}/${d##*/}; '
-    'for g in "$d"/gids/*; do v=$(cat "$g" 2>/dev/null); [ -n "$v" ] && [ "$v" != ' + _EMPTY + " ] || continue; "
+    'for g in "$d"/gids/*; do v=; { IFS= read -r v < "$g"; } 2>/dev/null; '
+    '[ -n "$v" ] && [ "$v" != ' + _EMPTY + " ] || continue; "
     'i=${g##*/}; a="$d/gid_attrs"; echo "$p|$i|$v|$(cat "$a/types/$i" 2>/dev/null)|$(cat "$a/ndevs/$i" 2>/dev/null)"; '
     'done; echo "$p|-|||"; done; '
     f"echo '{_END}'"
