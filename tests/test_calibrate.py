@@ -123,6 +123,7 @@ def test_a_refused_run_stops_the_calibration_and_no_history_refuses_it(tmp_path:
 
 @pytest.mark.integration
 @pytest.mark.serial  # its A=A runs' spread is the figure: another worker's probes beside them push it past the ceiling
+@pytest.mark.soak  # docs/development.md: two runs, a table written by the first read by the last
 def test_calibrate_runs_the_real_flow_twice_and_later_reports_rest_on_its_table(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     args = ("--inventory", str(inventory(tmp_path, QUIET_PEERS)), "--nodes", "local[1-2]", "--out", str(out))

@@ -130,6 +130,7 @@ def _named(checks: pd.DataFrame) -> dict[str, str]:
     return dict(zip(settings["item"], settings.reason, strict=True))
 
 
+@pytest.mark.soak  # docs/development.md: the verdicts of four nodes' CPU figures, noisy beside another load
 def test_a_setting_no_table_names_among_twenty_is_proved_the_cause_alone(
     testbed_factory,  # type: ignore[no-untyped-def]
     tmp_path: Path,
