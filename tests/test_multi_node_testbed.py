@@ -175,6 +175,7 @@ def test_node_killed_mid_sweep_is_reported_and_others_finish(testbed_factory, tm
     assert {n for n, (v, _) in got.items() if v != "accepted"} == {"node03"}
 
 
+@pytest.mark.soak  # docs/development.md: isolation by rounds of measurement (the simulator proves it by default)
 def test_bisect_names_the_slow_suspect(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bed = testbed_factory(
         nodes=8,

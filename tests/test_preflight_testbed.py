@@ -10,7 +10,7 @@ import pytest
 from cluster_accept.testbed.faults import fault_plan_from_data
 from tests.processes import only_run, run_cli
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_preflight_testbed")]
 ROOT = Path(__file__).resolve().parent.parent
 
 PLAN = {

@@ -15,7 +15,8 @@ from cluster_accept.reports.render import build_context, render
 from tests.browser import load_page
 from tests.report_scale_data import synthetic_run
 
-pytestmark = pytest.mark.testbed  # Chromium, as the other browser tests
+# Chromium, as the other browser tests
+pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_report_scale_browser")]
 
 NODES = 4096
 MAX_HTML_BYTES = 20 * 2**20

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cluster_accept.flows.cli import app
 from cluster_accept.testbed import bed, net, subnets
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_testbeds_apart")]
 
 ONE, TWO, CLI = "cazn1", "cazn2", "cazn3"
 

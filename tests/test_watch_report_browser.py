@@ -12,7 +12,8 @@ from cluster_accept.watch.report import MAX_POINTS, watch_page
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage, WatchFinding
 from tests.browser import load_page
 
-pytestmark = pytest.mark.testbed  # Chromium, as the other browser tests
+# Chromium, as the other browser tests
+pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_watch_report_browser")]
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
