@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Causes proved on a lent multi-GPU host, profile: auto with no figure's minimum written, the real CLI (local
 # transport). Usage on the machine, from the repo root, wheels carried in .whl:
-#   bash bench/prove_causes.sh one      the host as one node: healthy (with a harmless NCCL_DEBUG_SUBSYS in the
-#                                       environment), then three NCCL settings that slow collectives planted one
-#                                       at a time (/etc/nccl.conf, the environment, ~/.nccl.conf)
+#   bash bench/prove_causes.sh one      the host as one node: healthy, then three NCCL settings that slow
+#                                       collectives planted one at a time (/etc/nccl.conf, the environment,
+#                                       ~/.nccl.conf); two harmless NCCL settings in every run's environment
 #   bash bench/prove_causes.sh halves   the host as two "nodes" NCCL takes for two hosts (NCCL_HOSTID per half):
 #                                       healthy, then a setting on one half that slows the path between them
 #                                       (halves-planted: the planted runs only)
@@ -25,10 +25,13 @@ for profile in data["profiles"].values():
 yaml.safe_dump(data, open(sys.argv[2], "w"))
 PY
 }
+# Two NCCL settings that change no figure on these hosts, in every run's environment beside the planted one: a
+# debug subsystem list, and an InfiniBand timeout on a host without InfiniBand. Neither may ever be named.
+HARMLESS=(NCCL_DEBUG_SUBSYS=INIT,ENV NCCL_IB_TIMEOUT=22)
 run() {  # NAME INVENTORY STAGES [env...]
   local name=$1 inv=$2 stages=$3; shift 3
   s=$(date +%s)
-  env "$@" python3 -m cluster_accept.flows.cli run --inventory "$inv" --out "/tmp/runs/$name" --stages "$stages" \
+  env "${HARMLESS[@]}" "$@" python3 -m cluster_accept.flows.cli run --inventory "$inv" --out "/tmp/runs/$name" --stages "$stages" \
     --history -
   echo "### $name: exit $? wall $(( $(date +%s) - s )) s"
 }
@@ -45,7 +48,7 @@ planted_file() {  # FILE LINE NAME INVENTORY STAGES: LINE in FILE for one run, t
   if [ "$mode" = one ]; then
     inv=bench/inventories/gpu-host-auto.yaml
     lean "$inv" /tmp/lean.yaml
-    run healthy "$inv" preflight,single-node NCCL_DEBUG_SUBSYS=INIT,ENV
+    run healthy "$inv" preflight,single-node
     planted_file /etc/nccl.conf NCCL_MAX_NCHANNELS=1 max_nchannels /tmp/lean.yaml preflight,single-node
     run proto_ll /tmp/lean.yaml preflight,single-node NCCL_PROTO=LL
     planted_file ~/.nccl.conf NCCL_P2P_LEVEL=LOC p2p_level /tmp/lean.yaml preflight,single-node
