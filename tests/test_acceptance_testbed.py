@@ -26,10 +26,12 @@ EXPECTED = {
 }
 
 
+@pytest.mark.untimed  # preflight, or Slurm alone: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_acceptance_testbed")
 def test_run_on_faulty_testbed_names_every_fault(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = load_fault_plan(ROOT / "cluster_accept" / "testbed" / "demo-faults.yaml")
     bed = testbed_factory(nodes=8, faults=plan, prefix="cae", subnet="10.254.16.0/24")
-    # Preflight names every planted fault but node08's slow link, which the demo's multi-node stage finds
+    # Preflight names every planted fault but node08's slow link, which the demo's stage between nodes finds
     # (tests/test_report_browser.py runs the demo).
     proc = run_cli("run", "--inventory", str(bed.inventory_path), "--out", str(tmp_path), "--stages", "preflight")
     assert proc.returncode == 1, proc.stdout + proc.stderr

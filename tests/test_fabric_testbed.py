@@ -28,6 +28,8 @@ def _auto_inventory(bed: testbed.Testbed, path: Path) -> Path:
     return auto_cpu_inventory(bed.inventory_path, path, relative_verdict="warn")
 
 
+@pytest.mark.untimed  # preflight only: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_fabric_testbed")
 def test_auto_reads_the_fabric_and_names_a_port_down_or_at_half_rate(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     faults = {
         "nodes": {
@@ -86,6 +88,8 @@ def test_a_network_slow_on_every_node_fails_against_the_floor_the_nics_imply(tes
     assert all("expected NET/IB" in d for d in together.detail)
 
 
+@pytest.mark.untimed  # preflight only: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_fabric_testbed")
 def test_a_roce_port_whose_gid_index_names_a_roce_v1_entry_is_named(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     roce = {"ib_port": {"link_layer": "Ethernet"}}
     faults = {

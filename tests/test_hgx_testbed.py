@@ -72,6 +72,8 @@ def _hgx_inventory(bed: testbed.Testbed, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.untimed  # preflight only: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_hgx_testbed")
 def test_fabric_manager_and_nvswitch_faults_are_named_cause_first(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = {
         "nodes": {

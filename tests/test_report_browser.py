@@ -141,6 +141,8 @@ HOSTILE_NAME = "NVIDIA H200 <script>window.__pwned = 1</script>"
 HOSTILE_ENV = '<img src=x onerror="window.__pwned = 2">'
 
 
+@pytest.mark.untimed  # preflight only: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_report_browser")
 def test_node_output_carrying_html_is_shown_as_text(testbed_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     faults = {
         "nodes": {

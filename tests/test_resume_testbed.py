@@ -105,6 +105,8 @@ def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_
     )
 
 
+@pytest.mark.untimed  # preflight only: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_resume_testbed")
 def test_resume_refuses_a_finished_or_unknown_run(tmp_path: Path) -> None:
     unknown = run_cli("run", "--resume", "20260101T000000Z-000000", "--out", str(tmp_path))
     assert unknown.returncode == 2 and "cannot resume 20260101T000000Z-000000" in unknown.stderr

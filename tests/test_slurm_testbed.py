@@ -58,6 +58,8 @@ def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 180.0) -> 
         time.sleep(1.0)
 
 
+@pytest.mark.untimed  # preflight, or Slurm alone: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_slurm_testbed")
 def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     faults = {"nodes": {"node02": ["gpu_missing"], "node03": ["down"]}}
     bed = testbed_factory(nodes=5, faults=faults, prefix="csl", subnet="10.254.124.0/24", slurm=True)
@@ -112,6 +114,8 @@ def test_drain_dry_run_apply_and_resume_passing(testbed_factory, tmp_path: Path,
     assert 'cluster_accept_node_verdict{cluster="testbed",node="node01",verdict="accepted"} 1' in text
 
 
+@pytest.mark.untimed  # preflight, or Slurm alone: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_slurm_testbed")
 def test_the_drain_breaker_on_real_slurm(testbed_factory, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Three of four failing: nothing drained, every one listed with its reasons, exit 3. One of four: drained. An
     inventory whose SSH port no node listens on: the controller named, nothing drained, exit 3."""
@@ -207,6 +211,8 @@ def test_a_node_slurm_will_not_allocate_is_named(mapped_bed, tmp_path: Path) -> 
     assert good.ok and good.busbw_gbps is not None and good.busbw_gbps > 0, good.detail
 
 
+@pytest.mark.untimed  # preflight, or Slurm alone: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_slurm_testbed")
 def test_an_abandoned_launch_stops_its_step_and_gives_its_allocation_back(mapped_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     nodes = load_inventory(_slurm_inventory(mapped_bed, tmp_path / "inventory.yaml", training=False)).tested[:2]
     live = srun.Live()
@@ -217,7 +223,7 @@ def test_an_abandoned_launch_stops_its_step_and_gives_its_allocation_back(mapped
     step.start()
     wait_for("the step to run", lambda: f"{allocation.job_id}.0" in subprocess.run(
         ["squeue", "-h", "-s", "-o", "%i"], capture_output=True, text=True, check=True).stdout, 30)  # fmt: skip
-    live.stop_all()  # what launch_groups does when the controller abandons the launch
+    live.stop_all()  # what the launcher does when the controller abandons the launch
     step.join(30)
     assert not step.is_alive()
     wait_for("the allocation to end", lambda: "JobState=CANCELLED" in scontrol("show", "job", allocation.job_id), 30)
@@ -248,6 +254,8 @@ def test_the_sbatch_example_checks_its_allocation(mapped_bed, tmp_path: Path) ->
     assert set(inter.group) == {"node[01-02]"} and (inter.value > 0).all()  # srun inside the held allocation
 
 
+@pytest.mark.untimed  # preflight, or Slurm alone: runs beside another worker (docs/development.md)
+@pytest.mark.xdist_group("test_slurm_testbed")
 def test_the_health_check_example_drains_a_failing_node_and_resumes_it(testbed_factory, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """slurmd runs the example (as HealthCheckProgram) when it starts, with an empty environment, and waits for
     it: the faulty node drains itself with the reason, the healthy one stays in service; repaired, the node
