@@ -14,7 +14,7 @@ from cluster_accept.remote.fanout import fan_out, run_node
 from cluster_accept.remote.result import NodeStatus, RemoteCommand, UnreachableCause
 from cluster_accept.testbed.faults import fault_plan_from_data
 
-pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_fanout_testbed")]
+pytestmark = pytest.mark.testbed
 
 COMMANDS = [RemoteCommand("gpus", "nvidia-smi -L"), RemoteCommand("driver", "cat /proc/driver/nvidia/version")]
 

@@ -47,7 +47,7 @@ def test_untimed_test_bed_tests_keep_to_one_worker_a_module_and_run_no_timed_sta
     assert "--dist loadgroup" in first and '"(not testbed or untimed) and not serial"' in first
     assert '"(testbed and not untimed) or serial"' in second
     untimed = [(p.stem, *found) for p in sorted((ROOT / "tests").glob("test_*.py")) for found in _untimed(p)]
-    assert len(untimed) >= 10, untimed
+    assert len(untimed) >= 8, untimed
     for stem, name, marks, code in untimed:
         assert f"xdist_group('{stem}')" in marks, f"{name}: give it its module's group, xdist_group({stem!r})"
         timed = [s for s in ("single-node", "multi-node", "multi_node_cli", "launch_group", "burn", "training=True")

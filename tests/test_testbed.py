@@ -18,7 +18,7 @@ from cluster_accept.testbed import bed
 from cluster_accept.testbed.captures import raw_capture
 from cluster_accept.testbed.faults import FaultPlan
 
-pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_testbed")]
+pytestmark = pytest.mark.testbed
 
 PREFIX, SUBNET = "catb", "10.254.32.0/24"
 HOSTILE = "INIT,ENV  \"quoted\" 'single' back\\slash $HOME"
