@@ -511,12 +511,17 @@ app.command("check")(check)
 def _app_for(args: list[str]) -> typer.Typer:
     """The command line, or for a node's own check (``check …``, before every job) the same root holding that
     command alone: it parses, helps and refuses as the whole one does, without building every other command."""
-    if args[:1] != ["check"]:
+    if not _is_node_check(args):
         return app
     alone = _root()
     alone.callback()(_no_options)  # a callback keeps the root a group: ``check`` stays its subcommand
     alone.command("check")(check)
     return alone
+
+
+def _is_node_check(args: list[str]) -> bool:
+    """``check …``: a node checking itself before a job, whose start is the job's."""
+    return args[:1] == ["check"]
 
 
 def _no_options() -> None:
@@ -529,7 +534,7 @@ def main() -> None:
     # installed distribution's entry points at the first model, tens of milliseconds of a node's own check.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     mark_controller()
-    if sys.argv[1:2] != ["check"]:  # a node's own check starts no Prefect server, so it has none to reap
+    if not _is_node_check(sys.argv[1:]):  # a node's own check starts no Prefect server, so it has none to reap
         reaped = reap_orphans()
         if reaped:
             said = f"stopped {len(reaped)} Prefect API server(s) left by a killed controller (pids {reaped})"

@@ -1,10 +1,11 @@
 """A node's own check, first half: this machine's preflight commands started, before the judgement is imported.
 
 The check's time is the job's start (a Slurm Prolog waits on it). Its commands (``nvidia-smi`` and the probe
-interpreter among them) take about a third of a second on a GPU node, and importing what judges their answers
-(the analysis, the probes' causes) takes as long again; so the commands start first, on a thread of their own,
-from a module that imports only the checks and the batch, and :func:`flows.node_check.finish_check` imports
-the judgement while they run.
+interpreter among them) take about a third of a second on a GPU node; so they start first, on a thread of their
+own, from a module that imports only the checks and the batch, and :func:`flows.node_check.finish_check`'s
+module (the analysis, the probes' causes) is imported while they run. Measured on a one-GPU H200 the wall time
+did not move beyond the machine's noise (bench/results/h200x1-check-local/README.md): the imports hold the
+interpreter while the batch's threads wait for it, and the thirteen ``nvidia-smi`` runs contend for the driver.
 """
 
 from __future__ import annotations
