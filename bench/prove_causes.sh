@@ -6,7 +6,8 @@
 #                                       ~/.nccl.conf); two harmless NCCL settings in every run's environment
 #   bash bench/prove_causes.sh halves   the host as two "nodes" NCCL takes for two hosts (NCCL_HOSTID per half):
 #                                       healthy, then a setting on one half that slows the path between them
-#                                       (halves-planted: the planted runs only)
+#                                       (halves-planted: the planted runs only; halves-healthy: the healthy run
+#                                       only). On a 2-GPU host each half is one GPU.
 # Prints the verdicts, the job_settings rows and the failing figures' rows, and asserts what each run must say.
 set -u
 . bench/device_env.sh
@@ -54,7 +55,31 @@ planted_file() {  # FILE LINE NAME INVENTORY STAGES: LINE in FILE for one run, t
     planted_file ~/.nccl.conf NCCL_P2P_LEVEL=LOC p2p_level /tmp/lean.yaml preflight,single-node
   else
     inv=bench/inventories/gpu-host-halves.yaml
-    [ "$mode" = halves ] && run halves_healthy "$inv" preflight,multi-node
+    if [ "$(nvidia-smi -L | grep -c '^GPU')" = 2 ]; then
+      # one GPU a half: no figure between a half's GPUs, and the socket path between two one-GPU halves has floors
+      # of its own: about 0.65 of what a lent 2 x H200 measured there (all-reduce 2.85 GB/s, all-gather 3.59,
+      # reduce-scatter 3.13, all-to-all 2.49; bench/results/h200x2-halves/)
+      python3 - "$inv" /tmp/halves.yaml <<'PY'
+import sys, yaml
+from cluster_accept.inventory.threshold_needs import NEEDS_TWO_GPUS
+SOCKET_FLOORS = {
+    "allreduce_inter_busbw_gbps_min": 1.85,
+    "allgather_inter_busbw_gbps_min": 2.3,
+    "reducescatter_inter_busbw_gbps_min": 2.0,
+    "alltoall_inter_busbw_gbps_min": 1.6,
+}
+data = yaml.safe_load(open(sys.argv[1]))
+for name, devices in (("half-a", "0"), ("half-b", "1")):
+    profile = data["profiles"][name]
+    profile["probes"]["cuda_visible_devices"] = devices
+    profile["thresholds"] = {**{key: None for key in NEEDS_TWO_GPUS}, **profile.get("thresholds", {}), **SOCKET_FLOORS}
+yaml.safe_dump(data, open(sys.argv[2], "w"))
+PY
+      inv=/tmp/halves.yaml
+    fi
+    [ "$mode" != halves-planted ] && run halves_healthy "$inv" preflight,multi-node
+  fi
+  if [ "$mode" = halves ] || [ "$mode" = halves-planted ]; then
     lean "$inv" /tmp/lean.yaml
     plant() {  # SETTING OUT: half-b's job environment with SETTING
       python3 - "$1" "$2" <<'PY'

@@ -18,6 +18,7 @@ EXPECTED = {  # run -> the setting that must be the confirmed cause (None: a hea
         "p2p_level": "NCCL_P2P_LEVEL",
     },
     "halves": {"halves_healthy": None, "halves_planted": "NCCL_MAX_NCHANNELS", "halves_buffsize": "NCCL_BUFFSIZE"},
+    "halves-healthy": {"halves_healthy": None},
     "halves-planted": {"halves_planted": "NCCL_MAX_NCHANNELS", "halves_buffsize": "NCCL_BUFFSIZE"},
 }
 FALLBACKS = frozenset({"halves_buffsize"})

@@ -12,11 +12,8 @@ import pytest
 
 from cluster_accept.analysis.suspects import (
     JobSetting,
-    Retest,
     failing_figures,
-    proof_rows,
     read_settings,
-    retest_note,
     suspects,
 )
 from cluster_accept.checks.base import NodeRow, Status
@@ -91,34 +88,6 @@ def test_failing_figures_are_the_failed_rows_of_figures_below_a_minimum_or_their
     }
 
 
-def test_a_figure_that_recovers_without_the_suspects_confirms_them_with_both_numbers() -> None:
-    isa, subsys = JobSetting("ONEDNN_MAX_CPU_ISA", "SSE41", "env"), JobSetting("NCCL_DEBUG_SUBSYS", "INIT", "env")
-    slow = _row("n1", "gemm_bf16_gflops_vs_cluster", Status.FAIL, "straggler")
-    alone = proof_rows([isa], [Retest(slow, "474.5", True)])
-    assert [(r.item, r.status, r.reason, r.observed) for r in alone] == [
-        ("ONEDNN_MAX_CPU_ISA", Status.FAIL, "confirmed", "ONEDNN_MAX_CPU_ISA=SSE41")
-    ]
-    assert (
-        alone[0].detail
-        == "set in the job environment; measured again without it: gemm_bf16_gflops 2.62 -> 474.5: confirmed"
-    )
-    # removed together, the one measurement cannot tell which: each a warning, the figure still failing
-    together = proof_rows([isa, subsys], [Retest(slow, "474.5", True)])
-    assert [(r.item, r.status, r.reason) for r in together] == [
-        ("ONEDNN_MAX_CPU_ISA", Status.WARN, "unresolved"),
-        ("NCCL_DEBUG_SUBSYS", Status.WARN, "unresolved"),
-    ]
-    assert together[0].detail == (
-        "set in the job environment (removed together with NCCL_DEBUG_SUBSYS=INIT); measured again without it: "
-        "gemm_bf16_gflops 2.62 -> 474.5: recovered"
-    )
-    note = retest_note(Retest(slow, "474.5", True), [isa])
-    assert note == (
-        "measured again without ONEDNN_MAX_CPU_ISA=SSE41 (the job environment): 474.5, recovered: the setting is "
-        "the cause"
-    )
-
-
 def test_a_figure_is_recovered_only_beyond_the_margin_and_keys_that_cannot_be_removed_are_never_suspects() -> None:
     from cluster_accept.analysis.suspects import recovered
 
@@ -136,17 +105,6 @@ def test_a_figure_is_recovered_only_beyond_the_margin_and_keys_that_cannot_be_re
         ("NCCL_NET", "env", None),
         ("NCCL_PROTO", "/etc/nccl.conf", "^"),
     ]
-
-
-def test_a_figure_as_low_without_the_suspects_clears_them_and_no_figure_leaves_them_suspects() -> None:
-    subsys = JobSetting("NCCL_DEBUG_SUBSYS", "INIT", "/etc/nccl.conf")
-    slow = _row("n1", "gemm_bf16_gflops", Status.FAIL, "below_threshold")
-    cleared = proof_rows([subsys], [Retest(slow, "2.6", False)])
-    assert [(r.status, r.reason) for r in cleared] == [(Status.PASS, "cleared")]
-    assert cleared[0].detail.endswith("gemm_bf16_gflops 2.62 -> 2.6: still low, not the cause")
-    assert retest_note(Retest(slow, "2.6", False), [subsys]).endswith("2.6, still low: not the setting")
-    lost = proof_rows([subsys], [Retest(slow, None, False)])
-    assert [(r.status, r.reason) for r in lost] == [(Status.WARN, "suspect")]
 
 
 def test_a_run_measured_again_unsets_an_environment_setting_and_blanks_one_nccl_reads_from_a_file() -> None:

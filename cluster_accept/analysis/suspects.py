@@ -4,14 +4,11 @@ A list of known-harmful settings (:mod:`checks.nccl_harmful`) finds what someone
 nobody listed (an instruction-set cap for oneDNN, a channel count for NCCL) only shows as a slow figure. So every
 setting a probe's job ran with (the node-side ``job_settings.py`` prints them with where each is set) that is
 neither the library's default, nor what the profile pins, nor one the tool sets for its own runs, is a
-*suspect* for a figure that failed on that node. The stage measures the failing figures once more with the
-suspects removed (:mod:`tasks.prove_causes`); this module judges that second measurement:
-
-- the figures recover: the suspects are the **confirmed** cause, named with where they are set and both
-  numbers, and the action is to fix that setting, not the hardware;
-- they stay low: the suspects are **cleared** (the row says so) and the figure's own reason points at the
-  hardware path;
-- no second figure (the run failed, or proving is off): they stay **suspects**, named as such.
+*suspect* for a figure that failed on that node. The stage measures the failing figures again, arm by arm, with
+some suspects reverted (:mod:`tasks.prove_causes` inside a node, :mod:`tasks.multi_node.prove` between nodes);
+the search is :mod:`analysis.minimal_cause`'s and its rows :mod:`analysis.proof`'s. This module names the suspects,
+reads the settings a run said it had, and judges whether a figure measured again came back (:func:`recovered`);
+without a second measurement (proving is off, or no floor to prove a slow figure against) they stay **suspects**.
 
 Pure functions over typed rows; the frame of figures is the stage's.
 """
@@ -274,12 +271,6 @@ class Retest:
     recovered: bool
 
 
-def _figures(retests: Sequence[Retest], recovered: bool) -> str:
-    return "; ".join(
-        f"{_named(r.row)} {r.row.observed} -> {r.again}" for r in retests if r.recovered is recovered and r.again
-    )
-
-
 def retest_said(retests: Sequence[Retest]) -> str:
     """Each figure measured again, in words: ``gemm_fp32_gflops 12.1 -> 60.3``."""
     return "; ".join(f"{_named(r.row)} {r.row.observed} -> {r.again or 'no figure'}" for r in retests)
@@ -289,44 +280,6 @@ def _named(row: NodeRow) -> str:
     return figure_of(row) + ("" if row.gpu is None else f" gpu {row.gpu}")
 
 
-def proof_rows(suspected: Sequence[JobSetting], retests: Sequence[Retest]) -> list[CheckRow]:
-    """A row per suspect of one arm that removed them all: confirmed when a failing figure recovered without the
-    one suspect, cleared when every figure came back as low, suspect when none came back; several suspects
-    removed together and recovered are ``unresolved`` (one or more of them is the cause, not yet told apart),
-    each row naming the others."""
-    rows = []
-    back = [r for r in retests if r.again is not None]
-    for setting in suspected:
-        others = [s.said for s in suspected if s is not setting]
-        together = f" (removed together with {', '.join(others)})" if others else ""
-        where = f"set {setting.where}{together}"
-        if not back:
-            said = f"{where}; measured again without it: no figure came back"
-            rows.append(CheckRow(NAME, setting.key, Status.WARN, "suspect", setting.said, "unset", said))
-        elif any(r.recovered for r in back):
-            stayed = _figures(back, False)
-            alone = len(suspected) == 1
-            said = (
-                f"{where}; measured again without it: {_figures(back, True)}: {'confirmed' if alone else 'recovered'}"
-            )
-            said += f"; still low: {stayed}" if stayed else ""
-            status, reason = (Status.FAIL, "confirmed") if alone else (Status.WARN, "unresolved")
-            rows.append(CheckRow(NAME, setting.key, status, reason, setting.said, "unset", said))
-        else:
-            said = f"{where}; measured again without it: {_figures(back, False)}: still low, not the cause"
-            rows.append(CheckRow(NAME, setting.key, Status.PASS, "cleared", setting.said, "unset", said))
-    return rows
-
-
 def unproved_rows(suspected: Sequence[JobSetting], why: str) -> list[CheckRow]:
     """The suspects named without a second measurement (``why``: proving is off, or not possible)."""
     return [CheckRow(NAME, s.key, Status.WARN, "suspect", s.said, "unset", f"set {s.where}; {why}") for s in suspected]
-
-
-def retest_note(retest: Retest, suspected: Sequence[JobSetting]) -> str:
-    """What a failing figure's row adds: the figure without the suspects, and what that proves."""
-    names = ", ".join(f"{s.said} ({s.where.removeprefix('in ')})" for s in suspected)
-    if retest.again is None:
-        return f"measured again without {names}: no figure"
-    verdict = "recovered: the setting is the cause" if retest.recovered else "still low: not the setting"
-    return f"measured again without {names}: {retest.again}, {verdict}"
