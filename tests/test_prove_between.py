@@ -5,9 +5,10 @@ their own nodes. The runs here are the data a group run gives (ranks' ends, figu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from cluster_accept.analysis.minimal_cause import Search, arm_bound
-from cluster_accept.analysis.proof import finding_rows
+from cluster_accept.analysis.proof import figure_note, finding_rows
 from cluster_accept.analysis.reference import DEFAULTS, Change
 from cluster_accept.analysis.suspects import JobSetting
 from cluster_accept.checks.base import Status
@@ -80,6 +81,8 @@ def test_a_setting_on_one_node_that_aborts_the_all_reduce_of_both_is_named_alone
     rows = {row.item: row for row in finding_rows(every, finding, DEFAULTS)}
     assert (rows[CULPRIT].status, rows[CULPRIT].reason) == (Status.FAIL, "confirmed")
     assert {k: r.reason for k, r in rows.items() if k != CULPRIT} == dict.fromkeys(set(SUSPECTS) - {CULPRIT}, "cleared")
+    note = figure_note(finding, [Change(k, replace(s, key=k), None) for k, (_, s) in SUSPECTS.items()], DEFAULTS)
+    assert "the cause is half-b:NCCL_MAX_NCHANNELS=1 (each slows it by itself)" in note, note
     said = finding.arms[asked.index(kept_alone)].said
     assert said.startswith("without half-a's NCCL_DEBUG_SUBSYS=INIT,ENV") and "did not complete" in said, said
     assert "half-b: exit 1, NCCL WARN Message truncated : received 1024 bytes instead of 512" in said, said

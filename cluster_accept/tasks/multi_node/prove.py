@@ -125,7 +125,9 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     for row in finding_rows(every, finding, reference):
         name, setting = suspect_of[row.item]
         stage.row(name, replace(row, item=setting.key))
-    note = figure_note(finding, every, reference)
+    # the failing rows of every node say whose setting it was (half-a's all-reduce failed for half-b's setting)
+    whose = [Change(key, replace(setting, key=key), None) for key, (_, setting) in suspect_of.items()]
+    note = figure_note(finding, whose, reference)
     stage.out.rows = noted(stage.out.rows, {id(r): note for r in failing if r.node in suspected})
 
 

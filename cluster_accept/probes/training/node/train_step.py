@@ -81,6 +81,14 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def _timed_steps(text: str) -> int:
+    """A count of timed steps: at least one, since a median over none is no figure."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give at least 1")
+    return value
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -93,8 +101,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--warmup-steps", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--solo-steps", type=int, default=5)
+    parser.add_argument("--steps", type=_timed_steps, default=20)
+    parser.add_argument("--solo-steps", type=_timed_steps, default=5)
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--label", default="intra_node")
     parser.add_argument("--tag", default="", help="run tag, so the controller can find and stop this run")
