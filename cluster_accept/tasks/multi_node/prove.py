@@ -4,28 +4,32 @@ When the all-reduce between nodes failed (a node isolation pulled, nodes slow to
 settings each implicated node's ranks ran with (``job_settings.py`` before every rank) that a node outside the
 trouble did not run with, and that are neither the library's defaults nor pinned by the profile, are suspects
 (:mod:`analysis.suspects`). One search runs over the suspects of every implicated node together
-(:class:`analysis.minimal_cause.Search`, each suspect named ``node:KEY``): a setting on one node can break or slow
-the collective of all of them (``NCCL_MAX_NCHANNELS`` on one host of two: the ranks disagree and the all-reduce
-aborts on both), so the arms are the group's all-reduce (with one good partner when only one node is
-implicated) run with some suspects reverted on their own nodes, and the culprit is the one kept alone whose
-all-reduce fails while reverting it restores it. An arm is restored when the all-reduce completes and reaches the
-profile's floor between nodes; low when it fails again or stays below; void when a node could not run its rank.
-Only the all-reduce family is proved here: a failing training or rail figure on its own is left to its rows.
+(:class:`analysis.minimal_cause.Search`): a setting on one node can break or slow the collective of all of them
+(``NCCL_MAX_NCHANNELS`` on one host of two: the ranks disagree and the all-reduce aborts on both), so each arm is the
+group's all-reduce (with one good partner when only one node is implicated) run with some suspects reverted on
+their own nodes, and the culprit is the one whose all-reduce still fails kept alone while reverting it restores
+it. A setting several implicated nodes run the same way is one suspect, reverted on all of them at once (reverted
+on one only, a setting the ranks must agree on would break the collective by itself); each is named with its nodes
+(``half-b:NCCL_MAX_NCHANNELS``). An arm is restored when the all-reduce completes and reaches the profile's floor
+between nodes; low when a rank fails again or the figure stays below; void when no rank failed of itself (a node
+could not run its rank, the run was refused) or a rank said it ran otherwise than asked. Only the all-reduce
+family is proved here: a failing training or rail figure on its own is left to its rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from cluster_accept.analysis.minimal_cause import Finding, Outcome, Search
 from cluster_accept.analysis.nccl_log import nccl_warnings
-from cluster_accept.analysis.proof import figure_note, finding_rows
+from cluster_accept.analysis.proof import arm_settings_wrong, figure_note, finding_rows
 from cluster_accept.analysis.reference import DEFAULTS, Change
 from cluster_accept.analysis.scaling import StepVerdict
-from cluster_accept.analysis.suspects import BETWEEN_NODES_FAILURES, JobSetting, suspects, unproved_rows
+from cluster_accept.analysis.suspects import BETWEEN_NODES_FAILURES, JobSetting, read_settings, suspects, unproved_rows
 from cluster_accept.checks.base import BAD_STATUSES, CheckRow, NodeRow
+from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
 from cluster_accept.remote.launch import GroupJob, GroupRun, RankRun
@@ -99,6 +103,34 @@ def _unproved(stage: _Stage, suspected: Mapping[str, list[JobSetting]], why: str
             stage.row(name, row)
 
 
+@dataclass(frozen=True)
+class Suspect:
+    """One setting suspected between nodes, with every implicated node that runs it the same way: reverted on all
+    of them at once (a setting ranks must agree on, reverted on one node only, would itself break the collective)."""
+
+    nodes: tuple[str, ...]
+    setting: JobSetting
+
+    @property
+    def name(self) -> str:
+        """``node:KEY`` (``node[01-02]:KEY`` for several): the search's name for it, and the cause's in words."""
+        return f"{fold(self.nodes)}:{self.setting.key}"
+
+    @property
+    def said(self) -> str:
+        return f"{fold(self.nodes)}'s {self.setting.said}"
+
+
+def suspects_between(suspected: Mapping[str, Sequence[JobSetting]]) -> dict[str, Suspect]:
+    """The implicated nodes' suspects, one per setting (key, value and where it is set), with its nodes."""
+    nodes_of: dict[JobSetting, list[str]] = {}
+    for name, found in sorted(suspected.items()):
+        for setting in found:
+            nodes_of.setdefault(setting, []).append(name)
+    found_all = [Suspect(tuple(nodes), setting) for setting, nodes in nodes_of.items()]
+    return {suspect.name: suspect for suspect in found_all}
+
+
 def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     """The suspects of a failed all-reduce between ``nodes`` named, and the smallest set of them whose reverting
     restores it found and proved arm by arm (a slow all-reduce is proved only against a floor)."""
@@ -111,71 +143,108 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     profile = stage.inventory.node(bad[0]).profile
     floor = profile.thresholds.allreduce_inter_busbw_gbps_min
     broken = any(r.reason in RUN_FAILURES for r in failing)
-    if not profile.probes.prove_causes or (floor is None and not broken):
-        off = "not measured again without it (probes.prove_causes: false)"
-        _unproved(stage, suspected, off if profile.probes.prove_causes is False else "not measured again: no floor")
-        return
     group = [stage.inventory.node(n) for n in bad] + (good[:1] if len(bad) < 2 else [])
-    suspect_of = {f"{name}:{s.key}": (name, s) for name, found in suspected.items() for s in found}
-    every = [Change(key, setting, None) for key, (_, setting) in suspect_of.items()]
-    names = {key: f"{name}'s {setting.said}" for key, (name, setting) in suspect_of.items()}
-    search = Search(list(suspect_of), profile.probes.prove_arms_extra)
-    finding = search_between(search, _arm_runner(stage, group, suspect_of), floor, names)
+    if not profile.probes.prove_causes or (floor is None and not broken) or len(group) < 2:
+        off = "not measured again without it (probes.prove_causes: false)"
+        why = "no node left to run the all-reduce with" if len(group) < 2 else "not measured again: no floor"
+        _unproved(stage, suspected, off if profile.probes.prove_causes is False else why)
+        return
+    found = suspects_between(suspected)
+    finding = search_between(
+        Search(list(found), profile.probes.prove_arms_extra), _arm_runner(stage, group, found), floor, found
+    )
     reference = "the nodes whose all-reduce passed" if good else DEFAULTS
-    for row in finding_rows(every, finding, reference):
-        name, setting = suspect_of[row.item]
-        stage.row(name, replace(row, item=setting.key))
-    # the failing rows of every node say whose setting it was (half-a's all-reduce failed for half-b's setting)
-    whose = [Change(key, replace(setting, key=key), None) for key, (_, setting) in suspect_of.items()]
-    note = figure_note(finding, whose, reference)
-    stage.out.rows = noted(stage.out.rows, {id(r): note for r in failing if r.node in suspected})
+    _proof_rows(stage, found, finding, reference)
+    note = figure_note(finding, [Change(key, replace(s.setting, key=key), None) for key, s in found.items()], reference)
+    stage.out.rows = noted(stage.out.rows, {id(r): note for r in failing})
+
+
+def _proof_rows(stage: _Stage, found: Mapping[str, Suspect], finding: Finding, reference: str) -> None:
+    """A row per suspect on each node that runs it, under its own key; the details name every suspect with its
+    nodes (``half-b:NCCL_MAX_NCHANNELS=1``), since the same key can be another node's too."""
+    named = [Change(key, replace(suspect.setting, key=key), None) for key, suspect in found.items()]
+    for row in finding_rows(named, finding, reference):
+        suspect = found[row.item]
+        plain = Change(suspect.setting.key, suspect.setting, None)
+        for name in suspect.nodes:
+            stage.row(name, replace(row, item=plain.key, observed=plain.said))
 
 
 def _arm_runner(
-    stage: _Stage, group: Sequence[Node], suspect_of: Mapping[str, tuple[str, JobSetting]]
-) -> Callable[[frozenset[str]], GroupRun]:
-    """How an arm is measured: the group's all-reduce, each reverted suspect (``node:KEY``) removed on its own
-    node only; its figures kept under the stage ``multi-node:without-suspects``."""
+    stage: _Stage, group: Sequence[Node], found: Mapping[str, Suspect]
+) -> Callable[[frozenset[str]], ArmRun]:
+    """How an arm is measured: the group's all-reduce, each reverted suspect removed on its own nodes only; its
+    figures kept under the stage ``multi-node:without-suspects``; whether each node ran as asked."""
 
-    def arm(reverted: frozenset[str]) -> GroupRun:
+    def arm(reverted: frozenset[str]) -> ArmRun:
         removed: dict[str, dict[str, str | None]] = {}
         for key in sorted(reverted):
-            name, setting = suspect_of[key]
-            removed.setdefault(name, {})[setting.key] = setting.removal()
+            for name in found[key].nodes:
+                removed.setdefault(name, {})[found[key].setting.key] = found[key].setting.removal()
         run = launch_groups([group], stage.concurrency, job=without(ALLREDUCE_JOB, removed))[0]
         where = (stage.run_id, stage.cluster, f"{NAME}{SUFFIX}", group[0].name, group[0].profile_name)
         for record in run.measurements:
             stage.out.measurements.append(Measurement.of(replace(record, probe=ALLREDUCE_JOB.name), *where))
-        return run
+        return ArmRun(run, _ran_otherwise(run, found, reverted))
 
     return arm
 
 
+@dataclass(frozen=True)
+class ArmRun:
+    """An arm's all-reduce and how its ranks ran otherwise than asked ("" when as asked)."""
+
+    run: GroupRun
+    wrong: str = ""
+
+
+def _ran_otherwise(run: GroupRun, found: Mapping[str, Suspect], reverted: frozenset[str]) -> str:
+    """Each node's settings as its rank said them against what the arm asked of that node (reverted suspects as
+    the reference, the others as in the failing run): a rank that said none is not held to it."""
+    wrong = []
+    for name, rank in run.ranks.items():
+        ran = read_settings(f"{rank.result.stdout}\n{rank.result.stderr}") if rank.result is not None else []
+        mine = {key: s for key, s in found.items() if name in s.nodes}
+        if not ran or not mine:
+            continue
+        changes = [Change(s.setting.key, s.setting, None) for s in mine.values()]
+        said = arm_settings_wrong(changes, frozenset(found[k].setting.key for k in reverted if k in mine), ran)
+        wrong += [f"{name}: {said}"] if said else []
+    return "; ".join(wrong)
+
+
 def search_between(
-    search: Search, arm: Callable[[frozenset[str]], GroupRun], floor: float | None, names: Mapping[str, str]
+    search: Search, arm: Callable[[frozenset[str]], ArmRun], floor: float | None, found: Mapping[str, Suspect]
 ) -> Finding:
     """``search`` run to its end, each arm the group's all-reduce with the suspects it names reverted (``arm``),
-    judged against ``floor`` (None: completing restores it); ``names``: each suspect in words."""
+    judged against ``floor`` (None: completing restores it)."""
     while (reverted := search.next_arm()) is not None:
-        outcome, said = arm_judged(arm(reverted), floor)
-        search.record(outcome, f"without {', '.join(names[k] for k in sorted(reverted))}: {said}")
+        measured = arm(reverted)
+        outcome: Outcome = "void"
+        said = f"void: {measured.wrong}"
+        if not measured.wrong:
+            outcome, said = arm_judged(measured.run, floor)
+        search.record(outcome, f"without {', '.join(found[k].said for k in sorted(reverted))}: {said}")
     assert search.finding is not None
     return search.finding
 
 
 def arm_judged(run: GroupRun, floor: float | None) -> tuple[Outcome, str]:
-    """One arm's all-reduce: void when a node could not run its rank (unreachable, the tool's own error), low
-    when it failed or stayed below ``floor``, restored when it completed at or above it."""
-    lost = [r for r in run.ranks.values() if r.status in (NodeStatus.UNREACHABLE, NodeStatus.TOOL_ERROR)]
-    if lost or not run.ranks:
-        return "void", f"no all-reduce: {', '.join(f'{r.node} {r.said}' for r in lost) or 'no rank ran'}"
+    """One arm's all-reduce: void when no rank failed of itself (a node could not run its rank, the run was refused
+    or abandoned), low when a rank failed or the figure stayed below ``floor``, restored when it completed at or
+    above it."""
     after = run.busbw_gbps
-    if after is None:
-        failed = [r for r in run.ranks.values() if not r.ok and not r.stopped]
-        return "low", f"the all-reduce did not complete ({'; '.join(_ended(r) for r in failed)})"
-    if floor is not None and after < floor:
-        return "low", f"{after:.3g} GB/s (below {floor:g})"
-    return "restored", f"{after:.3g} GB/s"
+    if after is not None:
+        if floor is not None and after < floor:
+            return "low", f"{after:.3g} GB/s (below {floor:g})"
+        return "restored", f"{after:.3g} GB/s"
+    lost = (NodeStatus.UNREACHABLE, NodeStatus.TOOL_ERROR)
+    failed = [r for r in run.ranks.values() if not r.ok and not r.stopped and r.status not in lost]
+    errors = f"; the job printed: {run.errors[0]}" if run.errors else ""
+    if not failed:
+        ended = "; ".join(f"{r.node}: {r.said}" for r in run.ranks.values()) or run.detail or "no rank ran"
+        return "void", f"no all-reduce ({ended}){errors}"
+    return "low", f"the all-reduce did not complete ({'; '.join(_ended(r) for r in failed)}){errors}"
 
 
 def _ended(rank: RankRun) -> str:
