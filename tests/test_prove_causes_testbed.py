@@ -172,7 +172,7 @@ def test_two_settings_each_named_where_the_figure_it_slows_failed(
     run's noise lets it be told). Each is named, confirmed, exactly when a figure it slows failed; nothing else is."""
     name, value, dtype, _ = slowest_setting_here()
     planted = {name: value, SECOND[0]: SECOND[1]}
-    checks, verdicts, _ = _cause_run(testbed_factory, tmp_path, planted, "cape", "10.254.180.0/24")
+    checks, verdicts, _ = _cause_run(testbed_factory, tmp_path, planted, "cape", "10.254.196.0/24")
     assert verdicts["node02"][0] == "rejected", verdicts
     assert all(verdicts[n][0] == "accepted" for n in ("node01", "node03", "node04")), verdicts
     failed = set(checks[(checks.node == "node02") & (checks.status == "fail")]["item"])
