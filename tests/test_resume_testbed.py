@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from cluster_accept.analysis.probe_output import parse_json_lines
+from cluster_accept.analysis.schemas import TABLES
 from tests.processes import processes_matching, run_cli, start_cli
 
 pytestmark = pytest.mark.testbed
@@ -93,10 +94,11 @@ def test_killed_run_resumes_without_redoing_finished_nodes(testbed_factory, tmp_
         zip(clean_verdicts.node, clean_verdicts.verdict, strict=True)
     )
     assert len(measurements) == len(pd.read_parquet(clean_dir / "measurements.parquet"))
-    history = sorted(p.name for p in (out / "history").rglob("*.parquet"))
-    assert (
-        history == sorted(f"{run_dir.name}.parquet" for _ in history) and len(history) == 7
-    )  # one per table written, nccl's and the relative thresholds' among them
+    # one file per table the run wrote that the history keeps (nccl's, the thresholds', the settings' among them)
+    kept = sorted((p.parent.parent.name, p.name) for p in (out / "history").rglob("*.parquet"))
+    written = sorted(t for t in TABLES if (run_dir / f"{t}.parquet").exists())
+    assert kept == [(table, f"{run_dir.name}.parquet") for table in written], kept
+    assert {"measurements", "checks", "verdicts", "settings"} <= set(written), written
     # What the killed controller had started on a node ends there on its own (node-side timeout): nothing stays.
     _wait_for(
         lambda: not processes_matching("gpu_bench.py") and not processes_matching("allreduce.py"),
