@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
+
+from cluster_accept.analysis.probe_output import parse_nccl_tests
 
 OPS = {  # nccl-tests' binary -> our metric
     "all_reduce": "allreduce_busbw_gbps",
@@ -23,20 +24,15 @@ OPS = {  # nccl-tests' binary -> our metric
     "reduce_scatter": "reducescatter_busbw_gbps",
     "alltoall": "alltoall_busbw_gbps",
 }
-# size count type redop root | out-of-place: time algbw busbw #wrong | in-place …
-ROW = re.compile(r"^\s*(\d+)\s+\d+\s+\w+\s+\S+\s+-?\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+(\S+)")
 
 
 def nccl_tests(path: Path) -> dict[int, float]:
-    """Out-of-place bus bandwidth (GB/s) by size in bytes; raises when a row reports wrong values."""
-    found = {}
-    for line in path.read_text().splitlines():
-        match = ROW.match(line)
-        if match:
-            if match[3] not in ("0", "N/A"):
-                raise SystemExit(f"{path.name}: {match[3]} wrong values at {match[1]} B")
-            found[int(match[1])] = float(match[2])
-    return found
+    """Out-of-place bus bandwidth (GB/s) by size in bytes, read by the project's own nccl-tests parser (the columns
+    are every collective's alike); raises when a row reports wrong values."""
+    read = parse_nccl_tests(path.read_text())
+    if read.errors:
+        raise SystemExit(f"{path.name}: {'; '.join(read.errors)}")
+    return {int(m.size): m.value for m in read.measurements if m.size is not None}
 
 
 def ours(run: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

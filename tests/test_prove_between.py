@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cluster_accept.analysis.minimal_cause import Search, arm_bound
-from cluster_accept.analysis.reference import DEFAULTS
+from cluster_accept.analysis.proof import finding_rows
+from cluster_accept.analysis.reference import DEFAULTS, Change
 from cluster_accept.analysis.suspects import JobSetting
 from cluster_accept.checks.base import CheckRow, Status
 from cluster_accept.remote.launch import GroupRun, RankRun
@@ -59,8 +60,11 @@ def _unreachable() -> GroupRun:
     return GroupRun(PAIR, "t", ranks)
 
 
-def _arms(measure: Callable[[frozenset[str]], GroupRun]) -> tuple[Callable[[frozenset[str]], ArmRun], list]:  # type: ignore[type-arg]
-    asked: list[frozenset[str]] = []
+Asked = list[frozenset[str]]
+
+
+def _arms(measure: Callable[[frozenset[str]], GroupRun]) -> tuple[Callable[[frozenset[str]], ArmRun], Asked]:
+    asked: Asked = []
 
     def arm(reverted: frozenset[str]) -> ArmRun:
         asked.append(reverted)
@@ -97,7 +101,8 @@ def test_a_setting_on_one_node_that_aborts_the_all_reduce_of_both_is_named_alone
     assert said.startswith("without half-a,half-b's NCCL_DEBUG_SUBSYS=INIT,ENV") and "did not complete" in said
     assert "half-b: exit 1, NCCL WARN Message truncated : received 1024 bytes instead of 512" in said, said
     stage = _Rows()
-    _proof_rows(stage, FOUND, finding, DEFAULTS)  # type: ignore[arg-type]
+    named = [Change(key, replace(s.setting, key=key), None) for key, s in FOUND.items()]
+    _proof_rows(stage, FOUND, finding_rows(named, finding, DEFAULTS))  # type: ignore[arg-type]
     placed = {(node, row.item): (row.reason, row.observed) for node, row in stage.rows}
     assert placed == {
         ("half-a", "NCCL_DEBUG_SUBSYS"): ("cleared", "NCCL_DEBUG_SUBSYS=INIT,ENV (reference: unset)"),

@@ -26,7 +26,6 @@ from cluster_accept.analysis.minimal_cause import Finding, Outcome, Search
 from cluster_accept.analysis.nccl_log import nccl_warnings
 from cluster_accept.analysis.proof import arm_settings_wrong, figure_note, finding_rows
 from cluster_accept.analysis.reference import DEFAULTS, Change
-from cluster_accept.analysis.scaling import StepVerdict
 from cluster_accept.analysis.suspects import BETWEEN_NODES_FAILURES, JobSetting, read_settings, suspects, unproved_rows
 from cluster_accept.checks.base import BAD_STATUSES, CheckRow, NodeRow
 from cluster_accept.inventory.hostlist import fold
@@ -49,7 +48,6 @@ class _Stage(Protocol):
     concurrency: int
     out: MultiNodeOutcome
     unreachable: set[str]
-    steps: list[StepVerdict]
     settings: dict[str, list[JobSetting]]
 
     @property
@@ -154,16 +152,16 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
         Search(list(found), profile.probes.prove_arms_extra), _arm_runner(stage, group, found), floor, found
     )
     reference = "the nodes whose all-reduce passed" if good else DEFAULTS
-    _proof_rows(stage, found, finding, reference)
-    note = figure_note(finding, [Change(key, replace(s.setting, key=key), None) for key, s in found.items()], reference)
+    # every suspect in words with its nodes (``half-b:NCCL_MAX_NCHANNELS=1``): the same key can be another node's too
+    named = [Change(key, replace(suspect.setting, key=key), None) for key, suspect in found.items()]
+    _proof_rows(stage, found, finding_rows(named, finding, reference))
+    note = figure_note(finding, named, reference)
     stage.out.rows = noted(stage.out.rows, {id(r): note for r in failing})
 
 
-def _proof_rows(stage: _Stage, found: Mapping[str, Suspect], finding: Finding, reference: str) -> None:
-    """A row per suspect on each node that runs it, under its own key; the details name every suspect with its
-    nodes (``half-b:NCCL_MAX_NCHANNELS=1``), since the same key can be another node's too."""
-    named = [Change(key, replace(suspect.setting, key=key), None) for key, suspect in found.items()]
-    for row in finding_rows(named, finding, reference):
+def _proof_rows(stage: _Stage, found: Mapping[str, Suspect], rows: Sequence[CheckRow]) -> None:
+    """Each suspect's row (named ``node:KEY``) on each node that runs it, under the setting's own key."""
+    for row in rows:
         suspect = found[row.item]
         plain = Change(suspect.setting.key, suspect.setting, None)
         for name in suspect.nodes:
@@ -203,7 +201,7 @@ def _ran_otherwise(run: GroupRun, found: Mapping[str, Suspect], reverted: frozen
     the reference, the others as in the failing run): a rank that said none is not held to it."""
     wrong = []
     for name, rank in run.ranks.items():
-        ran = read_settings(f"{rank.result.stdout}\n{rank.result.stderr}") if rank.result is not None else []
+        ran = rank_settings(rank)
         mine = {key: s for key, s in found.items() if name in s.nodes}
         if not ran or not mine:
             continue
@@ -211,6 +209,11 @@ def _ran_otherwise(run: GroupRun, found: Mapping[str, Suspect], reverted: frozen
         said = arm_settings_wrong(changes, frozenset(found[k].setting.key for k in reverted if k in mine), ran)
         wrong += [f"{name}: {said}"] if said else []
     return "; ".join(wrong)
+
+
+def rank_settings(rank: RankRun) -> list[JobSetting]:
+    """The settings a rank said it ran with (``job_settings.py`` before it, on either stream)."""
+    return read_settings(f"{rank.result.stdout}\n{rank.result.stderr}") if rank.result is not None else []
 
 
 def search_between(

@@ -35,7 +35,7 @@ from cluster_accept.analysis.scaling import (
     scaling_table,
     sweep_sizes,
 )
-from cluster_accept.analysis.suspects import JobSetting, read_settings
+from cluster_accept.analysis.suspects import JobSetting
 from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.checks.declarations import Expectation, Link
 from cluster_accept.checks.reasons import Action, FindingKind, Reason, declare
@@ -52,7 +52,7 @@ from cluster_accept.tasks.multi_node.group_rows import (
     transport_rows,
 )
 from cluster_accept.tasks.multi_node.group_stage import MultiNodeOutcome
-from cluster_accept.tasks.multi_node.prove import prove_between
+from cluster_accept.tasks.multi_node.prove import prove_between, rank_settings
 from cluster_accept.tasks.multi_node.rails import REASONS as RAIL_REASONS
 from cluster_accept.tasks.multi_node.rails import collective_rows, collectives_not_reached, rail_runs
 from cluster_accept.tasks.multi_node.ranks import ALLREDUCE_JOB, COLLECTIVES_JOB, launch_groups
@@ -128,7 +128,7 @@ class _Stage:
             self.row(name, row)
         for name, rank in run.ranks.items():
             if rank.result is not None and name not in self.settings:
-                self.settings[name] = read_settings(f"{rank.result.stdout}\n{rank.result.stderr}")
+                self.settings[name] = rank_settings(rank)
         for name, rank in run.ranks.items():  # NCCL's own account of each rank's part, whatever the run's outcome
             if rank.result is not None:
                 where = NcclRun(self.run_id, self.cluster, NAME, name, job.name, group)
