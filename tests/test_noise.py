@@ -285,3 +285,21 @@ def test_a_confirmation_beside_a_control_takes_the_machine_drift_out() -> None:
     decided = stragglers.confirm([unsure], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, "n2")
     assert (decided[0].status, decided[0].reason) == (Status.FAIL, "straggler")
     assert stragglers.flagged([unsure]) == {"n1": {"gemm"}}
+
+
+def test_paired_rounds_take_out_drift_in_time_but_never_the_spread_between_healthy_peers() -> None:
+    """A node steadily below its control (a shared machine's load falling unevenly on its nodes) among peers that
+    sit far apart themselves: the rounds agree with each other, yet the shortfall is inside the peers' spread."""
+    unsure = NodeRow("r", "c", "single-node", "n1", "gemm", f"{METRIC}_vs_cluster", Status.WARN, "inconclusive")
+    limits = {n: Thresholds() for n in ("n1", "n2", "n3", "n4")}
+    before = _figures({"n1": 90.0, "n2": 100.0, "n3": 110.0, "n4": 85.0})  # median 95, spread 11.7 %
+    steady = pd.concat(
+        [_figures({"n1": s, "n2": 100.0}).assign(round=i) for i, s in enumerate((80.0, 81.0, 80.5))],
+        ignore_index=True,
+    )
+    [row] = stragglers.confirm([unsure], before, steady, gemm.METRICS, limits, control="n2")
+    assert (row.status, row.reason) == (Status.WARN, "inconclusive"), row.detail
+    assert "80.5 with the control's drift taken out" in row.detail and "the peers' spread" in row.detail, row.detail
+    agreeing = _figures({"n1": 90.0, "n2": 100.0, "n3": 99.0, "n4": 98.0})  # the same rounds among close peers
+    [slow] = stragglers.confirm([unsure], agreeing, steady, gemm.METRICS, limits, control="n2")
+    assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed")

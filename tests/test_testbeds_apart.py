@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from cluster_accept.flows.cli import app
 from cluster_accept.testbed import bed, net, subnets
 
-pytestmark = [pytest.mark.testbed, pytest.mark.untimed, pytest.mark.xdist_group("test_testbeds_apart")]
+# Not untimed: its SSH to a test-bed node beside another xdist worker was closed by that node's sshd once in CI
+# (as for the test-bed's own sshd answers): it runs in the second, one-worker command.
+pytestmark = [pytest.mark.testbed]
 
 ONE, TWO, CLI = "cazn1", "cazn2", "cazn3"
 

@@ -114,9 +114,11 @@ def confirm(
     With a control (a node that passed, measured in each round beside the suspects), each round's figure is
     compared with the peers' median moved as the control's own figure moved since the stage measured it: a load
     or throttle that came and went is seen on the control too, so what is left is the node's own. The noise is
-    then the standard error of the rounds' mean (their spread over √rounds), the calibration's and the repeats'.
-    Without a control, the first round's figure is compared with the median as it was, with the peers' spread
-    among the noises."""
+    then the standard error of the rounds' mean (their spread over √rounds), the calibration's, the repeats' and
+    the peers' spread: the rounds take out what moved in time, not how far healthy nodes sit apart, so a node
+    persistently a little slower than the control (a shared machine's load falling unevenly) is no straggler while
+    it stays inside the spread of its peers. Without a control, the first round's figure is compared with the
+    median as it was, with the same noises but the rounds'."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
     reference_of = _references(first, rules)
     out = []
@@ -137,10 +139,10 @@ def confirm(
         paired = _paired(first, second, control, metric, rounds) if control is not None else None
         if paired is None:
             value, said = float(rounds[0]["value"]), f"measured again alone: {float(rounds[0]['value']):.4g}"
-            noises.append(reference.spread)
         else:
             value, spread, said = paired
             noises.append(spread)
+        noises.append(reference.spread)  # how far healthy peers sit apart: no re-measurement of one node narrows it
         judged = call(value, reference.median, limits.straggler_pct, noises, limits.noise_k)
         rule = rules.get(metric)
         below = relative_status(rule, limits) if rule is not None else Status.FAIL
