@@ -8,7 +8,8 @@
 #   timing_only  only TORCH_NCCL_ENABLE_TIMING=1
 # Each run's step time is the slowest rank's median over STEPS timed steps; bench/watch_cost.py prints each
 # variant's cost against `off` with a 95 % interval over the rounds (paired per round) and writes watch_cost.json.
-# Usage on the machine, from the repo root: bash bench/watch_cost.sh   (ROUNDS=4 STEPS=80; results under $OUT). On a
+# Usage on the machine, from the repo root: bash bench/watch_cost.sh   (ROUNDS=4 STEPS=80; results under $OUT;
+# EARLIER=FILE adds an earlier batch's watch_cost.json to the figures). On a
 # machine without a GPU it runs a small model on the CPU over gloo: a dry run of the bench, not a figure.
 set -u
 source bench/device_env.sh
@@ -39,7 +40,7 @@ arming() {  # variant job: the environment that variant adds
         > "$LOGS/$name.log" 2>&1)
       echo "### round $round variant $variant exit $? env [$extra]"
     done
-    python3 bench/watch_cost.py "$LOGS" --json "$OUT/watch_cost.json"  # after every round: a cut run keeps its rounds
+    python3 bench/watch_cost.py "$LOGS" --json "$OUT/watch_cost.json" ${EARLIER:+--earlier "$EARLIER"}  # after every round: a cut run keeps its rounds
   done
 } > "$OUT/watch_cost.log" 2>&1
 tail -c 4000 "$OUT/watch_cost.log"
