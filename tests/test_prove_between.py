@@ -13,7 +13,7 @@ from cluster_accept.analysis.minimal_cause import Search, arm_bound
 from cluster_accept.analysis.proof import finding_rows
 from cluster_accept.analysis.reference import DEFAULTS, Change
 from cluster_accept.analysis.suspects import JobSetting
-from cluster_accept.checks.base import CheckRow, Status
+from cluster_accept.checks.base import CheckRow, NodeRow, Status
 from cluster_accept.remote.launch import GroupRun, RankRun
 from cluster_accept.remote.result import CommandResult, NodeStatus
 from cluster_accept.tasks.multi_node.prove import (
@@ -23,6 +23,7 @@ from cluster_accept.tasks.multi_node.prove import (
     _ran_otherwise,
     arm_judged,
     search_between,
+    spared,
     suspects_between,
 )
 from cluster_accept.vocabulary.figures import Figure
@@ -162,3 +163,42 @@ def test_what_an_arm_measured_is_judged_against_the_floor() -> None:
     assert arm_judged(_completed(1.2), 1.85) == ("low", "1.2 GB/s (below 1.85)")
     outcome, said = arm_judged(_aborted(), 1.85)
     assert outcome == "low" and said.startswith("the all-reduce did not complete (half-a: exit 1")
+
+
+def _stage_rows() -> list[NodeRow]:
+    """The halves' multi-node rows after half-b's channel cap aborted the all-reduce (bench/results/h200x2-halves/),
+    and a figure half-a measured low on its own."""
+
+    def row(node: str, check: str, item: str, reason: str, status: Status = Status.ERROR) -> NodeRow:
+        return NodeRow("r", "c", "multi-node", node, check, item, status, reason, detail="the run failed")
+
+    return [
+        *(row(n, "allreduce", "inter_node half-a,half-b", "collective_failed") for n in PAIR),
+        *(row(n, "collectives", "all_gather_inter", "not_measured") for n in PAIR),
+        row("half-a", "training", "scaling_efficiency", "below_threshold", Status.FAIL),
+        row("half-a", "hostname", "resolves", "ok", Status.PASS),
+    ]
+
+
+def test_a_node_that_runs_none_of_the_cause_proved_on_its_partner_is_warned_not_rejected() -> None:
+    arm, _ = _arms(lambda reverted: _completed(2.55) if CULPRIT in reverted else _aborted())
+    finding = search_between(Search(list(FOUND)), arm, 1.85, FOUND)
+    after = {(r.node, r.check): r for r in spared(_stage_rows(), finding, FOUND, PAIR)}
+    for check in ("allreduce", "collectives"):
+        mine = after[("half-a", check)]
+        assert mine.status == Status.WARN, mine
+        assert "half-b's NCCL_MAX_NCHANNELS=1 proved the cause" in mine.detail and "2.55 GB/s" in mine.detail
+        assert mine.detail.startswith("the run failed; ") and mine.reason in ("collective_failed", "not_measured")
+        assert after[("half-b", check)].status == Status.ERROR  # the node with the cause stays what it was
+    assert after[("half-a", "training")].status == Status.FAIL  # a figure that ran and came out low: not spared
+    assert after[("half-a", "hostname")].status == Status.PASS
+
+
+def test_nothing_is_spared_without_a_named_cause_and_a_restoring_arm() -> None:
+    arm, _ = _arms(lambda reverted: _completed(1.2))  # nothing restores it: cleared, nobody's cause
+    cleared = search_between(Search(list(FOUND)), arm, 1.85, FOUND)
+    assert spared(_stage_rows(), cleared, FOUND, PAIR) == _stage_rows()
+    both = suspects_between({"half-a": [CAP], "half-b": [CAP]})  # the cause on every implicated node: nobody spared
+    arm, _ = _arms(lambda reverted: _completed(2.55) if reverted else _aborted())
+    finding = search_between(Search(list(both)), arm, 1.85, both)
+    assert finding.kind == "named" and spared(_stage_rows(), finding, both, PAIR) == _stage_rows()

@@ -14,6 +14,11 @@ on one only, a setting the ranks must agree on would break the collective by its
 between nodes; low when a rank fails again or the figure stays below; void when no rank failed of itself (a node
 could not run its rank, the run was refused) or a rank said it ran otherwise than asked. Only the all-reduce
 family is proved here: a failing training or rail figure on its own is left to its rows.
+
+An implicated node that runs none of the proved cause (half-a, beside half-b's channel cap) is not rejected for
+it: its failing rows between nodes become warnings saying whose setting was proved and what the restoring arm
+measured with this node in it (:func:`spared`): the all-reduce, and the figures between nodes that did not run at
+all. Its figures were measured with another node's cause in effect, so they are not a pass either.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from cluster_accept.analysis.between_nodes import DID_NOT_RUN
 from cluster_accept.analysis.minimal_cause import Finding, Outcome, Search
 from cluster_accept.analysis.nccl_log import nccl_warnings
 from cluster_accept.analysis.proof import arm_settings_wrong, figure_note, finding_rows
 from cluster_accept.analysis.reference import DEFAULTS, Change
 from cluster_accept.analysis.suspects import BETWEEN_NODES_FAILURES, JobSetting, read_settings, suspects, unproved_rows
-from cluster_accept.checks.base import BAD_STATUSES, CheckRow, NodeRow
+from cluster_accept.checks.base import BAD_STATUSES, CheckRow, NodeRow, Status
 from cluster_accept.inventory.hostlist import fold
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.probes.scripts import REMOVED_SETTINGS, tool_keys
@@ -156,7 +162,42 @@ def prove_between(stage: _Stage, nodes: Sequence[Node]) -> None:
     named = [Change(key, replace(suspect.setting, key=key), None) for key, suspect in found.items()]
     _proof_rows(stage, found, finding_rows(named, finding, reference))
     note = figure_note(finding, named, reference)
-    stage.out.rows = noted(stage.out.rows, {id(r): note for r in failing})
+    stage.out.rows = spared(noted(stage.out.rows, {id(r): note for r in failing}), finding, found, bad)
+
+
+def spared(
+    rows: Sequence[NodeRow], finding: Finding, found: Mapping[str, Suspect], implicated: Sequence[str]
+) -> list[NodeRow]:
+    """``rows`` with each failing row of an implicated node that runs none of the proved cause made a warning:
+    another node's setting broke or slowed the group, proved by an arm that restored the all-reduce with this node
+    in it (:func:`_spared_kind`). Nothing changes unless the search named a cause and an arm with all of it reverted
+    was restored."""
+    if finding.kind != "named":
+        return list(rows)
+    cause = set(finding.named)
+    restoring = next((a for a in finding.arms if a.outcome == "restored" and cause <= a.reverted), None)
+    culprits = {node for key in cause for node in found[key].nodes}
+    innocent = set(implicated) - culprits
+    if restoring is None or not innocent:
+        return list(rows)
+    named = ", ".join(found[key].said for key in sorted(cause))
+    said = (
+        f"{named} proved the cause of the group's failure; this node runs none of it, so it is not rejected for a "
+        f"figure measured with it in effect (the restoring arm, with this node in it: {restoring.said})"
+    )
+    return [
+        replace(r, status=Status.WARN, detail=f"{r.detail}; {said}" if r.detail else said)
+        if r.node in innocent and r.status in BAD_STATUSES and _spared_kind(r)
+        else r
+        for r in rows
+    ]
+
+
+def _spared_kind(row: NodeRow) -> bool:
+    """A failing row the proved cause accounts for on a node that runs none of it: the all-reduce the arm restored,
+    or a figure between nodes that did not run at all (the group's run broke). A figure that ran and came out low
+    (an all-gather below its floor) was not measured again, and stays what it is."""
+    return (row.check, row.reason) in BETWEEN_NODES_FAILURES or row.reason in DID_NOT_RUN | {"not_measured"}
 
 
 def _proof_rows(stage: _Stage, found: Mapping[str, Suspect], rows: Sequence[CheckRow]) -> None:
