@@ -1,8 +1,10 @@
-"""When a re-test runs (once the job has left the nodes it measures) and when it confirms a node the watch named:
-the node not accepted while a peer of the same run is."""
+"""When a re-test runs (once the job has left the nodes it measures, beside the read rounds, which go on) and when it
+confirms a node the watch named: the node not accepted while a peer of the same run is."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import cast
@@ -10,7 +12,9 @@ from typing import cast
 import pytest
 
 from cluster_accept.analysis.verdicts import Verdict, VerdictRow
-from cluster_accept.flows.watch import _settle, job_left
+from cluster_accept.flows import watch as watch_flow
+from cluster_accept.flows.watch import _settle
+from cluster_accept.flows.watch_retests import RUNNING, WAITING, Retests, RunRetest, still_on
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge import WatchRules
@@ -56,48 +60,11 @@ def _request(wait_s: float) -> WatchRequest:
     return WatchRequest(spec, cast(Inventory, None), [node("n1"), node("n2")], "j", WatchRules())
 
 
-def _scripted(monkeypatch: pytest.MonkeyPatch, rounds: list[list[NodeRead]]) -> list[int]:
-    """Each read of the nodes answers the next round of ``rounds``; the waits between them take no time."""
-    calls: list[int] = []
-
-    def read(nodes: list[Node], *_: object) -> list[NodeRead]:
-        calls.append(len(nodes))
-        return rounds[min(len(calls), len(rounds)) - 1]
-
-    monkeypatch.setattr("cluster_accept.flows.watch.read_task", read)
-    monkeypatch.setattr("cluster_accept.flows.watch.time.sleep", lambda _s: None)
-    return calls
-
-
 def _read(name: str, state: str | None) -> NodeRead:
     """A node's read: its one rank in ``state``, or (None) no answer at all."""
     if state is None:
         return NodeRead(name, problems=["ssh: connection timed out"])
     return NodeRead(name, [RankSeen("j", name, int(name[-1]), 0, 10, RankState(state), 5)], node_ns=5)
-
-
-def test_a_re_test_waits_for_the_job_to_leave_its_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Running, then a node that does not answer (not known to have left), then every rank ended: it goes."""
-    rounds = [[_read("n1", "running"), _read("n2", "dead")], [_read("n1", None), _read("n2", "dead")],
-              [_read("n1", "dead"), _read("n2", "exited")]]  # fmt: skip
-    calls, state = _scripted(monkeypatch, rounds), WatchState(keep_s=120)
-    state.add(rounds[0])
-    assert not state.job_over()
-    assert job_left(_request(600), ["n1", "n2"], state) == "" and calls == [2, 2, 2]
-    assert state.job_over()  # the job left every node while the re-test waited: the watch of it is over
-
-
-def test_a_job_that_stays_past_the_wait_leaves_the_node_not_re_tested(monkeypatch: pytest.MonkeyPatch) -> None:
-    _scripted(monkeypatch, [[_read("n1", "stopped"), _read("n2", "running")]])
-    said = job_left(_request(0), ["n1", "n2"], WatchState(keep_s=120))
-    assert said.startswith("not re-tested: the job still runs on n[1-2] after 0 s")
-
-
-def test_peers_are_nodes_the_job_has_left_where_there_are() -> None:
-    """A job requeued without its suspect runs on the others again: a node it has left is measured at once."""
-    assert retest_peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n4"}) == ["n3"]
-    waits = retest_peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n3", "n4"})
-    assert waits == ["n1", "n3"]  # it waits for them
 
 
 def _three(wait_s: float = 600) -> WatchRequest:
@@ -110,18 +77,73 @@ def _finding(status: Status, **said: object) -> WatchFinding:
 
 
 WAITED = f"{NOT_RETESTED} n[1-3] after 600 s"
+Calls = list[tuple[list[str], list[str]]]
 
 
-def _stub_retest(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], bool]]:
-    """``retest`` confirms every suspect; each call's suspects and whether it was allowed to wait are kept."""
-    calls: list[tuple[list[str], bool]] = []
+def _confirming(calls: Calls) -> RunRetest:
+    """A re-test run that confirms every suspect; each call's suspects and peers are kept."""
 
-    def retest(_r: WatchRequest, suspects: list[WatchFinding], _s: WatchState, wait: bool = True) -> list[WatchFinding]:
-        calls.append(([f.node for f in suspects], wait))
+    def run(_r: WatchRequest, suspects: Sequence[WatchFinding], peers: Sequence[str]) -> list[WatchFinding]:
+        calls.append(([f.node for f in suspects], list(peers)))
         return [replace(f, confirmed=True, retest="run r2: rejected", action="drained") for f in suspects]
 
-    monkeypatch.setattr("cluster_accept.flows.watch.retest", retest)
-    return calls
+    return run
+
+
+def _settled(retests: Retests, findings: list[WatchFinding], state: WatchState) -> None:
+    """One round's settling, then the re-tests it started finished and the next round's settling records them."""
+    _settle(retests, findings, state)
+    for group in list(retests.groups):
+        if group.future is not None:
+            group.future.result(timeout=30)
+    _settle(retests, findings, state)
+
+
+def test_a_re_test_waits_for_the_job_to_leave_its_nodes_and_then_runs() -> None:
+    """Running, then a node that does not answer (not known to have left), then every rank ended: it runs."""
+    calls: Calls = []
+    retests, state = Retests(_request(600), _confirming(calls)), WatchState(keep_s=120)
+    state.add([_read("n1", "running"), _read("n2", "dead")])
+    retests.begin([_finding(Status.FAIL)], state)
+    assert retests.acted[("n2", "compute_straggler")].retest == f"{WAITING} n[1-2]" and retests.waiting
+    for round_ in ([_read("n1", None), _read("n2", "dead")], [_read("n1", "dead"), _read("n2", "exited")]):
+        state.add(round_)
+        retests.advance(state.latest_ranks().values(), state.unread)
+    assert retests.acted[("n2", "compute_straggler")].retest == f"{RUNNING} n[1-2]" and not retests.waiting
+    retests.finish(lambda *_: ([], set()))
+    assert calls == [(["n2"], ["n1"])] and not retests.busy
+    assert retests.acted[("n2", "compute_straggler")].action == "drained"
+
+
+def test_a_job_that_stays_past_the_wait_leaves_the_node_not_re_tested() -> None:
+    calls: Calls = []
+    retests, state = Retests(_request(0), _confirming(calls)), WatchState(keep_s=120)
+    state.add([_read("n1", "stopped"), _read("n2", "running")])
+    retests.begin([_finding(Status.FAIL)], state)
+    retests.advance(state.latest_ranks().values(), state.unread)
+    said = retests.acted[("n2", "compute_straggler")]
+    assert said.retest.startswith("not re-tested: the job still runs on n[1-2] after 0 s") and calls == []
+    assert (said.status, said.confirmed) == (Status.WARN, False)
+
+
+def test_a_re_test_that_fails_on_the_controller_is_a_finding_not_confirmed() -> None:
+    def broken(*_: object) -> list[WatchFinding]:
+        raise OSError("no space left on device")
+
+    retests, state = Retests(_request(600), broken), WatchState(keep_s=120)
+    state.add([_read("n1", "exited"), _read("n2", "exited")])
+    retests.begin([_finding(Status.FAIL)], state)
+    retests.advance(state.latest_ranks().values(), state.unread)
+    retests.finish(lambda *_: ([], set()))
+    said = retests.acted[("n2", "compute_straggler")]
+    assert said.confirmed is False and "failed on the controller: OSError: no space left on device" in said.retest
+
+
+def test_peers_are_nodes_the_job_has_left_where_there_are() -> None:
+    """A job requeued without its suspect runs on the others again: a node it has left is measured at once."""
+    assert retest_peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n4"}) == ["n3"]
+    waits = retest_peers(["n2"], ["n1", "n2", "n3", "n4"], living={"n1", "n3", "n4"})
+    assert waits == ["n1", "n3"]  # it waits for them
 
 
 @pytest.mark.parametrize(("n1", "n2", "n3", "retried"), [
@@ -132,57 +154,52 @@ def _stub_retest(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], bool]
     ("running", "exited", None, False),  # n3 not read: not known to have left, no peer
 ])  # fmt: skip
 def test_a_finding_not_re_tested_while_the_job_ran_is_re_tested_once_the_job_has_left(
-    monkeypatch: pytest.MonkeyPatch, n1: str, n2: str, n3: str | None, retried: bool
+    n1: str, n2: str, n3: str | None, retried: bool
 ) -> None:
-    calls = _stub_retest(monkeypatch)
+    calls: Calls = []
     waited = _finding(Status.WARN, confirmed=False, retest=WAITED, action="x")
+    retests = Retests(_three(), _confirming(calls), {("n2", "compute_straggler"): waited})
     state = WatchState(keep_s=120)
     state.add([_read("n1", n1), _read("n2", n2), _read("n3", n3)])
     findings = [_finding(Status.PASS)]  # the job left n2: nothing of it in the window
-    acted = {("n2", "compute_straggler"): waited}
-    _settle(_three(), findings, acted, state)
+    _settled(retests, findings, state)
     if not retried:
         assert calls == [] and (findings[0].status, findings[0].retest) == (Status.WARN, WAITED)
         return
-    assert calls == [(["n2"], False)]  # a retry does not wait: the job has left, or it is tried again later
+    assert [c[0] for c in calls] == [["n2"]]
     assert (findings[0].status, findings[0].confirmed, findings[0].action) == (Status.FAIL, True, "drained")
-    _settle(_three(), findings, acted, state)  # confirmed: never re-tested again
+    _settled(retests, findings, state)  # confirmed: never re-tested again
     assert len(calls) == 1
 
 
-def test_two_suspects_the_job_left_are_no_peers_of_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _stub_retest(monkeypatch)
+def test_two_suspects_the_job_left_are_no_peers_of_each_other() -> None:
+    calls: Calls = []
     acted = {(n, "compute_straggler"): replace(_finding(Status.WARN, retest=WAITED), node=n) for n in ("n2", "n3")}
+    retests = Retests(_three(), _confirming(calls), acted)
     state = WatchState(keep_s=120)
     state.add([_read("n1", "running"), _read("n2", "exited"), _read("n3", "exited")])
-    _settle(_three(), [], acted, state)
+    _settled(retests, [], state)
     assert calls == []
 
 
-def test_a_finding_dropped_from_the_window_stays_in_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
-    _stub_retest(monkeypatch)
+def test_a_finding_dropped_from_the_window_stays_in_the_record() -> None:
     acted = {("n2", "compute_straggler"): _finding(Status.WARN, retest=WAITED)}
+    retests = Retests(_three(), _confirming([]), acted)
     state = WatchState(keep_s=120)
     state.add([_read("n1", "exited"), _read("n2", "exited"), _read("n3", "exited")])
     findings: list[WatchFinding] = []
-    _settle(_three(), findings, acted, state)
+    _settled(retests, findings, state)
     assert [(f.node, f.status, f.confirmed) for f in findings] == [("n2", Status.FAIL, True)]
 
 
-def test_a_retry_that_finds_the_job_back_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The state said the job had left; the re-test's own read finds it on n2 again: not re-tested, at once."""
-    _scripted(monkeypatch, [[_read("n2", "running"), _read("n3", "exited")]])
-
-    def no_sleep(_s: float) -> None:
-        raise AssertionError("a retry waited")
-
-    monkeypatch.setattr("cluster_accept.flows.watch.time.sleep", no_sleep)
-    acted = {("n2", "compute_straggler"): _finding(Status.WARN, retest=WAITED)}
-    state = WatchState(keep_s=120)
-    state.add([_read("n1", "running"), _read("n2", "exited"), _read("n3", "exited")])
-    findings = [_finding(Status.PASS)]
-    _settle(_three(), findings, acted, state)
-    assert findings[0].status is Status.WARN and findings[0].retest.startswith(f"{NOT_RETESTED} n2 after 0 s")
+def test_a_retry_whose_nodes_the_job_is_back_on_does_not_wait() -> None:
+    calls: Calls = []
+    retests, state = Retests(_three(), _confirming(calls)), WatchState(keep_s=120)
+    state.add([_read("n1", "running"), _read("n2", "running"), _read("n3", "exited")])
+    retests.begin([_finding(Status.FAIL)], state, wait=False)
+    retests.advance(state.latest_ranks().values(), state.unread)
+    said = retests.acted[("n2", "compute_straggler")]
+    assert said.status is Status.WARN and said.retest.startswith(f"{NOT_RETESTED} n2 after 0 s") and calls == []
 
 
 def test_a_slurm_job_whose_rank_files_are_gone_has_not_left_while_slurm_runs_it(
@@ -197,15 +214,48 @@ def test_a_slurm_job_whose_rank_files_are_gone_has_not_left_while_slurm_runs_it(
     spec = WatchSpec(inventory=Path("inv.yaml"), slurm_job="9", retest_wait_s=0, interval_s=0.5)
     request = WatchRequest(spec, inventory, [node("n1"), node("n2")], "9", WatchRules(),
                            slurm=SlurmJob("9", "n[1-2]", 1000, "alice", "RUNNING"))  # fmt: skip
-    _scripted(monkeypatch, [[_read("n1", "exited"), _read("n2", "exited")]])
+    gone = [r for read in (_read("n1", "exited"), _read("n2", "exited")) for r in read.ranks]
     answers = iter([SlurmJob("9", "n2", 1000, "alice", "RUNNING"), SlurmJob("9", "n[1-2]", 1000, "alice", "COMPLETED")])
     monkeypatch.setattr(watch_request, "read_job", lambda *_: next(answers))
-    assert job_left(request, ["n1", "n2"], WatchState(keep_s=120)).startswith("not re-tested: the job still runs on n2")
-    assert job_left(request, ["n1", "n2"], WatchState(keep_s=120)) == ""
+    assert still_on(request, ["n1", "n2"], gone, set()) == ["n2"]
+    assert still_on(request, ["n1", "n2"], gone, set()) == []
 
     def unreachable(*_: object) -> SlurmJob:
         raise ValueError("cannot ask Slurm for job 9: timed out")
 
     monkeypatch.setattr(watch_request, "read_job", unreachable)
-    said = job_left(request, ["n1", "n2"], WatchState(keep_s=120))
-    assert said.startswith("not re-tested: the job still runs on n[1-2]")
+    assert still_on(request, ["n1", "n2"], gone, set()) == ["n1", "n2"]
+
+
+def test_the_read_rounds_go_on_while_a_re_test_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """n2 is named in the first round and the job leaves it and its two peers at once (n4 runs on); its re-test
+    runs until the watch has read three more rounds, and its word is in the findings the watch ends with."""
+    rounds: list[int] = []
+    let_go = threading.Event()
+
+    def read(nodes: list[Node], *_: object) -> list[NodeRead]:
+        rounds.append(len(nodes))
+        if len(rounds) >= 4:
+            let_go.set()
+        state = "running" if len(rounds) == 1 else "exited"
+        return [_read("n1", state), _read("n2", state), _read("n3", state), _read("n4", "running")]
+
+    def judge(*_: object) -> object:
+        status = Status.FAIL if len(rounds) == 1 else Status.PASS
+        return watch_flow.Judgement([_finding(status)], {}, (0, 0))
+
+    def run(_r: WatchRequest, suspects: Sequence[WatchFinding], peers: Sequence[str]) -> list[WatchFinding]:
+        assert let_go.wait(20), "the rounds stopped while the re-test ran"
+        said = f"run r2 beside {','.join(peers)}"
+        return [replace(f, confirmed=True, retest=said, action="drained") for f in suspects]
+
+    monkeypatch.setattr(watch_flow, "read_task", read)
+    monkeypatch.setattr(watch_flow, "judge", judge)
+    monkeypatch.setattr(watch_flow, "run_retest", run)
+    inventory = Inventory("c", [node(f"n{i}") for i in range(1, 5)], {}, "inv.yaml", "")
+    spec = WatchSpec(inventory=Path("inv.yaml"), nodes="n[1-4]", job="j", interval_s=0.5, for_s=30, retest_wait_s=20,
+                     until_named=True, out_dir=tmp_path)  # fmt: skip
+    outcome = watch_flow.watch_job(WatchRequest(spec, inventory, inventory.nodes, "j", WatchRules()))
+    assert len(rounds) >= 4 and outcome.rounds >= 4  # read on while the re-test waited for let_go
+    [finding] = [f for f in outcome.findings if f.node == "n2"]
+    assert (finding.confirmed, finding.action, finding.retest) == (True, "drained", "run r2 beside n1,n3"), finding

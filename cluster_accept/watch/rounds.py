@@ -196,6 +196,10 @@ class WatchState:
         """Nodes the job may still be on, by each rank's latest read and the latest round's unread nodes."""
         return occupied_nodes(self.latest_ranks().values(), self.unread)
 
+    def any_ended(self) -> bool:
+        """A rank of the job has ended (exited or dead) by its latest read."""
+        return any(r.state in ENDED for r in self.latest_ranks().values())
+
     def job_over(self) -> bool:
         """Every rank seen has ended (exited or dead): nothing more will happen."""
         latest = self.latest_ranks()
