@@ -52,6 +52,11 @@ def verdict(name: str, setting: str | None, checks: pd.DataFrame, verdicts: pd.D
     named = set(confirmed["item"]) == {setting}  # alone: never beside a harmless one
     rejected = "rejected" in set(verdicts.verdict)
     print(f"ASSERT {name}: rejected with {setting} alone confirmed:", "PASS" if named and rejected else "FAIL")
+    carriers = set(confirmed["node"])
+    others = verdicts[~verdicts.node.isin(carriers)]  # the halves: half-a runs none of half-b's cause
+    spared = set(others.verdict) <= {"accepted"}
+    said = "PASS" if spared else f"FAIL {others[['node', 'verdict']].to_dict('records')}"
+    print(f"ASSERT {name}: nodes without the cause not rejected:", said)
 
 
 def main() -> None:
