@@ -18,7 +18,7 @@ from cluster_accept.flows.watch_retests import RUNNING, WAITING, Retests, RunRet
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge import WatchRules
-from cluster_accept.watch.policy import NOT_RETESTED, confirmation, retest_peers
+from cluster_accept.watch.policy import NOT_RETESTED, acted_on, carry_over, confirmation, not_confirmed, retest_peers
 from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.request import WatchRequest, WatchSpec
 from cluster_accept.watch.rounds import WatchState
@@ -259,3 +259,23 @@ def test_the_read_rounds_go_on_while_a_re_test_runs(monkeypatch: pytest.MonkeyPa
     assert len(rounds) >= 4 and outcome.rounds >= 4  # read on while the re-test waited for let_go
     [finding] = [f for f in outcome.findings if f.node == "n2"]
     assert (finding.confirmed, finding.action, finding.retest) == (True, "drained", "run r2 beside n1,n3"), finding
+
+
+def test_the_owner_is_told_to_exclude_only_what_a_re_test_confirmed() -> None:
+    """Named, the line says to exclude the node; accepted by its re-test beside a peer, it says to keep it and where
+    else to look; not re-tested because the job stayed, to exclude it only to have it re-tested. The next round's
+    finding of the same node carries the re-test's line, never the naming one."""
+    named = replace(_finding(Status.FAIL), owner_line="exclude n2: rank 1 late")
+    verdicts = [_v("n1", Verdict.ACCEPTED), _v("n2", Verdict.ACCEPTED)]
+    cleared = acted_on(named, *confirmation("n2", ["n1"], verdicts), False, False, None)
+    assert cleared.owner_line.startswith("keep n2: its re-test (preflight, single-node) did not confirm the compute")
+    assert "n2 accepted" in cleared.owner_line and "the links between nodes" in cleared.owner_line
+    stayed = not_confirmed(named, f"{NOT_RETESTED} n2 after 600 s")
+    assert stayed.owner_line.startswith("n2 not re-tested yet (the job still ran there): exclude it only to have")
+    findings = [named]
+    carry_over(findings, {("n2", "compute_straggler"): cleared})
+    assert findings[0].status is Status.WARN and findings[0].owner_line == cleared.owner_line
+    confirmed = acted_on(named, True, "run r2: n2 rejected", True, True, None)
+    findings = [named]
+    carry_over(findings, {("n2", "compute_straggler"): confirmed})
+    assert findings[0].owner_line == "exclude n2: rank 1 late" and findings[0].action == "drained"

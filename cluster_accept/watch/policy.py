@@ -53,9 +53,29 @@ def confirmation(node: str, peers: Sequence[str], verdicts: Sequence[VerdictRow]
 
 
 def not_confirmed(finding: WatchFinding, said: str) -> WatchFinding:
-    """A named finding its re-test did not confirm (or could not run): ``warn``, with what the re-test said."""
+    """A named finding its re-test did not confirm (or could not run): ``warn``, with what the re-test said, and
+    an owner's line that no longer says to exclude the node on this finding's word (:func:`unconfirmed_line`)."""
     action = NOT_CONFIRMED.format(kind=finding.kind.replace("_", " "))
-    return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action)
+    line = unconfirmed_line(finding, said)
+    return replace(finding, status=Status.WARN, confirmed=False, retest=said, action=action, owner_line=line)
+
+
+def unconfirmed_line(finding: WatchFinding, said: str) -> str:
+    """The owner's line for a finding its re-test did not confirm: a node the job still ran on is to be excluded
+    only so that it can be re-tested; a node its re-test accepted beside its peers is not to be excluded on this
+    finding, and the owner is told what the re-test did not measure, where the cause may be instead."""
+    kind = finding.kind.replace("_", " ")
+    if said.startswith(NOT_RETESTED):
+        return (
+            f"{finding.node} not re-tested yet (the job still ran there): exclude it only to have it re-tested; "
+            f"named for: {finding.observed}"
+        )
+    stages = ", ".join(RETEST_STAGES.get(finding.kind, ()))
+    return (
+        f"keep {finding.node}: its re-test ({stages}) did not confirm the {kind} ({said}); the {kind} is the job's "
+        f"own or outside what that re-test measured (its data loading, another job on the node, the links between "
+        f"nodes for a compute re-test): named for: {finding.observed}"
+    )
 
 
 def acted_on(
@@ -104,6 +124,7 @@ def carry_over(findings: list[WatchFinding], acted: Acted) -> None:
             findings[i] = replace(
                 finding, status=earlier.status, named_ns=earlier.named_ns or finding.named_ns,
                 confirmed=earlier.confirmed, retest=earlier.retest, action=earlier.action,
+                owner_line=earlier.owner_line if earlier.confirmed is False else finding.owner_line,
             )  # fmt: skip
         elif earlier is not None and finding.status is Status.PASS:
             findings[i] = replace(earlier, persistence=f"{earlier.persistence}; not seen in the latest window")
