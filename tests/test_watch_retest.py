@@ -279,3 +279,19 @@ def test_the_owner_is_told_to_exclude_only_what_a_re_test_confirmed() -> None:
     findings = [named]
     carry_over(findings, {("n2", "compute_straggler"): confirmed})
     assert findings[0].owner_line == "exclude n2: rank 1 late" and findings[0].action == "drained"
+
+
+def test_a_rank_ended_while_a_re_test_waits_is_the_owner_taking_the_job_down() -> None:
+    """A rank dead before the re-test began (the finding it re-tests) is no teardown; one that ends while it waits
+    is; once the re-test runs, rounds are judged again."""
+    retests, state = Retests(_three(600), _confirming([])), WatchState(keep_s=120)
+    state.add([_read("n1", "running"), _read("n2", "dead"), _read("n3", "running")])
+    assert not retests.teardown(state)  # nothing waits
+    retests.begin([_finding(Status.FAIL)], state)
+    assert not retests.teardown(state)  # n2's rank was dead already: judged as before
+    state.add([_read("n1", "dead"), _read("n2", "dead"), _read("n3", "running")])
+    assert retests.teardown(state)
+    state.add([_read("n1", "dead"), _read("n2", "dead"), _read("n3", "exited")])
+    retests.advance(state.latest_ranks().values(), state.unread)  # the job has left: the re-test runs
+    assert not retests.waiting and not retests.teardown(state)
+    retests.finish(lambda *_: ([], set()))

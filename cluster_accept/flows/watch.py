@@ -103,8 +103,9 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
     (``until_named``) a suspect has been named and re-tested; re-tests wait and run beside the rounds
     (:mod:`flows.watch_retests`), and those still in flight at the end are finished before the last write.
 
-    While a re-test waits for the job to leave its nodes, a round in which a rank has ended is not judged: the
-    job's owner is taking it down (excluding the node, requeueing), and its teardown is no death."""
+    While a re-test waits for the job to leave its nodes, a round in which a rank has ended since it began to wait
+    is not judged: the job's owner is taking it down (excluding the node, requeueing), and its teardown is no
+    death."""
     files = WatchFiles.start(
         request.spec.out_dir,
         request.job,
@@ -122,7 +123,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
                           request.concurrency, request.job_user)  # fmt: skip
         state.add(reads)
-        if judged is None or not (retests.waiting and state.any_ended()):
+        if judged is None or not retests.teardown(state):
             judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
             findings = judged.findings
         _settle(retests, findings, state)

@@ -60,6 +60,7 @@ class Retests:
     run: RunRetest
     acted: Acted = field(default_factory=dict)
     groups: list[_Group] = field(default_factory=list)
+    ended_before: set[int] = field(default_factory=set)  # ranks already ended when a re-test began to wait
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="retest"))
 
     def begin(self, suspects: Sequence[WatchFinding], state: WatchState, wait: bool = True) -> None:
@@ -69,6 +70,7 @@ class Retests:
         peers = retest_peers(names, [n.name for n in self.request.nodes], state.occupied())
         wait_s = self.request.spec.retest_wait_s if wait else 0.0
         group = _Group(list(suspects), peers, wait_s, time.monotonic() + wait_s)
+        self.ended_before |= state.ended_ranks()
         living = still_on(self.request, group.nodes, state.latest_ranks().values(), state.unread)
         for finding in suspects:
             self.acted[(finding.node, finding.kind)] = replace(finding, retest=f"{WAITING} {fold(group.nodes)}")
@@ -85,6 +87,11 @@ class Retests:
     def waiting(self) -> bool:
         """A re-test waits for the job to leave its nodes: the job's owner may be taking it down."""
         return any(g.future is None for g in self.groups)
+
+    def teardown(self, state: WatchState) -> bool:
+        """While a re-test waits for the job to leave, a rank that has ended since is the owner taking the job
+        down (excluding the node, requeueing): that round is not judged, and its deaths are no findings."""
+        return self.waiting and bool(state.ended_ranks() - self.ended_before)
 
     def advance(self, ranks: Iterable[RankSeen], unread: Iterable[str]) -> None:
         """Start each waiting re-test whose nodes the job has left (by ``ranks``' latest states and the nodes not

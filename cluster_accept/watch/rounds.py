@@ -196,9 +196,9 @@ class WatchState:
         """Nodes the job may still be on, by each rank's latest read and the latest round's unread nodes."""
         return occupied_nodes(self.latest_ranks().values(), self.unread)
 
-    def any_ended(self) -> bool:
-        """A rank of the job has ended (exited or dead) by its latest read."""
-        return any(r.state in ENDED for r in self.latest_ranks().values())
+    def ended_ranks(self) -> set[int]:
+        """The ranks that have ended (exited or dead) by their latest read."""
+        return {r.rank for r in self.latest_ranks().values() if r.state in ENDED}
 
     def job_over(self) -> bool:
         """Every rank seen has ended (exited or dead): nothing more will happen."""
