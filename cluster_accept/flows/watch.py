@@ -46,11 +46,12 @@ class WatchOutcome:
         return [f for f in self.findings if f.status in (Status.FAIL, Status.WARN)]
 
 
-def read_nodes(request: WatchRequest, names: Sequence[str]) -> tuple[list[RankSeen], set[str]]:
-    """One read of ``names`` outside a round (re-tests waiting after the last one): their ranks, the nodes not
-    read."""
+def read_nodes(request: WatchRequest, names: Sequence[str], state: WatchState) -> tuple[list[RankSeen], set[str]]:
+    """One read of ``names`` outside a round (re-tests waiting after the last one): their ranks, kept in ``state``
+    as every read is (what was seen is on disk), and the nodes not read."""
     chosen = [n for n in request.nodes if n.name in names]
     reads = read_task(chosen, request.job, request.spec.watch_dir, {}, 1, request.concurrency, request.job_user)
+    state.add_states(reads)
     return [r for read in reads for r in read.ranks], {read.node for read in reads if read.node_ns is None}
 
 
@@ -133,7 +134,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         if state.job_over() or time.monotonic() >= deadline or (request.spec.until_named and settled):
             break
         time.sleep(max(0.0, request.spec.interval_s - (time.monotonic() - started)))
-    retests.finish(read_nodes)
+    retests.finish(lambda req, names: read_nodes(req, names, state))
     carry_over(findings, retests.acted)
     files.finish(state, findings, request.spec.operations.prometheus, judged)
     return WatchOutcome(files.run_dir, findings, state.rounds)
