@@ -36,7 +36,8 @@ _SUFFIX = "_vs_cluster"
 
 
 AGAIN = frozenset({STRAGGLER, INCONCLUSIVE})  # the rows against peers a second measurement decides
-ROUNDS = 3  # paired rounds: the suspects and a control measured again, back to back, this many times
+ROUNDS = 3  # paired rounds: the suspects and the controls measured again, back to back, this many times
+CONTROLS = 3  # healthy nodes measured in each round: two or more tell how far healthy nodes sit apart in them
 
 
 def flagged(rows: Sequence[NodeRow]) -> dict[str, set[str]]:
@@ -106,19 +107,20 @@ def confirm(
     after: pd.DataFrame,
     rules: Mapping[str, MetricRule],
     thresholds: Mapping[str, Thresholds],
-    control: str | None = None,
+    controls: Sequence[str] = (),
 ) -> list[NodeRow]:
     """``rows`` with each straggler or inconclusive row against its peers re-judged on its figure measured again
-    (``after``: the flagged nodes' figures, and ``control``'s, in ``round`` 0, 1, …); other rows unchanged.
+    (``after``: the flagged nodes' figures, and the ``controls``', in ``round`` 0, 1, …); other rows unchanged.
 
-    With a control (a node that passed, measured in each round beside the suspects), each round's figure is
-    compared with the peers' median moved as the control's own figure moved since the stage measured it: a load
-    or throttle that came and went is seen on the control too, so what is left is the node's own. The noise is
-    then the standard error of the rounds' mean (their spread over √rounds), the calibration's, the repeats' and
-    the peers' spread: the rounds take out what moved in time, not how far healthy nodes sit apart, so a node
-    persistently a little slower than the control (a shared machine's load falling unevenly) is no straggler while
-    it stays inside the spread of its peers. Without a control, the first round's figure is compared with the
-    median as it was, with the same noises but the rounds'."""
+    With controls (nodes that passed, measured in each round beside the suspects), each round's figure is taken
+    against the controls' in the same round: a load or throttle that came and went is seen on them too, so what is
+    left is the node's own. The noise is then the standard error of the rounds' mean (their spread over √rounds),
+    the calibration's, the repeats' and how far healthy nodes sit apart: with two controls or more, how far the
+    controls sit apart from each other in the same rounds (the stage's spread holds the drift in time the rounds
+    take out); with one, the peers' spread of the stage, since no re-measurement of one node beside one other can
+    tell a node persistently a little slower (a shared machine's load falling unevenly) from a straggler. Without
+    a control, the first round's figure is compared with the median as it was, with the same noises but the
+    rounds'."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
     reference_of = _references(first, rules)
     out = []
@@ -136,13 +138,13 @@ def confirm(
         was = _record(first, row.node, metric, row.gpu) or {}
         calibration = {key: was.get(key) for key in ("calibrated_cv", "calibrated_source")}
         noises = [*figure_noises({**rounds[0], **calibration}, reference.typical)]
-        paired = _paired(first, second, control, metric, rounds) if control is not None else None
+        paired = _paired(second, controls, metric, rounds, reference.median) if controls else None
         if paired is None:
             value, said = float(rounds[0]["value"]), f"measured again alone: {float(rounds[0]['value']):.4g}"
+            noises.append(reference.spread)
         else:
-            value, spread, said = paired
-            noises.append(spread)
-        noises.append(reference.spread)  # how far healthy peers sit apart: no re-measurement of one node narrows it
+            value, said = paired.value, paired.said
+            noises += [paired.rounds, paired.apart or reference.spread]
         judged = call(value, reference.median, limits.straggler_pct, noises, limits.noise_k)
         rule = rules.get(metric)
         below = relative_status(rule, limits) if rule is not None else Status.FAIL
@@ -170,33 +172,69 @@ def _node_figure(figures: pd.DataFrame, node: str, metric: str) -> float | None:
     return float(statistics.median(float(v) for v in hit["value"])) if not hit.empty else None
 
 
-def _paired(
-    first: pd.DataFrame, second: pd.DataFrame, control: str, metric: str, rounds: list[dict[Any, Any]]
-) -> tuple[float, Noise | None, str] | None:
-    """The suspect's rounds with the control's drift taken out: (the mean drift-corrected figure, the rounds'
-    spread as a noise, what was measured); None where the control has no figure to compare with."""
-    base = _node_figure(first, control, metric)
-    if base is None or base <= 0 or "round" not in second.columns:
-        return None
-    corrected, moved = [], []
-    for found in rounds:
-        control_now = _node_figure(second[second["round"] == found["round"]], control, metric)
-        if control_now is None or control_now <= 0:
+@dataclass(frozen=True)
+class _Paired:
+    """A suspect's paired rounds: its figure against the controls' of the same rounds, at the peers' median."""
+
+    value: float
+    rounds: Noise | None  # the standard error of the rounds' mean
+    apart: Noise | None  # how far the controls sit apart in the same rounds (two controls or more)
+    said: str
+
+
+def _controls_by_round(
+    second: pd.DataFrame, controls: Sequence[str], metric: str, rounds: list[dict[Any, Any]]
+) -> list[list[float]] | None:
+    """Each suspect round's control figures (one per control, in ``controls`` order); None where a control has
+    no positive figure in a round the suspect has."""
+    found = []
+    for suspect in rounds:
+        same = second[second["round"] == suspect["round"]]
+        figures = [_node_figure(same, control, metric) for control in controls]
+        if any(f is None or f <= 0 for f in figures):
             return None
-        moved.append(control_now / base)
-        corrected.append(float(found["value"]) / moved[-1])
-    mean = statistics.fmean(corrected)
-    spread = None
-    if len(corrected) >= 2 and mean > 0:  # the noise of their mean: the rounds' spread over √rounds
-        error = statistics.stdev(corrected) / mean / math.sqrt(len(corrected))
-        spread = Noise(error, f"the mean of its {len(corrected)} paired rounds (their spread / √{len(corrected)})")
+        found.append([float(f) for f in figures if f is not None])
+    return found
+
+
+def _paired(
+    second: pd.DataFrame, controls: Sequence[str], metric: str, rounds: list[dict[Any, Any]], median: float
+) -> _Paired | None:
+    """The suspect's rounds against the controls' figures of the same rounds (their geometric mean), as a figure
+    at the peers' ``median``; None where a control has no figure to compare with."""
+    if "round" not in second.columns:
+        return None
+    by_round = _controls_by_round(second, controls, metric, rounds)
+    if by_round is None:
+        return None
+    ratios = [float(r["value"]) / statistics.geometric_mean(c) for r, c in zip(rounds, by_round, strict=True)]
+    mean = statistics.fmean(ratios)
+    noise = None
+    if len(ratios) >= 2 and mean > 0:  # the noise of their mean: the rounds' spread over √rounds
+        error = statistics.stdev(ratios) / mean / math.sqrt(len(ratios))
+        noise = Noise(error, f"the mean of its {len(ratios)} paired rounds (their spread / √{len(ratios)})")
     values = ", ".join(f"{float(r['value']):.4g}" for r in rounds)
-    drift = ", ".join(f"×{m:.3g}" for m in moved)
+    theirs = ", ".join(f"{statistics.geometric_mean(c):.4g}" for c in by_round)
     said = (
-        f"measured again {len(rounds)} time(s) beside the control {control} (its own figure {drift} since): "
-        f"{values}, {mean:.4g} with the control's drift taken out"
+        f"measured again {len(rounds)} time(s) beside the control(s) {', '.join(controls)}: {values} against "
+        f"their {theirs}, {mean:.3f} of theirs: {median * mean:.4g} at the peers' median"
     )
-    return mean, spread, said
+    return _Paired(median * mean, noise, _apart(by_round, controls), said)
+
+
+def _apart(by_round: list[list[float]], controls: Sequence[str]) -> Noise | None:
+    """How far healthy nodes sit apart under the rounds' own conditions: the controls' pooled spread about
+    each round's mean (log figures, ``rounds × (controls − 1)`` degrees of freedom); None under two controls."""
+    if len(controls) < 2 or not by_round:
+        return None
+    squares = 0.0
+    for figures in by_round:
+        logs = [math.log(f) for f in figures]
+        centre = statistics.fmean(logs)
+        squares += sum((v - centre) ** 2 for v in logs)
+    sigma = math.sqrt(squares / (len(by_round) * (len(controls) - 1)))
+    source = f"how far the controls {', '.join(controls)} sit apart in the same {len(by_round)} round(s)"
+    return Noise(sigma, source)
 
 
 def _rejudged(row: NodeRow, said: str, median: float, judged: Call, below: Status) -> NodeRow:

@@ -5,7 +5,7 @@ takes, in waves of the profiles' ``probes.max_parallel_nodes`` (:func:`tasks.sta
 checkpointed the moment it came back (:func:`tasks.stage.per_node` loads a resumed run's instead of running them
 again). The whole cluster's figures are judged as one frame (:func:`tasks.probe_runs.judge_nodes`: each
 probe's series, where it declares one, written as its node is read); then, as the stage is configured, the
-stragglers measured again beside a control node, the suspected settings proved by measuring without them, each
+stragglers measured again beside control nodes, the suspected settings proved by measuring without them, each
 node held to its own history, and the history's trends kept for the report.
 """
 
@@ -163,25 +163,27 @@ def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]
 
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
     """Each node with a straggler or inconclusive row against its peers measured again (only the runs that
-    flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside a control node that passed, each round in
-    waves of the profile's ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside up to
+    :data:`~analysis.stragglers.CONTROLS` control nodes that passed (two or more say how far healthy nodes sit
+    apart in the rounds themselves), each round in waves of the profile's ``max_parallel_nodes``; the rows
+    re-judged on it (:func:`analysis.stragglers.confirm`)."""
     suspected = stragglers.flagged(judged.rows)
     if not suspected:
         return judged.rows
-    control = control_node(judged, suspected)
+    controls = control_nodes(judged, suspected)
     by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
     for name, checks in sorted(suspected.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
     again: list[tuple[int, Measurement]] = []  # each figure measured again, with its round
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
-        for turn in range(stragglers.ROUNDS if control else 1):
-            outcomes = measure_again(state, [*names, *([control] if control else [])], chosen)
+        for turn in range(stragglers.ROUNDS if controls else 1):
+            outcomes = measure_again(state, [*names, *controls], chosen)
             found = judge_nodes(state.run_id, state.inventory, outcomes, state.quick, chosen)
             again += [(turn, m) for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     after = _rounds_frame(again)
-    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, control)
+    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, controls)
 
 
 def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
@@ -190,12 +192,13 @@ def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
     return frame.assign(round=[turn for turn, _ in again]) if again else frame
 
 
-def control_node(judged: StageFigures, suspected: Mapping[str, set[str]]) -> str | None:
-    """The node measured again beside the suspects: one with figures and no relative row that did not pass (its
-    drift is the machine's, not its own), the first by name; None where there is none."""
+def control_nodes(judged: StageFigures, suspected: Mapping[str, set[str]]) -> tuple[str, ...]:
+    """The nodes measured again beside the suspects: up to :data:`~analysis.stragglers.CONTROLS` with figures and
+    no relative row that did not pass (their drift is the machine's, not their own), the first by name; none
+    where there is none."""
     doubtful = {r.node for r in judged.rows if r.item.endswith("_vs_cluster") and r.status != Status.PASS}
     measured = sorted(set(judged.frame["node"])) if not judged.frame.empty else []
-    return next((n for n in measured if n not in suspected and n not in doubtful), None)
+    return tuple(n for n in measured if n not in suspected and n not in doubtful)[: stragglers.CONTROLS]
 
 
 def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
