@@ -45,7 +45,8 @@ def _synthetic(timed: bool) -> Rows:
     collectives = [c for c in collectives if (c.rank, c.seq) != (0, 100)]
     now = job.end_ns + S
     older = [replace(r, clock_offset_ns=r.clock_offset_ns // 2) for r in job.reads(now - 12 * S)]
-    return "job1", older + job.reads(now - 5 * S, now - S // 2), collectives, WatchRules(window_s=8.0), now
+    rules = WatchRules(window_s=8.0, persist_min_s=1.0)  # a window of seconds: persistence under it
+    return "job1", older + job.reads(now - 5 * S, now - S // 2), collectives, rules, now
 
 
 JOBS = {

@@ -283,7 +283,8 @@ def test_the_owner_is_told_to_exclude_only_what_a_re_test_confirmed() -> None:
 
 def test_a_rank_ended_while_a_re_test_waits_is_the_owner_taking_the_job_down() -> None:
     """A rank dead before the re-test began (the finding it re-tests) is no teardown; one that ends while it waits
-    is; once the re-test runs, rounds are judged again."""
+    is, and stays one once the re-test runs (the job it waited for is gone, not dead); a torn-down rank running
+    again (the job requeued) is judged again."""
     retests, state = Retests(_three(600), _confirming([])), WatchState(keep_s=120)
     state.add([_read("n1", "running"), _read("n2", "dead"), _read("n3", "running")])
     assert not retests.teardown(state)  # nothing waits
@@ -293,5 +294,7 @@ def test_a_rank_ended_while_a_re_test_waits_is_the_owner_taking_the_job_down() -
     assert retests.teardown(state)
     state.add([_read("n1", "dead"), _read("n2", "dead"), _read("n3", "exited")])
     retests.advance(state.latest_ranks().values(), state.unread)  # the job has left: the re-test runs
-    assert not retests.waiting and not retests.teardown(state)
+    assert not retests.waiting and retests.teardown(state)  # n1's rank is still down: no death to judge
+    state.add([_read("n1", "running"), _read("n2", "dead"), _read("n3", "exited")])
+    assert not retests.teardown(state)  # n1's rank is back: judged again
     retests.finish(lambda *_: ([], set()))

@@ -61,6 +61,7 @@ class Retests:
     acted: Acted = field(default_factory=dict)
     groups: list[_Group] = field(default_factory=list)
     ended_before: set[int] = field(default_factory=set)  # ranks already ended when a re-test began to wait
+    torn_down: set[int] = field(default_factory=set)  # ranks that ended while a re-test waited, and are still down
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="retest"))
 
     def begin(self, suspects: Sequence[WatchFinding], state: WatchState, wait: bool = True) -> None:
@@ -90,8 +91,14 @@ class Retests:
 
     def teardown(self, state: WatchState) -> bool:
         """While a re-test waits for the job to leave, a rank that has ended since is the owner taking the job
-        down (excluding the node, requeueing): that round is not judged, and its deaths are no findings."""
-        return self.waiting and bool(state.ended_ranks() - self.ended_before)
+        down (excluding the node, requeueing): that round is not judged, and its deaths are no findings; nor is
+        any later round while such a rank stays down (once the re-test runs, the job it waited for is gone, not
+        dead). A torn-down rank seen running again (the job requeued on its nodes) is judged again."""
+        ended = state.ended_ranks()
+        if self.waiting:
+            self.torn_down |= ended - self.ended_before
+        self.torn_down &= ended
+        return bool(self.torn_down)
 
     def advance(self, ranks: Iterable[RankSeen], unread: Iterable[str]) -> None:
         """Start each waiting re-test whose nodes the job has left (by ``ranks``' latest states and the nodes not

@@ -25,9 +25,11 @@ class WatchRules:
     streak_collectives: int = 8
     # Share of the judged collectives its rank arrives last at; a healthy node of N is last at about 1/N.
     last_share_min: float = 0.8
-    # ... over at least this long: a node's share of one busy moment (its host's other work for a second or two)
-    # is not a straggler, however many collectives that moment held.
-    persist_min_s: float = 10.0
+    # ... over at least this long: a node's share of one busy moment (its host's other work for a few seconds)
+    # is not a straggler, however many collectives that moment held. A healthy two-node gloo job on the test-bed,
+    # one node's core shared with the watch's own work, had a node last at 44 of 52 collectives by 16 ms: about
+    # 11 s at that job's 4.6 collectives a second: one burst of other work, not a node to drain.
+    persist_min_s: float = 20.0
     # Its median arrival lag must reach this ...
     lag_min_ms: float = 5.0
     # ... and this share of the median interval between consecutive collectives of a communicator (a lag is
@@ -61,6 +63,11 @@ class WatchRules:
             raise ValueError(f"comm_slow_factor must exceed 1, not {self.comm_slow_factor}")
         if min(self.window_s, self.hang_after_s, self.same_read_s) <= 0:
             raise ValueError("window_s, hang_after_s and same_read_s are positive durations")
+        if self.window_s <= self.persist_min_s:
+            raise ValueError(
+                f"a window of {self.window_s:g} s can never hold a straggler, which must persist "
+                f"{self.persist_min_s:g} s: judge a longer window (--window)"
+            )
 
 
 # The reason codes of the watch's findings, each with the status its row carries, what it means and what to do
