@@ -557,6 +557,8 @@ def test_a_straggler_in_a_job_named_once_per_kind_on_every_node() -> None:
     assert failed(rows) == [("node00", "compute_straggler", "arrives_last", 1), ("node02", "dead_rank", "rank_dead", 5)]
     with pytest.raises(ValueError, match="last_share_min"):
         WatchRules(last_share_min=1.5)
+    with pytest.raises(ValueError, match="a window of 15 s can never hold a straggler, which must persist 20 s"):
+        WatchRules(window_s=15.0)
 
 
 def test_a_straggler_must_persist_for_persist_min_s_not_only_over_many_collectives() -> None:
