@@ -272,17 +272,18 @@ def test_a_confirmation_beside_a_control_takes_the_machine_drift_out() -> None:
 
     # the whole machine is 20 % slower now: the suspect's 80 is the control's 80, nothing of its own
     loaded = rounds((80.0, 80.0), (81.0, 80.5))
-    healthy = stragglers.confirm([row], before, loaded, gemm.METRICS, limits, controls=("n2",))[0]
+    healthy = stragglers.confirm([row], before, loaded, gemm.METRICS, limits, controls={"n1": ("n2",)})[0]
     assert (healthy.status, healthy.reason) == (Status.WARN, "straggler_unconfirmed"), healthy.detail
     assert "beside the control(s) n2: 80, 81 against their 80, 80.5, 1.003 of theirs" in healthy.detail
     unpaired = stragglers.confirm([row], before, loaded, gemm.METRICS, limits)[0]
     assert unpaired.reason == "straggler"  # without a control the load is taken for the node's own
     # slow on its own: 20 % under the control in both rounds
-    slow = stragglers.confirm([row], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, ("n2",))[0]
+    paired = {"n1": ("n2",)}
+    slow = stragglers.confirm([row], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, paired)[0]
     assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed")
     # an inconclusive row measured again is decided by the paired rounds: a failure now
     unsure = replace(row, status=Status.WARN, reason="inconclusive")
-    decided = stragglers.confirm([unsure], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, ("n2",))
+    decided = stragglers.confirm([unsure], before, rounds((64.0, 80.0), (65.0, 81.0)), gemm.METRICS, limits, paired)
     assert (decided[0].status, decided[0].reason) == (Status.FAIL, "straggler")
     assert stragglers.flagged([unsure]) == {"n1": {"gemm"}}
 
@@ -297,11 +298,11 @@ def test_paired_rounds_take_out_drift_in_time_but_never_the_spread_between_healt
         [_figures({"n1": s, "n2": 100.0}).assign(round=i) for i, s in enumerate((80.0, 81.0, 80.5))],
         ignore_index=True,
     )
-    [row] = stragglers.confirm([unsure], before, steady, gemm.METRICS, limits, controls=("n2",))
+    [row] = stragglers.confirm([unsure], before, steady, gemm.METRICS, limits, controls={"n1": ("n2",)})
     assert (row.status, row.reason) == (Status.WARN, "inconclusive"), row.detail
     assert "0.805 of theirs: 76.47 at the peers' median" in row.detail and "the peers' spread" in row.detail, row.detail
     agreeing = _figures({"n1": 90.0, "n2": 100.0, "n3": 99.0, "n4": 98.0})  # the same rounds among close peers
-    [slow] = stragglers.confirm([unsure], agreeing, steady, gemm.METRICS, limits, controls=("n2",))
+    [slow] = stragglers.confirm([unsure], agreeing, steady, gemm.METRICS, limits, controls={"n1": ("n2",)})
     assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed")
 
 
@@ -322,9 +323,9 @@ def test_controls_measured_in_the_rounds_say_how_far_healthy_nodes_sit_apart_the
         {"n1": 16.7, "n2": 45.0, "n3": 44.0, "n4": 47.5},
         {"n1": 25.9, "n2": 66.0, "n3": 60.0, "n4": 64.0},
     )
-    [alone] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, controls=("n2",))
+    [alone] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, controls={"n1": ("n2",)})
     assert (alone.status, alone.reason) == (Status.WARN, "inconclusive"), alone.detail
-    [told] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, controls=("n2", "n3", "n4"))
+    [told] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, controls={"n1": ("n2", "n3", "n4")})
     assert (told.status, told.reason) == (Status.FAIL, "straggler") and told.detail.endswith(": confirmed"), told.detail
     assert "beside the control(s) n2, n3, n4: 22.1, 16.7, 25.9 against their" in told.detail
     apart = _rounds_of(
@@ -333,6 +334,28 @@ def test_controls_measured_in_the_rounds_say_how_far_healthy_nodes_sit_apart_the
         {"n1": 80.5, "n2": 99.0, "n3": 81.0, "n4": 119.0},
     )
     close = _figures({"n1": 80.0, "n2": 100.0, "n3": 99.0, "n4": 98.0})  # the stage's peers agree
-    [kept] = stragglers.confirm([unsure], close, apart, gemm.METRICS, limits, controls=("n2", "n3", "n4"))
+    [kept] = stragglers.confirm([unsure], close, apart, gemm.METRICS, limits, controls={"n1": ("n2", "n3", "n4")})
     assert (kept.status, kept.reason) == (Status.WARN, "inconclusive"), kept.detail
     assert "how far the controls n2, n3, n4 sit apart in the same 3 round(s)" in kept.detail, kept.detail
+
+
+def test_a_node_flagged_only_by_another_check_is_a_control_for_this_one() -> None:
+    """The controls of a group of suspects are the nodes whose figures of the checks measured again passed: a node
+    flagged by its all-reduce is a control for a GEMM straggler, never one flagged by its GEMM."""
+    from cluster_accept.tasks.probe_runs import StageFigures
+    from cluster_accept.tasks.probe_stage import control_nodes
+
+    def relative(node: str, check: str, status: Status) -> NodeRow:
+        return NodeRow("r", "c", "single-node", node, check, f"{check}_x_vs_cluster", status, "straggler")
+
+    rows = [
+        relative("n2", "gemm", Status.WARN),
+        relative("n3", "allreduce", Status.WARN),
+        relative("n4", "gemm", Status.FAIL),
+        relative("n4", "allreduce", Status.WARN),
+        relative("n5", "gemm", Status.PASS),
+    ]
+    figures = StageFigures(rows, [], _figures({n: 50.0 for n in ("n1", "n2", "n3", "n4", "n5", "n6")}))
+    assert control_nodes(figures, ["n2"], {"gemm"}) == ("n1", "n3", "n5")
+    assert control_nodes(figures, ["n4"], {"gemm", "allreduce"}) == ("n1", "n5", "n6")
+    assert control_nodes(figures, ["n3"], {"allreduce"}) == ("n1", "n2", "n5")

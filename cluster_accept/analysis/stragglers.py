@@ -107,10 +107,11 @@ def confirm(
     after: pd.DataFrame,
     rules: Mapping[str, MetricRule],
     thresholds: Mapping[str, Thresholds],
-    controls: Sequence[str] = (),
+    controls: Mapping[str, Sequence[str]] | None = None,
 ) -> list[NodeRow]:
     """``rows`` with each straggler or inconclusive row against its peers re-judged on its figure measured again
-    (``after``: the flagged nodes' figures, and the ``controls``', in ``round`` 0, 1, …); other rows unchanged.
+    (``after``: the flagged nodes' figures, and their ``controls``' (by suspect), in ``round`` 0, 1, …); other rows
+    unchanged.
 
     With controls (nodes that passed, measured in each round beside the suspects), each round's figure is taken
     against the controls' in the same round: a load or throttle that came and went is seen on them too, so what is
@@ -138,7 +139,8 @@ def confirm(
         was = _record(first, row.node, metric, row.gpu) or {}
         calibration = {key: was.get(key) for key in ("calibrated_cv", "calibrated_source")}
         noises = [*figure_noises({**rounds[0], **calibration}, reference.typical)]
-        paired = _paired(second, controls, metric, rounds, reference.median) if controls else None
+        beside = (controls or {}).get(row.node, ())
+        paired = _paired(second, beside, metric, rounds, reference.median) if beside else None
         if paired is None:
             value, said = float(rounds[0]["value"]), f"measured again alone: {float(rounds[0]['value']):.4g}"
             noises.append(reference.spread)

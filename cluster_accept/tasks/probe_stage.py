@@ -164,26 +164,28 @@ def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
     """Each node with a straggler or inconclusive row against its peers measured again (only the runs that
     flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside up to
-    :data:`~analysis.stragglers.CONTROLS` control nodes that passed (two or more say how far healthy nodes sit
-    apart in the rounds themselves), each round in waves of the profile's ``max_parallel_nodes``; the rows
-    re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    :data:`~analysis.stragglers.CONTROLS` control nodes whose figures of those runs passed (two or more say how
+    far healthy nodes sit apart in the rounds themselves), each round in waves of the profile's
+    ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
     suspected = stragglers.flagged(judged.rows)
     if not suspected:
         return judged.rows
-    controls = control_nodes(judged, suspected)
     by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
     for name, checks in sorted(suspected.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
     again: list[tuple[int, Measurement]] = []  # each figure measured again, with its round
+    controls_of: dict[str, tuple[str, ...]] = {}
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
+        controls = control_nodes(judged, names, {p.check for p in chosen})
+        controls_of.update(dict.fromkeys(names, controls))
         for turn in range(stragglers.ROUNDS if controls else 1):
             outcomes = measure_again(state, [*names, *controls], chosen)
             found = judge_nodes(state.run_id, state.inventory, outcomes, state.quick, chosen)
             again += [(turn, m) for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     after = _rounds_frame(again)
-    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, controls)
+    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, controls_of)
 
 
 def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
@@ -192,13 +194,16 @@ def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
     return frame.assign(round=[turn for turn, _ in again]) if again else frame
 
 
-def control_nodes(judged: StageFigures, suspected: Mapping[str, set[str]]) -> tuple[str, ...]:
-    """The nodes measured again beside the suspects: up to :data:`~analysis.stragglers.CONTROLS` with figures and
-    no relative row that did not pass (their drift is the machine's, not their own), the first by name; none
-    where there is none."""
-    doubtful = {r.node for r in judged.rows if r.item.endswith("_vs_cluster") and r.status != Status.PASS}
+def control_nodes(judged: StageFigures, suspects: Sequence[str], checks: set[str]) -> tuple[str, ...]:
+    """The nodes measured again beside ``suspects`` with the probes of ``checks``: up to
+    :data:`~analysis.stragglers.CONTROLS` with figures and no relative row of those checks that did not pass
+    (their drift is the machine's, not their own; a node flagged only by another check's figures is a control
+    here), the first by name; none where there is none."""
+    doubtful = {
+        r.node for r in judged.rows if r.check in checks and r.item.endswith("_vs_cluster") and r.status != Status.PASS
+    }
     measured = sorted(set(judged.frame["node"])) if not judged.frame.empty else []
-    return tuple(n for n in measured if n not in suspected and n not in doubtful)[: stragglers.CONTROLS]
+    return tuple(n for n in measured if n not in suspects and n not in doubtful)[: stragglers.CONTROLS]
 
 
 def judged_rules(probes: Sequence[Probe]) -> dict[str, MetricRule]:
