@@ -129,7 +129,8 @@ def judged(
 
 CODES = {
     "ok", "rank_dead", "torn_down", "rank_missing", "node_unread", "hang_wavefront", "rank_stopped", "waiting",
-    "hang_unlocalized", "after_death", "no_progress_signal", "arrives_last", "below_clock_error", "no_device_time",
+    "hang_unlocalized", "after_death", "no_progress_signal", "arrives_last", "late_unresolved", "below_clock_error",
+    "no_device_time",
     "too_few_collectives", "slow_communicators", "slow_nic", "slow_rail", "slow_unlocalized", "one_communicator",
     "not_compared", "no_exec_time",
 }  # fmt: skip
@@ -146,8 +147,8 @@ def test_the_reasons_are_typed_with_their_status_meaning_and_action() -> None:
     assert REASONS["rank_dead"].severity is Status.FAIL and REASONS["rank_dead"].action is Action.CHECK_NODE
     assert REASONS["no_exec_time"].action is Action.FIX_CONFIG
     relative = {code for code, reason in REASONS.items() if reason.kind is ReasonKind.RELATIVE}
-    assert relative == {"arrives_last", "below_clock_error", "slow_communicators", "slow_nic", "slow_rail",
-                        "slow_unlocalized"}  # fmt: skip
+    assert relative == {"arrives_last", "late_unresolved", "below_clock_error", "slow_communicators", "slow_nic",
+                        "slow_rail", "slow_unlocalized"}  # fmt: skip
     window = build("job1", [], [], WatchRules(), T0)
     with pytest.raises(KeyError, match="not_a_code"):
         window.finding(FindingKind.HANG, "node00", Status.FAIL, "not_a_code", "observed")
@@ -238,7 +239,8 @@ def test_a_lag_below_the_clocks_error_does_not_name_a_node_across_nodes() -> Non
     tight = Job(slow={3: (0, 15.0)}, errors_ms={"node00": 1.0, "node01": 1.0}, seed=4)
     ranks, collectives, now = healthy_run(tight)
     untimed = [replace(c, exec_ms=None) for c in collectives]
-    assert failed(judged(tight, ranks, untimed, now)) == [("node01", "compute_straggler", "arrives_last", 3)]
+    # named on tight clocks; by enqueue alone, with no CPU figure from its host, compute or a late link unresolved
+    assert failed(judged(tight, ranks, untimed, now)) == [("node01", "compute_straggler", "late_unresolved", 3)]
 
 
 def test_a_persistent_lag_under_the_floor_is_not_named() -> None:
@@ -725,4 +727,5 @@ def test_a_lag_the_clocks_may_have_made_does_not_name_a_node_at_the_collectives_
     found = row(judged(job, ranks, skewed, now), "node01", FindingKind.COMPUTE_STRAGGLER)
     assert (found.status, found.reason) == (Status.NOT_JUDGED, "below_clock_error")
     tight = [replace(r, clock_error_ns=MS // 2) for r in ranks]
-    assert failed(judged(job, tight, skewed, now)) == [("node01", "compute_straggler", "arrives_last", 1)]
+    # named on tight clocks; by enqueue alone, with no CPU figure from its host, compute or a late link unresolved
+    assert failed(judged(job, tight, skewed, now)) == [("node01", "compute_straggler", "late_unresolved", 1)]

@@ -18,7 +18,18 @@ from cluster_accept.flows.watch_retests import RUNNING, WAITING, Retests, RunRet
 from cluster_accept.inventory.model import Inventory, Node
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge import WatchRules
-from cluster_accept.watch.policy import NOT_RETESTED, acted_on, carry_over, confirmation, not_confirmed, retest_peers
+from cluster_accept.watch.policy import (
+    NOT_RETESTED,
+    acted_on,
+    carry_over,
+    confirmation,
+    confirmed_elsewhere,
+    implicated,
+    not_confirmed,
+    retest_nodes,
+    retest_peers,
+    retest_stages,
+)
 from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.request import WatchRequest, WatchSpec
 from cluster_accept.watch.rounds import WatchState
@@ -298,3 +309,27 @@ def test_a_rank_ended_while_a_re_test_waits_is_the_owner_taking_the_job_down() -
     state.add([_read("n1", "running"), _read("n2", "dead"), _read("n3", "exited")])
     assert not retests.teardown(state)  # n1's rank is back: judged again
     retests.finish(lambda *_: ([], set()))
+
+
+def test_an_unresolved_late_rank_is_re_tested_with_its_upstream_neighbour_and_the_rejected_one_is_named() -> None:
+    """A late rank its host did not show slow involves the neighbour it receives from: the re-test measures both
+    (compute and links) beside a peer the finding does not involve; where it rejects the neighbour (its link), the
+    owner is told to exclude the neighbour, never the late node; where it rejects the late node, that node."""
+    late = WatchFinding(
+        "j", "compute_straggler", "n3", Status.FAIL, "late_unresolved", "rank 2 late", "", "", "", rank=2,
+        involves="n2", owner_line="exclude n3 and n2: rank 2 late",
+    )  # fmt: skip
+    assert retest_stages(late) == ("preflight", "single-node", "multi-node") and retest_nodes(late) == ["n3", "n2"]
+    assert retest_peers(retest_nodes(late), ["n1", "n2", "n3", "n4"], set()) == ["n1", "n4"]
+    link = [_v("n1", Verdict.ACCEPTED), _v("n2", Verdict.REJECTED, "allreduce:straggler"), _v("n3", Verdict.ACCEPTED)]
+    culprits, said = implicated(late, ["n1", "n4"], link)
+    assert culprits == ["n2"] and said == "n3 accepted: ; n2 rejected: allreduce:straggler; peers accepted: n1"
+    moved = confirmed_elsewhere(acted_on(late, True, said, True, True, None), culprits, said)
+    assert moved.owner_line.startswith("exclude n2: the re-test (preflight, single-node, multi-node) of n3's late")
+    assert moved.confirmed is True and moved.action == "drained"
+    findings = [late]
+    carry_over(findings, {("n3", "compute_straggler"): moved})
+    assert findings[0].owner_line == moved.owner_line  # the next round's finding says what the re-test found
+    own = [_v("n1", Verdict.ACCEPTED), _v("n2", Verdict.ACCEPTED), _v("n3", Verdict.REJECTED, "gemm:straggler")]
+    assert implicated(late, ["n1"], own)[0] == ["n3"]
+    assert implicated(late, ["n1"], [_v(n, Verdict.ACCEPTED) for n in ("n1", "n2", "n3")])[0] == []

@@ -263,6 +263,8 @@ WATCH_RANKS = pa.schema(
         ("last_enqueued_seq", pa.int64()),
         ("last_completed_seq", pa.int64()),
         ("detail", pa.string()),
+        ("cpu_run_ns", pa.int64()),
+        ("cpu_wait_ns", pa.int64()),
     ],
     metadata={"cluster_accept_schema": "watch_ranks", "version": SCHEMA_VERSION},
 )
@@ -314,6 +316,7 @@ WATCH_FINDINGS = pa.schema(
         ("retest", pa.string()),
         ("action", pa.string()),
         ("owner_line", pa.string()),
+        ("involves", pa.string()),
     ],
     metadata={"cluster_accept_schema": "watch_findings", "version": SCHEMA_VERSION},
 )

@@ -4,7 +4,7 @@ hang or a straggler, prove it with a targeted re-test, and only then drain.
 Round after round (``interval_s``) the job's nodes are read over SSH (:mod:`watch.rounds`), the window is
 localized (:mod:`watch.judge`: arrival order, not step time, which data parallelism equalizes), and a
 suspect named for the first time gets a re-test: an ordinary acceptance run of the stages that can see its
-kind of fault (:data:`watch.policy.RETEST_STAGES`) on the suspect and peers of the same job, judged against those peers.
+kind of fault (:func:`watch.policy.retest_stages`) on the suspect and peers of the same job, judged against those peers.
 The re-test waits for the job to leave the nodes it measures and runs beside the rounds, which never stop
 (:mod:`flows.watch_retests`). Only a re-test that rejects the suspect while a peer passes confirms it; that run
 drains under the operator's options (the breaker, and only our own drains are ever lifted). Otherwise the finding
@@ -27,7 +27,16 @@ from cluster_accept.inventory.hostlist import fold
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.files import WatchFiles
 from cluster_accept.watch.judge import Judgement, judge
-from cluster_accept.watch.policy import RETEST_STAGES, acted_on, carry_over, confirmation, fresh_suspects, left_since
+from cluster_accept.watch.policy import (
+    acted_on,
+    carry_over,
+    confirmed_elsewhere,
+    fresh_suspects,
+    implicated,
+    left_since,
+    retest_nodes,
+    retest_stages,
+)
 from cluster_accept.watch.request import WatchRequest, WatchSpec, resolve
 from cluster_accept.watch.rounds import WatchState, read_round
 from cluster_accept.watch.words import RankSeen, WatchFinding
@@ -56,23 +65,25 @@ def read_nodes(request: WatchRequest, names: Sequence[str], state: WatchState) -
 
 
 def run_retest(request: WatchRequest, suspects: Sequence[WatchFinding], peers: Sequence[str]) -> list[WatchFinding]:
-    """One acceptance run of ``suspects`` (all of one kind) and their ``peers``, which the job has left; each
-    finding with what it said."""
-    kind = suspects[0].kind
-    names = list(dict.fromkeys(f.node for f in suspects))
+    """One acceptance run of ``suspects`` (all re-tested by the same stages), the nodes they involve and their
+    ``peers``, which the job has left; each finding with what it said."""
+    stages = retest_stages(suspects[0])
+    names = list(dict.fromkeys(n for f in suspects for n in retest_nodes(f)))
     run = RunRequest(
-        request.spec.inventory, request.spec.out_dir, nodes=fold([*names, *peers]), stages=list(RETEST_STAGES[kind]),
+        request.spec.inventory, request.spec.out_dir, nodes=fold([*names, *peers]), stages=list(stages),
         concurrency=request.concurrency, history=request.spec.history, operations=request.spec.operations,
     )  # fmt: skip
     outcome = outcome_of(run)
     drained = {a.node for a in outcome.slurm.actions if a.action == "drain" and a.applied}
     planned = {a.node for a in outcome.slurm.actions if a.action == "drain"}
+    breaker = outcome.slurm.breaker.why if outcome.slurm.breaker is not None else None
     out = []
     for finding in suspects:
-        confirmed, said = confirmation(finding.node, peers, outcome.verdicts)
-        said = f"run {outcome.run_id} ({', '.join(RETEST_STAGES[kind])}): {said}"
-        breaker = outcome.slurm.breaker.why if outcome.slurm.breaker is not None else None
-        out.append(acted_on(finding, confirmed, said, finding.node in drained, finding.node in planned, breaker))
+        culprits, said = implicated(finding, peers, outcome.verdicts)
+        said = f"run {outcome.run_id} ({', '.join(stages)}): {said}"
+        acted = acted_on(finding, bool(culprits), said, bool(drained & set(culprits)), bool(planned & set(culprits)),
+                         breaker)  # fmt: skip
+        out.append(confirmed_elsewhere(acted, culprits, said) if culprits and finding.node not in culprits else acted)
     return out
 
 
@@ -87,8 +98,8 @@ def _settle(retests: Retests, findings: list[WatchFinding], state: WatchState) -
     else:
         retried = left_since(acted, state.occupied(), job_nodes)
         for found, wait in ((fresh, True), (retried, False)):  # a retry waits for nothing
-            for kind in dict.fromkeys(f.kind for f in found):
-                retests.begin([f for f in found if f.kind == kind], state, wait)
+            for kind, stages in dict.fromkeys((f.kind, retest_stages(f)) for f in found):
+                retests.begin([f for f in found if (f.kind, retest_stages(f)) == (kind, stages)], state, wait)
         retests.advance(state.latest_ranks().values(), state.unread)
     carry_over(findings, acted)
 

@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from cluster_accept.inventory.hostlist import fold
-from cluster_accept.watch.policy import NOT_RETESTED, Acted, not_confirmed, retest_peers
+from cluster_accept.watch.policy import NOT_RETESTED, Acted, not_confirmed, retest_nodes, retest_peers
 from cluster_accept.watch.request import WatchRequest, slurm_holds
 from cluster_accept.watch.rounds import WatchState, occupied_nodes
 from cluster_accept.watch.words import RankSeen, WatchFinding
@@ -41,7 +41,7 @@ class _Group:
 
     @property
     def nodes(self) -> list[str]:
-        return [*dict.fromkeys(f.node for f in self.suspects), *self.peers]
+        return [*dict.fromkeys(n for f in self.suspects for n in retest_nodes(f)), *self.peers]
 
 
 def still_on(
@@ -67,7 +67,7 @@ class Retests:
     def begin(self, suspects: Sequence[WatchFinding], state: WatchState, wait: bool = True) -> None:
         """``suspects`` (one kind) re-tested once the job has left them and their peers, waiting up to the spec's
         ``retest_wait_s`` (``wait`` off: only if it has left them now)."""
-        names = list(dict.fromkeys(f.node for f in suspects))
+        names = list(dict.fromkeys(n for f in suspects for n in retest_nodes(f)))
         peers = retest_peers(names, [n.name for n in self.request.nodes], state.occupied())
         wait_s = self.request.spec.retest_wait_s if wait else 0.0
         group = _Group(list(suspects), peers, wait_s, time.monotonic() + wait_s)

@@ -25,10 +25,23 @@ RETEST_STAGES: dict[str, tuple[str, ...]] = {
     FindingKind.HANG.value: ("preflight",),
     FindingKind.COMM_STRAGGLER.value: ("preflight", "multi-node"),
 }
+# A late rank whose host showed no wait for a CPU (``late_unresolved``): its compute, and the links of it and of the
+# neighbour it receives from, measured in pairs against a peer the finding does not involve.
+UNRESOLVED_STAGES = ("preflight", "single-node", "multi-node")
 RETEST_PEERS = 2
 NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
 NOT_RETESTED = "not re-tested: the job still runs on"
 Acted = dict[tuple[str, str], WatchFinding]  # (node, kind) -> the finding as its re-test left it
+
+
+def retest_stages(finding: WatchFinding) -> tuple[str, ...]:
+    """The stages that re-test ``finding``: its kind's, or compute and links where it could not tell them apart."""
+    return UNRESOLVED_STAGES if finding.reason == "late_unresolved" else RETEST_STAGES[finding.kind]
+
+
+def retest_nodes(finding: WatchFinding) -> list[str]:
+    """The nodes a re-test of ``finding`` measures as suspects: its node and the nodes it involves."""
+    return [finding.node, *(n for n in finding.involves.split(",") if n and n != finding.node)]
 
 
 def retest_peers(suspects: Sequence[str], job_nodes: Sequence[str], living: set[str]) -> list[str]:
@@ -70,7 +83,7 @@ def unconfirmed_line(finding: WatchFinding, said: str) -> str:
             f"{finding.node} not re-tested yet (the job still ran there): exclude it only to have it re-tested; "
             f"named for: {finding.observed}"
         )
-    stages = ", ".join(RETEST_STAGES.get(finding.kind, ()))
+    stages = ", ".join(retest_stages(finding))
     return (
         f"keep {finding.node}: its re-test ({stages}) did not confirm the {kind} ({said}); the {kind} is the job's "
         f"own or outside what that re-test measured (its data loading, another job on the node, the links between "
@@ -78,10 +91,33 @@ def unconfirmed_line(finding: WatchFinding, said: str) -> str:
     )
 
 
+def implicated(finding: WatchFinding, peers: Sequence[str], verdicts: Sequence[VerdictRow]) -> tuple[list[str], str]:
+    """The nodes of ``finding`` (:func:`retest_nodes`) its re-test confirmed (:func:`confirmation`), and what it
+    said of each."""
+    found, said = [], []
+    for node in retest_nodes(finding):
+        confirmed, text = confirmation(node, peers, verdicts)
+        found += [node] if confirmed else []
+        said.append(text.split("; peers accepted:")[0])
+    passed = confirmation(finding.node, peers, verdicts)[1].split("; peers accepted: ")[-1]
+    return found, f"{'; '.join(said)}; peers accepted: {passed}"
+
+
+def confirmed_elsewhere(finding: WatchFinding, culprits: Sequence[str], said: str) -> WatchFinding:
+    """A finding whose re-test rejected another node it involves (the upstream neighbour's link), not its own: the
+    owner is told to exclude that node."""
+    line = (
+        f"exclude {fold(list(culprits))}: the re-test ({', '.join(retest_stages(finding))}) of {finding.node}'s late "
+        f"arrivals rejected it ({said}); named for: {finding.observed}"
+    )
+    return replace(finding, owner_line=line)
+
+
 def acted_on(
     finding: WatchFinding, confirmed: bool, said: str, drained: bool, planned: bool, breaker_why: str | None
 ) -> WatchFinding:
-    """The finding after its re-test: unconfirmed (``warn``), or confirmed with what was done to its node."""
+    """The finding after its re-test: unconfirmed (``warn``), or confirmed with what was done to its node (or, for
+    a finding involving other nodes, to the nodes its re-test rejected)."""
     if not confirmed:
         return not_confirmed(finding, said)
     if drained:
@@ -121,10 +157,11 @@ def carry_over(findings: list[WatchFinding], acted: Acted) -> None:
     for i, finding in enumerate(findings):
         earlier = acted.get((finding.node, finding.kind))
         if earlier is not None and finding.status is Status.FAIL:
+            retested = earlier.confirmed is not None and earlier.owner_line  # its line says what the re-test found
             findings[i] = replace(
                 finding, status=earlier.status, named_ns=earlier.named_ns or finding.named_ns,
                 confirmed=earlier.confirmed, retest=earlier.retest, action=earlier.action,
-                owner_line=earlier.owner_line if earlier.confirmed is False else finding.owner_line,
+                owner_line=earlier.owner_line if retested else finding.owner_line,
             )  # fmt: skip
         elif earlier is not None and finding.status is Status.PASS:
             findings[i] = replace(earlier, persistence=f"{earlier.persistence}; not seen in the latest window")

@@ -87,7 +87,13 @@ def _rank(job: str, node: str, r: Mapping[str, Any], node_ns: int, clock: tuple[
         gpu=r.get("gpu"), hostname=str(r.get("hostname", "")), started_ns=int(r.get("started_ns", 0)),
         answered=bool(r.get("answered")), last_enqueued_seq=_optional_int(r.get("last_enqueued")),
         last_completed_seq=_optional_int(r.get("last_completed")), detail=str(r.get("detail") or ""),
+        cpu_run_ns=_count(r.get("cpu_run_ns")), cpu_wait_ns=_count(r.get("cpu_wait_ns")),
     )  # fmt: skip
+
+
+def _count(value: Any) -> int | None:
+    """A cumulative count the reader gave (0 included), or None; never a count of another type."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def rank_problem(said: Mapping[str, Any]) -> str:

@@ -64,6 +64,8 @@ class RankSeen(Record):
     last_enqueued_seq: int | None = None  # default communicator: the last collective it entered
     last_completed_seq: int | None = None
     detail: str = ""
+    cpu_run_ns: int | None = None  # its threads' time on a CPU, summed (/proc schedstat), since they started
+    cpu_wait_ns: int | None = None  # ... and waiting in a run queue for one
 
     def record(self) -> dict[str, Any]:
         """The Parquet row: the state as its word (a :class:`RankState`'s ``str`` is its value)."""
@@ -129,3 +131,4 @@ class WatchFinding(StatusRecord):
     retest: str = ""  # which probes were run and their figures against the peers
     action: str = ""  # 'drained', 'not drained: breaker open', 'job-level straggler, hardware not confirmed'
     owner_line: str = ""  # one line for the job's owner: which node to exclude and why
+    involves: str = ""  # other nodes the finding implicates (a late rank's upstream ring neighbour), folded

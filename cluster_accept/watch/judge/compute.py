@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.host import blocks_host, host_call, upstream_of
 from cluster_accept.watch.judge.lag import KEY
 from cluster_accept.watch.judge.rules import WatchRules
 from cluster_accept.watch.judge.window import NS_PER_MS, NS_PER_S, Window, ranks_said
@@ -277,6 +278,25 @@ def _observed(run: _Run, per: pd.DataFrame, floor_ms: float) -> str:
     return said
 
 
+def _named_why(window: Window, full: pd.DataFrame, seg: Segment, node: str) -> tuple[str, str, str]:
+    """The reason a node named by its arrivals carries, what its host showed, and the node it involves besides:
+    ``arrives_last`` (its compute) where the lag was read on the device or its backend's enqueue never waits for a
+    collective to end, or where its rank waited for a CPU (:mod:`judge.host`); else ``late_unresolved``, involving
+    the node of the ring neighbour it receives from, whose link may have made it late."""
+    if seg.rank is None or not blocks_host(full, node):
+        return "arrives_last", "", ""
+    span = (float(seg.per["median_ns"].iloc[0]), float(seg.per["median_ns"].iloc[-1]))
+    host = host_call(window, full, seg.rank, node, span)
+    if host.contended:
+        return "arrives_last", host.said(), ""
+    upstream = upstream_of(window, seg.rank)
+    if upstream is None:
+        return "late_unresolved", host.said(), ""
+    other = window.node_of(upstream)
+    neighbour = f"its ring neighbour upstream: rank {upstream} on {other}"
+    return "late_unresolved", f"{host.said()}; {neighbour}", other if other != node else ""
+
+
 def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float, facts: pd.DataFrame) -> WatchFinding:
     rules, kind = window.rules, FindingKind.COMPUTE_STRAGGLER
     floor = max(rules.lag_min_ms, rules.lag_min_share_of_interval * cadence_ms)
@@ -297,8 +317,14 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
             if reason == "below_clock_error":
                 observed = f"{observed}: within the clocks' ±{run.seg.uncertainty_ms:.1f} ms, no node can be named"
             evidence = _evidence(window, full, run.seg, node, floor)
+            involves = ""
+            if reason == "arrives_last":
+                reason, host, involves = _named_why(window, full, run.seg, node)
+                evidence = f"{evidence}; {host}" if host else evidence
             persistence = _persistence(run.seg, per, run.cut, floor if run.waited else None)
-            return window.finding(kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank)
+            return window.finding(
+                kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank, involves
+            )
     whole = next(r.seg for r in runs if r.cut is None and not r.waited)
     observed = (
         f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "

@@ -76,6 +76,11 @@ def owner_line(finding: WatchFinding) -> str:
         if finding.rank is not None and finding.kind != FindingKind.COMM_STRAGGLER.value:
             gpu = f" (GPU {finding.gpu})" if finding.gpu is not None else ""
             who = f"rank {finding.rank}{gpu} "
+        if finding.involves:
+            return (
+                f"exclude {finding.node} and {finding.involves}: {who}{finding.observed}; its host shows no wait for a "
+                f"CPU, so its compute or the link from {finding.involves} made it late (its re-test says which)"
+            )
         return f"exclude {finding.node}: {who}{finding.observed}"
     kind = finding.kind.replace("_", " ")
     return f"{finding.node}, {kind}: {finding.status.value} ({finding.reason}): {finding.observed}"

@@ -81,6 +81,7 @@ class Window:
         evidence: str = "",
         persistence: str = "",
         rank: int | None = None,
+        involves: str = "",
     ) -> WatchFinding:
         """A row of this job; ``named_ns`` is now where it fails (the node is named). ``reason``: a code of
         :data:`REASONS` (an undeclared one is refused)."""
@@ -88,7 +89,19 @@ class Window:
         named = self.now_ns if status is Status.FAIL else 0
         code = REASONS[reason].code
         return WatchFinding(
-            self.job, kind.value, node, status, code, observed, expected, evidence, persistence, rank, gpu, named
+            self.job,
+            kind.value,
+            node,
+            status,
+            code,
+            observed,
+            expected,
+            evidence,
+            persistence,
+            rank,
+            gpu,
+            named,
+            involves=involves,
         )
 
 

@@ -317,6 +317,46 @@ def process_state(pid: int, start_ticks: int, exit_path: str, pidns: str = "", u
     return "exited" if exit_marked(exit_path, uid) else "dead"
 
 
+MAX_THREADS = 1024  # a rank's threads summed per read: torch's pools, gloo's and NCCL's, a data loader's few
+MAX_SCHEDSTAT_BYTES = 256  # "<run ns> <wait ns> <slices>\n"
+
+
+def _schedstat(path: str) -> tuple[int, int] | None:
+    """(run, run-queue wait) in ns from one ``schedstat`` file of ``/proc`` (the kernel's; a thread that ended
+    meanwhile, or a kernel without schedstats, gives None)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fields = os.read(fd, MAX_SCHEDSTAT_BYTES).split()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(fields) < 2 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return None
+    return int(fields[0]), int(fields[1])
+
+
+def cpu_times(pid: int, start_ticks: int) -> tuple[int, int] | None:
+    """The rank's threads' time on a CPU and waiting for one (run queue), summed, in ns since each started; None
+    where the process is no longer the rank's (another start time) or the kernel keeps no schedstats. A rank whose
+    compute is slowed by other work on its cores waits for a CPU; one slowed by its network sleeps in a receive."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            if int(stat_file.read(4096).rsplit(")", 1)[1].split()[19]) != start_ticks:
+                return None
+        tids = os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]
+    except (OSError, IndexError, ValueError):
+        return None
+    run = wait = 0
+    for tid in tids:
+        if tid.isdigit() and (times := _schedstat(f"/proc/{pid}/task/{tid}/schedstat")) is not None:
+            run, wait = run + times[0], wait + times[1]
+    return (run, wait) if run else None
+
+
 # The rank's worker server ------------------------------------------------------------------------------------------
 
 # The handlers that dump the Flight Recorder as JSON: the recorder of every backend but NCCL (torch 2.10 on) and
@@ -480,6 +520,8 @@ def read_rank(job: JobDir, name: str, args: argparse.Namespace) -> None:
     answer: dict[str, Any] = {**rank, "state": state, "answered": False, "entries": 0}
     if state == "unknown":
         answer["detail"] = "the rank is in another pid namespace: read it where the job runs (probes.command_prefix)"
+    elif state == "running" and (times := cpu_times(rank["pid"], rank.get("start_ticks", -1))) is not None:
+        answer.update(cpu_run_ns=times[0], cpu_wait_ns=times[1])
     lines: list[dict[str, object]] = []
     if state in ("running", "unknown"):
         if time.monotonic() < args.until:
