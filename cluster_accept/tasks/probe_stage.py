@@ -164,8 +164,8 @@ def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
     """Each node with a straggler or inconclusive row against its peers measured again (only the runs that
     flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside up to
-    :data:`~analysis.stragglers.CONTROLS` control nodes whose figures of those runs passed (two or more say how
-    far healthy nodes sit apart in the rounds themselves), each round in waves of the profile's
+    :data:`~analysis.stragglers.CONTROLS` control nodes whose figures of the checks that flagged them passed (two
+    or more say how far healthy nodes sit apart in the rounds themselves), each round in waves of the profile's
     ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
     suspected = stragglers.flagged(judged.rows)
     if not suspected:
@@ -177,7 +177,7 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
     controls_of: dict[str, tuple[str, ...]] = {}
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
-        controls = control_nodes(judged, names, {p.check for p in chosen})
+        controls = control_nodes(judged, names, set().union(*(suspected[n] for n in names)))
         controls_of.update(dict.fromkeys(names, controls))
         for turn in range(stragglers.ROUNDS if controls else 1):
             outcomes = measure_again(state, [*names, *controls], chosen)
@@ -195,10 +195,11 @@ def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
 
 
 def control_nodes(judged: StageFigures, suspects: Sequence[str], checks: set[str]) -> tuple[str, ...]:
-    """The nodes measured again beside ``suspects`` with the probes of ``checks``: up to
+    """The nodes measured again beside ``suspects``, whose ``checks`` flagged them: up to
     :data:`~analysis.stragglers.CONTROLS` with figures and no relative row of those checks that did not pass
-    (their drift is the machine's, not their own; a node flagged only by another check's figures is a control
-    here), the first by name; none where there is none."""
+    (their drift is the machine's, not their own; a node flagged only by another check's figures, one its node-side
+    script may share, is a control here: only the suspects' flagged figures are judged on the rounds), the first by
+    name; none where there is none."""
     doubtful = {
         r.node for r in judged.rows if r.check in checks and r.item.endswith("_vs_cluster") and r.status != Status.PASS
     }
