@@ -272,9 +272,9 @@ def test_a_confirmation_beside_a_control_takes_the_machine_drift_out() -> None:
 
     # the whole machine is 20 % slower now: the suspect's 80 is the control's 80, nothing of its own
     loaded = rounds((80.0, 80.0), (81.0, 80.5))
-    healthy = stragglers.confirm([row], before, loaded, gemm.METRICS, limits, controls={"n1": ("n2",)})[0]
+    healthy = stragglers.confirm([row], before, loaded, gemm.METRICS, limits, beside={"n1": ("n2",)})[0]
     assert (healthy.status, healthy.reason) == (Status.WARN, "straggler_unconfirmed"), healthy.detail
-    assert "beside the control(s) n2: 80, 81 against their 80, 80.5, 1.003 of theirs" in healthy.detail
+    assert "beside n2: 80, 81 against their median 80, 80.5, 1.003 of theirs" in healthy.detail
     unpaired = stragglers.confirm([row], before, loaded, gemm.METRICS, limits)[0]
     assert unpaired.reason == "straggler"  # without a control the load is taken for the node's own
     # slow on its own: 20 % under the control in both rounds
@@ -298,11 +298,11 @@ def test_paired_rounds_take_out_drift_in_time_but_never_the_spread_between_healt
         [_figures({"n1": s, "n2": 100.0}).assign(round=i) for i, s in enumerate((80.0, 81.0, 80.5))],
         ignore_index=True,
     )
-    [row] = stragglers.confirm([unsure], before, steady, gemm.METRICS, limits, controls={"n1": ("n2",)})
+    [row] = stragglers.confirm([unsure], before, steady, gemm.METRICS, limits, beside={"n1": ("n2",)})
     assert (row.status, row.reason) == (Status.WARN, "inconclusive"), row.detail
-    assert "0.805 of theirs: 76.47 at the peers' median" in row.detail and "the peers' spread" in row.detail, row.detail
+    assert "0.805 of theirs: 76.48 at the peers' median" in row.detail and "the peers' spread" in row.detail, row.detail
     agreeing = _figures({"n1": 90.0, "n2": 100.0, "n3": 99.0, "n4": 98.0})  # the same rounds among close peers
-    [slow] = stragglers.confirm([unsure], agreeing, steady, gemm.METRICS, limits, controls={"n1": ("n2",)})
+    [slow] = stragglers.confirm([unsure], agreeing, steady, gemm.METRICS, limits, beside={"n1": ("n2",)})
     assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed")
 
 
@@ -323,20 +323,20 @@ def test_controls_measured_in_the_rounds_say_how_far_healthy_nodes_sit_apart_the
         {"n1": 16.7, "n2": 45.0, "n3": 44.0, "n4": 47.5},
         {"n1": 25.9, "n2": 66.0, "n3": 60.0, "n4": 64.0},
     )
-    [alone] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, controls={"n1": ("n2",)})
+    [alone] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, beside={"n1": ("n2",)})
     assert (alone.status, alone.reason) == (Status.WARN, "inconclusive"), alone.detail
-    [told] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, controls={"n1": ("n2", "n3", "n4")})
+    [told] = stragglers.confirm([unsure], before, slow, gemm.METRICS, limits, beside={"n1": ("n2", "n3", "n4")})
     assert (told.status, told.reason) == (Status.FAIL, "straggler") and told.detail.endswith(": confirmed"), told.detail
-    assert "beside the control(s) n2, n3, n4: 22.1, 16.7, 25.9 against their" in told.detail
+    assert "beside n2, n3, n4: 22.1, 16.7, 25.9 against their median" in told.detail
     apart = _rounds_of(
         {"n1": 80.0, "n2": 100.0, "n3": 82.0, "n4": 118.0},
         {"n1": 81.0, "n2": 101.0, "n3": 80.0, "n4": 121.0},
         {"n1": 80.5, "n2": 99.0, "n3": 81.0, "n4": 119.0},
     )
     close = _figures({"n1": 80.0, "n2": 100.0, "n3": 99.0, "n4": 98.0})  # the stage's peers agree
-    [kept] = stragglers.confirm([unsure], close, apart, gemm.METRICS, limits, controls={"n1": ("n2", "n3", "n4")})
+    [kept] = stragglers.confirm([unsure], close, apart, gemm.METRICS, limits, beside={"n1": ("n2", "n3", "n4")})
     assert (kept.status, kept.reason) == (Status.WARN, "inconclusive"), kept.detail
-    assert "how far the controls n2, n3, n4 sit apart in the same 3 round(s)" in kept.detail, kept.detail
+    assert "how far n2, n3, n4 sit apart in the same 3 round(s)" in kept.detail, kept.detail
 
 
 def test_a_node_flagged_only_by_another_check_is_a_control_for_this_one() -> None:
@@ -359,3 +359,24 @@ def test_a_node_flagged_only_by_another_check_is_a_control_for_this_one() -> Non
     assert control_nodes(figures, ["n2"], {"gemm"}) == ("n1", "n3", "n5")
     assert control_nodes(figures, ["n4"], {"gemm", "allreduce"}) == ("n1", "n5", "n6")
     assert control_nodes(figures, ["n3"], {"allreduce"}) == ("n1", "n2", "n5")
+
+
+def test_suspects_measured_together_stand_beside_each_other() -> None:
+    """Every node but one flagged by a stage whose figures drifted (measured one after the other): measured again
+    together, the slow one is confirmed against the others' median, and a healthy suspect is not, though the slow
+    one is among those it is measured beside (it only widens their spread)."""
+    limits = {n: Thresholds() for n in ("n1", "n2", "n3", "n4")}
+    before = _figures({"n1": 60.0, "n2": 17.8, "n3": 40.1, "n4": 54.2})
+    rows = [
+        NodeRow("r", "c", "single-node", n, "gemm", f"{METRIC}_vs_cluster", Status.WARN, "inconclusive")
+        for n in ("n2", "n3")
+    ]
+    again = _rounds_of(
+        {"n1": 79.3, "n2": 17.5, "n3": 71.7, "n4": 75.0},
+        {"n1": 62.3, "n2": 25.4, "n3": 76.7, "n4": 70.0},
+        {"n1": 69.4, "n2": 18.3, "n3": 82.4, "n4": 73.0},
+    )
+    beside = {"n2": ("n3", "n1", "n4"), "n3": ("n2", "n1", "n4")}
+    slow, healthy = stragglers.confirm(rows, before, again, gemm.METRICS, limits, beside)
+    assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed"), slow.detail
+    assert healthy.reason == "straggler_unconfirmed", healthy.detail

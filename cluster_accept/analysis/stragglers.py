@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from cluster_accept.analysis.noise import Call, Noise, call, floor_of, robust_cv
+from cluster_accept.analysis.noise import MAD_TO_SIGMA, Call, Noise, call, floor_of, robust_cv
 from cluster_accept.analysis.probe_verdicts import (
     INCONCLUSIVE,
     MetricRule,
@@ -107,20 +107,20 @@ def confirm(
     after: pd.DataFrame,
     rules: Mapping[str, MetricRule],
     thresholds: Mapping[str, Thresholds],
-    controls: Mapping[str, Sequence[str]] | None = None,
+    beside: Mapping[str, Sequence[str]] | None = None,
 ) -> list[NodeRow]:
     """``rows`` with each straggler or inconclusive row against its peers re-judged on its figure measured again
-    (``after``: the flagged nodes' figures, and their ``controls``' (by suspect), in ``round`` 0, 1, …); other rows
-    unchanged.
+    (``after``: the flagged nodes' figures and those of the nodes measured with them, ``beside`` each suspect —
+    the other suspects of its group and the controls —, in ``round`` 0, 1, …); other rows unchanged.
 
-    With controls (nodes that passed, measured in each round beside the suspects), each round's figure is taken
-    against the controls' in the same round: a load or throttle that came and went is seen on them too, so what is
-    left is the node's own. The noise is then the standard error of the rounds' mean (their spread over √rounds),
-    the calibration's, the repeats' and how far healthy nodes sit apart: with two controls or more, how far the
-    controls sit apart from each other in the same rounds (the stage's spread holds the drift in time the rounds
-    take out); with one, the peers' spread of the stage, since no re-measurement of one node beside one other can
-    tell a node persistently a little slower (a shared machine's load falling unevenly) from a straggler. Without
-    a control, the first round's figure is compared with the median as it was, with the same noises but the
+    Beside other nodes, each round's figure is taken against the median of theirs in the same round: a load or
+    throttle that came and went is seen on them too, so what is left is the node's own. The noise is then the
+    standard error of the rounds' mean (their spread over √rounds), the calibration's, the repeats' and how far
+    healthy nodes sit apart: beside two nodes or more, how far those sit apart from each other in the same rounds
+    (the stage's spread holds the drift in time the rounds take out; a slow one among them only widens it); beside
+    one, the peers' spread of the stage, since no re-measurement of one node beside one other can tell a node
+    persistently a little slower (a shared machine's load falling unevenly) from a straggler. Measured again
+    alone, the first round's figure is compared with the median as it was, with the same noises but the
     rounds'."""
     first, second = judged_figures(before, rules), judged_figures(after, rules) if not after.empty else after
     reference_of = _references(first, rules)
@@ -139,8 +139,8 @@ def confirm(
         was = _record(first, row.node, metric, row.gpu) or {}
         calibration = {key: was.get(key) for key in ("calibrated_cv", "calibrated_source")}
         noises = [*figure_noises({**rounds[0], **calibration}, reference.typical)]
-        beside = (controls or {}).get(row.node, ())
-        paired = _paired(second, beside, metric, rounds, reference.median) if beside else None
+        others = (beside or {}).get(row.node, ())
+        paired = _paired(second, others, metric, rounds, reference.median) if others else None
         if paired is None:
             value, said = float(rounds[0]["value"]), f"measured again alone: {float(rounds[0]['value']):.4g}"
             noises.append(reference.spread)
@@ -176,67 +176,66 @@ def _node_figure(figures: pd.DataFrame, node: str, metric: str) -> float | None:
 
 @dataclass(frozen=True)
 class _Paired:
-    """A suspect's paired rounds: its figure against the controls' of the same rounds, at the peers' median."""
+    """A suspect's paired rounds: its figure against the others' of the same rounds, at the peers' median."""
 
     value: float
     rounds: Noise | None  # the standard error of the rounds' mean
-    apart: Noise | None  # how far the controls sit apart in the same rounds (two controls or more)
+    apart: Noise | None  # how far the others sit apart in the same rounds (two others or more)
     said: str
 
 
-def _controls_by_round(
-    second: pd.DataFrame, controls: Sequence[str], metric: str, rounds: list[dict[Any, Any]]
-) -> list[list[float]] | None:
-    """Each suspect round's control figures (one per control, in ``controls`` order); None where a control has
-    no positive figure in a round the suspect has."""
-    found = []
-    for suspect in rounds:
-        same = second[second["round"] == suspect["round"]]
-        figures = [_node_figure(same, control, metric) for control in controls]
-        if any(f is None or f <= 0 for f in figures):
-            return None
-        found.append([float(f) for f in figures if f is not None])
-    return found
+def _beside_by_round(
+    second: pd.DataFrame, beside: Sequence[str], metric: str, rounds: list[dict[Any, Any]]
+) -> tuple[list[str], list[list[float]]]:
+    """The nodes of ``beside`` with a positive figure in every round the suspect has, and their figures round by
+    round (in that order)."""
+    same = [second[second["round"] == suspect["round"]] for suspect in rounds]
+    figures = {node: [_node_figure(frame, node, metric) for frame in same] for node in beside}
+    kept = [node for node, values in figures.items() if all(v is not None and v > 0 for v in values)]
+    return kept, [[float(figures[node][i] or 0.0) for node in kept] for i in range(len(rounds))]
 
 
 def _paired(
-    second: pd.DataFrame, controls: Sequence[str], metric: str, rounds: list[dict[Any, Any]], median: float
+    second: pd.DataFrame, beside: Sequence[str], metric: str, rounds: list[dict[Any, Any]], median: float
 ) -> _Paired | None:
-    """The suspect's rounds against the controls' figures of the same rounds (their geometric mean), as a figure
-    at the peers' ``median``; None where a control has no figure to compare with."""
+    """The suspect's rounds against the figures of the nodes measured with it (``beside``: the other suspects and
+    the controls) in the same rounds, their median each round, as a figure at the peers' ``median``; None where no
+    other node has a figure in each of its rounds."""
     if "round" not in second.columns:
         return None
-    by_round = _controls_by_round(second, controls, metric, rounds)
-    if by_round is None:
+    others, by_round = _beside_by_round(second, beside, metric, rounds)
+    if not others:
         return None
-    ratios = [float(r["value"]) / statistics.geometric_mean(c) for r, c in zip(rounds, by_round, strict=True)]
+    ratios = [float(r["value"]) / statistics.median(c) for r, c in zip(rounds, by_round, strict=True)]
     mean = statistics.fmean(ratios)
     noise = None
     if len(ratios) >= 2 and mean > 0:  # the noise of their mean: the rounds' spread over √rounds
         error = statistics.stdev(ratios) / mean / math.sqrt(len(ratios))
         noise = Noise(error, f"the mean of its {len(ratios)} paired rounds (their spread / √{len(ratios)})")
     values = ", ".join(f"{float(r['value']):.4g}" for r in rounds)
-    theirs = ", ".join(f"{statistics.geometric_mean(c):.4g}" for c in by_round)
+    theirs = ", ".join(f"{statistics.median(c):.4g}" for c in by_round)
     said = (
-        f"measured again {len(rounds)} time(s) beside the control(s) {', '.join(controls)}: {values} against "
-        f"their {theirs}, {mean:.3f} of theirs: {median * mean:.4g} at the peers' median"
+        f"measured again {len(rounds)} time(s) beside {', '.join(others)}: {values} against their median {theirs}, "
+        f"{mean:.3f} of theirs: {median * mean:.4g} at the peers' median"
     )
-    return _Paired(median * mean, noise, _apart(by_round, controls), said)
+    return _Paired(median * mean, noise, _apart(by_round, others), said)
 
 
-def _apart(by_round: list[list[float]], controls: Sequence[str]) -> Noise | None:
-    """How far healthy nodes sit apart under the rounds' own conditions: the controls' pooled spread about
-    each round's mean (log figures, ``rounds × (controls − 1)`` degrees of freedom); None under two controls."""
-    if len(controls) < 2 or not by_round:
+def _apart(by_round: list[list[float]], others: Sequence[str]) -> Noise | None:
+    """How far healthy nodes sit apart under the rounds' own conditions: each other node's figure against the
+    median of the rest in its round (log), robustly over every round (1.4826 × the median distance), so that one
+    slow node among them is one far figure and not the spread; None under two others. Against the rest rather
+    than all of them, a node is never compared with itself: two of three agreeing by chance leave the third's
+    distance in the figure."""
+    if len(others) < 2 or not by_round:
         return None
-    squares = 0.0
-    for figures in by_round:
-        logs = [math.log(f) for f in figures]
-        centre = statistics.fmean(logs)
-        squares += sum((v - centre) ** 2 for v in logs)
-    sigma = math.sqrt(squares / (len(by_round) * (len(controls) - 1)))
-    source = f"how far the controls {', '.join(controls)} sit apart in the same {len(by_round)} round(s)"
-    return Noise(sigma, source)
+    distances = [
+        abs(math.log(figure / statistics.median(figures[:i] + figures[i + 1 :])))
+        for figures in by_round
+        for i, figure in enumerate(figures)
+    ]
+    source = f"how far {', '.join(others)} sit apart in the same {len(by_round)} round(s)"
+    return Noise(MAD_TO_SIGMA * statistics.median(distances), source)
 
 
 def _rejudged(row: NodeRow, said: str, median: float, judged: Call, below: Status) -> NodeRow:

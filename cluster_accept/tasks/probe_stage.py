@@ -174,18 +174,18 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
     for name, checks in sorted(suspected.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
     again: list[tuple[int, Measurement]] = []  # each figure measured again, with its round
-    controls_of: dict[str, tuple[str, ...]] = {}
+    beside: dict[str, tuple[str, ...]] = {}  # each suspect: the nodes measured with it
     for scripts, names in by_scripts.items():
         chosen = [p for p in probes if p.script.name in scripts]
         controls = control_nodes(judged, names, set().union(*(suspected[n] for n in names)))
-        controls_of.update(dict.fromkeys(names, controls))
-        for turn in range(stragglers.ROUNDS if controls else 1):
+        beside.update({n: tuple(m for m in [*names, *controls] if m != n) for n in names})
+        for turn in range(stragglers.ROUNDS if controls or len(names) > 1 else 1):  # paired: beside another node
             outcomes = measure_again(state, [*names, *controls], chosen)
             found = judge_nodes(state.run_id, state.inventory, outcomes, state.quick, chosen)
             again += [(turn, m) for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     after = _rounds_frame(again)
-    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, controls_of)
+    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, beside)
 
 
 def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
