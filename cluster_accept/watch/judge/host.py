@@ -87,17 +87,15 @@ class HostCall:
 
 def host_call(window: Window, full: pd.DataFrame, rank: int, node: str, span: tuple[float, float]) -> HostCall:
     """Whether rank ``rank`` (on ``node``) waited for a CPU over ``span`` (watcher's clock) at least
-    ``cpu_wait_share_min`` of its runnable time and ``cpu_wait_ratio_min`` times its peers' largest share (ranks
-    on other nodes)."""
-    rules = window.rules
+    ``cpu_wait_share_min`` of its runnable time more than its peers' largest share (ranks on other nodes): a rank's
+    threads wait behind each other too (a rank held to one core waits about half its runnable time, healthy), so
+    only the wait beyond its peers' is other work on its cores."""
     own = cpu_wait(window, rank, *span)
     peers = [int(r) for r in full.loc[full["node"] != node, "rank"].unique()]
     shares = [w.share for r in peers if (w := cpu_wait(window, r, *span)) is not None]
     peers_max = max(shares) if shares else None
-    contended = own is not None and own.share >= rules.cpu_wait_share_min
-    if own is not None and peers_max is not None:
-        contended = contended and own.share >= rules.cpu_wait_ratio_min * peers_max
-    return HostCall(own, peers_max, contended)
+    excess = (own.share - (peers_max or 0.0)) if own is not None else 0.0
+    return HostCall(own, peers_max, excess >= window.rules.cpu_wait_share_min)
 
 
 def upstream_of(window: Window, rank: int) -> int | None:

@@ -39,12 +39,11 @@ class WatchRules:
     # named only where its peers spent this share of the window waiting for it (its lag summed where it was last).
     held_share_min: float = 0.02
     # A rank named by enqueue on a backend whose enqueue waits for the collective before it (gloo) is a compute
-    # straggler only where its threads waited for a CPU this share of their runnable time (its cores shared with
-    # other work) ...
-    cpu_wait_share_min: float = 0.2
-    # ... and this many times its peers' largest share; otherwise its lateness may be carried over from a late
+    # straggler only where its threads waited for a CPU this share of their runnable time more than its peers'
+    # largest share (its cores shared with other work: on the test-bed a rank held to one core beside a busy loop
+    # waited 85 %, its peer, held to one core alone, 51 %); otherwise its lateness may be carried over from a late
     # completion (a slow link) and the finding says it cannot tell (late_unresolved).
-    cpu_wait_ratio_min: float = 2.0
+    cpu_wait_share_min: float = 0.2
     # Under this many complete collectives (every rank of the communicator has a record) stragglers are not judged.
     min_collectives: int = 16
     # A change point needs this many collectives before it: the lag "before" is a figure, not one sample.
@@ -62,8 +61,8 @@ class WatchRules:
     def __post_init__(self) -> None:
         if not 0 < self.last_share_min <= 1:
             raise ValueError(f"last_share_min is a share in (0, 1], not {self.last_share_min}")
-        if not 0 < self.cpu_wait_share_min <= 1 or self.cpu_wait_ratio_min < 1:
-            raise ValueError("cpu_wait_share_min is a share in (0, 1] and cpu_wait_ratio_min at least 1")
+        if not 0 < self.cpu_wait_share_min <= 1:
+            raise ValueError(f"cpu_wait_share_min is a share in (0, 1], not {self.cpu_wait_share_min}")
         if not 0 <= self.held_share_min <= 1:
             raise ValueError(f"held_share_min is a share in [0, 1], not {self.held_share_min}")
         if self.streak_collectives < 1 or self.min_collectives < 1 or self.comm_min_collectives < 1:

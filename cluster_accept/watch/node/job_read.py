@@ -350,11 +350,11 @@ def cpu_times(pid: int, start_ticks: int) -> tuple[int, int] | None:
         tids = os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]
     except (OSError, IndexError, ValueError):
         return None
-    run = wait = 0
+    run = wait = read = 0
     for tid in tids:
         if tid.isdigit() and (times := _schedstat(f"/proc/{pid}/task/{tid}/schedstat")) is not None:
-            run, wait = run + times[0], wait + times[1]
-    return (run, wait) if run else None
+            run, wait, read = run + times[0], wait + times[1], read + 1
+    return (run, wait) if read else None
 
 
 # The rank's worker server ------------------------------------------------------------------------------------------
