@@ -4,6 +4,7 @@ rejection; one beyond it is still found. Synthetic figures with exact numbers.""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 
 import pandas as pd
@@ -380,3 +381,24 @@ def test_suspects_measured_together_stand_beside_each_other() -> None:
     slow, healthy = stragglers.confirm(rows, before, again, gemm.METRICS, limits, beside)
     assert (slow.status, slow.reason) == (Status.FAIL, "straggler") and slow.detail.endswith(": confirmed"), slow.detail
     assert healthy.reason == "straggler_unconfirmed", healthy.detail
+
+
+def test_a_node_several_times_slower_is_told_beside_nodes_far_apart() -> None:
+    """The others of the rounds 28 % apart (σ of log figures): 3 σ below them is 1 − e^(−0.83) = 56 % below, not
+    83 %, so a node at a quarter of them is confirmed; one at 60 % of them is not."""
+    unsure = NodeRow("r", "c", "single-node", "n2", "gemm", f"{METRIC}_vs_cluster", Status.WARN, "inconclusive")
+    limits = {n: Thresholds() for n in ("n1", "n2", "n3", "n4")}
+    before = _figures({"n1": 65.0, "n2": 19.3, "n3": 80.0, "n4": 50.9})
+    others = (
+        {"n1": 64.75, "n3": 90.0, "n4": 70.0},
+        {"n1": 80.0, "n3": 55.0, "n4": 79.4},
+        {"n1": 60.0, "n3": 76.75, "n4": 90.0},
+    )
+    beside = {"n2": ("n1", "n3", "n4")}
+    quarter = _rounds_of(*({**o, "n2": 0.25 * statistics.median(o.values())} for o in others))
+    [slow] = stragglers.confirm([unsure], before, quarter, gemm.METRICS, limits, beside)
+    assert (slow.status, slow.reason) == (Status.FAIL, "straggler"), slow.detail
+    assert "σ" in slow.detail and "% of log figures" in slow.detail, slow.detail
+    sixty = _rounds_of(*({**o, "n2": 0.6 * statistics.median(o.values())} for o in others))
+    [kept] = stragglers.confirm([unsure], before, sixty, gemm.METRICS, limits, beside)
+    assert kept.reason == "inconclusive", kept.detail

@@ -146,7 +146,8 @@ def confirm(
             noises.append(reference.spread)
         else:
             value, said = paired.value, paired.said
-            noises += [paired.rounds, paired.apart or reference.spread]
+            apart = _below(paired.apart, limits.noise_k) if paired.apart is not None else reference.spread
+            noises += [paired.rounds, apart]
         judged = call(value, reference.median, limits.straggler_pct, noises, limits.noise_k)
         rule = rules.get(metric)
         below = relative_status(rule, limits) if rule is not None else Status.FAIL
@@ -236,6 +237,13 @@ def _apart(by_round: list[list[float]], others: Sequence[str]) -> Noise | None:
     ]
     source = f"how far {', '.join(others)} sit apart in the same {len(by_round)} round(s)"
     return Noise(MAD_TO_SIGMA * statistics.median(distances), source)
+
+
+def _below(spread: Noise, k: float) -> Noise:
+    """A spread of log figures (σ) as the relative noise whose ``k``-fold margin reaches as far below: ``k`` σ in
+    log figures is ``1 − e^(−k σ)`` below (a node at half its peers is as far from them as one at double), so a
+    wide spread still leaves a node several times slower told, where ``k`` σ read as a share would pass 100 %."""
+    return Noise((1 - math.exp(-k * spread.cv)) / k, f"{spread.source}: σ {100 * spread.cv:.1f}% of log figures")
 
 
 def _rejudged(row: NodeRow, said: str, median: float, judged: Call, below: Status) -> NodeRow:
