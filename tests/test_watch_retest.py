@@ -301,6 +301,8 @@ def test_a_rank_ended_while_a_re_test_waits_is_the_owner_taking_the_job_down() -
     assert not retests.teardown(state)  # nothing waits
     retests.begin([_finding(Status.FAIL)], state)
     assert not retests.teardown(state)  # n2's rank was dead already: judged as before
+    state.add([_read("n1", "zombie"), _read("n2", "dead"), _read("n3", "running")])
+    assert retests.teardown(state)  # killed and not yet reaped by its launcher: ended all the same
     state.add([_read("n1", "dead"), _read("n2", "dead"), _read("n3", "running")])
     assert retests.teardown(state)
     state.add([_read("n1", "dead"), _read("n2", "dead"), _read("n3", "exited")])

@@ -106,7 +106,7 @@ def read_round(
 
 
 LIVING = frozenset({RankState.RUNNING, RankState.STOPPED})
-ENDED = frozenset({RankState.EXITED, RankState.DEAD})
+ENDED = frozenset({RankState.EXITED, RankState.DEAD, RankState.ZOMBIE})  # a zombie has ended, not yet reaped
 
 
 def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
