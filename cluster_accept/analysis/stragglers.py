@@ -117,7 +117,7 @@ def confirm(
     throttle that came and went is seen on them too, so what is left is the node's own. The noise is then the
     standard error of the rounds' mean (their spread over √rounds), the calibration's, the repeats' and how far
     healthy nodes sit apart: beside two nodes or more, how far those sit apart from each other in the same rounds
-    (the stage's spread holds the drift in time the rounds take out; a slow one among them only widens it); beside
+    (the stage's spread holds the drift in time the rounds take out; a slow one among them is one far figure); beside
     one, the peers' spread of the stage, since no re-measurement of one node beside one other can tell a node
     persistently a little slower (a shared machine's load falling unevenly) from a straggler. Measured again
     alone, the first round's figure is compared with the median as it was, with the same noises but the
@@ -207,14 +207,15 @@ def _paired(
     others, by_round = _beside_by_round(second, beside, metric, rounds)
     if not others:
         return None
-    ratios = [float(r["value"]) / statistics.median(c) for r, c in zip(rounds, by_round, strict=True)]
+    medians = [statistics.median(c) for c in by_round]
+    ratios = [float(r["value"]) / m for r, m in zip(rounds, medians, strict=True)]
     mean = statistics.fmean(ratios)
     noise = None
     if len(ratios) >= 2 and mean > 0:  # the noise of their mean: the rounds' spread over √rounds
         error = statistics.stdev(ratios) / mean / math.sqrt(len(ratios))
         noise = Noise(error, f"the mean of its {len(ratios)} paired rounds (their spread / √{len(ratios)})")
     values = ", ".join(f"{float(r['value']):.4g}" for r in rounds)
-    theirs = ", ".join(f"{statistics.median(c):.4g}" for c in by_round)
+    theirs = ", ".join(f"{m:.4g}" for m in medians)
     said = (
         f"measured again {len(rounds)} time(s) beside {', '.join(others)}: {values} against their median {theirs}, "
         f"{mean:.3f} of theirs: {median * mean:.4g} at the peers' median"
