@@ -5,7 +5,7 @@ window's findings. The Prefect loop (:mod:`flows.watch`) only reads, calls these
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
@@ -56,13 +56,22 @@ def confirmation(node: str, peers: Sequence[str], verdicts: Sequence[VerdictRow]
     tool error confirms nothing) while a peer of the same run is accepted (all of them failing says the run or
     the job's load, not the node)."""
     by_node = {v.node: v for v in verdicts}
-    passed = [p for p in peers if p in by_node and by_node[p].verdict == Verdict.ACCEPTED]
+    passed = _accepted(peers, by_node)
+    rejected, said = _verdict_of(node, by_node)
+    return rejected and bool(passed), f"{said}; peers accepted: {fold(passed) if passed else 'none'}"
+
+
+def _accepted(peers: Sequence[str], by_node: Mapping[str, VerdictRow]) -> list[str]:
+    return [p for p in peers if p in by_node and by_node[p].verdict == Verdict.ACCEPTED]
+
+
+def _verdict_of(node: str, by_node: Mapping[str, VerdictRow]) -> tuple[bool, str]:
+    """Whether the run did not accept ``node``, and its verdict as said."""
     verdict = by_node.get(node)
-    rejected = verdict is not None and verdict.verdict in NOT_ACCEPTED
     said = f"{node} " + (
         f"{verdict.verdict.value}: {', '.join(verdict.reasons) or verdict.cause}" if verdict else "not judged"
     )
-    return rejected and bool(passed), f"{said}; peers accepted: {fold(passed) if passed else 'none'}"
+    return verdict is not None and verdict.verdict in NOT_ACCEPTED, said
 
 
 def not_confirmed(finding: WatchFinding, said: str) -> WatchFinding:
@@ -92,15 +101,16 @@ def unconfirmed_line(finding: WatchFinding, said: str) -> str:
 
 
 def implicated(finding: WatchFinding, peers: Sequence[str], verdicts: Sequence[VerdictRow]) -> tuple[list[str], str]:
-    """The nodes of ``finding`` (:func:`retest_nodes`) its re-test confirmed (:func:`confirmation`), and what it
-    said of each."""
+    """The nodes of ``finding`` (:func:`retest_nodes`) its re-test confirmed, each as :func:`confirmation` has it,
+    and what it said of each."""
+    by_node = {v.node: v for v in verdicts}
+    passed = _accepted(peers, by_node)
     found, said = [], []
     for node in retest_nodes(finding):
-        confirmed, text = confirmation(node, peers, verdicts)
-        found += [node] if confirmed else []
-        said.append(text.split("; peers accepted:")[0])
-    passed = confirmation(finding.node, peers, verdicts)[1].split("; peers accepted: ")[-1]
-    return found, f"{'; '.join(said)}; peers accepted: {passed}"
+        rejected, text = _verdict_of(node, by_node)
+        found += [node] if rejected and passed else []
+        said.append(text)
+    return found, f"{'; '.join(said)}; peers accepted: {fold(passed) if passed else 'none'}"
 
 
 def confirmed_elsewhere(finding: WatchFinding, culprits: Sequence[str], said: str) -> WatchFinding:
