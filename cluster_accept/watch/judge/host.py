@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from cluster_accept.watch.judge.window import NS_PER_S, Window
+from cluster_accept.watch.words import RankSeen
 
 HOST_ASYNC_BACKENDS = frozenset({"nccl"})  # a collective whose enqueue never waits for the one before it to end
 
@@ -46,28 +47,25 @@ def blocks_host(full: pd.DataFrame, node: str) -> bool:
     return bool((by_enqueue & blocking).mean() > 0.5)
 
 
-def cpu_wait(window: Window, rank: int, start_ns: float, end_ns: float) -> CpuWait | None:
-    """The rank's CPU wait between its first and last read with schedstat figures in ``[start_ns, end_ns]``
-    (watcher's clock), one process throughout; None under two such reads or without runnable time."""
-    reads = [
-        r
-        for r in window.reads
-        if r.rank == rank
-        and r.cpu_run_ns is not None
-        and r.cpu_wait_ns is not None
-        and start_ns <= window.seen_ns(r) <= end_ns
-    ]
-    if len(reads) < 2:
-        return None
-    first, last = reads[0], reads[-1]
-    if first.pid != last.pid or last.cpu_run_ns is None or first.cpu_run_ns is None:
-        return None
-    run = last.cpu_run_ns - first.cpu_run_ns
-    wait = (last.cpu_wait_ns or 0) - (first.cpu_wait_ns or 0)
-    if run <= 0 or wait < 0:
-        return None
-    span_s = (window.seen_ns(last) - window.seen_ns(first)) / NS_PER_S
-    return CpuWait(rank, wait / (run + wait), span_s)
+def cpu_waits(window: Window, start_ns: float, end_ns: float) -> dict[int, CpuWait]:
+    """Each rank's CPU wait between its first and last read with schedstat figures in ``[start_ns, end_ns]``
+    (watcher's clock), one process throughout; no entry under two such reads or without runnable time. The
+    window's reads are walked once, however many ranks the job has."""
+    reads: dict[int, list[RankSeen]] = {}
+    for read in window.reads:
+        if read.cpu_run_ns is not None and read.cpu_wait_ns is not None and start_ns <= window.seen_ns(read) <= end_ns:
+            reads.setdefault(read.rank, []).append(read)
+    waits = {}
+    for rank, seen in reads.items():
+        first, last = seen[0], seen[-1]
+        if len(seen) < 2 or first.pid != last.pid:
+            continue
+        run = (last.cpu_run_ns or 0) - (first.cpu_run_ns or 0)
+        wait = (last.cpu_wait_ns or 0) - (first.cpu_wait_ns or 0)
+        if run > 0 and wait >= 0:
+            span_s = (window.seen_ns(last) - window.seen_ns(first)) / NS_PER_S
+            waits[rank] = CpuWait(rank, wait / (run + wait), span_s)
+    return waits
 
 
 @dataclass(frozen=True)
@@ -90,9 +88,10 @@ def host_call(window: Window, full: pd.DataFrame, rank: int, node: str, span: tu
     ``cpu_wait_share_min`` of its runnable time more than its peers' largest share (ranks on other nodes): a rank's
     threads wait behind each other too (a rank held to one core waits about half its runnable time, healthy), so
     only the wait beyond its peers' is other work on its cores."""
-    own = cpu_wait(window, rank, *span)
-    peers = [int(r) for r in full.loc[full["node"] != node, "rank"].unique()]
-    shares = [w.share for r in peers if (w := cpu_wait(window, r, *span)) is not None]
+    waits = cpu_waits(window, *span)
+    own = waits.get(rank)
+    peers = {int(r) for r in full.loc[full["node"] != node, "rank"].unique()}
+    shares = [w.share for r, w in waits.items() if r in peers]
     peers_max = max(shares) if shares else None
     excess = (own.share - (peers_max or 0.0)) if own is not None else 0.0
     return HostCall(own, peers_max, excess >= window.rules.cpu_wait_share_min)
