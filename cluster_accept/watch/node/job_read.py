@@ -307,14 +307,24 @@ def process_state(pid: int, start_ticks: int, exit_path: str, pidns: str = "", u
     pid: ``unknown``, never ``dead``, unless its exit mark says it ended."""
     if pidns and pid_namespace() and pidns != pid_namespace():
         return "exited" if exit_marked(exit_path, uid) else "unknown"
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            fields = stat_file.read().rsplit(")", 1)[1].split()
-    except OSError:
-        fields = []
+    fields = stat_fields(pid)
     if fields and int(fields[19]) == start_ticks:
         return _STATES.get(fields[0], "running")
     return "exited" if exit_marked(exit_path, uid) else "dead"
+
+
+MAX_STAT_BYTES = 4096  # /proc/<pid>/stat: 52 numbers and a name of at most 64 bytes
+
+
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after its name (state first, start time at index 19); empty where the
+    process is gone. A line not of that shape raises (IndexError): an unreadable rank, never a dead one."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            text = stat_file.read(MAX_STAT_BYTES)
+    except OSError:
+        return []
+    return text.rsplit(")", 1)[1].split()
 
 
 MAX_THREADS = 1024  # a rank's threads summed per read: torch's pools, gloo's and NCCL's, a data loader's few
@@ -344,9 +354,9 @@ def cpu_times(pid: int, start_ticks: int) -> tuple[int, int] | None:
     where the process is no longer the rank's (another start time) or the kernel keeps no schedstats. A rank whose
     compute is slowed by other work on its cores waits for a CPU; one slowed by its network sleeps in a receive."""
     try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            if int(stat_file.read(4096).rsplit(")", 1)[1].split()[19]) != start_ticks:
-                return None
+        fields = stat_fields(pid)  # again: the pid may have been reused since its state was read
+        if not fields or int(fields[19]) != start_ticks:
+            return None
         tids = os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]
     except (OSError, IndexError, ValueError):
         return None
