@@ -67,6 +67,7 @@ def start_slurm(tb: Testbed, site_env: Mapping[str, str] | None = None) -> None:
 def start_slurmd(tb: Testbed, node: str) -> None:
     """The node's slurmd again (after its sshd came back): same namespaces as the new sshd."""
     pid = sshd.read_pid(tb.node_dir(node))
-    if pid:
-        slurm.write_node_env(tb.state_dir, tb.slurm_name(node), node_env(tb, node))
-        slurm.restart_slurmd(tb.state_dir, pid, tb.slurm_name(node))
+    if pid is None:  # a node that is up has its sshd's pid file (sshd.start waits for it)
+        raise slurm.SlurmBedError(f"no sshd pid for {node} ({tb.node_dir(node) / 'sshd.pid'}): its slurmd has no node")
+    slurm.write_node_env(tb.state_dir, tb.slurm_name(node), node_env(tb, node))
+    slurm.restart_slurmd(tb.state_dir, pid, tb.slurm_name(node))

@@ -128,6 +128,18 @@ def start(netns: str, node_dir: Path) -> None:
         log = node_dir / "sshd.log"
         detail = (proc.stderr + (log.read_text() if log.exists() else "")).strip()
         raise SshdError(f"sshd of {netns} did not start (exit {proc.returncode}): {detail}")
+    _wait_pid_file(netns, node_dir)
+
+
+def _wait_pid_file(netns: str, node_dir: Path, timeout_s: float = 15.0) -> None:
+    """sshd listens before it daemonizes and writes its pid file after: a caller that enters the node's
+    namespaces through that pid (its slurmd) right after start would find none, or the one it had before
+    (removed above), and start nothing. Wait for the file, bounded."""
+    deadline = time.monotonic() + timeout_s
+    while read_pid(node_dir) is None:
+        if time.monotonic() > deadline:
+            raise SshdError(f"sshd of {netns} wrote no pid file in {timeout_s:.0f} s ({node_dir / 'sshd.pid'})")
+        time.sleep(0.02)
 
 
 def wait_listening(ip: str, timeout_s: float = 15.0) -> None:
