@@ -130,7 +130,7 @@ def judged(
 CODES = {
     "ok", "rank_dead", "torn_down", "rank_missing", "node_unread", "hang_wavefront", "rank_stopped", "waiting",
     "hang_unlocalized", "after_death", "no_progress_signal", "arrives_last", "late_unresolved", "below_clock_error",
-    "no_device_time",
+    "no_device_time", "late_by_neighbour", "slow_link_neighbour",
     "too_few_collectives", "slow_communicators", "slow_nic", "slow_rail", "slow_unlocalized", "one_communicator",
     "not_compared", "no_exec_time",
 }  # fmt: skip
@@ -148,7 +148,7 @@ def test_the_reasons_are_typed_with_their_status_meaning_and_action() -> None:
     assert REASONS["no_exec_time"].action is Action.FIX_CONFIG
     relative = {code for code, reason in REASONS.items() if reason.kind is ReasonKind.RELATIVE}
     assert relative == {"arrives_last", "late_unresolved", "below_clock_error", "slow_communicators", "slow_nic",
-                        "slow_rail", "slow_unlocalized"}  # fmt: skip
+                        "slow_rail", "slow_unlocalized", "late_by_neighbour", "slow_link_neighbour"}  # fmt: skip
     window = build("job1", [], [], WatchRules(), T0)
     with pytest.raises(KeyError, match="not_a_code"):
         window.finding(FindingKind.HANG, "node00", Status.FAIL, "not_a_code", "observed")

@@ -18,6 +18,7 @@ again once, alone, it rejected a healthy node in 3 of 45 runs, in paired rounds 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -91,8 +92,10 @@ def test_a_node_30_percent_slower_is_rejected_as_a_confirmed_gemm_straggler(
     assert not slow.empty and set(slow["item"]) <= GEMM, slow
     assert set(slow["status"]) == {"fail"}, slow
     assert all(detail.endswith(": confirmed") and "; measured again " in detail for detail in slow["detail"]), slow
-    shortfall = [float(d.split("% below the cluster median")[0].rsplit(", ", 1)[1]) for d in slow["detail"]]
-    assert all(15 <= s <= 32 for s in shortfall), shortfall  # 1 - 1/1.3 = 23 %, within the machine's noise
+    # what the verdict rests on, its paired rounds beside healthy nodes, is the planted 1.3 x within the machine's
+    # noise: the stage's own first figure is one measurement (34.7 % below where 23 % was planted, in one run)
+    paired = [float(re.search(r"(\d\.\d+) of theirs", d).group(1)) for d in slow["detail"]]  # type: ignore[union-attr]
+    assert all(1.15 <= 1 / ratio <= 1.5 for ratio in paired), paired
     others = relative[relative["node"] != "node03"]
     assert set(others["status"]) <= {"pass", "warn"}, others
     rest = relative[(relative["node"] == "node03") & ~relative["item"].isin(GEMM)]

@@ -98,3 +98,23 @@ def test_a_regression_stays_one_only_when_it_is_still_low_beside_a_control_that_
     assert (alone.status, alone.reason) == (Status.FAIL, "regression") and alone.detail.endswith(": confirmed")
     nothing = confirmed_again(row, None, None)
     assert nothing.reason == "inconclusive" and "no figure" in nothing.detail
+
+
+def test_a_regression_is_held_to_its_floor_with_the_controls_own_fall_taken_out() -> None:
+    """The history soak's false rejection: node01's GEMM, its history tight (σ 0.5 %), measured again 5.5 % below
+    its median and under its floor, beside node04 measured again 11.9 % below its own median but inside its wider
+    history. Against the control's fall the suspect held: the machine moved. A real regression stays one beside a
+    control that fell a little, and a control that rose takes nothing away."""
+    row = _row("n1", "regression", Status.FAIL)  # its floor 90.0
+    soak = confirmed_again(row, 88.0, Control("n4", 190.6, 185.0, 216.3))
+    assert (soak.status, soak.reason) == (Status.WARN, "inconclusive"), soak.detail
+    assert soak.detail.endswith(
+        "measured again: 88.0 beside n4 (190.6, 11.9% below its own median 216.3): 99.9 with that fall taken out, "
+        "within its own history: the machine moved, not confirmed"
+    ), soak.detail
+    real = confirmed_again(row, 70.0, Control("n4", 210.0, 185.0, 216.3))
+    assert (real.status, real.reason) == (Status.FAIL, "regression") and real.detail.endswith(": confirmed")
+    risen = confirmed_again(row, 88.0, Control("n4", 230.0, 185.0, 216.3))
+    assert (risen.status, risen.reason) == (Status.FAIL, "regression"), risen.detail
+    unknown = confirmed_again(row, 88.0, Control("n4", 190.6, 185.0))
+    assert (unknown.status, unknown.reason) == (Status.FAIL, "regression"), unknown.detail  # no median: as before

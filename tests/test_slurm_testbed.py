@@ -301,13 +301,19 @@ def test_the_prolog_example_keeps_a_job_off_a_faulty_node(testbed_factory, tmp_p
         found = re.search(r"JobState=(\S+)", scontrol("show", "job", job))
         return found.group(1) if found else ""
 
+    def completed() -> bool:
+        """The job done; meanwhile, as an operator would, released where Slurm held it (a job whose launch failed
+        is requeued held, which may come a while after the drain) and made eligible now (a requeued job waits a
+        while before it is eligible again; the test does not)."""
+        if "held" in scontrol("show", "job", job):
+            scontrol("release", job)
+            subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
+        return state() == "COMPLETED"
+
     wait_for("node01 drained by the prolog", lambda: slurm_nodes()["node01"].drained_by_us, 120)
     assert slurm_nodes()["node01"].reason.startswith("cluster-accept: gpu_count:count_low (run check-node01-")
-    if "held" in scontrol("show", "job", job):  # Slurm holds a job whose launch failed: an operator releases it
-        scontrol("release", job)
-    # a requeued job waits a while before it is eligible again; the test does not
     subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True, timeout=60)
-    wait_for(f"job {job} completed", lambda: state() == "COMPLETED", 180)
+    wait_for(f"job {job} completed", completed, 180)
     assert (tmp_path / f"job-{job}.out").read_text().strip() == "ran on node02"
     assert re.search(r"Restarts=[1-9]", scontrol("show", "job", job)), scontrol("show", "job", job)
     assert not slurm_nodes()["node02"].drained

@@ -55,16 +55,18 @@ def test_a_late_gloo_rank_that_waited_for_a_cpu_is_a_compute_straggler() -> None
     assert "its peers' at most 2%" in named.evidence
 
 
-def test_a_late_gloo_rank_its_host_does_not_show_slow_is_unresolved_with_its_upstream_neighbour() -> None:
+def test_a_late_gloo_rank_its_host_does_not_show_slow_is_unresolved_with_its_ring_neighbours() -> None:
     """The same arrivals, its threads waiting for a CPU no more than its peers' (asleep in a receive over a slow
-    link would look so): the finding cannot tell compute from communication and says so, naming rank 2 on node02,
-    the ring neighbour it receives from; a host that gave no CPU figures is no evidence of compute either."""
+    link would look so): the finding cannot tell compute from communication and says so, naming its ring
+    neighbours, rank 2 on node02 (it receives from) and rank 0 on node00 (it sends to): a send into a slow link
+    ends late too; a host that gave no CPU figures is no evidence of compute either."""
     job, collectives, now = _slow_gloo()
     for reads in (_reads(job, now, {3: 0.03}), job.reads(now - 10 * S, now - 5 * S, now - S // 2)):
         rows = judged(job, reads, collectives, now)
         assert failed(rows) == [("node03", "compute_straggler", "late_unresolved", 3)]
         named = row(rows, "node03", FindingKind.COMPUTE_STRAGGLER)
-        assert named.evidence.endswith("its ring neighbour upstream: rank 2 on node02"), named.evidence
+        said = "its ring neighbours: rank 2 on node02 (it receives from), rank 0 on node00 (it sends to)"
+        assert named.evidence.endswith(said) and named.involves == "node[00,02]", (named.evidence, named.involves)
     assert "no CPU figures" in named.evidence
     # a wait 10 points over its peers' is not enough; at a lower minimum it is
     waited = _reads(job, now, {3: 0.12})

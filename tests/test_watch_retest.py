@@ -23,12 +23,12 @@ from cluster_accept.watch.policy import (
     acted_on,
     carry_over,
     confirmation,
-    confirmed_elsewhere,
     implicated,
     not_confirmed,
     retest_nodes,
     retest_peers,
     retest_stages,
+    retested,
 )
 from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.request import WatchRequest, WatchSpec
@@ -313,25 +313,42 @@ def test_a_rank_ended_while_a_re_test_waits_is_the_owner_taking_the_job_down() -
     retests.finish(lambda *_: ([], set()))
 
 
-def test_an_unresolved_late_rank_is_re_tested_with_its_upstream_neighbour_and_the_rejected_one_is_named() -> None:
-    """A late rank its host did not show slow involves the neighbour it receives from: the re-test measures both
-    (compute and links) beside a peer the finding does not involve; where it rejects the neighbour (its link), the
-    owner is told to exclude the neighbour, never the late node; where it rejects the late node, that node."""
+def test_an_unresolved_late_rank_is_re_tested_with_its_ring_neighbours_and_the_rejected_one_is_named() -> None:
+    """A late rank its host did not show slow involves its ring neighbours: the re-test measures the three (compute
+    and links) beside peers the finding does not involve; where it rejects a neighbour (its link), the
+    neighbour is named a communication straggler on its own row, drained, and the owner told to exclude it, while
+    the late node's row passes with the line to keep it; where it rejects the late node, that node."""
     late = WatchFinding(
         "j", "compute_straggler", "n3", Status.FAIL, "late_unresolved", "rank 2 late", "", "", "", rank=2,
-        involves="n2", owner_line="exclude n3 and n2: rank 2 late",
+        involves="n[2,4]", owner_line="exclude n3 and n[2,4]: rank 2 late",
     )  # fmt: skip
-    assert retest_stages(late) == ("preflight", "single-node", "multi-node") and retest_nodes(late) == ["n3", "n2"]
-    assert retest_peers(retest_nodes(late), ["n1", "n2", "n3", "n4"], set()) == ["n1", "n4"]
+    assert retest_stages(late) == ("preflight", "single-node", "multi-node")
+    assert retest_nodes(late) == ["n3", "n2", "n4"]
+    assert retest_peers(retest_nodes(late), ["n1", "n2", "n3", "n4", "n5"], set()) == ["n1", "n5"]
     link = [_v("n1", Verdict.ACCEPTED), _v("n2", Verdict.REJECTED, "allreduce:straggler"), _v("n3", Verdict.ACCEPTED)]
-    culprits, said = implicated(late, ["n1", "n4"], link)
-    assert culprits == ["n2"] and said == "n3 accepted: ; n2 rejected: allreduce:straggler; peers accepted: n1"
-    moved = confirmed_elsewhere(acted_on(late, True, said, True, True, None), culprits, said)
-    assert moved.owner_line.startswith("exclude n2: the re-test (preflight, single-node, multi-node) of n3's late")
-    assert moved.confirmed is True and moved.action == "drained"
-    findings = [late]
-    carry_over(findings, {("n3", "compute_straggler"): moved})
-    assert findings[0].owner_line == moved.owner_line  # the next round's finding says what the re-test found
+    culprits, said = implicated(late, ["n1", "n5"], link + [_v("n4", Verdict.ACCEPTED)])
+    assert culprits == ["n2"]
+    assert said == "n3 accepted: ; n2 rejected: allreduce:straggler; n4 accepted: ; peers accepted: n1"
+    cleared, link_row = retested(late, culprits, said, {"n2"}, {"n2"}, None)
+    assert (link_row.node, link_row.kind, link_row.reason, link_row.status) == (
+        "n2", "comm_straggler", "slow_link_neighbour", Status.FAIL,
+    )  # fmt: skip
+    assert link_row.confirmed is True and link_row.action == "drained" and link_row.involves == "n3"
+    assert link_row.owner_line.startswith("exclude n2: the re-test (preflight, single-node, multi-node) of n3's late")
+    assert (cleared.node, cleared.status, cleared.reason, cleared.confirmed) == (
+        "n3", Status.PASS, "late_by_neighbour", False,
+    )  # fmt: skip
+    assert cleared.owner_line.startswith("keep n3: its late arrivals were the link of n2") and cleared.action
+    window = [late, replace(late, kind="comm_straggler", node="n2", status=Status.NOT_JUDGED, reason="no_exec_time")]
+    carry_over(window, {("n3", "compute_straggler"): cleared, ("n2", "comm_straggler"): link_row})
+    assert [(f.node, f.status, f.reason, f.owner_line) for f in window] == [
+        ("n3", Status.PASS, "late_by_neighbour", cleared.owner_line),
+        ("n2", Status.FAIL, "slow_link_neighbour", link_row.owner_line),
+    ]  # the next rounds' rows say what the re-test found, the neighbour's over its own row not judged
+    (undrained,) = retested(late, ["n3"], said, set(), {"n3"}, None)
+    assert undrained.node == "n3" and undrained.confirmed and undrained.action.startswith("drain planned")
+    (kept,) = retested(late, [], said, set(), set(), None)
+    assert kept.status is Status.WARN and kept.confirmed is False
     own = [_v("n1", Verdict.ACCEPTED), _v("n2", Verdict.ACCEPTED), _v("n3", Verdict.REJECTED, "gemm:straggler")]
     assert implicated(late, ["n1"], own)[0] == ["n3"]
     assert implicated(late, ["n1"], [_v(n, Verdict.ACCEPTED) for n in ("n1", "n2", "n3")])[0] == []

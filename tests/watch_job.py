@@ -29,10 +29,11 @@ HOG = "exec nice -n -5 {python} -c 'while 1: pass'"
 HOG_NICE = -5
 
 
-def prioritize_hog(bed: testbed.Testbed) -> None:
+def prioritize_hog(bed: testbed.Testbed, node: str = "node02", nice: int = HOG_NICE) -> None:
+    """The competing process's scheduler group (its SSH session's, where the kernel groups sessions) at ``nice``."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        for pid in net.netns_pids(bed.netns("node02")):
+        for pid in net.netns_pids(bed.netns(node)):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -40,22 +41,28 @@ def prioritize_hog(bed: testbed.Testbed) -> None:
             if b"while 1" in cmdline:
                 group = Path(f"/proc/{pid}/autogroup")
                 if group.exists():
-                    group.write_text(str(HOG_NICE))
+                    group.write_text(str(nice))
                 return
         time.sleep(0.2)
-    raise AssertionError("the competing process did not start on node02")
+    raise AssertionError(f"the competing process did not start on {node}")
 
 
 def pin_sshd(bed: testbed.Testbed, node: str, cpu: int) -> None:
     """Every process later started on ``node`` over SSH inherits the listener's core."""
+    pin(bed, node, {cpu}, b"sshd")
+
+
+def pin(bed: testbed.Testbed, node: str, cpus: set[int], marker: bytes) -> None:
+    """The processes of ``node`` whose command line holds ``marker`` (a daemon: what it starts inherits it) held to
+    ``cpus``."""
     for pid in net.netns_pids(bed.netns(node)):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue  # a process that ended between the listing and the read (a session closing)
-        if b"sshd" in cmdline:  # the listener (it lives as long as the bed) and any session still open
+        if marker in cmdline:  # the listener (it lives as long as the bed) and any session still open
             with contextlib.suppress(ProcessLookupError):  # a session that closed since
-                os.sched_setaffinity(pid, {cpu})
+                os.sched_setaffinity(pid, cpus)
 
 
 class Job:

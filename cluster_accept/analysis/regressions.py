@@ -106,16 +106,24 @@ def figure_regressions(
         rule = rules.get(metric)
         if rule is None:
             continue
-        same = (past["node"] == node) & (past["metric"] == metric)
-        if "model" in past.columns:  # a training figure is compared with the same model's only
-            same &= past["model"] == str(record.get("model") or "")
-        mine = [float(v) for v in past[same]["value"].tolist()[-last_k:]]
+        mine = own_past(past, node, metric, str(record.get("model") or ""), last_k)
         if not mine or statistics.median(mine) <= 0:
             continue
         limits = thresholds.get(node, Thresholds())
         noises = (own_noise(mine, limits.noise_k), (calibrated or {}).get((node, metric)))
         out.append((node, _against_history(record, mine, rule, limits, noises)))
     return out
+
+
+def own_past(past: pd.DataFrame, node: str, metric: str, model: str = "", last_k: int = 10) -> list[float]:
+    """The node's last ``last_k`` figures of ``metric`` in ``past`` (key figures, oldest first); a training figure
+    the same model's only."""
+    if past.empty:
+        return []
+    same = (past["node"] == node) & (past["metric"] == metric)
+    if "model" in past.columns:
+        same &= past["model"] == model
+    return [float(v) for v in past[same]["value"].tolist()[-last_k:]]
 
 
 def _against_history(
@@ -178,16 +186,25 @@ def moved_together(rows: Sequence[NodeRow], candidates: Callable[[], str] = lamb
 
 @dataclass(frozen=True)
 class Control:
-    """The node measured again beside a regression: its name, its figure again (None: none came back) and its
-    own floor against its history."""
+    """The node measured again beside a regression: its name, its figure again (None: none came back), its own
+    floor against its history and its own median there (None: unknown)."""
 
     node: str
     again: float | None
     floor: float | None
+    median: float | None = None
 
     @property
     def moved(self) -> bool:
         return self.again is not None and self.floor is not None and self.again < self.floor
+
+    @property
+    def fall(self) -> float | None:
+        """Its figure again over its own median where that is below 1 (the machine slower now than in its runs),
+        else None: the share the suspect's figure again is divided by before it is held to its floor."""
+        if self.again is None or not self.median or self.median <= 0 or self.again >= self.median:
+            return None
+        return self.again / self.median
 
 
 def _unconfirmed(row: NodeRow, why: str) -> NodeRow:
@@ -197,7 +214,9 @@ def _unconfirmed(row: NodeRow, why: str) -> NodeRow:
 def confirmed_again(row: NodeRow, again: float | None, control: Control | None) -> NodeRow:
     """A ``regression`` row once its node was measured again (``again``; None: no figure came back) beside a
     ``control`` (None: no node to control with): it stays a regression only when it is still under its floor
-    while the control is not under its own; else ``inconclusive``, saying why."""
+    while the control is not under its own, and still under it once the control's own fall is taken out (the
+    figure again divided by the control's again over its median): a node with a tight history 5 % down beside a
+    control 12 % down inside its wider one is the machine, not the node; else ``inconclusive``, saying why."""
     floor = stated_minimum(row.expected)
     if again is None or floor is None:
         return _unconfirmed(row, "measured again: no figure")
@@ -207,6 +226,11 @@ def confirmed_again(row: NodeRow, again: float | None, control: Control | None) 
     if control is not None and control.moved:
         fell = f"which fell under its own history too ({_fmt(control.again or 0.0)})"
         return _unconfirmed(row, f"{said} beside {control.node}, {fell}: the machine moved, not confirmed")
+    fall = control.fall if control is not None else None
+    if control is not None and fall is not None and again / fall >= floor:
+        fell = f"{_fmt(control.again or 0.0)}, {100 * (1 - fall):.1f}% below its own median {_fmt(control.median or 0)}"
+        held = f"{_fmt(again / fall)} with that fall taken out, within its own history"
+        return _unconfirmed(row, f"{said} beside {control.node} ({fell}): {held}: the machine moved, not confirmed")
     beside = ""
     if control is not None and control.again is not None:
         beside = f" beside {control.node} ({_fmt(control.again)}, within its own history)"

@@ -28,14 +28,13 @@ from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.files import WatchFiles
 from cluster_accept.watch.judge import Judgement, judge
 from cluster_accept.watch.policy import (
-    acted_on,
     carry_over,
-    confirmed_elsewhere,
     fresh_suspects,
     implicated,
     left_since,
     retest_nodes,
     retest_stages,
+    retested,
 )
 from cluster_accept.watch.request import WatchRequest, WatchSpec, resolve
 from cluster_accept.watch.rounds import WatchState, read_round
@@ -80,10 +79,8 @@ def run_retest(request: WatchRequest, suspects: Sequence[WatchFinding], peers: S
     out = []
     for finding in suspects:
         culprits, said = implicated(finding, peers, outcome.verdicts)
-        said = f"run {outcome.run_id} ({', '.join(stages)}): {said}"
-        acted = acted_on(finding, bool(culprits), said, bool(drained & set(culprits)), bool(planned & set(culprits)),
-                         breaker)  # fmt: skip
-        out.append(confirmed_elsewhere(acted, culprits, said) if culprits and finding.node not in culprits else acted)
+        out += retested(finding, culprits, f"run {outcome.run_id} ({', '.join(stages)}): {said}", drained, planned,
+                        breaker)  # fmt: skip
     return out
 
 

@@ -11,6 +11,7 @@ node held to its own history, and the history's trends kept for the report.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +29,7 @@ from cluster_accept.analysis.regressions import (
     confirmed_again,
     figure_regressions,
     moved_together,
+    own_past,
 )
 from cluster_accept.analysis.suspects import figure_of, stated_minimum
 from cluster_accept.checks.base import NodeRow, Status
@@ -265,9 +267,20 @@ def confirm_regressions(state: RunState, probes: Sequence[Probe], rows: Sequence
             continue
         metric, held = figure_of(row), None
         if control is not None:
-            held = Control(control, value.get((control, metric)), stated_minimum(floors.get((control, row.item))))
+            figures = state.history.figures if state.history is not None else pd.DataFrame()
+            past = own_past(figures, control, metric, _model_of(again, control, metric))
+            floor = stated_minimum(floors.get((control, row.item)))
+            held = Control(control, value.get((control, metric)), floor, statistics.median(past) if past else None)
         out.append(confirmed_again(row, value.get((row.node, metric)), held))
     return out
+
+
+def _model_of(figures: pd.DataFrame, node: str, metric: str) -> str:
+    """The model a node's training figure was measured with ("" for any other figure), as its history keys it."""
+    if "model" not in figures.columns:
+        return ""
+    found = figures[(figures["node"] == node) & (figures["metric"] == metric)]["model"]
+    return str(found.iloc[0] or "") if not found.empty else ""
 
 
 def _changed_settings(state: RunState) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from cluster_accept.analysis.verdicts import NOT_ACCEPTED, Verdict, VerdictRow
-from cluster_accept.inventory.hostlist import fold
+from cluster_accept.inventory.hostlist import expand, fold
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge import owner_line
 from cluster_accept.watch.words import FindingKind, WatchFinding
@@ -25,8 +25,8 @@ RETEST_STAGES: dict[str, tuple[str, ...]] = {
     FindingKind.HANG.value: ("preflight",),
     FindingKind.COMM_STRAGGLER.value: ("preflight", "multi-node"),
 }
-# A late rank whose host showed no wait for a CPU (``late_unresolved``): its compute, and the links of it and of the
-# neighbour it receives from, measured in pairs against a peer the finding does not involve.
+# A late rank whose host showed no wait for a CPU (``late_unresolved``): its compute, and the links of it and of its
+# ring neighbours, measured in pairs against a peer the finding does not involve.
 UNRESOLVED_STAGES = ("preflight", "single-node", "multi-node")
 RETEST_PEERS = 2
 NOT_CONFIRMED = "job-level {kind}, hardware not confirmed"
@@ -41,7 +41,8 @@ def retest_stages(finding: WatchFinding) -> tuple[str, ...]:
 
 def retest_nodes(finding: WatchFinding) -> list[str]:
     """The nodes a re-test of ``finding`` measures as suspects: its node and the nodes it involves."""
-    return [finding.node, *(n for n in finding.involves.split(",") if n and n != finding.node)]
+    involved = expand(finding.involves) if finding.involves else []
+    return [finding.node, *(n for n in involved if n != finding.node)]
 
 
 def retest_peers(suspects: Sequence[str], job_nodes: Sequence[str], living: set[str]) -> list[str]:
@@ -113,14 +114,46 @@ def implicated(finding: WatchFinding, peers: Sequence[str], verdicts: Sequence[V
     return found, f"{'; '.join(said)}; peers accepted: {fold(passed) if passed else 'none'}"
 
 
-def confirmed_elsewhere(finding: WatchFinding, culprits: Sequence[str], said: str) -> WatchFinding:
-    """A finding whose re-test rejected another node it involves (the upstream neighbour's link), not its own: the
-    owner is told to exclude that node."""
-    line = (
-        f"exclude {fold(list(culprits))}: the re-test ({', '.join(retest_stages(finding))}) of {finding.node}'s late "
-        f"arrivals rejected it ({said}); named for: {finding.observed}"
-    )
-    return replace(finding, owner_line=line)
+def retested(
+    finding: WatchFinding, culprits: Sequence[str], said: str, drained: set[str], planned: set[str], breaker: str | None
+) -> list[WatchFinding]:
+    """``finding`` as its re-test left it, and a row for each other node it involves that the re-test rejected
+    (``culprits``: :func:`implicated`), each with what was done to its node (``drained``, drains ``planned``, the
+    breaker's word)."""
+    elsewhere = [n for n in culprits if n != finding.node]
+    own = finding.node in culprits
+    if elsewhere and not own:
+        done = [cleared_by_neighbour(finding, elsewhere, said)]
+    else:
+        done = [acted_on(finding, own, said, finding.node in drained, finding.node in planned, breaker)]
+    for node in elsewhere:
+        row = neighbour_link(finding, node, said)
+        done.append(acted_on(row, True, said, node in drained, node in planned, breaker))
+    return done
+
+
+def cleared_by_neighbour(finding: WatchFinding, culprits: Sequence[str], said: str) -> WatchFinding:
+    """A late rank whose re-test accepted its node and rejected ring neighbours of it: its row passes
+    (``late_by_neighbour``), and its owner's line says to keep it."""
+    return replace(
+        finding, status=Status.PASS, reason="late_by_neighbour", confirmed=False, retest=said,
+        action=f"cleared: its re-test rejected {fold(list(culprits))}",
+        owner_line=f"keep {finding.node}: its late arrivals were the link of {fold(list(culprits))}, which its re-test "
+        f"rejected ({said}); named for: {finding.observed}",
+    )  # fmt: skip
+
+
+def neighbour_link(finding: WatchFinding, node: str, said: str) -> WatchFinding:
+    """The communication straggler a late rank's re-test found among its ring neighbours: ``node``, on a row of its
+    own (``slow_link_neighbour``), with the late rank's evidence and the line to exclude it."""
+    stages = ", ".join(retest_stages(finding))
+    observed = f"{finding.node} (its ring neighbour) {finding.observed}"
+    return replace(
+        finding, kind=FindingKind.COMM_STRAGGLER.value, node=node, status=Status.FAIL, reason="slow_link_neighbour",
+        observed=observed, rank=None, gpu=None, involves=finding.node,
+        owner_line=f"exclude {node}: the re-test ({stages}) of {finding.node}'s late arrivals rejected {node} and "
+        f"accepted {finding.node} ({said}); named for: {observed}",
+    )  # fmt: skip
 
 
 def acted_on(
@@ -167,14 +200,15 @@ def carry_over(findings: list[WatchFinding], acted: Acted) -> None:
     for i, finding in enumerate(findings):
         earlier = acted.get((finding.node, finding.kind))
         if earlier is not None and finding.status is Status.FAIL:
-            retested = earlier.confirmed is not None and earlier.owner_line  # its line says what the re-test found
+            said = earlier.confirmed is not None and earlier.owner_line  # its line says what the re-test found
             findings[i] = replace(
-                finding, status=earlier.status, named_ns=earlier.named_ns or finding.named_ns,
+                finding, status=earlier.status, reason=earlier.reason, named_ns=earlier.named_ns or finding.named_ns,
                 confirmed=earlier.confirmed, retest=earlier.retest, action=earlier.action,
-                owner_line=earlier.owner_line if retested else finding.owner_line,
+                owner_line=earlier.owner_line if said else finding.owner_line,
             )  # fmt: skip
-        elif earlier is not None and finding.status is Status.PASS:
-            findings[i] = replace(earlier, persistence=f"{earlier.persistence}; not seen in the latest window")
+        elif earlier is not None:  # passing now, or not judged (a row a re-test named: a late rank's neighbour)
+            seen = "not seen" if finding.status is Status.PASS else "not judged"
+            findings[i] = replace(earlier, persistence=f"{earlier.persistence}; {seen} in the latest window")
     rows = {(f.node, f.kind) for f in findings}
     findings += [f for key, f in acted.items() if key not in rows]
     for i, finding in enumerate(findings):

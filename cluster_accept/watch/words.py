@@ -131,4 +131,4 @@ class WatchFinding(StatusRecord):
     retest: str = ""  # which probes were run and their figures against the peers
     action: str = ""  # 'drained', 'not drained: breaker open', 'job-level straggler, hardware not confirmed'
     owner_line: str = ""  # one line for the job's owner: which node to exclude and why
-    involves: str = ""  # other nodes the finding implicates (a late rank's upstream ring neighbour), folded
+    involves: str = ""  # other nodes the finding implicates (a late rank's ring neighbours), folded

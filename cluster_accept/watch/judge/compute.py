@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cluster_accept.inventory.hostlist import fold
 from cluster_accept.vocabulary.status import Status
-from cluster_accept.watch.judge.host import blocks_host, host_call, upstream_of
+from cluster_accept.watch.judge.host import blocks_host, host_call, ring_neighbours
 from cluster_accept.watch.judge.lag import KEY
 from cluster_accept.watch.judge.rules import WatchRules
 from cluster_accept.watch.judge.window import NS_PER_MS, NS_PER_S, Window, ranks_said
@@ -279,22 +280,23 @@ def _observed(run: _Run, per: pd.DataFrame, floor_ms: float) -> str:
 
 
 def _named_why(window: Window, full: pd.DataFrame, seg: Segment, node: str) -> tuple[str, str, str]:
-    """The reason a node named by its arrivals carries, what its host showed, and the node it involves besides:
+    """The reason a node named by its arrivals carries, what its host showed, and the nodes it involves besides:
     ``arrives_last`` (its compute) where the lag was read on the device or its backend's enqueue never waits for a
     collective to end, or where its rank waited for a CPU (:mod:`judge.host`); else ``late_unresolved``, involving
-    the node of the ring neighbour it receives from, whose link may have made it late."""
+    the nodes of its ring neighbours, whose links may have made it late."""
     if seg.rank is None or not blocks_host(full, node):
         return "arrives_last", "", ""
     span = (float(seg.per["median_ns"].iloc[0]), float(seg.per["median_ns"].iloc[-1]))
     host = host_call(window, full, seg.rank, node, span)
     if host.contended:
         return "arrives_last", host.said(), ""
-    upstream = upstream_of(window, seg.rank)
-    if upstream is None:
+    before, after = ring_neighbours(window, seg.rank)
+    if before is None or after is None:
         return "late_unresolved", host.said(), ""
-    other = window.node_of(upstream)
-    neighbour = f"its ring neighbour upstream: rank {upstream} on {other}"
-    return "late_unresolved", f"{host.said()}; {neighbour}", other if other != node else ""
+    said = f"its ring neighbours: rank {before} on {window.node_of(before)} (it receives from)"
+    said += f", rank {after} on {window.node_of(after)} (it sends to)"
+    others = {window.node_of(before), window.node_of(after)} - {node}
+    return "late_unresolved", f"{host.said()}; {said}", fold(others) if others else ""
 
 
 def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float, facts: pd.DataFrame) -> WatchFinding:

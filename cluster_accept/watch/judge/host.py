@@ -97,10 +97,13 @@ def host_call(window: Window, full: pd.DataFrame, rank: int, node: str, span: tu
     return HostCall(own, peers_max, excess >= window.rules.cpu_wait_share_min)
 
 
-def upstream_of(window: Window, rank: int) -> int | None:
-    """The rank ``rank`` receives from in a ring over the job's ranks in order (gloo's ring all-reduce): the one
-    before it, the last for the first; None in a job of one rank."""
+def ring_neighbours(window: Window, rank: int) -> tuple[int | None, int | None]:
+    """The ranks ``rank`` receives from and sends to in a ring over the job's ranks in order (gloo's ring
+    all-reduce): the one before it and the one after, wrapping round; None for both in a job of one rank. Which
+    of its links made a collective end late cannot be told from its arrivals: a receive over a slow link ends
+    late, and so does a send into one, once the data outgrows the socket's buffer."""
     ranks = window.ranks
     if rank not in ranks or len(ranks) < 2:
-        return None
-    return ranks[ranks.index(rank) - 1]
+        return None, None
+    at = ranks.index(rank)
+    return ranks[at - 1], ranks[(at + 1) % len(ranks)]

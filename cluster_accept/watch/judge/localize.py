@@ -79,7 +79,8 @@ def owner_line(finding: WatchFinding) -> str:
         if finding.involves:
             return (
                 f"exclude {finding.node} and {finding.involves}: {who}{finding.observed}; its host shows no wait for a "
-                f"CPU, so its compute or the link from {finding.involves} made it late (its re-test says which)"
+                f"CPU, so its compute or a link of its ring neighbours {finding.involves} made it late (its re-test "
+                "says which)"
             )
         return f"exclude {finding.node}: {who}{finding.observed}"
     kind = finding.kind.replace("_", " ")

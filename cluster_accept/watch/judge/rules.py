@@ -171,9 +171,27 @@ REASONS = declare(
         Status.FAIL,
         "A rank on this node arrives last at most collectives, in a streak, by a lag beyond the floors, but its "
         "collectives block its host (gloo) and its host shows no wait for a CPU: its compute may be slow in a way "
-        "the host does not show, or its previous collective ended late over a slow link (its own, or that of the "
-        "ring neighbour it receives from, named in the evidence). Re-test the node's compute and the links of it "
-        "and that neighbour before excluding either.",
+        "the host does not show, or its previous collective ended late over a slow link (its own, or that of a "
+        "ring neighbour it receives from or sends to, named in the evidence). Re-test the node's compute and the "
+        "links of it and those neighbours before excluding any.",
+        Action.CHECK_NODE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "late_by_neighbour",
+        Status.PASS,
+        "A rank on this node arrived last (`late_unresolved`), and its re-test accepted this node and rejected a "
+        "ring neighbour of it: the lateness was that neighbour's link, named on the neighbour's row. Keep this node.",
+        Action.NONE,
+        kind=ReasonKind.RELATIVE,
+    ),
+    Reason(
+        "slow_link_neighbour",
+        Status.FAIL,
+        "The rank of a ring neighbour of this node arrived last at the job's collectives, its host waiting for no "
+        "CPU, and the re-test of their compute and links beside a node the finding did not involve rejected this "
+        "node and accepted the late one: this node's link (NIC, cable, its network settings) made the neighbour's "
+        "collectives end late. Exclude it; run the fabric probes on it.",
         Action.CHECK_NODE,
         kind=ReasonKind.RELATIVE,
     ),
