@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,16 +96,18 @@ def _environment() -> dict[str, str]:
 
 
 def make_venv(tmp_path: Path, name: str) -> Venv:
-    """A virtual environment on the system site-packages, with the two unrelated packages in its own."""
+    """A virtual environment on this environment's site-packages (a ``.pth``: where the tests run in a virtual
+    environment, ``--system-site-packages`` would give the base interpreter's, whose setuptools may be too old to
+    build), with the two unrelated packages in its own, in front of them."""
     if importlib.util.find_spec("venv") is None:
         pytest.skip("the venv module is unavailable (on Debian and Ubuntu it is the python3-venv package)")
     cwd = tmp_path / "elsewhere"
     cwd.mkdir(exist_ok=True)
     root = tmp_path / name
     env = _environment()
-    # Without its own pip: ensurepip would put an older setuptools in front of the system's.
+    # Without its own pip: ensurepip would put an older setuptools in front of this environment's.
     made = subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)],
+        [sys.executable, "-m", "venv", "--without-pip", str(root)],
         capture_output=True,
         text=True,
         env=env,
@@ -114,6 +117,9 @@ def make_venv(tmp_path: Path, name: str) -> Venv:
         pytest.skip(f"python3 -m venv is unavailable: {made.stderr.strip()}")
     assert made.returncode == 0, made.stderr
     venv = Venv(root, Path(), cwd, env)
+    own = Path(venv.ok(venv.python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip())
+    outer = dict.fromkeys(sysconfig.get_path(key) for key in ("purelib", "platlib"))
+    (own / "_outer_environment.pth").write_text("".join(f"{path}\n" for path in outer))
     venv.ok(venv.python, "-m", "pip", "--version")
     venv.ok(venv.python, "-c", "import setuptools")  # the build backend, used as installed (no isolation)
     purelib = venv.ok(venv.python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_accept.inventory.hostlist import expand
 from cluster_accept.watch.node import job_read
 from cluster_accept.watch.read import ReadWindow, parse_node_read
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen
@@ -131,3 +132,25 @@ def test_the_watcher_takes_only_counts_for_the_cpu_figures() -> None:
 
 
 T0_NS = 1_795_784_687_900_000_000
+
+
+def test_a_slow_link_between_two_gloo_ranks_makes_both_late_and_the_pair_is_named() -> None:
+    """A slow link between two ring neighbours makes both late (the sender's send stalls, the receiver's receive),
+    who is last alternating between them: neither alone is last at the share a straggler needs, the two together
+    are. The one more often last is named, unresolved, its ring neighbours involved, so that the re-test measures
+    the link; in a healthy job no pair is named, nor in a job of three nodes, where two are most of the job."""
+    job = Job(nodes=4, per_node=1, slow={1: (0, 40.0), 2: (0, 40.0)}, seed=3)
+    collectives = _untimed(job.collectives(), "gloo")
+    now = job.end_ns + S // 2
+    rows = judged(job, _reads(job, now, {}), collectives, now)
+    assert [f[1:3] for f in failed(rows)] == [("compute_straggler", "late_unresolved")], failed(rows)
+    node = failed(rows)[0][0]
+    partner = "node02" if node == "node01" else "node01"
+    named = row(rows, node, FindingKind.COMPUTE_STRAGGLER)
+    assert named.observed.startswith(f"with {partner}, its ring neighbour, last at "), named.observed
+    assert partner in expand(named.involves), named.involves
+    healthy = Job(nodes=4, per_node=1, seed=3)
+    assert failed(judged(healthy, _reads(healthy, now, {}), _untimed(healthy.collectives(), "gloo"), now)) == []
+    three = Job(nodes=3, per_node=1, slow={1: (0, 40.0), 2: (0, 40.0)}, seed=3)
+    late = _untimed(three.collectives(), "gloo")
+    assert failed(judged(three, _reads(three, three.end_ns + S // 2, {}), late, three.end_ns + S // 2)) == []

@@ -1,9 +1,16 @@
 """``cluster-accept watch`` of a Slurm job on the test-bed: a plain data-parallel training job (the project's training
 step under torchrun, DDP over gloo, one rank a node) on four nodes of a real Slurm, armed by the TaskProlog that
-``cluster-accept arm`` prints, nothing in the job's code. One node's core shared with a busy process: its rank
-arrives last and waits for a CPU far more than its peers', so the watch names it a compute straggler; once the
-job's owner cancels the job, the re-test measures its compute beside its peers, confirms it and drains it
-(``--drain --apply``), no other node named or drained."""
+``cluster-accept arm`` prints, nothing in the job's code.
+
+One node's link limited by tc: the ranks whose collectives cross that link arrive late, and their hosts show no wait
+for a CPU, so the watch cannot tell compute from communication and says so, naming the late rank's ring neighbours
+beside it. The job's owner cancels the job; the re-test measures their compute and links beside the nodes the finding
+does not involve, rejects the slow link's node, names it and drains it (``--drain --apply``); no other node is named
+as the cause, none other drained.
+
+One node's core shared with a busy process: its rank arrives last and waits for a CPU far more than its peers', so
+the watch names it a compute straggler; the re-test measures its compute beside its peers, confirms it and drains
+it, no other node named or drained."""
 
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ from tests.watch_job import JOB_FILES, MODEL, SHIM, pin, prioritize_hog
 pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
 
 NODES = ("node01", "node02", "node03", "node04")
+SLOW_NODE = "node03"
+SLOW_MBIT = 150  # the job's gradients (about 10 MB a step) take about a second a step over it
 NAME_BOUND_S = 240.0  # a node must be named within this after the watch starts
 BUSY_NODE = "node02"
 # Beside the busy node's rank on its core, at a priority far above it (nice -15: about 28 times its weight): the rank
@@ -43,6 +52,7 @@ def slurm_bed(testbed_factory, monkeypatch) -> Iterator[testbed.Testbed]:  # typ
     for key, value in bed.slurm_env.items():
         monkeypatch.setenv(key, value)
     yield bed
+    testbed.set_rate(bed, SLOW_NODE, None)
     subprocess.run(["scancel", "--full", "--state=RUNNING"], capture_output=True, timeout=60, check=False)
     for node in NODES:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True, check=False)
@@ -164,6 +174,34 @@ def _drained_alone(node: str) -> None:
     nodes, error = read_nodes()
     assert not error, error
     assert {name for name, seen in nodes.items() if seen.drained} == {node} and nodes[node].drained_by_us, nodes
+
+
+def test_a_slow_link_under_a_slurm_ddp_job_is_named_on_its_node_and_drained(slurm_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bed = slurm_bed
+    # Two pairs measured at once share this machine's two cores: beside the slow link's pair, a healthy pair measured
+    # 0.27 GB/s where it had measured 0.71 alone; the slow link's pairs measured 0.018. Slow is under a third.
+    inventory = _inventory(bed, tmp_path / "inventory.yaml", straggler_pct=70)
+    watch = tmp_path / "watch"
+    job = _submit(bed, tmp_path, _task_prologs(watch, tmp_path), 29631)
+    _wait_armed(watch, job, tmp_path)
+    testbed.set_rate(bed, SLOW_NODE, SLOW_MBIT)
+    try:
+        rows, said = _watch(inventory, job, watch, tmp_path / "out")
+    finally:
+        testbed.set_rate(bed, SLOW_NODE, None)
+    named = rows[rows.status.isin(["fail", "warn"])]
+    assert list(named.node) == [SLOW_NODE], named.to_dict("records")  # the slow link's node, and no other
+    (link,) = named.itertuples()
+    assert link.confirmed and link.action == "drained", link
+    assert link.owner_line.startswith(f"exclude {SLOW_NODE}:"), link.owner_line
+    if link.kind == "comm_straggler":  # named through the late rank it sends to
+        assert link.reason == "slow_link_neighbour" and link.involves, link
+        late = rows[(rows.node == link.involves) & (rows.kind == "compute_straggler")].iloc[0]
+        assert late.status == "pass" and late.reason == "late_by_neighbour", late.to_dict()
+    else:  # its own rank late: named unresolved, the re-test said which
+        assert (link.kind, link.reason) == ("compute_straggler", "late_unresolved"), link
+    _drained_alone(SLOW_NODE)
+    assert f"exclude {SLOW_NODE}:" in said, said
 
 
 def test_a_node_whose_core_is_shared_under_a_slurm_job_is_named_as_compute(slurm_bed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

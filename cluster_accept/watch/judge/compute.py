@@ -22,7 +22,7 @@ bounds the judged collectives to those after it, and is stated."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -327,6 +327,9 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
             return window.finding(
                 kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank, involves
             )
+    linked = _link_finding(window, full, facts, node, per, floor)
+    if linked is not None:
+        return replace(linked, expected=expected)
     whole = next(r.seg for r in runs if r.cut is None and not r.waited)
     observed = (
         f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "
@@ -342,3 +345,70 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
             f"peers waiting {held_share(at, per):.1%} of the window for it"
         )
     return window.finding(kind, node, Status.PASS, "ok", observed, expected)
+
+
+# A pair of ring neighbours is judged as one only in a job of at least this many nodes: in fewer, the pair is most of
+# the job (two of three nodes are last at two thirds of the collectives, healthy).
+PAIR_MIN_NODES = 4
+
+
+def _link_finding(
+    window: Window, full: pd.DataFrame, facts: pd.DataFrame, node: str, per: pd.DataFrame, floor_ms: float
+) -> WatchFinding | None:
+    """Where the job's collectives block their hosts (gloo, one rank a node) and the node alone is not last
+    persistently: the node and a ring neighbour of it last together at most collectives, in a streak, beyond the
+    floors, the node the one of the two more often last. A slow link between two ranks makes both late, the sender's
+    send stalling and the receiver's receive, so neither alone may reach the share a straggler needs (on the
+    test-bed, a node's link limited to 150 Mbit/s: the rank sending into it last at 65 %, the node's own at 26 %).
+    Named ``late_unresolved`` (or ``arrives_last`` where its host waited for a CPU), involving its ring neighbours."""
+    ranks = sorted({int(r) for r in full.loc[full["node"] == node, "rank"]})
+    if len(window.nodes) < PAIR_MIN_NODES or len(ranks) != 1 or not blocks_host(full, node):
+        return None
+    found: list[tuple[_Run, pd.DataFrame, str]] = []
+    for other in dict.fromkeys(ring_neighbours(window, ranks[0])):
+        partner = window.node_of(other) if other is not None else node
+        if partner == node:
+            continue
+        pair = _pair_series(per, node_series(window, full, facts, partner), node, partner)
+        found += [
+            (run, pair, partner)
+            for run in _runs(pair, window, floor_ms)
+            if _run_verdict(run, pair, window, floor_ms) == "named" and _leads(run.seg.per, node, partner)
+        ]
+    if not found:
+        return None
+    run, pair, partner = max(found, key=lambda f: f[0].seg.share)  # the pair last together most often
+    return _pair_named(window, full, replace(run, seg=replace(run.seg, rank=ranks[0])), pair, node, partner, floor_ms)
+
+
+def _pair_series(mine: pd.DataFrame, theirs: pd.DataFrame, node: str, partner: str) -> pd.DataFrame:
+    """The two nodes' series over the collectives both are in, as one: last where either is, the later lag."""
+    partner_figures = theirs[["lag_ms", "uncertainty_ms"]].add_suffix("_partner")
+    pair = mine.join(partner_figures, how="inner")
+    pair["last"] = pair["last_node"].isin([node, partner])
+    pair["lag_ms"] = pair[["lag_ms", "lag_ms_partner"]].max(axis=1)
+    pair["uncertainty_ms"] = pair[["uncertainty_ms", "uncertainty_ms_partner"]].max(axis=1)
+    return pair.drop(columns=["lag_ms_partner", "uncertainty_ms_partner"]).sort_values("median_ns")
+
+
+def _leads(per: pd.DataFrame, node: str, partner: str) -> bool:
+    """Whether ``node`` is last at more of the pair's collectives than ``partner`` (on a tie, the first by name)."""
+    own, theirs = int((per["last_node"] == node).sum()), int((per["last_node"] == partner).sum())
+    return own > theirs or (own == theirs and node < partner)
+
+
+def _pair_named(
+    window: Window, full: pd.DataFrame, run: _Run, pair: pd.DataFrame, node: str, partner: str, floor_ms: float
+) -> WatchFinding:
+    seg = run.seg
+    alone = int((seg.per["last_node"] == node).sum())
+    observed = (
+        f"with {partner}, its ring neighbour, last at {seg.last} of {seg.count} collectives ({alone} of them itself), "
+        f"{seg.lag_ms:.0f} ms behind their peers: the link between them, or either's compute"
+    )
+    evidence = _evidence(window, full, seg, node, floor_ms)
+    reason, host, involves = _named_why(window, full, seg, node)
+    evidence = f"{evidence}; {host}" if host else evidence
+    persistence = _persistence(seg, pair, run.cut, floor_ms if run.waited else None)
+    kind = FindingKind.COMPUTE_STRAGGLER
+    return window.finding(kind, node, Status.FAIL, reason, observed, "", evidence, persistence, seg.rank, involves)
