@@ -316,20 +316,15 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
             if _run_verdict(run, per, window, floor) != wanted:
                 continue
             observed = _observed(run, per, floor)
-            if reason == "below_clock_error":
-                observed = f"{observed}: within the clocks' ±{run.seg.uncertainty_ms:.1f} ms, no node can be named"
-            evidence = _evidence(window, full, run.seg, node, floor)
-            involves = ""
             if reason == "arrives_last":
-                reason, host, involves = _named_why(window, full, run.seg, node)
-                evidence = f"{evidence}; {host}" if host else evidence
+                return _named(window, full, run, per, node, floor, observed, expected)
+            observed = f"{observed}: within the clocks' ±{run.seg.uncertainty_ms:.1f} ms, no node can be named"
+            evidence = _evidence(window, full, run.seg, node, floor)
             persistence = _persistence(run.seg, per, run.cut, floor if run.waited else None)
-            return window.finding(
-                kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank, involves
-            )
-    linked = _link_finding(window, full, facts, node, per, floor)
+            return window.finding(kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank)
+    linked = _link_finding(window, full, facts, node, per, floor, expected)
     if linked is not None:
-        return replace(linked, expected=expected)
+        return linked
     whole = next(r.seg for r in runs if r.cut is None and not r.waited)
     observed = (
         f"last at {whole.last} of {whole.count} collectives ({whole.share:.0%}), median lag {whole.lag_ms:.1f} ms, "
@@ -353,8 +348,9 @@ PAIR_MIN_NODES = 4
 
 
 def _link_finding(
-    window: Window, full: pd.DataFrame, facts: pd.DataFrame, node: str, per: pd.DataFrame, floor_ms: float
-) -> WatchFinding | None:
+    window: Window, full: pd.DataFrame, facts: pd.DataFrame, node: str, per: pd.DataFrame, floor_ms: float,
+    expected: str,
+) -> WatchFinding | None:  # fmt: skip
     """Where the job's collectives block their hosts (gloo, one rank a node) and the node alone is not last
     persistently: the node and a ring neighbour of it last together at most collectives, in a streak, beyond the
     floors, the node the one of the two more often last. A slow link between two ranks makes both late, the sender's
@@ -378,7 +374,13 @@ def _link_finding(
     if not found:
         return None
     run, pair, partner = max(found, key=lambda f: f[0].seg.share)  # the pair last together most often
-    return _pair_named(window, full, replace(run, seg=replace(run.seg, rank=ranks[0])), pair, node, partner, floor_ms)
+    seg = replace(run.seg, rank=ranks[0])
+    alone = int((seg.per["last_node"] == node).sum())
+    observed = (
+        f"with {partner}, its ring neighbour, last at {seg.last} of {seg.count} collectives ({alone} of them itself), "
+        f"{seg.lag_ms:.0f} ms behind their peers: the link between them, or either's compute"
+    )
+    return _named(window, full, replace(run, seg=seg), pair, node, floor_ms, observed, expected)
 
 
 def _pair_series(mine: pd.DataFrame, theirs: pd.DataFrame, node: str, partner: str) -> pd.DataFrame:
@@ -397,18 +399,17 @@ def _leads(per: pd.DataFrame, node: str, partner: str) -> bool:
     return own > theirs or (own == theirs and node < partner)
 
 
-def _pair_named(
-    window: Window, full: pd.DataFrame, run: _Run, pair: pd.DataFrame, node: str, partner: str, floor_ms: float
-) -> WatchFinding:
-    seg = run.seg
-    alone = int((seg.per["last_node"] == node).sum())
-    observed = (
-        f"with {partner}, its ring neighbour, last at {seg.last} of {seg.count} collectives ({alone} of them itself), "
-        f"{seg.lag_ms:.0f} ms behind their peers: the link between them, or either's compute"
-    )
-    evidence = _evidence(window, full, seg, node, floor_ms)
-    reason, host, involves = _named_why(window, full, seg, node)
+def _named(
+    window: Window, full: pd.DataFrame, run: _Run, per: pd.DataFrame, node: str, floor_ms: float, observed: str,
+    expected: str,
+) -> WatchFinding:  # fmt: skip
+    """The failing row of a node named by its arrivals (alone, or with a ring neighbour: ``per`` is the series the
+    run was judged on): its evidence, what its host showed and the nodes it involves (:func:`_named_why`)."""
+    reason, host, involves = _named_why(window, full, run.seg, node)
+    evidence = _evidence(window, full, run.seg, node, floor_ms)
     evidence = f"{evidence}; {host}" if host else evidence
-    persistence = _persistence(seg, pair, run.cut, floor_ms if run.waited else None)
+    persistence = _persistence(run.seg, per, run.cut, floor_ms if run.waited else None)
     kind = FindingKind.COMPUTE_STRAGGLER
-    return window.finding(kind, node, Status.FAIL, reason, observed, "", evidence, persistence, seg.rank, involves)
+    return window.finding(
+        kind, node, Status.FAIL, reason, observed, expected, evidence, persistence, run.seg.rank, involves
+    )
