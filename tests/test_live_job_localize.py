@@ -130,7 +130,7 @@ def judged(
 CODES = {
     "ok", "rank_dead", "torn_down", "rank_missing", "node_unread", "hang_wavefront", "rank_stopped", "waiting",
     "hang_unlocalized", "after_death", "no_progress_signal", "arrives_last", "late_unresolved", "below_clock_error",
-    "no_device_time", "late_by_neighbour", "slow_link_neighbour",
+    "no_device_time", "late_by_neighbour", "slow_link_neighbour", "ras_dead", "ras_unresponsive",
     "too_few_collectives", "slow_communicators", "slow_nic", "slow_rail", "slow_unlocalized", "one_communicator",
     "not_compared", "no_exec_time",
 }  # fmt: skip

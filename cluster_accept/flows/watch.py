@@ -129,11 +129,12 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
     deadline = time.monotonic() + request.spec.for_s
     while True:
         started = time.monotonic()
+        ras = state.ras_ask([n.name for n in request.nodes], request.spec.ras_port) if request.spec.ras_port else None
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
-                          request.concurrency, request.job_user)  # fmt: skip
+                          request.concurrency, request.job_user, ras)  # fmt: skip
         state.add(reads)
         if judged is None or not retests.teardown(state):
-            judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns())
+            judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns(), state.ras)
             findings = judged.findings
         _settle(retests, findings, state)
         files.write(state, findings)

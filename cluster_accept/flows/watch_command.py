@@ -38,6 +38,9 @@ def watch_command(
     hang_after: Annotated[
         float, typer.Option("--hang-after", min=1, help="seconds without a completed collective that make a hang")
     ] = 120.0,
+    ras_port: Annotated[
+        int, typer.Option("--ras-port", min=0, max=65535, help="the port of NCCL's RAS on the nodes (0: not asked)")
+    ] = 28028,
     until_named: Annotated[bool, typer.Option("--until-named", help="stop once a node is named")] = False,
     retest: Annotated[bool, typer.Option("--retest/--no-retest", help="re-test a named node")] = True,
     retest_wait: Annotated[
@@ -66,7 +69,7 @@ def watch_command(
         inventory=inventory.resolve(), nodes=nodes, slurm_job=slurm_job, job=job, job_user=job_user,
         out_dir=out_dir.resolve(), watch_dir=watch_dir, interval_s=interval, for_s=for_s, window_s=window,
         hang_after_s=hang_after, until_named=until_named, retest=retest, retest_wait_s=retest_wait,
-        operations=operations, history=history,
+        operations=operations, history=history, ras_port=ras_port,
     )  # fmt: skip
     spec, request = _resolve(fields)
     if cron is not None:

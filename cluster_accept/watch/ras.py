@@ -70,6 +70,25 @@ class RasStatus:
         return [rank for rank in self.ranks if rank.state == state.value]
 
 
+@dataclass(frozen=True)
+class RasSeen:
+    """One RAS report of the whole job, as the NCCL of one of its nodes gave it, received at ``seen_ns`` (the
+    watcher's clock)."""
+
+    node: str
+    seen_ns: int
+    status: RasStatus
+
+    def summary(self) -> str:
+        """What the report says in a line: the coverage's detail."""
+        s = self.status
+        if not s.available:
+            return f"asked on {self.node}: {s.detail}"
+        named = sorted({f"{p.pid} on {p.host} ({p.state})" for p in s.processes})
+        out = f"asked on {self.node}: NCCL {s.nccl_version} ({s.form}), {s.communicators} communicator(s)"
+        return out + (f"; processes {', '.join(named)}" if named else "; every process answered")
+
+
 def comm_hash(text: str) -> str:
     """JSON's ``0x27a0...`` and text's zero-padded ``27a0...`` as one form."""
     return f"0x{int(text, 16):x}"

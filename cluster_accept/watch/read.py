@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cluster_accept.watch.ras import RasSeen
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
 
 _BACKENDS = ("nccl:", "gloo:", "ucc:", "mpi:", "xccl:")
@@ -37,6 +38,7 @@ class NodeRead:
     problems: list[str] = field(default_factory=list)
     node_ns: int | None = None  # the node's clock when it read
     clock: NodeClock | None = None
+    ras: RasSeen | None = None  # NCCL RAS's report of the whole job, where this node was the one asked
 
 
 @dataclass(frozen=True)
@@ -170,11 +172,7 @@ def coverage(job: str, node: str, read: NodeRead) -> list[SignalCoverage]:
         else "the ranks answer with no collectives: TORCH_FR_BUFFER_SIZE is 0 or unset",
     )  # fmt: skip
     unread = "not read by the watcher yet: it reads each rank's Flight Recorder (cluster-accept arm still arms it)"
-    rows = [
-        server,
-        recorded,
-        *(SignalCoverage(job, node, s.value, False, unread) for s in (Signal.INSPECTOR, Signal.RAS)),
-    ]
+    rows = [server, recorded, SignalCoverage(job, node, Signal.INSPECTOR.value, False, unread)]
     if read.collectives:
         said = (
             f"{len(timed)} records with their own execution time"

@@ -44,6 +44,7 @@ class WatchSpec(BaseModel):
     until_named: bool = False
     retest: bool = True
     retest_wait_s: float = Field(default=600.0, ge=0)  # how long a re-test waits for the job to leave its nodes
+    ras_port: int = Field(default=28028, ge=0, le=65535)  # NCCL RAS's port on the nodes; 0: RAS is not asked
     operations: Operations = Field(default_factory=Operations)
     history: str | None = None
 

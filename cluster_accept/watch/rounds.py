@@ -14,26 +14,42 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import fan_out
 from cluster_accept.remote.result import NodeResult, RemoteCommand
 from cluster_accept.watch.places import DEFAULT_WATCH_DIR as DEFAULT_WATCH_DIR
 from cluster_accept.watch.places import SHIM_DIR as SHIM_DIR
+from cluster_accept.watch.ras import RasSeen, RasStatus, parse_ras_answer
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
-from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, SignalCoverage
+from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
+
+DEFAULT_RAS_PORT = 28028  # NCCL_RAS_ADDR's port when the job was armed without one
+RAS_CONNECT_S, RAS_EXTRA_S = 1, 5  # the RAS reader's own connect and report margins (watch/node/ras_read.py)
 
 READER = SHIM_DIR / "job_read.py"
+RAS_READER = SHIM_DIR / "ras_read.py"
 
 
 @cache
-def reader_source() -> str:
-    """The reader, to go with its command (``python3 -c``): a read every few seconds costs one SSH batch, no
-    directory made, copied into and removed on the node each time."""
-    return READER.read_text()
+def reader_source(reader: Path = READER) -> str:
+    """A node-side reader, to go with its command (``python3 -c``): a read every few seconds costs one SSH batch,
+    no directory made, copied into and removed on the node each time."""
+    return reader.read_text()
+
+
+@dataclass(frozen=True)
+class RasAsk:
+    """The node whose NCCL RAS is asked this round, and its port: RAS answers for the whole job from any node, so
+    one node is asked a round (a job of a thousand nodes costs one more command, not a thousand)."""
+
+    node: str
+    port: int = DEFAULT_RAS_PORT
 
 
 READ_TIMEOUT_S = 60.0
+RAS_WAIT_S = 5  # how long RAS waits for the job's other processes; the command's bound is the reader's own
 RANK_ANSWER_S = 5.0
 RANKS_BUDGET_S = 40.0  # asking all of a node's ranks, inside READ_TIMEOUT_S: a slow rank costs only the later ones
 
@@ -59,25 +75,53 @@ def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: 
     return RemoteCommand("job_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
 
 
-def _answer(result: NodeResult) -> tuple[str, str]:
-    """(the reader's output, why there is none)."""
-    if not result.commands:
+def ras_command(node: Node, port: int, user: str | None = None) -> RemoteCommand:
+    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``), behind the node's command prefix; ``user``: only a
+    listener of the job's user is asked."""
+    probes = node.profile.probes
+    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
+    words = [shlex.quote(probes.python), "-I", "-c", shlex.quote(reader_source(RAS_READER))]
+    words += ["--port", str(port), "--timeout-s", str(RAS_WAIT_S)]
+    if user:
+        words += ["--user", shlex.quote(user)]
+    bound = RAS_CONNECT_S + RAS_WAIT_S + RAS_EXTRA_S + 5  # the reader's own bound and its start
+    return RemoteCommand("ras_read", prefix + " ".join(words), timeout_s=bound, reads_only=True)
+
+
+def _answer(result: NodeResult, name: str = "job_read") -> tuple[str, str]:
+    """(the output of the node's command ``name``, why there is none)."""
+    command = result.command(name)
+    if command is None:
         return "", f"{result.status.value}: {result.detail or 'no answer'}"
-    command = result.commands[0]
     if command.timed_out or command.exit_code != 0:
         return command.stdout, f"reader exit {command.exit_code}: {command.stderr.strip()[-300:]}"
     return command.stdout, ""
 
 
-def node_read(node: Node, job: str, result: NodeResult, received_ns: int) -> NodeRead:
+def node_read(node: Node, job: str, result: NodeResult, received_ns: int, asked_ras: bool = False) -> NodeRead:
     """The node's answer as rows of ``job``: its clock measured against the read's round trip, which ended at
-    ``received_ns`` and took the result's own duration (its connection and its batch)."""
+    ``received_ns`` and took the result's own duration (its connection and its batch); with ``asked_ras``, the
+    RAS report its second command gave (or why none) and that signal's coverage."""
     text, problem = _answer(result)
     sent_ns = received_ns - int(result.duration_s * 1e9)
     read = parse_node_read(text, job, node.name, ReadWindow(sent_ns, received_ns))
     if problem:
         read.problems.insert(0, problem)
+    if asked_ras:
+        read.ras = ras_seen(result, node.name, received_ns)
+        read.coverage.append(ras_coverage(job, read.ras))
     return read
+
+
+def ras_seen(result: NodeResult, node: str, received_ns: int) -> RasSeen:
+    """The RAS report the node's RAS command gave, or why there is none."""
+    text, problem = _answer(result, "ras_read")
+    status = parse_ras_answer(text) if not problem else RasStatus(False, problem)
+    return RasSeen(node, received_ns, status)
+
+
+def ras_coverage(job: str, seen: RasSeen) -> SignalCoverage:
+    return SignalCoverage(job, seen.node, Signal.RAS.value, seen.status.available, seen.summary())
 
 
 def read_round(
@@ -88,21 +132,26 @@ def read_round(
     limit: int,
     concurrency: int,
     user: str | None = None,
+    ras: RasAsk | None = None,
 ) -> list[NodeRead]:
     """One read of every node of the job over the fan-out (:func:`remote.fanout.fan_out`: a node that does not
     answer or times out comes back as data), at most ``concurrency`` at once; in the nodes' order, their clocks
     then settled against each other. ``user``: the job's user where the scheduler names it
-    (:func:`reader_command`)."""
+    (:func:`reader_command`); ``ras``: the node whose NCCL RAS is asked as well."""
     received: dict[str, int] = {}
 
     def commands(node: Node) -> list[RemoteCommand]:
-        return [reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)]
+        read = reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)
+        if ras is not None and node.name == ras.node:
+            return [read, ras_command(node, ras.port, user)]
+        return [read]
 
     def arrived(result: NodeResult) -> None:
         received[result.node] = time.time_ns()
 
     results = fan_out(nodes, commands, max(1, concurrency), on_result=arrived)
-    return settle_clocks([node_read(n, job, results[n.name], received[n.name]) for n in nodes])
+    asked = ras.node if ras is not None else None
+    return settle_clocks([node_read(n, job, results[n.name], received[n.name], n.name == asked) for n in nodes])
 
 
 LIVING = frozenset({RankState.RUNNING, RankState.STOPPED})
@@ -138,6 +187,7 @@ class WatchState:
     clock_seen: dict[str, int] = field(default_factory=dict)  # per node: its clock at its last read
     unread: set[str] = field(default_factory=set)  # nodes the latest round could not read
     rounds: int = 0
+    ras: RasSeen | None = None  # NCCL RAS's latest report of the job (answered or not)
 
     def add(self, reads: Sequence[NodeRead]) -> None:
         self.rounds += 1
@@ -152,8 +202,24 @@ class WatchState:
             else:
                 self.problems.pop(read.node, None)
             self._advance(read)
+            self.ras = read.ras or self.ras
         self.unread = {read.node for read in reads if read.node_ns is None}
         self._prune()
+
+    def ras_ask(self, nodes: Sequence[str], port: int) -> RasAsk | None:
+        """The node whose RAS is asked next round: the one asked last while it answered and still holds a rank;
+        else the next node holding one after it, in the job's order (a node whose NCCL has no RAS, or a rank of
+        another user listening, is passed over in turn); before any rank is seen, the job's first node."""
+        living = set(living_nodes(self.latest_ranks().values())) - self.unread
+        order = [n for n in nodes if n in living] or ([] if self.ranks else list(nodes[:1]))
+        if not order:
+            return None
+        last = self.ras
+        if last is not None and last.node in order and last.status.available:
+            return RasAsk(last.node, port)
+        after = nodes.index(last.node) + 1 if last is not None and last.node in nodes else 0
+        ring = [n for n in [*nodes[after:], *nodes[:after]] if n in order]
+        return RasAsk(ring[0], port)
 
     def add_states(self, reads: Sequence[NodeRead]) -> None:
         """The ranks' states of reads made outside a round (a re-test waiting for the job to leave): a job that left

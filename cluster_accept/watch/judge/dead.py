@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.ras_said import ras_dead_unread, ras_line
 from cluster_accept.watch.judge.window import (
     ALIVE_STATES,
     DEAD_STATES,
@@ -121,7 +122,20 @@ def _dead_said(window: Window, death: Death, first: set[int]) -> tuple[str, str]
         evidence += f"; ranks {ranks_said(first)} were first seen dead in one round: their order is not known"
     running = ago(window, death.last_alive_ns) if death.last_alive_ns is not None else "never"
     persistence = f"rank {death.rank} {death.state} at its last {death.dead_reads} read(s), last seen running {running}"
-    return evidence, persistence
+    ras = ras_line(window, death.rank)
+    return evidence + (f"; {ras}" if ras else ""), persistence
+
+
+def _ras_dead(window: Window, node: str, rank: int) -> WatchFinding:
+    """A rank RAS considers dead whose node the watcher no longer reads: named by its peers' NCCL."""
+    latest = window.latest.get(rank)
+    last = f"last read {ago(window, window.seen_ns(latest))} ({latest.state})" if latest is not None else "never read"
+    observed = f"dead by NCCL's RAS (no answer over its network for 60 s), and its node is not read ({last})"
+    evidence = ras_line(window, rank)
+    return window.finding(
+        FindingKind.DEAD_RANK, node, Status.FAIL, "ras_dead", observed, "every rank running (or exited with the job)",
+        evidence, last, rank,
+    )  # fmt: skip
 
 
 def judge_dead(window: Window) -> list[WatchFinding]:
@@ -129,6 +143,7 @@ def judge_dead(window: Window) -> list[WatchFinding]:
     found = deaths(window)
     first = first_deaths(window, found)
     gone = missing(window, found)
+    unread_dead = ras_dead_unread(window)
     rows = []
     read_nodes = {r.node for r in window.reads}
     for node in window.nodes:
@@ -150,9 +165,11 @@ def judge_dead(window: Window) -> list[WatchFinding]:
         elif set(mine) & set(gone):
             rank = min(set(mine) & set(gone))
             observed = "is gone: its node no longer lists it and its peers went on without it"
-            rows.append(
-                window.finding(kind, node, Status.FAIL, "rank_missing", observed, expected, gone[rank], "", rank)
-            )
+            ras = ras_line(window, rank)
+            evidence = gone[rank] + (f"; {ras}" if ras else "")
+            rows.append(window.finding(kind, node, Status.FAIL, "rank_missing", observed, expected, evidence, "", rank))
+        elif set(mine) & set(unread_dead):
+            rows.append(_ras_dead(window, node, min(set(mine) & set(unread_dead))))
         elif node not in read_nodes:
             observed = "no read of this node listed a rank of the job"
             rows.append(window.finding(kind, node, Status.NOT_JUDGED, "node_unread", observed, expected))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.judge.ras_said import ras_gone, ras_line
 from cluster_accept.watch.judge.window import NS_PER_S, Window, ago, last_entered, op_of, ranks_said
 from cluster_accept.watch.words import FindingKind, RankState, WatchFinding
 
@@ -98,6 +99,17 @@ def wavefront(window: Window) -> Wavefront:
     return Wavefront(newest, waiting, missing)
 
 
+def _held(window: Window, front: Wavefront) -> Wavefront:
+    """The wavefront, or where every rank entered the newest collective, the ranks whose process NCCL's RAS finds
+    not answering (unresponsive or dead): the wait is theirs."""
+    gone = ras_gone(window)
+    if front.missing or not gone:
+        return front
+    said = "in the collective with the others, its process {} {} by NCCL's RAS"
+    held = {rank: ("ras_unresponsive", said.format(s.pid, s.state)) for rank, s in gone.items()}
+    return Wavefront(front.seq, [r for r in front.waiting if r not in gone], held)
+
+
 def _all(window: Window, status: Status, reason: str, observed: str, evidence: str = "") -> list[WatchFinding]:
     expected = f"a collective completes at least every {window.rules.hang_after_s:g} s"
     return [window.finding(FindingKind.HANG, n, status, reason, observed, expected, evidence) for n in window.nodes]
@@ -118,11 +130,16 @@ def judge_hang(window: Window, first_dead: set[int]) -> list[WatchFinding]:
         said = f"a collective completed {found.stalled_s:.1f} s before the latest read"
         return _all(window, Status.PASS, "ok", said, f"last progress: {found.basis}")
     stalled = f"no collective completed for {found.stalled_s:.0f} s"
-    front = wavefront(window)
+    front = _held(window, wavefront(window))
     op = op_of(window, front.seq) if front.seq is not None else "collective"
     entered = f"ranks {ranks_said(front.waiting)} entered {op} #{front.seq}"
+    said_by_ras = [line for r in sorted(set(front.missing) | set(ras_gone(window))) if (line := ras_line(window, r))]
     evidence = "; ".join(
-        [entered, *(f"rank {r} ({window.node_of(r)}) {said}" for r, (_, said) in sorted(front.missing.items()))]
+        [
+            entered,
+            *(f"rank {r} ({window.node_of(r)}) {said}" for r, (_, said) in sorted(front.missing.items())),
+            *said_by_ras,
+        ]
     )
     persistence = (
         f"{stalled}: last progress {ago(window, found.last_progress_ns)} ({found.basis}); "
@@ -141,7 +158,7 @@ def judge_hang(window: Window, first_dead: set[int]) -> list[WatchFinding]:
             )
         else:
             reasons = {front.missing[r][0] for r in named}
-            reason = "rank_stopped" if "rank_stopped" in reasons else "hang_wavefront"
+            reason = next(r for r in ("rank_stopped", "hang_wavefront", "ras_unresponsive") if r in reasons)
             rank = min(r for r in named if front.missing[r][0] == reason)
             observed = f"holds the job: {front.missing[rank][1]}, while {entered}; {stalled}"
             row = window.finding(

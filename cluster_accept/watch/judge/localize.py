@@ -16,8 +16,10 @@ from cluster_accept.watch.judge.compute import judge_compute
 from cluster_accept.watch.judge.dead import deaths, first_deaths, judge_dead
 from cluster_accept.watch.judge.hang import judge_hang
 from cluster_accept.watch.judge.lag import arrivals
+from cluster_accept.watch.judge.ras_said import ras_dead_unread
 from cluster_accept.watch.judge.rules import WatchRules
 from cluster_accept.watch.judge.window import build, span_ns
+from cluster_accept.watch.ras import RasSeen
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, WatchFinding
 
 KINDS = [FindingKind.DEAD_RANK, FindingKind.HANG, FindingKind.COMPUTE_STRAGGLER, FindingKind.COMM_STRAGGLER]
@@ -39,18 +41,23 @@ class Judgement:
 
 
 def judge(
-    ranks: Sequence[RankSeen], collectives: Sequence[CollectiveSeen], rules: WatchRules, now_ns: int
+    ranks: Sequence[RankSeen],
+    collectives: Sequence[CollectiveSeen],
+    rules: WatchRules,
+    now_ns: int,
+    ras: RasSeen | None = None,
 ) -> Judgement:
     """Every node of every job in the rows gets one finding per :class:`FindingKind`, ordered by job, node, kind.
 
     ``ranks``: every read of every rank in the window (several reads per rank: deaths and hangs are judged on how
     they changed); ``collectives``: the records the reads returned (repeats of one collective are merged);
-    ``now_ns``: the watcher's clock. A hang after a death is not judged apart from it (the death names the node)."""
+    ``now_ns``: the watcher's clock; ``ras``: NCCL RAS's latest report (one job's: the watch reads one). A hang after
+    a death is not judged apart from it (the death names the node)."""
     rows: list[WatchFinding] = []
     lags: dict[str, pd.DataFrame] = {}
     for job in sorted({r.job for r in ranks} | {c.job for c in collectives}):
-        window = build(job, ranks, collectives, rules, now_ns)
-        first = first_deaths(window, deaths(window))
+        window = build(job, ranks, collectives, rules, now_ns, ras)
+        first = first_deaths(window, deaths(window)) | set(ras_dead_unread(window))
         full = arrivals(window)
         found = [*judge_dead(window), *judge_hang(window, first), *judge_compute(window, full), *judge_comm(window)]
         rows += sorted(

@@ -110,6 +110,14 @@ REASONS = declare(
         Action.CHECK_NODE,
     ),
     Reason(
+        "ras_dead",
+        Status.FAIL,
+        "NCCL's RAS, asked on a peer node, considers a rank of this node dead (its process has not answered over "
+        "the RAS network for 60 s) and the watcher can no longer read the node: the node is down or cut off. "
+        "Exclude it; check its power, kernel log and network.",
+        Action.CHECK_NODE,
+    ),
+    Reason(
         "node_unread",
         Status.NOT_JUDGED,
         "No read of this node listed any rank of the job: whether its ranks live cannot be told. Check the "
@@ -136,6 +144,14 @@ REASONS = declare(
         Status.PASS,
         "The job hangs, but this node's ranks entered the newest collective: they wait for another node.",
         Action.NONE,
+    ),
+    Reason(
+        "ras_unresponsive",
+        Status.FAIL,
+        "No collective completed for `hang_after_s`; every rank entered the same collective, and NCCL's RAS finds "
+        "this node's rank's process not answering (unresponsive or dead): the job waits for it. Dump its stack "
+        "(py-spy, cuda-gdb) before killing the job, then exclude the node.",
+        Action.CHECK_NODE,
     ),
     Reason(
         "hang_unlocalized",

@@ -14,6 +14,7 @@ import pandas as pd
 
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge.rules import REASONS, WatchRules
+from cluster_accept.watch.ras import RasSeen
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 
 NS_PER_S = 1_000_000_000
@@ -44,6 +45,7 @@ class Window:
     clocks: dict[str, Clock]
     collectives: pd.DataFrame  # one row per (rank, communicator, seq); arrival_ns and done_ns: watcher's clock
     latest: dict[int, RankSeen] = field(default_factory=dict)  # each rank's latest read
+    ras: RasSeen | None = None  # NCCL RAS's latest report of the job, where it was asked
 
     def seen_ns(self, read: RankSeen) -> int:
         """A read's time on the watcher's clock."""
@@ -137,12 +139,18 @@ def on_watcher_clock(job: str, ranks: Sequence[RankSeen], collectives: Sequence[
 
 
 def build(
-    job: str, ranks: Sequence[RankSeen], collectives: Sequence[CollectiveSeen], rules: WatchRules, now_ns: int
+    job: str,
+    ranks: Sequence[RankSeen],
+    collectives: Sequence[CollectiveSeen],
+    rules: WatchRules,
+    now_ns: int,
+    ras: RasSeen | None = None,
 ) -> Window:
-    """The job's rows (others left out) on the watcher's clock, judged at ``now_ns`` by ``rules``."""
+    """The job's rows (others left out) on the watcher's clock, judged at ``now_ns`` by ``rules``, with RAS's
+    latest report of it."""
     rows = on_watcher_clock(job, ranks, collectives)
     nodes = tuple(sorted({r.node for r in rows.reads} | set(rows.collectives["node"])))
-    return Window(job, now_ns, rules, nodes, rows.reads, rows.clocks, rows.collectives, rows.latest)
+    return Window(job, now_ns, rules, nodes, rows.reads, rows.clocks, rows.collectives, rows.latest, ras)
 
 
 def _clocks(latest: Iterable[RankSeen]) -> dict[str, Clock]:

@@ -15,7 +15,7 @@ line printed is ``{"ras": "ok", "format": "json"|"text", "protocol": n, "body": 
 RAS's; the exit status is 0 either way. Only the standard library is needed.
 
 Any local user can listen on the port when no NCCL job holds it: the report is read up to
-:data:`MAX_REPORT_BYTES` and within its timeout however slowly it comes, and with ``--uid`` (the job's user)
+:data:`MAX_REPORT_BYTES` and within its timeout however slowly it comes, and with ``--user`` (the job's user)
 nothing is asked of a listener of another user (its owner read from ``/proc/net/tcp``).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pwd
 import socket
 import sys
 import time
@@ -142,6 +143,19 @@ def read_status(
     return {**answer, "host": host, "port": port, "read_s": round(time.monotonic() - began, 3)}
 
 
+def user_uid(user: str | None) -> int | None:
+    """The uid of the job's user given as a name or a uid; None for none. A name the node does not know is
+    refused (SystemExit naming it): asking any listener in its stead would trust a stranger."""
+    if user is None:
+        return None
+    if user.isdigit():
+        return int(user)
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise SystemExit(f"no user {user!r} on this node") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="localhost")
@@ -151,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         "--format", choices=("auto", "json", "text"), default="auto", help="auto: JSON where NCCL has it"
     )
     parser.add_argument("--verbose", action="store_true", help="VERBOSE STATUS: list more of the outlying ranks")
-    parser.add_argument("--uid", type=int, help="the job's user: a listener of another user is not asked")
+    parser.add_argument("--user", help="the job's user (name or uid): a listener of another user is not asked")
     args = parser.parse_args(argv)
-    answer = read_status(args.host, args.port, args.timeout_s, args.format != "text", args.verbose, args.uid)
+    uid = user_uid(args.user)
+    answer = read_status(args.host, args.port, args.timeout_s, args.format != "text", args.verbose, uid)
     if args.format == "json" and answer.get("format") == "text":
         answer = {"ras": "unavailable", "detail": "this NCCL has no JSON status (2.28.7 on)", "body": answer["body"]}
     print(json.dumps(answer))
