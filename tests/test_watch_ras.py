@@ -18,6 +18,7 @@ from cluster_accept.watch import rounds
 from cluster_accept.watch.judge import WatchRules, judge
 from cluster_accept.watch.ras import RasSeen, RasStatus, parse_ras_answer
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
+from tests.ras_replay import answer
 from tests.test_live_job_localize import KINDS, MS, Job, S
 from tests.test_remote import local_node
 
@@ -216,17 +217,11 @@ def serve_ras(body: str) -> tuple[int, threading.Thread]:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 
-    def answer() -> None:
-        with listener, listener.accept()[0] as conn, conn.makefile("rwb") as stream:
-            for reply in (b"SERVER PROTOCOL 2\n", b"OK\n", b"OK\n"):
-                stream.readline()
-                stream.write(reply)
-                stream.flush()
-            stream.readline()
-            stream.write(body.encode())
-            stream.flush()
+    def serve() -> None:
+        with listener:
+            answer(listener.accept()[0], body)
 
-    thread = threading.Thread(target=answer, daemon=True)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return port, thread
 

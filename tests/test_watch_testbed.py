@@ -24,7 +24,7 @@ import yaml
 
 from cluster_accept.testbed import bed as testbed
 from tests.processes import run_cli, start_cli
-from tests.watch_job import HOG, Job, pin_sshd, prioritize_hog
+from tests.watch_job import HOG, Job, pin_sshd, prioritize_hog, replay_ras
 
 pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
 
@@ -149,10 +149,21 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     print(f"second job started: {time.monotonic() - began:.0f} s")
     assert job.job_dir("node02") != squatted and not any(squatted.iterdir())  # armed beside it, nothing written in
     os.kill(job.rank_pid("node02"), signal.SIGSTOP)
-    hung = _watch(inventory, job, tmp_path / "hang", "--for", "120", "--until-named", "--no-retest")
+    # node01's NCCL RAS, as a real job's answered 70 s after its rank was stopped, about node02's stopped rank
+    ras = replay_ras(bed, "node01", tmp_path, "stopped70-half-a.json", {2348: job.rank_pid("node02")})
+    try:
+        hung = _watch(inventory, job, tmp_path / "hang", "--for", "120", "--until-named", "--no-retest")
+    finally:
+        ras.kill()
     assert hung.returncode == 1, hung.stdout + hung.stderr
     rows = _findings(tmp_path / "hang").set_index(["node", "kind"])
     assert rows.loc[("node02", "hang")].reason == "rank_stopped" and rows.loc[("node02", "hang")]["rank"] == 1
+    ras_said = "NCCL RAS (asked on node01 "
+    assert ras_said in rows.loc[("node02", "hang")].evidence, rows.loc[("node02", "hang")].evidence
+    assert (
+        f"rank 1's process {job.rank_pid('node02')} on 192.0.2.2 considered dead"
+        in rows.loc[("node02", "hang")].evidence
+    )
     assert rows.loc[("node01", "hang")].status == "pass"
     assert set(rows.index.get_level_values("node")) == {"node01", "node02"}  # no node of another job
     said = _problems(tmp_path / "hang")["node02"]

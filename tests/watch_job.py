@@ -5,6 +5,7 @@ starts on a node competes for that node's core only. Shared by the watch's test-
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -45,6 +46,33 @@ def prioritize_hog(bed: testbed.Testbed, node: str = "node02", nice: int = HOG_N
                 return
         time.sleep(0.2)
     raise AssertionError(f"the competing process did not start on {node}")
+
+
+RAS_REPLAY = Path(__file__).resolve().parent / "ras_replay.py"
+RAS_CAPTURE = Path(__file__).resolve().parent / "data" / "watch" / "ras" / "captured-2.28.9"
+
+
+def replay_ras(
+    bed: testbed.Testbed, node: str, work: Path, capture: str, pids: dict[int, int]
+) -> subprocess.Popen[bytes]:
+    """A stand-in for the job's NCCL RAS on ``node`` (gloo ranks have none), on NCCL's port: it answers every client
+    with the report of ``capture`` (``tests/data/watch/ras/captured-2.28.9/<capture>.line``), its processes' pids
+    put on the test-bed's (captured pid -> pid). Returned once it listens; the caller kills it."""
+    body = json.loads((RAS_CAPTURE / f"{capture}.line").read_text())["body"]
+    for captured, pid in pids.items():
+        body = body.replace(f'"pid": {captured},', f'"pid": {pid},')
+    path = work / f"ras-{node}.json"
+    path.write_text(body)
+    command = f"exec {sys.executable} {RAS_REPLAY} --port 28028 --body {path}"
+    server = subprocess.Popen(bed.ssh_argv(node, command))
+    probe = f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", 28028), 1).close()'"
+    deadline = time.monotonic() + 20
+    while subprocess.run(bed.ssh_argv(node, probe), capture_output=True).returncode != 0:
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise AssertionError(f"the RAS stand-in did not listen on {node}")
+        time.sleep(0.5)
+    return server
 
 
 def pin_sshd(bed: testbed.Testbed, node: str, cpu: int) -> None:
