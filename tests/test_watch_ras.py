@@ -235,7 +235,13 @@ def test_a_round_asks_ras_on_the_chosen_node_only(tmp_path: Path) -> None:
     body = json.loads(captured("stopped70-half-a.json"))["body"]
     port, server = serve_ras(body)
     reads = rounds.read_round(
-        [local_node("n0"), local_node("n1")], "job1", str(tmp_path), {}, 10, 2, ras=rounds.RasAsk("n1", port)
+        [local_node("n0"), local_node("n1")],
+        "job1",
+        str(tmp_path),
+        {},
+        10,
+        2,
+        asks=rounds.Asks(rounds.RasAsk("n1", port)),
     )
     server.join(10)
     n0, n1 = reads

@@ -116,4 +116,6 @@ def test_an_nccl_ranks_records_carry_their_own_execution_time() -> None:
     rows = {c.signal: c.available for c in read.coverage}
     # RAS answers for the whole job from the one node asked a round (tests/test_watch_ras.py): no row of its own here
     assert rows == {"worker_server": True, "flight_recorder": True, "nccl_timing": True, "inspector": False}
-    assert all("not read by the watcher" in c.detail for c in read.coverage if not c.available)
+    assert [c.detail for c in read.coverage if not c.available] == [
+        "no Inspector files of the job on this node (cluster-accept arm --inspector arms it)"
+    ]

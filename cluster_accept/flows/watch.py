@@ -37,7 +37,7 @@ from cluster_accept.watch.policy import (
     retested,
 )
 from cluster_accept.watch.request import WatchRequest, WatchSpec, resolve
-from cluster_accept.watch.rounds import WatchState, read_round
+from cluster_accept.watch.rounds import Asks, WatchState, read_round
 from cluster_accept.watch.words import RankSeen, WatchFinding
 
 read_task = task(name="watch-read", retries=0)(read_round)
@@ -131,7 +131,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         started = time.monotonic()
         ras = state.ras_ask([n.name for n in request.nodes], request.spec.ras_port) if request.spec.ras_port else None
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
-                          request.concurrency, request.job_user, ras)  # fmt: skip
+                          request.concurrency, request.job_user, Asks(ras, dict(state.inspector)))  # fmt: skip
         state.add(reads)
         if judged is None or not retests.teardown(state):
             judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns(), state.ras)

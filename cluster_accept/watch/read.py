@@ -39,6 +39,7 @@ class NodeRead:
     node_ns: int | None = None  # the node's clock when it read
     clock: NodeClock | None = None
     ras: RasSeen | None = None  # NCCL RAS's report of the whole job, where this node was the one asked
+    inspector_dir: tuple[str, int] | None = None  # (path, uid) of the job's Inspector files on this node
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ def parse_node_read(text: str, job: str, node: str, window: ReadWindow) -> NodeR
                 read.ranks.append(_rank(job, node, entry["rank"], read.node_ns, clock))
             elif "rank_error" in entry:
                 read.problems.append(rank_problem(entry["rank_error"]))
+            elif "inspector_dir" in entry:
+                read.inspector_dir = (str(entry["inspector_dir"]["path"]), int(entry["inspector_dir"]["uid"]))
             elif "dir_error" in entry:
                 read.problems.append(f"job directory: {entry['dir_error']['detail']}")
         except (KeyError, TypeError, ValueError) as exc:
@@ -171,7 +174,9 @@ def coverage(job: str, node: str, read: NodeRead) -> list[SignalCoverage]:
         f"{len(read.collectives)} collective records" if read.collectives or not answered
         else "the ranks answer with no collectives: TORCH_FR_BUFFER_SIZE is 0 or unset",
     )  # fmt: skip
-    unread = "not read by the watcher yet: it reads each rank's Flight Recorder (cluster-accept arm still arms it)"
+    unread = "no Inspector files of the job on this node (cluster-accept arm --inspector arms it)"
+    if read.inspector_dir is not None:
+        unread = f"{read.inspector_dir[0]}: read from the next round on"
     rows = [server, recorded, SignalCoverage(job, node, Signal.INSPECTOR.value, False, unread)]
     if read.collectives:
         said = (

@@ -12,13 +12,15 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import fan_out
 from cluster_accept.remote.result import NodeResult, RemoteCommand
+from cluster_accept.watch.inspector import parse_inspector_lines
+from cluster_accept.watch.inspector_join import join_inspector
 from cluster_accept.watch.places import DEFAULT_WATCH_DIR as DEFAULT_WATCH_DIR
 from cluster_accept.watch.places import SHIM_DIR as SHIM_DIR
 from cluster_accept.watch.ras import RasSeen, RasStatus, parse_ras_answer
@@ -30,6 +32,7 @@ RAS_CONNECT_S, RAS_EXTRA_S = 1, 5  # the RAS reader's own connect and report mar
 
 READER = SHIM_DIR / "job_read.py"
 RAS_READER = SHIM_DIR / "ras_read.py"
+INSPECTOR_READER = SHIM_DIR / "inspector_read.py"
 
 
 @cache
@@ -46,6 +49,24 @@ class RasAsk:
 
     node: str
     port: int = DEFAULT_RAS_PORT
+
+
+@dataclass(frozen=True)
+class InspectorAsk:
+    """A node's Inspector files (its job reader found them) and the node time (µs) its last read was made at: the
+    records dumped since (a second's margin) are read."""
+
+    path: str
+    uid: int
+    since_us: int = 0
+
+
+@dataclass(frozen=True)
+class Asks:
+    """What a round asks beside each node's read: NCCL's RAS on one node, the Inspector's files where they are."""
+
+    ras: RasAsk | None = None
+    inspector: dict[str, InspectorAsk] = field(default_factory=dict)
 
 
 READ_TIMEOUT_S = 60.0
@@ -88,6 +109,21 @@ def ras_command(node: Node, port: int, user: str | None = None) -> RemoteCommand
     return RemoteCommand("ras_read", prefix + " ".join(words), timeout_s=bound, reads_only=True)
 
 
+def inspector_command(node: Node, ask: InspectorAsk, limit: int) -> RemoteCommand:
+    """NCCL Inspector's records on ``node`` (``watch/node/inspector_read.py``), of the job's user only."""
+    probes = node.profile.probes
+    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
+    words = [
+        shlex.quote(probes.python),
+        "-I",
+        "-c",
+        shlex.quote(reader_source(INSPECTOR_READER)),
+        shlex.quote(ask.path),
+    ]
+    words += ["--since-us", str(max(0, ask.since_us - 1_000_000)), "--limit", str(limit), "--uid", str(ask.uid)]
+    return RemoteCommand("inspector_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
+
+
 def _answer(result: NodeResult, name: str = "job_read") -> tuple[str, str]:
     """(the output of the node's command ``name``, why there is none)."""
     command = result.command(name)
@@ -98,19 +134,40 @@ def _answer(result: NodeResult, name: str = "job_read") -> tuple[str, str]:
     return command.stdout, ""
 
 
-def node_read(node: Node, job: str, result: NodeResult, received_ns: int, asked_ras: bool = False) -> NodeRead:
+def node_read(node: Node, job: str, result: NodeResult, received_ns: int, asks: Asks | None = None) -> NodeRead:
     """The node's answer as rows of ``job``: its clock measured against the read's round trip, which ended at
-    ``received_ns`` and took the result's own duration (its connection and its batch); with ``asked_ras``, the
-    RAS report its second command gave (or why none) and that signal's coverage."""
+    ``received_ns`` and took the result's own duration (its connection and its batch); where ``asks`` asked them
+    of this node, the RAS report (or why none) and the Inspector's times put on its records, with their coverage."""
     text, problem = _answer(result)
     sent_ns = received_ns - int(result.duration_s * 1e9)
     read = parse_node_read(text, job, node.name, ReadWindow(sent_ns, received_ns))
     if problem:
         read.problems.insert(0, problem)
-    if asked_ras:
+    asks = asks or Asks()
+    if asks.ras is not None and asks.ras.node == node.name:
         read.ras = ras_seen(result, node.name, received_ns)
         read.coverage.append(ras_coverage(job, read.ras))
+    if node.name in asks.inspector:
+        inspector_times(read, result, job)
     return read
+
+
+def inspector_times(read: NodeRead, result: NodeResult, job: str) -> None:
+    """The Inspector's records of the node's answer put on its Flight Recorder records (:mod:`watch.inspector_join`),
+    and the Inspector's coverage row saying how many, or why none."""
+    text, problem = _answer(result, "inspector_read")
+    inspected = parse_inspector_lines(text, job, read.node) if not problem else []
+    read.collectives, alignments = join_inspector(read.collectives, inspected)
+    joined = sum(c.source == Signal.INSPECTOR.value for c in read.collectives)
+    if problem or not inspected:
+        said = problem or "no record dumped since the last read"
+    elif not alignments:
+        said = f"{len(inspected)} records, none put on the Flight Recorder's: no clear alignment of their sequences"
+    else:
+        how = ", ".join(f"rank {a.rank} {a.group} +{a.offset} (skew {abs(a.skew_ms):g} ms)" for a in alignments)
+        said = f"{len(inspected)} records, {joined} Flight Recorder records timed by them: {how}"
+    read.coverage = [c for c in read.coverage if c.signal != Signal.INSPECTOR.value]
+    read.coverage.append(SignalCoverage(job, read.node, Signal.INSPECTOR.value, bool(joined), said))
 
 
 def ras_seen(result: NodeResult, node: str, received_ns: int) -> RasSeen:
@@ -132,30 +189,41 @@ def read_round(
     limit: int,
     concurrency: int,
     user: str | None = None,
-    ras: RasAsk | None = None,
+    asks: Asks | None = None,
 ) -> list[NodeRead]:
     """One read of every node of the job over the fan-out (:func:`remote.fanout.fan_out`: a node that does not
     answer or times out comes back as data), at most ``concurrency`` at once; in the nodes' order, their clocks
     then settled against each other. ``user``: the job's user where the scheduler names it
-    (:func:`reader_command`); ``ras``: the node whose NCCL RAS is asked as well."""
+    (:func:`reader_command`); ``asks``: what else is asked of which node (:class:`Asks`)."""
     received: dict[str, int] = {}
+    asks = asks or Asks()
 
     def commands(node: Node) -> list[RemoteCommand]:
-        read = reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)
-        if ras is not None and node.name == ras.node:
-            return [read, ras_command(node, ras.port, user)]
-        return [read]
+        out = [reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)]
+        if asks.ras is not None and node.name == asks.ras.node:
+            out.append(ras_command(node, asks.ras.port, user))
+        if node.name in asks.inspector:
+            out.append(inspector_command(node, asks.inspector[node.name], limit))
+        return out
 
     def arrived(result: NodeResult) -> None:
         received[result.node] = time.time_ns()
 
     results = fan_out(nodes, commands, max(1, concurrency), on_result=arrived)
-    asked = ras.node if ras is not None else None
-    return settle_clocks([node_read(n, job, results[n.name], received[n.name], n.name == asked) for n in nodes])
+    return settle_clocks([node_read(n, job, results[n.name], received[n.name], asks) for n in nodes])
 
 
 LIVING = frozenset({RankState.RUNNING, RankState.STOPPED})
 ENDED = frozenset({RankState.EXITED, RankState.DEAD, RankState.ZOMBIE})  # a zombie has ended, not yet reaped
+
+
+def timed_kept(earlier: CollectiveSeen | None, later: CollectiveSeen) -> CollectiveSeen:
+    """A collective read again: the later record, with the times the earlier one had and it lacks (the Inspector's,
+    put on a record a later read of the Flight Recorder's ring gives again without them)."""
+    if earlier is None or later.exec_ms is not None or earlier.exec_ms is None:
+        return later
+    return replace(later, exec_ms=earlier.exec_ms, start_ns=earlier.start_ns, complete_ns=earlier.complete_ns,
+                   completed=True, busbw_gbps=earlier.busbw_gbps, source=earlier.source)  # fmt: skip
 
 
 def living_nodes(ranks: Iterable[RankSeen]) -> list[str]:
@@ -188,13 +256,17 @@ class WatchState:
     unread: set[str] = field(default_factory=set)  # nodes the latest round could not read
     rounds: int = 0
     ras: RasSeen | None = None  # NCCL RAS's latest report of the job (answered or not)
+    inspector: dict[str, InspectorAsk] = field(default_factory=dict)  # nodes with the job's Inspector files
 
     def add(self, reads: Sequence[NodeRead]) -> None:
         self.rounds += 1
         for read in reads:
             self.ranks.extend(read.ranks)
             for c in read.collectives:
-                self.collectives[(c.rank, c.communicator, c.seq)] = c
+                key = (c.rank, c.communicator, c.seq)
+                self.collectives[key] = timed_kept(self.collectives.get(key), c)
+            if read.inspector_dir is not None and read.node_ns is not None:
+                self.inspector[read.node] = InspectorAsk(*read.inspector_dir, read.node_ns // 1000)
             for row in read.coverage:
                 self.coverage[(row.node, row.signal)] = row
             if read.problems:

@@ -564,6 +564,17 @@ def read_ranks(job: JobDir, args: argparse.Namespace) -> None:
             _emit({"rank_error": {**said, "detail": f"unreadable: {type(exc).__name__}: {exc}"[:300]}})
 
 
+def inspector_dir(job: JobDir) -> None:
+    """Where NCCL's Inspector writes for this job (``<job dir>/inspector``), when it is a real directory of the job's
+    user: the watcher then asks ``inspector_read.py`` there."""
+    try:
+        st = os.stat("inspector", dir_fd=job.fd, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == job.uid:
+        _emit({"inspector_dir": {"path": os.path.join(job.path, "inspector"), "uid": job.uid}})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the job's directory under the armed CA_WATCH_DIR")
@@ -583,6 +594,7 @@ def main() -> int:
         _emit({"dir_error": {"dir": args.dir, "detail": detail[:400]}})
     if job is not None:
         read_ranks(job, args)
+        inspector_dir(job)
     _emit({"done": {"node_ns": time.time_ns()}})
     return 0
 
