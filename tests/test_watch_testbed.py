@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from tests.watch_job import HOG, Job, pin_sshd, prioritize_hog, replay_ras
 pytestmark = [pytest.mark.testbed, pytest.mark.soak]  # docs/development.md: the soak tier
 
 NAME_BOUND_S = 90.0  # a straggler must be named (and re-tested) within this after it starts
+INSPECTOR_CAPTURE = Path(__file__).parent / "data" / "watch" / "inspector-2.28.9" / "killed-job" / "vm-pid2771.log"
 
 
 @pytest.fixture
@@ -61,6 +63,13 @@ def _watch(inventory: Path, job: Job, out: Path, *extra: str, timeout: float = 6
 def _findings(out: Path) -> pd.DataFrame:
     (watch_dir,) = [p for p in out.iterdir() if (p / "watch_findings.parquet").exists()]
     return pd.read_parquet(watch_dir / "watch_findings.parquet")
+
+
+def _coverage(out: Path, node: str, signal: str) -> str:
+    (watch_dir,) = [p for p in out.iterdir() if (p / "watch_coverage.parquet").exists()]
+    rows = pd.read_parquet(watch_dir / "watch_coverage.parquet")
+    (detail,) = rows[(rows.node == node) & (rows.signal == signal)].detail
+    return str(detail)
 
 
 def _named(out: Path, node: str, kind: str, within_s: float) -> None:
@@ -109,6 +118,13 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     job = Job(bed, tmp_path, "train1", 29611)
     print(f"job started: {time.monotonic() - began:.0f} s")
     _plant_hostile_rank_files(job.job_dir("node02"))
+    # node01's job directory as NCCL's Inspector leaves it (a file captured on a GPU job, dumped an hour from now so
+    # that every read takes it): read over SSH by the watch; its records are an NCCL communicator's, not this gloo
+    # job's, so none is put on a record
+    (job.job_dir("node01") / "inspector").mkdir()
+    later = f'"dump_timestamp_us":{(time.time_ns() // 1000) + 3600_000_000}'
+    dumped = re.sub(r'"dump_timestamp_us":\d+', later, INSPECTOR_CAPTURE.read_text())
+    (job.job_dir("node01") / "inspector" / INSPECTOR_CAPTURE.name).write_text(dumped)
     healthy = _watch(inventory, job, tmp_path / "healthy", "--for", "40")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     rows = _findings(tmp_path / "healthy")
@@ -118,6 +134,9 @@ def test_watch_names_the_straggler_the_hang_and_the_dead_rank(bed_and_inventory,
     assert problems.keys() == {"node02"}, problems  # the hostile files are named; node01 and the real ranks read
     assert any("rank 7 unreadable (rank7.json): a link, not followed" in p for p in problems["node02"]), problems
     assert any("rank 8 unreadable (rank8.json): a FIFO, not a regular file" in p for p in problems["node02"]), problems
+    said = _coverage(tmp_path / "healthy", "node01", "inspector")
+    assert said == "64 records, none put on the Flight Recorder's: no clear alignment of their sequences", said
+    assert _coverage(tmp_path / "healthy", "node02", "inspector").startswith("no Inspector files of the job")
 
     print(f"healthy watched: {time.monotonic() - began:.0f} s")
     hog = subprocess.Popen(bed.ssh_argv("node02", HOG.format(python=sys.executable)))
