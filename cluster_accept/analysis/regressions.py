@@ -211,16 +211,30 @@ def _unconfirmed(row: NodeRow, why: str) -> NodeRow:
     return replace(row, status=Status.WARN, reason=INCONCLUSIVE, detail=f"{row.detail}; {why}")
 
 
-def confirmed_again(row: NodeRow, again: float | None, control: Control | None) -> NodeRow:
+def confirmed_again(
+    row: NodeRow, again: float | None, control: Control | None, rounds: Sequence[float] = ()
+) -> NodeRow:
     """A ``regression`` row once its node was measured again (``again``; None: no figure came back) beside a
     ``control`` (None: no node to control with): it stays a regression only when it is still under its floor
     while the control is not under its own, and still under it once the control's own fall is taken out (the
     figure again divided by the control's again over its median): a node with a tight history 5 % down beside a
-    control 12 % down inside its wider one is the machine, not the node; else ``inconclusive``, saying why."""
+    control 12 % down inside its wider one is the machine, not the node; else ``inconclusive``, saying why.
+    ``rounds``: the figure as the run's straggler rounds measured it again beside its peers: where the median of
+    every measurement again is back within its own history, one low measurement proves nothing (a busy machine
+    gave a node 43.9 once and 98.9, 98.3, 98.6 in the rounds, over a floor of 69.7)."""
     floor = stated_minimum(row.expected)
+    if again is None and rounds:
+        again = statistics.median(rounds)  # the rounds are the measurements again
     if again is None or floor is None:
         return _unconfirmed(row, "measured again: no figure")
     said = f"measured again: {_fmt(again)}"
+    if rounds:
+        every = [again, *rounds]
+        middle = statistics.median(every)
+        said += f"; in the straggler rounds beside its peers: {', '.join(_fmt(v) for v in rounds)}"
+        if middle >= floor:
+            back = f"the median of the {len(every)} measurements again, {_fmt(middle)}, is back within its own history"
+            return _unconfirmed(row, f"{said}: {back}: not confirmed")
     if again >= floor:
         return _unconfirmed(row, f"{said}, back within its own history: not confirmed")
     if control is not None and control.moved:

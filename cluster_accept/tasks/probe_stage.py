@@ -116,9 +116,9 @@ class ProbeStage:
     ) -> tuple[list[NodeRow], list[Measurement]]:
         """The stage's rows once what it measures again is judged (its stragglers confirmed, its suspected settings
         proved and NCCL's mechanism named, as the stage is configured), and the figures proving measured."""
-        rows = confirm_stragglers(state, probes, judged) if self.confirms_stragglers else judged.rows
+        rows, rounds = straggler_rounds(state, probes, judged) if self.confirms_stragglers else (judged.rows, None)
         if self.judges_regressions:
-            rows = rows + against_history(state, self.name, probes, judged.frame)
+            rows = rows + against_history(state, self.name, probes, judged.frame, rounds)
         if not self.proves_causes:
             return rows, []
         run = (run_probes_on_node, figure_reader(state))
@@ -164,14 +164,22 @@ def measure_again(state: RunState, names: Sequence[str], probes: Sequence[Probe]
 
 
 def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFigures) -> list[NodeRow]:
+    """The rows of :func:`straggler_rounds`."""
+    return straggler_rounds(state, probes, judged)[0]
+
+
+def straggler_rounds(
+    state: RunState, probes: Sequence[Probe], judged: StageFigures
+) -> tuple[list[NodeRow], pd.DataFrame | None]:
     """Each node with a straggler or inconclusive row against its peers measured again (only the runs that
     flagged it), in :data:`~analysis.stragglers.ROUNDS` rounds beside up to
     :data:`~analysis.stragglers.CONTROLS` control nodes whose figures of the checks that flagged them passed (two
     or more say how far healthy nodes sit apart in the rounds themselves), each round in waves of the profile's
-    ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`)."""
+    ``max_parallel_nodes``; the rows re-judged on it (:func:`analysis.stragglers.confirm`), and the figures of the
+    rounds (None where nothing was measured again): a regression of a node is held to them too."""
     suspected = stragglers.flagged(judged.rows)
     if not suspected:
-        return judged.rows
+        return judged.rows, None
     by_scripts: dict[frozenset[str], list[str]] = {}  # nodes that run the same probes again are judged together:
     for name, checks in sorted(suspected.items()):  # each judgement walks the cluster's node list
         by_scripts.setdefault(frozenset(p.script.name for p in probes if p.check in checks), []).append(name)
@@ -187,7 +195,7 @@ def confirm_stragglers(state: RunState, probes: Sequence[Probe], judged: StageFi
             again += [(turn, m) for m in found.measurements]
     thresholds = {n.name: n.profile.thresholds for n in state.inventory.nodes}
     after = _rounds_frame(again)
-    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, beside)
+    return stragglers.confirm(judged.rows, judged.frame, after, judged_rules(probes), thresholds, beside), after
 
 
 def _rounds_frame(again: Sequence[tuple[int, Measurement]]) -> pd.DataFrame:
@@ -237,19 +245,41 @@ def regression_rows(state: RunState, stage: str, probes: Sequence[Probe], frame:
     ]
 
 
-def against_history(state: RunState, stage: str, probes: Sequence[Probe], frame: pd.DataFrame) -> list[NodeRow]:
+def against_history(
+    state: RunState, stage: str, probes: Sequence[Probe], frame: pd.DataFrame, rounds: pd.DataFrame | None = None
+) -> list[NodeRow]:
     """Each measured node against its own earlier runs (:func:`regression_rows`): a figure most nodes lost together
     is the cluster's movement (:func:`analysis.regressions.moved_together`, with the settings that changed), and
     every regression left is measured again beside a control node whose own figure did not move
-    (:func:`confirm_regressions`)."""
+    (:func:`confirm_regressions`), and held to what the stage's straggler ``rounds`` measured of it too."""
     rows = moved_together(regression_rows(state, stage, probes, frame), partial(_changed_settings, state))
-    return confirm_regressions(state, probes, rows) if any(r.reason == REGRESSION for r in rows) else rows
+    if not any(r.reason == REGRESSION for r in rows):
+        return rows
+    return confirm_regressions(state, probes, rows, round_figures(rounds, judged_rules(probes)))
 
 
-def confirm_regressions(state: RunState, probes: Sequence[Probe], rows: Sequence[NodeRow]) -> list[NodeRow]:
+def round_figures(rounds: pd.DataFrame | None, rules: Mapping[str, MetricRule]) -> dict[tuple[str, str], list[float]]:
+    """Each node's figure in each straggler round, by (node, metric), in round order."""
+    out: dict[tuple[str, str], list[float]] = {}
+    if rounds is None or rounds.empty:
+        return out
+    for _, one in rounds.groupby("round", sort=True):
+        figures = key_figures(one, rules)
+        for node, metric, value in zip(figures["node"], figures["metric"], figures["value"], strict=True):
+            out.setdefault((str(node), str(metric)), []).append(float(value))
+    return out
+
+
+def confirm_regressions(
+    state: RunState,
+    probes: Sequence[Probe],
+    rows: Sequence[NodeRow],
+    in_rounds: Mapping[tuple[str, str], Sequence[float]] | None = None,
+) -> list[NodeRow]:
     """The nodes with a regression measured once more with the probes behind it, beside the first node whose every
-    figure held against its history; each stays a regression only when it is still low while the control is not
-    (:func:`analysis.regressions.confirmed_again`)."""
+    figure held against its history; each stays a regression only when it is still low while the control is not,
+    and when the figures the stage's straggler rounds measured of it (``in_rounds``) do not put it back within its
+    own history (:func:`analysis.regressions.confirmed_again`)."""
     flagged = sorted({r.node for r in rows if r.reason == REGRESSION})
     steady = sorted({r.node for r in rows} - {r.node for r in rows if r.status != Status.PASS})
     control = steady[0] if steady else None
@@ -271,7 +301,8 @@ def confirm_regressions(state: RunState, probes: Sequence[Probe], rows: Sequence
             past = own_past(figures, control, metric, _model_of(again, control, metric))
             floor = stated_minimum(floors.get((control, row.item)))
             held = Control(control, value.get((control, metric)), floor, statistics.median(past) if past else None)
-        out.append(confirmed_again(row, value.get((row.node, metric)), held))
+        rounds = list((in_rounds or {}).get((row.node, metric), ()))
+        out.append(confirmed_again(row, value.get((row.node, metric)), held, rounds))
     return out
 
 
