@@ -7,8 +7,8 @@ fault and given its first round. Faults, one job each:
 
 - ``stopped``: node02's rank stopped (SIGSTOP): a hang, named once no collective completed for ``--hang-after``;
 - ``killed``: node02's rank killed (SIGKILL): a dead rank;
-- ``compute``: a process competing for node02's core at a higher priority: a compute straggler, named once it is
-  last at most collectives for ``persist_min_s`` (20 s).
+- ``compute``: a process competing for node02's core at a higher priority: a compute straggler (its rank last at
+  most collectives of the window, and waiting for a CPU where its peers do not).
 
 For each, every row that fails with the seconds from the fault to its ``named_ns``. Written to ``--out``:
 ``result.json`` and each watch's directory. (A slow link needs four nodes, the ring-neighbour rule's floor: the
