@@ -81,47 +81,43 @@ def job_dir(template: str, node: Node, job: str) -> str:
     return f"{template.replace('{node}', node.name).rstrip('/')}/{job}"
 
 
-def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: str | None = None) -> RemoteCommand:
-    """The reader behind the node's command prefix (a container the job runs in sees the job's sockets). ``user``:
-    the job's user (a name or uid, as the scheduler says): only its directory is then read; without it, the
-    reader takes the owner of the one job directory it finds and names any second user's."""
+def shipped(node: Node, name: str, reader: Path, args: Sequence[str], timeout_s: float) -> RemoteCommand:
+    """A node-side reader run as ``python3 -I -c <its source> ARGS`` behind the node's command prefix (a container
+    the job runs in sees the job's sockets and files); ``args`` already quoted. -I: nothing imported from the
+    directory the command starts in, nor from PYTHON* variables a job may set."""
     probes = node.profile.probes
     prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
-    # -I: nothing imported from the directory the command starts in, nor from PYTHON* variables a job may set
-    words = [shlex.quote(probes.python), "-I", "-c", shlex.quote(reader_source()), "--dir", shlex.quote(directory)]
-    words += ["--since-ns", str(since_ns), "--limit", str(limit), "--timeout-s", str(RANK_ANSWER_S)]
-    words += ["--budget-s", str(RANKS_BUDGET_S)]
+    words = [shlex.quote(probes.python), "-I", "-c", shlex.quote(reader_source(reader)), *args]
+    return RemoteCommand(name, prefix + " ".join(words), timeout_s=timeout_s, reads_only=True)
+
+
+def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: str | None = None) -> RemoteCommand:
+    """The job's reader (:func:`shipped`). ``user``: the job's user (a name or uid, as the scheduler says): only its
+    directory is then read; without it, the reader takes the owner of the one job directory it finds and names any
+    second user's."""
+    args = ["--dir", shlex.quote(directory), "--since-ns", str(since_ns), "--limit", str(limit)]
+    args += ["--timeout-s", str(RANK_ANSWER_S), "--budget-s", str(RANKS_BUDGET_S)]
     if user:
-        words += ["--user", shlex.quote(user)]
-    return RemoteCommand("job_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
+        args += ["--user", shlex.quote(user)]
+    return shipped(node, "job_read", READER, args, READ_TIMEOUT_S)
 
 
 def ras_command(node: Node, port: int, user: str | None = None) -> RemoteCommand:
-    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``), behind the node's command prefix; ``user``: only a
-    listener of the job's user is asked."""
-    probes = node.profile.probes
-    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
-    words = [shlex.quote(probes.python), "-I", "-c", shlex.quote(reader_source(RAS_READER))]
-    words += ["--port", str(port), "--timeout-s", str(RAS_WAIT_S)]
+    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``, :func:`shipped`); ``user``: only a listener of the
+    job's user is asked."""
+    args = ["--port", str(port), "--timeout-s", str(RAS_WAIT_S)]
     if user:
-        words += ["--user", shlex.quote(user)]
+        args += ["--user", shlex.quote(user)]
     bound = RAS_CONNECT_S + RAS_WAIT_S + RAS_EXTRA_S + 5  # the reader's own bound and its start
-    return RemoteCommand("ras_read", prefix + " ".join(words), timeout_s=bound, reads_only=True)
+    return shipped(node, "ras_read", RAS_READER, args, bound)
 
 
 def inspector_command(node: Node, ask: InspectorAsk, limit: int) -> RemoteCommand:
-    """NCCL Inspector's records on ``node`` (``watch/node/inspector_read.py``), of the job's user only."""
-    probes = node.profile.probes
-    prefix = f"{probes.command_prefix} " if probes.command_prefix else ""
-    words = [
-        shlex.quote(probes.python),
-        "-I",
-        "-c",
-        shlex.quote(reader_source(INSPECTOR_READER)),
-        shlex.quote(ask.path),
-    ]
-    words += ["--since-us", str(max(0, ask.since_us - 1_000_000)), "--limit", str(limit), "--uid", str(ask.uid)]
-    return RemoteCommand("inspector_read", prefix + " ".join(words), timeout_s=READ_TIMEOUT_S, reads_only=True)
+    """NCCL Inspector's records on ``node`` (``watch/node/inspector_read.py``, :func:`shipped`), of the job's user
+    only."""
+    args = [shlex.quote(ask.path), "--since-us", str(max(0, ask.since_us - 1_000_000)), "--limit", str(limit)]
+    args += ["--uid", str(ask.uid)]
+    return shipped(node, "inspector_read", INSPECTOR_READER, args, READ_TIMEOUT_S)
 
 
 def _answer(result: NodeResult, name: str = "job_read") -> tuple[str, str]:

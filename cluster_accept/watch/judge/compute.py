@@ -157,7 +157,8 @@ def judge_compute(window: Window, full: pd.DataFrame) -> list[WatchFinding]:
             for n in window.nodes
         ]
     cadence, facts = interval_ms(full), shared(window, full)
-    return [_judge_node(window, full, node, cadence, facts) for node in window.nodes]
+    series = {node: node_series(window, full, facts, node) for node in window.nodes}  # a pair reads its partner's
+    return [_judge_node(window, full, node, cadence, series) for node in window.nodes]
 
 
 def _verdict(seg: Segment, window: Window, floor_ms: float) -> str:
@@ -299,11 +300,13 @@ def _named_why(window: Window, full: pd.DataFrame, seg: Segment, node: str) -> t
     return "late_unresolved", f"{host.said()}; {said}", fold(others) if others else ""
 
 
-def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float, facts: pd.DataFrame) -> WatchFinding:
+def _judge_node(
+    window: Window, full: pd.DataFrame, node: str, cadence_ms: float, series: dict[str, pd.DataFrame]
+) -> WatchFinding:
     rules, kind = window.rules, FindingKind.COMPUTE_STRAGGLER
     floor = max(rules.lag_min_ms, rules.lag_min_share_of_interval * cadence_ms)
     expected = _expected(rules, floor, cadence_ms)
-    per = node_series(window, full, facts, node)
+    per = series[node]
     if len(per) < rules.min_collectives:
         observed = f"its ranks are in {len(per)} complete collective(s) of the window"
         return window.finding(kind, node, Status.NOT_JUDGED, "too_few_collectives", observed, expected)
@@ -322,7 +325,7 @@ def _judge_node(window: Window, full: pd.DataFrame, node: str, cadence_ms: float
             evidence = _evidence(window, full, run.seg, node, floor)
             persistence = _persistence(run.seg, per, run.cut, floor if run.waited else None)
             return window.finding(kind, node, status, reason, observed, expected, evidence, persistence, run.seg.rank)
-    linked = _link_finding(window, full, facts, node, per, floor, expected)
+    linked = _link_finding(window, full, series, node, floor, expected)
     if linked is not None:
         return linked
     whole = next(r.seg for r in runs if r.cut is None and not r.waited)
@@ -348,9 +351,8 @@ PAIR_MIN_NODES = 4
 
 
 def _link_finding(
-    window: Window, full: pd.DataFrame, facts: pd.DataFrame, node: str, per: pd.DataFrame, floor_ms: float,
-    expected: str,
-) -> WatchFinding | None:  # fmt: skip
+    window: Window, full: pd.DataFrame, series: dict[str, pd.DataFrame], node: str, floor_ms: float, expected: str
+) -> WatchFinding | None:
     """Where the job's collectives block their hosts (gloo, one rank a node) and the node alone is not last
     persistently: the node and a ring neighbour of it last together at most collectives, in a streak, beyond the
     floors, the node the one of the two more often last. A slow link between two ranks makes both late, the sender's
@@ -363,9 +365,9 @@ def _link_finding(
     found: list[tuple[_Run, pd.DataFrame, str]] = []
     for other in dict.fromkeys(ring_neighbours(window, ranks[0])):
         partner = window.node_of(other) if other is not None else node
-        if partner == node:
+        if partner == node or partner not in series:
             continue
-        pair = _pair_series(per, node_series(window, full, facts, partner), node, partner)
+        pair = _pair_series(series[node], series[partner], node, partner)
         found += [
             (run, pair, partner)
             for run in _runs(pair, window, floor_ms)
