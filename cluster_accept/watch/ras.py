@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -87,6 +88,28 @@ class RasSeen:
         named = sorted({f"{p.pid} on {p.host} ({p.state})" for p in s.processes})
         out = f"asked on {self.node}: NCCL {s.nccl_version} ({s.form}), {s.communicators} communicator(s)"
         return out + (f"; processes {', '.join(named)}" if named else "; every process answered")
+
+
+def on_job_ranks(status: RasStatus, pids: Mapping[int, int]) -> dict[int, RasRank]:
+    """What RAS said of each of the job's ranks (``pids``: the job's rank -> its process as the watch read it): a
+    RAS rank is the job's rank of the same pid; among several of one pid (machines reuse pids), the one of RAS's
+    communicator rank; a process no read listed is never guessed onto a rank. Where RAS says several things of one
+    rank, the first of :class:`RasRankState`'s order (dead, unresponsive, ...) is kept."""
+    if not status.available:
+        return {}
+    by_pid: dict[int, list[int]] = {}
+    for rank, pid in pids.items():
+        by_pid.setdefault(pid, []).append(rank)
+    order = [state.value for state in RasRankState]
+    out: dict[int, RasRank] = {}
+    for said in sorted(status.ranks, key=lambda r: order.index(r.state)):
+        same = by_pid.get(said.pid, []) if said.pid is not None else []
+        if len(same) != 1 and said.rank not in same:
+            continue
+        rank = same[0] if len(same) == 1 else said.rank
+        if rank not in out:
+            out[rank] = said
+    return out
 
 
 def comm_hash(text: str) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pandas as pd
 
 from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch.judge.rules import REASONS, WatchRules
-from cluster_accept.watch.ras import RasSeen
+from cluster_accept.watch.ras import RasRank, RasSeen, on_job_ranks
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 
 NS_PER_S = 1_000_000_000
@@ -46,6 +47,13 @@ class Window:
     collectives: pd.DataFrame  # one row per (rank, communicator, seq); arrival_ns and done_ns: watcher's clock
     latest: dict[int, RankSeen] = field(default_factory=dict)  # each rank's latest read
     ras: RasSeen | None = None  # NCCL RAS's latest report of the job, where it was asked
+
+    @cached_property
+    def ras_ranks(self) -> dict[int, RasRank]:
+        """What RAS's report said of each of the job's ranks (:func:`watch.ras.on_job_ranks`), put on them once."""
+        if self.ras is None:
+            return {}
+        return on_job_ranks(self.ras.status, {rank: seen.pid for rank, seen in self.latest.items()})
 
     def seen_ns(self, read: RankSeen) -> int:
         """A read's time on the watcher's clock."""
