@@ -223,13 +223,13 @@ def confirmed_again(
     every measurement again is back within its own history, one low measurement proves nothing (a busy machine
     gave a node 43.9 once and 98.9, 98.3, 98.6 in the rounds, over a floor of 69.7)."""
     floor = stated_minimum(row.expected)
+    said = f"measured again: {_fmt(again) if again is not None else 'no figure'}"
+    every = [*([again] if again is not None else []), *rounds]
     if again is None and rounds:
         again = statistics.median(rounds)  # the rounds are the measurements again
     if again is None or floor is None:
         return _unconfirmed(row, "measured again: no figure")
-    said = f"measured again: {_fmt(again)}"
     if rounds:
-        every = [again, *rounds]
         middle = statistics.median(every)
         said += f"; in the straggler rounds beside its peers: {', '.join(_fmt(v) for v in rounds)}"
         if middle >= floor:
