@@ -6,6 +6,7 @@ and the evidence of a named rank carries what RAS said of it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from dataclasses import replace
@@ -17,6 +18,7 @@ from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch import rounds
 from cluster_accept.watch.judge import WatchRules, judge
 from cluster_accept.watch.ras import RasSeen, RasStatus, parse_ras_answer
+from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.words import CollectiveSeen, FindingKind, RankSeen, RankState, WatchFinding
 from tests.ras_replay import answer
 from tests.test_live_job_localize import KINDS, MS, Job, S
@@ -197,19 +199,33 @@ def test_ras_names_a_process_by_its_pid_and_where_pids_repeat_by_its_rank() -> N
 def test_one_node_is_asked_a_round_and_one_without_ras_is_passed_over() -> None:
     nodes = ["n0", "n1", "n2"]
     state = rounds.WatchState(keep_s=60)
-    assert state.ras_ask(nodes, 28028) == rounds.RasAsk("n0", 28028)  # before any rank: the first node
+    assert state.ras_ask(nodes, 28028, "alice") == rounds.RasAsk("n0", "alice", 28028)  # before any rank: the first
     seen = RankSeen("j", "n0", 0, 0, 10, RankState.RUNNING, 1)
     state.ranks = [seen, replace(seen, node="n1", rank=1), replace(seen, node="n2", rank=2)]
     state.ras = RasSeen("n0", 1, RasStatus(True, form="json"))
-    assert state.ras_ask(nodes, 28100) == rounds.RasAsk("n0", 28100)  # it answered: asked again
+    assert state.ras_ask(nodes, 28100, "alice") == rounds.RasAsk("n0", "alice", 28100)  # it answered: asked again
     state.ras = RasSeen("n0", 2, RasStatus(False, "nothing listens on localhost:28028"))
-    assert state.ras_ask(nodes, 28028) == rounds.RasAsk("n1", 28028)
+    assert state.ras_ask(nodes, 28028, "alice") == rounds.RasAsk("n1", "alice", 28028)
     state.ras = RasSeen("n2", 3, RasStatus(False, "nothing listens"))
-    assert state.ras_ask(nodes, 28028) == rounds.RasAsk("n0", 28028)  # round the ring
+    assert state.ras_ask(nodes, 28028, "alice") == rounds.RasAsk("n0", "alice", 28028)  # round the ring
     state.unread = {"n0"}
-    assert state.ras_ask(nodes, 28028) == rounds.RasAsk("n1", 28028)  # a node the round could not read is not asked
+    assert state.ras_ask(nodes, 28028, "alice") == rounds.RasAsk("n1", "alice", 28028)  # an unread node: not asked
     state.ranks = [replace(r, state=RankState.EXITED) for r in state.ranks]
-    assert state.ras_ask(nodes, 28028) is None  # the job has left every node
+    assert state.ras_ask(nodes, 28028, "alice") is None  # the job has left every node
+
+
+@pytest.mark.unit
+def test_without_the_jobs_user_ras_is_asked_only_of_the_owner_of_the_jobs_directory_read_on_that_node() -> None:
+    """A watch given no job user never asks whatever listens on the port: a node is asked once its reader found
+    the job's directory, and only of a listener of that directory's owner."""
+    nodes = ["n0", "n1"]
+    state = rounds.WatchState(keep_s=60)
+    assert state.ras_ask(nodes, 28028) is None  # nothing read yet: nobody to tie a listener to
+    seen = RankSeen("j", "n0", 0, 0, 10, RankState.RUNNING, 1)
+    state.add([NodeRead("n0", ranks=[seen], node_ns=10), NodeRead("n1", ranks=[replace(seen, node="n1", rank=1)],
+                                                                   node_ns=10, job_uid=1234)])  # fmt: skip
+    assert state.ras_ask(nodes, 28028) == rounds.RasAsk("n1", "1234", 28028)  # n0's directory owner unknown
+    assert rounds.ras_command(local_node("n1"), 28028, "1234").script.count("--user 1234") == 1
 
 
 def serve_ras(body: str) -> tuple[int, threading.Thread]:
@@ -241,7 +257,7 @@ def test_a_round_asks_ras_on_the_chosen_node_only(tmp_path: Path) -> None:
         {},
         10,
         2,
-        asks=rounds.Asks(rounds.RasAsk("n1", port)),
+        asks=rounds.Asks(rounds.RasAsk("n1", str(os.getuid()), port)),
     )
     server.join(10)
     n0, n1 = reads

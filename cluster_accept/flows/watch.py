@@ -129,7 +129,8 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
     deadline = time.monotonic() + request.spec.for_s
     while True:
         started = time.monotonic()
-        ras = state.ras_ask([n.name for n in request.nodes], request.spec.ras_port) if request.spec.ras_port else None
+        names, port = [n.name for n in request.nodes], request.spec.ras_port
+        ras = state.ras_ask(names, port, request.job_user) if port else None
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
                           request.concurrency, request.job_user, Asks(ras, dict(state.inspector)))  # fmt: skip
         state.add(reads)

@@ -40,6 +40,7 @@ class NodeRead:
     clock: NodeClock | None = None
     ras: RasSeen | None = None  # NCCL RAS's report of the whole job, where this node was the one asked
     inspector_dir: tuple[str, int] | None = None  # (path, uid) of the job's Inspector files on this node
+    job_uid: int | None = None  # the owner of the job's directory read on this node: the job's user there
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ def parse_node_read(text: str, job: str, node: str, window: ReadWindow) -> NodeR
                 read.ranks.append(_rank(job, node, entry["rank"], read.node_ns, clock))
             elif "rank_error" in entry:
                 read.problems.append(rank_problem(entry["rank_error"]))
+            elif "job_dir" in entry:
+                read.job_uid = int(entry["job_dir"]["uid"])
             elif "inspector_dir" in entry:
                 read.inspector_dir = (str(entry["inspector_dir"]["path"]), int(entry["inspector_dir"]["uid"]))
             elif "dir_error" in entry:

@@ -44,10 +44,13 @@ def reader_source(reader: Path = READER) -> str:
 
 @dataclass(frozen=True)
 class RasAsk:
-    """The node whose NCCL RAS is asked this round, and its port: RAS answers for the whole job from any node, so
-    one node is asked a round (a job of a thousand nodes costs one more command, not a thousand)."""
+    """The node whose NCCL RAS is asked this round, its port, and the job's user (a name or uid) whose listener
+    alone is asked: RAS answers for the whole job from any node, so one node is asked a round (a job of a thousand
+    nodes costs one more command, not a thousand); any local user can listen on a free port, so a listener of
+    another user is never read."""
 
     node: str
+    user: str
     port: int = DEFAULT_RAS_PORT
 
 
@@ -102,12 +105,10 @@ def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: 
     return shipped(node, "job_read", READER, args, READ_TIMEOUT_S)
 
 
-def ras_command(node: Node, port: int, user: str | None = None) -> RemoteCommand:
-    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``, :func:`shipped`); ``user``: only a listener of the
-    job's user is asked."""
-    args = ["--port", str(port), "--timeout-s", str(RAS_WAIT_S)]
-    if user:
-        args += ["--user", shlex.quote(user)]
+def ras_command(node: Node, port: int, user: str) -> RemoteCommand:
+    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``, :func:`shipped`), of a listener of the job's
+    ``user`` only."""
+    args = ["--port", str(port), "--timeout-s", str(RAS_WAIT_S), "--user", shlex.quote(user)]
     bound = RAS_CONNECT_S + RAS_WAIT_S + RAS_EXTRA_S + 5  # the reader's own bound and its start
     return shipped(node, "ras_read", RAS_READER, args, bound)
 
@@ -197,7 +198,7 @@ def read_round(
     def commands(node: Node) -> list[RemoteCommand]:
         out = [reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)]
         if asks.ras is not None and node.name == asks.ras.node:
-            out.append(ras_command(node, asks.ras.port, user))
+            out.append(ras_command(node, asks.ras.port, asks.ras.user))
         if node.name in asks.inspector:
             out.append(inspector_command(node, asks.inspector[node.name], limit))
         return out
@@ -253,6 +254,7 @@ class WatchState:
     rounds: int = 0
     ras: RasSeen | None = None  # NCCL RAS's latest report of the job (answered or not)
     inspector: dict[str, InspectorAsk] = field(default_factory=dict)  # nodes with the job's Inspector files
+    job_uid: dict[str, int] = field(default_factory=dict)  # per node: the owner of the job's directory read there
 
     def add(self, reads: Sequence[NodeRead]) -> None:
         self.rounds += 1
@@ -261,6 +263,8 @@ class WatchState:
             for c in read.collectives:
                 key = (c.rank, c.communicator, c.seq)
                 self.collectives[key] = timed_kept(self.collectives.get(key), c)
+            if read.job_uid is not None:
+                self.job_uid[read.node] = read.job_uid
             if read.inspector_dir is not None and read.node_ns is not None:
                 self.inspector[read.node] = InspectorAsk(*read.inspector_dir, read.node_ns // 1000)
             for row in read.coverage:
@@ -274,20 +278,25 @@ class WatchState:
         self.unread = {read.node for read in reads if read.node_ns is None}
         self._prune()
 
-    def ras_ask(self, nodes: Sequence[str], port: int) -> RasAsk | None:
+    def ras_ask(self, nodes: Sequence[str], port: int, user: str | None = None) -> RasAsk | None:
         """The node whose RAS is asked next round: the one asked last while it answered and still holds a rank;
         else the next node holding one after it, in the job's order (a node whose NCCL has no RAS, or a rank of
-        another user listening, is passed over in turn); before any rank is seen, the job's first node."""
+        another user listening, is passed over in turn); before any rank is seen, the job's first node. ``user``:
+        the job's user as the scheduler names it; not named, a node is asked only once its reader found the job's
+        directory, of that directory's owner (a listener nobody can tie to the job is never read)."""
         living = set(living_nodes(self.latest_ranks().values())) - self.unread
         order = [n for n in nodes if n in living] or ([] if self.ranks else list(nodes[:1]))
+        if user is None:
+            order = [n for n in order if n in self.job_uid]
         if not order:
             return None
         last = self.ras
         if last is not None and last.node in order and last.status.available:
-            return RasAsk(last.node, port)
-        after = nodes.index(last.node) + 1 if last is not None and last.node in nodes else 0
-        ring = [n for n in [*nodes[after:], *nodes[:after]] if n in order]
-        return RasAsk(ring[0], port)
+            chosen = last.node
+        else:
+            after = nodes.index(last.node) + 1 if last is not None and last.node in nodes else 0
+            chosen = next(n for n in [*nodes[after:], *nodes[:after]] if n in order)
+        return RasAsk(chosen, user if user is not None else str(self.job_uid[chosen]), port)
 
     def add_states(self, reads: Sequence[NodeRead]) -> None:
         """The ranks' states of reads made outside a round (a re-test waiting for the job to leave): a job that left

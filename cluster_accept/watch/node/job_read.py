@@ -593,6 +593,7 @@ def main() -> int:
     for detail in refused:
         _emit({"dir_error": {"dir": args.dir, "detail": detail[:400]}})
     if job is not None:
+        _emit({"job_dir": {"path": job.path, "uid": job.uid}})  # whose job it is: RAS is asked of that user only
         read_ranks(job, args)
         inspector_dir(job)
     _emit({"done": {"node_ns": time.time_ns()}})
