@@ -1,5 +1,5 @@
 """What each signal costs the job's step, from bench/watch_cost.sh's logs. Per round, each variant's step time (the
-slowest rank's median step, over every log of the run: one per "node"); a signal's cost is the ratio of two variants
+slowest rank's mean step, over every log of the run: one per "node"); a signal's cost is the ratio of two variants
 run in the same round (the one with the signal over the one without), so a whole round that drew a slower machine
 state moves both. Per signal: the mean ratio with a 95 % interval over the rounds (Student's t), and the median
 ratio with its distribution-free 95 % interval (order statistics of the rounds' ratios, the sign test's): now and
@@ -35,14 +35,15 @@ SIGNALS = {  # signal: (the variant with it, the same without it)
 
 
 def step_ms(logs: list[Path]) -> float | None:
-    """The slowest rank's median step (each run's rank 0 prints every rank's record); None if a log has none."""
+    """The slowest rank's mean step (each run's rank 0 prints every rank's record), the job's throughput; its median
+    where the record has no mean (runs before it did); None if a log has none."""
     records = [
         json.loads(line)
         for log in logs
         for line in log.read_text(errors="replace").splitlines()
         if line.startswith('{"info": "training_rank"')
     ]
-    return max(r["step_ms_median"] for r in records) if records else None
+    return max(r.get("step_ms_mean", r["step_ms_median"]) for r in records) if records else None
 
 
 def earlier_rounds(files: list[Path]) -> dict[int, dict[str, float]]:

@@ -14,7 +14,8 @@
 #                through every rank's worker server) and one node's RAS reader
 # LAYOUT=node: one node of every GPU of the host (NVLink between them). LAYOUT=halves: two "nodes" of one GPU each
 # (GPU 0 twice on a one-GPU host), NCCL_HOSTID per half, so NCCL connects them over NET/Socket as two hosts.
-# Each run's step time is the slowest rank's median over STEPS timed steps; bench/watch_cost.py prints the cost of
+# Each run's step time is the slowest rank's mean over STEPS timed steps (a read every 5 s slows one step in a
+# hundred: the median would not see it); bench/watch_cost.py prints the cost of
 # each signal (a pair of variants in the same round) with 95 % intervals and writes watch_cost.json.
 # Usage on the machine, from the repo root: LAYOUT=node ROUNDS=4 VARIANTS="off default" bash bench/watch_cost.sh
 # (results under $OUT, the runs' logs as cost-logs.tgz; EARLIER=FILE adds an earlier batch's watch_cost.json of the
@@ -41,7 +42,13 @@ build_inspector() {  # once a machine: a warm one keeps its build
   echo "### inspector build exit $?"
 }
 
-arming() {  # variant watch-dir job: the environment that variant adds, on one line
+declare -A ARMED  # variant|watch-dir: its environment for a job named JOBNAME (`arm` once a variant, not a run)
+arming() {  # variant watch-dir job: sets EXTRA, the environment that variant adds, on one line
+  [ -n "${ARMED[$1|$2]+set}" ] || ARMED[$1|$2]=$(armed "$1" "$2" JOBNAME)
+  EXTRA=${ARMED[$1|$2]//JOBNAME/$3}
+}
+
+armed() {  # variant watch-dir job
   local arm="$CLI arm --local --watch-dir $2 --format env --job $3"
   case $1 in
     off) ;;
@@ -77,13 +84,13 @@ read_loop() {  # name: the watch's node-side reads of the run's job every 5 s un
 run() {  # round variant port: one run of the variant in the layout
   local name="r$1-$2" half gpu i extra pids=()
   if [ "$LAYOUT" = node ]; then
-    extra=$(arming "$2" "$CAW" "$name")
+    arming "$2" "$CAW" "$name"; extra=$EXTRA
     [ "$2" = read ] && { read_loop "$name" "$CAW/$name" & }
     train "$LOGS/$name.log" "$3" 1 0 "" "$GPUS" $extra
   else
     for i in 0 1; do
       half=$([ $i = 0 ] && echo a || echo b) gpu=${HALF_GPU[$i]}
-      extra=$(arming "$2" "$CAW-$half" "$name")
+      arming "$2" "$CAW-$half" "$name"; extra=$EXTRA
       train "$LOGS/$name-half-$half.log" "$3" 2 "$i" "$gpu" 1 $extra NCCL_HOSTID="half-$half" \
         NCCL_RAS_ADDR="localhost:2810$i" & pids+=($!)  # two "hosts" on one: a RAS port each
     done
