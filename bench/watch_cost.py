@@ -8,7 +8,7 @@ mean's interval without saying anything about the signal; the median's interval 
 Prints one line per signal; writes --json. ``--earlier`` adds the rounds of an earlier batch's JSON (the same job
 and layout), numbered before these.
 
-    python3 bench/watch_cost.py LOGS [--json FILE] [--earlier JSON ...]
+    python3 bench/watch_cost.py LOGS [--json FILE] [--earlier JSON ...] [--figure mean|median]
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ SIGNALS = {  # signal: (the variant with it, the same without it)
 }
 
 
-def step_ms(logs: list[Path]) -> float | None:
+def step_ms(logs: list[Path], figure: str = "mean") -> float | None:
     """The slowest rank's mean step (each run's rank 0 prints every rank's record), the job's throughput; its median
-    where the record has no mean (runs before it did); None if a log has none."""
+    with ``figure="median"`` or where the record has no mean (runs before it did); None if a log has none."""
     records = [
         json.loads(line)
         for log in logs
         for line in log.read_text(errors="replace").splitlines()
         if line.startswith('{"info": "training_rank"')
     ]
-    return max(r.get("step_ms_mean", r["step_ms_median"]) for r in records) if records else None
+    return max(r.get(f"step_ms_{figure}", r["step_ms_median"]) for r in records) if records else None
 
 
 def earlier_rounds(files: list[Path]) -> dict[int, dict[str, float]]:
@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("logs", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--earlier", type=Path, action="append", default=[])
+    parser.add_argument("--figure", choices=["mean", "median"], default="mean", help="of each rank's timed steps")
     args = parser.parse_args()
     rounds = earlier_rounds(args.earlier)
     offset = len(rounds)
@@ -98,7 +99,7 @@ def main() -> None:
         if match := NAME.search(log.name):
             runs.setdefault((offset + int(match[1]), match[2]), []).append(log)
     for (number, variant), logs in sorted(runs.items()):
-        if (value := step_ms(logs)) is not None:
+        if (value := step_ms(logs, args.figure)) is not None:
             rounds.setdefault(number, {})[variant] = value
     signals: dict[str, dict[str, object]] = {}
     for signal, (with_it, without) in SIGNALS.items():
