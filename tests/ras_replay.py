@@ -9,16 +9,27 @@ import argparse
 import socket
 
 
-def answer(conn: socket.socket, body: str) -> None:
-    """One client: ``CLIENT PROTOCOL``, ``TIMEOUT``, ``SET FORMAT``, then the status command, answered in turn."""
+def answer(conn: socket.socket, body: str, diagnostics: str | None = None) -> None:
+    """One client, each command answered in turn as NCCL's RAS does: ``CLIENT PROTOCOL``, ``TIMEOUT``, ``SET
+    FORMAT``, then the status command (``body``) or ``DIAGNOSTICS`` (``diagnostics``; None: an NCCL before 2.31,
+    which does not know the command)."""
     with conn, conn.makefile("rwb") as stream:
-        for reply in (b"SERVER PROTOCOL 2\n", b"OK\n", b"OK\n"):
-            stream.readline()
-            stream.write(reply)
+        while line := stream.readline().decode().strip().upper():
+            if line.startswith("CLIENT PROTOCOL"):
+                stream.write(b"SERVER PROTOCOL 2\n")
+            elif line.startswith(("TIMEOUT", "SET FORMAT")):
+                stream.write(b"OK\n")
+            elif line == "DIAGNOSTICS":
+                stream.write((diagnostics or "ERROR: Unknown command DIAGNOSTICS\n").encode())
+                stream.flush()
+                if diagnostics is None:
+                    continue
+                return
+            else:
+                stream.write(body.encode())
+                stream.flush()
+                return
             stream.flush()
-        stream.readline()
-        stream.write(body.encode())
-        stream.flush()
 
 
 def main() -> None:

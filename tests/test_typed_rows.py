@@ -30,6 +30,7 @@ from cluster_accept.vocabulary.rows import (
     ValueKind,
 )
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.ras_diagnostics import NcclDiagnostic
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, SignalCoverage, WatchFinding
 
 FIGURE = Figure("gemm_bf16_tflops", 692.3, gpu=0, sm_clock_mhz=1980.0)
@@ -50,6 +51,9 @@ ROWS: dict[str, Any] = {
     "watch_coverage": SignalCoverage("j1", "n1", "inspector", False, "NCCL 2.21 has no Inspector"),
     "watch_findings": WatchFinding("j1", "compute_straggler", "n1", Status.FAIL, "arrives_last", "180 ms", "< 5 ms",
                                    "ranks 0-3", "27 of 30", rank=3, gpu=1, confirmed=True),
+    "watch_nccl_diagnostics": NcclDiagnostic("j1", "n1", "NCCL environment", False,
+                                             "NCCL environment: NCCL_SOCKET_IFNAME=eth1 on rank(s) {3}", "0x1234",
+                                             4, "3", variable="NCCL_SOCKET_IFNAME", value="eth1", nodes="n2"),
 }  # fmt: skip
 ALL_TABLES = {**TABLES, **WATCH_TABLES}
 

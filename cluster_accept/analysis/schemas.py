@@ -298,6 +298,14 @@ WATCH_COVERAGE = pa.schema(
     metadata={"cluster_accept_schema": "watch_coverage", "version": SCHEMA_VERSION},
 )  # fmt: skip
 
+WATCH_NCCL_DIAGNOSTICS = pa.schema(
+    [("job", pa.string()), ("asked_on", pa.string()), ("check", pa.string()), ("ok", pa.bool_()),
+     ("detail", pa.string()), ("comm", pa.string()), ("comm_ranks", pa.int64()), ("ranks", pa.string()),
+     ("ranks_cut", pa.bool_()), ("ranks_total", pa.int64()), ("variable", pa.string()), ("value", pa.string()),
+     ("nodes", pa.string())],
+    metadata={"cluster_accept_schema": "watch_nccl_diagnostics", "version": SCHEMA_VERSION},
+)  # fmt: skip
+
 WATCH_FINDINGS = pa.schema(
     [
         ("job", pa.string()),
@@ -329,6 +337,7 @@ WATCH_TABLES: dict[str, pa.Schema] = {
     "watch_collectives": WATCH_COLLECTIVES,
     "watch_coverage": WATCH_COVERAGE,
     "watch_findings": WATCH_FINDINGS,
+    "watch_nccl_diagnostics": WATCH_NCCL_DIAGNOSTICS,
 }
 
 # Every table of a run directory, by name: ``<name>.parquet`` in the run directory and ``history/<name>/``.

@@ -131,8 +131,9 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         started = time.monotonic()
         names, port = [n.name for n in request.nodes], request.spec.ras_port
         ras = state.ras_ask(names, port, request.job_user) if port else None
+        asks = Asks(ras, dict(state.inspector), state.diagnostics_ask(ras))
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,
-                          request.concurrency, request.job_user, Asks(ras, dict(state.inspector)))  # fmt: skip
+                          request.concurrency, request.job_user, asks)  # fmt: skip
         state.add(reads)
         if judged is None or not retests.teardown(state):
             judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns(), state.ras)

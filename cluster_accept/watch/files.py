@@ -40,6 +40,7 @@ class WatchFiles:
             "watch_collectives": sorted(state.collectives.values(), key=lambda c: (c.enqueue_ns, c.rank)),
             "watch_coverage": list(state.coverage.values()),
             "watch_findings": findings,
+            "watch_nccl_diagnostics": state.diagnostics,
         }
         for name, rows in tables.items():
             write_table(self.run_dir / f"{name}.parquet", rows, WATCH_TABLES[name])

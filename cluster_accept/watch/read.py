@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cluster_accept.watch.ras import RasSeen
+from cluster_accept.watch.ras_diagnostics import DiagnosticsReport
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
 
 _BACKENDS = ("nccl:", "gloo:", "ucc:", "mpi:", "xccl:")
@@ -41,6 +42,7 @@ class NodeRead:
     ras: RasSeen | None = None  # NCCL RAS's report of the whole job, where this node was the one asked
     inspector_dir: tuple[str, int] | None = None  # (path, uid) of the job's Inspector files on this node
     job_uid: int | None = None  # the owner of the job's directory read on this node: the job's user there
+    diagnostics: DiagnosticsReport | None = None  # NCCL RAS's diagnostics, where this node was the one asked
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,19 @@ from cluster_accept.watch.inspector_join import join_inspector
 from cluster_accept.watch.places import DEFAULT_WATCH_DIR as DEFAULT_WATCH_DIR
 from cluster_accept.watch.places import SHIM_DIR as SHIM_DIR
 from cluster_accept.watch.ras import RasSeen, RasStatus, parse_ras_answer
+from cluster_accept.watch.ras_diagnostics import SIGNAL as DIAGNOSTICS_SIGNAL
+from cluster_accept.watch.ras_diagnostics import (
+    DiagnosticsReport,
+    NcclDiagnostic,
+    parse_diagnostics_answer,
+    place_on_nodes,
+)
+from cluster_accept.watch.ras_diagnostics import summary as diagnostics_summary
 from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, settle_clocks
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
 
 DEFAULT_RAS_PORT = 28028  # NCCL_RAS_ADDR's port when the job was armed without one
+RAS_DIAGNOSTICS_SINCE = (2, 31)  # the NCCL release whose RAS runs diagnostics on demand
 RAS_CONNECT_S, RAS_EXTRA_S = 1, 5  # the RAS reader's own connect and report margins (watch/node/ras_read.py)
 
 READER = SHIM_DIR / "job_read.py"
@@ -54,6 +63,12 @@ class RasAsk:
     port: int = DEFAULT_RAS_PORT
 
 
+def nccl_release(version: str) -> tuple[int, ...]:
+    """``2.28.9`` as (2, 28, 9); () for what is not a version."""
+    parts = version.strip().split(".")
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else ()
+
+
 @dataclass(frozen=True)
 class InspectorAsk:
     """A node's Inspector files (its job reader found them) and the node time (µs) its last read was made at: the
@@ -66,10 +81,12 @@ class InspectorAsk:
 
 @dataclass(frozen=True)
 class Asks:
-    """What a round asks beside each node's read: NCCL's RAS on one node, the Inspector's files where they are."""
+    """What a round asks beside each node's read: NCCL's RAS on one node (its status; its diagnostics once a watch,
+    where the job's NCCL runs them), the Inspector's files where they are."""
 
     ras: RasAsk | None = None
     inspector: dict[str, InspectorAsk] = field(default_factory=dict)
+    diagnostics: RasAsk | None = None
 
 
 READ_TIMEOUT_S = 60.0
@@ -105,11 +122,13 @@ def reader_command(node: Node, directory: str, since_ns: int, limit: int, user: 
     return shipped(node, "job_read", READER, args, READ_TIMEOUT_S)
 
 
-def ras_command(node: Node, port: int, user: str) -> RemoteCommand:
-    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``, :func:`shipped`), of a listener of the job's
-    ``user`` only."""
+def ras_command(node: Node, port: int, user: str, diagnostics: bool = False) -> RemoteCommand:
+    """NCCL's RAS asked on ``node`` (``watch/node/ras_read.py``, :func:`shipped`) for its status, or with
+    ``diagnostics`` for its diagnostics, of a listener of the job's ``user`` only."""
     args = ["--port", str(port), "--timeout-s", str(RAS_WAIT_S), "--user", shlex.quote(user)]
     bound = RAS_CONNECT_S + RAS_WAIT_S + RAS_EXTRA_S + 5  # the reader's own bound and its start
+    if diagnostics:
+        return shipped(node, "ras_diagnostics", RAS_READER, [*args, "--diagnostics"], bound)
     return shipped(node, "ras_read", RAS_READER, args, bound)
 
 
@@ -146,7 +165,19 @@ def node_read(node: Node, job: str, result: NodeResult, received_ns: int, asks: 
         read.coverage.append(ras_coverage(job, read.ras))
     if node.name in asks.inspector:
         inspector_times(read, result, job)
+    if asks.diagnostics is not None and asks.diagnostics.node == node.name:
+        read.diagnostics, row = ras_diagnostics(result, job, node.name)
+        read.coverage.append(row)
     return read
+
+
+def ras_diagnostics(result: NodeResult, job: str, node: str) -> tuple[DiagnosticsReport, SignalCoverage]:
+    """RAS's diagnostics the node's command gave, and its coverage row (what they said to review, or why none)."""
+    text, problem = _answer(result, "ras_diagnostics")
+    report, why = parse_diagnostics_answer(text, job, node) if not problem else (None, problem)
+    if report is None:
+        return DiagnosticsReport(()), SignalCoverage(job, node, DIAGNOSTICS_SIGNAL, False, why)
+    return report, SignalCoverage(job, node, DIAGNOSTICS_SIGNAL, bool(report.rows), diagnostics_summary(report))
 
 
 def inspector_times(read: NodeRead, result: NodeResult, job: str) -> None:
@@ -199,6 +230,8 @@ def read_round(
         out = [reader_command(node, job_dir(template, node, job), since.get(node.name, 0), limit, user)]
         if asks.ras is not None and node.name == asks.ras.node:
             out.append(ras_command(node, asks.ras.port, asks.ras.user))
+        if asks.diagnostics is not None and node.name == asks.diagnostics.node:
+            out.append(ras_command(node, asks.diagnostics.port, asks.diagnostics.user, diagnostics=True))
         if node.name in asks.inspector:
             out.append(inspector_command(node, asks.inspector[node.name], limit))
         return out
@@ -255,6 +288,8 @@ class WatchState:
     ras: RasSeen | None = None  # NCCL RAS's latest report of the job (answered or not)
     inspector: dict[str, InspectorAsk] = field(default_factory=dict)  # nodes with the job's Inspector files
     job_uid: dict[str, int] = field(default_factory=dict)  # per node: the owner of the job's directory read there
+    diagnostics: tuple[NcclDiagnostic, ...] = ()  # RAS's diagnostics of the job, once asked
+    diagnosed: bool = False  # asked (answered or not): once a watch
 
     def add(self, reads: Sequence[NodeRead]) -> None:
         self.rounds += 1
@@ -265,6 +300,10 @@ class WatchState:
                 self.collectives[key] = timed_kept(self.collectives.get(key), c)
             if read.job_uid is not None:
                 self.job_uid[read.node] = read.job_uid
+            if read.diagnostics is not None:
+                ranks = {rank: seen.node for rank, seen in self.latest_ranks().items()}
+                self.diagnostics = place_on_nodes(read.diagnostics.rows, ranks) or self.diagnostics
+                self.diagnosed = True
             if read.inspector_dir is not None and read.node_ns is not None:
                 self.inspector[read.node] = InspectorAsk(*read.inspector_dir, read.node_ns // 1000)
             for row in read.coverage:
@@ -297,6 +336,14 @@ class WatchState:
             after = nodes.index(last.node) + 1 if last is not None and last.node in nodes else 0
             chosen = next(n for n in [*nodes[after:], *nodes[:after]] if n in order)
         return RasAsk(chosen, user if user is not None else str(self.job_uid[chosen]), port)
+
+    def diagnostics_ask(self, status: RasAsk | None) -> RasAsk | None:
+        """RAS's diagnostics are asked once a watch, of the node (and listener) whose status is asked this round,
+        once a status has come back from an NCCL that runs them (2.31 on): they gather every rank's GPU,
+        driver, ECC, NVLink and ``NCCL_*`` settings, more than a round's status needs again and again."""
+        if self.diagnosed or status is None or self.ras is None or not self.ras.status.available:
+            return None
+        return status if nccl_release(self.ras.status.nccl_version) >= RAS_DIAGNOSTICS_SINCE else None
 
     def add_states(self, reads: Sequence[NodeRead]) -> None:
         """The ranks' states of reads made outside a round (a re-test waiting for the job to leave): a job that left

@@ -8,6 +8,7 @@ speaks the text protocol of NCCL's own ``ncclras`` client (``src/ras/client.cc``
     -> TIMEOUT <seconds>            <- OK
     -> SET FORMAT json              <- OK  (2.28.7 on; older: "ERROR: Unknown command ...": text then)
     -> STATUS | VERBOSE STATUS      <- the report, then NCCL closes the connection
+    -> DIAGNOSTICS                  <- (2.31 on, ``--diagnostics``, text only) the diagnostics report, then closes
 
 ``localhost`` is tried as ``ncclras`` tries it, every address it resolves to (NCCL listens on the first). The
 line printed is ``{"ras": "ok", "format": "json"|"text", "protocol": n, "body": "<the report>", ...}``, or
@@ -57,9 +58,8 @@ def _expect_ok(reader: BinaryIO, command: str) -> None:
         raise RasProtocolError(f"{command}: unexpected answer {line!r}")
 
 
-def converse(sock: socket.socket, timeout_s: int, want_json: bool, verbose: bool) -> dict[str, object]:
-    """The exchange over a connected socket, as ``ncclras`` makes it; the report read to the end."""
-    reader = sock.makefile("rb")
+def _hello(sock: socket.socket, reader: BinaryIO, timeout_s: int) -> int | str:
+    """The protocol's greeting and the RAS timeout; the server's protocol version."""
     _send(sock, f"CLIENT PROTOCOL {CLIENT_PROTOCOL}")
     hello = _answer(reader, "SERVER PROTOCOL")
     if not hello.upper().startswith("SERVER PROTOCOL "):
@@ -67,6 +67,27 @@ def converse(sock: socket.socket, timeout_s: int, want_json: bool, verbose: bool
     protocol = hello.split()[-1]
     _send(sock, f"TIMEOUT {timeout_s}")
     _expect_ok(reader, "TIMEOUT")
+    return int(protocol) if protocol.isdigit() else protocol
+
+
+def diagnose(sock: socket.socket, timeout_s: int) -> dict[str, object]:
+    """RAS diagnostics on demand (NCCL 2.31 on: ``ncclras -D``), text only: every communicator's ranks compared
+    (GPU inventory, CUDA driver, ECC, NVLink, ``NCCL_*`` environment, …), a ``<host>:<pid> NCCL DIAG`` line each.
+    An NCCL without them answers ``ERROR: Unknown command``, one with a report under way ``BUSY``: no report then."""
+    reader = sock.makefile("rb")
+    protocol = _hello(sock, reader, timeout_s)
+    _send(sock, "DIAGNOSTICS")
+    first = _answer(reader, "the diagnostics report")
+    if first.upper().startswith(("ERROR", "BUSY")):
+        return {"ras": "unavailable", "detail": f"RAS diagnostics not run: {first[:200]}", "protocol": protocol}
+    body = _report(reader, sock, time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S)
+    return {"ras": "ok", "format": "diagnostics", "protocol": protocol, "body": f"{first}\n{body}"}
+
+
+def converse(sock: socket.socket, timeout_s: int, want_json: bool, verbose: bool) -> dict[str, object]:
+    """The exchange over a connected socket, as ``ncclras`` makes it; the report read to the end."""
+    reader = sock.makefile("rb")
+    protocol = _hello(sock, reader, timeout_s)
     form = "text"
     if want_json:
         _send(sock, "SET FORMAT json")
@@ -77,7 +98,7 @@ def converse(sock: socket.socket, timeout_s: int, want_json: bool, verbose: bool
             raise RasProtocolError(f"SET FORMAT: unexpected answer {answer!r}")
     _send(sock, "VERBOSE STATUS" if verbose else "STATUS")
     body = _report(reader, sock, time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S)
-    return {"ras": "ok", "format": form, "protocol": int(protocol) if protocol.isdigit() else protocol, "body": body}
+    return {"ras": "ok", "format": form, "protocol": protocol, "body": body}
 
 
 def _report(reader: BinaryIO, sock: socket.socket, until: float) -> str:
@@ -122,9 +143,16 @@ def listener_uid(sock: socket.socket) -> int | None:
 
 
 def read_status(
-    host: str, port: int, timeout_s: int, want_json: bool, verbose: bool, uid: int | None = None
+    host: str,
+    port: int,
+    timeout_s: int,
+    want_json: bool,
+    verbose: bool,
+    uid: int | None = None,
+    diagnostics: bool = False,
 ) -> dict[str, object]:
-    """The report, or why there is none; with ``uid``, only from a listener of that user."""
+    """The report (the status, or with ``diagnostics`` RAS's diagnostics), or why there is none; with ``uid``, only
+    from a listener of that user."""
     began = time.monotonic()
     try:
         with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as sock:
@@ -132,7 +160,7 @@ def read_status(
             if uid is not None and owner != uid:
                 detail = f"{host}:{port} is uid {owner}'s, not the job's user {uid}: not asked"
                 return {"ras": "unavailable", "detail": detail}
-            answer = converse(sock, timeout_s, want_json, verbose)
+            answer = diagnose(sock, timeout_s) if diagnostics else converse(sock, timeout_s, want_json, verbose)
     except ConnectionRefusedError:
         detail = f"nothing listens on {host}:{port}: no NCCL job with RAS on this node, or another NCCL_RAS_ADDR"
         return {"ras": "unavailable", "detail": detail}
@@ -166,9 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--verbose", action="store_true", help="VERBOSE STATUS: list more of the outlying ranks")
     parser.add_argument("--user", help="the job's user (name or uid): a listener of another user is not asked")
+    parser.add_argument("--diagnostics", action="store_true", help="RAS diagnostics (NCCL 2.31 on) for the status")
     args = parser.parse_args(argv)
     uid = user_uid(args.user)
-    answer = read_status(args.host, args.port, args.timeout_s, args.format != "text", args.verbose, uid)
+    want_json = args.format != "text"
+    answer = read_status(args.host, args.port, args.timeout_s, want_json, args.verbose, uid, args.diagnostics)
     if args.format == "json" and answer.get("format") == "text":
         answer = {"ras": "unavailable", "detail": "this NCCL has no JSON status (2.28.7 on)", "body": answer["body"]}
     print(json.dumps(answer))

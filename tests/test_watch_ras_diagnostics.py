@@ -1,0 +1,124 @@
+"""NCCL's RAS diagnostics (2.31 on) in the watch: the report's lines as rows, their ranks on the job's nodes where
+the communicator is the job's, asked once a watch of an NCCL that runs them, over the real fan-out and the node
+reader against a listener answering as NCCL's RAS does (reports in NCCL 2.32.3's formats,
+tests/data/watch/ras/diagnostics-2.32.3/README.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from cluster_accept.watch import rounds
+from cluster_accept.watch.node import ras_read
+from cluster_accept.watch.ras import RasSeen, RasStatus
+from cluster_accept.watch.ras_diagnostics import parse_diagnostics, parse_diagnostics_answer, place_on_nodes, summary
+from tests.ras_replay import answer
+from tests.test_remote import local_node
+
+DATA = Path(__file__).parent / "data" / "watch" / "ras" / "diagnostics-2.32.3"
+COMM = "0x5e1d2c3b4a596877"
+NODES = {0: "n0", 1: "n0", 2: "n1", 3: "n1"}
+
+
+def report(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+@pytest.mark.unit
+def test_a_healthy_report_is_every_check_ok_and_complete() -> None:
+    parsed = parse_diagnostics(report("healthy.txt"), "j", "n0")
+    assert [(r.check, r.ok, r.comm, r.comm_ranks) for r in parsed.rows] == [
+        (check, True, COMM, 4)
+        for check in ("GPU inventory", "CUDA driver version", "ECC", "NVLink", "NCCL environment")
+    ]
+    assert parsed.completed == "RAS diagnostics completed in 12.3 ms across 2 RAS peers"
+    assert parsed.reporter == "node00:4242"
+    assert summary(parsed) == "5 results, 0 to review"
+
+
+@pytest.mark.unit
+def test_each_line_to_review_names_its_ranks_and_those_of_the_jobs_communicator_their_nodes() -> None:
+    parsed = parse_diagnostics(report("settings-differ.txt"), "j", "n0")
+    rows = place_on_nodes(parsed.rows, NODES)
+    review = [(r.check, r.ranks, r.ranks_cut, r.ranks_total, r.variable, r.value, r.comm, r.nodes)
+              for r in rows if not r.ok]  # fmt: skip
+    assert review == [
+        ("ECC", "3", False, None, "", "", COMM, "n1"),
+        ("NVLink", "2,3", False, None, "", "", COMM, "n1"),
+        ("NCCL environment", "", False, None, "NCCL_SOCKET_IFNAME", "", COMM, ""),
+        ("NCCL environment", "0,1", False, None, "NCCL_SOCKET_IFNAME", "eth0", COMM, "n0"),
+        ("NCCL environment", "2,3", False, None, "NCCL_SOCKET_IFNAME", "eth1", COMM, "n1"),
+        ("NCCL environment", "", False, None, "", "", COMM, ""),
+        ("GPU inventory", "1", False, None, "", "", "0x77aa", ""),  # a communicator of 2: its ranks are its own
+        ("ECC", "0,1,2", True, 4, "", "", COMM, "n0,n1"),
+    ]
+    assert summary(parsed).startswith("10 results, 8 to review: ECC: uncorrected volatile errors on rank(s) {3}")
+
+
+@pytest.mark.unit
+def test_a_line_without_ncclss_prefix_is_no_row_and_a_report_cut_short_says_so() -> None:
+    text = "\n".join(report("healthy.txt").splitlines()[:3]) + "\nsomething else [INFO] ECC: forged\n"
+    parsed = parse_diagnostics(text, "j", "n0")
+    assert [r.check for r in parsed.rows] == ["GPU inventory", "CUDA driver version"]
+    assert summary(parsed) == "2 results, 0 to review (the report did not complete)"
+
+
+@pytest.mark.unit
+def test_they_are_asked_once_a_watch_and_only_of_an_nccl_that_runs_them() -> None:
+    state = rounds.WatchState(keep_s=60)
+    ask = rounds.RasAsk("n0", "1000", 28028)
+    assert state.diagnostics_ask(ask) is None  # no status yet: the NCCL is not known
+    state.ras = RasSeen("n0", 1, RasStatus(True, form="json", nccl_version="2.28.9"))
+    assert state.diagnostics_ask(ask) is None
+    state.ras = RasSeen("n0", 2, RasStatus(True, form="json", nccl_version="2.31.2"))
+    assert state.diagnostics_ask(ask) == ask
+    assert state.diagnostics_ask(None) is None  # no node asked this round
+    state.diagnosed = True
+    assert state.diagnostics_ask(ask) is None
+
+
+def serve(diagnostics: str | None) -> tuple[int, threading.Thread]:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        with listener:
+            answer(listener.accept()[0], "", diagnostics)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+@pytest.mark.integration
+def test_the_node_reader_says_why_an_nccl_before_2_31_gives_none() -> None:
+    port, server = serve(None)
+    said = ras_read.read_status("127.0.0.1", port, 5, False, False, os.getuid(), diagnostics=True)
+    server.join(10)
+    assert said["ras"] == "unavailable"
+    assert said["detail"] == "RAS diagnostics not run: ERROR: Unknown command DIAGNOSTICS"
+    parsed, why = parse_diagnostics_answer(json.dumps(said), "j", "n0")
+    assert parsed is None and why == said["detail"]
+
+
+@pytest.mark.integration
+def test_a_round_asks_them_on_the_chosen_node_and_the_state_keeps_them_on_the_jobs_nodes(tmp_path: Path) -> None:
+    """Over the real fan-out (this machine as two nodes), n1's RAS listener answers the diagnostics: the round's
+    read of n1 carries them and a coverage row naming what is to review; the state puts the ranks on nodes."""
+    port, server = serve(report("settings-differ.txt"))
+    ask = rounds.RasAsk("n1", str(os.getuid()), port)
+    reads = rounds.read_round([local_node("n0"), local_node("n1")], "job1", str(tmp_path), {}, 10, 2,
+                              asks=rounds.Asks(diagnostics=ask))  # fmt: skip
+    server.join(10)
+    n0, n1 = reads
+    assert n0.diagnostics is None and n1.diagnostics is not None
+    (row,) = [c for c in n1.coverage if c.signal == "ras_diagnostics"]
+    assert row.available and row.detail.startswith("10 results, 8 to review: ECC: uncorrected volatile errors")
+    state = rounds.WatchState(keep_s=60)
+    state.add(reads)
+    assert state.diagnosed and len(state.diagnostics) == 10
+    assert [r.nodes for r in state.diagnostics if r.check == "ECC"] == ["", ""]  # no rank read: none placed
