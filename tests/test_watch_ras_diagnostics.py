@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from cluster_accept.vocabulary.status import Status
 from cluster_accept.watch import rounds
 from cluster_accept.watch.node import ras_read
 from cluster_accept.watch.ras import RasSeen, RasStatus
-from cluster_accept.watch.ras_diagnostics import parse_diagnostics, parse_diagnostics_answer, place_on_nodes, summary
+from cluster_accept.watch.ras_diagnostics import (
+    parse_diagnostics,
+    parse_diagnostics_answer,
+    place_on_nodes,
+    summary,
+    with_diagnostics,
+)
+from cluster_accept.watch.words import WatchFinding
 from tests.ras_replay import answer
 from tests.test_remote import local_node
 
@@ -58,6 +66,20 @@ def test_each_line_to_review_names_its_ranks_and_those_of_the_jobs_communicator_
         ("ECC", "0,1,2", True, 4, "", "", COMM, "n0,n1"),
     ]
     assert summary(parsed).startswith("10 results, 8 to review: ECC: uncorrected volatile errors on rank(s) {3}")
+
+
+@pytest.mark.unit
+def test_a_named_nodes_evidence_carries_what_the_diagnostics_put_on_it_and_a_passing_one_nothing() -> None:
+    rows = place_on_nodes(parse_diagnostics(report("settings-differ.txt"), "j", "n0").rows, NODES)
+    named = WatchFinding("j", "comm_straggler", "n1", Status.FAIL, "slow_link", "80 ms", "< 5 ms", "ranks 2,3", "")
+    passing = WatchFinding("j", "compute_straggler", "n0", Status.PASS, "", "", "", "nothing late", "")
+    out = with_diagnostics([named, passing], rows)
+    assert out[1] == passing  # n0 has rows to review (eth0, corrected ECC), but nothing is named on it
+    assert out[0].evidence == (
+        "ranks 2,3; RAS diagnostics on n1: ECC: uncorrected volatile errors on rank(s) {3} (worst=2) across 4 ranks "
+        f"in comm {COMM}; NVLink: inactive link(s) on rank(s) {{2,3}} across 4 ranks in comm {COMM}; NCCL "
+        "environment: NCCL_SOCKET_IFNAME=eth1 on rank(s) {2,3}; and 1 more"
+    )
 
 
 @pytest.mark.unit

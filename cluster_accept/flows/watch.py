@@ -36,6 +36,7 @@ from cluster_accept.watch.policy import (
     retest_stages,
     retested,
 )
+from cluster_accept.watch.ras_diagnostics import with_diagnostics
 from cluster_accept.watch.request import WatchRequest, WatchSpec, resolve
 from cluster_accept.watch.rounds import Asks, WatchState, read_round
 from cluster_accept.watch.words import RankSeen, WatchFinding
@@ -137,7 +138,7 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
         state.add(reads)
         if judged is None or not retests.teardown(state):
             judged = judge(state.ranks, list(state.collectives.values()), request.rules, time.time_ns(), state.ras)
-            findings = judged.findings
+            findings = with_diagnostics(judged.findings, state.diagnostics)
         _settle(retests, findings, state)
         files.write(state, findings)
         named = any(f.status in (Status.FAIL, Status.WARN) for f in findings)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cluster_accept.vocabulary.rows import Record
+from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.words import WatchFinding
 
 SIGNAL = "ras_diagnostics"  # the coverage row's signal: RAS's diagnostics beside its status
 _LINE = re.compile(r"^(?P<host>\S+):(?P<pid>\d+) NCCL DIAG (?P<rest>.*)$")
@@ -146,3 +148,16 @@ def summary(report: DiagnosticsReport) -> str:
     shown = "; ".join(f"{r.detail}{f' [{r.nodes}]' if r.nodes else ''}" for r in review[:6])
     more = f"; and {len(review) - 6} more" if len(review) > 6 else ""
     return f"{head}: {shown}{more}" if review else head
+
+
+def with_diagnostics(findings: Sequence[WatchFinding], rows: Sequence[NcclDiagnostic]) -> list[WatchFinding]:
+    """Each named finding's evidence with what RAS's diagnostics put on its node to review (a setting that differs
+    there, an ECC error, an inactive link): what the operator looks at first, beside the figures."""
+    out = []
+    for finding in findings:
+        said = [r.detail for r in rows if not r.ok and finding.node in r.nodes.split(",")]
+        if said and finding.status in (Status.FAIL, Status.WARN):
+            shown = "; ".join(said[:3]) + (f"; and {len(said) - 3} more" if len(said) > 3 else "")
+            finding = replace(finding, evidence=f"{finding.evidence}; RAS diagnostics on {finding.node}: {shown}")
+        out.append(finding)
+    return out
