@@ -32,6 +32,7 @@ pytestmark = pytest.mark.unit
 DATA = Path(__file__).parent / "data" / "watch"
 PLUGIN = "/opt/nccl/lib/libnccl-profiler-inspector.so"
 SETTINGS = ArmSettings(watch_dir="/var/lib/ca-watch", shim_dir="/opt/ca/shim")
+DIAGNOSTICS_OFF = "off (arm --nccl-diagnostics): the watch asks RAS's diagnostics on demand where NCCL has them"
 
 
 def plan_of(torch: str | None, nccl: str | None, plugin: str | None = None, compiler: bool = False) -> ArmPlan:
@@ -59,6 +60,7 @@ def test_torch_2_1_without_nccl_gets_only_the_watch_variables_and_a_reason_for_e
         "nccl_timing": (False, "no NCCL on this node: only NCCL collectives are timed"),
         "inspector": (False, "no NCCL on this node"),
         "ras": (False, "no NCCL on this node"),
+        "nccl_diagnostics": (False, DIAGNOSTICS_OFF),
     }
     assert {row.job for row in plan.coverage} == {"4242"} and {row.node for row in plan.coverage} == {"gpu-node-07"}
 
@@ -80,6 +82,7 @@ def test_torch_2_3_with_nccl_2_21_dumps_the_flight_recorder_on_timeout_only() ->
         "nccl_timing": (True, "armed: TORCH_NCCL_ENABLE_TIMING"),
         "inspector": (False, "NCCL 2.21 has no Inspector (its profiler API v5 came in 2.28)"),
         "ras": (False, "NCCL 2.21 has no RAS (it came in 2.24)"),
+        "nccl_diagnostics": (False, DIAGNOSTICS_OFF),
     }
 
 
@@ -141,7 +144,8 @@ def test_torch_2_13_with_nccl_2_28_and_a_named_plugin_arms_every_signal_under_bo
         ("NCCL_INSPECTOR_DUMP_VERBOSE", "1"),
         ("NCCL_RAS_ENABLE", "1"),
     ]
-    assert all(available for available, _ in coverage(plan).values())
+    assert all(available for signal, (available, _) in coverage(plan).items() if signal != "nccl_diagnostics")
+    assert coverage(plan)["nccl_diagnostics"] == (False, DIAGNOSTICS_OFF)  # off unless asked for
     assert coverage(plan)["ras"][1] == (
         "armed: port 28028, JSON status (missing ranks' JSON lacks a comma before 2.29.2: repaired when read)"
     )
@@ -166,6 +170,24 @@ def test_inspector_without_a_named_build(nccl: str, compiler: bool, detail: str)
     plan = plan_of("2.13.0", nccl, plugin=None, compiler=compiler)
     assert coverage(plan)["inspector"] == (False, detail)
     assert not [name for name in plan.names() if "INSPECTOR" in name or name == "NCCL_PROFILER_PLUGIN"]
+
+
+@pytest.mark.parametrize(
+    ("nccl", "armed", "detail"),
+    [
+        ("2.31.2", True, "armed: RAS's and the active checks at each communicator's creation, in the job's output"),
+        ("2.30.7", False, "NCCL 2.30 has no diagnostics (they came in 2.31)"),
+        (None, False, "no NCCL on this node"),
+    ],
+)
+def test_nccls_diagnostics_are_armed_when_asked_for_and_only_where_nccl_has_them(
+    nccl: str | None, armed: bool, detail: str
+) -> None:
+    settings = ArmSettings(watch_dir="/var/lib/ca-watch", shim_dir="/opt/ca/shim", nccl_diagnostics=True)
+    plan = arm_node(NodeVersions("gpu-node-07", "2.13.0", nccl, None, False), settings, job="4242")
+    assert coverage(plan)["nccl_diagnostics"] == (armed, detail)
+    names = ["NCCL_RUN_RAS_DIAGNOSTICS", "NCCL_RUN_DIAGNOSTICS"]
+    assert [n for n in plan.names() if n in names] == (names if armed else [])
 
 
 def test_a_plugin_named_for_an_nccl_without_inspector_is_not_set() -> None:

@@ -148,6 +148,9 @@ def arm_command(
     nccl_timing: Annotated[
         bool, typer.Option("--nccl-timing/--no-nccl-timing", help="time each NCCL collective (GPU stragglers)")
     ] = True,
+    nccl_diagnostics: Annotated[
+        bool, typer.Option("--nccl-diagnostics", help="NCCL's checks at each communicator's creation (2.31 on)")
+    ] = False,
 ) -> None:
     """Print what arms a job for ``watch`` without touching its code: a Slurm TaskProlog, an srun --export, a
     pod's env, or NAME=value lines; each signal the node's versions cannot give is said on stderr. The job's
@@ -169,7 +172,8 @@ def arm_command(
         versions = NodeVersions(versions.node, versions.torch, versions.nccl, inspector, versions.compiler)
     try:
         job = safe_job(job)  # a TaskProlog takes the job's id from Slurm, but the same name is refused there too
-        plan = arm_node(versions, ArmSettings(watch_dir, shim_dir, nccl_timing=nccl_timing), job)
+        settings = ArmSettings(watch_dir, shim_dir, nccl_timing=nccl_timing, nccl_diagnostics=nccl_diagnostics)
+        plan = arm_node(versions, settings, job)
         text = {
             "taskprolog": lambda: taskprolog_script(plan),
             "srun": lambda: srun_export(plan, job) + "\n",

@@ -40,6 +40,7 @@ NCCL_RAS_JSON: Version = (2, 28, 7)
 NCCL_RAS_JSON_FIXED: Version = (2, 29, 2)  # 2.28.7 and 2.28.9 omit a comma in each missing rank
 NCCL_INSPECTOR: Version = (2, 28, 0)  # the plugin speaks profiler API v5 only
 NCCL_INSPECTOR_NEW_HOME: Version = (2, 29, 7)  # ext-profiler/inspector moved to plugins/profiler/inspector
+NCCL_DIAGNOSTICS: Version = (2, 31, 0)  # NCCL_RUN_RAS_DIAGNOSTICS, NCCL_RUN_DIAGNOSTICS; RAS's DIAGNOSTICS command
 NEWEST: Version = (999, 0, 0)  # a version that was given but not understood is armed as the newest
 
 
@@ -66,6 +67,7 @@ class ArmSettings:
     dump_on_timeout: bool = True  # the Flight Recorder written to <watch_dir>/<job>/ on a watchdog timeout
     inspector_verbose: bool = True  # per-record enqueue and kernel times: a rank's arrival order needs them
     ras_port: int | None = None  # NCCL_RAS_ADDR=localhost:<port>; None keeps NCCL's 28028
+    nccl_diagnostics: bool = False  # NCCL's own checks at each communicator's creation (2.31 on), off by default
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,22 @@ def _ras(n: _Node) -> _Armed:
     return env, True, f"armed: port {port}, {form}"
 
 
+def _diagnostics(n: _Node) -> _Armed:
+    """NCCL's checks at each communicator's creation: RAS's (the ranks' GPU, driver, ECC, NVLink and ``NCCL_*``
+    settings compared) and the active ones (P2P between every GPU pair, network bandwidth between ranks). Off by
+    default: the active ones move data at start-up; their report is printed to the job's own output (rank 0's
+    process), which the watch does not read. RAS's diagnostics the watch asks on demand, armed or not."""
+    if not n.settings.nccl_diagnostics:
+        return [], False, "off (arm --nccl-diagnostics): the watch asks RAS's diagnostics on demand where NCCL has them"
+    if n.nccl is None:
+        return [], False, "no NCCL on this node"
+    if n.nccl < NCCL_DIAGNOSTICS:
+        return [], False, f"NCCL {_short(n.nccl)} has no diagnostics (they came in 2.31)"
+    sig = Signal.NCCL_DIAGNOSTICS.value
+    env = [EnvVar("NCCL_RUN_RAS_DIAGNOSTICS", "1", sig), EnvVar("NCCL_RUN_DIAGNOSTICS", "1", sig)]
+    return env, True, "armed: RAS's and the active checks at each communicator's creation, in the job's output"
+
+
 def _inspector(n: _Node) -> _Armed:
     if n.nccl is None:
         return [], False, "no NCCL on this node"
@@ -282,6 +300,7 @@ def arm_node(versions: NodeVersions, settings: ArmSettings, job: str = "") -> Ar
         Signal.NCCL_TIMING: _nccl_timing(n),
         Signal.INSPECTOR: _inspector(n),
         Signal.RAS: _ras(n),
+        Signal.NCCL_DIAGNOSTICS: _diagnostics(n),
     }
     env = [
         EnvVar("CA_WATCH_DIR", settings.watch_dir.rstrip("/"), ""),

@@ -19,6 +19,7 @@ from pathlib import Path
 from cluster_accept.inventory.model import Node
 from cluster_accept.remote.fanout import fan_out
 from cluster_accept.remote.result import NodeResult, RemoteCommand
+from cluster_accept.watch.arming import NCCL_DIAGNOSTICS, parse_version
 from cluster_accept.watch.inspector import parse_inspector_lines
 from cluster_accept.watch.inspector_join import join_inspector
 from cluster_accept.watch.places import DEFAULT_WATCH_DIR as DEFAULT_WATCH_DIR
@@ -36,7 +37,6 @@ from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, set
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
 
 DEFAULT_RAS_PORT = 28028  # NCCL_RAS_ADDR's port when the job was armed without one
-RAS_DIAGNOSTICS_SINCE = (2, 31)  # the NCCL release whose RAS runs diagnostics on demand
 RAS_CONNECT_S, RAS_EXTRA_S = 1, 5  # the RAS reader's own connect and report margins (watch/node/ras_read.py)
 
 READER = SHIM_DIR / "job_read.py"
@@ -61,12 +61,6 @@ class RasAsk:
     node: str
     user: str
     port: int = DEFAULT_RAS_PORT
-
-
-def nccl_release(version: str) -> tuple[int, ...]:
-    """``2.28.9`` as (2, 28, 9); () for what is not a version."""
-    parts = version.strip().split(".")
-    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else ()
 
 
 @dataclass(frozen=True)
@@ -343,7 +337,8 @@ class WatchState:
         driver, ECC, NVLink and ``NCCL_*`` settings, more than a round's status needs again and again."""
         if self.diagnosed or status is None or self.ras is None or not self.ras.status.available:
             return None
-        return status if nccl_release(self.ras.status.nccl_version) >= RAS_DIAGNOSTICS_SINCE else None
+        version = parse_version(self.ras.status.nccl_version)
+        return status if version is not None and version >= NCCL_DIAGNOSTICS else None
 
     def add_states(self, reads: Sequence[NodeRead]) -> None:
         """The ranks' states of reads made outside a round (a re-test waiting for the job to leave): a job that left

@@ -35,6 +35,7 @@ class Signal(StrEnum):
     NCCL_TIMING = "nccl_timing"  # PyTorch: each NCCL collective's own GPU execution time
     INSPECTOR = "inspector"  # NCCL's profiler plugin: per-collective execution time and bus bandwidth
     RAS = "ras"  # NCCL's reliability service: ranks alive, missing or dead, job-wide
+    NCCL_DIAGNOSTICS = "nccl_diagnostics"  # NCCL 2.31 on: its checks at each communicator's creation
 
 
 class FindingKind(StrEnum):
