@@ -21,7 +21,7 @@
 # (results under $OUT, the runs' logs as cost-logs.tgz; EARLIER=FILE adds an earlier batch's watch_cost.json of the
 # same layout and job; STOP_AFTER_S: no round begun after that many seconds). On a
 # machine without a GPU it runs a small model on the CPU over gloo: a dry run of the bench, not a figure.
-set -u
+set -u -o pipefail
 source bench/device_env.sh
 LAYOUT=${LAYOUT:-node} VARIANTS=${VARIANTS:-"off default no_timing timing_only"}
 if nvidia-smi -L > /dev/null 2>&1; then GPUS=$(nvidia-smi -L | grep -c '^GPU') DEVICE=cuda
@@ -32,7 +32,7 @@ if [ "$LAYOUT" = halves ]; then  # the socket path: a smaller model, the step mo
 fi
 MODEL=${MODEL:-"--layers 12 --width 1024 --heads 16 --seq-len 1024 --micro-batch 8"}
 JOB=/tmp/cost-job LOGS=/tmp/cost-logs CAW=/tmp/caw/cost SO=/tmp/insp/inspector/libnccl-profiler-inspector.so
-rm -rf "$LOGS" && mkdir -p "$JOB" "$LOGS" && cp cluster_accept/probes/training/node/train_step.py cluster_accept/probes/node/allreduce.py "$JOB/"
+rm -rf "$LOGS" "$CAW"* && mkdir -p "$JOB" "$LOGS" && cp cluster_accept/probes/training/node/train_step.py cluster_accept/probes/node/allreduce.py "$JOB/"
 CLI="python3 -m cluster_accept.flows.cli"
 
 build_inspector() {  # once a machine: a warm one keeps its build
@@ -40,12 +40,15 @@ build_inspector() {  # once a machine: a warm one keeps its build
   mkdir -p /tmp/insp && tar -C /tmp/insp -xzf .nt/nccl-inspector.tar.gz
   make -C /tmp/insp/inspector CUDA_HOME="$(dirname "$(dirname "$(command -v nvcc)")")" -j16 > "$OUT/inspector_build.log" 2>&1
   echo "### inspector build exit $?"
+  [ -f "$SO" ]
 }
 
 declare -A ARMED  # variant|watch-dir: its environment for a job named JOBNAME (`arm` once a variant, not a run)
-arming() {  # variant watch-dir job: sets EXTRA, the environment that variant adds, on one line
-  [ -n "${ARMED[$1|$2]+set}" ] || ARMED[$1|$2]=$(armed "$1" "$2" JOBNAME)
+arming() {  # variant watch-dir job: sets EXTRA, the environment that variant adds, on one line; fails when
+  # `arm` did (an armed variant run unarmed would report its signal's cost as nothing)
+  [ -n "${ARMED[$1|$2]+set}" ] || ARMED[$1|$2]=$(armed "$1" "$2" JOBNAME) || { unset "ARMED[$1|$2]"; return 1; }
   EXTRA=${ARMED[$1|$2]//JOBNAME/$3}
+  [ "$1" = off ] || [ -n "$EXTRA" ]
 }
 
 armed() {  # variant watch-dir job
@@ -68,8 +71,8 @@ train() {  # log port nnodes node-rank gpus-visible nproc [env ...]: one torchru
     --device "$DEVICE" $MODEL --steps "${STEPS:-100}" --warmup-steps 10 --solo-steps 1 > "$log" 2>&1)
 }
 
-read_loop() {  # name: the watch's node-side reads of the run's job every 5 s until the run's ranks are gone
-  local dirs=("$@")
+read_loop() {  # name dir...: the watch's node-side reads of the run's job every 5 s while the run's launchers live
+  local dirs=("$@") pids=($RUN_PIDS)
   while sleep 5; do
     for dir in "${dirs[@]:1}"; do
       python3 -I cluster_accept/watch/node/job_read.py --dir "$dir" --since-ns $(( $(date +%s%N) - 10000000000 )) \
@@ -77,34 +80,35 @@ read_loop() {  # name: the watch's node-side reads of the run's job every 5 s un
     done
     python3 -I cluster_accept/watch/node/ras_read.py --port "${RAS_PORT:-28028}" --user "$(id -u)" 2>&1 \
       | head -c 200 >> "$LOGS/$1.reads"; echo >> "$LOGS/$1.reads"
-    pgrep -f "train_step.py" > /dev/null || break
+    kill -0 "${pids[@]}" 2> /dev/null || break
   done
 }
 
-run() {  # round variant port: one run of the variant in the layout
-  local name="r$1-$2" half gpu i extra pids=()
+run() {  # round variant port: one run of the variant in the layout (none where `arm` failed for it)
+  local name="r$1-$2" half gpu i extra dirs=() pids=()
   if [ "$LAYOUT" = node ]; then
-    arming "$2" "$CAW" "$name"; extra=$EXTRA
-    [ "$2" = read ] && { read_loop "$name" "$CAW/$name" & }
-    train "$LOGS/$name.log" "$3" 1 0 "" "$GPUS" $extra
+    arming "$2" "$CAW" "$name" || { echo "### round $1 variant $2: arm failed, not run"; return; }
+    extra=$EXTRA dirs=("$CAW/$name")
+    train "$LOGS/$name.log" "$3" 1 0 "" "$GPUS" $extra & pids+=($!)
   else
     for i in 0 1; do
       half=$([ $i = 0 ] && echo a || echo b) gpu=${HALF_GPU[$i]}
-      arming "$2" "$CAW-$half" "$name"; extra=$EXTRA
+      arming "$2" "$CAW-$half" "$name" || { echo "### round $1 variant $2: arm failed, not run"; return; }
+      extra=$EXTRA dirs+=("$CAW-$half/$name")
       train "$LOGS/$name-half-$half.log" "$3" 2 "$i" "$gpu" 1 $extra NCCL_HOSTID="half-$half" \
         NCCL_RAS_ADDR="localhost:2810$i" & pids+=($!)  # two "hosts" on one: a RAS port each
     done
-    [ "$2" = read ] && { RAS_PORT=28100 read_loop "$name" "$CAW-a/$name" "$CAW-b/$name" & }
-    wait "${pids[@]}"
   fi
-  wait  # the read loop ends with the run's ranks
+  [ "$2" = read ] && { RUN_PIDS="${pids[*]}" RAS_PORT=$([ "$LAYOUT" = node ] && echo 28028 || echo 28100) \
+    read_loop "$name" "${dirs[@]}" & }
+  wait  # the run's launchers, and the read loop, which ends with them
   echo "### $(date +%T) round $1 variant $2 env [$extra]"
 }
 
 {
   nvidia-smi -L 2>&1
   python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
-  case " $VARIANTS " in *" inspector "*) build_inspector ;; esac
+  case " $VARIANTS " in *" inspector "*) build_inspector || VARIANTS=${VARIANTS//inspector/} ;; esac
   $CLI arm --local --watch-dir "$CAW" --format env --job probe 2>&1
   echo "### layout $LAYOUT, model [$MODEL], variants [$VARIANTS], $(date +%T)"
   port=29600

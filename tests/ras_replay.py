@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 import socket
+import time
 
 
-def answer(conn: socket.socket, body: str, diagnostics: str | None = None) -> None:
+def answer(conn: socket.socket, body: str, diagnostics: str | None = None, delay_s: float = 0.0) -> None:
     """One client, each command answered in turn as NCCL's RAS does: ``CLIENT PROTOCOL``, ``TIMEOUT``, ``SET
     FORMAT``, then the status command (``body``) or ``DIAGNOSTICS`` (``diagnostics``; None: an NCCL before 2.31,
-    which does not know the command)."""
+    which does not know the command), ``delay_s`` after the command: RAS gathering every process's data."""
     with conn, conn.makefile("rwb") as stream:
         while line := stream.readline().decode().strip().upper():
             if line.startswith("CLIENT PROTOCOL"):
@@ -20,6 +21,7 @@ def answer(conn: socket.socket, body: str, diagnostics: str | None = None) -> No
             elif line.startswith(("TIMEOUT", "SET FORMAT")):
                 stream.write(b"OK\n")
             elif line == "DIAGNOSTICS":
+                time.sleep(delay_s)
                 stream.write((diagnostics or "ERROR: Unknown command DIAGNOSTICS\n").encode())
                 stream.flush()
                 if diagnostics is None:

@@ -18,12 +18,14 @@ from cluster_accept.watch import rounds
 from cluster_accept.watch.node import ras_read
 from cluster_accept.watch.ras import RasSeen, RasStatus
 from cluster_accept.watch.ras_diagnostics import (
+    DiagnosticsReport,
     parse_diagnostics,
     parse_diagnostics_answer,
     place_on_nodes,
     summary,
     with_diagnostics,
 )
+from cluster_accept.watch.read import NodeRead
 from cluster_accept.watch.words import WatchFinding
 from tests.ras_replay import answer
 from tests.test_remote import local_node
@@ -83,6 +85,33 @@ def test_a_named_nodes_evidence_carries_what_the_diagnostics_put_on_it_and_a_pas
 
 
 @pytest.mark.unit
+def test_a_mismatch_names_both_sides_whichever_is_the_odd_one() -> None:
+    """NCCL lists the ranks that differ from the communicator's first rank: where that rank is the odd one, every
+    other rank is listed, so a mismatch concerns the reference rank's node too."""
+    line = f"node00:1 NCCL DIAG [INFO] CUDA driver version: mismatch across 4 ranks in comm {COMM}, rank(s) {{1,2,3}} "
+    (row,) = place_on_nodes(parse_diagnostics(line + "differ from rank 0 (12080)", "j", "n0").rows, NODES)
+    assert (row.ranks, row.reference_rank, row.nodes) == ("1,2,3", 0, "n0,n1")
+
+
+@pytest.mark.unit
+def test_an_environment_value_is_the_users_and_only_the_lines_end_gives_its_ranks() -> None:
+    text = (report("settings-differ.txt").splitlines()[5] + "\n"
+            + "node00:4242 NCCL DIAG [INFO] NCCL environment: NCCL_SOCKET_IFNAME=x on rank(s) {2} across 4 ranks "
+              "in comm 0xdead on rank(s) {0}")  # fmt: skip
+    (_, row) = place_on_nodes(parse_diagnostics(text, "j", "n0").rows, NODES)
+    assert (row.ranks, row.comm, row.nodes) == ("0", COMM, "n0")
+    assert row.value == "x on rank(s) {2} across 4 ranks in comm 0xdead"
+
+
+@pytest.mark.unit
+def test_a_summary_that_failed_after_the_completion_line_is_said() -> None:
+    text = report("healthy.txt") + "node00:4242 NCCL DIAG ERROR: diagnostics summary failed (3)\n"
+    parsed = parse_diagnostics(text, "j", "n0")
+    assert parsed.error == "ERROR: diagnostics summary failed (3)"
+    assert summary(parsed) == "5 results, 0 to review (ERROR: diagnostics summary failed (3))"
+
+
+@pytest.mark.unit
 def test_a_line_without_ncclss_prefix_is_no_row_and_a_report_cut_short_says_so() -> None:
     text = "\n".join(report("healthy.txt").splitlines()[:3]) + "\nsomething else [INFO] ECC: forged\n"
     parsed = parse_diagnostics(text, "j", "n0")
@@ -100,16 +129,21 @@ def test_they_are_asked_once_a_watch_and_only_of_an_nccl_that_runs_them() -> Non
     state.ras = RasSeen("n0", 2, RasStatus(True, form="json", nccl_version="2.31.2"))
     assert state.diagnostics_ask(ask) == ask
     assert state.diagnostics_ask(None) is None  # no node asked this round
-    state.diagnosed = True
+    assert state.diagnostics_ask(rounds.RasAsk("n1", "1000", 28028)) is None  # n1's NCCL was not the one seen
+    for tries in range(rounds.DIAGNOSTICS_TRIES):  # no report (a timeout, BUSY): asked again, a few times
+        assert state.diagnostics_ask(ask) == ask, tries
+        state.add([NodeRead("n0", node_ns=3 + tries, diagnostics=DiagnosticsReport(()))])
+    assert state.diagnostics_ask(ask) is None
+    state.diagnostics_asked, state.diagnosed = 0, True  # answered: once a watch
     assert state.diagnostics_ask(ask) is None
 
 
-def serve(diagnostics: str | None) -> tuple[int, threading.Thread]:
+def serve(diagnostics: str | None, delay_s: float = 0.0) -> tuple[int, threading.Thread]:
     listener = socket.create_server(("127.0.0.1", 0))
 
     def run() -> None:
         with listener:
-            answer(listener.accept()[0], "", diagnostics)
+            answer(listener.accept()[0], "", diagnostics, delay_s)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -125,6 +159,26 @@ def test_the_node_reader_says_why_an_nccl_before_2_31_gives_none() -> None:
     assert said["detail"] == "RAS diagnostics not run: ERROR: Unknown command DIAGNOSTICS"
     parsed, why = parse_diagnostics_answer(json.dumps(said), "j", "n0")
     assert parsed is None and why == said["detail"]
+
+
+@pytest.mark.integration
+def test_a_report_that_comes_only_after_ras_gathered_every_process_is_waited_for() -> None:
+    """NCCL writes nothing until its RAS has every process's data (up to its timeout when one is stuck): the
+    reader waits for the first line as long as for the rest, not the 1 s it gives the connection."""
+    port, server = serve(report("healthy.txt"), delay_s=1.5)
+    said = ras_read.read_status("127.0.0.1", port, 5, False, False, os.getuid(), diagnostics=True)
+    server.join(10)
+    parsed, why = parse_diagnostics_answer(json.dumps(said), "j", "n0")
+    assert why == "" and parsed is not None and len(parsed.rows) == 5
+
+
+@pytest.mark.unit
+def test_the_job_directorys_owner_is_forgotten_when_a_read_no_longer_finds_it() -> None:
+    state = rounds.WatchState(keep_s=60)
+    state.add([NodeRead("n0", node_ns=1, job_uid=1234)])
+    assert state.ras_ask(["n0"], 28028) == rounds.RasAsk("n0", "1234", 28028)
+    state.add([NodeRead("n0", node_ns=2)])  # a second user's directory appeared: none was read
+    assert state.ras_ask(["n0"], 28028) is None
 
 
 @pytest.mark.integration

@@ -28,10 +28,13 @@ SIGNAL = "ras_diagnostics"  # the coverage row's signal: RAS's diagnostics besid
 _LINE = re.compile(r"^(?P<host>\S+):(?P<pid>\d+) NCCL DIAG (?P<rest>.*)$")
 _TAGGED = re.compile(r"^\[(?P<tag>OK|INFO)\]\s+(?P<text>.*)$")
 _DONE = re.compile(r"^(?:RAS|NCCL) diagnostics completed in (?P<ms>[\d.]+) ms across (?P<n>\d+) (?P<what>.+)$")
-_RANKS = re.compile(r"rank\(s\) \{(?P<ranks>[\d,]*?)(?P<cut>,?\.\.\.)?\}(?: \(N=(?P<total>\d+)\))?")
+_RANK_LIST = r"rank\(s\) \{(?P<ranks>[\d,]*?)(?P<cut>,?\.\.\.)?\}(?: \(N=(?P<total>\d+)\))?"
+_RANKS = re.compile(_RANK_LIST)
 _COMM = re.compile(r"in comm (0x[0-9a-fA-F]+)")
 _ACROSS = re.compile(r"across (\d+) ranks")
-_ENV_VALUE = re.compile(r"^NCCL environment: (?P<var>NCCL_\w+)=(?P<value>.*) on rank\(s\) ")
+_REFERENCE = re.compile(r"differ from rank (\d+) \(")
+# the value is the job's user's: nothing is read from it, the ranks only from the end of the line
+_ENV_VALUE = re.compile(r"^NCCL environment: (?P<var>NCCL_\w+)=(?P<value>.*) on " + _RANK_LIST + "$")
 _ENV_MISMATCH = re.compile(r"^NCCL environment: mismatch across \d+ ranks in comm \S+ for (?P<var>NCCL_\w+)$")
 MAX_DETAIL = 400
 
@@ -49,11 +52,12 @@ class NcclDiagnostic(Record):
     comm: str = ""  # the communicator's hash
     comm_ranks: int | None = None  # how many ranks the communicator has, where the line says
     ranks: str = ""  # the ranks the line names, comma-separated
+    reference_rank: int | None = None  # a mismatch: the rank the named ones differ from (the other side)
     ranks_cut: bool = False  # NCCL listed only some of them
     ranks_total: int | None = None  # how many it named, where it cut the list
     variable: str = ""  # NCCL environment: the variable
     value: str = ""  # NCCL environment: its value on those ranks
-    nodes: str = ""  # the nodes of the named ranks, where they are the job's (comma-separated)
+    nodes: str = ""  # the nodes of the named ranks and of a mismatch's reference rank, where they are the job's
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class DiagnosticsReport:
     rows: tuple[NcclDiagnostic, ...]
     completed: str = ""  # NCCL's completion line, empty when the report did not end with one
     reporter: str = ""  # host:pid of the process that ran it
+    error: str = ""  # NCCL's ``ERROR: …`` line (a summary that failed): the report is not whole
 
 
 def parse_diagnostics_answer(line: str, job: str, asked_on: str) -> tuple[DiagnosticsReport | None, str]:
@@ -80,7 +85,7 @@ def parse_diagnostics(text: str, job: str, asked_on: str) -> DiagnosticsReport:
     """The report's tagged lines as rows (other lines: the header, the completion line, anything else, are not
     rows); lines without NCCL's prefix are ignored."""
     rows: list[NcclDiagnostic] = []
-    completed = reporter = ""
+    completed = reporter = error = ""
     for line in text.splitlines():
         match = _LINE.match(line.strip())
         if match is None:
@@ -89,9 +94,11 @@ def parse_diagnostics(text: str, job: str, asked_on: str) -> DiagnosticsReport:
         rest = match["rest"].strip()
         if _DONE.match(rest):
             completed = rest[:MAX_DETAIL]
+        elif rest.upper().startswith("ERROR"):
+            error = rest[:MAX_DETAIL]
         elif tagged := _TAGGED.match(rest):
             rows.append(_in_context(_row(tagged["text"], tagged["tag"] == "OK", job, asked_on), rows))
-    return DiagnosticsReport(tuple(rows), completed, reporter)
+    return DiagnosticsReport(tuple(rows), completed, reporter, error)
 
 
 def _in_context(row: NcclDiagnostic, before: list[NcclDiagnostic]) -> NcclDiagnostic:
@@ -107,10 +114,11 @@ def _in_context(row: NcclDiagnostic, before: list[NcclDiagnostic]) -> NcclDiagno
 
 def _row(text: str, ok: bool, job: str, asked_on: str) -> NcclDiagnostic:
     check = text.split(": ", 1)[0] if ": " in text else ""
-    ranks = _RANKS.search(text)
-    comm = _COMM.search(text)
-    across = _ACROSS.search(text)
-    env = _ENV_VALUE.match(text) or _ENV_MISMATCH.match(text)
+    value = _ENV_VALUE.match(text)
+    env = value or _ENV_MISMATCH.match(text)
+    ranks = value or _RANKS.search(text)
+    comm, across = (None, None) if value else (_COMM.search(text), _ACROSS.search(text))
+    reference = None if value else _REFERENCE.search(text)
     return NcclDiagnostic(
         job=job,
         asked_on=asked_on,
@@ -122,6 +130,7 @@ def _row(text: str, ok: bool, job: str, asked_on: str) -> NcclDiagnostic:
         ranks=ranks["ranks"].strip(",") if ranks else "",
         ranks_cut=bool(ranks and ranks["cut"]),
         ranks_total=int(ranks["total"]) if ranks and ranks["total"] else None,
+        reference_rank=int(reference[1]) if reference else None,
         variable=env["var"] if env else "",
         value=(env.groupdict().get("value") or "")[:200] if env else "",
     )
@@ -129,21 +138,24 @@ def _row(text: str, ok: bool, job: str, asked_on: str) -> NcclDiagnostic:
 
 def place_on_nodes(rows: tuple[NcclDiagnostic, ...], rank_nodes: Mapping[int, str]) -> tuple[NcclDiagnostic, ...]:
     """Each row's ranks put on their nodes where they are the job's own: the line's communicator holds every rank
-    of the job (``comm_ranks`` the job's rank count); in a smaller one its rank numbers are its own."""
+    of the job (``comm_ranks`` the job's rank count); in a smaller one its rank numbers are its own. A mismatch
+    names the ranks that differ from one reference rank, which may itself be the odd one: both sides' nodes."""
     placed = []
     for row in rows:
         if row.ranks and row.comm_ranks == len(rank_nodes):
-            names = sorted({rank_nodes[r] for r in map(int, row.ranks.split(",")) if r in rank_nodes})
-            row = replace(row, nodes=",".join(names))
+            ranks = [*map(int, row.ranks.split(",")), *([] if row.reference_rank is None else [row.reference_rank])]
+            row = replace(row, nodes=",".join(sorted({rank_nodes[r] for r in ranks if r in rank_nodes})))
         placed.append(row)
     return tuple(placed)
 
 
 def summary(report: DiagnosticsReport) -> str:
-    """The coverage row's detail: how many checks, and each line to review."""
+    """The coverage row's detail: how many checks, and each line to review (a mismatch's nodes are both sides)."""
     review = [row for row in report.rows if not row.ok]
     head = f"{len(report.rows)} results, {len(review)} to review"
-    if not report.completed:
+    if report.error:
+        head += f" ({report.error})"
+    elif not report.completed:
         head += " (the report did not complete)"
     shown = "; ".join(f"{r.detail}{f' [{r.nodes}]' if r.nodes else ''}" for r in review[:6])
     more = f"; and {len(review) - 6} more" if len(review) > 6 else ""

@@ -37,6 +37,7 @@ from cluster_accept.watch.read import NodeRead, ReadWindow, parse_node_read, set
 from cluster_accept.watch.words import CollectiveSeen, RankSeen, RankState, Signal, SignalCoverage
 
 DEFAULT_RAS_PORT = 28028  # NCCL_RAS_ADDR's port when the job was armed without one
+DIAGNOSTICS_TRIES = 3  # rounds RAS's diagnostics are asked in before the watch goes on without them
 RAS_CONNECT_S, RAS_EXTRA_S = 1, 5  # the RAS reader's own connect and report margins (watch/node/ras_read.py)
 
 READER = SHIM_DIR / "job_read.py"
@@ -283,7 +284,8 @@ class WatchState:
     inspector: dict[str, InspectorAsk] = field(default_factory=dict)  # nodes with the job's Inspector files
     job_uid: dict[str, int] = field(default_factory=dict)  # per node: the owner of the job's directory read there
     diagnostics: tuple[NcclDiagnostic, ...] = ()  # RAS's diagnostics of the job, once asked
-    diagnosed: bool = False  # asked (answered or not): once a watch
+    diagnosed: bool = False  # RAS's diagnostics answered: asked no more
+    diagnostics_asked: int = 0  # times asked without a report (a timeout, BUSY): given up after DIAGNOSTICS_TRIES
 
     def add(self, reads: Sequence[NodeRead]) -> None:
         self.rounds += 1
@@ -294,10 +296,13 @@ class WatchState:
                 self.collectives[key] = timed_kept(self.collectives.get(key), c)
             if read.job_uid is not None:
                 self.job_uid[read.node] = read.job_uid
+            elif read.node_ns is not None:
+                self.job_uid.pop(read.node, None)  # its directory refused or gone: no owner to ask RAS of
             if read.diagnostics is not None:
                 ranks = {rank: seen.node for rank, seen in self.latest_ranks().items()}
                 self.diagnostics = place_on_nodes(read.diagnostics.rows, ranks) or self.diagnostics
-                self.diagnosed = True
+                self.diagnosed = self.diagnosed or bool(read.diagnostics.rows)
+                self.diagnostics_asked += 1
             if read.inspector_dir is not None and read.node_ns is not None:
                 self.inspector[read.node] = InspectorAsk(*read.inspector_dir, read.node_ns // 1000)
             for row in read.coverage:
@@ -333,9 +338,12 @@ class WatchState:
 
     def diagnostics_ask(self, status: RasAsk | None) -> RasAsk | None:
         """RAS's diagnostics are asked once a watch, of the node (and listener) whose status is asked this round,
-        once a status has come back from an NCCL that runs them (2.31 on): they gather every rank's GPU,
-        driver, ECC, NVLink and ``NCCL_*`` settings, more than a round's status needs again and again."""
-        if self.diagnosed or status is None or self.ras is None or not self.ras.status.available:
+        once a status has come back from that node's NCCL and it runs them (2.31 on): they gather every rank's GPU,
+        driver, ECC, NVLink and ``NCCL_*`` settings, more than a round's status needs again and again. An answer
+        without a report (a timeout, another report under way) is asked again, up to :data:`DIAGNOSTICS_TRIES`."""
+        if self.diagnosed or self.diagnostics_asked >= DIAGNOSTICS_TRIES or status is None or self.ras is None:
+            return None
+        if not self.ras.status.available or self.ras.node != status.node:  # the NCCL asked is the one checked
             return None
         version = parse_version(self.ras.status.nccl_version)
         return status if version is not None and version >= NCCL_DIAGNOSTICS else None

@@ -76,11 +76,13 @@ def diagnose(sock: socket.socket, timeout_s: int) -> dict[str, object]:
     An NCCL without them answers ``ERROR: Unknown command``, one with a report under way ``BUSY``: no report then."""
     reader = sock.makefile("rb")
     protocol = _hello(sock, reader, timeout_s)
+    until = time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S
     _send(sock, "DIAGNOSTICS")
+    sock.settimeout(until - time.monotonic())  # nothing comes until RAS has gathered every process's data
     first = _answer(reader, "the diagnostics report")
     if first.upper().startswith(("ERROR", "BUSY")):
         return {"ras": "unavailable", "detail": f"RAS diagnostics not run: {first[:200]}", "protocol": protocol}
-    body = _report(reader, sock, time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S)
+    body = _report(reader, sock, until)
     return {"ras": "ok", "format": "diagnostics", "protocol": protocol, "body": f"{first}\n{body}"}
 
 
