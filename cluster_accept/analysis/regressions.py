@@ -212,7 +212,11 @@ def _unconfirmed(row: NodeRow, why: str) -> NodeRow:
 
 
 def confirmed_again(
-    row: NodeRow, again: float | None, control: Control | None, rounds: Sequence[float] = ()
+    row: NodeRow,
+    again: float | None,
+    control: Control | None,
+    rounds: Sequence[float] = (),
+    levels: Sequence[float] = (),
 ) -> NodeRow:
     """A ``regression`` row once its node was measured again (``again``; None: no figure came back) beside a
     ``control`` (None: no node to control with): it stays a regression only when it is still under its floor
@@ -221,20 +225,27 @@ def confirmed_again(
     control 12 % down inside its wider one is the machine, not the node; else ``inconclusive``, saying why.
     ``rounds``: the figure as the run's straggler rounds measured it again beside its peers: where the median of
     every measurement again is back within its own history, one low measurement proves nothing (a busy machine
-    gave a node 43.9 once and 98.9, 98.3, 98.6 in the rounds, over a floor of 69.7)."""
+    gave a node 43.9 once and 98.9, 98.3, 98.6 in the rounds, over a floor of 69.7). ``levels``: the peers'
+    median in each round: a round in which every node was slow (a busy machine) counts at the peers' usual
+    level, as the control's fall is taken out of ``again``; and most measurements again must be under the floor."""
     floor = stated_minimum(row.expected)
     said = f"measured again: {_fmt(again) if again is not None else 'no figure'}"
+    if rounds:
+        said += f"; in the straggler rounds beside its peers: {', '.join(_fmt(v) for v in rounds)}"
+        rounds, said = _at_peers_level(rounds, levels, said)
     every = [*([again] if again is not None else []), *rounds]
     if again is None and rounds:
         again = statistics.median(rounds)  # the rounds are the measurements again
     if again is None or floor is None:
         return _unconfirmed(row, "measured again: no figure")
     if rounds:
-        middle = statistics.median(every)
-        said += f"; in the straggler rounds beside its peers: {', '.join(_fmt(v) for v in rounds)}"
+        middle, under = statistics.median(every), sum(v < floor for v in every)
         if middle >= floor:
             back = f"the median of the {len(every)} measurements again, {_fmt(middle)}, is back within its own history"
             return _unconfirmed(row, f"{said}: {back}: not confirmed")
+        if 2 * under <= len(every):
+            split = f"only {under} of the {len(every)} measurements again are under its floor {_fmt(floor)}"
+            return _unconfirmed(row, f"{said}: {split}: not confirmed")
     if again >= floor:
         return _unconfirmed(row, f"{said}, back within its own history: not confirmed")
     if control is not None and control.moved:
@@ -251,6 +262,19 @@ def confirmed_again(
     elif control is not None:
         beside = f" beside {control.node}, which gave no figure to control with"
     return replace(row, detail=f"{row.detail}; {said}{beside}: confirmed")
+
+
+def _at_peers_level(rounds: Sequence[float], levels: Sequence[float], said: str) -> tuple[list[float], str]:
+    """Each round's figure at the peers' usual level (their median over the rounds): a round in which the peers
+    measured low too was the machine's; unchanged without a level for every round."""
+    if not rounds or len(levels) != len(rounds) or not all(level > 0 for level in levels):
+        return list(rounds), said
+    usual = statistics.median(levels)
+    scaled = [value * usual / level for value, level in zip(rounds, levels, strict=True)]
+    if any(abs(level / usual - 1) > 0.001 for level in levels):
+        peers = ", ".join(_fmt(level) for level in levels)
+        said += f" (its peers' median {peers}: at their usual level {', '.join(_fmt(v) for v in scaled)})"
+    return scaled, said
 
 
 # Where a 32- or 64-bit counter stops: a count there at both reads may have stopped, not stayed. Narrower
