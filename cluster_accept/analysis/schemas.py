@@ -301,8 +301,8 @@ WATCH_COVERAGE = pa.schema(
 WATCH_NCCL_DIAGNOSTICS = pa.schema(
     [("job", pa.string()), ("asked_on", pa.string()), ("check", pa.string()), ("ok", pa.bool_()),
      ("detail", pa.string()), ("comm", pa.string()), ("comm_ranks", pa.int64()), ("ranks", pa.string()),
-     ("ranks_cut", pa.bool_()), ("ranks_total", pa.int64()), ("variable", pa.string()), ("value", pa.string()),
-     ("nodes", pa.string())],
+     ("ranks_cut", pa.bool_()), ("ranks_total", pa.int64()), ("reference_rank", pa.int64()),
+     ("variable", pa.string()), ("value", pa.string()), ("nodes", pa.string())],
     metadata={"cluster_accept_schema": "watch_nccl_diagnostics", "version": SCHEMA_VERSION},
 )  # fmt: skip
 
