@@ -16,12 +16,12 @@ from cluster_accept.analysis.regressions import (
     figure_regressions,
     moved_together,
     own_noise,
+    peers_levels,
     student_t_cdf,
     student_t_quantile,
 )
 from cluster_accept.checks.base import NodeRow, Status
 from cluster_accept.inventory.model import Thresholds
-from cluster_accept.tasks.probe_stage import peers_levels
 
 RULES = {"gemm_fp32_gflops": MetricRule("gemm", None, False)}
 

@@ -264,6 +264,14 @@ def confirmed_again(
     return replace(row, detail=f"{row.detail}; {said}{beside}: confirmed")
 
 
+def peers_levels(in_rounds: Mapping[tuple[str, str], Sequence[float]], node: str, metric: str, n: int) -> list[float]:
+    """The median of the other nodes' figure of ``metric`` in each of the ``n`` straggler rounds (the nodes one
+    probe's rounds measured: the same rounds); [] where a round has no other node's figure."""
+    peers = [values for (other, m), values in in_rounds.items() if m == metric and other != node and len(values) == n]
+    levels = [statistics.median(values[i] for values in peers) for i in range(n)] if peers else []
+    return levels if len(levels) == n else []
+
+
 def _at_peers_level(rounds: Sequence[float], levels: Sequence[float], said: str) -> tuple[list[float], str]:
     """Each round's figure at the peers' usual level (their median over the rounds): a round in which the peers
     measured low too was the machine's; unchanged without a level for every round."""

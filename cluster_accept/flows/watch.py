@@ -128,9 +128,9 @@ def watch_job(request: WatchRequest) -> WatchOutcome:
     findings: list[WatchFinding] = []
     judged: Judgement | None = None
     deadline = time.monotonic() + request.spec.for_s
+    names, port = [n.name for n in request.nodes], request.spec.ras_port
     while True:
         started = time.monotonic()
-        names, port = [n.name for n in request.nodes], request.spec.ras_port
         ras = state.ras_ask(names, port, request.job_user) if port else None
         asks = Asks(ras, dict(state.inspector), state.diagnostics_ask(ras))
         reads = read_task(request.nodes, request.job, request.spec.watch_dir, state.since, request.record_limit,

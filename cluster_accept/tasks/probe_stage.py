@@ -30,6 +30,7 @@ from cluster_accept.analysis.regressions import (
     figure_regressions,
     moved_together,
     own_past,
+    peers_levels,
 )
 from cluster_accept.analysis.suspects import figure_of, stated_minimum
 from cluster_accept.checks.base import NodeRow, Status
@@ -305,14 +306,6 @@ def confirm_regressions(
         levels = peers_levels(in_rounds or {}, row.node, metric, len(rounds))
         out.append(confirmed_again(row, value.get((row.node, metric)), held, rounds, levels))
     return out
-
-
-def peers_levels(in_rounds: Mapping[tuple[str, str], Sequence[float]], node: str, metric: str, n: int) -> list[float]:
-    """The median of the other nodes' figure of ``metric`` in each of the ``n`` straggler rounds (the nodes one
-    probe's rounds measured: the same rounds); [] where a round has no other node's figure."""
-    peers = [values for (other, m), values in in_rounds.items() if m == metric and other != node and len(values) == n]
-    levels = [statistics.median(values[i] for values in peers) for i in range(n)] if peers else []
-    return levels if len(levels) == n else []
 
 
 def _model_of(figures: pd.DataFrame, node: str, metric: str) -> str:

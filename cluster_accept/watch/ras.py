@@ -117,15 +117,23 @@ def comm_hash(text: str) -> str:
     return f"0x{int(text, 16):x}"
 
 
-def parse_ras_answer(line: str) -> RasStatus:
-    """The node reader's line: unavailable (with its detail) or the report parsed in its format."""
+def reader_answer(line: str) -> tuple[dict[str, Any] | None, str]:
+    """The RAS reader's line (``watch/node/ras_read.py``) as its object where RAS answered; else None and why."""
     try:
         answer = json.loads(line)
     except ValueError:
-        return RasStatus(False, f"not the RAS reader's line: {line[:200]!r}")
+        return None, f"not the RAS reader's line: {line[:200]!r}"
     if not isinstance(answer, dict) or answer.get("ras") != "ok":
         detail = answer.get("detail", "") if isinstance(answer, dict) else ""
-        return RasStatus(False, str(detail) or "no answer")
+        return None, str(detail) or "no answer"
+    return answer, ""
+
+
+def parse_ras_answer(line: str) -> RasStatus:
+    """The node reader's line: unavailable (with its detail) or the report parsed in its format."""
+    answer, why = reader_answer(line)
+    if answer is None:
+        return RasStatus(False, why)
     body = str(answer.get("body", ""))
     return parse_ras_json(body) if answer.get("format") == "json" else parse_ras_text(body)
 

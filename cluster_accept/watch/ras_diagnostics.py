@@ -15,13 +15,13 @@ A communicator's ranks are its own numbering: they are the job's ranks only in a
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cluster_accept.vocabulary.rows import Record
 from cluster_accept.vocabulary.status import Status
+from cluster_accept.watch.ras import reader_answer
 from cluster_accept.watch.words import WatchFinding
 
 SIGNAL = "ras_diagnostics"  # the coverage row's signal: RAS's diagnostics beside its status
@@ -70,14 +70,11 @@ class DiagnosticsReport:
 
 def parse_diagnostics_answer(line: str, job: str, asked_on: str) -> tuple[DiagnosticsReport | None, str]:
     """The node reader's line (``ras_read.py --diagnostics``): the report, or None and why there is none."""
-    try:
-        answer = json.loads(line)
-    except ValueError:
-        return None, f"not the RAS reader's line: {line[:200]!r}"
-    if not isinstance(answer, dict):
-        return None, "not the RAS reader's line"
-    if answer.get("ras") != "ok" or answer.get("format") != "diagnostics":
-        return None, str(answer.get("detail") or "no diagnostics in the answer")[:MAX_DETAIL]
+    answer, why = reader_answer(line)
+    if answer is None:
+        return None, why[:MAX_DETAIL]
+    if answer.get("format") != "diagnostics":
+        return None, "no diagnostics in the answer"
     return parse_diagnostics(str(answer.get("body", "")), job, asked_on), ""
 
 

@@ -284,8 +284,7 @@ class WatchState:
     inspector: dict[str, InspectorAsk] = field(default_factory=dict)  # nodes with the job's Inspector files
     job_uid: dict[str, int] = field(default_factory=dict)  # per node: the owner of the job's directory read there
     diagnostics: tuple[NcclDiagnostic, ...] = ()  # RAS's diagnostics of the job, once asked
-    diagnosed: bool = False  # RAS's diagnostics answered: asked no more
-    diagnostics_asked: int = 0  # times asked without a report (a timeout, BUSY): given up after DIAGNOSTICS_TRIES
+    diagnostics_asked: int = 0  # times RAS's diagnostics were asked: given up after DIAGNOSTICS_TRIES without a report
 
     def add(self, reads: Sequence[NodeRead]) -> None:
         self.rounds += 1
@@ -301,7 +300,6 @@ class WatchState:
             if read.diagnostics is not None:
                 ranks = {rank: seen.node for rank, seen in self.latest_ranks().items()}
                 self.diagnostics = place_on_nodes(read.diagnostics.rows, ranks) or self.diagnostics
-                self.diagnosed = self.diagnosed or bool(read.diagnostics.rows)
                 self.diagnostics_asked += 1
             if read.inspector_dir is not None and read.node_ns is not None:
                 self.inspector[read.node] = InspectorAsk(*read.inspector_dir, read.node_ns // 1000)
@@ -335,6 +333,11 @@ class WatchState:
             after = nodes.index(last.node) + 1 if last is not None and last.node in nodes else 0
             chosen = next(n for n in [*nodes[after:], *nodes[:after]] if n in order)
         return RasAsk(chosen, user if user is not None else str(self.job_uid[chosen]), port)
+
+    @property
+    def diagnosed(self) -> bool:
+        """RAS's diagnostics came back with a report: asked no more."""
+        return bool(self.diagnostics)
 
     def diagnostics_ask(self, status: RasAsk | None) -> RasAsk | None:
         """RAS's diagnostics are asked once a watch, of the node (and listener) whose status is asked this round,

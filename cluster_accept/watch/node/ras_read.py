@@ -76,7 +76,7 @@ def diagnose(sock: socket.socket, timeout_s: int) -> dict[str, object]:
     An NCCL without them answers ``ERROR: Unknown command``, one with a report under way ``BUSY``: no report then."""
     reader = sock.makefile("rb")
     protocol = _hello(sock, reader, timeout_s)
-    until = time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S
+    until = _report_deadline(timeout_s)
     _send(sock, "DIAGNOSTICS")
     sock.settimeout(until - time.monotonic())  # nothing comes until RAS has gathered every process's data
     first = _answer(reader, "the diagnostics report")
@@ -99,8 +99,13 @@ def converse(sock: socket.socket, timeout_s: int, want_json: bool, verbose: bool
         elif not answer.upper().startswith("ERROR"):
             raise RasProtocolError(f"SET FORMAT: unexpected answer {answer!r}")
     _send(sock, "VERBOSE STATUS" if verbose else "STATUS")
-    body = _report(reader, sock, time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S)
+    body = _report(reader, sock, _report_deadline(timeout_s))
     return {"ras": "ok", "format": form, "protocol": protocol, "body": body}
+
+
+def _report_deadline(timeout_s: int) -> float:
+    """When a report asked now must have ended (monotonic): as ``ncclras`` waits, RAS's timeout and a margin."""
+    return time.monotonic() + CONNECT_TIMEOUT_S + (timeout_s or 5) + EXTRA_TIMEOUT_S
 
 
 def _report(reader: BinaryIO, sock: socket.socket, until: float) -> str:
