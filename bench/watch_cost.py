@@ -20,8 +20,8 @@ import re
 import statistics
 from pathlib import Path
 
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 11: 2.20, 12: 2.18}
-# two-sided, by degrees of freedom; past 12 taken as 2.1 (2.09 at 19)
+from cluster_accept.analysis.regressions import student_t_quantile
+
 NAME = re.compile(r"r(\d+)-([a-z_]+?)(?:-half-[a-z])?\.log$")
 SIGNALS = {  # signal: (the variant with it, the same without it)
     "default arming": ("default", "off"),
@@ -74,7 +74,8 @@ def pct(ratio: float) -> float:
 
 def cost(ratios: list[float]) -> dict[str, object]:
     mean = statistics.fmean(ratios)
-    half = T95.get(len(ratios) - 1, 2.1) * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else None
+    n = len(ratios)
+    half = student_t_quantile(0.975, n - 1) * statistics.stdev(ratios) / n**0.5 if n > 1 else None
     middle = median_interval(ratios)
     return {
         "rounds": len(ratios),
