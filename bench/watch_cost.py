@@ -18,9 +18,12 @@ import json
 import math
 import re
 import statistics
+import sys
 from pathlib import Path
 
-from cluster_accept.analysis.regressions import student_t_quantile
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cluster_accept.analysis.regressions import student_t_quantile  # noqa: E402
 
 NAME = re.compile(r"r(\d+)-([a-z_]+?)(?:-half-[a-z])?\.log$")
 SIGNALS = {  # signal: (the variant with it, the same without it)
